@@ -1,0 +1,68 @@
+"""The one place that wires settings, database, clock, ports and grains together."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from . import embedded
+from .clock import Clock, SystemClock
+from .config import Settings
+from .grain import GrainEnv
+from .ports import EmbeddedBudget, EmbeddedCapacity, EmbeddedPolicyStore, EmbeddedReleaseRegistry
+from .store import Database
+
+log = logging.getLogger(__name__)
+
+
+def database_url(settings: Settings) -> str:
+    """The configured owner URL, or the embedded server's (started on demand)."""
+    if settings.database_url:
+        return settings.database_url
+    data_dir = settings.data_dir or str(embedded.default_data_dir())
+    return embedded.start(data_dir)
+
+
+def build_database(settings: Settings, *, owner_url: str | None = None, migrate: bool = True) -> Database:
+    db = Database(
+        owner_url or database_url(settings),
+        app_url=settings.app_database_url,
+        system_url=settings.system_database_url,
+        role_password=settings.app_role_password,
+        pool_size=settings.pool_size,
+    )
+    if migrate:
+        db.migrate()
+    return db
+
+
+@dataclass
+class Container:
+    settings: Settings
+    db: Database
+    env: GrainEnv
+    releases: EmbeddedReleaseRegistry
+    policies: EmbeddedPolicyStore
+
+
+def build(
+    settings: Settings | None = None,
+    *,
+    db: Database | None = None,
+    clock: Clock | None = None,
+    migrate: bool = True,
+) -> Container:
+    settings = settings or Settings()
+    db = db or build_database(settings, migrate=migrate)
+    releases = EmbeddedReleaseRegistry(db)
+    policies = EmbeddedPolicyStore(db)
+    env = GrainEnv(
+        db=db,
+        clock=clock or SystemClock(),
+        options=settings.options(),
+        releases=releases,
+        policies=policies,
+        budget=EmbeddedBudget(db, settings.budget.tenant_limit_usd),
+        capacity=EmbeddedCapacity(db, settings.capacity.max_open_attempts_per_tenant),
+    )
+    return Container(settings, db, env, releases, policies)

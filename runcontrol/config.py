@@ -1,0 +1,84 @@
+"""Settings: every RunControl option of the spec, with its default, overridable by environment.
+
+The spec's ``RunControl:Leases:DurationSeconds`` is ``RUNCONTROL_LEASES__DURATION_SECONDS`` here
+(section and key joined by a double underscore), and so on for every option.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from .domain import Options
+
+
+class LeaseOptions(BaseModel):
+    duration_seconds: float = Field(120, gt=0)
+    renewal_grace_seconds: float = Field(30, ge=0)
+
+
+class RetryOptions(BaseModel):
+    default_max_attempts: int = Field(3, ge=1)
+    base_delay_seconds: float = Field(1.0, ge=0)
+    max_delay_seconds: float = Field(300.0, ge=0)
+
+
+class ApprovalOptions(BaseModel):
+    default_expiry_hours: float = Field(72, gt=0)
+    required_approvals: int = Field(1, ge=1)
+
+
+class JournalOptions(BaseModel):
+    retention_days: int = Field(365, ge=1)
+
+
+class GrainOptions(BaseModel):
+    idle_seconds: float = Field(60, gt=0)
+    host_count: int = Field(2, ge=1)
+    placement: str = Field("hosted", pattern="^(hosted|dedicated)$")
+
+
+class BudgetOptions(BaseModel):
+    tenant_limit_usd: float | None = Field(None, ge=0, description="None: no limit")
+
+
+class CapacityOptions(BaseModel):
+    max_open_attempts_per_tenant: int | None = Field(None, ge=1, description="None: no limit")
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="RUNCONTROL_", env_nested_delimiter="__", extra="ignore"
+    )
+
+    database_url: str | None = Field(
+        None,
+        description="Owner/admin URL of an existing PostgreSQL; unset: start an embedded one.",
+    )
+    app_database_url: str | None = Field(
+        None, description="URL for the app role; derived from database_url when unset."
+    )
+    system_database_url: str | None = Field(
+        None, description="URL for the system (all-tenant sweep) role; derived when unset."
+    )
+    app_role_password: str | None = None
+    data_dir: str | None = Field(None, description="Embedded PostgreSQL data directory.")
+    pool_size: int = Field(10, ge=1)
+
+    leases: LeaseOptions = LeaseOptions()
+    retries: RetryOptions = RetryOptions()
+    approvals: ApprovalOptions = ApprovalOptions()
+    journal: JournalOptions = JournalOptions()
+    grains: GrainOptions = GrainOptions()
+    budget: BudgetOptions = BudgetOptions()
+    capacity: CapacityOptions = CapacityOptions()
+
+    def options(self) -> Options:
+        return Options(
+            lease_seconds=self.leases.duration_seconds,
+            renewal_grace_seconds=self.leases.renewal_grace_seconds,
+            default_max_attempts=self.retries.default_max_attempts,
+            approval_expiry_hours=self.approvals.default_expiry_hours,
+            retry_base_seconds=self.retries.base_delay_seconds,
+            retry_cap_seconds=self.retries.max_delay_seconds,
+        )

@@ -1,0 +1,158 @@
+"""Typed errors of Run Control.
+
+Every error carries a stable ``code`` and whether retrying the same command may succeed
+(``retryable``). Only the HTTP and gRPC edges map codes to status codes. Errors pickle by
+value so they cross the Ray boundary as themselves (a stale token stays a ``StaleFencingToken``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+def _rebuild(cls: type[RunControlError], message: str, details: dict[str, Any]) -> RunControlError:
+    return cls(message, **details)
+
+
+class RunControlError(Exception):
+    code: ClassVar[str] = "run-control-error"
+    retryable: ClassVar[bool] = False
+
+    def __init__(self, message: str = "", **details: Any) -> None:
+        super().__init__(message or self.code)
+        self.message = message or self.code
+        self.details = details
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.message, self.details))
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ValidationFailed(RunControlError):
+    code = "validation-failed"
+
+
+class NotFound(RunControlError):
+    code = "not-found"
+
+
+class RunNotFound(NotFound):
+    code = "run-not-found"
+
+
+class StepNotFound(NotFound):
+    code = "step-not-found"
+
+
+class AttemptNotFound(NotFound):
+    code = "attempt-not-found"
+
+
+class ApprovalNotFound(NotFound):
+    code = "approval-not-found"
+
+
+class WorkflowNotFound(NotFound):
+    code = "workflow-not-found"
+
+
+class ReleaseNotFound(NotFound):
+    code = "release-not-found"
+
+
+class Conflict(RunControlError):
+    code = "conflict"
+
+
+class IllegalTransition(Conflict):
+    code = "illegal-transition"
+
+
+class IdempotencyConflict(Conflict):
+    code = "idempotency-conflict"
+
+
+class ConcurrencyConflict(Conflict):
+    """Another activation committed first (optimistic concurrency): reload and retry."""
+
+    code = "concurrency-conflict"
+    retryable = True
+
+
+class RunTerminal(Conflict):
+    code = "run-terminal"
+
+
+class LeaseHeld(Conflict):
+    """The attempt's lease is held by another worker and has not expired."""
+
+    code = "lease-held"
+    retryable = True
+
+
+class LeaseRejected(Conflict):
+    code = "lease-rejected"
+
+
+class StaleFencingToken(LeaseRejected):
+    code = "stale-fencing-token"
+
+
+class LeaseNotHeld(LeaseRejected):
+    code = "lease-not-held"
+
+
+class LeaseExpired(LeaseRejected):
+    code = "lease-expired"
+
+
+class OutcomeAlreadyRecorded(Conflict):
+    code = "outcome-already-recorded"
+
+
+class ApprovalVersionMismatch(Conflict):
+    code = "approval-version-mismatch"
+
+
+class ApprovalAlreadyDecided(Conflict):
+    code = "approval-already-decided"
+
+
+class ProposalHashMismatch(Conflict):
+    code = "proposal-hash-mismatch"
+
+
+class ApprovalGone(RunControlError):
+    """The approval request expired or went stale: the decision can never apply."""
+
+    code = "approval-gone"
+
+
+class Forbidden(RunControlError):
+    code = "forbidden"
+
+
+class SeparationOfDuties(Forbidden):
+    code = "separation-of-duties"
+
+
+class BreakGlassReasonRequired(ValidationFailed):
+    code = "break-glass-reason-required"
+
+
+class CapacityDenied(RunControlError):
+    code = "capacity-denied"
+    retryable = True
+
+
+class BudgetReservationDenied(RunControlError):
+    code = "budget-reservation-denied"
+
+
+class Unavailable(RunControlError):
+    """A dependency did not answer; it is unknown whether the command ran. Retry it."""
+
+    code = "unavailable"
+    retryable = True

@@ -1,0 +1,63 @@
+"""Canonical JSON and the hashes built on it.
+
+``canonical_json`` is RFC 8785-like: object keys sorted by code point, no insignificant
+whitespace, UTF-8 without escaping non-ASCII, integers as integers, finite floats in their
+shortest round-trip form (an integral float is written as an integer, so ``12`` and ``12.0``
+hash alike), and NaN/Infinity rejected. A hash is ``"sha256:" + hex(sha256(canonical_json))``.
+``inputHash``, ``proposalHash`` and ``outcomeHash`` all use it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any
+
+from .errors import ValidationFailed
+
+HASH_PREFIX = "sha256:"
+
+
+def _normalise(value: Any, path: str) -> Any:
+    if value is None or isinstance(value, bool | str):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValidationFailed(f"{path or 'value'}: NaN and Infinity have no canonical form")
+        return int(value) if value.is_integer() and abs(value) < 2**53 else value
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValidationFailed(f"{path or 'value'}: object keys must be strings")
+            out[key] = _normalise(item, f"{path}.{key}" if path else key)
+        return out
+    if isinstance(value, list | tuple):
+        return [_normalise(item, f"{path}[{i}]") for i, item in enumerate(value)]
+    raise ValidationFailed(f"{path or 'value'}: {type(value).__name__} is not JSON")
+
+
+def canonical_json(value: Any) -> bytes:
+    return json.dumps(
+        _normalise(value, ""),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+    ).encode("utf-8")
+
+
+def canonical_hash(value: Any) -> str:
+    return HASH_PREFIX + hashlib.sha256(canonical_json(value)).hexdigest()
+
+
+def is_hash(value: str) -> bool:
+    digest = value.removeprefix(HASH_PREFIX)
+    return (
+        value.startswith(HASH_PREFIX)
+        and len(digest) == 64
+        and all(c in "0123456789abcdef" for c in digest)
+    )

@@ -1,0 +1,75 @@
+"""The state machines, as tables of legal (from, to) pairs with the cause the spec names.
+
+Anything not in a table is illegal and raises ``IllegalTransition``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import TypeVar
+
+from .errors import IllegalTransition
+from .states import ApprovalState, AttemptState, RunState, StepState
+
+S = TypeVar("S", bound=StrEnum)
+
+R = RunState
+RUN_TRANSITIONS: Mapping[tuple[RunState, RunState], str] = {
+    (R.ACCEPTED, R.RUNNING): "FirstAttemptDispatched",
+    (R.RUNNING, R.WAITING_FOR_APPROVAL): "ApprovalRequested",
+    (R.WAITING_FOR_APPROVAL, R.RUNNING): "ApprovalGranted",
+    (R.WAITING_FOR_APPROVAL, R.FAILED): "ApprovalRejectedOrExpired",
+    (R.ACCEPTED, R.CANCELLED): "CancelRequestedBeforeDispatch",
+    (R.RUNNING, R.CANCELLING): "CancelRequested",
+    (R.WAITING_FOR_APPROVAL, R.CANCELLING): "CancelRequested",
+    (R.CANCELLING, R.CANCELLED): "AllAttemptsSettled",
+    (R.RUNNING, R.COMPLETED): "LastStepSucceeded",
+    (R.RUNNING, R.FAILED): "StepFailedTerminally",
+    # Not drawn in the spec's diagram, but required by its BudgetReservationDenied handler
+    # ("terminate the run as Failed (policy-denied)") for a run that never dispatched.
+    (R.ACCEPTED, R.FAILED): "BudgetReservationDenied",
+}
+
+St = StepState
+STEP_TRANSITIONS: Mapping[tuple[StepState, StepState], str] = {
+    (St.PENDING, St.RUNNING): "AttemptDispatched",
+    (St.RUNNING, St.PENDING): "RetryScheduled",
+    (St.RUNNING, St.SUCCEEDED): "AttemptSucceeded",
+    (St.RUNNING, St.FAILED): "AttemptFailedTerminally",
+    (St.RUNNING, St.CANCELLED): "RunCancelled",
+    (St.PENDING, St.CANCELLED): "RunEnded",
+}
+
+A = AttemptState
+ATTEMPT_TRANSITIONS: Mapping[tuple[AttemptState, AttemptState], str] = {
+    (A.DISPATCHED, A.LEASED): "LeaseGranted",
+    (A.DISPATCHED, A.CANCELLED): "CancelledBeforeLease",
+    (A.LEASED, A.SUCCEEDED): "OutcomeReported",
+    (A.LEASED, A.FAILED): "OutcomeReported",
+    (A.LEASED, A.UNCERTAIN): "OutcomeReported",
+    (A.LEASED, A.CANCELLED): "OutcomeReported",
+    (A.LEASED, A.TIMED_OUT): "LeaseExpired",
+}
+
+Ap = ApprovalState
+APPROVAL_TRANSITIONS: Mapping[tuple[ApprovalState, ApprovalState], str] = {
+    (Ap.PENDING, Ap.APPROVED): "Approve",
+    (Ap.PENDING, Ap.REJECTED): "Reject",
+    (Ap.PENDING, Ap.EXPIRED): "ExpiryReminder",
+    (Ap.PENDING, Ap.STALE): "ProposalChanged",
+    (Ap.PENDING, Ap.CANCELLED): "RunCancelled",
+}
+
+
+def check(entity: str, table: Mapping[tuple[S, S], str], current: S, target: S) -> str:
+    """Return the spec's cause for ``current -> target`` or raise ``IllegalTransition``."""
+    cause = table.get((current, target))
+    if cause is None:
+        raise IllegalTransition(
+            f"{entity} cannot move from {current} to {target}",
+            entity=entity,
+            from_state=str(current),
+            to_state=str(target),
+        )
+    return cause

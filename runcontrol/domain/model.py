@@ -1,0 +1,244 @@
+"""Entities and value objects of a run, as plain dataclasses (no I/O).
+
+Field names are the spec's, in snake_case; the API edge maps them to camelCase.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from .states import (
+    ApprovalState,
+    AttemptOutcome,
+    AttemptState,
+    Decision,
+    FailureClass,
+    RunState,
+    SideEffectClass,
+    StepState,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseRef:
+    release_id: str
+    hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyRef:
+    policy_id: str
+    revision: str
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_cost_usd: float | None = None
+    max_minutes: int | None = None
+
+
+@dataclass(slots=True)
+class Run:
+    run_id: UUID
+    tenant_id: str
+    project_id: str
+    idempotency_key: str
+    workflow_id: str
+    release: ReleaseRef
+    policy: PolicyRef
+    model_profile_id: str
+    state: RunState
+    input_hash: str
+    snapshot_id: UUID
+    requested_by: str
+    created_at: datetime
+    updated_at: datetime
+    environment_id: str | None = None
+    budget_reservation_id: UUID | None = None
+    limits: Limits = field(default_factory=Limits)
+    deadline_at: datetime | None = None
+    failure_class: FailureClass | None = None
+    failure_reason: str | None = None
+    outcome_hash: str | None = None
+    correlation_id: str | None = None
+    version: int = 1
+    event_seq: int = 0
+    journal_seq: int = 0
+    fencing_seq: int = 0
+
+    @property
+    def release_id(self) -> str:
+        return self.release.release_id
+
+    @property
+    def policy_revision(self) -> str:
+        return self.policy.revision
+
+
+@dataclass(slots=True)
+class Step:
+    step_id: UUID
+    run_id: UUID
+    tenant_id: str
+    ordinal: int
+    name: str
+    agent_id: str
+    state: StepState
+    max_attempts: int
+    side_effect_class: SideEffectClass
+    gate: str = "none"
+    skill_id: str | None = None
+    not_before: datetime | None = None
+    failure_class: FailureClass | None = None
+    outcome_hash: str | None = None
+
+
+@dataclass(slots=True)
+class Attempt:
+    attempt_id: UUID
+    step_id: UUID
+    run_id: UUID
+    tenant_id: str
+    number: int
+    state: AttemptState
+    dispatched_at: datetime
+    lease_id: UUID | None = None
+    fencing_token: int | None = None
+    holder: str | None = None
+    outcome: AttemptOutcome | None = None
+    outcome_hash: str | None = None
+    failure_class: FailureClass | None = None
+    settled_at: datetime | None = None
+    settled_by: str | None = None
+
+
+@dataclass(slots=True)
+class Lease:
+    lease_id: UUID
+    attempt_id: UUID
+    run_id: UUID
+    tenant_id: str
+    holder: str
+    fencing_token: int
+    granted_at: datetime
+    expires_at: datetime
+    released_at: datetime | None = None
+    release_cause: str | None = None
+
+    @property
+    def current(self) -> bool:
+        return self.released_at is None
+
+
+@dataclass(slots=True)
+class ApprovalRequest:
+    approval_id: UUID
+    run_id: UUID
+    step_id: UUID
+    attempt_id: UUID
+    tenant_id: str
+    action_class: SideEffectClass
+    proposal_hash: str
+    policy_revision: str
+    approver_rule: str
+    required_approvals: int
+    requested_by: str
+    created_at: datetime
+    expires_at: datetime
+    state: ApprovalState = ApprovalState.PENDING
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+    reason: str | None = None
+    version: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalDecision:
+    """One approver's vote; a request is decided when the votes reach its quorum."""
+
+    approval_id: UUID
+    run_id: UUID
+    tenant_id: str
+    decided_by: str
+    decision: Decision
+    proposal_hash: str
+    reason: str | None
+    break_glass: bool
+    decided_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class CancellationIntent:
+    intent_id: UUID
+    run_id: UUID
+    tenant_id: str
+    requested_by: str
+    reason: str
+    requested_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryJournalEntry:
+    run_id: UUID
+    tenant_id: str
+    sequence: int
+    entity: str
+    entity_id: UUID
+    from_state: str | None
+    to_state: str
+    cause: str
+    actor: str
+    occurred_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """An outbox event with the ADR-0014 envelope; ``seq`` is gap-free per run."""
+
+    event_id: UUID
+    run_id: UUID
+    tenant_id: str
+    project_id: str
+    seq: int
+    event_type: str
+    topic: str
+    payload: dict[str, Any]
+    occurred_at: datetime
+    step_id: UUID | None = None
+    attempt_id: UUID | None = None
+    correlation_id: str | None = None
+    causation_id: str | None = None
+    producer: str = "runcontrol"
+    schema_version: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """Evidence of a rejected or privileged command (stale token, non-holder, break-glass)."""
+
+    tenant_id: str
+    run_id: UUID
+    kind: str
+    actor: str
+    detail: dict[str, Any]
+    occurred_at: datetime
+
+
+TOPICS: dict[str, str] = {
+    "RunAccepted": "run-control.runs.v1.run-accepted",
+    "RunStateChanged": "run-control.runs.v1.run-state-changed",
+    "RunCompleted": "run-control.runs.v1.run-completed",
+    "RunFailed": "run-control.runs.v1.run-failed",
+    "RunCancelled": "run-control.runs.v1.run-cancelled",
+    "CancellationRequested": "run-control.runs.v1.cancellation-requested",
+    "AttemptDispatched": "run-control.attempts.v1.attempt-dispatched",
+    "LeaseGranted": "run-control.leases.v1.lease-granted",
+    "AttemptOutcomeRecorded": "run-control.attempts.v1.attempt-outcome-recorded",
+    "StepRetryScheduled": "run-control.steps.v1.step-retry-scheduled",
+    "LeaseExpired": "run-control.leases.v1.lease-expired",
+    "ApprovalRequested": "run-control.approvals.v1.approval-requested",
+    "ApprovalDecided": "run-control.approvals.v1.approval-decided",
+}

@@ -1,0 +1,1275 @@
+"""The run aggregate: every rule about a run, its steps, attempts, leases and approvals.
+
+``RunAggregate`` is pure: commands take a ``CommandContext`` (clock reading, id source, jitter,
+actor) and ``Options``, mutate the in-memory entities, and record what must be persisted in one
+transaction: changed entities, outbox events, journal entries and audit records. Validation
+always happens before the first mutation, so a command that raises leaves the aggregate as it
+was, except for audit records that must be kept even when the command is refused.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from . import errors
+from .hashing import canonical_hash, is_hash
+from .machines import (
+    APPROVAL_TRANSITIONS,
+    ATTEMPT_TRANSITIONS,
+    RUN_TRANSITIONS,
+    STEP_TRANSITIONS,
+    check,
+)
+from .model import (
+    TOPICS,
+    ApprovalDecision,
+    ApprovalRequest,
+    Attempt,
+    AuditRecord,
+    CancellationIntent,
+    Event,
+    Lease,
+    Limits,
+    PolicyRef,
+    RecoveryJournalEntry,
+    ReleaseRef,
+    Run,
+    Step,
+)
+from .retry import backoff_delay
+from .states import (
+    ApprovalState,
+    AttemptOutcome,
+    AttemptState,
+    Decision,
+    FailureClass,
+    Role,
+    RunState,
+    SideEffectClass,
+    StepState,
+)
+from .workflow import PolicyDocument, Release
+
+WORKER_OUTCOMES = frozenset(
+    {
+        AttemptOutcome.SUCCEEDED,
+        AttemptOutcome.FAILED,
+        AttemptOutcome.UNCERTAIN,
+        AttemptOutcome.CANCELLED,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """The spec's RunControl options that the rules read (see ``runcontrol.config``)."""
+
+    lease_seconds: float = 120
+    renewal_grace_seconds: float = 30
+    default_max_attempts: int = 3
+    approval_expiry_hours: float = 72
+    retry_base_seconds: float = 1.0
+    retry_cap_seconds: float = 300.0
+
+
+@dataclass(slots=True)
+class CommandContext:
+    now: datetime
+    actor: str
+    command_id: str | None = None
+    new_id: Callable[[], UUID] = uuid.uuid4
+    uniform: Callable[[float, float], float] = random.uniform
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who issues a command, taken from a verified token (never from a request body)."""
+
+    subject: str
+    tenant_id: str
+    project_id: str
+    roles: frozenset[Role] = frozenset()
+
+
+@dataclass(slots=True)
+class Changes:
+    """What one command must persist, atomically."""
+
+    run: Run
+    expected_version: int | None
+    steps: dict[UUID, Step] = field(default_factory=dict)
+    attempts: dict[UUID, Attempt] = field(default_factory=dict)
+    leases: dict[UUID, Lease] = field(default_factory=dict)
+    approvals: dict[UUID, ApprovalRequest] = field(default_factory=dict)
+    decisions: list[ApprovalDecision] = field(default_factory=list)
+    intents: list[CancellationIntent] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    journal: list[RecoveryJournalEntry] = field(default_factory=list)
+    audits: list[AuditRecord] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (
+            self.steps
+            or self.attempts
+            or self.leases
+            or self.approvals
+            or self.decisions
+            or self.intents
+            or self.events
+            or self.journal
+            or self.run_dirty
+        )
+
+    run_dirty: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    run_id: UUID
+    tenant_id: str
+    project_id: str
+    idempotency_key: str
+    workflow_id: str
+    model_profile_id: str
+    input_hash: str
+    snapshot_id: UUID
+    requested_by: str
+    environment_id: str | None = None
+    limits: Limits = Limits()
+    correlation_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseGrant:
+    run_id: UUID
+    step_id: UUID
+    attempt_id: UUID
+    lease_id: UUID
+    fencing_token: int
+    holder: str
+    expires_at: datetime
+    agent_id: str
+    skill_id: str | None
+    attempt_number: int
+    side_effect_class: SideEffectClass
+    cancel_requested: bool = False
+
+
+class RunAggregate:
+    def __init__(
+        self,
+        run: Run,
+        steps: Iterable[Step],
+        attempts: Iterable[Attempt] = (),
+        leases: Iterable[Lease] = (),
+        approvals: Iterable[ApprovalRequest] = (),
+        decisions: Iterable[ApprovalDecision] = (),
+        intents: Iterable[CancellationIntent] = (),
+        *,
+        is_new: bool = False,
+    ) -> None:
+        self.run = run
+        self.steps: list[Step] = sorted(steps, key=lambda s: s.ordinal)
+        self.attempts: dict[UUID, Attempt] = {a.attempt_id: a for a in attempts}
+        self.leases: dict[UUID, Lease] = {}
+        for lease in leases:
+            if lease.current:
+                self.leases[lease.attempt_id] = lease
+        self.approvals: dict[UUID, ApprovalRequest] = {a.approval_id: a for a in approvals}
+        self.decisions: dict[UUID, list[ApprovalDecision]] = {}
+        for d in decisions:
+            self.decisions.setdefault(d.approval_id, []).append(d)
+        self.intents: list[CancellationIntent] = sorted(intents, key=lambda i: i.requested_at)
+        self._is_new = is_new
+        self._changes = self._fresh_changes()
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def _fresh_changes(self) -> Changes:
+        expected = None if self._is_new else self.run.version
+        return Changes(run=self.run, expected_version=expected, run_dirty=self._is_new)
+
+    def take_changes(self) -> Changes:
+        """Hand the pending writes to the unit of work and start a new batch."""
+        changes = self._changes
+        if changes.run_dirty and not self._is_new:
+            self.run.version += 1
+        self._is_new = False
+        self._changes = self._fresh_changes()
+        return changes
+
+    def take_audits(self) -> list[AuditRecord]:
+        audits, self._changes.audits = self._changes.audits, []
+        return audits
+
+    def _touch(self, ctx: CommandContext) -> None:
+        self.run.updated_at = ctx.now
+        self._changes.run_dirty = True
+
+    def _emit(
+        self,
+        ctx: CommandContext,
+        event_type: str,
+        payload: dict[str, Any],
+        *,
+        step_id: UUID | None = None,
+        attempt_id: UUID | None = None,
+    ) -> None:
+        self.run.event_seq += 1
+        self._touch(ctx)
+        self._changes.events.append(
+            Event(
+                event_id=ctx.new_id(),
+                run_id=self.run.run_id,
+                tenant_id=self.run.tenant_id,
+                project_id=self.run.project_id,
+                seq=self.run.event_seq,
+                event_type=event_type,
+                topic=TOPICS[event_type],
+                payload=payload,
+                occurred_at=ctx.now,
+                step_id=step_id,
+                attempt_id=attempt_id,
+                correlation_id=self.run.correlation_id or str(self.run.run_id),
+                causation_id=ctx.command_id,
+            )
+        )
+
+    def _journal(
+        self,
+        ctx: CommandContext,
+        entity: str,
+        entity_id: UUID,
+        from_state: str | None,
+        to_state: str,
+        cause: str,
+    ) -> None:
+        self.run.journal_seq += 1
+        self._touch(ctx)
+        self._changes.journal.append(
+            RecoveryJournalEntry(
+                run_id=self.run.run_id,
+                tenant_id=self.run.tenant_id,
+                sequence=self.run.journal_seq,
+                entity=entity,
+                entity_id=entity_id,
+                from_state=from_state,
+                to_state=to_state,
+                cause=cause,
+                actor=ctx.actor,
+                occurred_at=ctx.now,
+            )
+        )
+
+    def _audit(self, ctx: CommandContext, kind: str, **detail: Any) -> None:
+        self._changes.audits.append(
+            AuditRecord(
+                tenant_id=self.run.tenant_id,
+                run_id=self.run.run_id,
+                kind=kind,
+                actor=ctx.actor,
+                detail={k: (str(v) if isinstance(v, UUID) else v) for k, v in detail.items()},
+                occurred_at=ctx.now,
+            )
+        )
+
+    # ------------------------------------------------------------------ transitions
+
+    def _move_run(self, ctx: CommandContext, target: RunState, cause: str | None = None) -> None:
+        current = self.run.state
+        spec_cause = check("Run", RUN_TRANSITIONS, current, target)
+        self.run.state = target
+        self._journal(ctx, "Run", self.run.run_id, current, target, cause or spec_cause)
+        self._emit(
+            ctx,
+            "RunStateChanged",
+            {
+                "runId": str(self.run.run_id),
+                "tenantId": self.run.tenant_id,
+                "fromState": str(current),
+                "toState": str(target),
+                "cause": cause or spec_cause,
+            },
+        )
+
+    def _move_step(self, ctx: CommandContext, step: Step, target: StepState, cause: str) -> None:
+        current = step.state
+        check("Step", STEP_TRANSITIONS, current, target)
+        step.state = target
+        self._changes.steps[step.step_id] = step
+        self._journal(ctx, "Step", step.step_id, current, target, cause)
+
+    def _move_attempt(
+        self, ctx: CommandContext, attempt: Attempt, target: AttemptState, cause: str
+    ) -> None:
+        current = attempt.state
+        check("Attempt", ATTEMPT_TRANSITIONS, current, target)
+        attempt.state = target
+        self._changes.attempts[attempt.attempt_id] = attempt
+        self._journal(ctx, "Attempt", attempt.attempt_id, current, target, cause)
+
+    def _move_approval(
+        self, ctx: CommandContext, approval: ApprovalRequest, target: ApprovalState, cause: str
+    ) -> None:
+        current = approval.state
+        check("ApprovalRequest", APPROVAL_TRANSITIONS, current, target)
+        approval.state = target
+        approval.version += 1
+        self._changes.approvals[approval.approval_id] = approval
+        self._journal(ctx, "ApprovalRequest", approval.approval_id, current, target, cause)
+
+    # ------------------------------------------------------------------ queries
+
+    def step(self, step_id: UUID) -> Step:
+        for step in self.steps:
+            if step.step_id == step_id:
+                return step
+        raise errors.StepNotFound(f"step {step_id} not found", step_id=str(step_id))
+
+    def attempt(self, attempt_id: UUID) -> Attempt:
+        try:
+            return self.attempts[attempt_id]
+        except KeyError:
+            raise errors.AttemptNotFound(
+                f"attempt {attempt_id} not found", attempt_id=str(attempt_id)
+            ) from None
+
+    def approval(self, approval_id: UUID) -> ApprovalRequest:
+        try:
+            return self.approvals[approval_id]
+        except KeyError:
+            raise errors.ApprovalNotFound(
+                f"approval {approval_id} not found", approval_id=str(approval_id)
+            ) from None
+
+    def attempts_of(self, step: Step) -> list[Attempt]:
+        return sorted(
+            (a for a in self.attempts.values() if a.step_id == step.step_id),
+            key=lambda a: a.number,
+        )
+
+    def open_attempts(self) -> list[Attempt]:
+        return [a for a in self.attempts.values() if not a.state.terminal]
+
+    def pending_approvals(self) -> list[ApprovalRequest]:
+        return [a for a in self.approvals.values() if a.state is ApprovalState.PENDING]
+
+    def next_due(self) -> datetime | None:
+        """When this run next needs a command without anyone asking (a reminder)."""
+        times: list[datetime] = []
+        if self.run.state is RunState.RUNNING or self.run.state is RunState.ACCEPTED:
+            for step in self.steps:
+                if step.state is StepState.PENDING and step.not_before is not None:
+                    times.append(step.not_before)
+                    break
+        times.extend(lease.expires_at for lease in self.leases.values())
+        times.extend(a.expires_at for a in self.pending_approvals())
+        return min(times) if times else None
+
+    def lease_grant(self, attempt: Attempt, lease: Lease) -> LeaseGrant:
+        step = self.step(attempt.step_id)
+        return LeaseGrant(
+            run_id=self.run.run_id,
+            step_id=step.step_id,
+            attempt_id=attempt.attempt_id,
+            lease_id=lease.lease_id,
+            fencing_token=lease.fencing_token,
+            holder=lease.holder,
+            expires_at=lease.expires_at,
+            agent_id=step.agent_id,
+            skill_id=step.skill_id,
+            attempt_number=attempt.number,
+            side_effect_class=step.side_effect_class,
+            cancel_requested=self.run.state is RunState.CANCELLING,
+        )
+
+    # ------------------------------------------------------------------ SubmitRun
+
+    @classmethod
+    def accept(
+        cls,
+        submission: Submission,
+        release: Release,
+        policy: PolicyDocument,
+        options: Options,
+        ctx: CommandContext,
+    ) -> RunAggregate:
+        if not is_hash(submission.input_hash):
+            raise errors.ValidationFailed("inputHash must be a sha256 canonical hash")
+        if release.workflow_id != submission.workflow_id:
+            raise errors.ValidationFailed("release does not belong to the submitted workflow")
+        limits = submission.limits
+        run = Run(
+            run_id=submission.run_id,
+            tenant_id=submission.tenant_id,
+            project_id=submission.project_id,
+            environment_id=submission.environment_id,
+            idempotency_key=submission.idempotency_key,
+            workflow_id=submission.workflow_id,
+            release=ReleaseRef(release.release_id, release.content_hash),
+            policy=PolicyRef(policy.policy_id, policy.revision),
+            model_profile_id=submission.model_profile_id,
+            state=RunState.ACCEPTED,
+            input_hash=submission.input_hash,
+            snapshot_id=submission.snapshot_id,
+            requested_by=submission.requested_by,
+            created_at=ctx.now,
+            updated_at=ctx.now,
+            limits=limits,
+            deadline_at=(
+                ctx.now + timedelta(minutes=limits.max_minutes) if limits.max_minutes else None
+            ),
+            correlation_id=submission.correlation_id,
+        )
+        steps = [
+            Step(
+                step_id=ctx.new_id(),
+                run_id=run.run_id,
+                tenant_id=run.tenant_id,
+                ordinal=i + 1,
+                name=spec.name,
+                agent_id=spec.agent_id,
+                skill_id=spec.skill_id,
+                state=StepState.PENDING,
+                max_attempts=spec.max_attempts or options.default_max_attempts,
+                gate=spec.gate,
+                side_effect_class=spec.side_effect_class,
+            )
+            for i, spec in enumerate(release.definition.steps)
+        ]
+        agg = cls(run, steps, is_new=True)
+        for step in steps:
+            agg._changes.steps[step.step_id] = step
+        agg._journal(ctx, "Run", run.run_id, None, RunState.ACCEPTED, "SubmitRun")
+        agg._emit(
+            ctx,
+            "RunAccepted",
+            {
+                "runId": str(run.run_id),
+                "tenantId": run.tenant_id,
+                "projectId": run.project_id,
+                "workflowId": run.workflow_id,
+                "releaseId": run.release_id,
+                "policyRevision": run.policy_revision,
+                "modelProfileId": run.model_profile_id,
+                "requestedBy": run.requested_by,
+            },
+        )
+        return agg
+
+    def assert_same_submission(self, input_hash: str) -> None:
+        """Invariant 1: same key + same canonical input -> same run; otherwise a conflict."""
+        if input_hash != self.run.input_hash:
+            raise errors.IdempotencyConflict(
+                "this Idempotency-Key was used with a different payload",
+                run_id=str(self.run.run_id),
+            )
+
+    def record_budget_reservation(self, reservation_id: UUID) -> None:
+        self.run.budget_reservation_id = reservation_id
+        self._changes.run_dirty = True
+
+    def deny_budget(self, ctx: CommandContext, reason: str) -> None:
+        self._fail_run(ctx, FailureClass.POLICY_DENIED, reason, cause="BudgetReservationDenied")
+
+    # ------------------------------------------------------------------ dispatch
+
+    def dispatchable_step(self, now: datetime) -> Step | None:
+        """The next step to dispatch now, if the run may dispatch at all (invariant 4)."""
+        if self.run.state not in (RunState.ACCEPTED, RunState.RUNNING):
+            return None
+        for step in self.steps:
+            if step.state is StepState.PENDING:
+                if step.not_before is not None and step.not_before > now:
+                    return None
+                return step
+            if not step.state.terminal:
+                return None  # a step is in flight; steps run in order
+        return None
+
+    def dispatch(self, ctx: CommandContext, step: Step) -> Attempt:
+        if self.run.state not in (RunState.ACCEPTED, RunState.RUNNING):
+            raise errors.IllegalTransition(
+                f"no dispatch while the run is {self.run.state}", run_state=str(self.run.state)
+            )
+        if any(not a.state.terminal for a in self.attempts_of(step)):
+            raise errors.IllegalTransition(
+                "a step may have only one non-terminal attempt", step_id=str(step.step_id)
+            )
+        previous = self.attempts_of(step)
+        attempt = Attempt(
+            attempt_id=ctx.new_id(),
+            step_id=step.step_id,
+            run_id=self.run.run_id,
+            tenant_id=self.run.tenant_id,
+            number=len(previous) + 1,
+            state=AttemptState.DISPATCHED,
+            dispatched_at=ctx.now,
+        )
+        self._move_step(ctx, step, StepState.RUNNING, "AttemptDispatched")
+        step.not_before = None
+        self.attempts[attempt.attempt_id] = attempt
+        self._changes.attempts[attempt.attempt_id] = attempt
+        self._journal(
+            ctx, "Attempt", attempt.attempt_id, None, AttemptState.DISPATCHED, "RunDispatcher"
+        )
+        # Dispatch is pull-based: the lease and its fencing token are granted when a worker
+        # claims the attempt (LeaseGranted), so they are null here.
+        self._emit(
+            ctx,
+            "AttemptDispatched",
+            {
+                "runId": str(self.run.run_id),
+                "stepId": str(step.step_id),
+                "attemptId": str(attempt.attempt_id),
+                "leaseId": None,
+                "fencingToken": None,
+                "agentId": step.agent_id,
+                "skillId": step.skill_id,
+                "attemptNumber": attempt.number,
+            },
+            step_id=step.step_id,
+            attempt_id=attempt.attempt_id,
+        )
+        if self.run.state is RunState.ACCEPTED:
+            self._move_run(ctx, RunState.RUNNING)
+        return attempt
+
+    # ------------------------------------------------------------------ leases
+
+    def acquire_lease(
+        self, ctx: CommandContext, attempt_id: UUID, holder: str, options: Options
+    ) -> LeaseGrant:
+        attempt = self.attempt(attempt_id)
+        if not holder:
+            raise errors.ValidationFailed("a lease needs a holder identity")
+        if attempt.state is AttemptState.LEASED:
+            lease = self.leases[attempt_id]
+            if lease.holder == holder:
+                return self.lease_grant(attempt, lease)  # a retried claim: same lease
+            raise errors.LeaseHeld("the attempt is leased to another worker")
+        if attempt.state.terminal:
+            raise errors.LeaseRejected(
+                f"the attempt is settled ({attempt.state})", attempt_id=str(attempt_id)
+            )
+        if self.run.state is not RunState.RUNNING:
+            raise errors.LeaseRejected(
+                f"no lease while the run is {self.run.state}", run_state=str(self.run.state)
+            )
+        self.run.fencing_seq += 1
+        lease = Lease(
+            lease_id=ctx.new_id(),
+            attempt_id=attempt_id,
+            run_id=self.run.run_id,
+            tenant_id=self.run.tenant_id,
+            holder=holder,
+            fencing_token=self.run.fencing_seq,
+            granted_at=ctx.now,
+            expires_at=ctx.now + timedelta(seconds=options.lease_seconds),
+        )
+        self._move_attempt(ctx, attempt, AttemptState.LEASED, "LeaseGranted")
+        attempt.lease_id = lease.lease_id
+        attempt.fencing_token = lease.fencing_token
+        attempt.holder = holder
+        self.leases[attempt_id] = lease
+        self._changes.leases[lease.lease_id] = lease
+        self._emit(
+            ctx,
+            "LeaseGranted",
+            {
+                "runId": str(self.run.run_id),
+                "stepId": str(attempt.step_id),
+                "attemptId": str(attempt_id),
+                "leaseId": str(lease.lease_id),
+                "fencingToken": lease.fencing_token,
+                "holder": holder,
+                "expiresAt": lease.expires_at.isoformat(),
+            },
+            step_id=attempt.step_id,
+            attempt_id=attempt_id,
+        )
+        return self.lease_grant(attempt, lease)
+
+    def _held_lease(
+        self, ctx: CommandContext, attempt: Attempt, holder: str, token: int, options: Options
+    ) -> Lease:
+        """The caller's lease if it is the current one; otherwise audit and refuse (inv. 5)."""
+        lease = self.leases.get(attempt.attempt_id)
+        if lease is None or attempt.state is not AttemptState.LEASED:
+            self._audit(
+                ctx,
+                "lease-rejected",
+                attempt_id=attempt.attempt_id,
+                holder=holder,
+                fencing_token=token,
+                reason="no current lease",
+            )
+            raise errors.StaleFencingToken(
+                "the attempt has no current lease for this token",
+                attempt_id=str(attempt.attempt_id),
+            )
+        if token != lease.fencing_token:
+            self._audit(
+                ctx,
+                "stale-fencing-token",
+                attempt_id=attempt.attempt_id,
+                holder=holder,
+                fencing_token=token,
+                current_token=lease.fencing_token,
+            )
+            raise errors.StaleFencingToken(
+                f"fencing token {token} is stale (current {lease.fencing_token})",
+                attempt_id=str(attempt.attempt_id),
+            )
+        if holder != lease.holder:
+            self._audit(
+                ctx,
+                "lease-not-held",
+                attempt_id=attempt.attempt_id,
+                holder=holder,
+                fencing_token=token,
+            )
+            raise errors.LeaseNotHeld("the caller does not hold this lease")
+        deadline = lease.expires_at + timedelta(seconds=options.renewal_grace_seconds)
+        if ctx.now > deadline and self.run.state is not RunState.WAITING_FOR_APPROVAL:
+            self._audit(
+                ctx,
+                "lease-expired",
+                attempt_id=attempt.attempt_id,
+                holder=holder,
+                fencing_token=token,
+            )
+            raise errors.LeaseExpired("the lease expired and is being reconciled")
+        return lease
+
+    def renew_lease(
+        self,
+        ctx: CommandContext,
+        attempt_id: UUID,
+        holder: str,
+        fencing_token: int,
+        options: Options,
+    ) -> LeaseGrant:
+        attempt = self.attempt(attempt_id)
+        lease = self._held_lease(ctx, attempt, holder, fencing_token, options)
+        lease.expires_at = ctx.now + timedelta(seconds=options.lease_seconds)
+        self._changes.leases[lease.lease_id] = lease
+        self._touch(ctx)
+        return self.lease_grant(attempt, lease)
+
+    def _release_lease(self, ctx: CommandContext, attempt: Attempt, cause: str) -> Lease | None:
+        lease = self.leases.pop(attempt.attempt_id, None)
+        if lease is not None:
+            lease.released_at = ctx.now
+            lease.release_cause = cause
+            self._changes.leases[lease.lease_id] = lease
+        return lease
+
+    # ------------------------------------------------------------------ outcomes
+
+    def report_outcome(
+        self,
+        ctx: CommandContext,
+        attempt_id: UUID,
+        holder: str,
+        fencing_token: int,
+        outcome: AttemptOutcome,
+        options: Options,
+        *,
+        failure_class: FailureClass | None = None,
+        outcome_hash: str | None = None,
+    ) -> Attempt:
+        attempt = self.attempt(attempt_id)
+        if outcome not in WORKER_OUTCOMES:
+            raise errors.ValidationFailed(f"a worker cannot report {outcome}")
+        if outcome_hash is not None and not is_hash(outcome_hash):
+            raise errors.ValidationFailed("outcomeHash must be a sha256 canonical hash")
+        failure_class = _failure_class_for(outcome, failure_class)
+        if attempt.state.terminal:
+            if (
+                attempt.settled_by == holder
+                and attempt.fencing_token == fencing_token
+                and attempt.outcome is outcome
+                and attempt.outcome_hash == outcome_hash
+            ):
+                return attempt  # the same report retried (at-least-once delivery): no effect
+            if attempt.settled_by == holder and attempt.fencing_token == fencing_token:
+                self._audit(
+                    ctx,
+                    "duplicate-outcome",
+                    attempt_id=attempt_id,
+                    holder=holder,
+                    fencing_token=fencing_token,
+                    outcome=str(outcome),
+                )
+                raise errors.OutcomeAlreadyRecorded(
+                    "this attempt already has its outcome", attempt_id=str(attempt_id)
+                )
+            self._audit(
+                ctx,
+                "stale-fencing-token",
+                attempt_id=attempt_id,
+                holder=holder,
+                fencing_token=fencing_token,
+                reason=f"attempt settled as {attempt.state}",
+            )
+            raise errors.StaleFencingToken(
+                f"the attempt was settled as {attempt.state}; this lease is stale",
+                attempt_id=str(attempt_id),
+            )
+        self._held_lease(ctx, attempt, holder, fencing_token, options)
+        if any(a.attempt_id == attempt_id for a in self.pending_approvals()):
+            raise errors.IllegalTransition(
+                "the attempt awaits an approval decision; report after the decision"
+            )
+        self._settle(ctx, attempt, outcome, failure_class, outcome_hash, settled_by=holder)
+        self._after_settled(ctx, attempt, options)
+        return attempt
+
+    def _settle(
+        self,
+        ctx: CommandContext,
+        attempt: Attempt,
+        outcome: AttemptOutcome,
+        failure_class: FailureClass | None,
+        outcome_hash: str | None,
+        *,
+        settled_by: str,
+        cause: str = "OutcomeReported",
+    ) -> None:
+        self._move_attempt(ctx, attempt, outcome.attempt_state, cause)
+        attempt.outcome = outcome
+        attempt.failure_class = failure_class
+        attempt.outcome_hash = outcome_hash
+        attempt.settled_at = ctx.now
+        attempt.settled_by = settled_by
+        self._release_lease(ctx, attempt, cause)
+        self._emit(
+            ctx,
+            "AttemptOutcomeRecorded",
+            {
+                "runId": str(self.run.run_id),
+                "stepId": str(attempt.step_id),
+                "attemptId": str(attempt.attempt_id),
+                "outcome": str(outcome),
+                "failureClass": str(failure_class) if failure_class else None,
+                "outcomeHash": outcome_hash,
+            },
+            step_id=attempt.step_id,
+            attempt_id=attempt.attempt_id,
+        )
+
+    def _after_settled(self, ctx: CommandContext, attempt: Attempt, options: Options) -> None:
+        step = self.step(attempt.step_id)
+        outcome = attempt.outcome
+        if self.run.state is RunState.CANCELLING:
+            if outcome is AttemptOutcome.SUCCEEDED:
+                # Completed effects stay visible (invariant 8): the step did succeed.
+                step.outcome_hash = attempt.outcome_hash
+                self._move_step(ctx, step, StepState.SUCCEEDED, "AttemptSucceeded")
+            else:
+                self._move_step(ctx, step, StepState.CANCELLED, "RunCancelled")
+            self._finish_cancelling(ctx)
+            return
+        if outcome is AttemptOutcome.SUCCEEDED:
+            step.outcome_hash = attempt.outcome_hash
+            self._move_step(ctx, step, StepState.SUCCEEDED, "AttemptSucceeded")
+            if all(s.state is StepState.SUCCEEDED for s in self.steps):
+                self.run.outcome_hash = canonical_hash([s.outcome_hash for s in self.steps])
+                self._move_run(ctx, RunState.COMPLETED)
+                self._emit(
+                    ctx,
+                    "RunCompleted",
+                    {
+                        "runId": str(self.run.run_id),
+                        "tenantId": self.run.tenant_id,
+                        "outcomeHash": self.run.outcome_hash,
+                    },
+                )
+            return
+        failure = attempt.failure_class or FailureClass.TRANSIENT
+        if failure is FailureClass.UNCERTAIN and step.side_effect_class.at_least(
+            SideEffectClass.SHARED_WRITE
+        ):
+            # Invariant 6: a side effect may have happened; never retry on our own.
+            step.failure_class = failure
+            self._move_step(ctx, step, StepState.FAILED, "UncertainOutcome")
+            self._fail_run(
+                ctx,
+                FailureClass.UNCERTAIN,
+                f"step {step.name!r} ended Uncertain with side-effect class "
+                f"{step.side_effect_class}; an operator must resolve it",
+            )
+            return
+        retryable = failure.retryable or failure is FailureClass.UNCERTAIN
+        if retryable and attempt.number < step.max_attempts:
+            delay = backoff_delay(
+                attempt.number,
+                base_seconds=options.retry_base_seconds,
+                cap_seconds=options.retry_cap_seconds,
+                uniform=ctx.uniform,
+            )
+            step.not_before = ctx.now + timedelta(seconds=delay)
+            self._move_step(ctx, step, StepState.PENDING, "RetryScheduled")
+            self._emit(
+                ctx,
+                "StepRetryScheduled",
+                {
+                    "runId": str(self.run.run_id),
+                    "stepId": str(step.step_id),
+                    "nextAttemptNumber": attempt.number + 1,
+                    "notBefore": step.not_before.isoformat(),
+                },
+                step_id=step.step_id,
+            )
+            return
+        step.failure_class = failure
+        self._move_step(ctx, step, StepState.FAILED, "AttemptFailedTerminally")
+        reason = f"step {step.name!r} failed after {attempt.number} attempt(s) ({failure})"
+        self._fail_run(ctx, failure, reason)
+
+    def _fail_run(
+        self,
+        ctx: CommandContext,
+        failure_class: FailureClass,
+        reason: str,
+        *,
+        cause: str | None = None,
+    ) -> None:
+        self._move_run(ctx, RunState.FAILED, cause)
+        self.run.failure_class = failure_class
+        self.run.failure_reason = reason
+        self._close_remaining(ctx, failure_class)
+        self._emit(
+            ctx,
+            "RunFailed",
+            {
+                "runId": str(self.run.run_id),
+                "tenantId": self.run.tenant_id,
+                "failureClass": str(failure_class),
+                "reason": reason,
+            },
+        )
+
+    def _close_remaining(self, ctx: CommandContext, failure_class: FailureClass) -> None:
+        """On a terminal run: settle open attempts, cancel pending approvals and steps."""
+        for attempt in self.open_attempts():
+            if attempt.state is AttemptState.DISPATCHED:
+                self._move_attempt(ctx, attempt, AttemptState.CANCELLED, "CancelledBeforeLease")
+                attempt.outcome = AttemptOutcome.CANCELLED
+                attempt.failure_class = FailureClass.CANCELLATION
+                attempt.settled_at = ctx.now
+                attempt.settled_by = "run-control"
+            else:
+                self._settle(
+                    ctx,
+                    attempt,
+                    AttemptOutcome.CANCELLED,
+                    failure_class,
+                    None,
+                    settled_by="run-control",
+                    cause="RunEnded",
+                )
+        for approval in self.pending_approvals():
+            self._move_approval(ctx, approval, ApprovalState.CANCELLED, "RunCancelled")
+            self._emit_approval_decided(ctx, approval)
+        for step in self.steps:
+            if step.state is StepState.PENDING:
+                self._move_step(ctx, step, StepState.CANCELLED, "RunEnded")
+            elif step.state is StepState.RUNNING:
+                self._move_step(ctx, step, StepState.CANCELLED, "RunCancelled")
+
+    # ------------------------------------------------------------------ lease expiry
+
+    def expire_lease(self, ctx: CommandContext, attempt_id: UUID, options: Options) -> bool:
+        """LeaseExpiryReconciler: settle an attempt whose lease passed expiry + grace."""
+        attempt = self.attempts.get(attempt_id)
+        lease = self.leases.get(attempt_id)
+        if attempt is None or lease is None or attempt.state is not AttemptState.LEASED:
+            return False
+        if self.run.state is RunState.WAITING_FOR_APPROVAL:
+            return False  # the lease is suspended while a human decides
+        if ctx.now <= lease.expires_at + timedelta(seconds=options.renewal_grace_seconds):
+            return False
+        step = self.step(attempt.step_id)
+        side_effecting = step.side_effect_class.at_least(SideEffectClass.SHARED_WRITE)
+        outcome = AttemptOutcome.UNCERTAIN if side_effecting else AttemptOutcome.TIMED_OUT
+        failure = FailureClass.UNCERTAIN if side_effecting else FailureClass.TRANSIENT
+        self._emit(
+            ctx,
+            "LeaseExpired",
+            {
+                "attemptId": str(attempt_id),
+                "leaseId": str(lease.lease_id),
+                "holder": lease.holder,
+                "fencingToken": lease.fencing_token,
+            },
+            step_id=step.step_id,
+            attempt_id=attempt_id,
+        )
+        if outcome is AttemptOutcome.TIMED_OUT:
+            self._move_attempt(ctx, attempt, AttemptState.TIMED_OUT, "LeaseExpired")
+            attempt.outcome = outcome
+            attempt.failure_class = failure
+            attempt.settled_at = ctx.now
+            attempt.settled_by = "lease-expiry-reconciler"
+            self._release_lease(ctx, attempt, "LeaseExpired")
+            self._emit(
+                ctx,
+                "AttemptOutcomeRecorded",
+                {
+                    "runId": str(self.run.run_id),
+                    "stepId": str(step.step_id),
+                    "attemptId": str(attempt_id),
+                    "outcome": str(outcome),
+                    "failureClass": str(failure),
+                    "outcomeHash": None,
+                },
+                step_id=step.step_id,
+                attempt_id=attempt_id,
+            )
+        else:
+            self._settle(
+                ctx,
+                attempt,
+                outcome,
+                failure,
+                None,
+                settled_by="lease-expiry-reconciler",
+                cause="OutcomeReported",
+            )
+        self._after_settled(ctx, attempt, options)
+        return True
+
+    # ------------------------------------------------------------------ approvals
+
+    def request_approval(
+        self,
+        ctx: CommandContext,
+        attempt_id: UUID,
+        holder: str,
+        fencing_token: int,
+        proposal_hash: str,
+        policy: PolicyDocument,
+        options: Options,
+        *,
+        action_class: SideEffectClass | None = None,
+    ) -> ApprovalRequest | None:
+        """Open (or return) the approval for this exact proposal; None if policy needs none."""
+        if not is_hash(proposal_hash):
+            raise errors.ValidationFailed("proposalHash must be a sha256 canonical hash")
+        attempt = self.attempt(attempt_id)
+        if attempt.state.terminal:
+            self._audit(
+                ctx,
+                "stale-fencing-token",
+                attempt_id=attempt_id,
+                holder=holder,
+                fencing_token=fencing_token,
+                reason=f"attempt settled as {attempt.state}",
+            )
+            raise errors.StaleFencingToken("the attempt is settled; this lease is stale")
+        self._held_lease(ctx, attempt, holder, fencing_token, options)
+        if self.run.state not in (RunState.RUNNING, RunState.WAITING_FOR_APPROVAL):
+            raise errors.IllegalTransition(
+                f"no approval request while the run is {self.run.state}",
+                run_state=str(self.run.state),
+            )
+        step = self.step(attempt.step_id)
+        action = action_class or step.side_effect_class
+        if not policy.needs_approval(action, step.gate):
+            return None
+        same_step = [a for a in self.approvals.values() if a.step_id == step.step_id]
+        for existing in same_step:
+            if existing.proposal_hash == proposal_hash and existing.state in (
+                ApprovalState.PENDING,
+                ApprovalState.APPROVED,
+            ):
+                return existing  # the same proposal asked again: same request
+        for existing in same_step:
+            if existing.state is ApprovalState.PENDING:
+                # Invariant 7: a regenerated proposal makes the pending request Stale.
+                self._move_approval(ctx, existing, ApprovalState.STALE, "ProposalChanged")
+                existing.reason = "proposal regenerated"
+                self._emit_approval_decided(ctx, existing)
+        expiry_hours = policy.expiry_hours or options.approval_expiry_hours
+        approval = ApprovalRequest(
+            approval_id=ctx.new_id(),
+            run_id=self.run.run_id,
+            step_id=step.step_id,
+            attempt_id=attempt_id,
+            tenant_id=self.run.tenant_id,
+            action_class=action,
+            proposal_hash=proposal_hash,
+            policy_revision=self.run.policy_revision,
+            approver_rule=policy.approver_rule,
+            required_approvals=max(policy.required_approvals, 1),
+            requested_by=self.run.requested_by,
+            created_at=ctx.now,
+            expires_at=ctx.now + timedelta(hours=expiry_hours),
+        )
+        self.approvals[approval.approval_id] = approval
+        self._changes.approvals[approval.approval_id] = approval
+        self._journal(
+            ctx,
+            "ApprovalRequest",
+            approval.approval_id,
+            None,
+            ApprovalState.PENDING,
+            "ApprovalRequested",
+        )
+        self._emit(
+            ctx,
+            "ApprovalRequested",
+            {
+                "approvalId": str(approval.approval_id),
+                "runId": str(self.run.run_id),
+                "stepId": str(step.step_id),
+                "tenantId": self.run.tenant_id,
+                "actionClass": str(action),
+                "proposalHash": proposal_hash,
+                "approverRule": approval.approver_rule,
+                "expiresAt": approval.expires_at.isoformat(),
+            },
+            step_id=step.step_id,
+            attempt_id=attempt_id,
+        )
+        if self.run.state is RunState.RUNNING:
+            self._move_run(ctx, RunState.WAITING_FOR_APPROVAL)
+        return approval
+
+    def _emit_approval_decided(self, ctx: CommandContext, approval: ApprovalRequest) -> None:
+        self._emit(
+            ctx,
+            "ApprovalDecided",
+            {
+                "approvalId": str(approval.approval_id),
+                "runId": str(self.run.run_id),
+                "tenantId": self.run.tenant_id,
+                "state": str(approval.state),
+                "decidedBy": approval.decided_by,
+                "reason": approval.reason,
+            },
+            step_id=approval.step_id,
+            attempt_id=approval.attempt_id,
+        )
+
+    def decide_approval(
+        self,
+        ctx: CommandContext,
+        approval_id: UUID,
+        principal: Principal,
+        decision: Decision,
+        version: int,
+        proposal_hash: str,
+        reason: str | None,
+        policy: PolicyDocument,
+        options: Options,
+    ) -> ApprovalRequest:
+        approval = self.approval(approval_id)
+        if principal.tenant_id != self.run.tenant_id:
+            raise errors.ApprovalNotFound("approval not found")  # never reveal other tenants
+        if approval.state in (ApprovalState.EXPIRED, ApprovalState.STALE):
+            raise errors.ApprovalGone(f"the approval request is {approval.state}")
+        if approval.state.terminal:
+            raise errors.ApprovalAlreadyDecided(f"the approval request is {approval.state}")
+        if ctx.now >= approval.expires_at:
+            raise errors.ApprovalGone("the approval request expired")
+        if principal.subject == self.run.requested_by:
+            raise errors.SeparationOfDuties("the requester of a run may never decide its approvals")
+        break_glass = False
+        if not (principal.roles & policy.approver_roles):
+            if Role.PLATFORM_ADMIN not in principal.roles:
+                raise errors.Forbidden(f"deciding needs one of the roles: {approval.approver_rule}")
+            if not (reason and reason.strip()):
+                raise errors.BreakGlassReasonRequired("break-glass decisions require a reason")
+            break_glass = True
+        if version != approval.version:
+            raise errors.ApprovalVersionMismatch(
+                f"approval version is {approval.version}, not {version}",
+                current_version=approval.version,
+            )
+        if proposal_hash != approval.proposal_hash:
+            raise errors.ProposalHashMismatch("the decision is for a different proposal")
+        votes = self.decisions.setdefault(approval_id, [])
+        if any(v.decided_by == principal.subject for v in votes):
+            raise errors.ApprovalAlreadyDecided("this approver already decided")
+        vote = ApprovalDecision(
+            approval_id=approval_id,
+            run_id=self.run.run_id,
+            tenant_id=self.run.tenant_id,
+            decided_by=principal.subject,
+            decision=decision,
+            proposal_hash=proposal_hash,
+            reason=reason,
+            break_glass=break_glass,
+            decided_at=ctx.now,
+        )
+        votes.append(vote)
+        self._changes.decisions.append(vote)
+        if break_glass:
+            self._audit(
+                ctx,
+                "break-glass-decision",
+                approval_id=approval_id,
+                decision=str(decision),
+                reason=reason,
+            )
+        approvals = sum(1 for v in votes if v.decision is Decision.APPROVE)
+        if decision is Decision.APPROVE and (
+            break_glass or approvals >= approval.required_approvals
+        ):
+            self._finish_approval(ctx, approval, ApprovalState.APPROVED, "Approve", vote)
+            self._resume_after_approval(ctx, approval, options)
+        elif decision is Decision.REJECT:
+            self._finish_approval(ctx, approval, ApprovalState.REJECTED, "Reject", vote)
+            self._fail_run(
+                ctx,
+                FailureClass.POLICY_DENIED,
+                f"approval rejected: {reason or 'no reason given'}",
+                cause="ApprovalRejected",
+            )
+        elif decision is Decision.REQUEST_CHANGES:
+            # The proposal must be regenerated: the request goes Stale, the worker resumes.
+            self._finish_approval(ctx, approval, ApprovalState.STALE, "ChangesRequested", vote)
+            self._resume_after_approval(ctx, approval, options)
+        else:
+            approval.version += 1  # a vote short of quorum: still Pending, new version
+            self._changes.approvals[approval_id] = approval
+            self._touch(ctx)
+        return approval
+
+    def _finish_approval(
+        self,
+        ctx: CommandContext,
+        approval: ApprovalRequest,
+        target: ApprovalState,
+        cause: str,
+        vote: ApprovalDecision,
+    ) -> None:
+        self._move_approval(ctx, approval, target, cause)
+        approval.decided_by = vote.decided_by
+        approval.decided_at = vote.decided_at
+        approval.reason = vote.reason
+        self._emit_approval_decided(ctx, approval)
+
+    def _resume_after_approval(
+        self, ctx: CommandContext, approval: ApprovalRequest, options: Options
+    ) -> None:
+        if self.run.state is RunState.WAITING_FOR_APPROVAL and not self.pending_approvals():
+            cause = (
+                "ApprovalGranted"
+                if approval.state is ApprovalState.APPROVED
+                else "ChangesRequested"
+            )
+            self._move_run(ctx, RunState.RUNNING, cause)
+        lease = self.leases.get(approval.attempt_id)
+        if lease is not None:
+            # The lease was suspended while a human decided: give the holder a full term.
+            lease.expires_at = ctx.now + timedelta(seconds=options.lease_seconds)
+            self._changes.leases[lease.lease_id] = lease
+
+    def expire_approval(self, ctx: CommandContext, approval_id: UUID) -> bool:
+        """ApprovalExpiryReconciler: a Pending request past expiresAt becomes Expired."""
+        approval = self.approvals.get(approval_id)
+        if approval is None or approval.state is not ApprovalState.PENDING:
+            return False
+        if ctx.now < approval.expires_at:
+            return False
+        self._move_approval(ctx, approval, ApprovalState.EXPIRED, "ExpiryReminder")
+        approval.decided_at = ctx.now
+        approval.reason = "expired without a decision"
+        self._emit_approval_decided(ctx, approval)
+        if self.run.state is RunState.WAITING_FOR_APPROVAL:
+            self._fail_run(
+                ctx, FailureClass.CANCELLATION, "approval expired", cause="ApprovalExpired"
+            )
+        return True
+
+    # ------------------------------------------------------------------ cancellation
+
+    def cancel(self, ctx: CommandContext, requested_by: str, reason: str) -> bool:
+        """Record intent, then settle what can settle now; True if intent was recorded."""
+        if not reason or not reason.strip():
+            raise errors.ValidationFailed("a cancellation needs a reason")
+        if self.run.state.terminal or self.run.state is RunState.CANCELLING:
+            return False
+        intent = CancellationIntent(
+            intent_id=ctx.new_id(),
+            run_id=self.run.run_id,
+            tenant_id=self.run.tenant_id,
+            requested_by=requested_by,
+            reason=reason,
+            requested_at=ctx.now,
+        )
+        self._changes.intents.append(intent)
+        self.intents.append(intent)
+        self._emit(
+            ctx,
+            "CancellationRequested",
+            {"runId": str(self.run.run_id), "requestedBy": requested_by, "reason": reason},
+        )
+        if self.run.state is RunState.ACCEPTED:
+            self._move_run(ctx, RunState.CANCELLED)
+            self._close_remaining(ctx, FailureClass.CANCELLATION)
+            self._emit_cancelled(ctx, intent)
+            return True
+        self._move_run(ctx, RunState.CANCELLING)
+        for approval in self.pending_approvals():
+            self._move_approval(ctx, approval, ApprovalState.CANCELLED, "RunCancelled")
+            self._emit_approval_decided(ctx, approval)
+        for attempt in self.open_attempts():
+            if attempt.state is AttemptState.DISPATCHED:
+                # Never leased: nothing can have run, so it settles at once.
+                self._move_attempt(ctx, attempt, AttemptState.CANCELLED, "CancelledBeforeLease")
+                attempt.outcome = AttemptOutcome.CANCELLED
+                attempt.failure_class = FailureClass.CANCELLATION
+                attempt.settled_at = ctx.now
+                attempt.settled_by = "run-control"
+                self._move_step(
+                    ctx, self.step(attempt.step_id), StepState.CANCELLED, "RunCancelled"
+                )
+        self._finish_cancelling(ctx)
+        return True
+
+    def _finish_cancelling(self, ctx: CommandContext) -> None:
+        if self.run.state is not RunState.CANCELLING or self.open_attempts():
+            return
+        for step in self.steps:
+            if step.state is StepState.PENDING:
+                self._move_step(ctx, step, StepState.CANCELLED, "RunEnded")
+        self._move_run(ctx, RunState.CANCELLED)
+        self._emit_cancelled(ctx, self.intents[-1] if self.intents else None)
+
+    def _emit_cancelled(self, ctx: CommandContext, intent: CancellationIntent | None) -> None:
+        self._emit(
+            ctx,
+            "RunCancelled",
+            {
+                "runId": str(self.run.run_id),
+                "tenantId": self.run.tenant_id,
+                "reason": intent.reason if intent else self.run.failure_reason,
+                "requestedBy": intent.requested_by if intent else None,
+            },
+        )
+
+
+def _failure_class_for(
+    outcome: AttemptOutcome, failure_class: FailureClass | None
+) -> FailureClass | None:
+    if outcome is AttemptOutcome.SUCCEEDED:
+        return None
+    if outcome is AttemptOutcome.UNCERTAIN:
+        return FailureClass.UNCERTAIN
+    if outcome is AttemptOutcome.CANCELLED:
+        return FailureClass.CANCELLATION
+    if outcome is AttemptOutcome.TIMED_OUT:
+        return FailureClass.TRANSIENT
+    return failure_class or FailureClass.TRANSIENT

@@ -1,0 +1,127 @@
+"""State vocabularies of runs, steps, attempts and approvals, and the value classes."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RunState(StrEnum):
+    ACCEPTED = "Accepted"
+    RUNNING = "Running"
+    WAITING_FOR_APPROVAL = "WaitingForApproval"
+    CANCELLING = "Cancelling"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    CANCELLED = "Cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in _TERMINAL_RUN
+
+
+_TERMINAL_RUN = frozenset({RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED})
+
+
+class StepState(StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    CANCELLED = "Cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (StepState.SUCCEEDED, StepState.FAILED, StepState.CANCELLED)
+
+
+class AttemptState(StrEnum):
+    DISPATCHED = "Dispatched"
+    LEASED = "Leased"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    TIMED_OUT = "TimedOut"
+    UNCERTAIN = "Uncertain"
+    CANCELLED = "Cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self not in (AttemptState.DISPATCHED, AttemptState.LEASED)
+
+
+class AttemptOutcome(StrEnum):
+    """What a lease holder (or a reconciler) records as the single outcome of an attempt."""
+
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    TIMED_OUT = "TimedOut"
+    UNCERTAIN = "Uncertain"
+    CANCELLED = "Cancelled"
+
+    @property
+    def attempt_state(self) -> AttemptState:
+        return AttemptState(self.value)
+
+
+class ApprovalState(StrEnum):
+    PENDING = "Pending"
+    APPROVED = "Approved"
+    REJECTED = "Rejected"
+    EXPIRED = "Expired"
+    STALE = "Stale"
+    CANCELLED = "Cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self is not ApprovalState.PENDING
+
+
+class Decision(StrEnum):
+    APPROVE = "approve"
+    REJECT = "reject"
+    REQUEST_CHANGES = "request-changes"
+
+
+class FailureClass(StrEnum):
+    TRANSIENT = "transient"
+    PERMANENT = "permanent"
+    POLICY_DENIED = "policy-denied"
+    VALIDATION = "validation"
+    CANCELLATION = "cancellation"
+    UNCERTAIN = "uncertain"
+
+    @property
+    def retryable(self) -> bool:
+        return self is FailureClass.TRANSIENT
+
+
+class SideEffectClass(StrEnum):
+    """Ordered by how much a repeated execution could harm: read < ... < external-irreversible."""
+
+    READ = "read"
+    LOCAL_WRITE = "local-write"
+    SHARED_WRITE = "shared-write"
+    EXTERNAL_IRREVERSIBLE = "external-irreversible"
+
+    @property
+    def rank(self) -> int:
+        return _SIDE_EFFECT_ORDER.index(self)
+
+    def at_least(self, other: SideEffectClass) -> bool:
+        return self.rank >= other.rank
+
+
+_SIDE_EFFECT_ORDER = (
+    SideEffectClass.READ,
+    SideEffectClass.LOCAL_WRITE,
+    SideEffectClass.SHARED_WRITE,
+    SideEffectClass.EXTERNAL_IRREVERSIBLE,
+)
+
+
+class Role(StrEnum):
+    REQUESTER = "Requester"
+    REVIEWER = "Reviewer"
+    OPERATOR = "Operator"
+    WORKSPACE_ADMIN = "WorkspaceAdmin"
+    PLATFORM_ADMIN = "PlatformAdmin"
+    OBSERVER = "Observer"

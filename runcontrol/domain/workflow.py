@@ -1,0 +1,121 @@
+"""Workflow definitions (what a release pins) and policy documents (what a revision pins)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ValidationFailed
+from .hashing import canonical_hash
+from .states import Role, SideEffectClass
+
+GATES = ("none", "approval")
+
+
+@dataclass(frozen=True, slots=True)
+class StepSpec:
+    name: str
+    agent_id: str
+    skill_id: str | None = None
+    max_attempts: int | None = None
+    gate: str = "none"
+    side_effect_class: SideEffectClass = SideEffectClass.READ
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "agentId": self.agent_id,
+            "skillId": self.skill_id,
+            "maxAttempts": self.max_attempts,
+            "gate": self.gate,
+            "sideEffectClass": str(self.side_effect_class),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowDefinition:
+    workflow_id: str
+    steps: tuple[StepSpec, ...]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> WorkflowDefinition:
+        try:
+            workflow_id = str(data["workflowId"])
+            raw_steps = data["steps"]
+        except (KeyError, TypeError) as exc:
+            raise ValidationFailed(f"workflow definition lacks {exc}") from None
+        if not workflow_id or not isinstance(raw_steps, list) or not raw_steps:
+            raise ValidationFailed("a workflow needs an id and at least one step")
+        steps = []
+        names = set()
+        for i, raw in enumerate(raw_steps):
+            if not isinstance(raw, dict) or not raw.get("agentId"):
+                raise ValidationFailed(f"steps[{i}]: agentId is required")
+            name = str(raw.get("name") or f"step-{i + 1}")
+            if name in names:
+                raise ValidationFailed(f"steps[{i}]: duplicate step name {name!r}")
+            names.add(name)
+            gate = raw.get("gate", "none") or "none"
+            if gate not in GATES:
+                raise ValidationFailed(f"steps[{i}]: gate must be one of {GATES}")
+            max_attempts = raw.get("maxAttempts")
+            if max_attempts is not None and (not isinstance(max_attempts, int) or max_attempts < 1):
+                raise ValidationFailed(f"steps[{i}]: maxAttempts must be a positive integer")
+            try:
+                side_effect = SideEffectClass(raw.get("sideEffectClass", "read"))
+            except ValueError:
+                raise ValidationFailed(
+                    f"steps[{i}]: sideEffectClass must be one of "
+                    f"{[str(c) for c in SideEffectClass]}"
+                ) from None
+            steps.append(
+                StepSpec(
+                    name=name,
+                    agent_id=str(raw["agentId"]),
+                    skill_id=raw.get("skillId"),
+                    max_attempts=max_attempts,
+                    gate=gate,
+                    side_effect_class=side_effect,
+                )
+            )
+        return cls(workflow_id=workflow_id, steps=tuple(steps))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"workflowId": self.workflow_id, "steps": [s.to_dict() for s in self.steps]}
+
+    @property
+    def content_hash(self) -> str:
+        return canonical_hash(self.to_dict())
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """An immutable published workflow definition (ReleaseRef = release_id + content hash)."""
+
+    release_id: str
+    workflow_id: str
+    content_hash: str
+    definition: WorkflowDefinition
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyDocument:
+    """One revision of approval policy: which action classes need a human decision and from whom."""
+
+    policy_id: str
+    revision: str
+    approval_required_for: frozenset[SideEffectClass] = frozenset(
+        {SideEffectClass.SHARED_WRITE, SideEffectClass.EXTERNAL_IRREVERSIBLE}
+    )
+    approver_roles: frozenset[Role] = frozenset({Role.REVIEWER, Role.WORKSPACE_ADMIN})
+    required_approvals: int = 1
+    expiry_hours: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def approver_rule(self) -> str:
+        roles = "|".join(sorted(str(r) for r in self.approver_roles))
+        return f"roles:{roles};not-requester;quorum:{self.required_approvals}"
+
+    def needs_approval(self, action_class: SideEffectClass, gate: str) -> bool:
+        return gate == "approval" or action_class in self.approval_required_for

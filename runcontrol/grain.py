@@ -1,0 +1,409 @@
+"""RunGrain: the serialised command handler of one run (load -> decide -> commit).
+
+The grain is a virtual actor in the Orleans sense: its memory is a cache of the run's rows and
+never the authority. Every command runs in one tenant-scoped transaction that writes the rows,
+the outbox events and the journal entries together, guarded by the run's ``version``. If another
+activation committed first the guard fails; the grain reloads and decides again, once, before
+answering ``ConcurrencyConflict``. A host must call one grain's commands one at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+from uuid import UUID
+
+from .clock import Clock
+from .domain import (
+    ApprovalRequest,
+    Attempt,
+    AttemptOutcome,
+    CommandContext,
+    Decision,
+    FailureClass,
+    LeaseGrant,
+    Limits,
+    Options,
+    Principal,
+    RunAggregate,
+    SideEffectClass,
+    Submission,
+    canonical_hash,
+    errors,
+)
+from .ports import Budget, Capacity, PolicyStore, ReleaseRegistry
+from .store import Database, DuplicateSubmission, UnitOfWork
+from .store.uow import Fault
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass
+class GrainEnv:
+    """Everything a grain needs from the outside, built once by ``runcontrol.bootstrap``."""
+
+    db: Database
+    clock: Clock
+    options: Options
+    releases: ReleaseRegistry
+    policies: PolicyStore
+    budget: Budget
+    capacity: Capacity
+    new_id: Callable[[], UUID] = uuid.uuid4
+    rng: random.Random = field(default_factory=random.Random)
+    fault: Fault | None = None  # test seam: raise at a named point inside the transaction
+
+    def context(self, actor: str, command_id: str | None = None) -> CommandContext:
+        return CommandContext(
+            now=self.clock.now(),
+            actor=actor,
+            command_id=command_id,
+            new_id=self.new_id,
+            uniform=self.rng.uniform,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitRequest:
+    project_id: str
+    idempotency_key: str
+    workflow_id: str
+    model_profile_id: str
+    input: dict[str, Any]
+    release_alias: str | None = None
+    release_id: str | None = None
+    limits: Limits = Limits()
+    environment_id: str | None = None
+    correlation_id: str | None = None
+
+    def canonical_payload(self) -> dict[str, Any]:
+        return {
+            "workflowId": self.workflow_id,
+            "releaseAlias": self.release_alias if self.release_id is None else None,
+            "releaseId": self.release_id,
+            "modelProfileId": self.model_profile_id,
+            "input": self.input,
+            "limits": {
+                "maxCostUsd": self.limits.max_cost_usd,
+                "maxMinutes": self.limits.max_minutes,
+            },
+            "environmentId": self.environment_id,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitResult:
+    run_id: UUID
+    state: str
+    release_id: str
+    policy_revision: str
+    snapshot_id: UUID
+    created: bool
+
+
+class RunGrain:
+    def __init__(self, env: GrainEnv, tenant_id: str, run_id: UUID) -> None:
+        self.env = env
+        self.tenant_id = tenant_id
+        self.run_id = run_id
+        self._agg: RunAggregate | None = None
+
+    @property
+    def active(self) -> bool:
+        """False once the cached run is terminal: the host may deactivate it."""
+        return self._agg is None or not self._agg.run.state.terminal
+
+    # ------------------------------------------------------------------ the command loop
+
+    def _execute(
+        self,
+        decide: Callable[[RunAggregate, CommandContext], T],
+        actor: str,
+        command_id: str | None = None,
+    ) -> T:
+        for round_ in (1, 2):
+            with UnitOfWork(self.env.db, self.tenant_id, fault=self.env.fault) as uow:
+                agg = self._agg if self._agg is not None else uow.load(self.run_id)
+                ctx = self.env.context(actor, command_id)
+                try:
+                    result = decide(agg, ctx)
+                except errors.RunControlError:
+                    self._agg = None
+                    if agg is not None and uow.run_version(self.run_id) != agg.run.version:
+                        continue  # decided on a stale cache: decide again on fresh rows
+                    audits = agg.take_audits()
+                    if audits:
+                        uow.add_audits(audits)
+                        uow.commit()
+                    raise
+                try:
+                    uow.save(agg)
+                    uow.commit()
+                except errors.ConcurrencyConflict:
+                    self._agg = None
+                    if round_ == 1:
+                        continue
+                    raise
+                except BaseException:
+                    self._agg = None
+                    raise
+                self._agg = agg
+                self._after_commit(agg, ctx)
+                return result
+        raise AssertionError("unreachable")
+
+    def _after_commit(self, agg: RunAggregate, ctx: CommandContext) -> None:
+        if agg.run.state.terminal and agg.run.budget_reservation_id is not None:
+            self.env.budget.release(self.tenant_id, self.run_id, ctx.now)
+
+    def _dispatch_due(self, agg: RunAggregate, ctx: CommandContext) -> Attempt | None:
+        step = agg.dispatchable_step(ctx.now)
+        if step is None or agg.run.budget_reservation_id is None:
+            return None
+        if not self.env.capacity.allow(self.tenant_id, step.agent_id):
+            return None  # denied capacity leaves the step Pending; the dispatcher retries
+        return agg.dispatch(ctx, step)
+
+    # ------------------------------------------------------------------ SubmitRun
+
+    def submit(self, principal: Principal, request: SubmitRequest) -> SubmitResult:
+        """Accept the run (idempotent on tenant + project + key), reserve budget, dispatch."""
+        if principal.tenant_id != self.tenant_id:
+            raise errors.Forbidden("the grain's tenant differs from the caller's")
+        if not request.idempotency_key:
+            raise errors.ValidationFailed("an Idempotency-Key is required")
+        input_hash = canonical_hash(request.canonical_payload())
+        existing = self._existing(principal.project_id, request.idempotency_key, input_hash)
+        if existing is not None:
+            return existing
+        release = self.env.releases.resolve(
+            self.tenant_id,
+            request.workflow_id,
+            alias=request.release_alias,
+            release_id=request.release_id,
+        )
+        policy = self.env.policies.current(self.tenant_id)
+        ctx = self.env.context(principal.subject)
+        agg = RunAggregate.accept(
+            Submission(
+                run_id=self.run_id,
+                tenant_id=self.tenant_id,
+                project_id=principal.project_id,
+                idempotency_key=request.idempotency_key,
+                workflow_id=request.workflow_id,
+                model_profile_id=request.model_profile_id,
+                input_hash=input_hash,
+                snapshot_id=self.env.new_id(),
+                requested_by=principal.subject,
+                environment_id=request.environment_id,
+                limits=request.limits,
+                correlation_id=request.correlation_id,
+            ),
+            release,
+            policy,
+            self.env.options,
+            ctx,
+        )
+        try:
+            with UnitOfWork(self.env.db, self.tenant_id, fault=self.env.fault) as uow:
+                uow.save(agg)
+                uow.commit()
+        except DuplicateSubmission:
+            # A concurrent submission with the same key won the insert: answer with its run.
+            found = self._existing(principal.project_id, request.idempotency_key, input_hash)
+            if found is None:
+                raise errors.ConcurrencyConflict("the winning submission is not visible") from None
+            return found
+        self._agg = agg
+        self.start()
+        run = self._agg.run if self._agg is not None else agg.run
+        return SubmitResult(
+            run.run_id, str(run.state), run.release_id, run.policy_revision, run.snapshot_id, True
+        )
+
+    def _existing(self, project_id: str, key: str, input_hash: str) -> SubmitResult | None:
+        with UnitOfWork(self.env.db, self.tenant_id) as uow:
+            run_id = uow.run_id_for_key(project_id, key)
+            if run_id is None:
+                return None
+            agg = uow.load(run_id)
+        agg.assert_same_submission(input_hash)
+        run = agg.run
+        return SubmitResult(
+            run.run_id, str(run.state), run.release_id, run.policy_revision, run.snapshot_id, False
+        )
+
+    def start(self) -> None:
+        """Reserve the budget of an Accepted run, then dispatch its first step.
+
+        Safe to repeat: the reservation is idempotent per run, and the reminder sweep calls
+        this again for a run left Accepted by a crash between the two transactions.
+        """
+        agg = self._load_cached()
+        run = agg.run
+        if run.state.value != "Accepted":
+            return
+        if run.budget_reservation_id is None:
+            try:
+                reservation = self.env.budget.reserve(
+                    self.tenant_id, self.run_id, run.limits.max_cost_usd or 0.0, self.env.clock.now()
+                )
+            except errors.BudgetReservationDenied as denied:
+                reason = str(denied)
+                self._execute(lambda a, c: a.deny_budget(c, reason), "budget")
+                return
+
+            def reserve_and_dispatch(a: RunAggregate, c: CommandContext) -> None:
+                if a.run.budget_reservation_id is None:
+                    a.record_budget_reservation(reservation)
+                self._dispatch_due(a, c)
+
+            self._execute(reserve_and_dispatch, "run-dispatcher")
+        else:
+            self._execute(self._dispatch_due, "run-dispatcher")
+
+    def _load_cached(self) -> RunAggregate:
+        if self._agg is None:
+            with UnitOfWork(self.env.db, self.tenant_id) as uow:
+                self._agg = uow.load(self.run_id)
+        return self._agg
+
+    # ------------------------------------------------------------------ commands
+
+    def dispatch(self) -> Attempt | None:
+        """RunDispatcher: dispatch the next due Pending step if capacity allows."""
+        if self._load_cached().run.state.value == "Accepted":
+            self.start()
+            return None
+        return self._execute(self._dispatch_due, "run-dispatcher")
+
+    def acquire_lease(self, attempt_id: UUID, holder: str) -> LeaseGrant:
+        return self._execute(
+            lambda a, c: a.acquire_lease(c, attempt_id, holder, self.env.options), holder
+        )
+
+    def renew_lease(self, attempt_id: UUID, holder: str, fencing_token: int) -> LeaseGrant:
+        return self._execute(
+            lambda a, c: a.renew_lease(c, attempt_id, holder, fencing_token, self.env.options),
+            holder,
+        )
+
+    def report_outcome(
+        self,
+        attempt_id: UUID,
+        holder: str,
+        fencing_token: int,
+        outcome: AttemptOutcome,
+        *,
+        failure_class: FailureClass | None = None,
+        outcome_hash: str | None = None,
+        command_id: str | None = None,
+    ) -> Attempt:
+        def decide(a: RunAggregate, c: CommandContext) -> Attempt:
+            attempt = a.report_outcome(
+                c,
+                attempt_id,
+                holder,
+                fencing_token,
+                outcome,
+                self.env.options,
+                failure_class=failure_class,
+                outcome_hash=outcome_hash,
+            )
+            self._dispatch_due(a, c)
+            return attempt
+
+        return self._execute(decide, holder, command_id)
+
+    def request_approval(
+        self,
+        attempt_id: UUID,
+        holder: str,
+        fencing_token: int,
+        proposal_hash: str,
+        *,
+        action_class: SideEffectClass | None = None,
+    ) -> ApprovalRequest | None:
+        policy = self._pinned_policy()
+        return self._execute(
+            lambda a, c: a.request_approval(
+                c,
+                attempt_id,
+                holder,
+                fencing_token,
+                proposal_hash,
+                policy,
+                self.env.options,
+                action_class=action_class,
+            ),
+            holder,
+        )
+
+    def decide(
+        self,
+        approval_id: UUID,
+        principal: Principal,
+        decision: Decision,
+        version: int,
+        proposal_hash: str,
+        reason: str | None = None,
+    ) -> ApprovalRequest:
+        if principal.tenant_id != self.tenant_id:
+            raise errors.ApprovalNotFound("approval not found")
+        policy = self._pinned_policy()
+        return self._execute(
+            lambda a, c: a.decide_approval(
+                c,
+                approval_id,
+                principal,
+                decision,
+                version,
+                proposal_hash,
+                reason,
+                policy,
+                self.env.options,
+            ),
+            principal.subject,
+        )
+
+    def cancel(self, requested_by: str, reason: str) -> str:
+        """Record the intent; return the state observed after it (not an assumed one)."""
+
+        def decide(a: RunAggregate, c: CommandContext) -> str:
+            a.cancel(c, requested_by, reason)
+            return str(a.run.state)
+
+        return self._execute(decide, requested_by)
+
+    def wake(self) -> list[str]:
+        """Do whatever is due (the reminder): expire leases and approvals, dispatch retries."""
+        agg = self._load_cached()
+        done: list[str] = []
+        if agg.run.state.terminal:
+            return done
+        if agg.run.state.value == "Accepted":
+            self.start()
+            return ["start"]
+        options = self.env.options
+
+        def decide(a: RunAggregate, c: CommandContext) -> None:
+            for attempt_id in list(a.leases):
+                if a.expire_lease(c, attempt_id, options):
+                    done.append(f"lease-expired:{attempt_id}")
+            for approval in a.pending_approvals():
+                if a.expire_approval(c, approval.approval_id):
+                    done.append(f"approval-expired:{approval.approval_id}")
+            if self._dispatch_due(a, c) is not None:
+                done.append("dispatched")
+
+        self._execute(decide, "reminder")
+        return done
+
+    def _pinned_policy(self) -> Any:
+        run = self._load_cached().run
+        return self.env.policies.revision(self.tenant_id, run.policy.policy_id, run.policy.revision)

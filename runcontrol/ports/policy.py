@@ -1,0 +1,100 @@
+"""Policy (BC-18/BC-20): revisioned documents saying which action classes need approval."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Protocol
+
+from sqlalchemy import func, select
+
+from ..domain import PolicyDocument, Role, SideEffectClass, errors
+from ..store.database import Database
+from ..store.tables import policies
+
+DEFAULT_POLICY_ID = "default"
+BUILTIN_REVISION = "0"
+
+
+class PolicyStore(Protocol):
+    def current(self, tenant_id: str) -> PolicyDocument: ...
+
+    def revision(self, tenant_id: str, policy_id: str, revision: str) -> PolicyDocument: ...
+
+
+def document_to_dict(doc: PolicyDocument) -> dict[str, Any]:
+    return {
+        "approvalRequiredFor": sorted(str(c) for c in doc.approval_required_for),
+        "approverRoles": sorted(str(r) for r in doc.approver_roles),
+        "requiredApprovals": doc.required_approvals,
+        "expiryHours": doc.expiry_hours,
+    }
+
+
+def document_from_dict(policy_id: str, revision: str, data: dict[str, Any]) -> PolicyDocument:
+    try:
+        return PolicyDocument(
+            policy_id=policy_id,
+            revision=revision,
+            approval_required_for=frozenset(
+                SideEffectClass(c) for c in data.get("approvalRequiredFor", [])
+            ),
+            approver_roles=frozenset(
+                Role(r) for r in data.get("approverRoles", ["Reviewer", "WorkspaceAdmin"])
+            ),
+            required_approvals=int(data.get("requiredApprovals", 1)),
+            expiry_hours=data.get("expiryHours"),
+        )
+    except (ValueError, TypeError) as exc:
+        raise errors.ValidationFailed(f"invalid policy document: {exc}") from None
+
+
+class EmbeddedPolicyStore:
+    """Revisions in Postgres; a tenant without one gets the built-in revision ``0``."""
+
+    def __init__(self, db: Database, builtin: PolicyDocument | None = None) -> None:
+        self._db = db
+        self._builtin = builtin or PolicyDocument(DEFAULT_POLICY_ID, BUILTIN_REVISION)
+
+    def publish(self, tenant_id: str, doc: PolicyDocument, now: datetime) -> PolicyDocument:
+        with self._db.tenant(tenant_id) as conn:
+            latest = conn.execute(
+                select(func.max(policies.c.revision)).where(
+                    policies.c.policy_id == doc.policy_id
+                )
+            ).scalar()
+            revision = (latest or 0) + 1
+            conn.execute(
+                policies.insert().values(
+                    tenant_id=tenant_id,
+                    policy_id=doc.policy_id,
+                    revision=revision,
+                    document=document_to_dict(doc),
+                    created_at=now,
+                )
+            )
+        return document_from_dict(doc.policy_id, str(revision), document_to_dict(doc))
+
+    def current(self, tenant_id: str) -> PolicyDocument:
+        with self._db.tenant(tenant_id) as conn:
+            row = conn.execute(
+                select(policies)
+                .where(policies.c.policy_id == DEFAULT_POLICY_ID)
+                .order_by(policies.c.revision.desc())
+                .limit(1)
+            ).first()
+        if row is None:
+            return self._builtin
+        return document_from_dict(row.policy_id, str(row.revision), row.document)
+
+    def revision(self, tenant_id: str, policy_id: str, revision: str) -> PolicyDocument:
+        if revision == BUILTIN_REVISION and policy_id == self._builtin.policy_id:
+            return self._builtin
+        with self._db.tenant(tenant_id) as conn:
+            row = conn.execute(
+                select(policies).where(
+                    policies.c.policy_id == policy_id, policies.c.revision == int(revision)
+                )
+            ).first()
+        if row is None:
+            raise errors.NotFound(f"policy {policy_id} revision {revision} not found")
+        return document_from_dict(row.policy_id, str(row.revision), row.document)

@@ -1,0 +1,101 @@
+"""Engines and connections: tenant-scoped (row-level security) and the explicit system path."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, Engine, create_engine, text
+from sqlalchemy.engine import make_url
+
+APP_ROLE = "runcontrol_app"
+SYSTEM_ROLE = "runcontrol_system"
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+
+_SET_TENANT = text("SELECT set_config('runcontrol.tenant_id', :tenant, true)")
+
+
+def role_url(owner_url: str, role: str, password: str | None) -> str:
+    url = make_url(owner_url).set(username=role, password=password)
+    return url.render_as_string(hide_password=False)
+
+
+class Database:
+    """Three connections to one database, each with its own privileges.
+
+    * owner: runs migrations only.
+    * app: every command; cannot bypass row-level security, so each transaction sees only the
+      tenant it was opened for (``SET LOCAL`` through ``set_config(..., true)``).
+    * system: reconcilers and the outbox relay sweeping all tenants; reads, marks published,
+      and prunes, but changes run state only through grains.
+    """
+
+    def __init__(
+        self,
+        owner_url: str,
+        *,
+        app_url: str | None = None,
+        system_url: str | None = None,
+        role_password: str | None = None,
+        pool_size: int = 10,
+    ) -> None:
+        self.owner_url = owner_url
+        self.role_password = role_password
+        self.app_url = app_url or role_url(owner_url, APP_ROLE, role_password)
+        self.system_url = system_url or role_url(owner_url, SYSTEM_ROLE, role_password)
+        self._pool_size = pool_size
+        self._app: Engine | None = None
+        self._system: Engine | None = None
+
+    @property
+    def app(self) -> Engine:
+        if self._app is None:
+            self._app = create_engine(
+                self.app_url, pool_size=self._pool_size, max_overflow=self._pool_size,
+                pool_pre_ping=True,
+            )
+        return self._app
+
+    @property
+    def system(self) -> Engine:
+        if self._system is None:
+            self._system = create_engine(self.system_url, pool_size=4, pool_pre_ping=True)
+        return self._system
+
+    def migrate(self) -> None:
+        """Bring the schema, roles and policies to the latest revision (idempotent)."""
+        engine = create_engine(self.owner_url, poolclass=None)
+        try:
+            with engine.begin() as conn:
+                # Serialise concurrent migrators (several processes starting at once).
+                conn.execute(text("SELECT pg_advisory_xact_lock(72616001)"))
+                cfg = Config()
+                cfg.set_main_option("script_location", str(MIGRATIONS))
+                cfg.attributes["connection"] = conn
+                cfg.attributes["role_password"] = self.role_password
+                command.upgrade(cfg, "head")
+        finally:
+            engine.dispose()
+
+    @contextmanager
+    def tenant(self, tenant_id: str) -> Iterator[Connection]:
+        """A transaction that row-level security limits to ``tenant_id``; commits on success."""
+        if not tenant_id:
+            raise ValueError("a tenant-scoped transaction needs a tenant id")
+        with self.app.begin() as conn:
+            conn.execute(_SET_TENANT, {"tenant": tenant_id})
+            yield conn
+
+    @contextmanager
+    def system_tx(self) -> Iterator[Connection]:
+        with self.system.begin() as conn:
+            yield conn
+
+    def dispose(self) -> None:
+        for engine in (self._app, self._system):
+            if engine is not None:
+                engine.dispose()
+        self._app = self._system = None

@@ -1,0 +1,326 @@
+"""SQLAlchemy Core tables. The Alembic migrations are the authority on the schema; a test
+checks that these definitions and the migrated database agree."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    Numeric,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+
+metadata = MetaData()
+
+TZ = DateTime(timezone=True)
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("run_id", UUID(as_uuid=True), primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("project_id", Text, nullable=False),
+    Column("environment_id", Text),
+    Column("idempotency_key", Text, nullable=False),
+    Column("workflow_id", Text, nullable=False),
+    Column("release_id", Text, nullable=False),
+    Column("release_hash", Text, nullable=False),
+    Column("policy_id", Text, nullable=False),
+    Column("policy_revision", Text, nullable=False),
+    Column("model_profile_id", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("input_hash", Text, nullable=False),
+    Column("snapshot_id", UUID(as_uuid=True), nullable=False),
+    Column("budget_reservation_id", UUID(as_uuid=True)),
+    Column("requested_by", Text, nullable=False),
+    Column("max_cost_usd", Numeric),
+    Column("max_minutes", Integer),
+    Column("deadline_at", TZ),
+    Column("failure_class", Text),
+    Column("failure_reason", Text),
+    Column("outcome_hash", Text),
+    Column("correlation_id", Text),
+    Column("version", BigInteger, nullable=False),
+    Column("event_seq", BigInteger, nullable=False),
+    Column("journal_seq", BigInteger, nullable=False),
+    Column("fencing_seq", BigInteger, nullable=False),
+    Column("next_due_at", TZ),
+    Column("created_at", TZ, nullable=False),
+    Column("updated_at", TZ, nullable=False),
+    UniqueConstraint("tenant_id", "project_id", "idempotency_key", name="uq_runs_idempotency"),
+    Index("ix_runs_list", "tenant_id", "created_at", "run_id"),
+    Index("ix_runs_state", "tenant_id", "state", "created_at"),
+    Index("ix_runs_workflow", "tenant_id", "workflow_id", "created_at"),
+    Index(
+        "ix_runs_due",
+        "next_due_at",
+        postgresql_where=text("next_due_at IS NOT NULL"),
+    ),
+)
+
+steps = Table(
+    "steps",
+    metadata,
+    Column("step_id", UUID(as_uuid=True), primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("run_id", UUID(as_uuid=True), ForeignKey("runs.run_id"), nullable=False),
+    Column("ordinal", Integer, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("agent_id", Text, nullable=False),
+    Column("skill_id", Text),
+    Column("state", Text, nullable=False),
+    Column("max_attempts", Integer, nullable=False),
+    Column("gate", Text, nullable=False),
+    Column("side_effect_class", Text, nullable=False),
+    Column("not_before", TZ),
+    Column("failure_class", Text),
+    Column("outcome_hash", Text),
+    UniqueConstraint("run_id", "ordinal", name="uq_steps_ordinal"),
+)
+
+attempts = Table(
+    "attempts",
+    metadata,
+    Column("attempt_id", UUID(as_uuid=True), primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("step_id", UUID(as_uuid=True), ForeignKey("steps.step_id"), nullable=False),
+    Column("run_id", UUID(as_uuid=True), ForeignKey("runs.run_id"), nullable=False),
+    Column("agent_id", Text, nullable=False),
+    Column("number", Integer, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("lease_id", UUID(as_uuid=True)),
+    Column("fencing_token", BigInteger),
+    Column("holder", Text),
+    Column("outcome", Text),
+    Column("outcome_hash", Text),
+    Column("failure_class", Text),
+    Column("dispatched_at", TZ, nullable=False),
+    Column("settled_at", TZ),
+    Column("settled_by", Text),
+    UniqueConstraint("step_id", "number", name="uq_attempts_number"),
+    Index("ix_attempts_run", "run_id"),
+    # Invariant 4 at the database level: one non-terminal attempt per step.
+    Index(
+        "uq_attempts_open_per_step",
+        "step_id",
+        unique=True,
+        postgresql_where=text("state IN ('Dispatched', 'Leased')"),
+    ),
+    Index(
+        "ix_attempts_claimable",
+        "agent_id",
+        "dispatched_at",
+        postgresql_where=text("state = 'Dispatched'"),
+    ),
+)
+
+leases = Table(
+    "leases",
+    metadata,
+    Column("lease_id", UUID(as_uuid=True), primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("attempt_id", UUID(as_uuid=True), ForeignKey("attempts.attempt_id"), nullable=False),
+    Column("run_id", UUID(as_uuid=True), ForeignKey("runs.run_id"), nullable=False),
+    Column("holder", Text, nullable=False),
+    Column("fencing_token", BigInteger, nullable=False),
+    Column("granted_at", TZ, nullable=False),
+    Column("expires_at", TZ, nullable=False),
+    Column("released_at", TZ),
+    Column("release_cause", Text),
+    UniqueConstraint("run_id", "fencing_token", name="uq_leases_token"),
+    # Invariant 5 at the database level: exactly one current lease per attempt.
+    Index(
+        "uq_leases_current_per_attempt",
+        "attempt_id",
+        unique=True,
+        postgresql_where=text("released_at IS NULL"),
+    ),
+    Index("ix_leases_expiry", "expires_at", postgresql_where=text("released_at IS NULL")),
+)
+
+approval_requests = Table(
+    "approval_requests",
+    metadata,
+    Column("approval_id", UUID(as_uuid=True), primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("run_id", UUID(as_uuid=True), ForeignKey("runs.run_id"), nullable=False),
+    Column("step_id", UUID(as_uuid=True), ForeignKey("steps.step_id"), nullable=False),
+    Column("attempt_id", UUID(as_uuid=True), ForeignKey("attempts.attempt_id"), nullable=False),
+    Column("action_class", Text, nullable=False),
+    Column("proposal_hash", Text, nullable=False),
+    Column("policy_revision", Text, nullable=False),
+    Column("approver_rule", Text, nullable=False),
+    Column("required_approvals", Integer, nullable=False),
+    Column("requested_by", Text, nullable=False),
+    Column("created_at", TZ, nullable=False),
+    Column("expires_at", TZ, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("decided_by", Text),
+    Column("decided_at", TZ),
+    Column("reason", Text),
+    Column("version", BigInteger, nullable=False),
+    Index("ix_approvals_run", "run_id"),
+    Index("ix_approvals_list", "tenant_id", "state", "created_at"),
+    Index(
+        "uq_approvals_pending_per_step",
+        "step_id",
+        unique=True,
+        postgresql_where=text("state = 'Pending'"),
+    ),
+    Index("ix_approvals_expiry", "expires_at", postgresql_where=text("state = 'Pending'")),
+)
+
+approval_decisions = Table(
+    "approval_decisions",
+    metadata,
+    Column("approval_id", UUID(as_uuid=True), ForeignKey("approval_requests.approval_id")),
+    Column("decided_by", Text),
+    Column("tenant_id", Text, nullable=False),
+    Column("run_id", UUID(as_uuid=True), nullable=False),
+    Column("decision", Text, nullable=False),
+    Column("proposal_hash", Text, nullable=False),
+    Column("reason", Text),
+    Column("break_glass", Boolean, nullable=False),
+    Column("decided_at", TZ, nullable=False),
+    PrimaryKeyConstraint("approval_id", "decided_by"),
+    Index("ix_decisions_run", "run_id"),
+)
+
+cancellation_intents = Table(
+    "cancellation_intents",
+    metadata,
+    Column("intent_id", UUID(as_uuid=True), primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("run_id", UUID(as_uuid=True), ForeignKey("runs.run_id"), nullable=False),
+    Column("requested_by", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("requested_at", TZ, nullable=False),
+    Index("ix_intents_run", "run_id"),
+)
+
+recovery_journal = Table(
+    "recovery_journal",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("run_id", UUID(as_uuid=True), nullable=False),
+    Column("sequence", BigInteger, nullable=False),
+    Column("entity", Text, nullable=False),
+    Column("entity_id", UUID(as_uuid=True), nullable=False),
+    Column("from_state", Text),
+    Column("to_state", Text, nullable=False),
+    Column("cause", Text, nullable=False),
+    Column("actor", Text, nullable=False),
+    Column("occurred_at", TZ, nullable=False),
+    UniqueConstraint("run_id", "sequence", name="uq_journal_sequence"),
+    Index("ix_journal_occurred", "occurred_at"),
+)
+
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("event_id", UUID(as_uuid=True), nullable=False, unique=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("project_id", Text, nullable=False),
+    Column("run_id", UUID(as_uuid=True), nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("topic", Text, nullable=False),
+    Column("event_type", Text, nullable=False),
+    Column("step_id", UUID(as_uuid=True)),
+    Column("attempt_id", UUID(as_uuid=True)),
+    Column("correlation_id", Text),
+    Column("causation_id", Text),
+    Column("producer", Text, nullable=False),
+    Column("schema_version", Integer, nullable=False),
+    Column("payload", JSONB, nullable=False),
+    Column("occurred_at", TZ, nullable=False),
+    Column("published_at", TZ),
+    UniqueConstraint("run_id", "seq", name="uq_outbox_run_seq"),
+    Index("ix_outbox_unpublished", "id", postgresql_where=text("published_at IS NULL")),
+)
+
+inbox = Table(
+    "inbox",
+    metadata,
+    Column("consumer", Text),
+    Column("event_id", UUID(as_uuid=True)),
+    Column("tenant_id", Text, nullable=False),
+    Column("received_at", TZ, nullable=False),
+    PrimaryKeyConstraint("consumer", "event_id"),
+    Index("ix_inbox_received", "received_at"),
+)
+
+audit_log = Table(
+    "audit_log",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("run_id", UUID(as_uuid=True)),
+    Column("kind", Text, nullable=False),
+    Column("actor", Text, nullable=False),
+    Column("detail", JSONB, nullable=False),
+    Column("occurred_at", TZ, nullable=False),
+    Index("ix_audit_run", "run_id"),
+)
+
+releases = Table(
+    "releases",
+    metadata,
+    Column("release_id", Text, primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("workflow_id", Text, nullable=False),
+    Column("content_hash", Text, nullable=False),
+    Column("definition", JSONB, nullable=False),
+    Column("published_by", Text, nullable=False),
+    Column("published_at", TZ, nullable=False),
+    UniqueConstraint("tenant_id", "workflow_id", "content_hash", name="uq_releases_content"),
+)
+
+release_aliases = Table(
+    "release_aliases",
+    metadata,
+    Column("tenant_id", Text),
+    Column("workflow_id", Text),
+    Column("alias", Text),
+    Column("release_id", Text, ForeignKey("releases.release_id"), nullable=False),
+    Column("moved_at", TZ, nullable=False),
+    PrimaryKeyConstraint("tenant_id", "workflow_id", "alias"),
+)
+
+policies = Table(
+    "policies",
+    metadata,
+    Column("tenant_id", Text),
+    Column("policy_id", Text),
+    Column("revision", Integer),
+    Column("document", JSONB, nullable=False),
+    Column("created_at", TZ, nullable=False),
+    PrimaryKeyConstraint("tenant_id", "policy_id", "revision"),
+)
+
+budget_reservations = Table(
+    "budget_reservations",
+    metadata,
+    Column("reservation_id", UUID(as_uuid=True), primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("run_id", UUID(as_uuid=True), nullable=False, unique=True),
+    Column("amount_usd", Numeric, nullable=False),
+    Column("created_at", TZ, nullable=False),
+    Column("released_at", TZ),
+    Index("ix_budget_open", "tenant_id", postgresql_where=text("released_at IS NULL")),
+)
+
+TENANT_TABLES = tuple(metadata.tables)
+APPEND_ONLY_TABLES = ("recovery_journal", "audit_log", "approval_decisions", "cancellation_intents")

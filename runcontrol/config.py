@@ -46,6 +46,22 @@ class CapacityOptions(BaseModel):
     max_open_attempts_per_tenant: int | None = Field(None, ge=1, description="None: no limit")
 
 
+class SchedulerOptions(BaseModel):
+    """How often each job runs (seconds). The spec schedules lease expiry every minute and
+    approval expiry every five; the dispatcher sweep backs up LISTEN/NOTIFY."""
+
+    lease_expiry_interval: float = Field(60, gt=0)
+    approval_expiry_interval: float = Field(300, gt=0)
+    dispatch_sweep_interval: float = Field(5, gt=0)
+    outbox_relay_interval: float = Field(1, gt=0)
+    retention_interval: float = Field(86400, gt=0)
+
+
+class OutboxOptions(BaseModel):
+    retention_days: int = Field(7, ge=1)
+    jsonl_path: str | None = Field(None, description="Also publish events to this JSONL file.")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="RUNCONTROL_", env_nested_delimiter="__", extra="ignore"
@@ -72,6 +88,8 @@ class Settings(BaseSettings):
     grains: GrainOptions = GrainOptions()
     budget: BudgetOptions = BudgetOptions()
     capacity: CapacityOptions = CapacityOptions()
+    scheduler: SchedulerOptions = SchedulerOptions()
+    outbox: OutboxOptions = OutboxOptions()
 
     def options(self) -> Options:
         return Options(

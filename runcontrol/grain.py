@@ -120,6 +120,11 @@ class RunGrain:
 
     # ------------------------------------------------------------------ the command loop
 
+    def _uow(self) -> UnitOfWork:
+        return UnitOfWork(
+            self.env.db, self.tenant_id, options=self.env.options, fault=self.env.fault
+        )
+
     def _execute(
         self,
         decide: Callable[[RunAggregate, CommandContext], T],
@@ -127,15 +132,19 @@ class RunGrain:
         command_id: str | None = None,
     ) -> T:
         for round_ in (1, 2):
-            with UnitOfWork(self.env.db, self.tenant_id, fault=self.env.fault) as uow:
+            with self._uow() as uow:
+                cached = self._agg is not None
                 agg = self._agg if self._agg is not None else uow.load(self.run_id)
                 ctx = self.env.context(actor, command_id)
                 try:
                     result = decide(agg, ctx)
                 except errors.RunControlError:
                     self._agg = None
-                    if agg is not None and uow.run_version(self.run_id) != agg.run.version:
-                        continue  # decided on a stale cache: decide again on fresh rows
+                    # Only a refusal decided on the cache may be stale: decide again on fresh
+                    # rows. A refusal decided on rows loaded in this transaction is the answer
+                    # (re-checking those would loop whenever another activation keeps committing).
+                    if cached and uow.run_version(self.run_id) != agg.run.version:
+                        continue
                     audits = agg.take_audits()
                     if audits:
                         uow.add_audits(audits)
@@ -203,6 +212,7 @@ class RunGrain:
                 environment_id=request.environment_id,
                 limits=request.limits,
                 correlation_id=request.correlation_id,
+                input=request.input,
             ),
             release,
             policy,
@@ -210,7 +220,7 @@ class RunGrain:
             ctx,
         )
         try:
-            with UnitOfWork(self.env.db, self.tenant_id, fault=self.env.fault) as uow:
+            with self._uow() as uow:
                 uow.save(agg)
                 uow.commit()
         except DuplicateSubmission:
@@ -227,7 +237,7 @@ class RunGrain:
         )
 
     def _existing(self, project_id: str, key: str, input_hash: str) -> SubmitResult | None:
-        with UnitOfWork(self.env.db, self.tenant_id) as uow:
+        with self._uow() as uow:
             run_id = uow.run_id_for_key(project_id, key)
             if run_id is None:
                 return None
@@ -269,7 +279,7 @@ class RunGrain:
 
     def _load_cached(self) -> RunAggregate:
         if self._agg is None:
-            with UnitOfWork(self.env.db, self.tenant_id) as uow:
+            with self._uow() as uow:
                 self._agg = uow.load(self.run_id)
         return self._agg
 

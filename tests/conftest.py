@@ -52,3 +52,58 @@ def db(owner_url: str) -> Iterator[Database]:
 @pytest.fixture
 def tenant() -> str:
     return f"t-{uuid.uuid4().hex[:12]}"
+
+
+# ---------------------------------------------------------------------- Ray (one per session)
+
+# Short times so reconcilers act within a test; every other option keeps the spec's default.
+RAY_TEST_SETTINGS = {
+    "leases": {"duration_seconds": 2, "renewal_grace_seconds": 0.5},
+    "retries": {"base_delay_seconds": 0.05, "max_delay_seconds": 0.2},
+    "grains": {"idle_seconds": 30, "host_count": 2},
+    "scheduler": {
+        "lease_expiry_interval": 0.5,
+        "approval_expiry_interval": 0.5,
+        "dispatch_sweep_interval": 0.5,
+        "outbox_relay_interval": 0.5,
+    },
+}
+
+
+class RayRuntime:
+    """The session's Ray runtime with run hosts and the scheduler deployed on it."""
+
+    def __init__(self, owner_url: str, db: Database) -> None:
+        import ray
+
+        from actors.run_host import ensure_hosts, host_config, make_router
+        from actors.scheduler import ensure_scheduler
+        from runcontrol.bootstrap import build
+        from runcontrol.client import RunControlClient
+        from runcontrol.config import Settings
+
+        self.ray = ray
+        self.owner_url = owner_url
+        self.settings = Settings.model_validate(RAY_TEST_SETTINGS)
+        self.container = build(self.settings, db=db, migrate=False)
+        self.hosts = ensure_hosts(self.settings, owner_url)
+        self.scheduler = ensure_scheduler(self.settings, owner_url)
+        self.config = host_config(self.settings, owner_url)
+        self.client = RunControlClient(make_router(self.config))
+
+
+@pytest.fixture(scope="session")
+def ray_runtime(owner_url: str, db: Database) -> Iterator[RayRuntime]:
+    import ray
+
+    os.environ.setdefault("RAY_worker_maximum_startup_concurrency", "4")
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+    )
+    try:
+        yield RayRuntime(owner_url, db)
+    finally:
+        ray.shutdown()  # before the database fixture stops PostgreSQL

@@ -41,13 +41,18 @@ def _normalise(value: Any, path: str) -> Any:
 
 
 def canonical_json(value: Any) -> bytes:
-    return json.dumps(
+    text = json.dumps(
         _normalise(value, ""),
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,
         allow_nan=False,
-    ).encode("utf-8")
+    )
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate (json.loads turns "\ud800" into one) has no UTF-8 form.
+        raise ValidationFailed("value: strings must be valid Unicode (lone surrogate)") from None
 
 
 def canonical_hash(value: Any) -> str:

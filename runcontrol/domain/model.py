@@ -64,6 +64,7 @@ class Run:
     failure_reason: str | None = None
     outcome_hash: str | None = None
     correlation_id: str | None = None
+    input: dict[str, Any] | None = None
     version: int = 1
     event_seq: int = 0
     journal_seq: int = 0

@@ -144,6 +144,7 @@ class Submission:
     environment_id: str | None = None
     limits: Limits = Limits()
     correlation_id: str | None = None
+    input: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,17 +362,26 @@ class RunAggregate:
     def pending_approvals(self) -> list[ApprovalRequest]:
         return [a for a in self.approvals.values() if a.state is ApprovalState.PENDING]
 
-    def next_due(self) -> datetime | None:
-        """When this run next needs a command without anyone asking (a reminder)."""
+    def next_due(self, options: Options) -> datetime | None:
+        """When this run next needs a command nobody will send (its durable reminder)."""
+        state = self.run.state
+        if state.terminal:
+            return None
+        if state is RunState.ACCEPTED:
+            return self.run.created_at  # budget and first dispatch are due at once
         times: list[datetime] = []
-        if self.run.state is RunState.RUNNING or self.run.state is RunState.ACCEPTED:
-            for step in self.steps:
-                if step.state is StepState.PENDING and step.not_before is not None:
-                    times.append(step.not_before)
-                    break
-        times.extend(lease.expires_at for lease in self.leases.values())
+        if state is RunState.RUNNING:
+            step = self._first_open_step()
+            if step is not None and step.state is StepState.PENDING:
+                times.append(step.not_before or self.run.updated_at)
+        if state is not RunState.WAITING_FOR_APPROVAL:
+            grace = timedelta(seconds=options.renewal_grace_seconds)
+            times.extend(lease.expires_at + grace for lease in self.leases.values())
         times.extend(a.expires_at for a in self.pending_approvals())
         return min(times) if times else None
+
+    def _first_open_step(self) -> Step | None:
+        return next((s for s in self.steps if not s.state.terminal), None)
 
     def lease_grant(self, attempt: Attempt, lease: Lease) -> LeaseGrant:
         step = self.step(attempt.step_id)
@@ -427,6 +437,7 @@ class RunAggregate:
                 ctx.now + timedelta(minutes=limits.max_minutes) if limits.max_minutes else None
             ),
             correlation_id=submission.correlation_id,
+            input=submission.input,
         )
         steps = [
             Step(
@@ -485,14 +496,12 @@ class RunAggregate:
         """The next step to dispatch now, if the run may dispatch at all (invariant 4)."""
         if self.run.state not in (RunState.ACCEPTED, RunState.RUNNING):
             return None
-        for step in self.steps:
-            if step.state is StepState.PENDING:
-                if step.not_before is not None and step.not_before > now:
-                    return None
-                return step
-            if not step.state.terminal:
-                return None  # a step is in flight; steps run in order
-        return None
+        step = self._first_open_step()  # steps run in order
+        if step is None or step.state is not StepState.PENDING:
+            return None
+        if step.not_before is not None and step.not_before > now:
+            return None
+        return step
 
     def dispatch(self, ctx: CommandContext, step: Step) -> Attempt:
         if self.run.state not in (RunState.ACCEPTED, RunState.RUNNING):

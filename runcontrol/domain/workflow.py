@@ -40,10 +40,12 @@ class WorkflowDefinition:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> WorkflowDefinition:
         try:
-            workflow_id = str(data["workflowId"])
+            workflow_id = data["workflowId"]
             raw_steps = data["steps"]
         except (KeyError, TypeError) as exc:
             raise ValidationFailed(f"workflow definition lacks {exc}") from None
+        if not isinstance(workflow_id, str):
+            raise ValidationFailed("workflowId must be a string")
         if not workflow_id or not isinstance(raw_steps, list) or not raw_steps:
             raise ValidationFailed("a workflow needs an id and at least one step")
         steps = []
@@ -59,7 +61,8 @@ class WorkflowDefinition:
             if gate not in GATES:
                 raise ValidationFailed(f"steps[{i}]: gate must be one of {GATES}")
             max_attempts = raw.get("maxAttempts")
-            if max_attempts is not None and (not isinstance(max_attempts, int) or max_attempts < 1):
+            valid_int = isinstance(max_attempts, int) and not isinstance(max_attempts, bool)
+            if max_attempts is not None and (not valid_int or max_attempts < 1):
                 raise ValidationFailed(f"steps[{i}]: maxAttempts must be a positive integer")
             try:
                 side_effect = SideEffectClass(raw.get("sideEffectClass", "read"))

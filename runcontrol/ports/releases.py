@@ -9,7 +9,7 @@ from typing import Any, Protocol
 from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 
-from ..domain import Release, WorkflowDefinition, errors
+from ..domain import Release, WorkflowDefinition, canonical_hash, errors
 from ..store.database import Database
 from ..store.tables import release_aliases, releases
 
@@ -53,7 +53,12 @@ class EmbeddedReleaseRegistry:
     ) -> Release:
         """Publish (idempotently: same content, same release) and move the aliases to it."""
         content_hash = definition.content_hash
-        release_id = f"{definition.workflow_id}@{content_hash.removeprefix('sha256:')[:16]}"
+        # Release ids are the table's primary key across all tenants, so the id is derived from
+        # the tenant as well as the content: two tenants publishing the same definition must
+        # each get their own release (with the content hash alone the second tenant's insert
+        # hit the first tenant's row, invisible to it under row-level security).
+        scoped = canonical_hash({"tenantId": tenant_id, "contentHash": content_hash})
+        release_id = f"{definition.workflow_id}@{scoped.removeprefix('sha256:')[:16]}"
         with self._db.tenant(tenant_id) as conn:
             conn.execute(
                 insert(releases)

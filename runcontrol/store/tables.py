@@ -51,6 +51,7 @@ runs = Table(
     Column("failure_reason", Text),
     Column("outcome_hash", Text),
     Column("correlation_id", Text),
+    Column("input", JSONB),
     Column("version", BigInteger, nullable=False),
     Column("event_seq", BigInteger, nullable=False),
     Column("journal_seq", BigInteger, nullable=False),

@@ -11,7 +11,7 @@ from uuid import UUID
 from sqlalchemy import Connection, Table, select, update
 from sqlalchemy.dialects.postgresql import insert
 
-from ..domain import AuditRecord, RunAggregate, errors
+from ..domain import AuditRecord, Options, RunAggregate, errors
 from . import rows
 from .database import Database
 from .tables import (
@@ -28,6 +28,8 @@ from .tables import (
 )
 
 Fault = Callable[[str], None]
+DISPATCH_CHANNEL = "runcontrol_dispatch"
+EVENTS_CHANNEL = "runcontrol_events"
 
 
 def _upsert(table: Table) -> Any:
@@ -52,8 +54,16 @@ class DuplicateSubmission(Exception):
 
 
 class UnitOfWork:
-    def __init__(self, db: Database, tenant_id: str, *, fault: Fault | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        tenant_id: str,
+        *,
+        options: Options | None = None,
+        fault: Fault | None = None,
+    ) -> None:
         self._db = db
+        self.options = options or Options()
         self.tenant_id = tenant_id
         self._fault = fault
         self._committed = False
@@ -137,7 +147,7 @@ class UnitOfWork:
             return
         conn = self.conn
         run_row = rows.run_to_row(changes.run)
-        run_row["next_due_at"] = agg.next_due()
+        run_row["next_due_at"] = agg.next_due(self.options)
         if changes.expected_version is None:
             if conn.execute(_INSERT_RUN, run_row).first() is None:
                 raise DuplicateSubmission(changes.run.idempotency_key)
@@ -214,6 +224,14 @@ class UnitOfWork:
             ],
         )
         self.add_audits(changes.audits)
+        # Wake long-polling claimers and event watchers; NOTIFY is delivered only on commit.
+        agents = {e.payload["agentId"] for e in changes.events if e.event_type == "AttemptDispatched"}
+        for agent_id in agents:
+            conn.exec_driver_sql("SELECT pg_notify(%s, %s)", (DISPATCH_CHANNEL, agent_id))
+        if changes.events:
+            conn.exec_driver_sql(
+                "SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, str(changes.run.run_id))
+            )
 
     def add_audits(self, audits: Iterable[AuditRecord]) -> None:
         self._insert(

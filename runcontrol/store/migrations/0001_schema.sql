@@ -124,6 +124,7 @@ CREATE TABLE runs (
 	failure_reason TEXT,
 	outcome_hash TEXT,
 	correlation_id TEXT,
+	input JSONB,
 	version BIGINT NOT NULL,
 	event_seq BIGINT NOT NULL,
 	journal_seq BIGINT NOT NULL,

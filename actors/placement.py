@@ -1,0 +1,121 @@
+"""runId -> host routing, host creation and every Ray call the clients make.
+
+All ``ray.*`` calls of the control plane live in ``actors/``; this module is the one place
+that resolves named actors, creates them with their remote options, and turns Ray's failures
+into our typed errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import logging
+from typing import Any
+from uuid import UUID
+
+import ray
+from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
+
+from runcontrol.domain import errors
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "runcontrol"
+SCHEDULER_NAME = "runcontrol-scheduler"
+RETRIES = 8
+
+
+def host_name(index: int) -> str:
+    return f"runcontrol-host-{index}"
+
+
+def dedicated_name(run_id: UUID) -> str:
+    return f"run-{run_id}"
+
+
+def host_index(run_id: UUID, host_count: int) -> int:
+    """Stable over processes and restarts (unlike ``hash()``): sha256 of the id's bytes."""
+    digest = hashlib.sha256(run_id.bytes).digest()
+    return int.from_bytes(digest[:8], "big") % host_count
+
+
+def get_or_create(name: str, cls: Any, config: dict[str, Any], **options: Any) -> Any:
+    """Look the named actor up; create it if absent. Not ``get_if_exists`` (ray#44083)."""
+    try:
+        return ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError:
+        pass
+    groups = options.pop("concurrency_groups", None)
+    remote_cls = ray.remote(concurrency_groups=groups)(cls) if groups else ray.remote(cls)
+    try:
+        return remote_cls.options(name=name, namespace=NAMESPACE, **options).remote(config)
+    except ValueError as exc:
+        if "already" not in str(exc):
+            raise
+        # Another process created it between our lookup and our create.
+        return ray.get_actor(name, namespace=NAMESPACE)
+
+
+def _unwrap(exc: RayTaskError) -> BaseException:
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, errors.RunControlError) else exc
+
+
+class HostRouter:
+    """Routes a run's commands to the actor that hosts it, retrying across actor restarts.
+
+    Commands are idempotent or fenced (DESIGN 9.5), so repeating one after
+    ``ActorUnavailableError`` ("unknown whether it ran") is safe.
+    """
+
+    def __init__(
+        self,
+        host_count: int,
+        *,
+        placement: str = "hosted",
+        dedicated_factory: Any = None,
+    ) -> None:
+        self.host_count = host_count
+        self.placement = placement
+        self._dedicated_factory = dedicated_factory
+        self._handles: dict[str, Any] = {}
+        self._round_robin = itertools.cycle(range(host_count))
+
+    def name_for(self, run_id: UUID) -> str:
+        if self.placement == "dedicated":
+            return dedicated_name(run_id)
+        return host_name(host_index(run_id, self.host_count))
+
+    def _handle(self, name: str) -> Any:
+        handle = self._handles.get(name)
+        if handle is None:
+            if name.startswith("run-") and self._dedicated_factory is not None:
+                handle = self._dedicated_factory(name)
+            else:
+                handle = ray.get_actor(name, namespace=NAMESPACE)
+            self._handles[name] = handle
+        return handle
+
+    async def call_named(self, name: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        delay = 0.05
+        last: BaseException | None = None
+        for _ in range(RETRIES):
+            try:
+                handle = self._handle(name)
+                return await getattr(handle, method).remote(*args, **kwargs)
+            except RayTaskError as exc:
+                raise _unwrap(exc) from None
+            except (ActorUnavailableError, ActorDiedError, RayActorError, ValueError) as exc:
+                # Restarting, dead or not yet registered: look the name up again and retry.
+                last = exc
+                self._handles.pop(name, None)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        raise errors.Unavailable(f"{name} did not answer: {last}") from last
+
+    async def call(self, run_id: UUID, method: str, *args: Any, **kwargs: Any) -> Any:
+        return await self.call_named(self.name_for(run_id), method, *args, **kwargs)
+
+    async def call_any(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return await self.call_named(host_name(next(self._round_robin)), method, *args, **kwargs)

@@ -1,0 +1,223 @@
+"""RunHost: a named async Ray actor hosting many RunGrain activations (virtual actors).
+
+Thin by design: it owns mailboxes (one asyncio.Lock per run, so one run's commands run strictly
+in order while other runs interleave), activation and idle deactivation, and long-poll waiting.
+Every rule lives in ``runcontrol``; the grain code runs on a thread pool because the store is
+synchronous.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+import ray
+
+from runcontrol.bootstrap import build, build_database
+from runcontrol.config import Settings
+from runcontrol.domain import LeaseGrant, errors
+from runcontrol.grain import RunGrain
+from runcontrol.store import queries as q
+from runcontrol.store.notify import Listener
+from runcontrol.store.uow import DISPATCH_CHANNEL, EVENTS_CHANNEL
+
+from .placement import HostRouter, get_or_create
+
+log = logging.getLogger(__name__)
+
+HOST_OPTIONS: dict[str, Any] = {
+    "num_cpus": 0,
+    "max_restarts": -1,
+    "max_task_retries": 0,  # the router retries, with idempotent or fenced commands
+    "max_concurrency": 1000,
+    "concurrency_groups": {"control": 8},
+}
+
+
+def host_config(settings: Settings, owner_url: str) -> dict[str, Any]:
+    return {"owner_url": owner_url, "settings": settings.model_dump(mode="json")}
+
+
+def make_router(config: dict[str, Any]) -> HostRouter:
+    settings = Settings.model_validate(config["settings"])
+    return HostRouter(
+        settings.grains.host_count,
+        placement=settings.grains.placement,
+        dedicated_factory=lambda name: get_or_create(
+            name, RunHost, config, lifetime="detached", **HOST_OPTIONS
+        ),
+    )
+
+
+@dataclass
+class Activation:
+    grain: RunGrain
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    last_used: float = field(default_factory=time.monotonic)
+
+
+class RunHost:
+    def __init__(self, config: dict[str, Any]) -> None:
+        self._config = config
+        self.settings = Settings.model_validate(config["settings"])
+        db = build_database(self.settings, owner_url=config["owner_url"], migrate=False)
+        self._env = build(self.settings, db=db, migrate=False).env
+        self._activations: dict[UUID, Activation] = {}
+        self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="grain")
+        self._router = make_router(config)
+        self._listener = Listener(db.system_url, (DISPATCH_CHANNEL, EVENTS_CHANNEL))
+        self._started = time.monotonic()
+        self._commands = 0
+        self._reaper = asyncio.get_running_loop().create_task(self._reap())
+
+    # ------------------------------------------------------------------ activations
+
+    def _activation(self, tenant_id: str, run_id: UUID) -> Activation:
+        act = self._activations.get(run_id)
+        if act is None or act.grain.tenant_id != tenant_id:
+            act = Activation(RunGrain(self._env, tenant_id, run_id))
+            self._activations[run_id] = act
+        return act
+
+    async def _reap(self) -> None:
+        idle = self.settings.grains.idle_seconds
+        while True:
+            await asyncio.sleep(max(idle / 4, 0.05))
+            cutoff = time.monotonic() - idle
+            for run_id, act in list(self._activations.items()):
+                if act.last_used < cutoff and not act.lock.locked():
+                    del self._activations[run_id]
+
+    async def _in_thread(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, lambda: fn(*args, **kwargs))
+
+    async def command(
+        self, tenant_id: str, run_id: UUID, name: str, *args: Any, **kwargs: Any
+    ) -> Any:
+        """Run one grain command in the run's mailbox (strictly in order per run)."""
+        act = self._activation(tenant_id, run_id)
+        async with act.lock:
+            act.last_used = time.monotonic()
+            self._commands += 1
+            try:
+                return await self._in_thread(getattr(act.grain, name), *args, **kwargs)
+            finally:
+                if not act.grain.active and self._activations.get(run_id) is act:
+                    del self._activations[run_id]  # terminal: nothing left to serialise
+
+    # ------------------------------------------------------------------ claims
+
+    async def claim(
+        self, agent_ids: list[str], holder: str, timeout_s: float = 30.0
+    ) -> dict[str, Any] | None:
+        """Pull the oldest dispatched attempt for these agents and lease it (long-poll)."""
+        deadline = time.monotonic() + max(timeout_s, 0.0)
+        payloads = tuple(agent_ids)
+        while True:
+            since = self._listener.generation(DISPATCH_CHANNEL, payloads)
+            candidates = await self._in_thread(self._claimable, agent_ids)
+            for tenant_id, run_id, attempt_id in candidates:
+                try:
+                    grant: LeaseGrant = await self._router.call(
+                        run_id, "command", tenant_id, run_id, "acquire_lease", attempt_id, holder
+                    )
+                except (errors.LeaseHeld, errors.LeaseRejected):
+                    continue  # another worker won it, or the run moved on
+                run = await self._in_thread(self._run_view, tenant_id, run_id)
+                return {"grant": grant, "tenant_id": tenant_id, "input": (run or {}).get("input")}
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            await self._listener.wait(DISPATCH_CHANNEL, payloads, since, min(remaining, 2.0))
+
+    def _claimable(self, agent_ids: list[str]) -> list[tuple[str, UUID, UUID]]:
+        with self._env.db.system_tx() as conn:
+            return q.claimable(conn, agent_ids, limit=8)
+
+    # ------------------------------------------------------------------ reads
+
+    def _run_view(self, tenant_id: str, run_id: UUID) -> dict[str, Any] | None:
+        with self._env.db.tenant(tenant_id) as conn:
+            return q.get_run(conn, run_id)
+
+    async def get_run(self, tenant_id: str, run_id: UUID) -> dict[str, Any] | None:
+        return await self._in_thread(self._run_view, tenant_id, run_id)
+
+    async def locate_approval(self, tenant_id: str, approval_id: UUID) -> UUID | None:
+        def find() -> UUID | None:
+            with self._env.db.tenant(tenant_id) as conn:
+                return q.approval_run(conn, approval_id)
+
+        return await self._in_thread(find)
+
+    async def events(
+        self, tenant_id: str, run_id: UUID, after_seq: int, wait_s: float = 0.0
+    ) -> list[dict[str, Any]]:
+        """Committed events after ``after_seq``; waits up to ``wait_s`` for new ones."""
+        deadline = time.monotonic() + max(wait_s, 0.0)
+        key = (str(run_id),)
+        while True:
+            since = self._listener.generation(EVENTS_CHANNEL, key)
+
+            def read() -> list[dict[str, Any]]:
+                with self._env.db.tenant(tenant_id) as conn:
+                    return q.events_after(conn, run_id, after_seq)
+
+            found = await self._in_thread(read)
+            remaining = deadline - time.monotonic()
+            if found or remaining <= 0:
+                return found
+            await self._listener.wait(EVENTS_CHANNEL, key, since, min(remaining, 2.0))
+
+    # ------------------------------------------------------------------ health
+
+    @ray.method(concurrency_group="control")
+    async def ping(self) -> str:
+        return "ok"
+
+    @ray.method(concurrency_group="control")
+    async def stats(self) -> dict[str, Any]:
+        rss_kb = 0
+        try:
+            with open(f"/proc/{os.getpid()}/status", encoding="ascii") as fh:
+                for line in fh:
+                    if line.startswith("VmRSS:"):
+                        rss_kb = int(line.split()[1])
+        except OSError:
+            pass
+        return {
+            "pid": os.getpid(),
+            "activations": len(self._activations),
+            "commands": self._commands,
+            "rss_bytes": rss_kb * 1024,
+            "uptime_s": time.monotonic() - self._started,
+        }
+
+    @ray.method(concurrency_group="control")
+    async def deactivate_all(self) -> int:
+        n = len(self._activations)
+        self._activations.clear()
+        return n
+
+
+def ensure_hosts(settings: Settings, owner_url: str, *, detached: bool = False) -> list[Any]:
+    """Create (or find) the configured host actors and wait until each answers."""
+    config = host_config(settings, owner_url)
+    options = dict(HOST_OPTIONS)
+    if detached:
+        options["lifetime"] = "detached"
+    from .placement import host_name
+
+    handles = [
+        get_or_create(host_name(k), RunHost, config, **options)
+        for k in range(settings.grains.host_count)
+    ]
+    ray.get([h.ping.remote() for h in handles])
+    return handles

@@ -1,0 +1,184 @@
+"""The singleton scheduler actor: APScheduler jobs that call the reconcilers and wake grains.
+
+Nothing here is durable on purpose: reminders are rows in Postgres, so a restarted scheduler
+(``max_restarts``) re-creates its jobs in ``__init__`` and the next sweep finds everything due.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import ray
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+from runcontrol import reconcilers
+from runcontrol.bootstrap import build, build_database
+from runcontrol.config import Settings
+from runcontrol.store.notify import Listener
+from runcontrol.store.queries import RunKey
+from runcontrol.store.uow import EVENTS_CHANNEL
+
+from .placement import SCHEDULER_NAME, get_or_create
+from .run_host import make_router
+
+log = logging.getLogger(__name__)
+
+SCHEDULER_OPTIONS: dict[str, Any] = {
+    "num_cpus": 0,
+    "max_restarts": -1,
+    "max_task_retries": 0,
+    "max_concurrency": 64,
+}
+
+
+class Scheduler:
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.settings = Settings.model_validate(config["settings"])
+        db = build_database(self.settings, owner_url=config["owner_url"], migrate=False)
+        self._container = build(self.settings, db=db, migrate=False)
+        self._db = db
+        self._clock = self._container.env.clock
+        self._options = self._container.env.options
+        self._router = make_router(config)
+        sinks: list[reconcilers.Sink] = [reconcilers.LogSink()]
+        if self.settings.outbox.jsonl_path:
+            sinks.append(reconcilers.JsonLinesSink(self.settings.outbox.jsonl_path))
+        self._sinks = sinks
+        self.counters: dict[str, int] = {}
+        self.last_outbox_lag = 0.0
+        self._listener = Listener(db.system_url, (EVENTS_CHANNEL,))
+        s = self.settings.scheduler
+        self._aps = AsyncIOScheduler(event_loop=asyncio.get_running_loop())
+        jobs: list[tuple[Callable[[], Any], float, str]] = [
+            (self.lease_expiry, s.lease_expiry_interval, "LeaseExpiryReconciler"),
+            (self.approval_expiry, s.approval_expiry_interval, "ApprovalExpiryReconciler"),
+            (self.dispatch_sweep, s.dispatch_sweep_interval, "RunDispatcher"),
+            (self.outbox_relay, s.outbox_relay_interval, "OutboxRelay"),
+            (self.retention, s.retention_interval, "RetentionCleanup"),
+        ]
+        for fn, seconds, name in jobs:
+            self._aps.add_job(
+                fn, "interval", seconds=seconds, id=name, name=name,
+                max_instances=1, coalesce=True,
+            )
+        self._aps.start()
+        # Run everything once now: whatever came due while no scheduler ran is handled at once.
+        for fn, _, _ in jobs:
+            asyncio.get_running_loop().create_task(fn())
+        self._events_task = asyncio.get_running_loop().create_task(self._on_events())
+
+    async def _locked(self, job: str, fn: Callable[[], Any]) -> Any:
+        def run() -> Any:
+            with reconcilers.job_lock(self._db, job) as got:
+                return fn() if got else None
+
+        try:
+            return await asyncio.to_thread(run)
+        except Exception:
+            log.exception("%s failed; it runs again at its next interval", job)
+            return None
+
+    async def _wake(self, job: str, keys: Sequence[RunKey] | None) -> int:
+        if not keys:
+            return 0
+
+        async def one(key: RunKey) -> None:
+            tenant_id, run_id = key
+            try:
+                await self._router.call(run_id, "command", tenant_id, run_id, "wake")
+            except Exception:
+                log.warning("%s could not wake run %s", job, run_id, exc_info=True)
+
+        await asyncio.gather(*(one(k) for k in keys))
+        self.counters[job] = self.counters.get(job, 0) + len(keys)
+        return len(keys)
+
+    async def lease_expiry(self) -> int:
+        keys = await self._locked(
+            "LeaseExpiryReconciler",
+            lambda: reconcilers.lease_expiries(self._db, self._clock.now(), self._options),
+        )
+        return await self._wake("LeaseExpiryReconciler", keys)
+
+    async def approval_expiry(self) -> int:
+        keys = await self._locked(
+            "ApprovalExpiryReconciler",
+            lambda: reconcilers.approval_expiries(self._db, self._clock.now()),
+        )
+        return await self._wake("ApprovalExpiryReconciler", keys)
+
+    async def dispatch_sweep(self) -> int:
+        keys = await self._locked(
+            "RunDispatcher", lambda: reconcilers.due_dispatches(self._db, self._clock.now())
+        )
+        return await self._wake("RunDispatcher", keys)
+
+    async def _on_events(self) -> None:
+        """Event-driven dispatch: committed events may free capacity or make a step due."""
+        since = self._listener.generation(EVENTS_CHANNEL, ())
+        while True:
+            await self._listener.wait(EVENTS_CHANNEL, (), since, 30.0)
+            since = self._listener.generation(EVENTS_CHANNEL, ())
+            await self.dispatch_sweep()
+            await asyncio.sleep(0.2)  # debounce bursts of commits into one sweep
+
+    async def outbox_relay(self) -> int:
+        report = await self._locked(
+            "OutboxRelay",
+            lambda: reconcilers.relay_outbox(self._db, self._sinks, self._clock.now()),
+        )
+        if report is None or report.published == 0:
+            return 0
+        self.last_outbox_lag = report.max_lag_seconds
+        self.counters["OutboxRelay"] = self.counters.get("OutboxRelay", 0) + report.published
+        return int(report.published)
+
+    async def retention(self) -> int:
+        removed = await self._locked(
+            "RetentionCleanup",
+            lambda: reconcilers.retention(
+                self._db,
+                self._clock.now(),
+                self.settings.journal.retention_days,
+                self.settings.outbox.retention_days,
+            ),
+        )
+        return int(removed or 0)
+
+    @ray.method(concurrency_group="control")
+    async def status(self) -> dict[str, Any]:
+        return {
+            "counters": dict(self.counters),
+            "outbox_lag_s": self.last_outbox_lag,
+            "jobs": [job.id for job in self._aps.get_jobs()],
+            "time": time.time(),
+        }
+
+    async def run_now(self, job: str) -> int:
+        """Run one job immediately (operators and tests)."""
+        fn = {
+            "LeaseExpiryReconciler": self.lease_expiry,
+            "ApprovalExpiryReconciler": self.approval_expiry,
+            "RunDispatcher": self.dispatch_sweep,
+            "OutboxRelay": self.outbox_relay,
+            "RetentionCleanup": self.retention,
+        }[job]
+        result: int = await fn()
+        return result
+
+
+def ensure_scheduler(
+    settings: Settings, owner_url: str, *, detached: bool = False, name: str = SCHEDULER_NAME
+) -> Any:
+    from .run_host import host_config
+
+    options = dict(SCHEDULER_OPTIONS, concurrency_groups={"control": 4})
+    if detached:
+        options["lifetime"] = "detached"
+    handle = get_or_create(name, Scheduler, host_config(settings, owner_url), **options)
+    ray.get(handle.status.remote())
+    return handle

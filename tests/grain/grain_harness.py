@@ -1,0 +1,172 @@
+"""The grain-layer test harness: publishes a workflow release, submits runs through RunGrain
+and reads back what was committed.
+
+Every read goes through the app role inside the test's tenant (row-level security applies),
+so what a test sees is exactly what that tenant could see.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import select
+
+from runcontrol.bootstrap import Container, build
+from runcontrol.clock import ManualClock
+from runcontrol.config import Settings
+from runcontrol.domain import (
+    Attempt,
+    AttemptOutcome,
+    LeaseGrant,
+    Limits,
+    Principal,
+    Release,
+    Role,
+    RunAggregate,
+    SideEffectClass,
+    StepSpec,
+    WorkflowDefinition,
+    canonical_hash,
+)
+from runcontrol.grain import RunGrain, SubmitRequest, SubmitResult
+from runcontrol.store import Database, UnitOfWork
+from runcontrol.store.tables import audit_log, outbox, recovery_journal
+
+PROJECT = "proj-1"
+REQUESTER = "alice"
+WORKER = "worker-1"
+
+
+def proposal(n: int = 1) -> str:
+    return canonical_hash({"proposal": n})
+
+
+def outcome_hash(n: int = 1) -> str:
+    return canonical_hash({"outcome": n})
+
+
+class Harness:
+    """One tenant's view of the grain layer, driven synchronously and with a manual clock."""
+
+    def __init__(self, container: Container, tenant: str, clock: ManualClock) -> None:
+        self.c = container
+        self.env = container.env
+        self.db: Database = container.db
+        self.tenant = tenant
+        self.clock = clock
+
+    # ------------------------------------------------------------------ principals
+
+    def principal(self, subject: str = REQUESTER, *roles: Role) -> Principal:
+        return Principal(
+            subject=subject,
+            tenant_id=self.tenant,
+            project_id=PROJECT,
+            roles=frozenset(roles or (Role.REQUESTER,)),
+        )
+
+    def reviewer(self, subject: str = "rita") -> Principal:
+        return self.principal(subject, Role.REVIEWER)
+
+    # ------------------------------------------------------------------ releases and runs
+
+    def publish(
+        self,
+        *steps: StepSpec,
+        workflow_id: str = "wf",
+        aliases: Iterable[str] = ("latest",),
+    ) -> Release:
+        definition = WorkflowDefinition(
+            workflow_id, steps or (StepSpec(name="only", agent_id="agent-a"),)
+        )
+        return self.c.releases.publish(
+            self.tenant, definition, "publisher", self.clock.now(), aliases
+        )
+
+    def request(
+        self,
+        key: str | None = None,
+        input: dict[str, Any] | None = None,
+        *,
+        workflow_id: str = "wf",
+        limits: Limits = Limits(),
+        release_alias: str | None = "latest",
+    ) -> SubmitRequest:
+        return SubmitRequest(
+            project_id=PROJECT,
+            idempotency_key=key or f"key-{uuid.uuid4().hex[:8]}",
+            workflow_id=workflow_id,
+            model_profile_id="code-agent",
+            input=input if input is not None else {"repo": "x"},
+            release_alias=release_alias,
+            limits=limits,
+        )
+
+    def grain(self, run_id: UUID) -> RunGrain:
+        return RunGrain(self.env, self.tenant, run_id)
+
+    def submit(
+        self, request: SubmitRequest | None = None, requester: str = REQUESTER
+    ) -> tuple[RunGrain, SubmitResult]:
+        grain = self.grain(uuid.uuid4())
+        result = grain.submit(self.principal(requester), request or self.request())
+        if result.run_id != grain.run_id:
+            grain = self.grain(result.run_id)
+        return grain, result
+
+    def start_run(self, *steps: StepSpec) -> tuple[RunGrain, LeaseGrant]:
+        """Publish ``steps``, submit a run and lease its first attempt to WORKER."""
+        self.publish(*steps)
+        grain, _ = self.submit()
+        return grain, self.lease(grain)
+
+    def lease(self, grain: RunGrain, holder: str = WORKER) -> LeaseGrant:
+        return grain.acquire_lease(self.open_attempt(grain.run_id).attempt_id, holder)
+
+    def succeed(self, grain: RunGrain, grant: LeaseGrant, n: int = 1) -> Attempt:
+        return grain.report_outcome(
+            grant.attempt_id,
+            grant.holder,
+            grant.fencing_token,
+            AttemptOutcome.SUCCEEDED,
+            outcome_hash=outcome_hash(n),
+        )
+
+    # ------------------------------------------------------------------ reads
+
+    def load(self, run_id: UUID) -> RunAggregate:
+        with UnitOfWork(self.db, self.tenant) as uow:
+            return uow.load(run_id)
+
+    def open_attempts(self, run_id: UUID) -> list[Attempt]:
+        return self.load(run_id).open_attempts()
+
+    def open_attempt(self, run_id: UUID) -> Attempt:
+        (attempt,) = self.open_attempts(run_id)
+        return attempt
+
+    def rows(self, table: Any, run_id: UUID, order: Any = None) -> list[Any]:
+        stmt = select(table).where(table.c.run_id == run_id)
+        if order is not None:
+            stmt = stmt.order_by(order)
+        with self.db.tenant(self.tenant) as conn:
+            return list(conn.execute(stmt))
+
+    def outbox(self, run_id: UUID) -> list[Any]:
+        return self.rows(outbox, run_id, outbox.c.seq)
+
+    def event_types(self, run_id: UUID) -> list[str]:
+        return [r.event_type for r in self.outbox(run_id)]
+
+    def journal(self, run_id: UUID) -> list[Any]:
+        return self.rows(recovery_journal, run_id, recovery_journal.c.sequence)
+
+    def audits(self, run_id: UUID, kind: str | None = None) -> list[Any]:
+        found = self.rows(audit_log, run_id, audit_log.c.id)
+        return [a for a in found if kind is None or a.kind == kind]
+
+
+SHARED = SideEffectClass.SHARED_WRITE

@@ -1,0 +1,171 @@
+"""Invariant 3: a transition, its outbox record(s) and its recovery-journal entries commit
+together or not at all.
+
+A fault is injected at each checkpoint of ``UnitOfWork.save`` ("after-run": the run row is
+updated; "before-outbox": child rows are written; "before-journal": outbox rows are written).
+Whatever the point, nothing of the command is visible afterwards; without the fault, all of it is.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+from uuid import UUID
+
+import pytest
+
+from runcontrol.domain import (
+    AttemptOutcome,
+    CommandContext,
+    Principal,
+    Role,
+    StepSpec,
+    WorkflowDefinition,
+    canonical_hash,
+)
+from runcontrol.grain import RunGrain, SubmitRequest
+from runcontrol.store import Database, UnitOfWork
+
+CHECKPOINTS = ("after-run", "before-outbox", "before-journal")
+
+
+class InjectedFault(Exception):
+    pass
+
+
+def fault_at(checkpoint: str, seen: list[str]) -> Any:
+    def fault(name: str) -> None:
+        seen.append(name)
+        if name == checkpoint:
+            raise InjectedFault(name)
+
+    return fault
+
+
+def snapshot(db: Database, tenant: str, run_id: UUID) -> dict[str, Any]:
+    """Everything a command on this run could have written, as the tenant sees it."""
+    with db.tenant(tenant) as conn:
+
+        def q(sql: str) -> list[tuple[Any, ...]]:
+            return [tuple(r) for r in conn.exec_driver_sql(sql, (run_id,))]
+
+        return {
+            "run": q("SELECT state, version, event_seq, journal_seq FROM runs WHERE run_id = %s"),
+            "steps": q("SELECT step_id, state FROM steps WHERE run_id = %s ORDER BY ordinal"),
+            "attempts": q("SELECT attempt_id, state FROM attempts WHERE run_id = %s ORDER BY 1"),
+            "leases": q("SELECT lease_id, released_at FROM leases WHERE run_id = %s ORDER BY 1"),
+            "intents": q("SELECT intent_id FROM cancellation_intents WHERE run_id = %s"),
+            "outbox": q("SELECT seq, event_type FROM outbox WHERE run_id = %s ORDER BY seq"),
+            "journal": q(
+                "SELECT sequence, entity, to_state FROM recovery_journal"
+                " WHERE run_id = %s ORDER BY sequence"
+            ),
+        }
+
+
+@pytest.mark.parametrize("checkpoint", CHECKPOINTS)
+def test_fault_in_grain_command_leaves_no_trace_and_clean_retry_commits_all(
+    container, tenant, make_leased_run, checkpoint
+):
+    run = make_leased_run(tenant)
+    before = snapshot(container.db, tenant, run.run_id)
+    assert before["run"][0][0] == "Running"
+
+    def report() -> None:
+        run.grain.report_outcome(
+            run.grant.attempt_id,
+            run.grant.holder,
+            run.grant.fencing_token,
+            AttemptOutcome.SUCCEEDED,
+            outcome_hash=canonical_hash({"result": 1}),
+        )
+
+    seen: list[str] = []
+    container.env.fault = fault_at(checkpoint, seen)
+    with pytest.raises(InjectedFault):
+        report()
+    assert seen[-1] == checkpoint
+    assert snapshot(container.db, tenant, run.run_id) == before
+
+    container.env.fault = None
+    report()
+    after = snapshot(container.db, tenant, run.run_id)
+    state, version, event_seq, journal_seq = after["run"][0]
+    assert state == "Completed"
+    assert version == before["run"][0][1] + 1
+    new_events = after["outbox"][len(before["outbox"]) :]
+    new_journal = after["journal"][len(before["journal"]) :]
+    assert after["outbox"][: len(before["outbox"])] == before["outbox"]
+    assert [t for _, t in new_events] == [
+        "AttemptOutcomeRecorded",
+        "RunStateChanged",
+        "RunCompleted",
+    ]
+    assert [(e, s) for _, e, s in new_journal] == [
+        ("Attempt", "Succeeded"),
+        ("Step", "Succeeded"),
+        ("Run", "Completed"),
+    ]
+    # The counters on the run row moved with the rows they count, in the same transaction.
+    assert event_seq == after["outbox"][-1][0] == len(after["outbox"])
+    assert journal_seq == after["journal"][-1][0] == len(after["journal"])
+    assert all(released is not None for _, released in after["leases"])
+
+
+@pytest.mark.parametrize("checkpoint", CHECKPOINTS)
+def test_fault_during_submission_leaves_no_run(container, tenant, checkpoint):
+    env = container.env
+    container.releases.publish(
+        tenant, WorkflowDefinition("wf", (StepSpec("s", "agent-a"),)), "p", env.clock.now()
+    )
+    grain = RunGrain(env, tenant, uuid.uuid4())
+    env.fault = fault_at(checkpoint, [])
+    principal = Principal("alice", tenant, "proj-1", frozenset({Role.REQUESTER}))
+    request = SubmitRequest("proj-1", "k1", "wf", "code-agent", {"n": 1}, release_alias="latest")
+    with pytest.raises(InjectedFault):
+        grain.submit(principal, request)
+    with container.db.tenant(tenant) as conn:
+        for table in ("runs", "steps", "outbox", "recovery_journal"):
+            count = conn.exec_driver_sql(f"SELECT count(*) FROM {table}").scalar_one()
+            assert count == 0, table
+    env.fault = None
+    result = grain.submit(principal, request)
+    assert result.created
+    snap = snapshot(container.db, tenant, result.run_id)
+    assert snap["outbox"][0] == (1, "RunAccepted")
+    assert snap["journal"][0] == (1, "Run", "Accepted")
+
+
+@pytest.mark.parametrize("checkpoint", ("before-outbox", "before-journal"))
+def test_unit_of_work_fault_rolls_back_row_changes_outbox_and_journal(
+    container, tenant, make_leased_run, checkpoint
+):
+    """The same through UnitOfWork directly: a cancellation (intent row, run row, outbox,
+    journal) either commits whole or not at all."""
+    db = container.db
+    run = make_leased_run(tenant)
+    before = snapshot(db, tenant, run.run_id)
+    ctx = CommandContext(now=container.env.clock.now(), actor="ops")
+
+    with pytest.raises(InjectedFault), UnitOfWork(
+        db, tenant, fault=fault_at(checkpoint, [])
+    ) as uow:
+        agg = uow.load(run.run_id)
+        assert agg.cancel(ctx, "ops", "stop")
+        uow.save(agg)
+        uow.commit()
+    assert snapshot(db, tenant, run.run_id) == before
+
+    with UnitOfWork(db, tenant) as uow:
+        agg = uow.load(run.run_id)
+        agg.cancel(ctx, "ops", "stop")
+        uow.save(agg)
+        uow.commit()
+    after = snapshot(db, tenant, run.run_id)
+    assert after["run"][0][:2] == ("Cancelling", before["run"][0][1] + 1)
+    assert len(after["intents"]) == 1
+    assert [t for _, t in after["outbox"][len(before["outbox"]) :]] == [
+        "CancellationRequested",
+        "RunStateChanged",
+    ]
+    assert after["journal"][-1][1:] == ("Run", "Cancelling")

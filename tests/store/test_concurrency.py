@@ -1,0 +1,225 @@
+"""Optimistic concurrency: two activations of one run (two RunGrain objects, as after a host
+restart or a dedicated + shared placement mix) racing conflicting commands.
+
+Both grains are warmed first so each holds a cached copy of the same version: then both decide
+on that version, and the ``UPDATE ... WHERE version = :v`` guard makes exactly one commit win.
+The loser re-decides on fresh rows (or answers ConcurrencyConflict); either way the committed
+state is the one a serial order would give.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from runcontrol.domain import AttemptOutcome, CommandContext, canonical_hash, errors
+from runcontrol.grain import RunGrain
+from runcontrol.store import UnitOfWork
+
+
+def race(*calls: Callable[[], Any]) -> list[tuple[str, Any]]:
+    """Run ``calls`` in threads released together by a barrier; return ("ok"|"err", value)."""
+    barrier = threading.Barrier(len(calls))
+    results: list[tuple[str, Any]] = [("missing", None)] * len(calls)
+
+    def body(i: int, call: Callable[[], Any]) -> None:
+        barrier.wait(timeout=10)
+        try:
+            results[i] = ("ok", call())
+        except Exception as exc:  # collected and asserted on by the test
+            results[i] = ("err", exc)
+
+    threads = [threading.Thread(target=body, args=(i, c)) for i, c in enumerate(calls)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+        assert not t.is_alive(), "a racing command hung"
+    return results
+
+
+def run_row(db, tenant, run_id) -> Any:
+    with db.tenant(tenant) as conn:
+        return conn.exec_driver_sql(
+            "SELECT state, version, fencing_seq, event_seq, journal_seq FROM runs"
+            " WHERE run_id = %s",
+            (run_id,),
+        ).one()
+
+
+def assert_gap_free(db, tenant, run_id) -> None:
+    with db.tenant(tenant) as conn:
+        seqs = conn.exec_driver_sql(
+            "SELECT seq FROM outbox WHERE run_id = %s ORDER BY seq", (run_id,)
+        ).scalars()
+        journal = conn.exec_driver_sql(
+            "SELECT sequence FROM recovery_journal WHERE run_id = %s ORDER BY sequence",
+            (run_id,),
+        ).scalars()
+        seqs, journal = list(seqs), list(journal)
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert journal == list(range(1, len(journal) + 1))
+    row = run_row(db, tenant, run_id)
+    assert (row.event_seq, row.journal_seq) == (len(seqs), len(journal))
+
+
+def warmed_pair(container, tenant, run_id) -> tuple[RunGrain, RunGrain]:
+    """Two activations of one run, each caching the same version (dispatch() is a no-op read
+    here: the only step already has its attempt)."""
+    pair = (RunGrain(container.env, tenant, run_id), RunGrain(container.env, tenant, run_id))
+    for grain in pair:
+        assert grain.dispatch() is None
+    return pair
+
+
+def test_two_activations_racing_for_one_lease_grant_exactly_one(
+    container, tenant, make_leased_run
+):
+    db = container.db
+    run = make_leased_run(tenant, lease=False)
+    v0 = run_row(db, tenant, run.run_id).version
+    a, b = warmed_pair(container, tenant, run.run_id)
+
+    results = race(
+        lambda: a.acquire_lease(run.attempt_id, "worker-a"),
+        lambda: b.acquire_lease(run.attempt_id, "worker-b"),
+    )
+
+    winners = [v for kind, v in results if kind == "ok"]
+    losers = [v for kind, v in results if kind == "err"]
+    assert len(winners) == 1 and len(losers) == 1, results
+    assert isinstance(losers[0], errors.LeaseHeld | errors.ConcurrencyConflict), losers
+    with db.tenant(tenant) as conn:
+        leases = conn.exec_driver_sql(
+            "SELECT holder, fencing_token, released_at FROM leases WHERE attempt_id = %s",
+            (run.attempt_id,),
+        ).all()
+        granted = conn.exec_driver_sql(
+            "SELECT count(*) FROM outbox WHERE run_id = %s AND event_type = 'LeaseGranted'",
+            (run.run_id,),
+        ).scalar_one()
+    assert [(lease.holder, lease.fencing_token, lease.released_at) for lease in leases] == [
+        (winners[0].holder, 1, None)
+    ]
+    assert granted == 1
+    row = run_row(db, tenant, run.run_id)
+    assert (row.version, row.fencing_seq) == (v0 + 1, 1)
+    assert_gap_free(db, tenant, run.run_id)
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_outcome_racing_cancellation_commits_a_serial_order(
+    container, tenant, make_leased_run, round_
+):
+    db = container.db
+    run = make_leased_run(tenant)
+    grant = run.grant
+    v0 = run_row(db, tenant, run.run_id).version
+    a, b = warmed_pair(container, tenant, run.run_id)
+
+    results = race(
+        lambda: a.report_outcome(
+            grant.attempt_id,
+            grant.holder,
+            grant.fencing_token,
+            AttemptOutcome.SUCCEEDED,
+            outcome_hash=canonical_hash({"r": round_}),
+        ),
+        lambda: b.cancel("ops", "stop it"),
+    )
+
+    # Neither command is refused: each re-decides on what the other committed.
+    assert [kind for kind, _ in results] == ["ok", "ok"], results
+    row = run_row(db, tenant, run.run_id)
+    with db.tenant(tenant) as conn:
+        intents = conn.exec_driver_sql(
+            "SELECT count(*) FROM cancellation_intents WHERE run_id = %s", (run.run_id,)
+        ).scalar_one()
+        step_state = conn.exec_driver_sql(
+            "SELECT state FROM steps WHERE run_id = %s", (run.run_id,)
+        ).scalar_one()
+    if row.state == "Completed":  # the outcome won; the cancel found a terminal run
+        assert results[1][1] == "Completed"
+        assert (intents, row.version) == (0, v0 + 1)
+    else:  # the cancel won; the outcome settled the attempt and so the cancellation
+        assert row.state == "Cancelled"
+        assert results[1][1] == "Cancelling"
+        assert (intents, row.version) == (1, v0 + 2)
+    assert step_state == "Succeeded"  # a completed effect stays visible either way
+    assert_gap_free(db, tenant, run.run_id)
+
+
+def test_unit_of_work_save_with_stale_version_is_a_concurrency_conflict(
+    container, tenant, make_leased_run
+):
+    db = container.db
+    run = make_leased_run(tenant)
+    ctx = CommandContext(now=container.env.clock.now(), actor="ops")
+    before = run_row(db, tenant, run.run_id)
+
+    with UnitOfWork(db, tenant) as uow:
+        stale = uow.load(run.run_id)
+    with UnitOfWork(db, tenant) as uow:
+        fresh = uow.load(run.run_id)
+        fresh.renew_lease(
+            ctx, run.attempt_id, "worker-1", run.grant.fencing_token, container.env.options
+        )
+        uow.save(fresh)
+        uow.commit()
+
+    stale.cancel(ctx, "ops", "stop")
+    with pytest.raises(errors.ConcurrencyConflict), UnitOfWork(db, tenant) as uow:
+        uow.save(stale)
+        uow.commit()
+
+    row = run_row(db, tenant, run.run_id)
+    assert (row.state, row.version) == ("Running", before.version + 1)
+    with db.tenant(tenant) as conn:
+        assert (
+            conn.exec_driver_sql(
+                "SELECT count(*) FROM cancellation_intents WHERE run_id = %s", (run.run_id,)
+            ).scalar_one()
+            == 0
+        )
+    assert_gap_free(db, tenant, run.run_id)
+
+
+def test_refusal_decided_on_fresh_rows_is_answered_even_if_the_run_moves_again(
+    container, tenant, make_leased_run, monkeypatch
+):
+    """A grain whose cache is stale re-decides once on fresh rows. If that fresh decision is a
+    refusal, it is the answer (with its audit record), even when yet another activation commits
+    between the reload and the version check: it must not loop or fail internally."""
+    db = container.db
+    run = make_leased_run(tenant)
+    grant = run.grant
+    holder_grain = RunGrain(container.env, tenant, run.run_id)
+    intruder = RunGrain(container.env, tenant, run.run_id)
+    assert intruder.dispatch() is None  # caches the current version
+
+    real_run_version = UnitOfWork.run_version
+    clock = container.env.clock
+
+    def run_version_after_a_concurrent_commit(self: UnitOfWork, run_id: uuid.UUID) -> Any:
+        # Another activation commits (a lease renewal bumps the version) just before the check.
+        clock.advance(1)
+        holder_grain.renew_lease(grant.attempt_id, grant.holder, grant.fencing_token)
+        return real_run_version(self, run_id)
+
+    monkeypatch.setattr(UnitOfWork, "run_version", run_version_after_a_concurrent_commit)
+    with pytest.raises(errors.LeaseNotHeld):
+        intruder.report_outcome(
+            grant.attempt_id, "intruder", grant.fencing_token, AttemptOutcome.SUCCEEDED
+        )
+    monkeypatch.undo()
+
+    with db.tenant(tenant) as conn:
+        kinds = conn.exec_driver_sql(
+            "SELECT kind FROM audit_log WHERE run_id = %s", (run.run_id,)
+        ).scalars()
+        assert list(kinds) == ["lease-not-held"]
+    assert run_row(db, tenant, run.run_id).state == "Running"

@@ -6,7 +6,7 @@ The spec's ``RunControl:Leases:DurationSeconds`` is ``RUNCONTROL_LEASES__DURATIO
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .domain import Options
@@ -62,6 +62,26 @@ class OutboxOptions(BaseModel):
     jsonl_path: str | None = Field(None, description="Also publish events to this JSONL file.")
 
 
+class AuthOptions(BaseModel):
+    """Bearer-token verification at the HTTP edge: HS256 with a shared secret (local dev) and/or
+    RS256 against a JWKS (file or URL). Issuer and audience are checked when set."""
+
+    hs256_secret: SecretStr | None = Field(
+        SecretStr("runcontrol-dev-secret-change-me-0123456789"),
+        description="Shared HS256 secret; the default is for local development only.",
+    )
+    jwks_url: str | None = Field(None, description="JWKS endpoint for RS256 tokens.")
+    jwks_file: str | None = Field(None, description="JWKS file for RS256 tokens.")
+    issuer: str | None = Field(None, description="Required `iss`; unset: not checked.")
+    audience: str | None = Field(None, description="Required `aud`; unset: not checked.")
+    leeway_seconds: float = Field(30, ge=0)
+
+
+class ApiOptions(BaseModel):
+    sse_heartbeat_seconds: float = Field(15, gt=0, description="Comment line on an idle stream.")
+    readiness_timeout_seconds: float = Field(2, gt=0)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="RUNCONTROL_", env_nested_delimiter="__", extra="ignore"
@@ -90,6 +110,8 @@ class Settings(BaseSettings):
     capacity: CapacityOptions = CapacityOptions()
     scheduler: SchedulerOptions = SchedulerOptions()
     outbox: OutboxOptions = OutboxOptions()
+    auth: AuthOptions = AuthOptions()
+    api: ApiOptions = ApiOptions()
 
     def options(self) -> Options:
         return Options(

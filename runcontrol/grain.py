@@ -390,6 +390,10 @@ class RunGrain:
 
         return self._execute(decide, requested_by)
 
+    def open_attempts(self) -> list[UUID]:
+        """Ids of the run's non-terminal attempts (a read of the activation's cache)."""
+        return [a.attempt_id for a in self._load_cached().open_attempts()]
+
     def wake(self) -> list[str]:
         """Do whatever is due (the reminder): expire leases and approvals, dispatch retries."""
         agg = self._load_cached()

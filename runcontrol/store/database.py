@@ -54,7 +54,9 @@ class Database:
     def app(self) -> Engine:
         if self._app is None:
             self._app = create_engine(
-                self.app_url, pool_size=self._pool_size, max_overflow=self._pool_size,
+                self.app_url,
+                pool_size=self._pool_size,
+                max_overflow=self._pool_size,
                 pool_pre_ping=True,
             )
         return self._app

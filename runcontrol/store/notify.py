@@ -13,8 +13,8 @@ log = logging.getLogger(__name__)
 
 
 def libpq_url(sqlalchemy_url: str) -> str:
-    return make_url(sqlalchemy_url).set(drivername="postgresql").render_as_string(
-        hide_password=False
+    return (
+        make_url(sqlalchemy_url).set(drivername="postgresql").render_as_string(hide_password=False)
     )
 
 
@@ -63,7 +63,9 @@ class Listener:
         keys = payloads or ("*",)
         return sum(self._generation[(channel, p)] for p in keys)
 
-    async def wait(self, channel: str, payloads: tuple[str, ...], since: int, timeout: float) -> None:
+    async def wait(
+        self, channel: str, payloads: tuple[str, ...], since: int, timeout: float
+    ) -> None:
         """Return when a notification newer than ``since`` arrives, or after ``timeout``."""
         cond = self._ensure()
 

@@ -342,5 +342,3 @@ def outbox_backlog(conn: Connection) -> tuple[int, datetime | None]:
         select(func.count(), func.min(outbox.c.occurred_at)).where(outbox.c.published_at.is_(None))
     ).one()
     return int(row[0]), row[1]
-
-

@@ -13,12 +13,15 @@ from ..domain import (
     Attempt,
     AttemptOutcome,
     AttemptState,
+    AuditRecord,
     CancellationIntent,
     Decision,
+    Event,
     FailureClass,
     Lease,
     Limits,
     PolicyRef,
+    RecoveryJournalEntry,
     ReleaseRef,
     Run,
     RunState,
@@ -316,3 +319,50 @@ def row_to_intent(row: Row[Any]) -> CancellationIntent:
         reason=m["reason"],
         requested_at=m["requested_at"],
     )
+
+
+def event_to_row(e: Event) -> dict[str, Any]:
+    return {
+        "event_id": e.event_id,
+        "tenant_id": e.tenant_id,
+        "project_id": e.project_id,
+        "run_id": e.run_id,
+        "seq": e.seq,
+        "topic": e.topic,
+        "event_type": e.event_type,
+        "step_id": e.step_id,
+        "attempt_id": e.attempt_id,
+        "correlation_id": e.correlation_id,
+        "causation_id": e.causation_id,
+        "producer": e.producer,
+        "schema_version": e.schema_version,
+        "payload": e.payload,
+        "occurred_at": e.occurred_at,
+        "published_at": None,
+    }
+
+
+def journal_to_row(j: RecoveryJournalEntry) -> dict[str, Any]:
+    return {
+        "tenant_id": j.tenant_id,
+        "run_id": j.run_id,
+        "sequence": j.sequence,
+        "entity": j.entity,
+        "entity_id": j.entity_id,
+        "from_state": _str(j.from_state),
+        "to_state": str(j.to_state),
+        "cause": j.cause,
+        "actor": j.actor,
+        "occurred_at": j.occurred_at,
+    }
+
+
+def audit_to_row(a: AuditRecord) -> dict[str, Any]:
+    return {
+        "tenant_id": a.tenant_id,
+        "run_id": a.run_id,
+        "kind": a.kind,
+        "actor": a.actor,
+        "detail": a.detail,
+        "occurred_at": a.occurred_at,
+    }

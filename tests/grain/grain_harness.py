@@ -7,6 +7,8 @@ so what a test sees is exactly what that tenant could see.
 
 from __future__ import annotations
 
+import random
+import threading
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -14,9 +16,8 @@ from uuid import UUID
 
 from sqlalchemy import select
 
-from runcontrol.bootstrap import Container, build
+from runcontrol.bootstrap import Container
 from runcontrol.clock import ManualClock
-from runcontrol.config import Settings
 from runcontrol.domain import (
     Attempt,
     AttemptOutcome,
@@ -38,6 +39,34 @@ from runcontrol.store.tables import audit_log, outbox, recovery_journal
 PROJECT = "proj-1"
 REQUESTER = "alice"
 WORKER = "worker-1"
+
+
+class CeilingRandom(random.Random):
+    """Jitter source that always picks the top of the range: backoff delays become exact."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return b
+
+
+def race(*calls: Callable[[], Any]) -> list[tuple[str, Any]]:
+    """Run ``calls`` in threads released together by a barrier; return ("ok"|"err", value)."""
+    barrier = threading.Barrier(len(calls))
+    results: list[tuple[str, Any]] = [("missing", None)] * len(calls)
+
+    def body(i: int, call: Callable[[], Any]) -> None:
+        barrier.wait(timeout=10)
+        try:
+            results[i] = ("ok", call())
+        except Exception as exc:  # handed to the test to assert on
+            results[i] = ("err", exc)
+
+    threads = [threading.Thread(target=body, args=(i, c)) for i, c in enumerate(calls)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+        assert not t.is_alive(), "a racing command hung"
+    return results
 
 
 def proposal(n: int = 1) -> str:
@@ -92,7 +121,7 @@ class Harness:
         input: dict[str, Any] | None = None,
         *,
         workflow_id: str = "wf",
-        limits: Limits = Limits(),
+        limits: Limits | None = None,
         release_alias: str | None = "latest",
     ) -> SubmitRequest:
         return SubmitRequest(
@@ -102,7 +131,7 @@ class Harness:
             model_profile_id="code-agent",
             input=input if input is not None else {"repo": "x"},
             release_alias=release_alias,
-            limits=limits,
+            limits=limits or Limits(),
         )
 
     def grain(self, run_id: UUID) -> RunGrain:

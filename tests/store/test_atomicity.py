@@ -147,9 +147,10 @@ def test_unit_of_work_fault_rolls_back_row_changes_outbox_and_journal(
     before = snapshot(db, tenant, run.run_id)
     ctx = CommandContext(now=container.env.clock.now(), actor="ops")
 
-    with pytest.raises(InjectedFault), UnitOfWork(
-        db, tenant, fault=fault_at(checkpoint, [])
-    ) as uow:
+    with (
+        pytest.raises(InjectedFault),
+        UnitOfWork(db, tenant, fault=fault_at(checkpoint, [])) as uow,
+    ):
         agg = uow.load(run.run_id)
         assert agg.cancel(ctx, "ops", "stop")
         uow.save(agg)

@@ -76,9 +76,7 @@ def warmed_pair(container, tenant, run_id) -> tuple[RunGrain, RunGrain]:
     return pair
 
 
-def test_two_activations_racing_for_one_lease_grant_exactly_one(
-    container, tenant, make_leased_run
-):
+def test_two_activations_racing_for_one_lease_grant_exactly_one(container, tenant, make_leased_run):
     db = container.db
     run = make_leased_run(tenant, lease=False)
     v0 = run_row(db, tenant, run.run_id).version

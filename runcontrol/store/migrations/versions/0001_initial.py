@@ -17,9 +17,21 @@ depends_on = None
 SCHEMA = Path(__file__).resolve().parent.parent / "0001_schema.sql"
 
 TENANT_TABLES = (
-    "runs", "steps", "attempts", "leases", "approval_requests", "approval_decisions",
-    "cancellation_intents", "recovery_journal", "outbox", "inbox", "audit_log", "releases",
-    "release_aliases", "policies", "budget_reservations",
+    "runs",
+    "steps",
+    "attempts",
+    "leases",
+    "approval_requests",
+    "approval_decisions",
+    "cancellation_intents",
+    "recovery_journal",
+    "outbox",
+    "inbox",
+    "audit_log",
+    "releases",
+    "release_aliases",
+    "policies",
+    "budget_reservations",
 )
 # The application may add rows to these but never change or remove them.
 APPEND_ONLY = ("recovery_journal", "audit_log", "approval_decisions", "cancellation_intents")

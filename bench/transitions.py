@@ -1,0 +1,214 @@
+"""Committed transitions per second through run hosts, cold activation, idle memory.
+
+Each command below is one grain transaction (rows + outbox + journal, version-guarded): a lease
+grant and an outcome report per step, the outcome also dispatching the next step. The figure is
+printed beside pgbench's rate for the bare UPDATE + outbox INSERT on the same server, same run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+
+from actors.placement import HostRouter
+from actors.run_host import ensure_hosts, host_config, make_router
+from runcontrol.bootstrap import build, build_database
+from runcontrol.client import RunControlClient
+from runcontrol.config import Settings
+from runcontrol.domain import AttemptOutcome, Principal, Role, WorkflowDefinition, canonical_hash
+from runcontrol.grain import SubmitRequest
+
+from .common import mean, percentile
+
+STEPS = 4
+OUTCOME = canonical_hash({"ok": True})
+
+
+@dataclass
+class Figures:
+    transitions_per_s: float
+    commands: int
+    seconds: float
+    cold_p50_ms: float
+    cold_p99_ms: float
+    idle_bytes_per_activation: float
+
+
+async def _drive_run(router: HostRouter, tenant: str, run_id: uuid.UUID, holder: str) -> int:
+    """Lease + outcome for every step of one run; returns the commands committed."""
+    commands = 0
+    while True:
+        open_ids = await router.call(run_id, "command", tenant, run_id, "open_attempts")
+        if not open_ids:
+            return commands
+        attempt_id = open_ids[0]
+        grant = await router.call(
+            run_id, "command", tenant, run_id, "acquire_lease", attempt_id, holder
+        )
+        await router.call(
+            run_id, "command", tenant, run_id, "report_outcome", attempt_id, holder,
+            grant.fencing_token, AttemptOutcome.SUCCEEDED, outcome_hash=OUTCOME,
+        )
+        commands += 2
+
+
+async def _submit_many(client: RunControlClient, principal: Principal, n: int,
+                       concurrency: int) -> list[uuid.UUID]:
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(i: int) -> uuid.UUID:
+        async with sem:
+            result = await client.submit(
+                principal,
+                SubmitRequest(principal.project_id, f"bench-{uuid.uuid4()}", "bench", "m",
+                              {"i": i}),
+            )
+            return result.run_id
+
+    return list(await asyncio.gather(*(one(i) for i in range(n))))
+
+
+async def _throughput(router: HostRouter, tenant: str, runs: list[uuid.UUID],
+                      concurrency: int) -> tuple[int, float]:
+    queue: asyncio.Queue[uuid.UUID] = asyncio.Queue()
+    for run_id in runs:
+        queue.put_nowait(run_id)
+    total = 0
+
+    async def worker(k: int) -> None:
+        nonlocal total
+        while not queue.empty():
+            run_id = queue.get_nowait()
+            done = await _drive_run(router, tenant, run_id, f"bench-worker-{k}")
+            total += done  # not `total += await ...`: that reads total before awaiting
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker(k) for k in range(concurrency)))
+    return total, time.perf_counter() - started
+
+
+async def _cold_activations(router: HostRouter, handles: list[Any], tenant: str,
+                            runs: list[uuid.UUID]) -> list[float]:
+    await asyncio.gather(*(h.deactivate_all.remote() for h in handles))
+    latencies = []
+    for run_id in runs:
+        started = time.perf_counter()
+        await router.call(run_id, "command", tenant, run_id, "open_attempts")
+        latencies.append((time.perf_counter() - started) * 1000)
+    return latencies
+
+
+async def _idle_memory(router: HostRouter, handles: list[Any], tenant: str,
+                       runs: list[uuid.UUID]) -> float:
+    await asyncio.gather(*(h.deactivate_all.remote() for h in handles))
+    before = sum([(await h.stats.remote())["rss_bytes"] for h in handles])
+    sem = asyncio.Semaphore(32)
+
+    async def touch(run_id: uuid.UUID) -> None:
+        async with sem:
+            await router.call(run_id, "command", tenant, run_id, "open_attempts")
+
+    await asyncio.gather(*(touch(r) for r in runs))
+    stats = [await h.stats.remote() for h in handles]
+    after = sum(s["rss_bytes"] for s in stats)
+    active = sum(s["activations"] for s in stats)
+    return (after - before) / max(active, 1)
+
+
+def run(owner_url: str, *, runs: int, concurrency: int, placement: str = "hosted",
+        host_count: int = 2) -> Figures:
+    settings = Settings.model_validate(
+        {"grains": {"host_count": host_count, "placement": placement, "idle_seconds": 600},
+         "pool_size": 16}
+    )
+    db = build_database(settings, owner_url=owner_url)
+    container = build(settings, db=db, migrate=False)
+    tenant = f"bench-{uuid.uuid4().hex[:8]}"
+    container.releases.publish(
+        tenant,
+        WorkflowDefinition.from_dict(
+            {"workflowId": "bench", "steps": [{"agentId": f"a{i}"} for i in range(STEPS)]}
+        ),
+        "bench",
+        container.env.clock.now(),
+    )
+    handles = ensure_hosts(settings, owner_url)
+    config = host_config(settings, owner_url)
+    router = make_router(config)
+    client = RunControlClient(router)
+    principal = Principal("bench-user", tenant, "bench", frozenset({Role.REQUESTER}))
+
+    async def scenario() -> Figures:
+        run_ids = await _submit_many(client, principal, runs, concurrency)
+        # warm every activation first so the figure is steady-state command throughput
+        await asyncio.gather(*(
+            router.call(r, "command", tenant, r, "open_attempts") for r in run_ids[:concurrency]
+        ))
+        commands, seconds = await _throughput(router, tenant, run_ids, concurrency)
+        cold = await _cold_activations(router, handles, tenant, run_ids[: min(200, runs)])
+        memory = 0.0
+        if placement == "hosted":
+            memory = await _idle_memory(router, handles, tenant, run_ids)
+        return Figures(commands / seconds, commands, seconds, percentile(cold, 50),
+                       percentile(cold, 99), memory)
+
+    try:
+        return asyncio.run(scenario())
+    finally:
+        for h in handles:
+            ray.kill(h)
+        db.dispose()
+
+
+def dedicated(owner_url: str, *, runs: int) -> dict[str, float]:
+    """Dedicated placement: one named actor per run (process isolation), same grain code."""
+    settings = Settings.model_validate({"grains": {"placement": "dedicated"}, "pool_size": 2})
+    db = build_database(settings, owner_url=owner_url)
+    container = build(settings, db=db, migrate=False)
+    tenant = f"bench-{uuid.uuid4().hex[:8]}"
+    container.releases.publish(
+        tenant,
+        WorkflowDefinition.from_dict(
+            {"workflowId": "bench", "steps": [{"agentId": f"a{i}"} for i in range(STEPS)]}
+        ),
+        "bench",
+        container.env.clock.now(),
+    )
+    router = make_router(host_config(settings, owner_url))
+    client = RunControlClient(router)
+    principal = Principal("bench-user", tenant, "bench", frozenset({Role.REQUESTER}))
+
+    async def scenario() -> dict[str, float]:
+        activation = []
+        run_ids = []
+        for i in range(runs):
+            run_id = uuid.uuid4()
+            started = time.perf_counter()
+            await client._run(
+                tenant, run_id, "submit", principal,
+                SubmitRequest("bench", f"bench-d-{i}-{uuid.uuid4()}", "bench", "m", {"i": i}),
+            )
+            activation.append((time.perf_counter() - started) * 1000)
+            run_ids.append(run_id)
+        rss = [
+            (await router._handle(f"run-{r}").stats.remote())["rss_bytes"] for r in run_ids
+        ]
+        commands, seconds = await _throughput(router, tenant, run_ids, min(runs, 8))
+        for r in run_ids:
+            ray.kill(router._handle(f"run-{r}"))
+        return {
+            "transitions_per_s": commands / seconds,
+            "activation_p50_ms": percentile(activation, 50),
+            "activation_p99_ms": percentile(activation, 99),
+            "bytes_per_run": mean(rss),
+        }
+
+    try:
+        return asyncio.run(scenario())
+    finally:
+        db.dispose()

@@ -1,0 +1,40 @@
+"""``create_app``: the FastAPI application of the HTTP front door (wiring only)."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from ..client import RunControlClient
+from ..config import Settings
+from ..store import Database
+from . import approvals, events, health, problems, runs
+from .auth import TokenVerifier
+from .context import HostProbe, Services
+
+
+def create_app(
+    client: RunControlClient,
+    db: Database,
+    settings: Settings | None = None,
+    *,
+    host_probe: HostProbe | None = None,
+) -> FastAPI:
+    """The HTTP API over ``client`` (commands) and ``db`` (tenant-scoped reads).
+
+    ``host_probe`` is awaited by ``/health/ready``: it should ping every run host.
+    """
+    settings = settings or Settings()
+    app = FastAPI(
+        title="runcontrol",
+        version="0.1.0",
+        description="Run Control: runs, approvals and per-run events.",
+        openapi_url="/openapi.json",
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.services = Services(client, db, settings, host_probe)
+    app.state.verifier = TokenVerifier(settings.auth)
+    problems.install(app)
+    for module in (runs, events, approvals, health):
+        app.include_router(module.router)
+    return app

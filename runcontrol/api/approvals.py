@@ -1,0 +1,80 @@
+"""Approvals: DecideApproval and ListApprovals.
+
+Who may decide (never the requester, approver roles, break-glass with a reason) is the
+domain's rule; this module only hands it the verified principal and the request's fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Annotated, Any
+from uuid import UUID
+
+from fastapi import APIRouter, Depends, Path, Query
+from sqlalchemy import Connection
+
+from schemas.api import ApprovalPage, ApprovalView, DecisionRequest
+
+from ..domain import ApprovalState
+from ..store import queries as q
+from .auth import APPROVALS_DECIDE, APPROVALS_READ, Caller, require
+from .context import Services, check_cursor, services
+from .problems import responses
+
+router = APIRouter(prefix="/factory/approvals", tags=["approvals"])
+
+
+@router.post(
+    "/{approvalId}/decision",
+    operation_id="DecideApproval",
+    response_model=ApprovalView,
+    responses=responses(401, 403, 404, 409, 410, 422, 503),
+    summary="Approve, reject or request changes on the exact proposal version.",
+    description=(
+        "Scope `factory.approvals.decide`. `version` is the request version decided on "
+        "(optimistic concurrency): a mismatch or a second decision is 409, an expired or stale "
+        "request is 410, the run's requester is refused with 403."
+    ),
+)
+async def decide_approval(
+    body: DecisionRequest,
+    approval_id: Annotated[UUID, Path(alias="approvalId")],
+    caller: Caller = Depends(require(APPROVALS_DECIDE)),
+    svc: Services = Depends(services),
+) -> dict[str, Any]:
+    approval = await svc.client.decide(
+        caller.principal,
+        approval_id,
+        body.decision,
+        body.version,
+        body.proposal_hash,
+        body.reason,
+    )
+    return q.approval_view(asdict(approval))
+
+
+@router.get(
+    "",
+    operation_id="ListApprovals",
+    response_model=ApprovalPage,
+    responses=responses(400, 401, 403, 422),
+    summary="Pending and decided approval requests in the caller's scope; paged.",
+    description="Scope `factory.approvals.read`. Newest first.",
+)
+async def list_approvals(
+    state: Annotated[list[ApprovalState] | None, Query()] = None,
+    cursor: Annotated[str | None, Query(max_length=1000)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    caller: Caller = Depends(require(APPROVALS_READ)),
+    svc: Services = Depends(services),
+) -> dict[str, Any]:
+    check_cursor(cursor)
+    states = [str(s) for s in state or ()]
+
+    def page(conn: Connection) -> tuple[list[dict[str, Any]], str | None]:
+        return q.list_approvals(conn, states=states, cursor=cursor, limit=limit)
+
+    as_of = datetime.now(UTC)
+    items, next_cursor = await svc.read(caller.tenant_id, page)
+    return {"items": items, "nextCursor": next_cursor, "asOf": as_of}

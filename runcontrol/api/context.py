@@ -1,0 +1,56 @@
+"""What the routes need from outside (built once by ``create_app``) and how they read."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from uuid import UUID
+
+from fastapi import Request
+from sqlalchemy import Connection
+
+from ..client import RunControlClient
+from ..config import Settings
+from ..store import Database
+from ..store import queries as q
+from .problems import InvalidCursor
+
+T = TypeVar("T")
+
+HostProbe = Callable[[], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Services:
+    client: RunControlClient
+    db: Database
+    settings: Settings
+    host_probe: HostProbe | None = None
+
+    async def read(self, tenant_id: str, query: Callable[[Connection], T]) -> T:
+        """Run a read model query in the caller's tenant (row-level security), off the loop."""
+
+        def run() -> T:
+            with self.db.tenant(tenant_id) as conn:
+                return query(conn)
+
+        return await asyncio.to_thread(run)
+
+
+def services(request: Request) -> Services:
+    found: Services = request.app.state.services
+    return found
+
+
+def check_cursor(cursor: str | None) -> str | None:
+    """An opaque cursor this API handed out, or 400 (never a database error later)."""
+    if cursor is None:
+        return None
+    try:
+        _, key = q.decode_cursor(cursor)
+        UUID(key)
+    except (ValueError, TypeError):
+        raise InvalidCursor("the cursor is not one this API returned") from None
+    return cursor

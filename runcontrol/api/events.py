@@ -1,0 +1,180 @@
+"""Per-run events: the persisted history (JSON) and the live stream (Server-Sent Events).
+
+The SSE ``id`` is the run's gap-free event ``seq``, so a client that reconnects with
+``Last-Event-ID`` (or ``?after=``) resumes exactly after the last event it saw. New events are
+awaited with the run host's long-poll (woken by LISTEN/NOTIFY); while none arrive the stream
+sends a comment line every ``api.sse_heartbeat_seconds``. The stream ends after the run's
+terminal event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any
+from uuid import UUID
+
+from fastapi import APIRouter, Depends, Header, Path, Query
+from fastapi.responses import Response, StreamingResponse
+from sqlalchemy import Connection
+
+from schemas.api import EventEnvelope
+
+from ..client import TERMINAL_EVENTS
+from ..domain import RunState, errors
+from ..store import queries as q
+from .auth import RUNS_READ, Caller, require
+from .context import Services, services
+from .problems import responses
+
+router = APIRouter(prefix="/factory/runs", tags=["events"])
+
+RunIdPath = Annotated[UUID, Path(alias="runId")]
+MAX_SEQ = 2**63 - 1
+REPLAY_BATCH = 500
+RETRY_MS = 2000
+
+
+def sse_frame(event: dict[str, Any]) -> str:
+    data = json.dumps(event, separators=(",", ":"), default=str)
+    return f"id: {event['seq']}\nevent: {event['type']}\ndata: {data}\n\n"
+
+
+RunAndEvents = tuple[dict[str, Any] | None, list[dict[str, Any]]]
+
+
+def _run_and_events(run_id: UUID, after: int, limit: int) -> Callable[[Connection], RunAndEvents]:
+    """A read of the run (None: not in this tenant) and its events after ``after``."""
+
+    def read(conn: Connection) -> RunAndEvents:
+        run = q.get_run(conn, run_id)
+        if run is None or limit == 0:
+            return run, []
+        return run, q.events_after(conn, run_id, after, limit)
+
+    return read
+
+
+@router.get(
+    "/{runId}/events/history",
+    operation_id="GetRunEventHistory",
+    response_model=list[EventEnvelope],
+    responses=responses(401, 403, 404, 422),
+    summary="The run's persisted events after a cursor, in sequence order.",
+    description="Scope `factory.runs.read`. `after` is the last seq already seen (0: from the start).",
+)
+async def event_history(
+    run_id: RunIdPath,
+    after: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
+    limit: Annotated[int, Query(ge=1, le=REPLAY_BATCH)] = 100,
+    caller: Caller = Depends(require(RUNS_READ)),
+    svc: Services = Depends(services),
+) -> list[dict[str, Any]]:
+    run, events = await svc.read(caller.tenant_id, _run_and_events(run_id, after, limit))
+    if run is None:
+        raise errors.RunNotFound(f"run {run_id} not found")
+    return events
+
+
+async def _replay(
+    svc: Services, tenant_id: str, run_id: UUID, first: list[dict[str, Any]]
+) -> AsyncIterator[str]:
+    """A terminal run's remaining events, straight from the store."""
+    batch = first
+    while batch:
+        for event in batch:
+            yield sse_frame(event)
+        if len(batch) < REPLAY_BATCH:
+            return
+        _, batch = await svc.read(
+            tenant_id, _run_and_events(run_id, batch[-1]["seq"], REPLAY_BATCH)
+        )
+
+
+async def _live(
+    svc: Services,
+    tenant_id: str,
+    run_id: UUID,
+    first: list[dict[str, Any]],
+    after: int,
+    heartbeat_s: float,
+) -> AsyncIterator[str]:
+    """Events as the run commits them; a heartbeat comment whenever none came for a while."""
+    yield f"retry: {RETRY_MS}\n\n"  # the reconnect delay; also sends the headers at once
+    for event in first:
+        after = event["seq"]
+        yield sse_frame(event)
+        if event["type"] in TERMINAL_EVENTS:  # committed after the run row was read
+            return
+    events = svc.client.watch(tenant_id, run_id, after, wait_s=heartbeat_s)
+    pending: asyncio.Future[dict[str, Any]] | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(events))
+            done, _ = await asyncio.wait({pending}, timeout=heartbeat_s)
+            if not done:
+                yield ": heartbeat\n\n"
+                continue
+            future, pending = pending, None
+            try:
+                event = future.result()
+            except StopAsyncIteration:
+                return
+            yield sse_frame(event)
+            if event["type"] in TERMINAL_EVENTS:
+                return
+    finally:
+        if pending is not None:
+            pending.cancel()
+            with contextlib.suppress(BaseException):
+                await pending
+        with contextlib.suppress(Exception):
+            await events.aclose()  # type: ignore[attr-defined]
+
+
+@router.get(
+    "/{runId}/events",
+    operation_id="StreamRunEvents",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "A text/event-stream: `id` = seq, `event` = type, `data` = envelope.",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        },
+        204: {"description": "The run is terminal and no event follows the cursor."},
+        **responses(401, 403, 404, 422),
+    },
+    summary="Subscribe to the run's events (Server-Sent Events, resumable).",
+    description=(
+        "Scope `factory.runs.read`. Resumes after `Last-Event-ID` (or `?after=`); heartbeats "
+        "are comment lines; the stream ends after RunCompleted, RunFailed or RunCancelled."
+    ),
+)
+async def stream_events(
+    run_id: RunIdPath,
+    after: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
+    last_event_id: Annotated[int | None, Header(alias="Last-Event-ID", ge=0, le=MAX_SEQ)] = None,
+    caller: Caller = Depends(require(RUNS_READ)),
+    svc: Services = Depends(services),
+) -> Response:
+    cursor = last_event_id if last_event_id is not None else (after or 0)
+    tenant_id = caller.tenant_id
+    run, first = await svc.read(tenant_id, _run_and_events(run_id, cursor, REPLAY_BATCH))
+    if run is None:
+        raise errors.RunNotFound(f"run {run_id} not found")
+    frames: AsyncIterator[str]
+    if RunState(run["state"]).terminal:
+        if not first:
+            return Response(status_code=204)  # nothing more will come: EventSource stops
+        frames = _replay(svc, tenant_id, run_id, first)
+    else:
+        heartbeat_s = svc.settings.api.sse_heartbeat_seconds
+        frames = _live(svc, tenant_id, run_id, first, cursor, heartbeat_s)
+    return StreamingResponse(
+        frames,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

@@ -1,0 +1,165 @@
+"""Runs: SubmitRun, GetRun, ListRuns, CancelRun.
+
+Commands go to the run hosts through ``RunControlClient``; reads come from the tenant-scoped
+read models. Routes translate HTTP to calls and back, nothing more.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+from uuid import UUID
+
+from fastapi import APIRouter, Depends, Header, Path, Query, Response
+from sqlalchemy import Connection
+
+from schemas.api import (
+    CancelRunRequest,
+    CancelRunResponse,
+    RunPage,
+    RunView,
+    SubmitRunRequest,
+    SubmitRunResponse,
+)
+
+from ..domain import Limits, RunState, errors
+from ..grain import SubmitRequest
+from ..store import queries as q
+from .auth import RUNS_READ, RUNS_WRITE, Caller, require
+from .context import Services, check_cursor, services
+from .problems import IdempotencyKeyRequired, responses
+
+router = APIRouter(prefix="/factory/runs", tags=["runs"])
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        max_length=255,
+        description="Required. The same key with the same payload answers with the same run.",
+    ),
+]
+RunIdPath = Annotated[UUID, Path(alias="runId")]
+CorrelationId = Annotated[str | None, Header(alias="X-Correlation-Id", max_length=200)]
+
+
+def location(run_id: UUID) -> str:
+    return f"{router.prefix}/{run_id}"
+
+
+def _submit_request(
+    body: SubmitRunRequest, caller: Caller, key: str, correlation_id: str | None
+) -> SubmitRequest:
+    return SubmitRequest(
+        project_id=caller.principal.project_id,
+        idempotency_key=key,
+        workflow_id=body.workflow_id,
+        model_profile_id=body.model_profile_id,
+        input=body.input,
+        release_alias=body.release_alias,
+        release_id=body.release_id,
+        limits=Limits(max_cost_usd=body.limits.max_cost_usd, max_minutes=body.limits.max_minutes),
+        environment_id=body.environment_id,
+        correlation_id=correlation_id,
+    )
+
+
+@router.post(
+    "",
+    operation_id="SubmitRun",
+    status_code=202,
+    response_model=SubmitRunResponse,
+    responses=responses(400, 401, 403, 404, 409, 422, 503),
+    summary="Accept a run; 202 with the run location; idempotent on Idempotency-Key.",
+    description="Scope `factory.runs.write`.",
+)
+async def submit_run(
+    body: SubmitRunRequest,
+    response: Response,
+    idempotency_key: IdempotencyKey = None,
+    correlation_id: CorrelationId = None,
+    caller: Caller = Depends(require(RUNS_WRITE)),
+    svc: Services = Depends(services),
+) -> dict[str, Any]:
+    if not idempotency_key or not idempotency_key.strip():
+        raise IdempotencyKeyRequired("the Idempotency-Key header is required")
+    result = await svc.client.submit(
+        caller.principal, _submit_request(body, caller, idempotency_key, correlation_id)
+    )
+    response.headers["Location"] = location(result.run_id)
+    return {
+        "runId": result.run_id,
+        "state": result.state,
+        "releaseId": result.release_id,
+        "policyRevision": result.policy_revision,
+        "snapshotId": result.snapshot_id,
+    }
+
+
+@router.get(
+    "/{runId}",
+    operation_id="GetRun",
+    response_model=RunView,
+    responses=responses(401, 403, 404, 422),
+    summary="Run with steps, attempts, current lease and pending approvals.",
+    description="Scope `factory.runs.read`.",
+)
+async def get_run(
+    run_id: RunIdPath,
+    caller: Caller = Depends(require(RUNS_READ)),
+    svc: Services = Depends(services),
+) -> dict[str, Any]:
+    view = await svc.read(caller.tenant_id, lambda conn: q.get_run(conn, run_id))
+    if view is None:
+        raise errors.RunNotFound(f"run {run_id} not found")
+    return view
+
+
+@router.get(
+    "",
+    operation_id="ListRuns",
+    response_model=RunPage,
+    responses=responses(400, 401, 403, 422),
+    summary="Runs in the trusted scope with state and freshness; paged.",
+    description="Scope `factory.runs.read`. Newest first.",
+)
+async def list_runs(
+    state: Annotated[list[RunState] | None, Query()] = None,
+    workflow_id: Annotated[
+        str | None, Query(alias="workflowId", min_length=1, max_length=200, pattern=r"^[^\x00]*$")
+    ] = None,
+    cursor: Annotated[str | None, Query(max_length=1000)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    caller: Caller = Depends(require(RUNS_READ)),
+    svc: Services = Depends(services),
+) -> dict[str, Any]:
+    check_cursor(cursor)
+    states = [str(s) for s in state or ()]
+
+    def page(conn: Connection) -> tuple[list[dict[str, Any]], str | None]:
+        return q.list_runs(
+            conn, states=states, workflow_id=workflow_id, cursor=cursor, limit=limit
+        )
+
+    as_of = datetime.now(UTC)
+    items, next_cursor = await svc.read(caller.tenant_id, page)
+    return {"items": items, "nextCursor": next_cursor, "asOf": as_of}
+
+
+@router.post(
+    "/{runId}/cancel",
+    operation_id="CancelRun",
+    status_code=202,
+    response_model=CancelRunResponse,
+    responses=responses(401, 403, 404, 409, 422, 503),
+    summary="Record cancellation intent; the resulting state is observed, not assumed.",
+    description="Scope `factory.runs.write`.",
+)
+async def cancel_run(
+    body: CancelRunRequest,
+    run_id: RunIdPath,
+    caller: Caller = Depends(require(RUNS_WRITE)),
+    svc: Services = Depends(services),
+) -> dict[str, Any]:
+    state = await svc.client.cancel(caller.principal, run_id, body.reason)
+    return {"runId": run_id, "state": state}

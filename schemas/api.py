@@ -1,0 +1,245 @@
+"""HTTP request and response models (pydantic v2). JSON field names are the spec's camelCase.
+
+Requests are checked for what the store cannot hold (NUL characters, lone surrogates, numbers
+beyond a column's range) so that such input is a 422 here and never a database error later.
+Unknown request fields are ignored: in particular a ``tenantId`` in a body has no effect.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Annotated, Any
+from uuid import UUID
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+from runcontrol.domain import Decision
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_MAX_DEPTH = 32
+MAX_MINUTES = 10 * 366 * 24 * 60  # ten years: keeps deadlines and the int4 column in range
+MAX_COST_USD = 1e12
+
+
+def _storable(value: str) -> str:
+    if _UNSTORABLE.search(value):
+        raise ValueError("must not contain NUL characters or lone surrogates")
+    return value
+
+
+def _storable_json(value: Any, depth: int = 0) -> Any:
+    if depth > _MAX_DEPTH:
+        raise ValueError(f"must not nest deeper than {_MAX_DEPTH} levels")
+    if isinstance(value, str):
+        _storable(value)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _storable(key)
+            _storable_json(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _storable_json(item, depth + 1)
+    return value
+
+
+Name = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_storable)]
+Reason = Annotated[str, Field(min_length=1, max_length=2000), AfterValidator(_storable)]
+JsonObject = Annotated[dict[str, Any], AfterValidator(_storable_json)]
+
+
+class RequestModel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, extra="ignore", allow_inf_nan=False)
+
+
+class ResponseModel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+
+# ---------------------------------------------------------------------- runs
+
+
+class LimitsIn(RequestModel):
+    max_cost_usd: float | None = Field(None, ge=0, le=MAX_COST_USD)
+    max_minutes: int | None = Field(None, ge=1, le=MAX_MINUTES)
+
+
+class SubmitRunRequest(RequestModel):
+    """SubmitRun. ``releaseAlias`` or ``releaseId`` pins the release (default alias: latest)."""
+
+    workflow_id: Name
+    release_alias: Name | None = None
+    release_id: Name | None = None
+    model_profile_id: Name
+    input: JsonObject = Field(default_factory=dict)
+    limits: LimitsIn = Field(default_factory=LimitsIn)
+    environment_id: Name | None = None
+
+    @model_validator(mode="after")
+    def _one_release(self) -> SubmitRunRequest:
+        if self.release_alias is not None and self.release_id is not None:
+            raise ValueError("give releaseAlias or releaseId, not both")
+        return self
+
+
+class SubmitRunResponse(ResponseModel):
+    run_id: UUID
+    state: str
+    release_id: str
+    policy_revision: str
+    snapshot_id: UUID
+
+
+class CancelRunRequest(RequestModel):
+    reason: Reason
+
+
+class CancelRunResponse(ResponseModel):
+    run_id: UUID
+    state: str = Field(description="The state observed after recording the intent.")
+
+
+class LimitsOut(ResponseModel):
+    max_cost_usd: float | None = None
+    max_minutes: int | None = None
+
+
+class RunSummary(ResponseModel):
+    run_id: UUID
+    tenant_id: str
+    project_id: str
+    environment_id: str | None = None
+    workflow_id: str
+    release_id: str
+    release_hash: str
+    policy_revision: str
+    model_profile_id: str
+    snapshot_id: UUID
+    budget_reservation_id: UUID | None = None
+    state: str
+    input_hash: str
+    requested_by: str
+    failure_class: str | None = None
+    failure_reason: str | None = None
+    outcome_hash: str | None = None
+    limits: LimitsOut
+    version: int
+    last_event_seq: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class LeaseView(ResponseModel):
+    lease_id: UUID
+    holder: str
+    fencing_token: int
+    expires_at: datetime
+
+
+class AttemptView(ResponseModel):
+    attempt_id: UUID
+    number: int
+    state: str
+    outcome: str | None = None
+    outcome_hash: str | None = None
+    failure_class: str | None = None
+    dispatched_at: datetime
+    settled_at: datetime | None = None
+    lease: LeaseView | None = None
+
+
+class StepView(ResponseModel):
+    step_id: UUID
+    ordinal: int
+    name: str
+    agent_id: str
+    skill_id: str | None = None
+    state: str
+    max_attempts: int
+    gate: str
+    side_effect_class: str
+    not_before: datetime | None = None
+    attempts: list[AttemptView]
+
+
+class ApprovalView(ResponseModel):
+    approval_id: UUID
+    run_id: UUID
+    step_id: UUID
+    attempt_id: UUID
+    tenant_id: str
+    action_class: str
+    proposal_hash: str
+    policy_revision: str
+    approver_rule: str
+    required_approvals: int
+    requested_by: str
+    state: str
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+    reason: str | None = None
+    version: int
+    created_at: datetime
+    expires_at: datetime
+
+
+class RunView(RunSummary):
+    """GetRun: the run with its steps, attempts, current leases and pending approvals."""
+
+    input: dict[str, Any] | None = None
+    steps: list[StepView]
+    pending_approvals: list[ApprovalView]
+
+
+class RunPage(ResponseModel):
+    items: list[RunSummary]
+    next_cursor: str | None = Field(None, description="Opaque; pass as ?cursor= for more.")
+    as_of: datetime = Field(description="When this page was read (its freshness).")
+
+
+# ---------------------------------------------------------------------- approvals
+
+
+class DecisionRequest(RequestModel):
+    decision: Decision
+    version: int = Field(ge=1, le=2**63 - 1, description="The request version decided on.")
+    proposal_hash: Name
+    reason: Reason | None = None
+
+
+class ApprovalPage(ResponseModel):
+    items: list[ApprovalView]
+    next_cursor: str | None = None
+    as_of: datetime
+
+
+# ---------------------------------------------------------------------- events
+
+
+class EventEnvelope(ResponseModel):
+    """One committed per-run event with the ADR-0014 envelope; ``seq`` is the SSE id."""
+
+    event_id: UUID
+    seq: int
+    type: str
+    topic: str
+    run_id: UUID
+    tenant_id: str
+    project_id: str
+    step_id: UUID | None = None
+    attempt_id: UUID | None = None
+    correlation_id: str | None = None
+    causation_id: str | None = None
+    producer: str
+    schema_version: int
+    occurred_at: datetime
+    payload: dict[str, Any]
+
+
+# ---------------------------------------------------------------------- health
+
+
+class Health(ResponseModel):
+    status: str
+    checks: dict[str, str] = Field(default_factory=dict)

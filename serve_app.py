@@ -1,0 +1,46 @@
+"""Ray Serve entry point: ``serve run serve_app:app`` or ``serve deploy serve-config.yaml``.
+
+Wiring only: settings from the environment (``RUNCONTROL_*``), the database, a client routed
+to the run hosts, and the FastAPI app from ``runcontrol.api``. The database URL comes from
+``RUNCONTROL_DATABASE_URL``, set by whoever starts the service (or passed as ``database_url``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import FastAPI
+from ray import serve
+
+from actors.placement import host_name
+from actors.run_host import host_config, make_router
+from runcontrol.api import create_app
+from runcontrol.bootstrap import build_database
+from runcontrol.client import RunControlClient
+from runcontrol.config import Settings
+
+
+@serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 0}, max_ongoing_requests=256)
+@serve.ingress()  # the app is built per replica by __serve_build_asgi_app__, after __init__
+class RunControlApi:
+    def __init__(
+        self, database_url: str | None = None, settings: dict[str, Any] | None = None
+    ) -> None:
+        self.settings = Settings(**(settings or {}))
+        url = database_url or self.settings.database_url
+        if not url:
+            raise RuntimeError("set RUNCONTROL_DATABASE_URL to the database's owner URL")
+        self.db = build_database(self.settings, owner_url=url, migrate=False)
+        self.router = make_router(host_config(self.settings, url))
+        self.client = RunControlClient(self.router)
+
+    async def ping_hosts(self) -> None:
+        names = [host_name(k) for k in range(self.router.host_count)]
+        await asyncio.gather(*(self.router.call_named(name, "ping") for name in names))
+
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        return create_app(self.client, self.db, self.settings, host_probe=self.ping_hosts)
+
+
+app = RunControlApi.bind()

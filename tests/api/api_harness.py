@@ -1,0 +1,344 @@
+"""The HTTP-layer test harness: tokens, an httpx client on the session's Serve instance, and a
+tenant's view that publishes workflows and plays the runtime worker (claim, request approval,
+report outcome) through ``ray_runtime.client``.
+
+Everything a test asserts goes over real HTTP to a real Ray Serve replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jwt
+
+from runcontrol.api import mint_dev_token
+from runcontrol.client import Claim
+from runcontrol.domain import (
+    AttemptOutcome,
+    PolicyDocument,
+    Role,
+    SideEffectClass,
+    StepSpec,
+    WorkflowDefinition,
+    canonical_hash,
+)
+
+SECRET = "api-test-secret-0123456789abcdef-0123456789"
+ISSUER = "https://idp.runcontrol.test/"
+AUDIENCE = "runcontrol-api"
+RSA_KID = "test-key-1"
+PROJECT = "proj-1"
+REQUESTER = "alice"
+REVIEWER = "rita"
+SECOND_REVIEWER = "rob"
+PROBLEM = "application/problem+json"
+HEARTBEAT_S = 0.5  # the test deployment's SSE heartbeat
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_live(base_url: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    with httpx.Client(base_url=base_url, timeout=5.0) as http:
+        while True:
+            try:
+                if http.get("/health/live").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "the Serve app did not come up"
+            time.sleep(0.2)
+
+
+def api_settings(ray_runtime: Any, jwks_file: Path) -> dict[str, Any]:
+    settings: dict[str, Any] = ray_runtime.settings.model_dump(mode="json")
+    settings["auth"] = {
+        "hs256_secret": SECRET,
+        "jwks_file": str(jwks_file),
+        "issuer": ISSUER,
+        "audience": AUDIENCE,
+    }
+    settings["api"] = {"sse_heartbeat_seconds": HEARTBEAT_S, "readiness_timeout_seconds": 5}
+    return settings
+
+
+def proposal(n: int = 1) -> str:
+    return canonical_hash({"proposal": n})
+
+
+@dataclass
+class Api:
+    base_url: str
+    rsa_key: Any  # the private key whose public half is in the server's JWKS file
+
+    def token(
+        self,
+        tenant: str,
+        subject: str = REQUESTER,
+        roles: Iterable[str] = (Role.REQUESTER,),
+        scopes: Iterable[str] | None = None,
+        *,
+        project: str = PROJECT,
+        ttl_s: int = 3600,
+    ) -> str:
+        return mint_dev_token(
+            SECRET, tenant, project, subject, roles, scopes, ttl_s, issuer=ISSUER, audience=AUDIENCE
+        )
+
+    def rs256_token(self, claims: dict[str, Any], key: Any = None, kid: str = RSA_KID) -> str:
+        now = int(time.time())
+        body = {"iss": ISSUER, "aud": AUDIENCE, "iat": now, "exp": now + 600, **claims}
+        return jwt.encode(body, key or self.rsa_key, algorithm="RS256", headers={"kid": kid})
+
+    def client(self, token: str | None = None, **headers: str) -> httpx.Client:
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        return httpx.Client(base_url=self.base_url, headers=headers, timeout=30.0)
+
+    def async_client(self, token: str | None = None) -> httpx.AsyncClient:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=60.0)
+
+
+def assert_problem(response: httpx.Response, status: int, code: str | None = None) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith(PROBLEM), response.headers
+    body: dict[str, Any] = response.json()
+    assert body["status"] == status
+    assert body["type"].startswith("https://runcontrol.dev/problems/")
+    assert body["title"]
+    if code is not None:
+        assert body["code"] == code, body
+        assert body["type"] == f"https://runcontrol.dev/problems/{code}"
+    return body
+
+
+@dataclass
+class Sse:
+    """One parsed Server-Sent Event (comment lines are counted, not kept)."""
+
+    id: int
+    event: str
+    data: dict[str, Any]
+
+
+@dataclass
+class SseRead:
+    events: list[Sse] = field(default_factory=list)
+    comments: int = 0
+    ended: bool = False  # the server closed the stream
+
+
+class SseReader:
+    """Parses a text/event-stream incrementally: ``read`` until the stream ends, ``stop_after``
+    more events, or (``stop_on_comment``) the next comment line."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        assert response.status_code == 200, response.read()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        self._lines = response.iter_lines()
+        self.retry_ms: int | None = None
+
+    def read(self, *, stop_after: int | None = None, stop_on_comment: bool = False) -> SseRead:
+        out = SseRead()
+        fields: dict[str, str] = {}
+        for line in self._lines:
+            if line.startswith(":"):
+                out.comments += 1
+                if stop_on_comment:
+                    return out
+                continue
+            if line == "":
+                if "data" in fields:
+                    data = json.loads(fields["data"])
+                    out.events.append(Sse(int(fields["id"]), fields["event"], data))
+                    if stop_after is not None and len(out.events) >= stop_after:
+                        return out
+                fields = {}
+                continue
+            name, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if name == "retry":
+                self.retry_ms = int(value)
+            else:
+                fields[name] = value
+        out.ended = True
+        return out
+
+
+class TenantView:
+    """One tenant: HTTP as its users, and the worker side through ``ray_runtime.client``."""
+
+    def __init__(self, api: Api, runtime: Any, tenant: str) -> None:
+        self.api = api
+        self.runtime = runtime
+        self.tenant = tenant
+        self.agent = f"agent-{uuid.uuid4().hex[:8]}"
+        self.workflow = f"wf-{uuid.uuid4().hex[:6]}"
+        self._clients: dict[Any, httpx.Client] = {}
+        self._gated = False
+
+    # ------------------------------------------------------------------ users
+
+    def token(self, subject: str = REQUESTER, *roles: str, **kw: Any) -> str:
+        return self.api.token(self.tenant, subject, roles or (Role.REQUESTER,), **kw)
+
+    def user(
+        self, subject: str = REQUESTER, *roles: str, scopes: Iterable[str] | None = None
+    ) -> httpx.Client:
+        """An HTTP client acting as ``subject`` (closed with the tenant view)."""
+        key = (subject, tuple(roles), None if scopes is None else tuple(scopes))
+        if key not in self._clients:
+            self._clients[key] = self.api.client(self.token(subject, *roles, scopes=scopes))
+        return self._clients[key]
+
+    def requester(self) -> httpx.Client:
+        return self.user(REQUESTER, Role.REQUESTER)
+
+    def reviewer(self, subject: str = REVIEWER) -> httpx.Client:
+        return self.user(subject, Role.REVIEWER)
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
+
+    # ------------------------------------------------------------------ workflows and runs
+
+    def publish(
+        self,
+        *,
+        gate: str = "none",
+        side_effect: SideEffectClass = SideEffectClass.READ,
+        workflow_id: str | None = None,
+        aliases: Iterable[str] = ("latest",),
+    ) -> str:
+        definition = WorkflowDefinition(
+            workflow_id or self.workflow,
+            (
+                StepSpec(
+                    name="only", agent_id=self.agent, gate=gate, side_effect_class=side_effect
+                ),
+            ),
+        )
+        release = self.runtime.container.releases.publish(
+            self.tenant, definition, "publisher", datetime.now(UTC), aliases
+        )
+        return str(release.release_id)
+
+    def publish_policy(self, **fields: Any) -> None:
+        self.runtime.container.policies.publish(
+            self.tenant, PolicyDocument("default", "ignored", **fields), datetime.now(UTC)
+        )
+
+    def body(self, **overrides: Any) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "workflowId": self.workflow,
+            "releaseAlias": "latest",
+            "modelProfileId": "code-agent",
+            "input": {"repository": "ConnectSoft.CaseManagement", "revision": "a1b2c3d"},
+            "limits": {"maxCostUsd": 12, "maxMinutes": 45},
+        }
+        body.update(overrides)
+        return body
+
+    def submit(self, client: httpx.Client | None = None, key: str | None = None) -> str:
+        http = client or self.requester()
+        response = http.post(
+            "/factory/runs",
+            json=self.body(),
+            headers={"Idempotency-Key": key or f"key-{uuid.uuid4().hex}"},
+        )
+        assert response.status_code == 202, response.text
+        return str(response.json()["runId"])
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        response = self.requester().get(f"/factory/runs/{run_id}")
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    def wait_state(self, run_id: str, *states: str, timeout: float = 15.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            view = self.run(run_id)
+            if view["state"] in states:
+                return view
+            assert time.monotonic() < deadline, f"run stayed {view['state']}, not {states}"
+            time.sleep(0.1)
+
+    # ------------------------------------------------------------------ the worker
+
+    def _call(self, coro: Any) -> Any:
+        return asyncio.run(coro)
+
+    def claim(self, run_id: str, timeout_s: float = 15.0) -> Claim:
+        holder = f"worker-{self.tenant}"
+        claim = self._call(self.runtime.client.claim([self.agent], holder, timeout_s))
+        assert claim is not None, f"no attempt of run {run_id} became claimable"
+        assert str(claim.run_id) == run_id, "claimed another run of this test's agent"
+        return claim
+
+    def request_approval(self, claim: Claim, n: int = 1) -> Any:
+        return self._call(self.runtime.client.request_approval(claim, proposal(n)))
+
+    def succeed(self, claim: Claim) -> Any:
+        return self._call(
+            self.runtime.client.report_outcome(
+                claim, AttemptOutcome.SUCCEEDED, outcome_hash=canonical_hash({"done": 1})
+            )
+        )
+
+    def waiting_for_approval(self, n: int = 1) -> tuple[str, Claim, dict[str, Any]]:
+        """A run of this tenant parked on a Pending approval: (runId, claim, approval JSON)."""
+        if not self._gated:
+            self.publish(gate="approval")
+            self._gated = True
+        run_id = self.submit()
+        claim = self.claim(run_id)
+        approval = self.request_approval(claim, n)
+        assert approval is not None
+        view = self.wait_state(run_id, "WaitingForApproval")
+        (pending,) = view["pendingApprovals"]
+        assert pending["approvalId"] == str(approval.approval_id)
+        return run_id, claim, pending
+
+
+def decision(approval: dict[str, Any], verdict: str = "approve", **overrides: Any) -> dict[str, Any]:
+    body = {
+        "decision": verdict,
+        "version": approval["version"],
+        "proposalHash": approval["proposalHash"],
+        "reason": "looks right",
+    }
+    body.update(overrides)
+    return body
+
+
+def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(interval)
+
+
+def new_tenant() -> str:
+    return f"t-{uuid.uuid4().hex[:12]}"

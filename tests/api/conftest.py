@@ -1,0 +1,61 @@
+"""API fixtures: one Ray Serve instance per session (on the session's Ray runtime and
+database), serving ``serve_app.RunControlApi`` on a free local port.
+
+The deployment gets the database URL and the test settings as init arguments (the same
+settings the session's run hosts use, plus test auth and a short SSE heartbeat).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from api_harness import RSA_KID, Api, TenantView, api_settings, free_port, wait_live
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from runcontrol.api.auth import jwks_document
+
+APP_NAME = "runcontrol"
+
+
+@pytest.fixture(scope="session")
+def serve_instance(ray_runtime: Any) -> Iterator[int]:
+    """``serve.start`` on a free port; shut down before the session's Ray runtime."""
+    from ray import serve
+
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    try:
+        yield port
+    finally:
+        serve.shutdown()
+
+
+@pytest.fixture(scope="session")
+def api(
+    serve_instance: int, ray_runtime: Any, owner_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Api:
+    from ray import serve
+
+    from serve_app import RunControlApi
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwks_file = tmp_path_factory.mktemp("jwks") / "jwks.json"
+    jwks_file.write_text(jwks_document({RSA_KID: key.public_key()}))
+    deployment = RunControlApi.bind(
+        database_url=owner_url, settings=api_settings(ray_runtime, jwks_file)
+    )
+    serve.run(deployment, name=APP_NAME, route_prefix="/")
+    base_url = f"http://127.0.0.1:{serve_instance}"
+    wait_live(base_url)
+    return Api(base_url, key)
+
+
+@pytest.fixture
+def t(api: Api, ray_runtime: Any, tenant: str) -> Iterator[TenantView]:
+    view = TenantView(api, ray_runtime, tenant)
+    try:
+        yield view
+    finally:
+        view.close()

@@ -1,0 +1,208 @@
+"""Invariant 7: a decision authorises exactly its proposalHash; a regenerated proposal makes the
+pending request Stale; one valid decision (or quorum) per request, a second is a conflict;
+expired or stale is gone (410); wrong tenant is not found (404); the requester may never decide
+(403); break-glass by a PlatformAdmin needs a reason and is audited."""
+
+from __future__ import annotations
+
+import pytest
+from grain_harness import REQUESTER, SHARED, WORKER, Harness, proposal, race
+
+from runcontrol.domain import (
+    ApprovalState,
+    Decision,
+    PolicyDocument,
+    Principal,
+    Role,
+    RunState,
+    StepSpec,
+    errors,
+)
+from runcontrol.store.tables import approval_decisions
+
+APPROVE = Decision.APPROVE
+
+
+def waiting(h: Harness, proposal_n: int = 1):
+    """A run WaitingForApproval on its shared-write step (the built-in policy gates it)."""
+    grain, grant = h.start_run(StepSpec("write", "agent-a", side_effect_class=SHARED))
+    approval = grain.request_approval(
+        grant.attempt_id, WORKER, grant.fencing_token, proposal(proposal_n)
+    )
+    assert approval is not None and approval.state is ApprovalState.PENDING
+    assert h.load(grain.run_id).run.state is RunState.WAITING_FOR_APPROVAL
+    return grain, grant, approval
+
+
+def decisions(h: Harness, run_id) -> list:
+    return h.rows(approval_decisions, run_id)
+
+
+def test_decision_authorises_exactly_its_proposal_hash(h: Harness):
+    grain, grant, approval = waiting(h)
+    with pytest.raises(errors.ProposalHashMismatch):
+        grain.decide(approval.approval_id, h.reviewer(), APPROVE, approval.version, proposal(2))
+    with pytest.raises(errors.ApprovalVersionMismatch):
+        grain.decide(approval.approval_id, h.reviewer(), APPROVE, approval.version + 1, proposal())
+    assert decisions(h, grain.run_id) == []
+    assert h.load(grain.run_id).run.state is RunState.WAITING_FOR_APPROVAL
+
+    decided = grain.decide(
+        approval.approval_id, h.reviewer(), APPROVE, approval.version, proposal()
+    )
+    assert decided.state is ApprovalState.APPROVED
+    assert [(d.decided_by, d.proposal_hash) for d in decisions(h, grain.run_id)] == [
+        ("rita", proposal())
+    ]
+    assert h.load(grain.run_id).run.state is RunState.RUNNING
+    h.succeed(grain, grant)
+    assert h.load(grain.run_id).run.state is RunState.COMPLETED
+
+
+def test_regenerated_proposal_makes_the_pending_request_stale(h: Harness):
+    grain, grant, first = waiting(h)
+    # Asking again for the same proposal is the same request.
+    same = grain.request_approval(grant.attempt_id, WORKER, grant.fencing_token, proposal())
+    assert same.approval_id == first.approval_id
+
+    second = grain.request_approval(grant.attempt_id, WORKER, grant.fencing_token, proposal(2))
+    assert second.approval_id != first.approval_id
+    approvals = h.load(grain.run_id).approvals
+    assert approvals[first.approval_id].state is ApprovalState.STALE
+    assert approvals[second.approval_id].state is ApprovalState.PENDING
+
+    stale_version = approvals[first.approval_id].version
+    with pytest.raises(errors.ApprovalGone):
+        grain.decide(first.approval_id, h.reviewer(), APPROVE, stale_version, proposal())
+    grain.decide(second.approval_id, h.reviewer(), APPROVE, second.version, proposal(2))
+    assert h.load(grain.run_id).run.state is RunState.RUNNING
+    assert [d.proposal_hash for d in decisions(h, grain.run_id)] == [proposal(2)]
+
+
+def test_requester_may_never_decide(h: Harness):
+    grain, _, approval = waiting(h)
+    for roles in (
+        (Role.REVIEWER,),
+        (Role.WORKSPACE_ADMIN,),
+        (Role.PLATFORM_ADMIN,),
+    ):
+        with pytest.raises(errors.SeparationOfDuties):
+            grain.decide(
+                approval.approval_id,
+                h.principal(REQUESTER, *roles),
+                APPROVE,
+                approval.version,
+                proposal(),
+                "it is fine, trust me",
+            )
+    assert decisions(h, grain.run_id) == []
+    assert h.load(grain.run_id).approvals[approval.approval_id].state is ApprovalState.PENDING
+
+
+def test_only_approver_roles_decide(h: Harness):
+    grain, _, approval = waiting(h)
+    for roles in ((Role.OBSERVER,), (Role.OPERATOR,), (Role.REQUESTER,)):
+        with pytest.raises(errors.Forbidden):
+            grain.decide(approval.approval_id, h.principal("bob", *roles), APPROVE, 1, proposal())
+    assert decisions(h, grain.run_id) == []
+
+
+def test_second_decision_is_a_conflict(h: Harness):
+    grain, _, approval = waiting(h)
+    grain.decide(approval.approval_id, h.reviewer(), Decision.REJECT, approval.version, proposal())
+    current = h.load(grain.run_id).approvals[approval.approval_id]
+    assert current.state is ApprovalState.REJECTED
+    for who in (h.reviewer("rita"), h.reviewer("bob")):
+        with pytest.raises(errors.ApprovalAlreadyDecided):
+            grain.decide(approval.approval_id, who, APPROVE, current.version, proposal())
+    assert len(decisions(h, grain.run_id)) == 1
+    assert h.load(grain.run_id).run.state is RunState.FAILED
+
+
+def test_concurrent_decisions_record_exactly_one(h: Harness):
+    grain, _, approval = waiting(h)
+    a, b = h.grain(grain.run_id), h.grain(grain.run_id)
+    for g in (a, b):
+        g.dispatch()  # warm both activations on the same version
+
+    results = race(
+        lambda: a.decide(approval.approval_id, h.reviewer("rita"), APPROVE, 1, proposal()),
+        lambda: b.decide(approval.approval_id, h.reviewer("bob"), Decision.REJECT, 1, proposal()),
+    )
+
+    assert sorted(kind for kind, _ in results) == ["err", "ok"], results
+    (loser,) = [v for kind, v in results if kind == "err"]
+    assert isinstance(loser, errors.Conflict), loser
+    (recorded,) = decisions(h, grain.run_id)
+    state = h.load(grain.run_id).approvals[approval.approval_id].state
+    assert state is (
+        ApprovalState.APPROVED if recorded.decision == "approve" else ApprovalState.REJECTED
+    )
+
+
+def test_expired_request_is_gone_and_the_reminder_fails_the_run(h: Harness):
+    grain, _, approval = waiting(h)
+    h.clock.advance(72 * 3600)  # RunControl:Approvals:DefaultExpiryHours
+    with pytest.raises(errors.ApprovalGone):
+        grain.decide(approval.approval_id, h.reviewer(), APPROVE, approval.version, proposal())
+    assert grain.wake() == [f"approval-expired:{approval.approval_id}"]
+    agg = h.load(grain.run_id)
+    assert agg.approvals[approval.approval_id].state is ApprovalState.EXPIRED
+    assert agg.run.state is RunState.FAILED
+    with pytest.raises(errors.ApprovalGone):
+        grain.decide(
+            approval.approval_id,
+            h.reviewer(),
+            APPROVE,
+            agg.approvals[approval.approval_id].version,
+            proposal(),
+        )
+    assert decisions(h, grain.run_id) == []
+
+
+def test_wrong_tenant_is_not_found(h: Harness, make_harness, tenant):
+    grain, _, approval = waiting(h)
+    outsider = Principal("rita", f"{tenant}-other", "proj-1", frozenset({Role.REVIEWER}))
+    with pytest.raises(errors.NotFound):
+        grain.decide(approval.approval_id, outsider, APPROVE, approval.version, proposal())
+    other = make_harness(tenant_id=f"{tenant}-other")
+    with pytest.raises(errors.NotFound):  # the run itself is invisible to the other tenant
+        other.grain(grain.run_id).decide(
+            approval.approval_id, outsider, APPROVE, approval.version, proposal()
+        )
+    assert decisions(h, grain.run_id) == []
+
+
+def test_break_glass_needs_a_reason_and_is_audited(h: Harness):
+    grain, _, approval = waiting(h)
+    admin = h.principal("pat", Role.PLATFORM_ADMIN)
+    for reason in (None, "   "):
+        with pytest.raises(errors.BreakGlassReasonRequired):
+            grain.decide(approval.approval_id, admin, APPROVE, approval.version, proposal(), reason)
+    assert h.audits(grain.run_id) == []
+
+    grain.decide(approval.approval_id, admin, APPROVE, approval.version, proposal(), "incident 42")
+    (vote,) = decisions(h, grain.run_id)
+    assert (vote.decided_by, vote.break_glass, vote.reason) == ("pat", True, "incident 42")
+    (audit,) = h.audits(grain.run_id)
+    assert (audit.kind, audit.actor) == ("break-glass-decision", "pat")
+    assert audit.detail["reason"] == "incident 42"
+    assert audit.detail["approval_id"] == str(approval.approval_id)
+    assert h.load(grain.run_id).run.state is RunState.RUNNING
+
+
+def test_quorum_needs_distinct_approvers(h: Harness):
+    h.c.policies.publish(
+        h.tenant,
+        PolicyDocument("default", "", frozenset({SHARED}), required_approvals=2),
+        h.clock.now(),
+    )
+    grain, _, approval = waiting(h)
+    first = grain.decide(approval.approval_id, h.reviewer("rita"), APPROVE, 1, proposal())
+    assert first.state is ApprovalState.PENDING and first.version == 2
+    with pytest.raises(errors.ApprovalAlreadyDecided):
+        grain.decide(approval.approval_id, h.reviewer("rita"), APPROVE, 2, proposal())
+    done = grain.decide(approval.approval_id, h.reviewer("bob"), APPROVE, 2, proposal())
+    assert done.state is ApprovalState.APPROVED
+    assert len(decisions(h, grain.run_id)) == 2
+    assert h.load(grain.run_id).run.state is RunState.RUNNING

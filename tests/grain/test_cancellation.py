@@ -1,0 +1,115 @@
+"""Invariant 8: cancellation records intent first; completed effects stay visible; the run is
+Cancelled only when every attempt has settled (or the stop timeout settled it as Uncertain)."""
+
+from __future__ import annotations
+
+import pytest
+from grain_harness import SHARED, WORKER, Harness, outcome_hash, proposal
+
+from runcontrol.domain import (
+    ApprovalState,
+    AttemptOutcome,
+    AttemptState,
+    Decision,
+    RunState,
+    StepSpec,
+    StepState,
+    errors,
+)
+from runcontrol.store.tables import cancellation_intents
+
+
+def intents(h: Harness, run_id) -> list:
+    return h.rows(cancellation_intents, run_id)
+
+
+def test_cancel_records_intent_and_waits_for_the_leased_attempt_to_settle(h: Harness):
+    grain, grant = h.start_run(StepSpec("first", "agent-a"), StepSpec("second", "agent-b"))
+    assert grain.cancel("ops", "no longer needed") == "Cancelling"
+
+    # The intent is committed (and announced) before anything has settled.
+    (intent,) = intents(h, grain.run_id)
+    assert (intent.requested_by, intent.reason) == ("ops", "no longer needed")
+    events = h.outbox(grain.run_id)
+    requested = next(e for e in events if e.event_type == "CancellationRequested")
+    moved = events[-1]
+    assert (moved.event_type, moved.payload["toState"]) == ("RunStateChanged", "Cancelling")
+    assert requested.seq < moved.seq
+    agg = h.load(grain.run_id)
+    assert agg.run.state is RunState.CANCELLING
+    assert agg.attempts[grant.attempt_id].state is AttemptState.LEASED
+
+    # The holder learns of it on renewal; asking again records no second intent.
+    assert grain.renew_lease(grant.attempt_id, WORKER, grant.fencing_token).cancel_requested
+    assert grain.cancel("ops", "again") == "Cancelling"
+    assert len(intents(h, grain.run_id)) == 1
+
+    # The attempt finished its work anyway: the effect stays visible, then the run is Cancelled.
+    h.succeed(grain, grant)
+    agg = h.load(grain.run_id)
+    first, second = agg.steps
+    assert (first.state, first.outcome_hash) == (StepState.SUCCEEDED, outcome_hash())
+    assert second.state is StepState.CANCELLED
+    assert len(agg.attempts) == 1  # step two was never dispatched
+    assert agg.run.state is RunState.CANCELLED
+    cancelled = h.outbox(grain.run_id)[-1]
+    assert cancelled.event_type == "RunCancelled"
+    assert (cancelled.payload["reason"], cancelled.payload["requestedBy"]) == (
+        "no longer needed",
+        "ops",
+    )
+    run_moves = [(j.from_state, j.to_state) for j in h.journal(grain.run_id) if j.entity == "Run"]
+    assert run_moves[-2:] == [("Running", "Cancelling"), ("Cancelling", "Cancelled")]
+
+
+def test_stop_timeout_settles_an_unreported_shared_write_attempt_as_uncertain(h: Harness):
+    grain, grant = h.start_run(StepSpec("write", "agent-a", side_effect_class=SHARED))
+    assert grain.cancel("ops", "stop") == "Cancelling"
+    h.clock.advance(60)
+    assert grain.wake() == []
+    assert h.load(grain.run_id).run.state is RunState.CANCELLING  # not assumed settled
+
+    h.clock.advance(120 + 30)  # past expires_at + grace: the reconciler settles it
+    assert grain.wake() == [f"lease-expired:{grant.attempt_id}"]
+    agg = h.load(grain.run_id)
+    assert agg.attempts[grant.attempt_id].state is AttemptState.UNCERTAIN
+    assert agg.run.state is RunState.CANCELLED
+
+
+def test_cancel_while_waiting_for_approval(h: Harness):
+    grain, grant = h.start_run(StepSpec("write", "agent-a", side_effect_class=SHARED))
+    approval = grain.request_approval(grant.attempt_id, WORKER, grant.fencing_token, proposal())
+    assert grain.cancel("ops", "stop") == "Cancelling"
+    agg = h.load(grain.run_id)
+    assert agg.approvals[approval.approval_id].state is ApprovalState.CANCELLED
+    with pytest.raises(errors.ApprovalAlreadyDecided):
+        grain.decide(
+            approval.approval_id,
+            h.reviewer(),
+            Decision.APPROVE,
+            agg.approvals[approval.approval_id].version,
+            proposal(),
+        )
+    # The holder acknowledges the interruption: only now is the run Cancelled.
+    grain.report_outcome(grant.attempt_id, WORKER, grant.fencing_token, AttemptOutcome.CANCELLED)
+    assert h.load(grain.run_id).run.state is RunState.CANCELLED
+
+
+def test_an_attempt_never_leased_settles_at_once(h: Harness):
+    h.publish(StepSpec("s", "agent-a"))
+    grain, _ = h.submit()
+    (attempt,) = h.load(grain.run_id).attempts.values()
+    assert grain.cancel("ops", "stop") == "Cancelled"
+    agg = h.load(grain.run_id)
+    assert agg.attempts[attempt.attempt_id].state is AttemptState.CANCELLED
+    assert len(intents(h, grain.run_id)) == 1
+    with pytest.raises(errors.LeaseRejected):
+        grain.acquire_lease(attempt.attempt_id, WORKER)
+
+
+def test_a_cancellation_needs_a_reason(h: Harness):
+    grain, _ = h.start_run()
+    with pytest.raises(errors.ValidationFailed):
+        grain.cancel("ops", "  ")
+    assert intents(h, grain.run_id) == []
+    assert h.load(grain.run_id).run.state is RunState.RUNNING

@@ -1,0 +1,86 @@
+"""Invariant 4: at most one non-terminal attempt per step; no dispatch while the run is
+WaitingForApproval or Cancelling."""
+
+from __future__ import annotations
+
+import pytest
+from grain_harness import SHARED, WORKER, CeilingRandom, Harness, proposal, race
+
+from runcontrol.domain import (
+    AttemptOutcome,
+    FailureClass,
+    RunState,
+    StepSpec,
+    errors,
+)
+
+
+def test_repeated_dispatch_and_wake_never_open_a_second_attempt(h: Harness):
+    h.publish(StepSpec("s", "agent-a", max_attempts=3))
+    grain, _ = h.submit()
+    (attempt,) = h.load(grain.run_id).attempts.values()
+    h.clock.advance(60)
+    for leased in (False, True):
+        if leased:
+            h.lease(grain)
+        for g in (grain, h.grain(grain.run_id)):  # the same activation and a second one
+            assert g.dispatch() is None
+            assert g.wake() == []
+    agg = h.load(grain.run_id)
+    assert list(agg.attempts) == [attempt.attempt_id]
+    assert h.event_types(grain.run_id).count("AttemptDispatched") == 1
+
+
+def test_two_activations_dispatching_a_due_retry_open_one_attempt(h: Harness):
+    h.env.rng = CeilingRandom()  # retry 1 is due exactly retry_base_seconds (1 s) later
+    grain, grant = h.start_run(StepSpec("s", "agent-a", max_attempts=3))
+    grain.report_outcome(
+        grant.attempt_id,
+        WORKER,
+        grant.fencing_token,
+        AttemptOutcome.FAILED,
+        failure_class=FailureClass.TRANSIENT,
+    )
+    a, b = h.grain(grain.run_id), h.grain(grain.run_id)
+    assert a.dispatch() is None and b.dispatch() is None  # not due yet; both now cache it
+    h.clock.advance(1)
+
+    results = race(a.dispatch, b.dispatch)
+
+    dispatched = [v for kind, v in results if kind == "ok" and v is not None]
+    assert len(dispatched) == 1, results
+    for kind, value in results:
+        assert (kind == "ok") or isinstance(value, errors.ConcurrencyConflict), results
+    agg = h.load(grain.run_id)
+    assert sorted(a.number for a in agg.attempts.values()) == [1, 2]
+    assert [a.attempt_id for a in agg.open_attempts()] == [dispatched[0].attempt_id]
+    assert h.event_types(grain.run_id).count("AttemptDispatched") == 2
+
+
+def _assert_no_dispatch(h: Harness, run_id, state: RunState) -> None:
+    h.clock.advance(10)  # anything time-gated is due by now (but no lease expires)
+    for g in (h.grain(run_id), h.grain(run_id)):
+        assert g.dispatch() is None
+        assert "dispatched" not in g.wake()
+    agg = h.load(run_id)
+    assert agg.run.state is state
+    assert len(agg.attempts) == 1
+    # The rule itself: even handed the next Pending step explicitly, the run refuses.
+    pending = next(s for s in agg.steps if s.state.value == "Pending")
+    assert agg.dispatchable_step(h.clock.now()) is None
+    with pytest.raises(errors.IllegalTransition):
+        agg.dispatch(h.env.context("run-dispatcher"), pending)
+
+
+def test_no_dispatch_while_waiting_for_approval(h: Harness):
+    grain, grant = h.start_run(
+        StepSpec("write", "agent-a", side_effect_class=SHARED), StepSpec("next", "agent-b")
+    )
+    grain.request_approval(grant.attempt_id, WORKER, grant.fencing_token, proposal())
+    _assert_no_dispatch(h, grain.run_id, RunState.WAITING_FOR_APPROVAL)
+
+
+def test_no_dispatch_while_cancelling(h: Harness):
+    grain, _ = h.start_run(StepSpec("first", "agent-a"), StepSpec("next", "agent-b"))
+    assert grain.cancel("ops", "stop") == "Cancelling"
+    _assert_no_dispatch(h, grain.run_id, RunState.CANCELLING)

@@ -1,0 +1,147 @@
+"""Invariant 10: the recovery journal (and the other evidence tables: audit_log,
+approval_decisions, cancellation_intents) are append-only at the database level.
+
+Two independent layers: the app role has no UPDATE/DELETE privilege (permission), and a trigger
+refuses UPDATE/DELETE/TRUNCATE even for the table owner. The one sanctioned removal is retention:
+``runcontrol_purge_journal(cutoff)``, executable by the system role only, deleting only journal
+entries older than the cutoff.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy.exc import DBAPIError
+
+from runcontrol.domain import AttemptOutcome, errors
+from runcontrol.store.tables import APPEND_ONLY_TABLES
+
+INSUFFICIENT_PRIVILEGE = "42501"
+
+
+def sqlstate(exc: pytest.ExceptionInfo[DBAPIError]) -> str | None:
+    return getattr(exc.value.orig, "sqlstate", None)
+
+
+@pytest.fixture
+def evidence(make_leased_run, tenant):
+    """A run with journal rows, an audit_log row (a refused report) and a cancellation intent."""
+    run = make_leased_run(tenant)
+    with pytest.raises(errors.LeaseNotHeld):
+        run.grain.report_outcome(
+            run.attempt_id, "intruder", run.grant.fencing_token, AttemptOutcome.SUCCEEDED
+        )
+    assert run.grain.cancel("ops", "stop") == "Cancelling"
+    return run
+
+
+@pytest.mark.parametrize("table", APPEND_ONLY_TABLES)
+@pytest.mark.parametrize(
+    "statement",
+    ["UPDATE {t} SET tenant_id = tenant_id", "DELETE FROM {t}"],
+    ids=["update", "delete"],
+)
+def test_app_role_may_not_update_or_delete(db, evidence, table, statement):
+    with pytest.raises(DBAPIError) as exc, db.tenant(evidence.tenant) as conn:
+        conn.exec_driver_sql(statement.format(t=table))
+    assert sqlstate(exc) == INSUFFICIENT_PRIVILEGE
+    assert "permission denied" in str(exc.value)
+
+
+def test_app_role_cannot_use_the_purge_switch(db, evidence):
+    with pytest.raises(DBAPIError) as exc, db.tenant(evidence.tenant) as conn:
+        conn.exec_driver_sql("SELECT set_config('runcontrol.retention_purge', 'on', true)")
+        conn.exec_driver_sql("DELETE FROM recovery_journal WHERE run_id = %s", (evidence.run_id,))
+    assert sqlstate(exc) == INSUFFICIENT_PRIVILEGE
+
+
+@pytest.mark.parametrize("table", ("recovery_journal", "audit_log", "cancellation_intents"))
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE {t} SET tenant_id = tenant_id WHERE run_id = %s",
+        "DELETE FROM {t} WHERE run_id = %s",
+        "TRUNCATE {t}",
+    ],
+    ids=["update", "delete", "truncate"],
+)
+def test_even_the_owner_is_stopped_by_the_trigger(owner_engine, evidence, table, statement):
+    sql = statement.format(t=table)
+    with owner_engine.connect() as conn:
+        assert (
+            conn.exec_driver_sql(
+                f"SELECT count(*) FROM {table} WHERE run_id = %s", (evidence.run_id,)
+            ).scalar_one()
+            > 0
+        )
+        conn.rollback()
+        with pytest.raises(DBAPIError) as exc, conn.begin():
+            conn.exec_driver_sql(sql, () if "TRUNCATE" in sql else (evidence.run_id,))
+    assert sqlstate(exc) == INSUFFICIENT_PRIVILEGE
+    assert "append-only" in str(exc.value)
+
+
+def test_every_append_only_table_has_its_triggers(owner_engine):
+    with owner_engine.connect() as conn:
+        rows = conn.exec_driver_sql(
+            "SELECT c.relname, t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid"
+            " WHERE NOT t.tgisinternal AND t.tgenabled <> 'D'"
+        ).all()
+    triggers = {(r.relname, r.tgname) for r in rows}
+    for table in APPEND_ONLY_TABLES:
+        assert (table, f"{table}_append_only") in triggers
+        assert (table, f"{table}_no_truncate") in triggers
+
+
+def test_retention_purge_by_system_role_removes_only_entries_older_than_cutoff(
+    db, owner_engine, tenant
+):
+    # Journal entries dated decades before anything else in the session database, so the
+    # (all-tenant) purge below can touch nothing another test wrote.
+    run_id = uuid.uuid4()
+    old = datetime(1971, 1, 1, tzinfo=UTC)
+    recent = datetime(1971, 12, 1, tzinfo=UTC)
+    cutoff = datetime(1971, 6, 1, tzinfo=UTC)
+    with db.tenant(tenant) as conn:
+        for seq, when in ((1, old), (2, recent)):
+            conn.exec_driver_sql(
+                "INSERT INTO recovery_journal (tenant_id, run_id, sequence, entity, entity_id,"
+                " from_state, to_state, cause, actor, occurred_at)"
+                " VALUES (%s, %s, %s, 'Run', %s, NULL, 'Accepted', 'SubmitRun', 'alice', %s)",
+                (tenant, run_id, seq, run_id, when),
+            )
+
+    def sequences() -> list[int]:
+        with db.system_tx() as conn:
+            return list(
+                conn.exec_driver_sql(
+                    "SELECT sequence FROM recovery_journal WHERE run_id = %s ORDER BY sequence",
+                    (run_id,),
+                ).scalars()
+            )
+
+    # Neither the app role nor a plain DELETE by the system role may remove them.
+    with pytest.raises(DBAPIError) as exc, db.tenant(tenant) as conn:
+        conn.exec_driver_sql("SELECT runcontrol_purge_journal(%s)", (cutoff,))
+    assert sqlstate(exc) == INSUFFICIENT_PRIVILEGE
+    with pytest.raises(DBAPIError) as exc, db.system_tx() as conn:
+        conn.exec_driver_sql("DELETE FROM recovery_journal WHERE run_id = %s", (run_id,))
+    assert sqlstate(exc) == INSUFFICIENT_PRIVILEGE
+    with pytest.raises(DBAPIError) as exc, owner_engine.begin() as conn:
+        conn.exec_driver_sql("DELETE FROM recovery_journal WHERE run_id = %s", (run_id,))
+    assert "append-only" in str(exc.value)
+    assert sequences() == [1, 2]
+
+    with db.system_tx() as conn:
+        removed = conn.exec_driver_sql(
+            "SELECT runcontrol_purge_journal(%s)", (cutoff,)
+        ).scalar_one()
+        # The switch is off again for the rest of the transaction.
+        switch = conn.exec_driver_sql(
+            "SELECT current_setting('runcontrol.retention_purge', true)"
+        ).scalar_one()
+    assert removed >= 1
+    assert switch == "off"
+    assert sequences() == [2]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 from uuid import UUID
@@ -38,7 +37,8 @@ RETRY_MS = 2000
 
 
 def sse_frame(event: dict[str, Any]) -> str:
-    data = json.dumps(event, separators=(",", ":"), default=str)
+    """One event as an SSE frame; ``data`` is the same envelope the history answers with."""
+    data = EventEnvelope.model_validate(event).model_dump_json(by_alias=True)
     return f"id: {event['seq']}\nevent: {event['type']}\ndata: {data}\n\n"
 
 

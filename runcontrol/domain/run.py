@@ -160,6 +160,7 @@ class LeaseGrant:
     skill_id: str | None
     attempt_number: int
     side_effect_class: SideEffectClass
+    gate: str = "none"
     cancel_requested: bool = False
 
 
@@ -397,6 +398,7 @@ class RunAggregate:
             skill_id=step.skill_id,
             attempt_number=attempt.number,
             side_effect_class=step.side_effect_class,
+            gate=step.gate,
             cancel_requested=self.run.state is RunState.CANCELLING,
         )
 

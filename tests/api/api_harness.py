@@ -33,7 +33,7 @@ from runcontrol.domain import (
     canonical_hash,
 )
 
-SECRET = "api-test-secret-0123456789abcdef-0123456789"
+SECRET = "api-test-secret-" + "0123456789abcdef" * 4  # long enough for HS512 too
 ISSUER = "https://idp.runcontrol.test/"
 AUDIENCE = "runcontrol-api"
 RSA_KID = "test-key-1"

@@ -1,0 +1,67 @@
+"""Start the whole service on a Ray runtime: run hosts, scheduler, the Serve app, workers."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from ray import serve
+
+from runcontrol.config import Settings
+
+from .placement import NAMESPACE
+from .run_host import ensure_hosts
+from .scheduler import ensure_scheduler
+
+log = logging.getLogger(__name__)
+
+APP_NAME = "runcontrol"
+
+
+@dataclass
+class Service:
+    hosts: list[Any]
+    scheduler: Any
+    url: str
+
+
+def start_ray(num_cpus: int | None = None, address: str | None = None) -> None:
+    os.environ.setdefault("RAY_worker_maximum_startup_concurrency", "4")
+    if ray.is_initialized():
+        return
+    if address:
+        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
+    else:
+        ray.init(
+            num_cpus=num_cpus or os.cpu_count() or 2,
+            include_dashboard=False,
+            namespace=NAMESPACE,
+            log_to_driver=False,
+            configure_logging=False,
+        )
+
+
+def start_service(settings: Settings, owner_url: str, host: str, port: int) -> Service:
+    """Deploy hosts, the scheduler and the HTTP app; return once all of them answer."""
+    os.environ["RUNCONTROL_DATABASE_URL"] = owner_url
+    hosts = ensure_hosts(settings, owner_url)
+    scheduler = ensure_scheduler(settings, owner_url)
+    from serve_app import RunControlApi
+
+    serve.start(http_options={"host": host, "port": port})
+    serve.run(
+        RunControlApi.bind(database_url=owner_url),
+        name=APP_NAME,
+        route_prefix="/",
+    )
+    return Service(hosts, scheduler, f"http://{host}:{port}")
+
+
+def stop_service() -> None:
+    try:
+        serve.shutdown()
+    finally:
+        ray.shutdown()

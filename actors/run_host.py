@@ -27,6 +27,7 @@ from runcontrol.store import queries as q
 from runcontrol.store.notify import Listener
 from runcontrol.store.uow import DISPATCH_CHANNEL, EVENTS_CHANNEL
 
+from .metrics import HostMetrics, command_span
 from .placement import HostRouter, get_or_create
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,7 @@ class RunHost:
         self._listener = Listener(db.system_url, (DISPATCH_CHANNEL, EVENTS_CHANNEL))
         self._started = time.monotonic()
         self._commands = 0
+        self._metrics = HostMetrics()
         self._reaper = asyncio.get_running_loop().create_task(self._reap())
 
     # ------------------------------------------------------------------ activations
@@ -107,7 +109,13 @@ class RunHost:
             act.last_used = time.monotonic()
             self._commands += 1
             try:
-                return await self._in_thread(getattr(act.grain, name), *args, **kwargs)
+                with command_span(tenant_id, run_id, name, args) as span:
+                    result = await self._in_thread(getattr(act.grain, name), *args, **kwargs)
+                    step_id = getattr(result, "step_id", None)
+                    if step_id is not None:
+                        span.set_attribute("step.id", str(step_id))
+                self._metrics.observe(tenant_id, name, args, result)
+                return result
             finally:
                 if not act.grain.active and self._activations.get(run_id) is act:
                     del self._activations[run_id]  # terminal: nothing left to serialise

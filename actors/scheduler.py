@@ -22,6 +22,7 @@ from runcontrol.store.notify import Listener
 from runcontrol.store.queries import RunKey
 from runcontrol.store.uow import EVENTS_CHANNEL
 
+from .metrics import SchedulerMetrics
 from .placement import SCHEDULER_NAME, get_or_create
 from .run_host import make_router
 
@@ -50,6 +51,7 @@ class Scheduler:
         self._sinks = sinks
         self.counters: dict[str, int] = {}
         self.last_outbox_lag = 0.0
+        self._metrics = SchedulerMetrics()
         self._listener = Listener(db.system_url, (EVENTS_CHANNEL,))
         s = self.settings.scheduler
         self._aps = AsyncIOScheduler(event_loop=asyncio.get_running_loop())
@@ -59,6 +61,7 @@ class Scheduler:
             (self.dispatch_sweep, s.dispatch_sweep_interval, "RunDispatcher"),
             (self.outbox_relay, s.outbox_relay_interval, "OutboxRelay"),
             (self.retention, s.retention_interval, "RetentionCleanup"),
+            (self.sample_active_runs, 15.0, "ActiveRunsSampler"),
         ]
         for fn, seconds, name in jobs:
             self._aps.add_job(
@@ -134,8 +137,17 @@ class Scheduler:
         if report is None or report.published == 0:
             return 0
         self.last_outbox_lag = report.max_lag_seconds
+        self._metrics.outbox_lag.observe(report.max_lag_seconds, {"host": "scheduler"})
         self.counters["OutboxRelay"] = self.counters.get("OutboxRelay", 0) + report.published
         return int(report.published)
+
+    async def sample_active_runs(self) -> int:
+        counts = await self._locked(
+            "ActiveRunsSampler", lambda: reconcilers.active_runs(self._db)
+        )
+        for (tenant, state), n in (counts or {}).items():
+            self._metrics.runs_active.set(n, {"tenant": tenant, "state": state})
+        return len(counts or {})
 
     async def retention(self) -> int:
         removed = await self._locked(

@@ -68,13 +68,15 @@ def _cmd_up(args: argparse.Namespace) -> int:
     owner_url = database_url(settings)
     db = build_database(settings, owner_url=owner_url)
     container = build(settings, db=db, migrate=False)
-    release = container.releases.publish(
-        DEMO_TENANT,
-        WorkflowDefinition.from_dict(DEMO_WORKFLOW),
-        "runcontrol-up",
-        container.env.clock.now(),
-    )
-    _say(f"database migrated; demo release {release.release_id} published for tenant 'demo'")
+    _say("database migrated")
+    if not args.no_demo:
+        release = container.releases.publish(
+            DEMO_TENANT,
+            WorkflowDefinition.from_dict(DEMO_WORKFLOW),
+            "runcontrol-up",
+            container.env.clock.now(),
+        )
+        _say(f"demo release {release.release_id} published for tenant 'demo'")
     _say("starting Ray, run hosts, scheduler and the HTTP app (Ray Serve) ...")
     start_ray(address=args.address)
     service = start_service(settings, owner_url, args.host, args.port)
@@ -115,7 +117,8 @@ Ctrl-C stops everything.
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await _run_workers(client, ["worker-1", "worker-2"], stop, settings)
+        holders = [] if args.no_workers else ["worker-1", "worker-2"]
+        await _run_workers(client, holders, stop, settings)
 
     try:
         asyncio.run(main())
@@ -190,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--host", default="127.0.0.1")
     up.add_argument("--port", type=int, default=8000)
     up.add_argument("--address", default=None, help="join this Ray cluster instead of starting one")
+    up.add_argument("--no-workers", action="store_true", help="do not run the reference workers")
+    up.add_argument("--no-demo", action="store_true", help="do not publish the demo workflow")
     up.set_defaults(func=_cmd_up)
 
     worker = sub.add_parser("worker", help="run a reference worker against a running cluster")

@@ -58,6 +58,12 @@ def due_dispatches(db: Database, now: datetime) -> list[q.RunKey]:
         return q.due_runs(conn, now)
 
 
+def active_runs(db: Database) -> dict[tuple[str, str], int]:
+    """Non-terminal runs by (tenant, state), for the runs.active gauge."""
+    with db.system_tx() as conn:
+        return q.active_run_counts(conn)
+
+
 class Sink(Protocol):
     """Where the outbox relay publishes committed events (a broker, a log, a webhook)."""
 

@@ -342,3 +342,12 @@ def outbox_backlog(conn: Connection) -> tuple[int, datetime | None]:
         select(func.count(), func.min(outbox.c.occurred_at)).where(outbox.c.published_at.is_(None))
     ).one()
     return int(row[0]), row[1]
+
+
+def active_run_counts(conn: Connection) -> dict[tuple[str, str], int]:
+    rows = conn.execute(
+        select(runs.c.tenant_id, runs.c.state, func.count())
+        .where(runs.c.state.in_(("Accepted", "Running", "WaitingForApproval", "Cancelling")))
+        .group_by(runs.c.tenant_id, runs.c.state)
+    )
+    return {(r[0], r[1]): int(r[2]) for r in rows}

@@ -1,21 +1,25 @@
-import threading, uuid
+import threading, uuid, time
 from runcontrol.bootstrap import build
 from runcontrol.config import Settings
 from runcontrol.domain import *
 from runcontrol.grain import RunGrain, SubmitRequest
-from runcontrol.store import uow as uowmod
+from sqlalchemy.engine import Connection
 
 def test_dbg(db, tenant, monkeypatch):
-    orig = uowmod.UnitOfWork.save
-    def save(self, agg):
-        ch = agg._changes
-        print(threading.current_thread().name, "save expected", ch.expected_version, "run.version", agg.run.version, "dirty", ch.run_dirty, "fseq", agg.run.fencing_seq, "leases", len(ch.leases), "new", agg._is_new)
+    orig = Connection._execute_context
+    def execute(self, dialect, constructor, statement, parameters, execution_options, *args, **kw):
+        name = threading.current_thread().name
+        s = str(statement)[:50].replace("\n"," ")
+        t0 = time.monotonic()
         try:
-            return orig(self, agg)
+            r = orig(self, dialect, constructor, statement, parameters, execution_options, *args, **kw)
         except Exception as e:
-            print(threading.current_thread().name, "save failed", type(e).__name__)
+            if name in "AB": print(name, "EXC", s, type(e).__name__)
             raise
-    monkeypatch.setattr(uowmod.UnitOfWork, "save", save)
+        if name in "AB":
+            print(name, s, "rowcount", r.rowcount, "took", round(time.monotonic()-t0, 3))
+        return r
+    monkeypatch.setattr(Connection, "_execute_context", execute)
     c = build(Settings(), db=db, migrate=False)
     env = c.env
     c.releases.publish(tenant, WorkflowDefinition("wf", (StepSpec(name="only", agent_id="a"),StepSpec(name="two", agent_id="b"))), "p", env.clock.now())
@@ -25,7 +29,7 @@ def test_dbg(db, tenant, monkeypatch):
                  SubmitRequest("proj-1", uuid.uuid4().hex, "wf", "m", {"n": 1}, release_alias="latest"))
         with db.tenant(tenant) as conn:
             (att,) = conn.exec_driver_sql("SELECT attempt_id FROM attempts WHERE run_id=%s", (g.run_id,)).scalars()
-        a = g  # the submitting activation (cached)
+        a = g
         b = RunGrain(env, tenant, g.run_id)
         a.wake(); b.wake()
         print("---- race", trial)

@@ -385,7 +385,7 @@ class RunGrain:
         """Record the intent; return the state observed after it (not an assumed one)."""
 
         def decide(a: RunAggregate, c: CommandContext) -> str:
-            a.cancel(c, requested_by, reason)
+            a.cancel(c, requested_by, reason, self.env.options)
             return str(a.run.state)
 
         return self._execute(decide, requested_by)

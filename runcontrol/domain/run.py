@@ -709,6 +709,7 @@ class RunAggregate:
                 and attempt.fencing_token == fencing_token
                 and attempt.outcome is outcome
                 and attempt.outcome_hash == outcome_hash
+                and attempt.failure_class == failure_class
             ):
                 return attempt  # the same report retried (at-least-once delivery): no effect
             if attempt.settled_by == holder and attempt.fencing_token == fencing_token:
@@ -1206,7 +1207,13 @@ class RunAggregate:
 
     # ------------------------------------------------------------------ cancellation
 
-    def cancel(self, ctx: CommandContext, requested_by: str, reason: str) -> bool:
+    def cancel(
+        self,
+        ctx: CommandContext,
+        requested_by: str,
+        reason: str,
+        options: Options | None = None,
+    ) -> bool:
         """Record intent, then settle what can settle now; True if intent was recorded."""
         if not reason or not reason.strip():
             raise errors.ValidationFailed("a cancellation needs a reason")
@@ -1232,6 +1239,13 @@ class RunAggregate:
             self._close_remaining(ctx, FailureClass.CANCELLATION)
             self._emit_cancelled(ctx, intent)
             return True
+        if self.run.state is RunState.WAITING_FOR_APPROVAL:
+            # The leases were suspended while a human decided: give each holder a full term
+            # to observe the cancellation and settle its attempt itself.
+            term = timedelta(seconds=(options or Options()).lease_seconds)
+            for lease in self.leases.values():
+                lease.expires_at = ctx.now + term
+                self._changes.leases[lease.lease_id] = lease
         self._move_run(ctx, RunState.CANCELLING)
         for approval in self.pending_approvals():
             self._move_approval(ctx, approval, ApprovalState.CANCELLED, "RunCancelled")

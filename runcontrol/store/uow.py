@@ -193,6 +193,11 @@ class UnitOfWork:
                 self._scoped = True
             if changes.expected_version is None:
                 run_cur.execute(_INSERT_RUN, run_row)
+                # A concurrent submission with the same key may have won the insert: the rows
+                # queued below would then fail their foreign key (not a DuplicateSubmission).
+                pipeline.sync()
+                if run_cur.fetchone() is None:
+                    raise DuplicateSubmission(changes.run.idempotency_key)
             elif changes.run_dirty:
                 run_cur.execute(
                     _UPDATE_RUN, {**run_row, "expected_version": changes.expected_version}
@@ -235,11 +240,18 @@ class UnitOfWork:
                 cur.execute("SELECT pg_notify(%s, %s)", (DISPATCH_CHANNEL, agent_id))
             if changes.events:
                 cur.execute("SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, str(changes.run.run_id)))
-            pipeline.sync()
-            if changes.expected_version is None:
-                if run_cur.fetchone() is None:
-                    raise DuplicateSubmission(changes.run.idempotency_key)
-            elif changes.run_dirty and run_cur.rowcount != 1:
+            guarded = changes.expected_version is not None and changes.run_dirty
+            try:
+                pipeline.sync()
+            except psycopg.errors.IntegrityError as exc:
+                # The rows queued behind a version guard that matched nothing may collide with
+                # the winner's (lease token, outbox seq): that is a lost race, not a fault.
+                if guarded and run_cur.rowcount == 0:
+                    raise errors.ConcurrencyConflict(
+                        "the run changed since it was loaded", run_id=str(changes.run.run_id)
+                    ) from exc
+                raise
+            if guarded and run_cur.rowcount != 1:
                 raise errors.ConcurrencyConflict(
                     "the run changed since it was loaded", run_id=str(changes.run.run_id)
                 )

@@ -128,9 +128,7 @@ class Harness:
     # -- plumbing -----------------------------------------------------------------------
 
     def ctx(self, actor: str = "run-control", *, at: datetime | None = None) -> CommandContext:
-        return CommandContext(
-            now=at or self.now, actor=actor, new_id=self.ids, uniform=self.jitter
-        )
+        return CommandContext(now=at or self.now, actor=actor, new_id=self.ids, uniform=self.jitter)
 
     def advance(self, seconds: float) -> datetime:
         self.now = self.now + timedelta(seconds=seconds)
@@ -161,9 +159,7 @@ class Harness:
         return attempt
 
     def lease(self, attempt: Attempt, holder: str = "worker-1") -> LeaseGrant:
-        grant = self.agg.acquire_lease(
-            self.ctx(holder), attempt.attempt_id, holder, self.options
-        )
+        grant = self.agg.acquire_lease(self.ctx(holder), attempt.attempt_id, holder, self.options)
         self.commit()
         return grant
 
@@ -245,7 +241,9 @@ class Harness:
         return done
 
     def expire_approval(self, approval: Any) -> bool:
-        done = self.agg.expire_approval(self.ctx("approval-expiry-reconciler"), approval.approval_id)
+        done = self.agg.expire_approval(
+            self.ctx("approval-expiry-reconciler"), approval.approval_id
+        )
         self.commit()
         return done
 

@@ -50,8 +50,9 @@ json_scalars = (
 )
 json_values = st.recursive(
     json_scalars,
-    lambda children: st.lists(children, max_size=5)
-    | st.dictionaries(st.text(max_size=8), children, max_size=5),
+    lambda children: (
+        st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=8), children, max_size=5)
+    ),
     max_leaves=25,
 )
 
@@ -91,6 +92,7 @@ def shuffled(value: Any, rng: random.Random) -> Any:
 
 # ---------------------------------------------------------------------------- pinned
 
+
 def test_pinned_document_has_a_stable_canonical_form_and_digest():
     assert canonical_json(PINNED_DOCUMENT) == PINNED_JSON.encode("utf-8")
     assert canonical_hash(PINNED_DOCUMENT) == PINNED_HASH
@@ -123,6 +125,7 @@ def test_is_hash_rejects_non_canonical_strings(value):
 
 
 # ---------------------------------------------------------------------------- form
+
 
 def test_key_order_does_not_matter():
     a = {"b": 1, "a": {"y": [1, 2], "x": None}}
@@ -193,6 +196,7 @@ def test_distinct_documents_hash_differently():
 
 # ---------------------------------------------------------------------------- refusals
 
+
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
 @pytest.mark.parametrize("wrap", ["bare", "in-object", "in-array"])
 def test_nan_and_infinity_are_rejected(bad, wrap):
@@ -241,6 +245,7 @@ def test_refusal_is_a_typed_validation_error_not_a_crash():
 
 
 # ---------------------------------------------------------------------------- properties
+
 
 @given(json_values)
 def test_canonical_json_round_trips_to_the_normalised_value(value):

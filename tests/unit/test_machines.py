@@ -141,7 +141,7 @@ def test_every_state_is_reachable_from_the_initial_state(name):
     queue = deque([initial])
     while queue:
         current = queue.popleft()
-        for (source, target) in table:
+        for source, target in table:
             if source is current and target not in seen:
                 seen.add(target)
                 queue.append(target)

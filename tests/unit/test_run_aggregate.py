@@ -864,9 +864,7 @@ class TestApprovals:
         assert approval.state is ApprovalState.PENDING
         assert h.agg.decisions.get(approval.approval_id, []) == []
 
-    @pytest.mark.parametrize(
-        "roles", [set(), {Role.OBSERVER}, {Role.REQUESTER}, {Role.OPERATOR}]
-    )
+    @pytest.mark.parametrize("roles", [set(), {Role.OBSERVER}, {Role.REQUESTER}, {Role.OPERATOR}])
     def test_only_approver_roles_decide(self, roles):
         h, _, _, approval = approval_harness()
         with pytest.raises(errors.Forbidden) as info:
@@ -1181,12 +1179,6 @@ class TestCancel:
         assert attempt.state is AttemptState.CANCELLED
         assert h.run.state is RunState.CANCELLED
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="BUG (reported): cancel() from WaitingForApproval does not refresh the lease "
-        "that was suspended while a human decided, so the holder's settlement is refused "
-        "as LeaseExpired and the reconciler settles it Uncertain at once",
-    )
     def test_cancel_after_a_long_approval_wait_lets_the_holder_settle(self):
         h, attempt, grant, _ = approval_harness()
         h.advance(6 * 3600)  # far past the original lease term, but the lease was suspended

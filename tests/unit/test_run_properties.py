@@ -8,6 +8,7 @@ order. Refused commands must leave nothing behind but their audit records.
 from __future__ import annotations
 
 import itertools
+
 from domain_harness import READ_STEP, REQUESTER, WRITE_STEP, Harness, proposal
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -83,13 +84,13 @@ ask = st.tuples(st.just("approval"), actor, st.integers(1, 3))
 decide = st.tuples(
     st.just("decide"),
     st.sampled_from([0, 0, 1, 1, 2, 3, 4, 5]),
-    st.sampled_from([Decision.APPROVE, Decision.APPROVE, Decision.REJECT, Decision.REQUEST_CHANGES]),
+    st.sampled_from(
+        [Decision.APPROVE, Decision.APPROVE, Decision.REJECT, Decision.REQUEST_CHANGES]
+    ),
     st.sampled_from([0, 0, 0, 1]),  # version offset
     st.sampled_from([True, True, True, False]),  # use the request's own proposal hash
 )
-tick = st.tuples(
-    st.just("tick"), st.sampled_from([1, 1, 30, 30, 120, 151, 151, 3600, 3 * 86400])
-)
+tick = st.tuples(st.just("tick"), st.sampled_from([1, 1, 30, 30, 120, 151, 151, 3600, 3 * 86400]))
 expire_leases = st.tuples(st.just("expire-leases"))
 expire_approvals = st.tuples(st.just("expire-approvals"))
 cancel = st.tuples(st.just("cancel"))
@@ -119,9 +120,11 @@ plans = st.tuples(
     st.lists(actions, min_size=10, max_size=60),
     st.one_of(st.none(), st.none(), st.none(), st.floats(min_value=0.0, max_value=1.0)),
 ).map(
-    lambda p: p[0]
-    if p[1] is None
-    else [*p[0][: int(p[1] * len(p[0]))], ("cancel",), *p[0][int(p[1] * len(p[0])) :]]
+    lambda p: (
+        p[0]
+        if p[1] is None
+        else [*p[0][: int(p[1] * len(p[0]))], ("cancel",), *p[0][int(p[1] * len(p[0])) :]]
+    )
 )
 
 
@@ -316,9 +319,7 @@ class Walk:
             if step.side_effect_class.at_least(SideEffectClass.SHARED_WRITE):
                 numbers = [a.number for a in agg.attempts_of(step)]
                 uncertain = [
-                    a.number
-                    for a in agg.attempts_of(step)
-                    if a.state is AttemptState.UNCERTAIN
+                    a.number for a in agg.attempts_of(step) if a.state is AttemptState.UNCERTAIN
                 ]
                 if uncertain:
                     assert max(numbers) == min(uncertain)

@@ -60,7 +60,9 @@ def test_unnamed_steps_get_positional_names():
 
 
 def test_null_gate_means_none():
-    wf = WorkflowDefinition.from_dict({"workflowId": "w", "steps": [{"agentId": "a", "gate": None}]})
+    wf = WorkflowDefinition.from_dict(
+        {"workflowId": "w", "steps": [{"agentId": "a", "gate": None}]}
+    )
     assert wf.steps[0].gate == "none"
 
 
@@ -135,7 +137,10 @@ def test_definitions_are_immutable():
         ({"workflowId": "w", "steps": ["agent"]}, r"steps\[0\]: agentId"),
         ({"workflowId": "w", "steps": [{"agentId": ""}]}, r"steps\[0\]: agentId"),
         (
-            {"workflowId": "w", "steps": [{"agentId": "a", "name": "x"}, {"agentId": "b", "name": "x"}]},
+            {
+                "workflowId": "w",
+                "steps": [{"agentId": "a", "name": "x"}, {"agentId": "b", "name": "x"}],
+            },
             r"steps\[1\]: duplicate step name 'x'",
         ),
         (
@@ -187,6 +192,7 @@ def test_valid_definitions_round_trip(steps):
 
 # ---------------------------------------------------------------------------- policy
 
+
 def test_policy_defaults():
     policy = PolicyDocument(policy_id="p", revision="1")
     assert policy.approval_required_for == {
@@ -204,7 +210,9 @@ def test_approver_rule_is_deterministic():
     a = PolicyDocument("p", "1", approver_roles=frozenset({Role.WORKSPACE_ADMIN, Role.REVIEWER}))
     b = PolicyDocument("p", "1", approver_roles=frozenset({Role.REVIEWER, Role.WORKSPACE_ADMIN}))
     assert a.approver_rule == b.approver_rule
-    quorum = PolicyDocument("p", "2", approver_roles=frozenset({Role.REVIEWER}), required_approvals=2)
+    quorum = PolicyDocument(
+        "p", "2", approver_roles=frozenset({Role.REVIEWER}), required_approvals=2
+    )
     assert quorum.approver_rule == "roles:Reviewer;not-requester;quorum:2"
 
 

@@ -246,7 +246,7 @@ class UnitOfWork:
             except psycopg.errors.IntegrityError as exc:
                 # The rows queued behind a version guard that matched nothing may collide with
                 # the winner's (lease token, outbox seq): that is a lost race, not a fault.
-                if guarded and run_cur.rowcount == 0:
+                if guarded and run_cur.rowcount != 1:  # 0, or -1 if its result was discarded
                     raise errors.ConcurrencyConflict(
                         "the run changed since it was loaded", run_id=str(changes.run.run_id)
                     ) from exc

@@ -11,15 +11,16 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Path, Query
 from sqlalchemy import Connection
 
 from schemas.api import ApprovalPage, ApprovalView, DecisionRequest
 
 from ..domain import ApprovalState
+from ..domain.access import approvals_visible_only_to
 from ..store import queries as q
-from .auth import APPROVALS_DECIDE, APPROVALS_READ, Caller, require
-from .context import Services, check_cursor, services
+from .auth import ApprovalsDecider, ApprovalsReader
+from .context import Svc, check_cursor
 from .problems import responses
 
 router = APIRouter(prefix="/factory/approvals", tags=["approvals"])
@@ -38,10 +39,10 @@ router = APIRouter(prefix="/factory/approvals", tags=["approvals"])
     ),
 )
 async def decide_approval(
+    caller: ApprovalsDecider,
+    svc: Svc,
     body: DecisionRequest,
     approval_id: Annotated[UUID, Path(alias="approvalId")],
-    caller: Caller = Depends(require(APPROVALS_DECIDE)),
-    svc: Services = Depends(services),
 ) -> dict[str, Any]:
     approval = await svc.client.decide(
         caller.principal,
@@ -59,21 +60,28 @@ async def decide_approval(
     operation_id="ListApprovals",
     response_model=ApprovalPage,
     responses=responses(400, 401, 403, 422),
-    summary="Pending and decided approval requests in the caller's scope; paged.",
-    description="Scope `factory.approvals.read`. Newest first.",
+    summary="Pending and decided approval requests visible to the caller's roles; paged.",
+    description=(
+        "Scope `factory.approvals.read`. Newest first. Reviewers, workspace and platform "
+        "admins, operators and observers see every request of their tenant; anyone else sees "
+        "the requests of the runs they requested."
+    ),
 )
 async def list_approvals(
+    caller: ApprovalsReader,
+    svc: Svc,
     state: Annotated[list[ApprovalState] | None, Query()] = None,
     cursor: Annotated[str | None, Query(max_length=1000)] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    caller: Caller = Depends(require(APPROVALS_READ)),
-    svc: Services = Depends(services),
 ) -> dict[str, Any]:
     check_cursor(cursor)
     states = [str(s) for s in state or ()]
+    requested_by = approvals_visible_only_to(caller.principal)
 
     def page(conn: Connection) -> tuple[list[dict[str, Any]], str | None]:
-        return q.list_approvals(conn, states=states, cursor=cursor, limit=limit)
+        return q.list_approvals(
+            conn, states=states, requested_by=requested_by, cursor=cursor, limit=limit
+        )
 
     as_of = datetime.now(UTC)
     items, next_cursor = await svc.read(caller.tenant_id, page)

@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import jwt
 from fastapi import Depends, Request, Security
@@ -168,8 +168,8 @@ def get_verifier(request: Request) -> TokenVerifier:
 
 
 async def authenticate(
-    credentials: HTTPAuthorizationCredentials | None = Security(bearer),
-    verifier: TokenVerifier = Depends(get_verifier),
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
+    verifier: Annotated[TokenVerifier, Depends(get_verifier)],
 ) -> Caller:
     if credentials is None or not credentials.credentials:
         raise Unauthorized("a bearer token is required")
@@ -179,12 +179,19 @@ async def authenticate(
 def require(scope: str) -> Callable[..., Awaitable[Caller]]:
     """A dependency answering the verified caller, or 403 when the token lacks ``scope``."""
 
-    async def dependency(caller: Caller = Depends(authenticate)) -> Caller:
+    async def dependency(caller: Annotated[Caller, Depends(authenticate)]) -> Caller:
         if scope not in caller.scopes:
             raise InsufficientScope(f"the token lacks the scope {scope}", scope=scope)
         return caller
 
     return dependency
+
+
+# The verified caller of a route, by the scope the route needs.
+RunsReader = Annotated[Caller, Depends(require(RUNS_READ))]
+RunsWriter = Annotated[Caller, Depends(require(RUNS_WRITE))]
+ApprovalsReader = Annotated[Caller, Depends(require(APPROVALS_READ))]
+ApprovalsDecider = Annotated[Caller, Depends(require(APPROVALS_DECIDE))]
 
 
 def mint_dev_token(
@@ -199,7 +206,10 @@ def mint_dev_token(
     issuer: str | None = None,
     audience: str | None = None,
 ) -> str:
-    """An HS256 token for local development (``runcontrol token``); all factory scopes by default."""
+    """An HS256 token for local development (``runcontrol token``).
+
+    ``scopes=None`` grants all four factory scopes.
+    """
     now = int(time.time())
     claims: dict[str, Any] = {
         "sub": subject,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 from uuid import UUID
 
-from fastapi import Request
+from fastapi import Depends, Request
 from sqlalchemy import Connection
 
 from ..client import RunControlClient
@@ -42,6 +42,9 @@ class Services:
 def services(request: Request) -> Services:
     found: Services = request.app.state.services
     return found
+
+
+Svc = Annotated[Services, Depends(services)]
 
 
 def check_cursor(cursor: str | None) -> str | None:

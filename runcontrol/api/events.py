@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Header, Path, Query
+from fastapi import APIRouter, Header, Path, Query
 from fastapi.responses import Response, StreamingResponse
 from sqlalchemy import Connection
 
@@ -24,8 +24,8 @@ from schemas.api import EventEnvelope
 from ..client import TERMINAL_EVENTS
 from ..domain import RunState, errors
 from ..store import queries as q
-from .auth import RUNS_READ, Caller, require
-from .context import Services, services
+from .auth import RunsReader
+from .context import Services, Svc
 from .problems import responses
 
 router = APIRouter(prefix="/factory/runs", tags=["events"])
@@ -63,14 +63,14 @@ def _run_and_events(run_id: UUID, after: int, limit: int) -> Callable[[Connectio
     response_model=list[EventEnvelope],
     responses=responses(401, 403, 404, 422),
     summary="The run's persisted events after a cursor, in sequence order.",
-    description="Scope `factory.runs.read`. `after` is the last seq already seen (0: from the start).",
+    description="Scope `factory.runs.read`. `after` is the last seq seen (0: from the start).",
 )
 async def event_history(
+    caller: RunsReader,
+    svc: Svc,
     run_id: RunIdPath,
     after: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
     limit: Annotated[int, Query(ge=1, le=REPLAY_BATCH)] = 100,
-    caller: Caller = Depends(require(RUNS_READ)),
-    svc: Services = Depends(services),
 ) -> list[dict[str, Any]]:
     run, events = await svc.read(caller.tenant_id, _run_and_events(run_id, after, limit))
     if run is None:
@@ -154,11 +154,11 @@ async def _live(
     ),
 )
 async def stream_events(
+    caller: RunsReader,
+    svc: Svc,
     run_id: RunIdPath,
     after: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
     last_event_id: Annotated[int | None, Header(alias="Last-Event-ID", ge=0, le=MAX_SEQ)] = None,
-    caller: Caller = Depends(require(RUNS_READ)),
-    svc: Services = Depends(services),
 ) -> Response:
     cursor = last_event_id if last_event_id is not None else (after or 0)
     tenant_id = caller.tenant_id

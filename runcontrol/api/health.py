@@ -8,20 +8,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
 from schemas.api import Health
 
-from .context import Services, services
+from .context import Svc
 from .problems import problem, responses
 
 log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/health", tags=["health"])
+
+# Probes get their own threads: a database that hangs must not starve the threads reads use.
+_probe_threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="readiness")
 
 
 @router.get("/live", operation_id="Live", response_model=Health, summary="Process liveness.")
@@ -47,13 +51,13 @@ async def _check(name: str, probe: Any, timeout: float) -> str:
     responses=responses(503),
     summary="Readiness: the database and every run host answer.",
 )
-async def ready(svc: Services = Depends(services)) -> Any:
+async def ready(svc: Svc) -> Any:
     def select_one() -> None:
         with svc.db.app.connect() as conn:
             conn.scalar(text("SELECT 1"))
 
     async def database() -> None:
-        await asyncio.to_thread(select_one)
+        await asyncio.get_running_loop().run_in_executor(_probe_threads, select_one)
 
     probes: dict[str, Any] = {"database": database}
     if svc.host_probe is not None:

@@ -103,7 +103,7 @@ _RETRY_AFTER = {429: "1", 503: "1"}
 def status_for(error: errors.RunControlError) -> int:
     for cls in type(error).__mro__:
         code = getattr(cls, "code", None)
-        if code in STATUS_BY_CODE:
+        if isinstance(code, str) and code in STATUS_BY_CODE:
             return STATUS_BY_CODE[code]
     return 500
 

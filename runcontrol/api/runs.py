@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Header, Path, Query, Response
+from fastapi import APIRouter, Header, Path, Query, Response
 from sqlalchemy import Connection
 
 from schemas.api import (
@@ -25,8 +25,8 @@ from schemas.api import (
 from ..domain import Limits, RunState, errors
 from ..grain import SubmitRequest
 from ..store import queries as q
-from .auth import RUNS_READ, RUNS_WRITE, Caller, require
-from .context import Services, check_cursor, services
+from .auth import Caller, RunsReader, RunsWriter
+from .context import Svc, check_cursor
 from .problems import IdempotencyKeyRequired, responses
 
 router = APIRouter(prefix="/factory/runs", tags=["runs"])
@@ -74,12 +74,12 @@ def _submit_request(
     description="Scope `factory.runs.write`.",
 )
 async def submit_run(
+    caller: RunsWriter,
+    svc: Svc,
     body: SubmitRunRequest,
     response: Response,
     idempotency_key: IdempotencyKey = None,
     correlation_id: CorrelationId = None,
-    caller: Caller = Depends(require(RUNS_WRITE)),
-    svc: Services = Depends(services),
 ) -> dict[str, Any]:
     if not idempotency_key or not idempotency_key.strip():
         raise IdempotencyKeyRequired("the Idempotency-Key header is required")
@@ -105,9 +105,9 @@ async def submit_run(
     description="Scope `factory.runs.read`.",
 )
 async def get_run(
+    caller: RunsReader,
+    svc: Svc,
     run_id: RunIdPath,
-    caller: Caller = Depends(require(RUNS_READ)),
-    svc: Services = Depends(services),
 ) -> dict[str, Any]:
     view = await svc.read(caller.tenant_id, lambda conn: q.get_run(conn, run_id))
     if view is None:
@@ -124,22 +124,20 @@ async def get_run(
     description="Scope `factory.runs.read`. Newest first.",
 )
 async def list_runs(
+    caller: RunsReader,
+    svc: Svc,
     state: Annotated[list[RunState] | None, Query()] = None,
     workflow_id: Annotated[
         str | None, Query(alias="workflowId", min_length=1, max_length=200, pattern=r"^[^\x00]*$")
     ] = None,
     cursor: Annotated[str | None, Query(max_length=1000)] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    caller: Caller = Depends(require(RUNS_READ)),
-    svc: Services = Depends(services),
 ) -> dict[str, Any]:
     check_cursor(cursor)
     states = [str(s) for s in state or ()]
 
     def page(conn: Connection) -> tuple[list[dict[str, Any]], str | None]:
-        return q.list_runs(
-            conn, states=states, workflow_id=workflow_id, cursor=cursor, limit=limit
-        )
+        return q.list_runs(conn, states=states, workflow_id=workflow_id, cursor=cursor, limit=limit)
 
     as_of = datetime.now(UTC)
     items, next_cursor = await svc.read(caller.tenant_id, page)
@@ -156,10 +154,10 @@ async def list_runs(
     description="Scope `factory.runs.write`.",
 )
 async def cancel_run(
+    caller: RunsWriter,
+    svc: Svc,
     body: CancelRunRequest,
     run_id: RunIdPath,
-    caller: Caller = Depends(require(RUNS_WRITE)),
-    svc: Services = Depends(services),
 ) -> dict[str, Any]:
     state = await svc.client.cancel(caller.principal, run_id, body.reason)
     return {"runId": run_id, "state": state}

@@ -202,11 +202,14 @@ def list_approvals(
     conn: Connection,
     *,
     states: Sequence[str] = (),
+    requested_by: str | None = None,
     cursor: str | None = None,
     limit: int = 50,
 ) -> tuple[list[dict[str, Any]], str | None]:
     t = approval_requests
     query = select(t).order_by(t.c.created_at.desc(), t.c.approval_id.desc()).limit(limit + 1)
+    if requested_by is not None:
+        query = query.where(t.c.requested_by == requested_by)
     if states:
         query = query.where(t.c.state.in_(list(states)))
     if cursor:

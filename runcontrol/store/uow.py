@@ -3,7 +3,8 @@ events and its recovery-journal entries commit together or not at all (invariant
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
 from uuid import UUID
@@ -76,6 +77,24 @@ def _adapt(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+@contextmanager
+def _lost_race_is_a_conflict(
+    guarded: bool, run_cur: psycopg.Cursor[Any], run_id: UUID
+) -> Iterator[None]:
+    """In pipeline mode the rows queued behind the version-guarded UPDATE are written even when
+    it matched nothing, and may collide with the winner's rows (lease token, outbox seq,
+    attempt number). psycopg raises that at whichever call fetches it (an ``executemany`` as
+    well as the final sync): it is the lost race, so answer as the guard would have."""
+    try:
+        yield
+    except psycopg.errors.IntegrityError as exc:
+        if guarded and run_cur.rowcount != 1:  # 0, or -1 if its result was discarded
+            raise errors.ConcurrencyConflict(
+                "the run changed since it was loaded", run_id=str(run_id)
+            ) from exc
+        raise
+
+
 class DuplicateSubmission(Exception):
     """The idempotency key already names a run (raised inside the store, handled by the grain)."""
 
@@ -132,6 +151,22 @@ class UnitOfWork:
     # ------------------------------------------------------------------ reads
 
     def load(self, run_id: UUID) -> RunAggregate:
+        """The run and its rows as of one commit.
+
+        Under READ COMMITTED each SELECT sees the latest commit, so another activation's commit
+        landing between them would tear the aggregate (an attempt still Leased beside its
+        already-released lease) and a refusal decided on it would be wrong. Every commit bumps
+        the run's version, so an unchanged version after the child reads proves they match.
+        """
+        for _ in range(5):
+            agg = self._load_once(run_id)
+            if self.run_version(run_id) == agg.run.version:
+                return agg
+        raise errors.ConcurrencyConflict(
+            "the run kept changing while it was loaded", run_id=str(run_id)
+        )
+
+    def _load_once(self, run_id: UUID) -> RunAggregate:
         conn = self._scope()
         row = conn.execute(select(runs).where(runs.c.run_id == run_id)).first()
         if row is None:
@@ -187,7 +222,13 @@ class UnitOfWork:
         run_row = rows.run_to_row(changes.run)
         run_row["next_due_at"] = agg.next_due(self.options)
         _adapt(run_row)
-        with raw.pipeline() as pipeline, raw.cursor() as run_cur, raw.cursor() as cur:
+        guarded = changes.expected_version is not None and changes.run_dirty
+        with (
+            raw.pipeline() as pipeline,
+            raw.cursor() as run_cur,
+            raw.cursor() as cur,
+            _lost_race_is_a_conflict(guarded, run_cur, changes.run.run_id),
+        ):
             if not self._scoped:
                 cur.execute(_SET_TENANT, (self.tenant_id,))
                 self._scoped = True
@@ -240,17 +281,7 @@ class UnitOfWork:
                 cur.execute("SELECT pg_notify(%s, %s)", (DISPATCH_CHANNEL, agent_id))
             if changes.events:
                 cur.execute("SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, str(changes.run.run_id)))
-            guarded = changes.expected_version is not None and changes.run_dirty
-            try:
-                pipeline.sync()
-            except psycopg.errors.IntegrityError as exc:
-                # The rows queued behind a version guard that matched nothing may collide with
-                # the winner's (lease token, outbox seq): that is a lost race, not a fault.
-                if guarded and run_cur.rowcount != 1:  # 0, or -1 if its result was discarded
-                    raise errors.ConcurrencyConflict(
-                        "the run changed since it was loaded", run_id=str(changes.run.run_id)
-                    ) from exc
-                raise
+            pipeline.sync()
             if guarded and run_cur.rowcount != 1:
                 raise errors.ConcurrencyConflict(
                     "the run changed since it was loaded", run_id=str(changes.run.run_id)

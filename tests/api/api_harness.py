@@ -115,7 +115,9 @@ class Api:
         return httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=60.0)
 
 
-def assert_problem(response: httpx.Response, status: int, code: str | None = None) -> dict[str, Any]:
+def assert_problem(
+    response: httpx.Response, status: int, code: str | None = None
+) -> dict[str, Any]:
     assert response.status_code == status, response.text
     assert response.headers["content-type"].startswith(PROBLEM), response.headers
     body: dict[str, Any] = response.json()
@@ -230,11 +232,7 @@ class TenantView:
     ) -> str:
         definition = WorkflowDefinition(
             workflow_id or self.workflow,
-            (
-                StepSpec(
-                    name="only", agent_id=self.agent, gate=gate, side_effect_class=side_effect
-                ),
-            ),
+            (StepSpec(name="only", agent_id=self.agent, gate=gate, side_effect_class=side_effect),),
         )
         release = self.runtime.container.releases.publish(
             self.tenant, definition, "publisher", datetime.now(UTC), aliases
@@ -319,7 +317,9 @@ class TenantView:
         return run_id, claim, pending
 
 
-def decision(approval: dict[str, Any], verdict: str = "approve", **overrides: Any) -> dict[str, Any]:
+def decision(
+    approval: dict[str, Any], verdict: str = "approve", **overrides: Any
+) -> dict[str, Any]:
     body = {
         "decision": verdict,
         "version": approval["version"],

@@ -7,7 +7,6 @@ import uuid
 from typing import Any
 
 import httpx
-
 from api_harness import (
     REQUESTER,
     REVIEWER,
@@ -186,3 +185,17 @@ def test_list_approvals_filters_and_pages(t: TenantView) -> None:
     assert_problem(reader.get("/factory/approvals", params={"cursor": "%%%"}), 400)
     decider = t.user("dana", Role.REVIEWER, scopes=[APPROVALS_DECIDE])
     assert_problem(decider.get("/factory/approvals"), 403, "insufficient-scope")
+
+
+def test_a_requester_lists_only_the_approvals_of_its_own_runs(t: TenantView) -> None:
+    _, _, mine = t.waiting_for_approval()
+    someone_else = t.user("erin", Role.REQUESTER)
+    theirs_run = t.submit(someone_else)
+    claim = t.claim(theirs_run)
+    t.request_approval(claim, 2)
+
+    listed = t.requester().get("/factory/approvals").json()["items"]
+    assert [a["approvalId"] for a in listed] == [mine["approvalId"]]
+    by_erin = someone_else.get("/factory/approvals").json()["items"]
+    assert [a["runId"] for a in by_erin] == [theirs_run]
+    assert len(t.reviewer().get("/factory/approvals").json()["items"]) == 2

@@ -125,9 +125,7 @@ def test_a_missing_scope_is_403(t: TenantView) -> None:
     assert_problem(writer.get("/factory/runs"), 403, "insufficient-scope")
     run_id = t.submit(writer)
     assert_problem(writer.get(f"/factory/runs/{run_id}"), 403, "insufficient-scope")
-    assert_problem(
-        writer.get(f"/factory/runs/{run_id}/events/history"), 403, "insufficient-scope"
-    )
+    assert_problem(writer.get(f"/factory/runs/{run_id}/events/history"), 403, "insufficient-scope")
 
 
 def test_health_and_openapi_need_no_token(api: Api) -> None:
@@ -137,9 +135,7 @@ def test_health_and_openapi_need_no_token(api: Api) -> None:
         assert ready.status_code == 200, ready.text
         assert ready.json()["checks"] == {"database": "ok", "runHosts": "ok"}
         spec = http.get("/openapi.json").json()
-    operations = {
-        op["operationId"] for path in spec["paths"].values() for op in path.values()
-    }
+    operations = {op["operationId"] for path in spec["paths"].values() for op in path.values()}
     assert {
         "SubmitRun",
         "GetRun",

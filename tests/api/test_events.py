@@ -17,7 +17,6 @@ from api_harness import (
     new_tenant,
 )
 
-
 TERMINAL = {"RunCompleted", "RunFailed", "RunCancelled"}
 
 

@@ -28,8 +28,12 @@ def test_not_ready_without_a_database_is_503(
 
     settings = api_settings(ray_runtime, tmp_path / "unused-jwks.json")
     settings["api"]["readiness_timeout_seconds"] = 2
+    # A second app on the same Serve instance whose database URL points nowhere.
+    broken = RunControlApi.options(
+        graceful_shutdown_timeout_s=0.5, graceful_shutdown_wait_loop_s=0.1
+    )
     serve.run(
-        RunControlApi.bind(database_url=BROKEN_DB, settings=settings),
+        broken.bind(database_url=BROKEN_DB, settings=settings),
         name="broken",
         route_prefix="/broken",
     )

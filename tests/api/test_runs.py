@@ -40,9 +40,7 @@ def test_submit_by_release_id(t: TenantView) -> None:
     release_id = t.publish()
     body = t.body(releaseId=release_id)
     del body["releaseAlias"]
-    response = t.requester().post(
-        "/factory/runs", json=body, headers={"Idempotency-Key": "by-id"}
-    )
+    response = t.requester().post("/factory/runs", json=body, headers={"Idempotency-Key": "by-id"})
     assert response.status_code == 202, response.text
     assert response.json()["releaseId"] == release_id
 
@@ -51,9 +49,7 @@ def test_submit_without_idempotency_key_is_400(t: TenantView) -> None:
     t.publish()
     response = t.requester().post("/factory/runs", json=t.body())
     assert_problem(response, 400, "idempotency-key-required")
-    response = t.requester().post(
-        "/factory/runs", json=t.body(), headers={"Idempotency-Key": ""}
-    )
+    response = t.requester().post("/factory/runs", json=t.body(), headers={"Idempotency-Key": ""})
     assert_problem(response, 400, "idempotency-key-required")
 
 

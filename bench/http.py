@@ -1,0 +1,144 @@
+"""Submissions through Ray Serve vs a trivial Serve route, same proxy, same run.
+
+Both are driven by the same asyncio + httpx load generator with the same connection count, so
+the ratio compares the front door's own ceiling with the full submit path (auth, validation,
+host call, one transaction to accept + reserve + dispatch).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+import uuid
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+from ray import serve
+
+from actors.run_host import ensure_hosts
+from runcontrol.api.auth import mint_dev_token
+from runcontrol.bootstrap import build, build_database
+from runcontrol.config import Settings
+from runcontrol.domain import WorkflowDefinition
+
+from .common import percentile
+
+trivial_app = FastAPI()
+
+
+@trivial_app.get("/")
+async def trivial() -> dict[str, bool]:
+    return {"ok": True}
+
+
+@serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 0}, max_ongoing_requests=256)
+@serve.ingress(trivial_app)
+class Trivial:
+    pass
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _load(
+    base: str, make_request: Any, total: int, concurrency: int
+) -> tuple[float, list[float], int]:
+    latencies: list[float] = []
+    errors = 0
+    counter = iter(range(total))
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=30) as client:
+
+        async def worker() -> None:
+            nonlocal errors
+            for i in counter:
+                started = time.perf_counter()
+                response = await make_request(client, i)
+                latencies.append((time.perf_counter() - started) * 1000)
+                if response.status_code >= 400:
+                    errors += 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - started
+    return total / elapsed, latencies, errors
+
+
+def run(owner_url: str, *, concurrency: int = 32, total: int = 3000) -> dict[str, Any]:
+    from serve_app import RunControlApi
+
+    settings = Settings()
+    db = build_database(settings, owner_url=owner_url)
+    container = build(settings, db=db, migrate=False)
+    tenant = f"bench-{uuid.uuid4().hex[:8]}"
+    container.releases.publish(
+        tenant,
+        WorkflowDefinition.from_dict({"workflowId": "bench", "steps": [{"agentId": "a"}]}),
+        "bench",
+        container.env.clock.now(),
+    )
+    hosts = ensure_hosts(settings, owner_url)
+    port = _free_port()
+    os.environ["RUNCONTROL_DATABASE_URL"] = owner_url
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    serve.run(Trivial.bind(), name="trivial", route_prefix="/trivial")
+    serve.run(RunControlApi.bind(database_url=owner_url), name="runcontrol", route_prefix="/")
+    secret = settings.auth.hs256_secret
+    assert secret is not None
+    token = mint_dev_token(secret.get_secret_value(), tenant, "bench", "bench-user", ["Requester"])
+    headers = {"Authorization": f"Bearer {token}"}
+    body = {"workflowId": "bench", "releaseAlias": "latest", "modelProfileId": "m", "input": {}}
+
+    async def get_trivial(client: httpx.AsyncClient, i: int) -> httpx.Response:
+        return await client.get("/trivial/")
+
+    async def submit(client: httpx.AsyncClient, i: int) -> httpx.Response:
+        return await client.post(
+            "/factory/runs",
+            json={**body, "input": {"i": i}},
+            headers={**headers, "Idempotency-Key": f"bench-{uuid.uuid4()}"},
+        )
+
+    async def scenario() -> dict[str, Any]:
+        base = f"http://127.0.0.1:{port}"
+        await _load(base, get_trivial, 200, concurrency)  # warm up both paths
+        await _load(base, submit, 200, concurrency)
+        t_rate, t_lat, t_err = await _load(base, get_trivial, total, concurrency)
+        s_rate, s_lat, s_err = await _load(base, submit, total, concurrency)
+        return {
+            "connections": concurrency,
+            "requests": total,
+            "trivial_rps": t_rate,
+            "trivial_p50_ms": percentile(t_lat, 50),
+            "trivial_p95_ms": percentile(t_lat, 95),
+            "trivial_p99_ms": percentile(t_lat, 99),
+            "trivial_errors": t_err,
+            "submit_rps": s_rate,
+            "submit_p50_ms": percentile(s_lat, 50),
+            "submit_p95_ms": percentile(s_lat, 95),
+            "submit_p99_ms": percentile(s_lat, 99),
+            "submit_errors": s_err,
+        }
+
+    try:
+        figures = asyncio.run(scenario())
+    finally:
+        serve.shutdown()
+        del hosts
+        db.dispose()
+    print()
+    print(f"{'figure (32 connections)':<44}{'value':>14}{'ceiling':>14}{'ratio':>8}")
+    print(f"{'submissions/s vs trivial Serve route':<44}{figures['submit_rps']:>14.0f}"
+          f"{figures['trivial_rps']:>14.0f}{figures['submit_rps'] / figures['trivial_rps']:>8.2f}")
+    for p in ("p50", "p95", "p99"):
+        print(f"{'latency ' + p + ' ms (submit vs trivial)':<44}"
+              f"{figures['submit_' + p + '_ms']:>14.1f}{figures['trivial_' + p + '_ms']:>14.1f}")
+    print(f"{'errors (submit / trivial)':<44}{figures['submit_errors']:>14}"
+          f"{figures['trivial_errors']:>14}")
+    return figures

@@ -43,4 +43,4 @@ class RunControlApi:
         return create_app(self.client, self.db, self.settings, host_probe=self.ping_hosts)
 
 
-app = RunControlApi.bind()
+app = RunControlApi.bind()  # type: ignore[attr-defined]

@@ -100,7 +100,10 @@ def command_span(tenant: str, run_id: UUID, name: str, args: tuple[Any, ...]) ->
         span.set_attribute("run.id", str(run_id))
         attempt = next((a for a in args if isinstance(a, UUID)), None)
         if attempt is not None and name in {
-            "acquire_lease", "renew_lease", "report_outcome", "request_approval",
+            "acquire_lease",
+            "renew_lease",
+            "report_outcome",
+            "request_approval",
         }:
             span.set_attribute("attempt.id", str(attempt))
         yield span

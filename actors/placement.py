@@ -47,7 +47,11 @@ def get_or_create(name: str, cls: Any, config: dict[str, Any], **options: Any) -
     except ValueError:
         pass
     groups = options.pop("concurrency_groups", None)
-    remote_cls = ray.remote(concurrency_groups=groups)(cls) if groups else ray.remote(cls)
+    remote_cls = (
+        ray.remote(concurrency_groups=groups)(cls)  # type: ignore[call-overload]
+        if groups
+        else ray.remote(cls)
+    )
     try:
         return remote_cls.options(name=name, namespace=NAMESPACE, **options).remote(config)
     except ValueError as exc:

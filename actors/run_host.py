@@ -12,9 +12,10 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 import ray
@@ -31,6 +32,7 @@ from .metrics import HostMetrics, command_span
 from .placement import HostRouter, get_or_create
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 HOST_OPTIONS: dict[str, Any] = {
     "num_cpus": 0,
@@ -96,7 +98,7 @@ class RunHost:
                 if act.last_used < cutoff and not act.lock.locked():
                     del self._activations[run_id]
 
-    async def _in_thread(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    async def _in_thread(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, lambda: fn(*args, **kwargs))
 

@@ -65,8 +65,13 @@ class Scheduler:
         ]
         for fn, seconds, name in jobs:
             self._aps.add_job(
-                fn, "interval", seconds=seconds, id=name, name=name,
-                max_instances=1, coalesce=True,
+                fn,
+                "interval",
+                seconds=seconds,
+                id=name,
+                name=name,
+                max_instances=1,
+                coalesce=True,
             )
         self._aps.start()
         # Run everything once now: whatever came due while no scheduler ran is handled at once.
@@ -142,9 +147,7 @@ class Scheduler:
         return int(report.published)
 
     async def sample_active_runs(self) -> int:
-        counts = await self._locked(
-            "ActiveRunsSampler", lambda: reconcilers.active_runs(self._db)
-        )
+        counts = await self._locked("ActiveRunsSampler", lambda: reconcilers.active_runs(self._db))
         for (tenant, state), n in (counts or {}).items():
             self._metrics.runs_active.set(n, {"tenant": tenant, "state": state})
         return len(counts or {})

@@ -53,7 +53,7 @@ def start_service(settings: Settings, owner_url: str, host: str, port: int) -> S
 
     serve.start(http_options={"host": host, "port": port})
     serve.run(
-        RunControlApi.bind(database_url=owner_url),
+        RunControlApi.bind(database_url=owner_url),  # type: ignore[attr-defined]
         name=APP_NAME,
         route_prefix="/",
     )
@@ -62,6 +62,6 @@ def start_service(settings: Settings, owner_url: str, host: str, port: int) -> S
 
 def stop_service() -> None:
     try:
-        serve.shutdown()
+        serve.shutdown()  # type: ignore[no-untyped-call]
     finally:
         ray.shutdown()

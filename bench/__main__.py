@@ -33,14 +33,16 @@ def main() -> int:
     }
     os.environ.setdefault("RAY_worker_maximum_startup_concurrency", "4")
     with common.private_database() as url:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
         try:
             if args.only in (None, "transitions"):
                 print("pgbench (UPDATE run + INSERT outbox, 8 clients) ...", flush=True)
                 ceiling = common.pgbench_tps(url, seconds=args.pgbench_seconds)
-                print(f"hosted placement: {args.runs} runs x {transitions.STEPS} steps, "
-                      f"{args.concurrency} concurrent drivers ...", flush=True)
+                print(
+                    f"hosted placement: {args.runs} runs x {transitions.STEPS} steps, "
+                    f"{args.concurrency} concurrent drivers ...",
+                    flush=True,
+                )
                 hosted = transitions.run(url, runs=args.runs, concurrency=args.concurrency)
                 print(f"dedicated placement: {args.dedicated_runs} runs ...", flush=True)
                 dedicated = transitions.dedicated(url, runs=args.dedicated_runs)
@@ -51,21 +53,33 @@ def main() -> int:
                 }
                 print()
                 print(f"{'figure':<44}{'value':>14}{'ceiling':>14}{'ratio':>8}")
-                print(f"{'committed transitions/s (hosted)':<44}"
-                      f"{hosted.transitions_per_s:>14.0f}{ceiling:>14.0f}"
-                      f"{hosted.transitions_per_s / ceiling:>8.2f}")
-                print(f"{'committed transitions/s (dedicated)':<44}"
-                      f"{dedicated['transitions_per_s']:>14.0f}{ceiling:>14.0f}"
-                      f"{dedicated['transitions_per_s'] / ceiling:>8.2f}")
-                print(f"{'cold activation p50 / p99 ms (hosted)':<44}"
-                      f"{hosted.cold_p50_ms:>7.1f} / {hosted.cold_p99_ms:<6.1f}")
-                print(f"{'activation p50 / p99 ms (dedicated)':<44}"
-                      f"{dedicated['activation_p50_ms']:>7.0f} / "
-                      f"{dedicated['activation_p99_ms']:<6.0f}")
-                print(f"{'memory per idle activation (hosted)':<44}"
-                      f"{hosted.idle_bytes_per_activation / 1024:>11.1f} KiB")
-                print(f"{'memory per run (dedicated, actor RSS)':<44}"
-                      f"{dedicated['bytes_per_run'] / 2**20:>11.1f} MiB")
+                print(
+                    f"{'committed transitions/s (hosted)':<44}"
+                    f"{hosted.transitions_per_s:>14.0f}{ceiling:>14.0f}"
+                    f"{hosted.transitions_per_s / ceiling:>8.2f}"
+                )
+                print(
+                    f"{'committed transitions/s (dedicated)':<44}"
+                    f"{dedicated['transitions_per_s']:>14.0f}{ceiling:>14.0f}"
+                    f"{dedicated['transitions_per_s'] / ceiling:>8.2f}"
+                )
+                print(
+                    f"{'cold activation p50 / p99 ms (hosted)':<44}"
+                    f"{hosted.cold_p50_ms:>7.1f} / {hosted.cold_p99_ms:<6.1f}"
+                )
+                print(
+                    f"{'activation p50 / p99 ms (dedicated)':<44}"
+                    f"{dedicated['activation_p50_ms']:>7.0f} / "
+                    f"{dedicated['activation_p99_ms']:<6.0f}"
+                )
+                print(
+                    f"{'memory per idle activation (hosted)':<44}"
+                    f"{hosted.idle_bytes_per_activation / 1024:>11.1f} KiB"
+                )
+                print(
+                    f"{'memory per run (dedicated, actor RSS)':<44}"
+                    f"{dedicated['bytes_per_run'] / 2**20:>11.1f} MiB"
+                )
             if args.only in (None, "http"):
                 try:
                     from . import http

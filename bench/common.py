@@ -54,7 +54,8 @@ INSERT INTO bench_runs SELECT g, 1, 'Running' FROM generate_series(1, 10000) g;
 PGBENCH_SCRIPT = """\\set id random(1, 10000)
 BEGIN;
 UPDATE bench_runs SET version = version + 1, state = 'Running' WHERE run_id = :id;
-INSERT INTO bench_outbox (run_id, seq, payload, occurred_at) VALUES (:id, 1, '{"type":"RunStateChanged"}', now());
+INSERT INTO bench_outbox (run_id, seq, payload, occurred_at)
+    VALUES (:id, 1, '{"type":"RunStateChanged"}', now());
 END;
 """
 
@@ -67,28 +68,52 @@ def pgbench_tps(owner_url: str, clients: int = 8, seconds: int = 10) -> float:
     host = url.query.get("host") or url.host or "localhost"
     if isinstance(host, tuple):
         host = host[0]
-    env = dict(os.environ, PGHOST=str(host), PGUSER=url.username or "postgres",
-               PGDATABASE=url.database or "postgres")
+    env = dict(
+        os.environ,
+        PGHOST=str(host),
+        PGUSER=url.username or "postgres",
+        PGDATABASE=url.database or "postgres",
+    )
     if url.port:
         env["PGPORT"] = str(url.port)
     if url.password:
         env["PGPASSWORD"] = url.password
     psql = str(POSTGRES_BIN_PATH / "psql")
-    subprocess.run([psql, "-q", "-v", "ON_ERROR_STOP=1", "-c", PGBENCH_SETUP], env=env,
-                   check=True, capture_output=True)
+    subprocess.run(
+        [psql, "-q", "-v", "ON_ERROR_STOP=1", "-c", PGBENCH_SETUP],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as fh:
         fh.write(PGBENCH_SCRIPT)
         script = fh.name
     try:
         out = subprocess.run(
-            [str(POSTGRES_BIN_PATH / "pgbench"), "-n", "-c", str(clients), "-j", "2",
-             "-T", str(seconds), "-f", script],
-            env=env, check=True, capture_output=True, text=True,
+            [
+                str(POSTGRES_BIN_PATH / "pgbench"),
+                "-n",
+                "-c",
+                str(clients),
+                "-j",
+                "2",
+                "-T",
+                str(seconds),
+                "-f",
+                script,
+            ],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
         ).stdout
     finally:
         os.unlink(script)
-        subprocess.run([psql, "-q", "-c", "DROP TABLE IF EXISTS bench_runs, bench_outbox"],
-                       env=env, capture_output=True)
+        subprocess.run(
+            [psql, "-q", "-c", "DROP TABLE IF EXISTS bench_runs, bench_outbox"],
+            env=env,
+            capture_output=True,
+        )
     match = re.search(r"tps = ([0-9.]+)", out)
     if not match:
         raise RuntimeError(f"pgbench printed no tps:\n{out}")

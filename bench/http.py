@@ -134,11 +134,17 @@ def run(owner_url: str, *, concurrency: int = 32, total: int = 3000) -> dict[str
         db.dispose()
     print()
     print(f"{'figure (32 connections)':<44}{'value':>14}{'ceiling':>14}{'ratio':>8}")
-    print(f"{'submissions/s vs trivial Serve route':<44}{figures['submit_rps']:>14.0f}"
-          f"{figures['trivial_rps']:>14.0f}{figures['submit_rps'] / figures['trivial_rps']:>8.2f}")
+    print(
+        f"{'submissions/s vs trivial Serve route':<44}{figures['submit_rps']:>14.0f}"
+        f"{figures['trivial_rps']:>14.0f}{figures['submit_rps'] / figures['trivial_rps']:>8.2f}"
+    )
     for p in ("p50", "p95", "p99"):
-        print(f"{'latency ' + p + ' ms (submit vs trivial)':<44}"
-              f"{figures['submit_' + p + '_ms']:>14.1f}{figures['trivial_' + p + '_ms']:>14.1f}")
-    print(f"{'errors (submit / trivial)':<44}{figures['submit_errors']:>14}"
-          f"{figures['trivial_errors']:>14}")
+        print(
+            f"{'latency ' + p + ' ms (submit vs trivial)':<44}"
+            f"{figures['submit_' + p + '_ms']:>14.1f}{figures['trivial_' + p + '_ms']:>14.1f}"
+        )
+    print(
+        f"{'errors (submit / trivial)':<44}{figures['submit_errors']:>14}"
+        f"{figures['trivial_errors']:>14}"
+    )
     return figures

@@ -51,30 +51,41 @@ async def _drive_run(router: HostRouter, tenant: str, run_id: uuid.UUID, holder:
             run_id, "command", tenant, run_id, "acquire_lease", attempt_id, holder
         )
         await router.call(
-            run_id, "command", tenant, run_id, "report_outcome", attempt_id, holder,
-            grant.fencing_token, AttemptOutcome.SUCCEEDED, outcome_hash=OUTCOME,
+            run_id,
+            "command",
+            tenant,
+            run_id,
+            "report_outcome",
+            attempt_id,
+            holder,
+            grant.fencing_token,
+            AttemptOutcome.SUCCEEDED,
+            outcome_hash=OUTCOME,
         )
         commands += 2
 
 
-async def _submit_many(client: RunControlClient, principal: Principal, n: int,
-                       concurrency: int) -> list[uuid.UUID]:
+async def _submit_many(
+    client: RunControlClient, principal: Principal, n: int, concurrency: int
+) -> list[uuid.UUID]:
     sem = asyncio.Semaphore(concurrency)
 
     async def one(i: int) -> uuid.UUID:
         async with sem:
             result = await client.submit(
                 principal,
-                SubmitRequest(principal.project_id, f"bench-{uuid.uuid4()}", "bench", "m",
-                              {"i": i}),
+                SubmitRequest(
+                    principal.project_id, f"bench-{uuid.uuid4()}", "bench", "m", {"i": i}
+                ),
             )
             return result.run_id
 
     return list(await asyncio.gather(*(one(i) for i in range(n))))
 
 
-async def _throughput(router: HostRouter, tenant: str, runs: list[uuid.UUID],
-                      concurrency: int) -> tuple[int, float]:
+async def _throughput(
+    router: HostRouter, tenant: str, runs: list[uuid.UUID], concurrency: int
+) -> tuple[int, float]:
     queue: asyncio.Queue[uuid.UUID] = asyncio.Queue()
     for run_id in runs:
         queue.put_nowait(run_id)
@@ -92,8 +103,9 @@ async def _throughput(router: HostRouter, tenant: str, runs: list[uuid.UUID],
     return total, time.perf_counter() - started
 
 
-async def _cold_activations(router: HostRouter, handles: list[Any], tenant: str,
-                            runs: list[uuid.UUID]) -> list[float]:
+async def _cold_activations(
+    router: HostRouter, handles: list[Any], tenant: str, runs: list[uuid.UUID]
+) -> list[float]:
     await asyncio.gather(*(h.deactivate_all.remote() for h in handles))
     latencies = []
     for run_id in runs:
@@ -103,8 +115,9 @@ async def _cold_activations(router: HostRouter, handles: list[Any], tenant: str,
     return latencies
 
 
-async def _idle_memory(router: HostRouter, handles: list[Any], tenant: str,
-                       runs: list[uuid.UUID]) -> float:
+async def _idle_memory(
+    router: HostRouter, handles: list[Any], tenant: str, runs: list[uuid.UUID]
+) -> float:
     await asyncio.gather(*(h.deactivate_all.remote() for h in handles))
     before = sum([(await h.stats.remote())["rss_bytes"] for h in handles])
     sem = asyncio.Semaphore(32)
@@ -120,11 +133,14 @@ async def _idle_memory(router: HostRouter, handles: list[Any], tenant: str,
     return (after - before) / max(active, 1)
 
 
-def run(owner_url: str, *, runs: int, concurrency: int, placement: str = "hosted",
-        host_count: int = 2) -> Figures:
+def run(
+    owner_url: str, *, runs: int, concurrency: int, placement: str = "hosted", host_count: int = 2
+) -> Figures:
     settings = Settings.model_validate(
-        {"grains": {"host_count": host_count, "placement": placement, "idle_seconds": 600},
-         "pool_size": 16}
+        {
+            "grains": {"host_count": host_count, "placement": placement, "idle_seconds": 600},
+            "pool_size": 16,
+        }
     )
     db = build_database(settings, owner_url=owner_url)
     container = build(settings, db=db, migrate=False)
@@ -146,16 +162,22 @@ def run(owner_url: str, *, runs: int, concurrency: int, placement: str = "hosted
     async def scenario() -> Figures:
         run_ids = await _submit_many(client, principal, runs, concurrency)
         # warm every activation first so the figure is steady-state command throughput
-        await asyncio.gather(*(
-            router.call(r, "command", tenant, r, "open_attempts") for r in run_ids[:concurrency]
-        ))
+        await asyncio.gather(
+            *(router.call(r, "command", tenant, r, "open_attempts") for r in run_ids[:concurrency])
+        )
         commands, seconds = await _throughput(router, tenant, run_ids, concurrency)
         cold = await _cold_activations(router, handles, tenant, run_ids[: min(200, runs)])
         memory = 0.0
         if placement == "hosted":
             memory = await _idle_memory(router, handles, tenant, run_ids)
-        return Figures(commands / seconds, commands, seconds, percentile(cold, 50),
-                       percentile(cold, 99), memory)
+        return Figures(
+            commands / seconds,
+            commands,
+            seconds,
+            percentile(cold, 50),
+            percentile(cold, 99),
+            memory,
+        )
 
     try:
         return asyncio.run(scenario())
@@ -190,14 +212,15 @@ def dedicated(owner_url: str, *, runs: int) -> dict[str, float]:
             run_id = uuid.uuid4()
             started = time.perf_counter()
             await client._run(
-                tenant, run_id, "submit", principal,
+                tenant,
+                run_id,
+                "submit",
+                principal,
                 SubmitRequest("bench", f"bench-d-{i}-{uuid.uuid4()}", "bench", "m", {"i": i}),
             )
             activation.append((time.perf_counter() - started) * 1000)
             run_ids.append(run_id)
-        rss = [
-            (await router._handle(f"run-{r}").stats.remote())["rss_bytes"] for r in run_ids
-        ]
+        rss = [(await router._handle(f"run-{r}").stats.remote())["rss_bytes"] for r in run_ids]
         commands, seconds = await _throughput(router, tenant, run_ids, min(runs, 8))
         for r in run_ids:
             ray.kill(router._handle(f"run-{r}"))

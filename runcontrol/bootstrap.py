@@ -23,7 +23,9 @@ def database_url(settings: Settings) -> str:
     return embedded.start(data_dir)
 
 
-def build_database(settings: Settings, *, owner_url: str | None = None, migrate: bool = True) -> Database:
+def build_database(
+    settings: Settings, *, owner_url: str | None = None, migrate: bool = True
+) -> Database:
     db = Database(
         owner_url or database_url(settings),
         app_url=settings.app_database_url,

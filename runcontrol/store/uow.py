@@ -197,18 +197,24 @@ class UnitOfWork:
         )
 
     def run_version(self, run_id: UUID) -> int | None:
-        return self._scope().execute(
-            select(runs.c.version).where(runs.c.run_id == run_id)
-        ).scalar_one_or_none()
+        return (
+            self._scope()
+            .execute(select(runs.c.version).where(runs.c.run_id == run_id))
+            .scalar_one_or_none()
+        )
 
     def run_id_for_key(self, project_id: str, idempotency_key: str) -> UUID | None:
-        return self._scope().execute(
-            select(runs.c.run_id).where(
-                runs.c.tenant_id == self.tenant_id,
-                runs.c.project_id == project_id,
-                runs.c.idempotency_key == idempotency_key,
+        return (
+            self._scope()
+            .execute(
+                select(runs.c.run_id).where(
+                    runs.c.tenant_id == self.tenant_id,
+                    runs.c.project_id == project_id,
+                    runs.c.idempotency_key == idempotency_key,
+                )
             )
-        ).scalar_one_or_none()
+            .scalar_one_or_none()
+        )
 
     # ------------------------------------------------------------------ writes
 

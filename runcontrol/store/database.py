@@ -53,11 +53,13 @@ class Database:
     @property
     def app(self) -> Engine:
         if self._app is None:
+            # No pre-ping: it costs a round trip on every command. A connection broken by a
+            # server restart fails one command (retryable Unavailable) and is then replaced.
             self._app = create_engine(
                 self.app_url,
                 pool_size=self._pool_size,
                 max_overflow=self._pool_size,
-                pool_pre_ping=True,
+                pool_recycle=1800,
             )
         return self._app
 

@@ -12,6 +12,7 @@ from uuid import UUID
 import psycopg
 from psycopg.types.json import Jsonb
 from sqlalchemy import Connection, Table, select
+from sqlalchemy import exc as sa_exc
 
 from ..domain import AuditRecord, Options, RunAggregate, errors
 from . import rows
@@ -138,11 +139,17 @@ class UnitOfWork:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        lost = isinstance(exc, psycopg.OperationalError | sa_exc.OperationalError)
         try:
-            if not self._committed and self._tx.is_active:
+            if lost:
+                self._conn.invalidate()  # never hand a broken connection back to the pool
+            elif not self._committed and self._tx.is_active:
                 self._tx.rollback()
         finally:
             self._conn.close()
+        if lost:
+            # Unknown whether the commit happened: the caller retries the (idempotent) command.
+            raise errors.Unavailable("the database connection was lost") from exc
 
     def commit(self) -> None:
         self._tx.commit()
@@ -158,9 +165,10 @@ class UnitOfWork:
         already-released lease) and a refusal decided on it would be wrong. Every commit bumps
         the run's version, so an unchanged version after the child reads proves they match.
         """
+        version = select(runs.c.version).where(runs.c.run_id == run_id)
         for _ in range(5):
             agg = self._load_once(run_id)
-            if self.run_version(run_id) == agg.run.version:
+            if self._scope().execute(version).scalar_one_or_none() == agg.run.version:
                 return agg
         raise errors.ConcurrencyConflict(
             "the run kept changing while it was loaded", run_id=str(run_id)

@@ -1,0 +1,52 @@
+"""A database connection lost under a command surfaces as a retryable ``Unavailable`` (it is
+unknown whether the command committed), the broken connection is discarded, and the retried
+command, being idempotent or fenced, succeeds exactly once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import Engine, select, text
+
+from runcontrol.domain import AttemptOutcome, errors
+from runcontrol.store import Database
+from runcontrol.store.tables import outbox
+
+
+def test_a_lost_connection_is_unavailable_and_the_retry_succeeds_once(
+    db: Database,
+    owner_engine: Engine,
+    tenant: str,
+    make_leased_run: Callable[..., Any],
+) -> None:
+    run = make_leased_run(tenant)
+    assert run.grant is not None
+    with db.app.connect() as conn:  # hold one pooled app connection
+        pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+    # The pool now holds that connection idle; kill its server process behind its back.
+    with owner_engine.connect() as owner:
+        owner.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        owner.commit()
+
+    def report() -> None:
+        run.grain.report_outcome(
+            run.attempt_id, "worker-1", run.grant.fencing_token, AttemptOutcome.SUCCEEDED
+        )
+
+    outcomes = []
+    for _ in range(db.app.pool.size() + 2):  # some pooled connection is the dead one
+        try:
+            report()
+            outcomes.append("ok")
+        except errors.Unavailable as exc:
+            assert exc.retryable
+            outcomes.append("unavailable")
+    assert "unavailable" in outcomes and outcomes[-1] == "ok"
+    with db.tenant(tenant) as conn:
+        recorded = conn.execute(
+            select(outbox.c.seq).where(
+                outbox.c.run_id == run.run_id, outbox.c.event_type == "AttemptOutcomeRecorded"
+            )
+        ).all()
+    assert len(recorded) == 1

@@ -217,8 +217,19 @@ class RunHost:
         return n
 
 
-def ensure_hosts(settings: Settings, owner_url: str, *, detached: bool = False) -> list[Any]:
-    """Create (or find) the configured host actors and wait until each answers."""
+def ensure_hosts(
+    settings: Settings,
+    owner_url: str,
+    *,
+    detached: bool = False,
+    host_options: Callable[[int], dict[str, Any]] | None = None,
+) -> list[Any]:
+    """Create (or find) the configured host actors and wait until each answers.
+
+    ``host_options(k)`` may add Ray options for host ``k`` (``resources``,
+    ``scheduling_strategy``, ...), e.g. to place hosts on particular nodes; it may not
+    repeat one of ``HOST_OPTIONS``.
+    """
     config = host_config(settings, owner_url)
     options = dict(HOST_OPTIONS)
     if detached:
@@ -226,7 +237,9 @@ def ensure_hosts(settings: Settings, owner_url: str, *, detached: bool = False) 
     from .placement import host_name
 
     handles = [
-        get_or_create(host_name(k), RunHost, config, **options)
+        get_or_create(
+            host_name(k), RunHost, config, **options, **(host_options(k) if host_options else {})
+        )
         for k in range(settings.grains.host_count)
     ]
     ray.get([h.ping.remote() for h in handles])

@@ -102,7 +102,10 @@ class RayHarness:
             }
         )
         clock = self.rt.container.env.clock
-        return self.rt.container.releases.publish(self.tenant, definition, "tester", clock.now())
+        release: Release = self.rt.container.releases.publish(
+            self.tenant, definition, "tester", clock.now()
+        )
+        return release
 
     def request(
         self, key: str | None = None, input: dict[str, Any] | None = None, workflow_id: str = "wf"

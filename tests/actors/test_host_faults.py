@@ -46,7 +46,10 @@ def test_killed_host_between_lease_and_outcome_records_the_outcome_once(h: RayHa
         await restart_host(h, h.host_of(run_id))  # between the lease grant and the outcome
 
         decided = await h.client.decide(
-            h.reviewer(), approval.approval_id, Decision.APPROVE, approval.version,
+            h.reviewer(),
+            approval.approval_id,
+            Decision.APPROVE,
+            approval.version,
             approval.proposal_hash,
         )
         assert str(decided.state) == "Approved"
@@ -84,7 +87,8 @@ def test_killed_host_between_lease_and_outcome_records_the_outcome_once(h: RayHa
         assert [e["seq"] for e in history] == list(range(1, len(history) + 1))
 
         recorded = [
-            e for e in h.outbox_events(run_id)
+            e
+            for e in h.outbox_events(run_id)
             if e["type"] == "AttemptOutcomeRecorded" and e["attemptId"] == claim.attempt_id
         ]
         assert len(recorded) == 1
@@ -129,7 +133,8 @@ def test_stale_lease_after_expiry_and_redispatch_is_fenced_and_audited(h: RayHar
                 raise AssertionError("a stale lease holder was not fenced")
 
         audits = [
-            a for a in h.audits(run_id)
+            a
+            for a in h.audits(run_id)
             if a.detail.get("attempt_id") == str(stale.attempt_id)
             and a.detail.get("holder") == "w-slow"
         ]

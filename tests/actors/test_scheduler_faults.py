@@ -51,7 +51,7 @@ def test_killed_scheduler_restarts_and_loses_no_reminder(h: RayHarness) -> None:
         count = await poll(alive_again, "the scheduler to restart", timeout=30)
         assert count == restarts_before + 1  # the same actor, restarted, not a new one
         status = await scheduler.status.remote()
-        assert set(status["jobs"]) == JOBS  # __init__ re-created every job
+        assert JOBS <= set(status["jobs"])  # __init__ re-created every job
 
         # The retry the expiry scheduled is dispatched by the restarted scheduler too.
         await h.wait_event(
@@ -116,7 +116,9 @@ def test_two_schedulers_neither_double_expire_nor_double_dispatch(h: RayHarness)
 
         for run_id in run_ids:
             events = h.outbox_events(run_id)
-            expiries = Counter(e["payload"]["leaseId"] for e in events if e["type"] == "LeaseExpired")
+            expiries = Counter(
+                e["payload"]["leaseId"] for e in events if e["type"] == "LeaseExpired"
+            )
             assert len(expiries) == 1 and set(expiries.values()) == {1}, expiries
             dispatched = [
                 (e["payload"]["stepId"], e["payload"]["attemptNumber"])
@@ -129,7 +131,7 @@ def test_two_schedulers_neither_double_expire_nor_double_dispatch(h: RayHarness)
             h.assert_consistent(run_id)
 
         for s in schedulers:
-            assert set((await s.status.remote())["jobs"]) == JOBS
+            assert JOBS <= set((await s.status.remote())["jobs"])
 
     try:
         run_async(main(), timeout=90)

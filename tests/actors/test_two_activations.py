@@ -12,6 +12,7 @@ import asyncio
 from typing import Any
 from uuid import UUID
 
+import pytest
 from actor_harness import RayHarness, outcome_hash, run_async
 
 from actors.placement import host_name
@@ -41,7 +42,10 @@ def split(results: list[Any]) -> tuple[list[Any], list[BaseException]]:
     return ok, failed
 
 
-def test_racing_commands_on_two_activations_keep_the_store_consistent(h: RayHarness) -> None:
+@pytest.mark.parametrize("round_", range(3))
+def test_racing_commands_on_two_activations_keep_the_store_consistent(
+    h: RayHarness, round_: int
+) -> None:
     h.publish({"name": "one", "agentId": "a"}, {"name": "two", "agentId": "b"})
     router = make_router(h.rt.config)  # our own router: no cached activation affinity
     assert h.rt.settings.grains.host_count == 2
@@ -68,14 +72,11 @@ def test_racing_commands_on_two_activations_keep_the_store_consistent(h: RayHarn
 
         # --- four holders race for the lease through both activations: exactly one wins.
         holders = ["w-a", "w-b", "w-c", "w-d"]
-        _r = await race(
+        grants, lost = split(
+            await race(
                 *(on(i % 2, "acquire_lease", attempt_1, who) for i, who in enumerate(holders))
             )
-        print("RESULTS", v0, _r)
-        for x in h.leases(run_id): print("LEASE", x)
-        for x in h.outbox_events(run_id): print("EV", x["seq"], x["type"], x["payload"].get("holder"))
-        print("RUN", h.run_row(run_id))
-        grants, lost = split(_r)
+        )
         assert len(grants) == 1 and isinstance(grants[0], LeaseGrant)
         grant: LeaseGrant = grants[0]
         assert {type(e) for e in lost} <= {errors.LeaseHeld, errors.ConcurrencyConflict}
@@ -83,8 +84,10 @@ def test_racing_commands_on_two_activations_keep_the_store_consistent(h: RayHarn
 
         # --- renewals by the holder on both activations, racing refused renewals.
         results = await race(
-            *(on(i % 2, "renew_lease", attempt_1, grant.holder, grant.fencing_token)
-              for i in range(8)),
+            *(
+                on(i % 2, "renew_lease", attempt_1, grant.holder, grant.fencing_token)
+                for i in range(8)
+            ),
             on(0, "renew_lease", attempt_1, loser, grant.fencing_token),
             on(1, "renew_lease", attempt_1, grant.holder, grant.fencing_token + 100),
         )
@@ -102,8 +105,9 @@ def test_racing_commands_on_two_activations_keep_the_store_consistent(h: RayHarn
             on(1, "report_outcome", *report, outcome_hash=outcome_hash(1)),
             on(0, "report_outcome", *report, outcome_hash=outcome_hash(1)),
             on(1, "report_outcome", *report, outcome_hash=outcome_hash(1)),
-            on(1, "report_outcome", attempt_1, loser, grant.fencing_token,
-               AttemptOutcome.SUCCEEDED),
+            on(
+                1, "report_outcome", attempt_1, loser, grant.fencing_token, AttemptOutcome.SUCCEEDED
+            ),
         )
         reported, _ = split(results[:4])
         assert len(reported) >= 1
@@ -122,24 +126,28 @@ def test_racing_commands_on_two_activations_keep_the_store_consistent(h: RayHarn
         assert grant_2.fencing_token == grant.fencing_token + 1
         token = (attempt_2, "w-two", grant_2.fencing_token)
         results = await race(
-            on(0, "report_outcome", *token, AttemptOutcome.SUCCEEDED,
-               outcome_hash=outcome_hash(2)),
-            on(1, "report_outcome", *token, AttemptOutcome.FAILED,
-               failure_class=FailureClass.PERMANENT),
+            on(0, "report_outcome", *token, AttemptOutcome.SUCCEEDED, outcome_hash=outcome_hash(2)),
+            on(
+                1,
+                "report_outcome",
+                *token,
+                AttemptOutcome.FAILED,
+                failure_class=FailureClass.PERMANENT,
+            ),
         )
         won, lost = split(results)
         assert len(won) == 1, results
         assert {type(e) for e in lost} <= {
-            errors.OutcomeAlreadyRecorded, errors.ConcurrencyConflict
-        }
+            errors.OutcomeAlreadyRecorded,
+            errors.ConcurrencyConflict,
+        }, results
         final = h.run_row(run_id)
-        assert final.state == ("Completed" if won[0].outcome is AttemptOutcome.SUCCEEDED
-                               else "Failed")
+        assert final.state == (
+            "Completed" if won[0].outcome is AttemptOutcome.SUCCEEDED else "Failed"
+        )
         h.assert_consistent(run_id)
 
-        outcomes = [
-            e for e in h.outbox_events(run_id) if e["type"] == "AttemptOutcomeRecorded"
-        ]
+        outcomes = [e for e in h.outbox_events(run_id) if e["type"] == "AttemptOutcomeRecorded"]
         assert [e["attemptId"] for e in outcomes] == [attempt_1, attempt_2]
         granted = [e for e in h.outbox_events(run_id) if e["type"] == "LeaseGranted"]
         assert [e["payload"]["holder"] for e in granted] == [grant.holder, "w-two"]

@@ -93,7 +93,27 @@ class RayRuntime:
 
 
 @pytest.fixture(scope="session")
-def ray_runtime(owner_url: str, db: Database) -> Iterator[RayRuntime]:
+def ray_db(owner_url: str) -> Iterator[Database]:
+    """A second database on the same server for the Ray runtime.
+
+    The session's scheduler sweeps every tenant of its database with the real clock; tests
+    driven by a ManualClock (grain, store) must not share a database with it.
+    """
+    name = f"runcontrol_ray_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(owner_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    admin.dispose()
+    database = Database(
+        make_url(owner_url).set(database=name).render_as_string(hide_password=False), pool_size=8
+    )
+    database.migrate()
+    yield database
+    database.dispose()
+
+
+@pytest.fixture(scope="session")
+def ray_runtime(ray_db: Database) -> Iterator[RayRuntime]:
     import ray
 
     os.environ.setdefault("RAY_worker_maximum_startup_concurrency", "4")
@@ -104,6 +124,6 @@ def ray_runtime(owner_url: str, db: Database) -> Iterator[RayRuntime]:
         configure_logging=False,
     )
     try:
-        yield RayRuntime(owner_url, db)
+        yield RayRuntime(ray_db.owner_url, ray_db)
     finally:
         ray.shutdown()  # before the database fixture stops PostgreSQL

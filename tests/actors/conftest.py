@@ -28,6 +28,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session")
+def db(ray_runtime: Any) -> Database:
+    """Tests here read the Ray runtime's own database (see ``ray_db`` in tests/conftest.py)."""
+    database: Database = ray_runtime.container.db
+    return database
+
+
 @pytest.fixture
 def h(ray_runtime: Any, db: Database, tenant: str) -> RayHarness:
     return RayHarness(ray_runtime, db, tenant)

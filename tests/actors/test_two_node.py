@@ -21,13 +21,11 @@ TIMEOUT_S = 120
 
 
 @pytest.mark.slow
-def test_removing_a_worker_node_mid_run_loses_no_run(
-    owner_url: str, db: Database, tenant: str
-) -> None:
+def test_removing_a_worker_node_mid_run_loses_no_run(db: Database, tenant: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
     env["PYTHONPATH"] = str(ROOT)
     proc = subprocess.Popen(
-        [sys.executable, str(HERE / "two_node_cluster.py"), owner_url, tenant],
+        [sys.executable, str(HERE / "two_node_cluster.py"), db.owner_url, tenant],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,

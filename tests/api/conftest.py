@@ -15,8 +15,16 @@ from api_harness import RSA_KID, Api, TenantView, api_settings, free_port, wait_
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from runcontrol.api.auth import jwks_document
+from runcontrol.store import Database
 
 APP_NAME = "runcontrol"
+
+
+@pytest.fixture(scope="session")
+def db(ray_runtime: Any) -> Database:
+    """Tests here read the Ray runtime's own database (see ``ray_db`` in tests/conftest.py)."""
+    database: Database = ray_runtime.container.db
+    return database
 
 
 @pytest.fixture(scope="session")
@@ -33,9 +41,7 @@ def serve_instance(ray_runtime: Any) -> Iterator[int]:
 
 
 @pytest.fixture(scope="session")
-def api(
-    serve_instance: int, ray_runtime: Any, owner_url: str, tmp_path_factory: pytest.TempPathFactory
-) -> Api:
+def api(serve_instance: int, ray_runtime: Any, tmp_path_factory: pytest.TempPathFactory) -> Api:
     from ray import serve
 
     from serve_app import RunControlApi
@@ -44,7 +50,7 @@ def api(
     jwks_file = tmp_path_factory.mktemp("jwks") / "jwks.json"
     jwks_file.write_text(jwks_document({RSA_KID: key.public_key()}))
     deployment = RunControlApi.bind(
-        database_url=owner_url, settings=api_settings(ray_runtime, jwks_file)
+        database_url=ray_runtime.owner_url, settings=api_settings(ray_runtime, jwks_file)
     )
     serve.run(deployment, name=APP_NAME, route_prefix="/")
     base_url = f"http://127.0.0.1:{serve_instance}"

@@ -16,7 +16,7 @@ run: $(STAMP)
 	$(BIN)/runcontrol up
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	RUNCONTROL_RUN_SLOW=1 $(BIN)/python -m pytest -q
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check .

@@ -8,8 +8,12 @@ host call, one transaction to accept + reserve + dispatch).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import shutil
 import socket
+import subprocess
+import tempfile
 import time
 import uuid
 from typing import Any
@@ -70,7 +74,69 @@ async def _load(
     return total / elapsed, latencies, errors
 
 
-def run(owner_url: str, *, concurrency: int = 32, total: int = 3000) -> dict[str, Any]:
+def _figures(
+    generator: str, concurrency: int, total: int, trivial: Any, submit: Any
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"generator": generator, "connections": concurrency, "requests": total}
+    for name, (rate, latencies, errors) in (("trivial", trivial), ("submit", submit)):
+        out[f"{name}_rps"] = rate
+        for p in (50, 95, 99):
+            out[f"{name}_p{p}_ms"] = percentile(latencies, p)
+        out[f"{name}_errors"] = errors
+    return out
+
+
+WRK_SCRIPT = """
+local counter = 0
+local thread_salt = math.random(1, 1000000000)
+request = function()
+  counter = counter + 1
+  if wrk.body ~= nil and wrk.body ~= "" then
+    wrk.headers["Idempotency-Key"] = string.format("wrk-%d-%d-%d", os.time(), thread_salt, counter)
+  end
+  return wrk.format(nil, nil, nil, wrk.body)
+end
+done = function(summary, latency, requests)
+  local errors = summary.errors.status + summary.errors.connect + summary.errors.read
+    + summary.errors.write + summary.errors.timeout
+  io.write(string.format("RC p50=%f p95=%f p99=%f rps=%f errors=%d\\n",
+    latency:percentile(50) / 1000, latency:percentile(95) / 1000,
+    latency:percentile(99) / 1000, summary.requests / (summary.duration / 1e6), errors))
+end
+"""
+
+
+def _wrk(
+    url: str, connections: int, seconds: int, body: str | None, headers: dict[str, str]
+) -> dict[str, float]:
+    """Drive ``url`` with wrk (C, so the generator does not eat the CPU it measures)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as fh:
+        script = WRK_SCRIPT
+        if body is not None:
+            script = f'wrk.method = "POST"\nwrk.body = {json.dumps(body)}\n' + script
+        fh.write(script)
+        path = fh.name
+    args = ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "-s", path]
+    for key, value in headers.items():
+        args += ["-H", f"{key}: {value}"]
+    try:
+        out = subprocess.run([*args, url], check=True, capture_output=True, text=True).stdout
+    finally:
+        os.unlink(path)
+    line = next(x for x in out.splitlines() if x.startswith("RC "))
+    fields = dict(item.split("=") for item in line[3:].split())
+    return {
+        "rps": float(fields["rps"]),
+        "p50_ms": float(fields["p50"]),
+        "p95_ms": float(fields["p95"]),
+        "p99_ms": float(fields["p99"]),
+        "errors": int(fields["errors"]),
+    }
+
+
+def run(
+    owner_url: str, *, concurrency: int = 32, total: int = 3000, seconds: int = 15
+) -> dict[str, Any]:
     from serve_app import RunControlApi
 
     settings = Settings()
@@ -105,35 +171,45 @@ def run(owner_url: str, *, concurrency: int = 32, total: int = 3000) -> dict[str
             headers={**headers, "Idempotency-Key": f"bench-{uuid.uuid4()}"},
         )
 
-    async def scenario() -> dict[str, Any]:
-        base = f"http://127.0.0.1:{port}"
-        await _load(base, get_trivial, 200, concurrency)  # warm up both paths
+    base = f"http://127.0.0.1:{port}"
+
+    async def warm() -> None:
+        await _load(base, get_trivial, 200, concurrency)
         await _load(base, submit, 200, concurrency)
+
+    async def scenario() -> dict[str, Any]:
+        await warm()
         t_rate, t_lat, t_err = await _load(base, get_trivial, total, concurrency)
         s_rate, s_lat, s_err = await _load(base, submit, total, concurrency)
+        return _figures("httpx", concurrency, total, (t_rate, t_lat, t_err), (s_rate, s_lat, s_err))
+
+    def with_wrk() -> dict[str, Any]:
+        asyncio.run(warm())
+        trivial_run = _wrk(f"{base}/trivial/", concurrency, seconds, None, {})
+        submit_run = _wrk(
+            f"{base}/factory/runs",
+            concurrency,
+            seconds,
+            json.dumps(body),
+            {**headers, "Content-Type": "application/json"},
+        )
         return {
+            "generator": "wrk",
             "connections": concurrency,
-            "requests": total,
-            "trivial_rps": t_rate,
-            "trivial_p50_ms": percentile(t_lat, 50),
-            "trivial_p95_ms": percentile(t_lat, 95),
-            "trivial_p99_ms": percentile(t_lat, 99),
-            "trivial_errors": t_err,
-            "submit_rps": s_rate,
-            "submit_p50_ms": percentile(s_lat, 50),
-            "submit_p95_ms": percentile(s_lat, 95),
-            "submit_p99_ms": percentile(s_lat, 99),
-            "submit_errors": s_err,
+            "seconds": seconds,
+            **{f"trivial_{k}": v for k, v in trivial_run.items()},
+            **{f"submit_{k}": v for k, v in submit_run.items()},
         }
 
     try:
-        figures = asyncio.run(scenario())
+        figures = with_wrk() if shutil.which("wrk") else asyncio.run(scenario())
     finally:
         serve.shutdown()
         del hosts
         db.dispose()
     print()
-    print(f"{'figure (32 connections)':<44}{'value':>14}{'ceiling':>14}{'ratio':>8}")
+    title = f"figure ({figures['generator']}, {concurrency} connections)"
+    print(f"{title:<44}{'value':>14}{'ceiling':>14}{'ratio':>8}")
     print(
         f"{'submissions/s vs trivial Serve route':<44}{figures['submit_rps']:>14.0f}"
         f"{figures['trivial_rps']:>14.0f}{figures['submit_rps'] / figures['trivial_rps']:>8.2f}"

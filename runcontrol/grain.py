@@ -187,17 +187,31 @@ class RunGrain:
         if not request.idempotency_key:
             raise errors.ValidationFailed("an Idempotency-Key is required")
         input_hash = canonical_hash(request.canonical_payload())
-        existing = self._existing(principal.project_id, request.idempotency_key, input_hash)
-        if existing is not None:
-            return existing
-        release = self.env.releases.resolve(
-            self.tenant_id,
-            request.workflow_id,
-            alias=request.release_alias,
-            release_id=request.release_id,
-        )
+        try:
+            release = self.env.releases.resolve(
+                self.tenant_id,
+                request.workflow_id,
+                alias=request.release_alias,
+                release_id=request.release_id,
+            )
+        except errors.NotFound:
+            # A key already used with another payload is a conflict, whatever this one names.
+            found = self._existing(principal.project_id, request.idempotency_key, input_hash)
+            if found is None:
+                raise
+            return found
         policy = self.env.policies.current(self.tenant_id)
         ctx = self.env.context(principal.subject)
+        # Reserve first, so acceptance, reservation and first dispatch commit as one
+        # transaction (one fsync). A duplicate submission gives its reservation back below.
+        reservation: UUID | None = None
+        denied: str | None = None
+        try:
+            reservation = self.env.budget.reserve(
+                self.tenant_id, self.run_id, request.limits.max_cost_usd or 0.0, ctx.now
+            )
+        except errors.BudgetReservationDenied as exc:
+            denied = str(exc)
         agg = RunAggregate.accept(
             Submission(
                 run_id=self.run_id,
@@ -219,19 +233,27 @@ class RunGrain:
             self.env.options,
             ctx,
         )
+        if reservation is None:
+            agg.deny_budget(ctx, denied or "budget reservation denied")
+        else:
+            agg.record_budget_reservation(reservation)
+            self._dispatch_due(agg, ctx)
         try:
             with self._uow() as uow:
                 uow.save(agg)
                 uow.commit()
         except DuplicateSubmission:
-            # A concurrent submission with the same key won the insert: answer with its run.
+            # The key already names a run (a retry, or a concurrent submission that won the
+            # insert): give our reservation back and answer with that run.
+            if reservation is not None:
+                self.env.budget.release(self.tenant_id, self.run_id, ctx.now)
             found = self._existing(principal.project_id, request.idempotency_key, input_hash)
             if found is None:
                 raise errors.ConcurrencyConflict("the winning submission is not visible") from None
             return found
         self._agg = agg
-        self.start()
-        run = self._agg.run if self._agg is not None else agg.run
+        self._after_commit(agg, ctx)
+        run = agg.run
         return SubmitResult(
             run.run_id, str(run.state), run.release_id, run.policy_revision, run.snapshot_id, True
         )

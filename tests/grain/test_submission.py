@@ -223,3 +223,12 @@ def test_another_tenants_grain_cannot_see_or_command_the_run(h: Harness, make_ha
     agg = h.load(grain.run_id)
     assert agg.run.state is RunState.RUNNING and agg.intents == []
     assert h.audits(grain.run_id) == []
+
+
+def test_a_used_key_with_an_unknown_workflow_is_a_conflict_not_a_404(h: Harness):
+    h.publish()
+    h.submit(h.request(key="k-reused"))
+    with pytest.raises(errors.IdempotencyConflict):
+        h.submit(h.request(key="k-reused", workflow_id="no-such-workflow"))
+    with pytest.raises(errors.WorkflowNotFound):
+        h.submit(h.request(key="k-fresh", workflow_id="no-such-workflow"))

@@ -72,7 +72,10 @@ class RunHost:
         db = build_database(self.settings, owner_url=config["owner_url"], migrate=False)
         self._env = build(self.settings, db=db, migrate=False).env
         self._activations: dict[UUID, Activation] = {}
-        self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="grain")
+        threads = self.settings.grains.threads
+        self._pool = (
+            ThreadPoolExecutor(max_workers=threads, thread_name_prefix="grain") if threads else None
+        )
         self._router = make_router(config)
         self._listener = Listener(db.system_url, (DISPATCH_CHANNEL, EVENTS_CHANNEL))
         self._started = time.monotonic()
@@ -99,6 +102,8 @@ class RunHost:
                     del self._activations[run_id]
 
     async def _in_thread(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        if self._pool is None:  # threads=0: run on the event loop (measured: see benchmarks)
+            return fn(*args, **kwargs)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, lambda: fn(*args, **kwargs))
 

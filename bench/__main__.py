@@ -44,10 +44,13 @@ def main() -> int:
                     flush=True,
                 )
                 hosted = transitions.run(url, runs=args.runs, concurrency=args.concurrency)
+                print("Ray no-op actor calls (the actor runtime's own ceiling) ...", flush=True)
+                noop = transitions.ray_noop_calls(args.concurrency)
                 print(f"dedicated placement: {args.dedicated_runs} runs ...", flush=True)
                 dedicated = transitions.dedicated(url, runs=args.dedicated_runs)
                 results["transitions"] = {
                     "pgbench_tps": ceiling,
+                    "ray_noop_calls_per_s": noop,
                     "hosted": hosted.__dict__,
                     "dedicated": dedicated,
                 }
@@ -62,6 +65,10 @@ def main() -> int:
                     f"{'committed transitions/s (dedicated)':<44}"
                     f"{dedicated['transitions_per_s']:>14.0f}{ceiling:>14.0f}"
                     f"{dedicated['transitions_per_s'] / ceiling:>8.2f}"
+                )
+                print(
+                    f"{'Ray no-op actor calls/s (one actor)':<44}"
+                    f"{noop:>14.0f}{ceiling:>14.0f}{noop / ceiling:>8.2f}"
                 )
                 print(
                     f"{'cold activation p50 / p99 ms (hosted)':<44}"

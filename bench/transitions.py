@@ -8,6 +8,7 @@ printed beside pgbench's rate for the bare UPDATE + outbox INSERT on the same se
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -138,7 +139,12 @@ def run(
 ) -> Figures:
     settings = Settings.model_validate(
         {
-            "grains": {"host_count": host_count, "placement": placement, "idle_seconds": 600},
+            "grains": {
+                "host_count": host_count,
+                "placement": placement,
+                "idle_seconds": 600,
+                "threads": int(os.environ.get("BENCH_HOST_THREADS", "32")),
+            },
             "pool_size": 16,
         }
     )
@@ -235,3 +241,31 @@ def dedicated(owner_url: str, *, runs: int) -> dict[str, float]:
         return asyncio.run(scenario())
     finally:
         db.dispose()
+
+
+@ray.remote(num_cpus=0, max_concurrency=1000)
+class _Noop:
+    async def call(self, *args: Any) -> Any:
+        return args[0]
+
+
+def ray_noop_calls(concurrency: int, total: int = 3000) -> float:
+    """Ray's own ceiling here: async actor calls/s that do nothing, same argument shape."""
+    actor = _Noop.remote()  # type: ignore[attr-defined]
+    ray.get(actor.call.remote(0))
+
+    async def scenario() -> float:
+        sem = asyncio.Semaphore(concurrency)
+
+        async def one(i: int) -> None:
+            async with sem:
+                await actor.call.remote(i, "tenant", uuid.uuid4(), "report_outcome")
+
+        started = time.perf_counter()
+        await asyncio.gather(*(one(i) for i in range(total)))
+        return total / (time.perf_counter() - started)
+
+    try:
+        return asyncio.run(scenario())
+    finally:
+        ray.kill(actor)

@@ -119,8 +119,9 @@ async def _cold_activations(
 async def _idle_memory(
     router: HostRouter, handles: list[Any], tenant: str, runs: list[uuid.UUID]
 ) -> float:
+    """Bytes per idle activation: every run activated (loaded from Postgres), then the deep
+    size of what the hosts cache for them."""
     await asyncio.gather(*(h.deactivate_all.remote() for h in handles))
-    before = sum([(await h.stats.remote())["rss_bytes"] for h in handles])
     sem = asyncio.Semaphore(32)
 
     async def touch(run_id: uuid.UUID) -> None:
@@ -128,10 +129,24 @@ async def _idle_memory(
             await router.call(run_id, "command", tenant, run_id, "open_attempts")
 
     await asyncio.gather(*(touch(r) for r in runs))
-    stats = [await h.stats.remote() for h in handles]
-    after = sum(s["rss_bytes"] for s in stats)
-    active = sum(s["activations"] for s in stats)
-    return (after - before) / max(active, 1)
+    sizes = [await h.activation_bytes.remote() for h in handles]
+    return sum(s["bytes"] for s in sizes) / max(sum(s["activations"] for s in sizes), 1)
+
+
+def _tenant_with_workflow(settings: Settings, owner_url: str) -> tuple[Any, str, Principal]:
+    """A fresh tenant with the benchmark workflow published, and its requester."""
+    db = build_database(settings, owner_url=owner_url)
+    container = build(settings, db=db, migrate=False)
+    tenant = f"bench-{uuid.uuid4().hex[:8]}"
+    container.releases.publish(
+        tenant,
+        WorkflowDefinition.from_dict(
+            {"workflowId": "bench", "steps": [{"agentId": f"a{i}"} for i in range(STEPS)]}
+        ),
+        "bench",
+        container.env.clock.now(),
+    )
+    return db, tenant, Principal("bench-user", tenant, "bench", frozenset({Role.REQUESTER}))
 
 
 def run(
@@ -148,22 +163,10 @@ def run(
             "pool_size": 16,
         }
     )
-    db = build_database(settings, owner_url=owner_url)
-    container = build(settings, db=db, migrate=False)
-    tenant = f"bench-{uuid.uuid4().hex[:8]}"
-    container.releases.publish(
-        tenant,
-        WorkflowDefinition.from_dict(
-            {"workflowId": "bench", "steps": [{"agentId": f"a{i}"} for i in range(STEPS)]}
-        ),
-        "bench",
-        container.env.clock.now(),
-    )
+    db, tenant, principal = _tenant_with_workflow(settings, owner_url)
     handles = ensure_hosts(settings, owner_url)
-    config = host_config(settings, owner_url)
-    router = make_router(config)
+    router = make_router(host_config(settings, owner_url))
     client = RunControlClient(router)
-    principal = Principal("bench-user", tenant, "bench", frozenset({Role.REQUESTER}))
 
     async def scenario() -> Figures:
         run_ids = await _submit_many(client, principal, runs, concurrency)
@@ -172,10 +175,10 @@ def run(
             *(router.call(r, "command", tenant, r, "open_attempts") for r in run_ids[:concurrency])
         )
         commands, seconds = await _throughput(router, tenant, run_ids, concurrency)
-        cold = await _cold_activations(router, handles, tenant, run_ids[: min(200, runs)])
-        memory = 0.0
-        if placement == "hosted":
-            memory = await _idle_memory(router, handles, tenant, run_ids)
+        # Idle activations are of runs still open (terminal runs deactivate at once).
+        idle_ids = await _submit_many(client, principal, min(runs, 500), concurrency)
+        cold = await _cold_activations(router, handles, tenant, idle_ids[:200])
+        memory = await _idle_memory(router, handles, tenant, idle_ids)
         return Figures(
             commands / seconds,
             commands,
@@ -196,20 +199,9 @@ def run(
 def dedicated(owner_url: str, *, runs: int) -> dict[str, float]:
     """Dedicated placement: one named actor per run (process isolation), same grain code."""
     settings = Settings.model_validate({"grains": {"placement": "dedicated"}, "pool_size": 2})
-    db = build_database(settings, owner_url=owner_url)
-    container = build(settings, db=db, migrate=False)
-    tenant = f"bench-{uuid.uuid4().hex[:8]}"
-    container.releases.publish(
-        tenant,
-        WorkflowDefinition.from_dict(
-            {"workflowId": "bench", "steps": [{"agentId": f"a{i}"} for i in range(STEPS)]}
-        ),
-        "bench",
-        container.env.clock.now(),
-    )
+    db, tenant, principal = _tenant_with_workflow(settings, owner_url)
     router = make_router(host_config(settings, owner_url))
     client = RunControlClient(router)
-    principal = Principal("bench-user", tenant, "bench", frozenset({Role.REQUESTER}))
 
     async def scenario() -> dict[str, float]:
         activation = []

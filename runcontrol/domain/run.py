@@ -870,15 +870,19 @@ class RunAggregate:
             },
         )
 
+    def _cancel_unleased(self, ctx: CommandContext, attempt: Attempt) -> None:
+        """An attempt nobody leased cannot have run: it settles as Cancelled at once."""
+        self._move_attempt(ctx, attempt, AttemptState.CANCELLED, "CancelledBeforeLease")
+        attempt.outcome = AttemptOutcome.CANCELLED
+        attempt.failure_class = FailureClass.CANCELLATION
+        attempt.settled_at = ctx.now
+        attempt.settled_by = "run-control"
+
     def _close_remaining(self, ctx: CommandContext, failure_class: FailureClass) -> None:
         """On a terminal run: settle open attempts, cancel pending approvals and steps."""
         for attempt in self.open_attempts():
             if attempt.state is AttemptState.DISPATCHED:
-                self._move_attempt(ctx, attempt, AttemptState.CANCELLED, "CancelledBeforeLease")
-                attempt.outcome = AttemptOutcome.CANCELLED
-                attempt.failure_class = FailureClass.CANCELLATION
-                attempt.settled_at = ctx.now
-                attempt.settled_by = "run-control"
+                self._cancel_unleased(ctx, attempt)
             else:
                 self._settle(
                     ctx,
@@ -1253,11 +1257,7 @@ class RunAggregate:
         for attempt in self.open_attempts():
             if attempt.state is AttemptState.DISPATCHED:
                 # Never leased: nothing can have run, so it settles at once.
-                self._move_attempt(ctx, attempt, AttemptState.CANCELLED, "CancelledBeforeLease")
-                attempt.outcome = AttemptOutcome.CANCELLED
-                attempt.failure_class = FailureClass.CANCELLATION
-                attempt.settled_at = ctx.now
-                attempt.settled_by = "run-control"
+                self._cancel_unleased(ctx, attempt)
                 self._move_step(
                     ctx, self.step(attempt.step_id), StepState.CANCELLED, "RunCancelled"
                 )

@@ -14,7 +14,7 @@ import time
 
 import ray
 
-from . import common, transitions
+from . import common, inprocess, transitions
 
 
 def main() -> int:
@@ -44,6 +44,8 @@ def main() -> int:
                     flush=True,
                 )
                 hosted = transitions.run(url, runs=args.runs, concurrency=args.concurrency)
+                print("grain commands in-process, without Ray ...", flush=True)
+                local = inprocess.run(url)
                 print("Ray no-op actor calls (the actor runtime's own ceiling) ...", flush=True)
                 noop = transitions.ray_noop_calls(args.concurrency)
                 print(f"dedicated placement: {args.dedicated_runs} runs ...", flush=True)
@@ -51,6 +53,7 @@ def main() -> int:
                 results["transitions"] = {
                     "pgbench_tps": ceiling,
                     "ray_noop_calls_per_s": noop,
+                    "in_process": local,
                     "hosted": hosted.__dict__,
                     "dedicated": dedicated,
                 }
@@ -65,6 +68,14 @@ def main() -> int:
                     f"{'committed transitions/s (dedicated)':<44}"
                     f"{dedicated['transitions_per_s']:>14.0f}{ceiling:>14.0f}"
                     f"{dedicated['transitions_per_s'] / ceiling:>8.2f}"
+                )
+                for label in ("sequential", "16_threads"):
+                    rate = local[f"{label}_commands_per_s"]
+                    name = f"grain commands/s in-process ({label.replace('_', ' ')})"
+                    print(f"{name:<44}{rate:>14.0f}{ceiling:>14.0f}{rate / ceiling:>8.2f}")
+                print(
+                    f"{'python CPU per command in-process (ms)':<44}"
+                    f"{local['16_threads_cpu_ms_per_command']:>14.2f}"
                 )
                 print(
                     f"{'Ray no-op actor calls/s (one actor)':<44}"

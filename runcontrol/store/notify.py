@@ -77,7 +77,3 @@ class Listener:
             await asyncio.wait_for(changed(), timeout)
         except TimeoutError:
             pass
-
-    def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()

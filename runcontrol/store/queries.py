@@ -340,13 +340,6 @@ def mark_published(conn: Connection, ids: Sequence[int], now: datetime) -> None:
         conn.execute(update(outbox).where(outbox.c.id.in_(list(ids))).values(published_at=now))
 
 
-def outbox_backlog(conn: Connection) -> tuple[int, datetime | None]:
-    row = conn.execute(
-        select(func.count(), func.min(outbox.c.occurred_at)).where(outbox.c.published_at.is_(None))
-    ).one()
-    return int(row[0]), row[1]
-
-
 def active_run_counts(conn: Connection) -> dict[tuple[str, str], int]:
     rows = conn.execute(
         select(runs.c.tenant_id, runs.c.state, func.count())

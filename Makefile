@@ -24,6 +24,8 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 bench: $(STAMP)
+	@command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null 2>&1 \
+		|| echo "wrk is not installed: the HTTP figures use the (slower) httpx load generator"
 	$(BIN)/python -m bench
 
 clean:

@@ -10,12 +10,12 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
-from runcontrol.bootstrap import build, build_database
 from runcontrol.config import Settings
-from runcontrol.domain import AttemptOutcome, Principal, Role, WorkflowDefinition, canonical_hash
+from runcontrol.domain import AttemptOutcome, canonical_hash
 from runcontrol.grain import RunGrain, SubmitRequest
 
-STEPS = 4
+from .transitions import _tenant_with_workflow
+
 OUTCOME = canonical_hash({"ok": True})
 
 
@@ -38,18 +38,7 @@ def _drive(grain: RunGrain) -> int:
 
 def run(owner_url: str, *, runs: int = 300, threads: int = 16) -> dict[str, float]:
     settings = Settings.model_validate({"pool_size": max(threads, 4)})
-    db = build_database(settings, owner_url=owner_url)
-    container = build(settings, db=db, migrate=False)
-    tenant = f"bench-{uuid.uuid4().hex[:8]}"
-    container.releases.publish(
-        tenant,
-        WorkflowDefinition.from_dict(
-            {"workflowId": "bench", "steps": [{"agentId": f"a{i}"} for i in range(STEPS)]}
-        ),
-        "bench",
-        container.env.clock.now(),
-    )
-    principal = Principal("bench-user", tenant, "bench", frozenset({Role.REQUESTER}))
+    container, tenant, principal = _tenant_with_workflow(settings, owner_url)
     figures: dict[str, float] = {}
     try:
         for label, workers in (("sequential", 1), (f"{threads}_threads", threads)):
@@ -75,5 +64,5 @@ def run(owner_url: str, *, runs: int = 300, threads: int = 16) -> dict[str, floa
             figures[f"{label}_commands_per_s"] = commands / (done - submitted)
             figures[f"{label}_cpu_ms_per_command"] = 1000 * cpu / commands
     finally:
-        db.dispose()
+        container.db.dispose()
     return figures

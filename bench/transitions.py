@@ -18,7 +18,7 @@ import ray
 
 from actors.placement import HostRouter
 from actors.run_host import ensure_hosts, host_config, make_router
-from runcontrol.bootstrap import build, build_database
+from runcontrol.bootstrap import Container, build, build_database
 from runcontrol.client import RunControlClient
 from runcontrol.config import Settings
 from runcontrol.domain import AttemptOutcome, Principal, Role, WorkflowDefinition, canonical_hash
@@ -133,7 +133,7 @@ async def _idle_memory(
     return sum(s["bytes"] for s in sizes) / max(sum(s["activations"] for s in sizes), 1)
 
 
-def _tenant_with_workflow(settings: Settings, owner_url: str) -> tuple[Any, str, Principal]:
+def _tenant_with_workflow(settings: Settings, owner_url: str) -> tuple[Container, str, Principal]:
     """A fresh tenant with the benchmark workflow published, and its requester."""
     db = build_database(settings, owner_url=owner_url)
     container = build(settings, db=db, migrate=False)
@@ -146,7 +146,7 @@ def _tenant_with_workflow(settings: Settings, owner_url: str) -> tuple[Any, str,
         "bench",
         container.env.clock.now(),
     )
-    return db, tenant, Principal("bench-user", tenant, "bench", frozenset({Role.REQUESTER}))
+    return container, tenant, Principal("bench-user", tenant, "bench", frozenset({Role.REQUESTER}))
 
 
 def run(
@@ -163,7 +163,8 @@ def run(
             "pool_size": 16,
         }
     )
-    db, tenant, principal = _tenant_with_workflow(settings, owner_url)
+    container, tenant, principal = _tenant_with_workflow(settings, owner_url)
+    db = container.db
     handles = ensure_hosts(settings, owner_url)
     router = make_router(host_config(settings, owner_url))
     client = RunControlClient(router)
@@ -199,7 +200,8 @@ def run(
 def dedicated(owner_url: str, *, runs: int) -> dict[str, float]:
     """Dedicated placement: one named actor per run (process isolation), same grain code."""
     settings = Settings.model_validate({"grains": {"placement": "dedicated"}, "pool_size": 2})
-    db, tenant, principal = _tenant_with_workflow(settings, owner_url)
+    container, tenant, principal = _tenant_with_workflow(settings, owner_url)
+    db = container.db
     router = make_router(host_config(settings, owner_url))
     client = RunControlClient(router)
 

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Connection, and_, func, select, tuple_, update
+from sqlalchemy import ColumnElement, Connection, and_, func, select, tuple_, update
 
 from .tables import (
     approval_requests,
@@ -182,20 +182,12 @@ def list_runs(
     limit: int = 50,
 ) -> tuple[list[dict[str, Any]], str | None]:
     """Newest first, keyset-paged on (created_at, run_id)."""
-    query = select(runs).order_by(runs.c.created_at.desc(), runs.c.run_id.desc()).limit(limit + 1)
+    conditions: list[ColumnElement[bool]] = []
     if states:
-        query = query.where(runs.c.state.in_(list(states)))
+        conditions.append(runs.c.state.in_(list(states)))
     if workflow_id:
-        query = query.where(runs.c.workflow_id == workflow_id)
-    if cursor:
-        created, key = decode_cursor(cursor)
-        query = query.where(tuple_(runs.c.created_at, runs.c.run_id) < (created, UUID(key)))
-    rows = [r._mapping for r in conn.execute(query)]
-    next_cursor = None
-    if len(rows) > limit:
-        rows = rows[:limit]
-        next_cursor = encode_cursor(rows[-1]["created_at"], str(rows[-1]["run_id"]))
-    return [run_summary(m) for m in rows], next_cursor
+        conditions.append(runs.c.workflow_id == workflow_id)
+    return _page(conn, runs, runs.c.run_id, conditions, cursor, limit, run_summary)
 
 
 def list_approvals(
@@ -206,21 +198,36 @@ def list_approvals(
     cursor: str | None = None,
     limit: int = 50,
 ) -> tuple[list[dict[str, Any]], str | None]:
+    """Newest first, keyset-paged on (created_at, approval_id)."""
     t = approval_requests
-    query = select(t).order_by(t.c.created_at.desc(), t.c.approval_id.desc()).limit(limit + 1)
+    conditions: list[ColumnElement[bool]] = []
     if requested_by is not None:
-        query = query.where(t.c.requested_by == requested_by)
+        conditions.append(t.c.requested_by == requested_by)
     if states:
-        query = query.where(t.c.state.in_(list(states)))
+        conditions.append(t.c.state.in_(list(states)))
+    return _page(conn, t, t.c.approval_id, conditions, cursor, limit, approval_view)
+
+
+def _page(
+    conn: Connection,
+    table: Any,
+    key: Any,
+    conditions: list[Any],
+    cursor: str | None,
+    limit: int,
+    view: Any,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One page newest first, keyset-paged on (created_at, key), plus the next page's cursor."""
+    query = select(table).where(*conditions).order_by(table.c.created_at.desc(), key.desc())
     if cursor:
-        created, key = decode_cursor(cursor)
-        query = query.where(tuple_(t.c.created_at, t.c.approval_id) < (created, UUID(key)))
-    rows = [r._mapping for r in conn.execute(query)]
+        created, after = decode_cursor(cursor)
+        query = query.where(tuple_(table.c.created_at, key) < (created, UUID(after)))
+    rows = [r._mapping for r in conn.execute(query.limit(limit + 1))]
     next_cursor = None
     if len(rows) > limit:
         rows = rows[:limit]
-        next_cursor = encode_cursor(rows[-1]["created_at"], str(rows[-1]["approval_id"]))
-    return [approval_view(m) for m in rows], next_cursor
+        next_cursor = encode_cursor(rows[-1]["created_at"], str(rows[-1][key.name]))
+    return [view(m) for m in rows], next_cursor
 
 
 def approval_run(conn: Connection, approval_id: UUID) -> UUID | None:

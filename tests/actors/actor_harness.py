@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 from ray.exceptions import RayError
-from sqlalchemy import select
+from support import run_rows
 
 from actors.placement import host_index
 from runcontrol.client import Claim, RunControlClient
@@ -190,11 +190,7 @@ class RayHarness:
     # ------------------------------------------------------------------ store reads
 
     def rows(self, table: Any, run_id: UUID, order: Any = None) -> list[Any]:
-        stmt = select(table).where(table.c.run_id == run_id)
-        if order is not None:
-            stmt = stmt.order_by(order)
-        with self.db.tenant(self.tenant) as conn:
-            return list(conn.execute(stmt))
+        return run_rows(self.db, self.tenant, table, run_id, order)
 
     def run_row(self, run_id: UUID) -> Any:
         (row,) = self.rows(runs, run_id)

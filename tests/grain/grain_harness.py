@@ -8,13 +8,12 @@ so what a test sees is exactly what that tenant could see.
 from __future__ import annotations
 
 import random
-import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import select
+from support import run_rows
 
 from runcontrol.bootstrap import Container
 from runcontrol.clock import ManualClock
@@ -46,27 +45,6 @@ class CeilingRandom(random.Random):
 
     def uniform(self, a: float, b: float) -> float:
         return b
-
-
-def race(*calls: Callable[[], Any]) -> list[tuple[str, Any]]:
-    """Run ``calls`` in threads released together by a barrier; return ("ok"|"err", value)."""
-    barrier = threading.Barrier(len(calls))
-    results: list[tuple[str, Any]] = [("missing", None)] * len(calls)
-
-    def body(i: int, call: Callable[[], Any]) -> None:
-        barrier.wait(timeout=10)
-        try:
-            results[i] = ("ok", call())
-        except Exception as exc:  # handed to the test to assert on
-            results[i] = ("err", exc)
-
-    threads = [threading.Thread(target=body, args=(i, c)) for i, c in enumerate(calls)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-        assert not t.is_alive(), "a racing command hung"
-    return results
 
 
 def proposal(n: int = 1) -> str:
@@ -178,11 +156,7 @@ class Harness:
         return attempt
 
     def rows(self, table: Any, run_id: UUID, order: Any = None) -> list[Any]:
-        stmt = select(table).where(table.c.run_id == run_id)
-        if order is not None:
-            stmt = stmt.order_by(order)
-        with self.db.tenant(self.tenant) as conn:
-            return list(conn.execute(stmt))
+        return run_rows(self.db, self.tenant, table, run_id, order)
 
     def outbox(self, run_id: UUID) -> list[Any]:
         return self.rows(outbox, run_id, outbox.c.seq)

@@ -4,7 +4,8 @@ WaitingForApproval or Cancelling."""
 from __future__ import annotations
 
 import pytest
-from grain_harness import SHARED, WORKER, CeilingRandom, Harness, proposal, race
+from grain_harness import SHARED, WORKER, CeilingRandom, Harness, proposal
+from support import race
 
 from runcontrol.domain import (
     AttemptOutcome,

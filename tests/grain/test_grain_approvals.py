@@ -6,7 +6,8 @@ expired or stale is gone (410); wrong tenant is not found (404); the requester m
 from __future__ import annotations
 
 import pytest
-from grain_harness import REQUESTER, SHARED, WORKER, Harness, proposal, race
+from grain_harness import REQUESTER, SHARED, WORKER, Harness, proposal
+from support import race
 
 from runcontrol.domain import (
     ApprovalState,

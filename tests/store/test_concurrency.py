@@ -9,37 +9,15 @@ state is the one a serial order would give.
 
 from __future__ import annotations
 
-import threading
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pytest
+from support import race
 
 from runcontrol.domain import AttemptOutcome, CommandContext, canonical_hash, errors
 from runcontrol.grain import RunGrain
 from runcontrol.store import UnitOfWork
-
-
-def race(*calls: Callable[[], Any]) -> list[tuple[str, Any]]:
-    """Run ``calls`` in threads released together by a barrier; return ("ok"|"err", value)."""
-    barrier = threading.Barrier(len(calls))
-    results: list[tuple[str, Any]] = [("missing", None)] * len(calls)
-
-    def body(i: int, call: Callable[[], Any]) -> None:
-        barrier.wait(timeout=10)
-        try:
-            results[i] = ("ok", call())
-        except Exception as exc:  # collected and asserted on by the test
-            results[i] = ("err", exc)
-
-    threads = [threading.Thread(target=body, args=(i, c)) for i, c in enumerate(calls)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=30)
-        assert not t.is_alive(), "a racing command hung"
-    return results
 
 
 def run_row(db, tenant, run_id) -> Any:

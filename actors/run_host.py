@@ -127,6 +127,21 @@ class RunHost:
                 if not act.grain.active and self._activations.get(run_id) is act:
                     del self._activations[run_id]  # terminal: nothing left to serialise
 
+    async def command_batch(
+        self, items: list[tuple[str, UUID, str, tuple[Any, ...], dict[str, Any]]]
+    ) -> list[tuple[bool, Any]]:
+        """Several commands in one actor call (``HostRouter.command`` batches them): each runs
+        in its run's mailbox as if sent alone, in order, and answers ``(ok, result or error)``."""
+
+        async def one(item: tuple[str, UUID, str, tuple[Any, ...], dict[str, Any]]) -> Any:
+            tenant_id, run_id, name, args, kwargs = item
+            try:
+                return True, await self.command(tenant_id, run_id, name, *args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - answered to its caller, not raised here
+                return False, exc
+
+        return list(await asyncio.gather(*(one(item) for item in items)))
+
     # ------------------------------------------------------------------ claims
 
     async def claim(
@@ -140,8 +155,8 @@ class RunHost:
             candidates = await self._in_thread(self._claimable, agent_ids)
             for tenant_id, run_id, attempt_id in candidates:
                 try:
-                    grant: LeaseGrant = await self._router.call(
-                        run_id, "command", tenant_id, run_id, "acquire_lease", attempt_id, holder
+                    grant: LeaseGrant = await self._router.command(
+                        tenant_id, run_id, "acquire_lease", attempt_id, holder
                     )
                 except (errors.LeaseHeld, errors.LeaseRejected):
                     continue  # another worker won it, or the run moved on

@@ -97,7 +97,7 @@ class Scheduler:
         async def one(key: RunKey) -> None:
             tenant_id, run_id = key
             try:
-                await self._router.call(run_id, "command", tenant_id, run_id, "wake")
+                await self._router.command(tenant_id, run_id, "wake")
             except Exception:
                 log.warning("%s could not wake run %s", job, run_id, exc_info=True)
 

@@ -43,17 +43,13 @@ class Figures:
 async def _drive_run(router: HostRouter, tenant: str, run_id: uuid.UUID, holder: str) -> int:
     """Lease + outcome for every step of one run; returns the commands committed."""
     commands = 0
-    while True:
-        open_ids = await router.call(run_id, "command", tenant, run_id, "open_attempts")
+    for _ in range(STEPS):  # each step succeeds at once, so the run has STEPS attempts
+        open_ids = await router.command(tenant, run_id, "open_attempts")
         if not open_ids:
-            return commands
+            break
         attempt_id = open_ids[0]
-        grant = await router.call(
-            run_id, "command", tenant, run_id, "acquire_lease", attempt_id, holder
-        )
-        await router.call(
-            run_id,
-            "command",
+        grant = await router.command(tenant, run_id, "acquire_lease", attempt_id, holder)
+        await router.command(
             tenant,
             run_id,
             "report_outcome",
@@ -64,6 +60,7 @@ async def _drive_run(router: HostRouter, tenant: str, run_id: uuid.UUID, holder:
             outcome_hash=OUTCOME,
         )
         commands += 2
+    return commands
 
 
 async def _submit_many(
@@ -111,7 +108,7 @@ async def _cold_activations(
     latencies = []
     for run_id in runs:
         started = time.perf_counter()
-        await router.call(run_id, "command", tenant, run_id, "open_attempts")
+        await router.command(tenant, run_id, "open_attempts")
         latencies.append((time.perf_counter() - started) * 1000)
     return latencies
 
@@ -126,7 +123,7 @@ async def _idle_memory(
 
     async def touch(run_id: uuid.UUID) -> None:
         async with sem:
-            await router.call(run_id, "command", tenant, run_id, "open_attempts")
+            await router.command(tenant, run_id, "open_attempts")
 
     await asyncio.gather(*(touch(r) for r in runs))
     sizes = [await h.activation_bytes.remote() for h in handles]
@@ -173,7 +170,7 @@ def run(
         run_ids = await _submit_many(client, principal, runs, concurrency)
         # warm every activation first so the figure is steady-state command throughput
         await asyncio.gather(
-            *(router.call(r, "command", tenant, r, "open_attempts") for r in run_ids[:concurrency])
+            *(router.command(tenant, r, "open_attempts") for r in run_ids[:concurrency])
         )
         commands, seconds = await _throughput(router, tenant, run_ids, concurrency)
         # Idle activations are of runs still open (terminal runs deactivate at once).

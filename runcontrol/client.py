@@ -31,6 +31,10 @@ TERMINAL_EVENTS = frozenset({"RunCompleted", "RunFailed", "RunCancelled"})
 
 
 class Router(Protocol):
+    async def command(
+        self, tenant_id: str, run_id: UUID, name: str, *args: Any, **kwargs: Any
+    ) -> Any: ...
+
     async def call(self, run_id: UUID, method: str, *args: Any, **kwargs: Any) -> Any: ...
 
     async def call_any(self, method: str, *args: Any, **kwargs: Any) -> Any: ...
@@ -73,7 +77,7 @@ class RunControlClient:
         return cls(make_router(host_config(settings or Settings(), owner_url)))
 
     async def _run(self, tenant_id: str, run_id: UUID, command: str, *args: Any, **kw: Any) -> Any:
-        return await self._router.call(run_id, "command", tenant_id, run_id, command, *args, **kw)
+        return await self._router.command(tenant_id, run_id, command, *args, **kw)
 
     # ------------------------------------------------------------------ drivers
 

@@ -151,8 +151,7 @@ class RunGrain:
                         uow.commit()
                     raise
                 try:
-                    uow.save(agg)
-                    uow.commit()
+                    uow.commit_changes(agg)
                 except errors.ConcurrencyConflict:
                     self._agg = None
                     if round_ == 1:
@@ -240,8 +239,7 @@ class RunGrain:
             self._dispatch_due(agg, ctx)
         try:
             with self._uow() as uow:
-                uow.save(agg)
-                uow.commit()
+                uow.commit_changes(agg)
         except DuplicateSubmission:
             # The key already names a run (a retry, or a concurrent submission that won the
             # insert): give our reservation back and answer with that run.

@@ -3,15 +3,15 @@ events and its recovery-journal entries commit together or not at all (invariant
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
+from decimal import Decimal
 from types import TracebackType
 from typing import Any
 from uuid import UUID
 
+import orjson
 import psycopg
-from psycopg.types.json import Jsonb
-from sqlalchemy import Connection, Table, select
+from sqlalchemy import Connection, select
 from sqlalchemy import exc as sa_exc
 
 from ..domain import AuditRecord, Options, RunAggregate, errors
@@ -21,11 +21,8 @@ from .tables import (
     approval_decisions,
     approval_requests,
     attempts,
-    audit_log,
     cancellation_intents,
     leases,
-    outbox,
-    recovery_journal,
     runs,
     steps,
 )
@@ -35,65 +32,16 @@ DISPATCH_CHANNEL = "runcontrol_dispatch"
 EVENTS_CHANNEL = "runcontrol_events"
 
 
-def _columns(table: Table) -> list[str]:
-    return [c.name for c in table.columns if not (c.autoincrement is True and c.primary_key)]
-
-
-def _insert_sql(table: Table, suffix: str = "") -> str:
-    cols = _columns(table)
-    names = ", ".join(cols)
-    values = ", ".join(f"%({c})s" for c in cols)
-    return f"INSERT INTO {table.name} ({names}) VALUES ({values}){suffix}"
-
-
-def _upsert_sql(table: Table) -> str:
-    pk = [c.name for c in table.primary_key.columns]
-    updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in _columns(table) if c not in pk)
-    return _insert_sql(table, f" ON CONFLICT ({', '.join(pk)}) DO UPDATE SET {updates}")
-
-
-# The write path is precompiled SQL sent through psycopg's pipeline mode: one round trip for
-# all of a command's statements instead of one each (measured: see docs/benchmarks.md).
-_UPSERT = {t.name: _upsert_sql(t) for t in (steps, attempts, leases, approval_requests)}
-_INSERT = {
-    t.name: _insert_sql(t)
-    for t in (approval_decisions, cancellation_intents, outbox, recovery_journal, audit_log)
-}
-_INSERT_RUN = _insert_sql(
-    runs, " ON CONFLICT (tenant_id, project_id, idempotency_key) DO NOTHING RETURNING run_id"
-)
-_UPDATE_RUN = (
-    "UPDATE runs SET {} WHERE run_id = %(run_id)s AND version = %(expected_version)s".format(
-        ", ".join(f"{c} = %({c})s" for c in _columns(runs) if c != "run_id")
-    )
-)
-_JSONB = {"payload", "detail", "input"}
+# The checkpoints inside ``runcontrol_apply`` at which a test hook may make the write fail.
+CHECKPOINTS = ("after-run", "before-outbox", "before-journal")
+_APPLY = "SELECT runcontrol_apply(%s::jsonb)"
 _SET_TENANT = "SELECT set_config('runcontrol.tenant_id', %s, true)"
 
 
-def _adapt(row: dict[str, Any]) -> dict[str, Any]:
-    for key in _JSONB.intersection(row):
-        if row[key] is not None:
-            row[key] = Jsonb(row[key])
-    return row
-
-
-@contextmanager
-def _lost_race_is_a_conflict(
-    guarded: bool, run_cur: psycopg.Cursor[Any], run_id: UUID
-) -> Iterator[None]:
-    """In pipeline mode the rows queued behind the version-guarded UPDATE are written even when
-    it matched nothing, and may collide with the winner's rows (lease token, outbox seq,
-    attempt number). psycopg raises that at whichever call fetches it (an ``executemany`` as
-    well as the final sync): it is the lost race, so answer as the guard would have."""
-    try:
-        yield
-    except psycopg.errors.IntegrityError as exc:
-        if guarded and run_cur.rowcount != 1:  # 0, or -1 if its result was discarded
-            raise errors.ConcurrencyConflict(
-                "the run changed since it was loaded", run_id=str(run_id)
-            ) from exc
-        raise
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
 class DuplicateSubmission(Exception):
@@ -154,6 +102,30 @@ class UnitOfWork:
     def commit(self) -> None:
         self._tx.commit()
         self._committed = True
+
+    def commit_changes(self, agg: RunAggregate) -> None:
+        """``save`` then ``commit`` in one round trip.
+
+        When this transaction has sent nothing yet (a cached grain's command), the one
+        ``runcontrol_apply`` statement runs in autocommit, so it is its own transaction: no
+        BEGIN and no COMMIT round trips. Otherwise the COMMIT is pipelined behind it.
+        """
+        raw = self._raw()
+        if self._scoped:
+            with raw.pipeline():
+                self.save(agg, _then_commit=True)
+        else:
+            raw.autocommit = True
+            try:
+                self.save(agg)
+            finally:
+                raw.autocommit = False
+        self.commit()  # the database has committed: this settles SQLAlchemy's state only
+
+    def _raw(self) -> psycopg.Connection[Any]:
+        raw = self._conn.connection.driver_connection
+        assert isinstance(raw, psycopg.Connection)
+        return raw
 
     # ------------------------------------------------------------------ reads
 
@@ -226,92 +198,86 @@ class UnitOfWork:
 
     # ------------------------------------------------------------------ writes
 
-    def save(self, agg: RunAggregate) -> None:
-        """Persist everything the aggregate recorded since the last save (one round trip)."""
+    def save(self, agg: RunAggregate, *, _then_commit: bool = False) -> None:
+        """Persist everything the aggregate recorded since the last save: one statement
+        (``runcontrol_apply``, migration 0002), so one round trip whatever the command touched."""
         changes = agg.take_changes()
         if changes.empty:
             return
-        raw = self._conn.connection.driver_connection
-        assert isinstance(raw, psycopg.Connection)
         run_row = rows.run_to_row(changes.run)
         run_row["next_due_at"] = agg.next_due(self.options)
-        _adapt(run_row)
-        guarded = changes.expected_version is not None and changes.run_dirty
-        with (
-            raw.pipeline() as pipeline,
-            raw.cursor() as run_cur,
-            raw.cursor() as cur,
-            _lost_race_is_a_conflict(guarded, run_cur, changes.run.run_id),
-        ):
-            if not self._scoped:
-                cur.execute(_SET_TENANT, (self.tenant_id,))
-                self._scoped = True
-            if changes.expected_version is None:
-                run_cur.execute(_INSERT_RUN, run_row)
-                # A concurrent submission with the same key may have won the insert: the rows
-                # queued below would then fail their foreign key (not a DuplicateSubmission).
-                pipeline.sync()
-                if run_cur.fetchone() is None:
-                    raise DuplicateSubmission(changes.run.idempotency_key)
-            elif changes.run_dirty:
-                run_cur.execute(
-                    _UPDATE_RUN, {**run_row, "expected_version": changes.expected_version}
-                )
-            self._checkpoint("after-run")
-            if changes.steps:
-                cur.executemany(
-                    _UPSERT["steps"], [rows.step_to_row(x) for x in changes.steps.values()]
-                )
-            if changes.attempts:
-                agent = {s.step_id: s.agent_id for s in agg.steps}
-                cur.executemany(
-                    _UPSERT["attempts"],
-                    [rows.attempt_to_row(a, agent[a.step_id]) for a in changes.attempts.values()],
-                )
-            if changes.leases:
-                cur.executemany(
-                    _UPSERT["leases"], [rows.lease_to_row(x) for x in changes.leases.values()]
-                )
-            if changes.approvals:
-                cur.executemany(
-                    _UPSERT["approval_requests"],
-                    [rows.approval_to_row(a) for a in changes.approvals.values()],
-                )
-            self._many(
-                cur, "approval_decisions", [rows.decision_to_row(d) for d in changes.decisions]
-            )
-            self._many(
-                cur, "cancellation_intents", [rows.intent_to_row(i) for i in changes.intents]
-            )
-            self._checkpoint("before-outbox")
-            self._many(cur, "outbox", [rows.event_to_row(e) for e in changes.events])
-            self._checkpoint("before-journal")
-            self._many(cur, "recovery_journal", [rows.journal_to_row(j) for j in changes.journal])
-            self._many(cur, "audit_log", [rows.audit_to_row(a) for a in changes.audits])
-            # Wake long-polling claimers and event watchers; NOTIFY is delivered only on commit.
-            for agent_id in {
+        doc: dict[str, Any] = {"tenant": self.tenant_id, "run": run_row}
+        if changes.expected_version is None:
+            doc["mode"] = "insert"
+        elif changes.run_dirty:
+            doc["mode"] = "update"
+            doc["expected_version"] = changes.expected_version
+        if changes.steps:
+            doc["steps"] = [rows.step_to_row(x) for x in changes.steps.values()]
+        if changes.attempts:
+            agent = {s.step_id: s.agent_id for s in agg.steps}
+            doc["attempts"] = [
+                rows.attempt_to_row(a, agent[a.step_id]) for a in changes.attempts.values()
+            ]
+        if changes.leases:
+            doc["leases"] = [rows.lease_to_row(x) for x in changes.leases.values()]
+        if changes.approvals:
+            doc["approvals"] = [rows.approval_to_row(a) for a in changes.approvals.values()]
+        if changes.decisions:
+            doc["decisions"] = [rows.decision_to_row(d) for d in changes.decisions]
+        if changes.intents:
+            doc["intents"] = [rows.intent_to_row(i) for i in changes.intents]
+        if changes.events:
+            doc["outbox"] = [rows.event_to_row(e) for e in changes.events]
+            # Wake event watchers, and long-polling claimers of a dispatched agent; NOTIFY is
+            # delivered only on commit.
+            doc["notify_run"] = str(changes.run.run_id)
+            agents = {
                 e.payload["agentId"] for e in changes.events if e.event_type == "AttemptDispatched"
-            }:
-                cur.execute("SELECT pg_notify(%s, %s)", (DISPATCH_CHANNEL, agent_id))
-            if changes.events:
-                cur.execute("SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, str(changes.run.run_id)))
-            pipeline.sync()
-            if guarded and run_cur.rowcount != 1:
+            }
+            if agents:
+                doc["notify_agents"] = sorted(agents)
+        if changes.journal:
+            doc["journal"] = [rows.journal_to_row(j) for j in changes.journal]
+        if changes.audits:
+            doc["audits"] = [rows.audit_to_row(a) for a in changes.audits]
+        injected = self._injected_fault()
+        if injected is not None:
+            doc["fault"] = injected[0]
+        raw = self._raw()
+        try:
+            with raw.cursor() as cur:
+                cur.execute(_APPLY, (orjson.dumps(doc, default=_json_default).decode(),))
+                if _then_commit:
+                    raw.commit()  # queued behind the statement: one round trip (pipeline)
+        except psycopg.DatabaseError as exc:
+            self._scoped = True  # the function set the scope before failing
+            if exc.sqlstate == "RC409":
                 raise errors.ConcurrencyConflict(
                     "the run changed since it was loaded", run_id=str(changes.run.run_id)
-                )
+                ) from None
+            if exc.sqlstate == "RC001":
+                raise DuplicateSubmission(changes.run.idempotency_key) from None
+            if exc.sqlstate == "RC999" and injected is not None:
+                raise injected[1] from None
+            raise
+        self._scoped = True
+
+    def _injected_fault(self) -> tuple[str, BaseException] | None:
+        """The first checkpoint at which the test hook raises, and what it raised: the
+        statement then fails at that point inside the database, after the writes before it."""
+        if self._fault is None:
+            return None
+        for name in CHECKPOINTS:
+            try:
+                self._fault(name)
+            except Exception as exc:  # noqa: BLE001 - whatever the hook raises is re-raised
+                return name, exc
+        return None
 
     def add_audits(self, audits: Iterable[AuditRecord]) -> None:
-        raw = self._scope().connection.driver_connection
-        assert isinstance(raw, psycopg.Connection)
-        with raw.cursor() as cur:
-            self._many(cur, "audit_log", [rows.audit_to_row(a) for a in audits])
-
-    @staticmethod
-    def _many(cur: psycopg.Cursor[Any], table: str, values: list[dict[str, Any]]) -> None:
-        if values:
-            cur.executemany(_INSERT[table], [_adapt(v) for v in values])
-
-    def _checkpoint(self, name: str) -> None:
-        if self._fault is not None:
-            self._fault(name)
+        doc = {"tenant": self.tenant_id, "audits": [rows.audit_to_row(a) for a in audits]}
+        if doc["audits"]:
+            self._scope().exec_driver_sql(
+                _APPLY, (orjson.dumps(doc, default=_json_default).decode(),)
+            )

@@ -8,6 +8,7 @@ into our typed errors.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import itertools
 import logging
@@ -153,21 +154,49 @@ class HostRouter:
         host = self.name_for(run_id)
         queue = self._queues.setdefault(loop, {}).setdefault(host, _HostQueue())
         future: asyncio.Future[Any] = loop.create_future()
-        queue.pending.append(((tenant_id, run_id, name, args, kwargs), future))
+        entry = ((tenant_id, run_id, name, args, kwargs), future)
+        queue.pending.append(entry)
         self._schedule(loop, host, queue)
-        return await future
+        try:
+            return await future
+        finally:
+            if not future.done() or future.cancelled():  # the caller gave up before it left
+                with contextlib.suppress(ValueError):
+                    queue.pending.remove(entry)
+            self._forget_if_idle(loop, host, queue)
 
     def _schedule(self, loop: asyncio.AbstractEventLoop, host: str, queue: _HostQueue) -> None:
-        if queue.pending and not queue.scheduled and queue.in_flight < MAX_IN_FLIGHT:
+        if (
+            queue.pending
+            and not queue.scheduled
+            and queue.in_flight < MAX_IN_FLIGHT
+            and not loop.is_closed()
+        ):
             queue.scheduled = True
             loop.call_soon(self._flush, loop, host, queue)
 
     def _flush(self, loop: asyncio.AbstractEventLoop, host: str, queue: _HostQueue) -> None:
         queue.scheduled = False
-        batch, queue.pending = queue.pending[:MAX_BATCH], queue.pending[MAX_BATCH:]
+        live = [entry for entry in queue.pending if not entry[1].done()]
+        batch, queue.pending = live[:MAX_BATCH], live[MAX_BATCH:]
         if batch:
             queue.in_flight += 1
             loop.create_task(self._send(loop, host, queue, batch))
+        else:
+            self._forget_if_idle(loop, host, queue)
+
+    def _forget_if_idle(
+        self, loop: asyncio.AbstractEventLoop, host: str, queue: _HostQueue
+    ) -> None:
+        """Drop a host's queue once nothing is queued, scheduled or in flight, and a loop's
+        entry once it has no queues: nothing then keeps a finished loop (or its futures)."""
+        if queue.pending or queue.scheduled or queue.in_flight:
+            return
+        queues = self._queues.get(loop)
+        if queues is not None and queues.get(host) is queue:
+            del queues[host]
+            if not queues:
+                self._queues.pop(loop, None)
 
     async def _send(
         self,
@@ -178,12 +207,14 @@ class HostRouter:
     ) -> None:
         try:
             answers = await self.call_named(host, "command_batch", [item for item, _ in batch])
-        except BaseException as exc:  # the whole batch failed: every caller gets the error
+        except asyncio.CancelledError:  # the loop is shutting down
+            for _, future in batch:
+                future.cancel()
+            raise
+        except Exception as exc:  # the whole batch failed: every caller gets the error
             for _, future in batch:
                 if not future.done():
                     future.set_exception(exc)
-            if not isinstance(exc, Exception):
-                raise
         else:
             for (_, future), (ok, value) in zip(batch, answers, strict=True):
                 if future.done():
@@ -195,3 +226,4 @@ class HostRouter:
         finally:
             queue.in_flight -= 1
             self._schedule(loop, host, queue)
+            self._forget_if_idle(loop, host, queue)

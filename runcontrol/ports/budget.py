@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Protocol
 from uuid import UUID
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 
 from ..domain import errors
@@ -21,6 +21,22 @@ class Budget(Protocol):
     def release(self, tenant_id: str, run_id: UUID, now: datetime) -> None: ...
 
 
+# Insert the run's reservation, or answer the one it already has (idempotent per run). When a
+# concurrent insert of the same run wins, neither half sees a row: the caller reads it again.
+_RESERVE = """
+WITH inserted AS (
+    INSERT INTO budget_reservations (reservation_id, tenant_id, run_id, amount_usd, created_at)
+    VALUES (%s, %s, %s, %s, %s) ON CONFLICT (run_id) DO NOTHING RETURNING reservation_id
+)
+SELECT reservation_id FROM inserted
+UNION ALL SELECT reservation_id FROM budget_reservations WHERE run_id = %s
+"""
+_RESERVATION = "SELECT reservation_id FROM budget_reservations WHERE run_id = %s"
+_RELEASE = (
+    "UPDATE budget_reservations SET released_at = %s WHERE run_id = %s AND released_at IS NULL"
+)
+
+
 class EmbeddedBudget:
     """Reservations in Postgres against one limit per tenant (None: unlimited)."""
 
@@ -29,6 +45,11 @@ class EmbeddedBudget:
         self._limit = tenant_limit_usd
 
     def reserve(self, tenant_id: str, run_id: UUID, amount_usd: float, now: datetime) -> UUID:
+        if self._limit is None:  # nothing to check: one round trip
+            found = self._db.tenant_rows(
+                tenant_id, _RESERVE, (uuid.uuid4(), tenant_id, run_id, amount_usd, now, run_id)
+            ) or self._db.tenant_rows(tenant_id, _RESERVATION, (run_id,))
+            return UUID(str(found[0]["reservation_id"]))
         with self._db.tenant(tenant_id) as conn:
             existing = conn.execute(
                 select(budget_reservations.c.reservation_id).where(
@@ -67,12 +88,4 @@ class EmbeddedBudget:
         return reservation_id
 
     def release(self, tenant_id: str, run_id: UUID, now: datetime) -> None:
-        with self._db.tenant(tenant_id) as conn:
-            conn.execute(
-                update(budget_reservations)
-                .where(
-                    budget_reservations.c.run_id == run_id,
-                    budget_reservations.c.released_at.is_(None),
-                )
-                .values(released_at=now)
-            )
+        self._db.tenant_rows(tenant_id, _RELEASE, (now, run_id))

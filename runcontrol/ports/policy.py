@@ -48,6 +48,15 @@ def document_from_dict(policy_id: str, revision: str, data: dict[str, Any]) -> P
         raise errors.ValidationFailed(f"invalid policy document: {exc}") from None
 
 
+def _document(row: dict[str, Any]) -> PolicyDocument:
+    return document_from_dict(row["policy_id"], str(row["revision"]), row["document"])
+
+
+_COLUMNS = "SELECT policy_id, revision, document FROM policies"
+_CURRENT = f"{_COLUMNS} WHERE policy_id = %s ORDER BY revision DESC LIMIT 1"
+_REVISION = f"{_COLUMNS} WHERE policy_id = %s AND revision = %s"
+
+
 class EmbeddedPolicyStore:
     """Revisions in Postgres; a tenant without one gets the built-in revision ``0``."""
 
@@ -73,26 +82,15 @@ class EmbeddedPolicyStore:
         return document_from_dict(doc.policy_id, str(revision), document_to_dict(doc))
 
     def current(self, tenant_id: str) -> PolicyDocument:
-        with self._db.tenant(tenant_id) as conn:
-            row = conn.execute(
-                select(policies)
-                .where(policies.c.policy_id == DEFAULT_POLICY_ID)
-                .order_by(policies.c.revision.desc())
-                .limit(1)
-            ).first()
-        if row is None:
+        rows = self._db.tenant_rows(tenant_id, _CURRENT, (DEFAULT_POLICY_ID,))
+        if not rows:
             return self._builtin
-        return document_from_dict(row.policy_id, str(row.revision), row.document)
+        return _document(rows[0])
 
     def revision(self, tenant_id: str, policy_id: str, revision: str) -> PolicyDocument:
         if revision == BUILTIN_REVISION and policy_id == self._builtin.policy_id:
             return self._builtin
-        with self._db.tenant(tenant_id) as conn:
-            row = conn.execute(
-                select(policies).where(
-                    policies.c.policy_id == policy_id, policies.c.revision == int(revision)
-                )
-            ).first()
-        if row is None:
+        rows = self._db.tenant_rows(tenant_id, _REVISION, (policy_id, int(revision)))
+        if not rows:
             raise errors.NotFound(f"policy {policy_id} revision {revision} not found")
-        return document_from_dict(row.policy_id, str(row.revision), row.document)
+        return _document(rows[0])

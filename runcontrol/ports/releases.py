@@ -30,7 +30,7 @@ class ReleaseRegistry(Protocol):
 
 
 def _release(row: Any) -> Release:
-    m = row._mapping
+    m = row if isinstance(row, dict) else row._mapping
     return Release(
         release_id=m["release_id"],
         workflow_id=m["workflow_id"],
@@ -39,9 +39,22 @@ def _release(row: Any) -> Release:
     )
 
 
+_BY_ALIAS = (
+    "SELECT r.release_id, r.workflow_id, r.content_hash, r.definition"
+    " FROM release_aliases a JOIN releases r ON r.release_id = a.release_id"
+    " WHERE a.workflow_id = %s AND a.alias = %s"
+)
+_BY_ID = (
+    "SELECT release_id, workflow_id, content_hash, definition FROM releases"
+    " WHERE release_id = %s AND workflow_id = %s"
+)
+_CACHE_SIZE = 1024
+
+
 class EmbeddedReleaseRegistry:
     def __init__(self, db: Database) -> None:
         self._db = db
+        self._cache: dict[tuple[str, str], Release] = {}
 
     def publish(
         self,
@@ -95,27 +108,29 @@ class EmbeddedReleaseRegistry:
     def resolve(
         self, tenant_id: str, workflow_id: str, *, alias: str | None, release_id: str | None
     ) -> Release:
-        with self._db.tenant(tenant_id) as conn:
-            if release_id is None:
-                release_id = conn.execute(
-                    select(release_aliases.c.release_id).where(
-                        release_aliases.c.workflow_id == workflow_id,
-                        release_aliases.c.alias == (alias or "latest"),
-                    )
-                ).scalar_one_or_none()
-                if release_id is None:
-                    raise errors.WorkflowNotFound(
-                        f"workflow {workflow_id!r} has no release aliased {alias or 'latest'!r}",
-                        workflow_id=workflow_id,
-                    )
-            row = conn.execute(
-                select(releases).where(
-                    releases.c.release_id == release_id, releases.c.workflow_id == workflow_id
+        if release_id is None:
+            found = self._db.tenant_rows(tenant_id, _BY_ALIAS, (workflow_id, alias or "latest"))
+            if not found:
+                raise errors.WorkflowNotFound(
+                    f"workflow {workflow_id!r} has no release aliased {alias or 'latest'!r}",
+                    workflow_id=workflow_id,
                 )
-            ).first()
-        if row is None:
-            raise errors.ReleaseNotFound(
-                f"release {release_id!r} of workflow {workflow_id!r} not found",
-                release_id=release_id,
-            )
-        return _release(row)
+        else:
+            found = self._db.tenant_rows(tenant_id, _BY_ID, (release_id, workflow_id))
+            if not found:
+                raise errors.ReleaseNotFound(
+                    f"release {release_id!r} of workflow {workflow_id!r} not found",
+                    release_id=release_id,
+                )
+        return self._parsed(found[0])
+
+    def _parsed(self, row: dict[str, Any]) -> Release:
+        """Releases are immutable, so a parsed definition is kept by release id and content."""
+        key = (row["release_id"], row["content_hash"])
+        release = self._cache.get(key)
+        if release is None:
+            release = _release(row)
+            if len(self._cache) >= _CACHE_SIZE:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[key] = release
+        return release

@@ -3,6 +3,7 @@ events and its recovery-journal entries commit together or not at all (invariant
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from decimal import Decimal
 from types import TracebackType
@@ -27,6 +28,7 @@ from .tables import (
     steps,
 )
 
+log = logging.getLogger(__name__)
 Fault = Callable[[str], None]
 DISPATCH_CHANNEL = "runcontrol_dispatch"
 EVENTS_CHANNEL = "runcontrol_events"
@@ -111,6 +113,11 @@ class UnitOfWork:
         BEGIN and no COMMIT round trips. Otherwise the COMMIT is pipelined behind it.
         """
         raw = self._raw()
+        if not self._scoped and raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            # Nothing of ours is in it: a transaction left open by an earlier user of the
+            # pooled connection must not commit with this command.
+            log.warning("discarding a transaction left open on a pooled connection")
+            raw.rollback()
         if self._scoped:
             with raw.pipeline():
                 self.save(agg, _then_commit=True)

@@ -103,6 +103,7 @@ class HostRouter:
         self._dedicated_factory = dedicated_factory
         self._handles: dict[str, Any] = {}
         self._round_robin = itertools.cycle(range(host_count))
+        self.batches_sent = 0  # command_batch actor calls made (benchmarks report the ratio)
         # Per event loop (a process may run several, one after another): host name -> queue.
         self._queues: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, dict[str, _HostQueue]
@@ -182,6 +183,7 @@ class HostRouter:
         if batch:
             queue.in_flight += 1
             loop.create_task(self._send(loop, host, queue, batch))
+            self._schedule(loop, host, queue)  # more than a batch queued: up to MAX_IN_FLIGHT
         else:
             self._forget_if_idle(loop, host, queue)
 
@@ -205,6 +207,7 @@ class HostRouter:
         queue: _HostQueue,
         batch: list[tuple[tuple[Any, ...], asyncio.Future[Any]]],
     ) -> None:
+        self.batches_sent += 1
         try:
             answers = await self.call_named(host, "command_batch", [item for item, _ in batch])
         except asyncio.CancelledError:  # the loop is shutting down

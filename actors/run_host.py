@@ -226,6 +226,9 @@ class RunHost:
             "pid": os.getpid(),
             "activations": len(self._activations),
             "commands": self._commands,
+            # group commit (runcontrol/store/group.py): statements sent, documents in them
+            "commit_groups": self._env.db.group.groups,
+            "commit_documents": self._env.db.group.documents,
             "rss_bytes": rss_kb * 1024,
             "uptime_s": time.monotonic() - self._started,
         }

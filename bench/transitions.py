@@ -38,6 +38,8 @@ class Figures:
     cold_p50_ms: float
     cold_p99_ms: float
     idle_bytes_per_activation: float
+    commands_per_actor_call: float
+    commands_per_commit: float
 
 
 async def _drive_run(router: HostRouter, tenant: str, run_id: uuid.UUID, holder: str) -> int:
@@ -172,7 +174,19 @@ def run(
         await asyncio.gather(
             *(router.command(tenant, r, "open_attempts") for r in run_ids[:concurrency])
         )
+        before = [await h.stats.remote() for h in handles]
+        calls_before = router.batches_sent
         commands, seconds = await _throughput(router, tenant, run_ids, concurrency)
+        after = [await h.stats.remote() for h in handles]
+        sent = sum(a["commands"] - b["commands"] for a, b in zip(after, before, strict=True))
+        groups = sum(
+            a["commit_groups"] - b["commit_groups"] for a, b in zip(after, before, strict=True)
+        )
+        docs = sum(
+            a["commit_documents"] - b["commit_documents"]
+            for a, b in zip(after, before, strict=True)
+        )
+        batching = sent / max(router.batches_sent - calls_before, 1)
         # Idle activations are of runs still open (terminal runs deactivate at once).
         idle_ids = await _submit_many(client, principal, min(runs, 500), concurrency)
         cold = await _cold_activations(router, handles, tenant, idle_ids[:200])
@@ -184,6 +198,8 @@ def run(
             percentile(cold, 50),
             percentile(cold, 99),
             memory,
+            batching,
+            docs / max(groups, 1),
         )
 
     try:

@@ -14,6 +14,8 @@ from psycopg.rows import dict_row
 from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
+from .group import GroupCommit
+
 APP_ROLE = "runcontrol_app"
 SYSTEM_ROLE = "runcontrol_system"
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
@@ -53,6 +55,7 @@ class Database:
         self._pool_size = pool_size
         self._app: Engine | None = None
         self._system: Engine | None = None
+        self.group = GroupCommit()  # grain commits of this process, grouped (group.py)
 
     @property
     def app(self) -> Engine:

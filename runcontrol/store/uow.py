@@ -18,6 +18,7 @@ from sqlalchemy import exc as sa_exc
 from ..domain import AuditRecord, Options, RunAggregate, errors
 from . import rows
 from .database import Database
+from .group import Answer
 from .tables import (
     approval_decisions,
     approval_requests,
@@ -37,6 +38,10 @@ EVENTS_CHANNEL = "runcontrol_events"
 # The checkpoints inside ``runcontrol_apply`` at which a test hook may make the write fail.
 CHECKPOINTS = ("after-run", "before-outbox", "before-journal")
 _APPLY = "SELECT runcontrol_apply(%s::jsonb)"
+_APPLY_MANY = "SELECT runcontrol_apply_many(%s::jsonb)"
+# A lost race: the version guard (RC409), or the database breaking a deadlock between two
+# activations' transactions.
+_LOST_RACE = frozenset({"RC409", "40P01", "40001"})
 _SET_TENANT = "SELECT set_config('runcontrol.tenant_id', %s, true)"
 
 
@@ -66,10 +71,18 @@ class UnitOfWork:
         self._committed = False
 
     def __enter__(self) -> UnitOfWork:
-        self._conn: Connection = self._db.app.connect()
-        self._tx = self._conn.begin()
-        self._scoped = False  # set lazily: a cached grain's write needs no read first
+        # Both set lazily: a cached grain's command reads nothing, and if another thread's
+        # group commit carries its write, it never needs a connection at all.
+        self._connection: Connection | None = None
+        self._scoped = False
         return self
+
+    @property
+    def _conn(self) -> Connection:
+        if self._connection is None:
+            self._connection = self._db.app.connect()
+            self._tx = self._connection.begin()
+        return self._connection
 
     def _scope(self) -> Connection:
         """Limit this transaction to the tenant (row-level security) before any statement."""
@@ -90,44 +103,83 @@ class UnitOfWork:
         tb: TracebackType | None,
     ) -> None:
         lost = isinstance(exc, psycopg.OperationalError | sa_exc.OperationalError)
-        try:
-            if lost:
-                self._conn.invalidate()  # never hand a broken connection back to the pool
-            elif not self._committed and self._tx.is_active:
-                self._tx.rollback()
-        finally:
-            self._conn.close()
+        conn = self._connection
+        if conn is not None:
+            try:
+                if lost:
+                    conn.invalidate()  # never hand a broken connection back to the pool
+                elif not self._committed and self._tx.is_active:
+                    self._tx.rollback()
+            finally:
+                conn.close()
         if lost:
             # Unknown whether the commit happened: the caller retries the (idempotent) command.
             raise errors.Unavailable("the database connection was lost") from exc
 
     def commit(self) -> None:
-        self._tx.commit()
-        self._committed = True
+        self._settle()
 
     def commit_changes(self, agg: RunAggregate) -> None:
-        """``save`` then ``commit`` in one round trip.
+        """Save and commit the aggregate's changes: one ``runcontrol_apply`` document, sent
+        with whatever else this process is committing at the same moment (group commit,
+        ``store/group.py``): one statement and one commit for the whole group."""
+        prepared = self._document(agg)
+        if prepared is None:
+            self._settle()
+            return
+        doc, changes, injected = prepared
+        if self._scoped:
+            self._settle()  # end this unit's reads: the document is checked by its version
+        answer = self._db.group.apply(doc, self._send_group)
+        self._committed = True
+        if answer is not None:
+            self._raise(answer, changes, injected)
 
-        When this transaction has sent nothing yet (a cached grain's command), the one
-        ``runcontrol_apply`` statement runs in autocommit, so it is its own transaction: no
-        BEGIN and no COMMIT round trips. Otherwise the COMMIT is pipelined behind it.
-        """
+    def _settle(self) -> None:
+        if self._connection is not None and self._tx.is_active:
+            self._tx.commit()
+        self._committed = True
+
+    def _send_group(self, docs: list[str]) -> list[Answer]:
+        """Send a group on this unit's connection, as one autocommit statement."""
         raw = self._raw()
-        if not self._scoped and raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        if raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             # Nothing of ours is in it: a transaction left open by an earlier user of the
-            # pooled connection must not commit with this command.
+            # pooled connection must not commit with these commands.
             log.warning("discarding a transaction left open on a pooled connection")
             raw.rollback()
-        if self._scoped:
-            with raw.pipeline():
-                self.save(agg, _then_commit=True)
-        else:
-            raw.autocommit = True
-            try:
-                self.save(agg)
-            finally:
-                raw.autocommit = False
-        self.commit()  # the database has committed: this settles SQLAlchemy's state only
+        raw.autocommit = True
+        try:
+            with raw.cursor() as cur:
+                if len(docs) == 1:  # no subtransaction needed for one
+                    try:
+                        cur.execute(_APPLY, (docs[0],))
+                    except psycopg.OperationalError:
+                        raise
+                    except psycopg.DatabaseError as exc:
+                        return [(exc.sqlstate or "", str(exc))]
+                    return [None]
+                cur.execute(_APPLY_MANY, ("[" + ",".join(docs) + "]",))
+                row = cur.fetchone()
+                assert row is not None
+                return [None if a is None else (a[0], a[1]) for a in row[0]]
+        finally:
+            raw.autocommit = False
+            if self._tx.is_active:
+                self._tx.commit()  # settles SQLAlchemy's view: nothing is open
+
+    def _raise(
+        self, answer: tuple[str, str], changes: Any, injected: tuple[str, BaseException] | None
+    ) -> None:
+        sqlstate, message = answer
+        run_id = str(changes.run.run_id)
+        if sqlstate in _LOST_RACE:
+            raise errors.ConcurrencyConflict("the run changed since it was loaded", run_id=run_id)
+        if sqlstate == "RC001":
+            raise DuplicateSubmission(changes.run.idempotency_key)
+        if sqlstate == "RC999" and injected is not None:
+            raise injected[1]
+        raise psycopg.errors.lookup(sqlstate)(message)
 
     def _raw(self) -> psycopg.Connection[Any]:
         raw = self._conn.connection.driver_connection
@@ -205,12 +257,31 @@ class UnitOfWork:
 
     # ------------------------------------------------------------------ writes
 
-    def save(self, agg: RunAggregate, *, _then_commit: bool = False) -> None:
-        """Persist everything the aggregate recorded since the last save: one statement
-        (``runcontrol_apply``, migration 0002), so one round trip whatever the command touched."""
+    def save(self, agg: RunAggregate) -> None:
+        """Persist everything the aggregate recorded since the last save, inside this unit's
+        transaction (``commit`` commits it): one statement, whatever the command touched."""
+        prepared = self._document(agg)
+        if prepared is None:
+            return
+        doc, changes, injected = prepared
+        try:
+            self._scope().exec_driver_sql(_APPLY, (doc,))
+        except sa_exc.DBAPIError as wrapped:
+            exc = wrapped.orig
+            if not isinstance(exc, psycopg.DatabaseError) or isinstance(
+                exc, psycopg.OperationalError
+            ):
+                raise
+            self._raise((exc.sqlstate or "", str(exc)), changes, injected)
+
+    def _document(
+        self, agg: RunAggregate
+    ) -> tuple[str, Any, tuple[str, BaseException] | None] | None:
+        """The ``runcontrol_apply`` document (JSON) for what the aggregate recorded since the
+        last save, or None when it recorded nothing."""
         changes = agg.take_changes()
         if changes.empty:
-            return
+            return None
         run_row = rows.run_to_row(changes.run)
         run_row["next_due_at"] = agg.next_due(self.options)
         doc: dict[str, Any] = {"tenant": self.tenant_id, "run": run_row}
@@ -251,24 +322,7 @@ class UnitOfWork:
         injected = self._injected_fault()
         if injected is not None:
             doc["fault"] = injected[0]
-        raw = self._raw()
-        try:
-            with raw.cursor() as cur:
-                cur.execute(_APPLY, (orjson.dumps(doc, default=_json_default).decode(),))
-                if _then_commit:
-                    raw.commit()  # queued behind the statement: one round trip (pipeline)
-        except psycopg.DatabaseError as exc:
-            self._scoped = True  # the function set the scope before failing
-            if exc.sqlstate == "RC409":
-                raise errors.ConcurrencyConflict(
-                    "the run changed since it was loaded", run_id=str(changes.run.run_id)
-                ) from None
-            if exc.sqlstate == "RC001":
-                raise DuplicateSubmission(changes.run.idempotency_key) from None
-            if exc.sqlstate == "RC999" and injected is not None:
-                raise injected[1] from None
-            raise
-        self._scoped = True
+        return orjson.dumps(doc, default=_json_default).decode(), changes, injected
 
     def _injected_fault(self) -> tuple[str, BaseException] | None:
         """The first checkpoint at which the test hook raises, and what it raised: the

@@ -162,7 +162,8 @@ class TokenVerifier:
         return self.verify(token)
 
 
-def get_verifier(request: Request) -> TokenVerifier:
+async def get_verifier(request: Request) -> TokenVerifier:
+    # async: FastAPI runs a plain ``def`` dependency on a thread pool, a hop per request
     verifier: TokenVerifier = request.app.state.verifier
     return verifier
 

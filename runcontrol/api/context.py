@@ -39,7 +39,8 @@ class Services:
         return await asyncio.to_thread(run)
 
 
-def services(request: Request) -> Services:
+async def services(request: Request) -> Services:
+    # async: FastAPI runs a plain ``def`` dependency on a thread pool, a hop per request
     found: Services = request.app.state.services
     return found
 

@@ -65,6 +65,10 @@ def main() -> int:
                     f"{hosted.transitions_per_s / ceiling:>8.2f}"
                 )
                 print(
+                    f"{'  commands per actor call / per commit':<44}"
+                    f"{hosted.commands_per_actor_call:>7.1f} / {hosted.commands_per_commit:<6.1f}"
+                )
+                print(
                     f"{'committed transitions/s (dedicated)':<44}"
                     f"{dedicated['transitions_per_s']:>14.0f}{ceiling:>14.0f}"
                     f"{dedicated['transitions_per_s'] / ceiling:>8.2f}"

@@ -82,6 +82,12 @@ class AuthOptions(BaseModel):
 
 class ApiOptions(BaseModel):
     sse_heartbeat_seconds: float = Field(15, gt=0, description="Comment line on an idle stream.")
+    sse_max_per_run: int = Field(
+        16,
+        ge=1,
+        description="Live event streams of one run per replica; more are refused with 429 "
+        "(each holds a long poll on the run's host).",
+    )
     readiness_timeout_seconds: float = Field(2, gt=0)
 
 

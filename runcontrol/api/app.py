@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from fastapi import FastAPI
 
 from ..client import RunControlClient
@@ -34,6 +36,7 @@ def create_app(
     )
     app.state.services = Services(client, db, settings, host_probe)
     app.state.verifier = TokenVerifier(settings.auth)
+    app.state.sse_subscribers = Counter()  # live event streams per run (api.sse_max_per_run)
     problems.install(app)
     for module in (runs, events, approvals, health):
         app.include_router(module.router)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Header, Path, Query
+from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import Response, StreamingResponse
 from sqlalchemy import Connection
 
@@ -26,7 +27,7 @@ from ..domain import RunState, errors
 from ..store import queries as q
 from .auth import RunsReader
 from .context import Services, Svc
-from .problems import responses
+from .problems import TooManySubscribers, responses
 
 router = APIRouter(prefix="/factory/runs", tags=["events"])
 
@@ -135,6 +136,21 @@ async def _live(
             await events.aclose()  # type: ignore[attr-defined]
 
 
+async def _counted(
+    subscribers: Counter[UUID], run_id: UUID, frames: AsyncIterator[str]
+) -> AsyncIterator[str]:
+    """The stream; it stops counting as one of the run's live subscribers when it ends."""
+    try:
+        async for frame in frames:
+            yield frame
+    finally:
+        subscribers[run_id] -= 1
+        if subscribers[run_id] <= 0:
+            del subscribers[run_id]
+        with contextlib.suppress(Exception):
+            await frames.aclose()  # type: ignore[attr-defined]
+
+
 @router.get(
     "/{runId}/events",
     operation_id="StreamRunEvents",
@@ -145,7 +161,7 @@ async def _live(
             "content": {"text/event-stream": {"schema": {"type": "string"}}},
         },
         204: {"description": "The run is terminal and no event follows the cursor."},
-        **responses(401, 403, 404, 422),
+        **responses(401, 403, 404, 422, 429),
     },
     summary="Subscribe to the run's events (Server-Sent Events, resumable).",
     description=(
@@ -156,6 +172,7 @@ async def _live(
 async def stream_events(
     caller: RunsReader,
     svc: Svc,
+    request: Request,
     run_id: RunIdPath,
     after: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
     last_event_id: Annotated[int | None, Header(alias="Last-Event-ID", ge=0, le=MAX_SEQ)] = None,
@@ -172,7 +189,16 @@ async def stream_events(
         frames = _replay(svc, tenant_id, run_id, first)
     else:
         heartbeat_s = svc.settings.api.sse_heartbeat_seconds
-        frames = _live(svc, tenant_id, run_id, first, cursor, heartbeat_s)
+        subscribers: Counter[UUID] = request.app.state.sse_subscribers
+        if subscribers[run_id] >= svc.settings.api.sse_max_per_run:
+            raise TooManySubscribers(
+                f"run {run_id} already has {subscribers[run_id]} live event streams here; "
+                "retry later or read /events/history"
+            )
+        subscribers[run_id] += 1  # counted from now: two racing requests cannot both pass
+        frames = _counted(
+            subscribers, run_id, _live(svc, tenant_id, run_id, first, cursor, heartbeat_s)
+        )
     return StreamingResponse(
         frames,
         media_type="text/event-stream",

@@ -55,6 +55,12 @@ class RequestInvalid(ApiError):
     code = "request-invalid"
 
 
+class TooManySubscribers(ApiError):
+    """The run already has ``api.sse_max_per_run`` live event streams on this replica."""
+
+    code = "too-many-subscribers"
+
+
 # ---------------------------------------------------------------------- the table
 
 # Looked up along the error's MRO, so a subclass without a row inherits its parent's status.
@@ -66,6 +72,7 @@ STATUS_BY_CODE: Mapping[str, int] = {
     Unauthorized.code: 401,
     InsufficientScope.code: 403,
     RequestInvalid.code: 422,
+    TooManySubscribers.code: 429,
     # the domain
     errors.ValidationFailed.code: 422,
     errors.BreakGlassReasonRequired.code: 422,

@@ -164,7 +164,8 @@ class UnitOfWork:
                 assert row is not None
                 return [None if a is None else (a[0], a[1]) for a in row[0]]
         finally:
-            raw.autocommit = False
+            if not raw.broken:  # a lost connection is discarded, not reused
+                raw.autocommit = False
             if self._tx.is_active:
                 self._tx.commit()  # settles SQLAlchemy's view: nothing is open
 
@@ -179,7 +180,11 @@ class UnitOfWork:
             raise DuplicateSubmission(changes.run.idempotency_key)
         if sqlstate == "RC999" and injected is not None:
             raise injected[1]
-        raise psycopg.errors.lookup(sqlstate)(message)
+        try:
+            error_class: type[psycopg.Error] = psycopg.errors.lookup(sqlstate)
+        except KeyError:  # a code psycopg does not know (e.g. a new RCxxx of ours)
+            error_class = psycopg.DatabaseError
+        raise error_class(message)
 
     def _raw(self) -> psycopg.Connection[Any]:
         raw = self._conn.connection.driver_connection

@@ -36,6 +36,7 @@ from runcontrol.domain import (
 SECRET = "api-test-secret-" + "0123456789abcdef" * 4  # long enough for HS512 too
 ISSUER = "https://idp.runcontrol.test/"
 AUDIENCE = "runcontrol-api"
+SSE_MAX_PER_RUN = 2  # live event streams of one run per replica (api.sse_max_per_run)
 RSA_KID = "test-key-1"
 PROJECT = "proj-1"
 REQUESTER = "alice"
@@ -73,7 +74,11 @@ def api_settings(ray_runtime: Any, jwks_file: Path) -> dict[str, Any]:
         "issuer": ISSUER,
         "audience": AUDIENCE,
     }
-    settings["api"] = {"sse_heartbeat_seconds": HEARTBEAT_S, "readiness_timeout_seconds": 5}
+    settings["api"] = {
+        "sse_heartbeat_seconds": HEARTBEAT_S,
+        "readiness_timeout_seconds": 5,
+        "sse_max_per_run": SSE_MAX_PER_RUN,
+    }
     return settings
 
 

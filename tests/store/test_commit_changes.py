@@ -26,22 +26,26 @@ from uuid import UUID
 import psycopg
 import pytest
 from psycopg import pq
+from store_support import (
+    accepted,
+    assert_completed_once,
+    ctx,
+    principal,
+    publish,
+    request,
+    runs_for_key,
+    snapshot,
+)
 
 from runcontrol.bootstrap import Container, build
 from runcontrol.config import Settings
 from runcontrol.domain import (
     AttemptOutcome,
-    CommandContext,
-    Principal,
-    Role,
     RunAggregate,
-    StepSpec,
-    Submission,
-    WorkflowDefinition,
     canonical_hash,
     errors,
 )
-from runcontrol.grain import RunGrain, SubmitRequest
+from runcontrol.grain import RunGrain
 from runcontrol.store import Database, DuplicateSubmission, UnitOfWork
 
 PATHS = ("fresh", "after-read")
@@ -60,36 +64,6 @@ def raw(uow: UnitOfWork) -> psycopg.Connection[Any]:
     driver = uow.conn.connection.driver_connection
     assert isinstance(driver, psycopg.Connection)
     return driver
-
-
-def snapshot(db: Database, tenant: str, run_id: UUID) -> dict[str, Any]:
-    """Everything a command on this run could have written, read on another connection."""
-    with db.tenant(tenant) as conn:
-
-        def q(sql: str) -> list[tuple[Any, ...]]:
-            return [tuple(r) for r in conn.exec_driver_sql(sql, (run_id,))]
-
-        return {
-            "run": q(
-                "SELECT state, version, event_seq, journal_seq, fencing_seq FROM runs"
-                " WHERE run_id = %s"
-            ),
-            "attempts": q("SELECT attempt_id, state FROM attempts WHERE run_id = %s ORDER BY 1"),
-            "leases": q(
-                "SELECT lease_id, expires_at, released_at FROM leases WHERE run_id = %s ORDER BY 1"
-            ),
-            "intents": q("SELECT intent_id FROM cancellation_intents WHERE run_id = %s"),
-            "outbox": q("SELECT seq, event_type FROM outbox WHERE run_id = %s ORDER BY seq"),
-            "journal": q(
-                "SELECT sequence, entity, to_state FROM recovery_journal"
-                " WHERE run_id = %s ORDER BY sequence"
-            ),
-            "audits": q("SELECT kind FROM audit_log WHERE run_id = %s ORDER BY id"),
-        }
-
-
-def ctx(container: Container) -> CommandContext:
-    return CommandContext(now=container.env.clock.now(), actor="ops")
 
 
 def renew(container: Container, agg: RunAggregate, run: Any) -> None:
@@ -194,20 +168,7 @@ def test_commit_changes_commits_run_outbox_and_journal_before_the_unit_of_work_e
 
     after = snapshot(db, tenant, run.run_id)
     assert seen_inside == after, "commit_changes returned before its transaction committed"
-    state, version, event_seq, journal_seq, _ = after["run"][0]
-    assert (state, version) == ("Completed", before["run"][0][1] + 1)
-    assert after["outbox"][: len(before["outbox"])] == before["outbox"]
-    assert [t for _, t in after["outbox"][len(before["outbox"]) :]] == [
-        "AttemptOutcomeRecorded",
-        "RunStateChanged",
-        "RunCompleted",
-    ]
-    assert [(e, s) for _, e, s in after["journal"][len(before["journal"]) :]] == [
-        ("Attempt", "Succeeded"),
-        ("Step", "Succeeded"),
-        ("Run", "Completed"),
-    ]
-    assert event_seq == len(after["outbox"]) and journal_seq == len(after["journal"])
+    assert_completed_once(db, tenant, run.run_id, before)
     assert all(released is not None for _, _, released in after["leases"])
 
 
@@ -253,31 +214,6 @@ def test_commit_changes_that_lost_a_race_is_a_conflict_and_leaves_no_trace(
 # ---------------------------------------------------------------------- (c) duplicate submission
 
 
-def publish(container: Container, tenant: str) -> None:
-    container.releases.publish(
-        tenant,
-        WorkflowDefinition("wf", (StepSpec(name="only", agent_id="agent-a"),)),
-        "publisher",
-        container.env.clock.now(),
-    )
-
-
-def principal(tenant: str) -> Principal:
-    return Principal("alice", tenant, "proj-1", frozenset({Role.REQUESTER}))
-
-
-def request(key: str) -> SubmitRequest:
-    return SubmitRequest("proj-1", key, "wf", "code-agent", {"n": 1}, release_alias="latest")
-
-
-def runs_for_key(db: Database, tenant: str, key: str) -> list[UUID]:
-    with db.tenant(tenant) as conn:
-        found = conn.exec_driver_sql(
-            "SELECT run_id FROM runs WHERE idempotency_key = %s", (key,)
-        ).scalars()
-        return list(found)
-
-
 def rows_of(db: Database, tenant: str, run_id: UUID) -> dict[str, int]:
     with db.tenant(tenant) as conn:
         return {
@@ -319,25 +255,8 @@ def test_duplicate_submission_after_a_read_is_reported_and_rolled_back(
     publish(container, tenant)
     env = container.env
     req = request("raced-key")
-    run_id = uuid.uuid4()
-    agg = RunAggregate.accept(
-        Submission(
-            run_id=run_id,
-            tenant_id=tenant,
-            project_id=req.project_id,
-            idempotency_key=req.idempotency_key,
-            workflow_id=req.workflow_id,
-            model_profile_id=req.model_profile_id,
-            input_hash=canonical_hash(req.canonical_payload()),
-            snapshot_id=uuid.uuid4(),
-            requested_by="alice",
-            input=req.input,
-        ),
-        env.releases.resolve(tenant, "wf", alias="latest", release_id=None),
-        env.policies.current(tenant),
-        env.options,
-        env.context("alice"),
-    )
+    agg = accepted(container, tenant, "raced-key")
+    run_id = agg.run.run_id
 
     with pytest.raises(DuplicateSubmission), UnitOfWork(one_connection, tenant) as uow:
         assert uow.run_id_for_key("proj-1", "raced-key") is None

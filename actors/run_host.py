@@ -131,7 +131,8 @@ class RunHost:
         self, items: list[tuple[str, UUID, str, tuple[Any, ...], dict[str, Any]]]
     ) -> list[tuple[bool, Any]]:
         """Several commands in one actor call (``HostRouter.command`` batches them): each runs
-        in its run's mailbox as if sent alone, in order, and answers ``(ok, result or error)``."""
+        in its run's mailbox as if sent alone (one run's commands in the batch in the order
+        listed; across batches, no order: DESIGN 9.6) and answers ``(ok, result or error)``."""
 
         async def one(item: tuple[str, UUID, str, tuple[Any, ...], dict[str, Any]]) -> Any:
             tenant_id, run_id, name, args, kwargs = item

@@ -241,11 +241,15 @@ class RunGrain:
             with self._uow() as uow:
                 uow.commit_changes(agg)
         except DuplicateSubmission:
-            # The key already names a run (a retry, or a concurrent submission that won the
-            # insert): give our reservation back and answer with that run.
-            if reservation is not None:
-                self.env.budget.release(self.tenant_id, self.run_id, ctx.now)
-            found = self._existing(principal.project_id, request.idempotency_key, input_hash)
+            # The key already names a run: a concurrent submission that won the insert (give
+            # our reservation back), or this very command retried after it committed (the run
+            # is ours: keep its reservation). Answer with that run.
+            found = None
+            try:
+                found = self._existing(principal.project_id, request.idempotency_key, input_hash)
+            finally:
+                if reservation is not None and (found is None or found.run_id != self.run_id):
+                    self.env.budget.release(self.tenant_id, self.run_id, ctx.now)
             if found is None:
                 raise errors.ConcurrencyConflict("the winning submission is not visible") from None
             return found

@@ -139,7 +139,11 @@ async def _live(
 async def _counted(
     subscribers: Counter[UUID], run_id: UUID, frames: AsyncIterator[str]
 ) -> AsyncIterator[str]:
-    """The stream; it stops counting as one of the run's live subscribers when it ends."""
+    """The stream, counted as one of the run's live subscribers from its first frame until it
+    ends. Counting starts here, not in the route: a response never streamed (the client went
+    away first) never runs this, so it cannot leak a count. Two requests racing past the
+    route's check may both stream: the limit is a guard, not an exact quota."""
+    subscribers[run_id] += 1
     try:
         async for frame in frames:
             yield frame
@@ -195,7 +199,6 @@ async def stream_events(
                 f"run {run_id} already has {subscribers[run_id]} live event streams here; "
                 "retry later or read /events/history"
             )
-        subscribers[run_id] += 1  # counted from now: two racing requests cannot both pass
         frames = _counted(
             subscribers, run_id, _live(svc, tenant_id, run_id, first, cursor, heartbeat_s)
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Protocol
@@ -55,6 +56,7 @@ class EmbeddedReleaseRegistry:
     def __init__(self, db: Database) -> None:
         self._db = db
         self._cache: dict[tuple[str, str], Release] = {}
+        self._cache_lock = threading.Lock()
 
     def publish(
         self,
@@ -130,7 +132,8 @@ class EmbeddedReleaseRegistry:
         release = self._cache.get(key)
         if release is None:
             release = _release(row)
-            if len(self._cache) >= _CACHE_SIZE:
-                self._cache.pop(next(iter(self._cache)))
-            self._cache[key] = release
+            with self._cache_lock:  # grains call this from many threads
+                if len(self._cache) >= _CACHE_SIZE:
+                    self._cache.pop(next(iter(self._cache)))
+                self._cache[key] = release
         return release

@@ -26,6 +26,7 @@ MAX_GROUP = 64
 class _Slot:
     doc: str
     send: Sender
+    key: str  # the run: a group writes its runs in key order (no deadlock between groups)
     done: threading.Event = field(default_factory=threading.Event)
     answer: Answer | BaseException = None
     lead: bool = False
@@ -40,11 +41,11 @@ class GroupCommit:
         self.groups = 0  # groups sent, and documents in them (for benchmarks and tests)
         self.documents = 0
 
-    def apply(self, doc: str, send: Sender) -> Answer:
+    def apply(self, doc: str, send: Sender, key: str = "") -> Answer:
         """Commit ``doc`` alone or with whatever else is committing now; ``send`` sends a
         group on the caller's own connection if the caller ends up leading it. Raises what
         ``send`` raised when the whole group failed (a lost connection)."""
-        slot = _Slot(doc, send)
+        slot = _Slot(doc, send, key)
         with self._lock:
             self._queue.append(slot)
             leads = not self._busy
@@ -59,25 +60,32 @@ class GroupCommit:
     def _lead(self, me: _Slot) -> None:
         with self._lock:
             group, self._queue = self._queue[: self._max], self._queue[self._max :]
+        successor: _Slot | None = None
         try:
-            answers: list[Answer] | None = me.send([s.doc for s in group])
-            failure: BaseException | None = None
-        except BaseException as exc:  # the whole group failed (e.g. the connection was lost)
-            answers, failure = None, exc
-        for i, slot in enumerate(group):
-            slot.answer = failure if answers is None else answers[i]
-        with self._lock:
-            self.groups += 1
-            self.documents += len(group)
-            successor = self._queue[0] if self._queue else None
-            if successor is None:
-                self._busy = False
-        for slot in group:
-            if slot is not me:
-                slot.done.set()
-        if successor is not None:
-            successor.lead = True
-            successor.done.set()
+            # Two groups (two hosts, each with an activation of the same runs) lock their
+            # run rows in the same order, so they queue behind each other instead of deadlocking.
+            ordered = sorted(group, key=lambda s: s.key)
+            try:
+                answers: list[Answer] | None = me.send([s.doc for s in ordered])
+                failure: BaseException | None = None
+            except BaseException as exc:  # the whole group failed (e.g. the connection was lost)
+                answers, failure = None, exc
+            for i, slot in enumerate(ordered):
+                slot.answer = failure if answers is None else answers[i]
+        finally:
+            # Whatever happened, nobody is left waiting and the committer stays usable.
+            with self._lock:
+                self.groups += 1
+                self.documents += len(group)
+                successor = self._queue[0] if self._queue else None
+                if successor is None:
+                    self._busy = False
+            for slot in group:
+                if slot is not me:
+                    slot.done.set()
+            if successor is not None:
+                successor.lead = True
+                successor.done.set()
 
     @staticmethod
     def _result(slot: _Slot) -> Answer:

@@ -102,6 +102,9 @@ class UnitOfWork:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if isinstance(exc, sa_exc.TimeoutError):  # no pooled connection came free in time
+            self._release()
+            raise errors.Unavailable("no database connection is free") from exc
         lost = isinstance(exc, psycopg.OperationalError | sa_exc.OperationalError)
         conn = self._connection
         if conn is not None:
@@ -129,11 +132,20 @@ class UnitOfWork:
             return
         doc, changes, injected = prepared
         if self._scoped:
-            self._settle()  # end this unit's reads: the document is checked by its version
-        answer = self._db.group.apply(doc, self._send_group)
+            # End this unit's reads (the document is checked by its version) and give the
+            # connection back while waiting: if this thread leads a group it takes one again,
+            # and a follower must not hold one the leader needs (the pool is finite).
+            self._settle()
+            self._release()
+        answer = self._db.group.apply(doc, self._send_group, str(changes.run.run_id))
         self._committed = True
         if answer is not None:
             self._raise(answer, changes, injected)
+
+    def _release(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
 
     def _settle(self) -> None:
         if self._connection is not None and self._tx.is_active:
@@ -154,9 +166,9 @@ class UnitOfWork:
                 if len(docs) == 1:  # no subtransaction needed for one
                     try:
                         cur.execute(_APPLY, (docs[0],))
-                    except psycopg.OperationalError:
-                        raise
                     except psycopg.DatabaseError as exc:
+                        if raw.broken:  # the connection, not the document, failed
+                            raise
                         return [(exc.sqlstate or "", str(exc))]
                     return [None]
                 cur.execute(_APPLY_MANY, ("[" + ",".join(docs) + "]",))
@@ -273,9 +285,7 @@ class UnitOfWork:
             self._scope().exec_driver_sql(_APPLY, (doc,))
         except sa_exc.DBAPIError as wrapped:
             exc = wrapped.orig
-            if not isinstance(exc, psycopg.DatabaseError) or isinstance(
-                exc, psycopg.OperationalError
-            ):
+            if not isinstance(exc, psycopg.DatabaseError) or self._raw().broken:
                 raise
             self._raise((exc.sqlstate or "", str(exc)), changes, injected)
 

@@ -195,6 +195,24 @@ def test_budget_denial_fails_the_run_policy_denied(make_harness):
         assert list(open_reservations) == [third.run_id]
 
 
+def test_a_submission_retried_after_it_committed_keeps_the_runs_reservation(h: Harness):
+    """The router repeats a whole batch after ``ActorUnavailableError`` (unknown whether it
+    ran), with the same run id: the repeat must answer the run and leave its budget reserved,
+    not release it as if another submission had won the key."""
+    h.publish()
+    request = h.request("retried", {"repo": "x"})
+    run_id = uuid.uuid4()
+    first = h.grain(run_id).submit(h.principal(), request)
+    again = h.grain(run_id).submit(h.principal(), request)  # a fresh activation, as after a retry
+    assert (first.created, again.created) == (True, False)
+    assert again.run_id == first.run_id == run_id
+    with h.db.tenant(h.tenant) as conn:
+        open_reservations = conn.execute(
+            select(budget_reservations.c.run_id).where(budget_reservations.c.released_at.is_(None))
+        ).scalars()
+        assert list(open_reservations) == [run_id]
+
+
 def test_principal_of_another_tenant_cannot_submit_through_this_grain(h: Harness):
     h.publish()
     intruder = Principal("mallory", "another-tenant", PROJECT)

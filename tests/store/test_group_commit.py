@@ -86,7 +86,7 @@ class HeldGroup(GroupCommit):
         self.sent: list[list[str]] = []
         self.before_send: Callable[[int, Sender], None] | None = None
 
-    def apply(self, doc: str, send: Sender) -> Answer:
+    def apply(self, doc: str, send: Sender, key: str = "") -> Answer:
         def held(docs: list[str]) -> list[Answer]:
             index = len(self.sent)  # leaders send one at a time
             self.sent.append(list(docs))
@@ -97,7 +97,7 @@ class HeldGroup(GroupCommit):
                 self.before_send(index, send)
             return send(docs)
 
-        return super().apply(doc, held)
+        return super().apply(doc, held, key)
 
 
 class Caller:
@@ -151,6 +151,12 @@ def run_ids(docs: list[str]) -> list[UUID]:
     return [UUID(orjson.loads(doc)["run"]["run_id"]) for doc in docs]
 
 
+def in_run_order(ids: list[UUID]) -> list[UUID]:
+    """A group writes its runs in run-id order, so two groups that touch the same runs (two
+    activations on two hosts) lock them in the same order and never deadlock."""
+    return sorted(ids, key=str)
+
+
 # ---------------------------------------------------------------------- runs and rows
 
 
@@ -198,7 +204,7 @@ def test_outcomes_reported_at_once_commit_whole_in_one_statement(
     container, tenant, make_leased_run, held
 ):
     """Twelve grains report at once; the eleven that arrive while the first is being sent go
-    as one statement, led by the first of them, in arrival order, and each run commits whole.
+    as one statement, led by the first of them, in run-id order, and each run commits whole.
     Two tenants share the group: each document runs under its own tenant."""
     db = container.db
     tenants = (tenant, f"{tenant}-b")
@@ -212,7 +218,7 @@ def test_outcomes_reported_at_once_commit_whole_in_one_statement(
     assert [kind for kind, _ in outcomes] == ["ok"] * 12, outcomes
     assert [run_ids(docs) for docs in group.sent] == [
         [runs[0].run_id],
-        [run.run_id for run in runs[1:]],
+        in_run_order([run.run_id for run in runs[1:]]),
     ]
     assert (group.groups, group.documents) == (2, 12)
     assert group.documents > group.groups
@@ -256,7 +262,7 @@ def test_a_lost_race_fails_alone_in_its_group(container, tenant, make_leased_run
     assert kind == "err" and isinstance(exc, errors.ConcurrencyConflict), exc
     assert [run_ids(docs) for docs in group.sent] == [
         [first.run_id],
-        [leader.run_id, loser.run_id, last.run_id],
+        in_run_order([leader.run_id, loser.run_id, last.run_id]),
     ]
     assert snapshot(db, tenant, loser.run_id) == before[loser.run_id]
     for run in runs:
@@ -336,11 +342,9 @@ def test_a_fault_in_one_document_rolls_back_only_that_document(
     assert len(raised) == 1
     assert outcomes[0] == ("err", raised[0])
     assert [kind for kind, _ in outcomes[1:]] == ["ok", "ok"], outcomes
-    assert [run_ids(docs) for docs in group.sent][1] == [
-        faulty.run_id,
-        second.run_id,
-        third.run_id,
-    ]
+    assert [run_ids(docs) for docs in group.sent][1] == in_run_order(
+        [faulty.run_id, second.run_id, third.run_id]
+    )
     assert snapshot(db, tenant, faulty.run_id) == before[faulty.run_id]
     for run in (second, third):
         assert_completed_once(db, tenant, run.run_id, before[run.run_id])

@@ -3,7 +3,6 @@ events and its recovery-journal entries commit together or not at all (invariant
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable
 from decimal import Decimal
 from types import TracebackType
@@ -29,7 +28,6 @@ from .tables import (
     steps,
 )
 
-log = logging.getLogger(__name__)
 Fault = Callable[[str], None]
 DISPATCH_CHANNEL = "runcontrol_dispatch"
 EVENTS_CHANNEL = "runcontrol_events"
@@ -155,12 +153,7 @@ class UnitOfWork:
     def _send_group(self, docs: list[str]) -> list[Answer]:
         """Send a group on this unit's connection, as one autocommit statement."""
         raw = self._raw()
-        if raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-            # Nothing of ours is in it: a transaction left open by an earlier user of the
-            # pooled connection must not commit with these commands.
-            log.warning("discarding a transaction left open on a pooled connection")
-            raw.rollback()
-        raw.autocommit = True
+        raw.autocommit = True  # the pool hands connections back rolled back: none is open
         try:
             with raw.cursor() as cur:
                 if len(docs) == 1:  # no subtransaction needed for one

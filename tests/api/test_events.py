@@ -36,6 +36,15 @@ def assert_gap_free(events: list[Sse], start: int = 1) -> None:
     assert all(e.data["seq"] == e.id and e.data["type"] == e.event for e in events)
 
 
+def completed_run(t: TenantView) -> tuple[str, list[dict[str, Any]]]:
+    """A one-step run taken to Completed, and all its events."""
+    t.publish()
+    run_id = t.submit()
+    t.succeed(t.claim(run_id))
+    t.wait_state(run_id, "Completed")
+    return run_id, history(t, run_id)
+
+
 def stream(t: TenantView, run_id: str, **headers: str) -> Any:
     return t.requester().stream(
         "GET", f"/factory/runs/{run_id}/events", headers=headers, timeout=30.0
@@ -98,11 +107,7 @@ def test_reconnecting_with_last_event_id_has_no_gap_and_no_duplicate(t: TenantVi
 
 
 def test_after_query_parameter_resumes_like_last_event_id(t: TenantView) -> None:
-    t.publish()
-    run_id = t.submit()
-    t.succeed(t.claim(run_id))
-    t.wait_state(run_id, "Completed")
-    everything = history(t, run_id)
+    run_id, everything = completed_run(t)
     with t.requester().stream("GET", f"/factory/runs/{run_id}/events?after=2") as response:
         replay = SseReader(response).read()
     assert replay.ended
@@ -150,11 +155,7 @@ def test_a_finished_stream_answers_204_and_unknown_runs_404(t: TenantView) -> No
 
 
 def test_history_pages_by_seq(t: TenantView) -> None:
-    t.publish()
-    run_id = t.submit()
-    t.succeed(t.claim(run_id))
-    t.wait_state(run_id, "Completed")
-    everything = history(t, run_id)
+    run_id, everything = completed_run(t)
     assert [e["seq"] for e in everything] == list(range(1, len(everything) + 1))
     assert everything[-1]["type"] in TERMINAL
     assert history(t, run_id, after=2, limit=2) == everything[2:4]

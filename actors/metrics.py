@@ -96,14 +96,27 @@ class SchedulerMetrics:
 def command_span(tenant: str, run_id: UUID, name: str, args: tuple[Any, ...]) -> Iterator[Any]:
     """One span per command, with the ids the spec names (never payloads)."""
     with _tracer.start_as_current_span(f"RunGrain.{name}") as span:
-        span.set_attribute("tenant.id", tenant)
-        span.set_attribute("run.id", str(run_id))
-        attempt = next((a for a in args if isinstance(a, UUID)), None)
-        if attempt is not None and name in {
-            "acquire_lease",
-            "renew_lease",
-            "report_outcome",
-            "request_approval",
-        }:
-            span.set_attribute("attempt.id", str(attempt))
+        _describe(span, tenant, run_id, name, args)
         yield span
+
+
+def start_command_span(tenant: str, run_id: UUID, name: str, args: tuple[Any, ...]) -> Any:
+    """``command_span`` for a command that ends elsewhere (the caller ends the span): the
+    commands a host commits together each keep their own span."""
+    span = _tracer.start_span(f"RunGrain.{name}")
+    _describe(span, tenant, run_id, name, args)
+    return span
+
+
+_ATTEMPT_COMMANDS = frozenset(
+    {"acquire_lease", "renew_lease", "report_outcome", "request_approval"}
+)
+
+
+def _describe(span: Any, tenant: str, run_id: UUID, name: str, args: tuple[Any, ...]) -> None:
+    span.set_attribute("tenant.id", tenant)
+    span.set_attribute("run.id", str(run_id))
+    if name in _ATTEMPT_COMMANDS:
+        attempt = next((a for a in args if isinstance(a, UUID)), None)
+        if attempt is not None:
+            span.set_attribute("attempt.id", str(attempt))

@@ -23,16 +23,17 @@ import ray
 from runcontrol.bootstrap import build, build_database
 from runcontrol.config import Settings
 from runcontrol.domain import LeaseGrant, errors
-from runcontrol.grain import RunGrain
+from runcontrol.grain import BATCHABLE, RunGrain, commit_together
 from runcontrol.store import queries as q
 from runcontrol.store.notify import Listener
 from runcontrol.store.uow import DISPATCH_CHANNEL, EVENTS_CHANNEL
 
-from .metrics import HostMetrics, command_span
+from .metrics import HostMetrics, command_span, start_command_span
 from .placement import HostRouter, get_or_create
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+Item = tuple[str, UUID, str, tuple[Any, ...], dict[str, Any]]
 
 HOST_OPTIONS: dict[str, Any] = {
     "num_cpus": 0,
@@ -80,6 +81,7 @@ class RunHost:
         self._listener = Listener(db.system_url, (DISPATCH_CHANNEL, EVENTS_CHANNEL))
         self._started = time.monotonic()
         self._commands = 0
+        self.grouped_commands = 0  # commands committed through ``command_batch``'s groups
         self._metrics = HostMetrics()
         self._reaper = asyncio.get_running_loop().create_task(self._reap())
 
@@ -127,21 +129,95 @@ class RunHost:
                 if not act.grain.active and self._activations.get(run_id) is act:
                     del self._activations[run_id]  # terminal: nothing left to serialise
 
-    async def command_batch(
-        self, items: list[tuple[str, UUID, str, tuple[Any, ...], dict[str, Any]]]
-    ) -> list[tuple[bool, Any]]:
-        """Several commands in one actor call (``HostRouter.command`` batches them): each runs
-        in its run's mailbox as if sent alone (one run's commands in the batch in the order
-        listed; across batches, no order: DESIGN 9.6) and answers ``(ok, result or error)``."""
+    async def command_batch(self, items: list[Item]) -> list[tuple[bool, Any]]:
+        """Several commands in one actor call (``HostRouter.command`` batches them), each
+        answered ``(ok, result or error)`` as if sent alone: one run's commands in the order
+        listed (across batches, no order: DESIGN 9.6).
 
-        async def one(item: tuple[str, UUID, str, tuple[Any, ...], dict[str, Any]]) -> Any:
-            tenant_id, run_id, name, args, kwargs = item
+        The first command of each cached, idle run that is a write the grain can run as a
+        transition (``BATCHABLE``) joins one group: its run's mailbox is taken at once, and the
+        group's documents commit together in one statement (``commit_together``), on one
+        thread hop. A cached ``open_attempts`` is answered from memory on the spot. Everything
+        else goes through ``command`` as usual, queued behind the group on its run's mailbox."""
+        results: list[tuple[bool, Any]] = [(False, None)] * len(items)
+        seen: set[UUID] = set()
+        together: list[tuple[int, Activation]] = []
+        alone: list[int] = []
+        for i, (tenant_id, run_id, name, _, _) in enumerate(items):
+            act = self._activations.get(run_id)
+            idle = (
+                run_id not in seen
+                and act is not None
+                and act.grain.tenant_id == tenant_id
+                and act.grain.cached
+                and not act.lock.locked()
+            )
+            seen.add(run_id)
+            if idle and act is not None and name == "open_attempts":
+                act.last_used = time.monotonic()
+                self._commands += 1
+                results[i] = (True, act.grain.open_attempts())
+                seen.discard(run_id)  # nothing is in flight for the run yet
+            elif idle and act is not None and name in BATCHABLE:
+                await act.lock.acquire()  # free: no other task runs before it is held
+                together.append((i, act))
+            else:
+                alone.append(i)
+
+        async def one(i: int) -> None:
+            tenant_id, run_id, name, args, kwargs = items[i]
             try:
-                return True, await self.command(tenant_id, run_id, name, *args, **kwargs)
+                results[i] = (True, await self.command(tenant_id, run_id, name, *args, **kwargs))
             except Exception as exc:  # noqa: BLE001 - answered to its caller, not raised here
-                return False, exc
+                results[i] = (False, exc)
 
-        return list(await asyncio.gather(*(one(item) for item in items)))
+        jobs = [one(i) for i in alone]
+        if together:
+            jobs.append(self._together(items, together, results))
+        await asyncio.gather(*jobs)
+        return results
+
+    async def _together(
+        self, items: list[Item], together: list[tuple[int, Activation]], results: list[Any]
+    ) -> None:
+        """Commit these runs' commands as one group; each run's mailbox is already held."""
+        try:
+            answers = await self._in_thread(
+                self._commit_together, [(act.grain, items[i]) for i, act in together]
+            )
+        except Exception as exc:  # noqa: BLE001 - e.g. the thread pool is shut down
+            answers = [(False, exc)] * len(together)
+        finally:
+            now = time.monotonic()
+            for i, act in together:
+                act.last_used = now
+                act.lock.release()
+                run_id = items[i][1]
+                if not act.grain.active and self._activations.get(run_id) is act:
+                    del self._activations[run_id]  # terminal: nothing left to serialise
+        self._commands += len(together)
+        self.grouped_commands += len(together)
+        for (i, _), answer in zip(together, answers, strict=True):
+            results[i] = answer
+            if answer[0]:
+                tenant_id, _, name, args, _ = items[i]
+                self._metrics.observe(tenant_id, name, args, answer[1])
+
+    def _commit_together(self, calls: list[tuple[RunGrain, Item]]) -> list[tuple[bool, Any]]:
+        answers: list[tuple[bool, Any] | None] = [None] * len(calls)
+        spans, transitions, slots = [], [], []
+        for k, (grain, (tenant_id, run_id, name, args, kwargs)) in enumerate(calls):
+            spans.append(start_command_span(tenant_id, run_id, name, args))
+            try:
+                transitions.append(grain.transition(name, *args, **kwargs))
+                slots.append(k)
+            except Exception as exc:  # noqa: BLE001 - e.g. a refusal decided before any write
+                answers[k] = (False, exc)
+        for k, answer in zip(slots, commit_together(self._env.db, transitions), strict=True):
+            answers[k] = answer
+        for span in spans:
+            span.end()
+        return [a if a is not None else (False, None) for a in answers]
 
     # ------------------------------------------------------------------ claims
 
@@ -227,9 +303,10 @@ class RunHost:
             "pid": os.getpid(),
             "activations": len(self._activations),
             "commands": self._commands,
-            # group commit (runcontrol/store/group.py): statements sent, documents in them
-            "commit_groups": self._env.db.group.groups,
-            "commit_documents": self._env.db.group.documents,
+            "grouped_commands": self.grouped_commands,
+            # commit statements sent (grouped: store/group.py, command_batch) and their documents
+            "commit_groups": self._env.db.statements_sent,
+            "commit_documents": self._env.db.documents_sent,
             "rss_bytes": rss_kb * 1024,
             "uptime_s": time.monotonic() - self._started,
         }

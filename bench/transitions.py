@@ -1,8 +1,14 @@
-"""Committed transitions per second through run hosts, cold activation, idle memory.
+"""Committed commands and state transitions per second through run hosts, cold activation,
+idle memory.
 
 Each command below is one grain transaction (rows + outbox + journal, version-guarded): a lease
-grant and an outcome report per step, the outcome also dispatching the next step. The figure is
-printed beside pgbench's rate for the bare UPDATE + outbox INSERT on the same server, same run.
+grant and an outcome report per step, the outcome also dispatching the next step. A command
+commits one or more state transitions of the run, its steps and attempts, each with its own
+recovery-journal entry (the spec's "journal of transitions"): a lease grant is one (attempt
+Dispatched -> Leased); an outcome is four (attempt Leased -> Succeeded, step Running ->
+Succeeded, next attempt -> Dispatched, next step Pending -> Running) or two on the last step
+(... run Running -> Completed). Both rates are printed beside pgbench's rate for the bare UPDATE
++ outbox INSERT on the same server, in the same run.
 """
 
 from __future__ import annotations
@@ -32,8 +38,10 @@ OUTCOME = canonical_hash({"ok": True})
 
 @dataclass
 class Figures:
-    transitions_per_s: float
+    commands_per_s: float
+    transitions_per_s: float  # recovery-journal entries committed per second
     commands: int
+    transitions: int
     seconds: float
     cold_p50_ms: float
     cold_p99_ms: float
@@ -148,6 +156,11 @@ def _tenant_with_workflow(settings: Settings, owner_url: str) -> tuple[Container
     return container, tenant, Principal("bench-user", tenant, "bench", frozenset({Role.REQUESTER}))
 
 
+def _journal_entries(db: Any, tenant: str) -> int:
+    with db.tenant(tenant) as conn:
+        return int(conn.exec_driver_sql("SELECT count(*) FROM recovery_journal").scalar_one())
+
+
 def run(
     owner_url: str, *, runs: int, concurrency: int, placement: str = "hosted", host_count: int = 2
 ) -> Figures:
@@ -176,7 +189,9 @@ def run(
         )
         before = [await h.stats.remote() for h in handles]
         calls_before = router.batches_sent
+        journal_before = _journal_entries(db, tenant)
         commands, seconds = await _throughput(router, tenant, run_ids, concurrency)
+        transitions = _journal_entries(db, tenant) - journal_before
         after = [await h.stats.remote() for h in handles]
         sent = sum(a["commands"] - b["commands"] for a, b in zip(after, before, strict=True))
         groups = sum(
@@ -193,7 +208,9 @@ def run(
         memory = await _idle_memory(router, handles, tenant, idle_ids)
         return Figures(
             commands / seconds,
+            transitions / seconds,
             commands,
+            transitions,
             seconds,
             percentile(cold, 50),
             percentile(cold, 99),
@@ -234,11 +251,14 @@ def dedicated(owner_url: str, *, runs: int) -> dict[str, float]:
             activation.append((time.perf_counter() - started) * 1000)
             run_ids.append(run_id)
         rss = [(await router._handle(f"run-{r}").stats.remote())["rss_bytes"] for r in run_ids]
+        journal_before = _journal_entries(db, tenant)
         commands, seconds = await _throughput(router, tenant, run_ids, min(runs, 8))
+        transitions = _journal_entries(db, tenant) - journal_before
         for r in run_ids:
             ray.kill(router._handle(f"run-{r}"))
         return {
-            "transitions_per_s": commands / seconds,
+            "commands_per_s": commands / seconds,
+            "transitions_per_s": transitions / seconds,
             "activation_p50_ms": percentile(activation, 50),
             "activation_p99_ms": percentile(activation, 99),
             "bytes_per_run": mean(rss),

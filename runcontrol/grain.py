@@ -9,12 +9,14 @@ answering ``ConcurrencyConflict``. A host must call one grain's commands one at 
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from datetime import datetime
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 from uuid import UUID
 
 from .clock import Clock
@@ -37,10 +39,12 @@ from .domain import (
 )
 from .ports import Budget, Capacity, PolicyStore, ReleaseRegistry
 from .store import Database, DuplicateSubmission, UnitOfWork
-from .store.uow import Fault
+from .store.group import Answer
+from .store.uow import Fault, PendingCommit
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 @dataclass
@@ -66,6 +70,70 @@ class GrainEnv:
             new_id=self.new_id,
             uniform=self.rng.uniform,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Command(Generic[T]):
+    """What a command decides on the run, who asks, and the caller's command id."""
+
+    decide: Callable[[RunAggregate, CommandContext], T]
+    actor: str
+    command_id: str | None = None
+
+
+# A command as steps: yields each document it commits and is sent the database's answer for it.
+Transition = Generator[PendingCommit, Answer, T]
+# The commands a host may run together (``RunGrain.transition``, ``commit_together``).
+BATCHABLE = frozenset(
+    {"acquire_lease", "renew_lease", "report_outcome", "request_approval", "decide", "cancel"}
+)
+
+
+def commit_together(db: Database, transitions: Sequence[Transition[Any]]) -> list[tuple[bool, Any]]:
+    """Run several runs' transitions at once: each round, every document they have ready goes
+    in one ``Database.send_documents`` statement (in run order, so two groups lock their runs
+    in the same order), and each transition gets its own answer. One that lost its race reloads
+    and decides again in the next round, exactly as when called alone. Answers ``(True,
+    result)`` or ``(False, error)`` per transition, in order. Give it one transition per run."""
+    results: list[tuple[bool, Any]] = [(False, None)] * len(transitions)
+    ready: list[tuple[int, PendingCommit]] = []
+
+    def advance(i: int, step: Callable[[], PendingCommit]) -> None:
+        try:
+            ready.append((i, step()))
+        except StopIteration as done:
+            results[i] = (True, done.value)
+        except Exception as exc:  # noqa: BLE001 - answered to its own caller
+            results[i] = (False, exc)
+
+    for i, steps in enumerate(transitions):
+        advance(i, steps.__next__)
+    while ready:
+        group = sorted(ready, key=lambda item: item[1].key)
+        ready.clear()
+        try:
+            answers = db.send_documents([pending.doc for _, pending in group])
+        except Exception as exc:  # noqa: BLE001 - the whole group failed (a lost connection)
+            for i, _ in group:
+                advance(i, lambda i=i, exc=exc: transitions[i].throw(exc))  # type: ignore[misc]
+        else:
+            for (i, _), answer in zip(group, answers, strict=True):
+                advance(i, lambda i=i, a=answer: transitions[i].send(a))  # type: ignore[misc]
+    return results
+
+
+def command(
+    plan: Callable[Concatenate[RunGrain, P], Command[T]],
+) -> Callable[Concatenate[RunGrain, P], T]:
+    """A grain command written as its plan: calling it runs the plan to its answer; the plan
+    stays on it as ``.plan`` (``RunGrain.transition``)."""
+
+    @functools.wraps(plan)
+    def run(self: RunGrain, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._execute(plan(self, *args, **kwargs))
+
+    run.plan = plan  # type: ignore[attr-defined]
+    return run
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +186,11 @@ class RunGrain:
         """False once the cached run is terminal: the host may deactivate it."""
         return self._agg is None or not self._agg.run.state.terminal
 
+    @property
+    def cached(self) -> bool:
+        """True while the activation holds the run's rows (its commands need no read)."""
+        return self._agg is not None
+
     # ------------------------------------------------------------------ the command loop
 
     def _uow(self) -> UnitOfWork:
@@ -125,19 +198,32 @@ class RunGrain:
             self.env.db, self.tenant_id, options=self.env.options, fault=self.env.fault
         )
 
-    def _execute(
-        self,
-        decide: Callable[[RunAggregate, CommandContext], T],
-        actor: str,
-        command_id: str | None = None,
-    ) -> T:
+    def _execute(self, command: Command[T]) -> T:
+        """Run one command to its answer, committing through the process's group commit."""
+        db = self.env.db
+        steps = self._transition(command)
+        try:
+            pending = next(steps)
+            while True:
+                try:
+                    answer = db.group.apply(pending.doc, db.send_documents, pending.key)
+                except BaseException as exc:  # noqa: BLE001 - the transition decides what it means
+                    pending = steps.throw(exc)
+                else:
+                    pending = steps.send(answer)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    def _transition(self, command: Command[T]) -> Transition[T]:
+        """The command as steps: yields the document it commits, is sent the database's answer
+        (``commit_together`` sends several runs' documents as one group)."""
         for round_ in (1, 2):
             with self._uow() as uow:
                 cached = self._agg is not None
                 agg = self._agg if self._agg is not None else uow.load(self.run_id)
-                ctx = self.env.context(actor, command_id)
+                ctx = self.env.context(command.actor, command.command_id)
                 try:
-                    result = decide(agg, ctx)
+                    result = command.decide(agg, ctx)
                 except errors.RunControlError:
                     self._agg = None
                     # Only a refusal decided on the cache may be stale: decide again on fresh
@@ -151,7 +237,9 @@ class RunGrain:
                         uow.commit()
                     raise
                 try:
-                    uow.commit_changes(agg)
+                    pending = uow.prepare_commit(agg, release_budget_at=self._release_at(agg, ctx))
+                    if pending is not None:
+                        uow.conclude(pending, (yield pending))
                 except errors.ConcurrencyConflict:
                     self._agg = None
                     if round_ == 1:
@@ -165,8 +253,28 @@ class RunGrain:
                 return result
         raise AssertionError("unreachable")
 
+    def transition(self, name: str, *args: Any, **kwargs: Any) -> Transition[Any]:
+        """Command ``name`` (one of ``BATCHABLE``) as steps, for a host that commits several
+        runs' commands in one group (``commit_together``): the same decision, answer and retry
+        as calling the method."""
+        if name not in BATCHABLE:
+            raise ValueError(f"{name} cannot run as a transition")
+        plan: Callable[..., Command[Any]] = getattr(type(self), name).plan
+        return self._transition(plan(self, *args, **kwargs))
+
+    def _release_at(self, agg: RunAggregate, ctx: CommandContext) -> datetime | None:
+        """When the run is terminal and its budget lives in the run's database, the commit
+        itself releases the reservation (at this time)."""
+        if self.env.budget.releases_with_run and self._holds_reservation(agg):
+            return ctx.now
+        return None
+
+    @staticmethod
+    def _holds_reservation(agg: RunAggregate) -> bool:
+        return agg.run.state.terminal and agg.run.budget_reservation_id is not None
+
     def _after_commit(self, agg: RunAggregate, ctx: CommandContext) -> None:
-        if agg.run.state.terminal and agg.run.budget_reservation_id is not None:
+        if not self.env.budget.releases_with_run and self._holds_reservation(agg):
             self.env.budget.release(self.tenant_id, self.run_id, ctx.now)
 
     def _dispatch_due(self, agg: RunAggregate, ctx: CommandContext) -> Attempt | None:
@@ -239,7 +347,7 @@ class RunGrain:
             self._dispatch_due(agg, ctx)
         try:
             with self._uow() as uow:
-                uow.commit_changes(agg)
+                uow.commit_changes(agg, release_budget_at=self._release_at(agg, ctx))
         except DuplicateSubmission:
             # The key already names a run: a concurrent submission that won the insert (give
             # our reservation back), or this very command retried after it committed (the run
@@ -292,7 +400,7 @@ class RunGrain:
                 )
             except errors.BudgetReservationDenied as denied:
                 reason = str(denied)
-                self._execute(lambda a, c: a.deny_budget(c, reason), "budget")
+                self._execute(Command(lambda a, c: a.deny_budget(c, reason), "budget"))
                 return
 
             def reserve_and_dispatch(a: RunAggregate, c: CommandContext) -> None:
@@ -300,9 +408,9 @@ class RunGrain:
                     a.record_budget_reservation(reservation)
                 self._dispatch_due(a, c)
 
-            self._execute(reserve_and_dispatch, "run-dispatcher")
+            self._execute(Command(reserve_and_dispatch, "run-dispatcher"))
         else:
-            self._execute(self._dispatch_due, "run-dispatcher")
+            self._execute(Command(self._dispatch_due, "run-dispatcher"))
 
     def _load_cached(self) -> RunAggregate:
         if self._agg is None:
@@ -317,19 +425,25 @@ class RunGrain:
         if self._load_cached().run.state.value == "Accepted":
             self.start()
             return None
-        return self._execute(self._dispatch_due, "run-dispatcher")
+        return self._execute(Command(self._dispatch_due, "run-dispatcher"))
 
-    def acquire_lease(self, attempt_id: UUID, holder: str) -> LeaseGrant:
-        return self._execute(
+    # Each command below is written as its plan (what it decides, and who asks); ``@command``
+    # makes the method run it (``_execute``) and keeps the plan for ``transition``.
+
+    @command
+    def acquire_lease(self, attempt_id: UUID, holder: str) -> Command[LeaseGrant]:
+        return Command(
             lambda a, c: a.acquire_lease(c, attempt_id, holder, self.env.options), holder
         )
 
-    def renew_lease(self, attempt_id: UUID, holder: str, fencing_token: int) -> LeaseGrant:
-        return self._execute(
+    @command
+    def renew_lease(self, attempt_id: UUID, holder: str, fencing_token: int) -> Command[LeaseGrant]:
+        return Command(
             lambda a, c: a.renew_lease(c, attempt_id, holder, fencing_token, self.env.options),
             holder,
         )
 
+    @command
     def report_outcome(
         self,
         attempt_id: UUID,
@@ -340,7 +454,7 @@ class RunGrain:
         failure_class: FailureClass | None = None,
         outcome_hash: str | None = None,
         command_id: str | None = None,
-    ) -> Attempt:
+    ) -> Command[Attempt]:
         def decide(a: RunAggregate, c: CommandContext) -> Attempt:
             attempt = a.report_outcome(
                 c,
@@ -355,8 +469,9 @@ class RunGrain:
             self._dispatch_due(a, c)
             return attempt
 
-        return self._execute(decide, holder, command_id)
+        return Command(decide, holder, command_id)
 
+    @command
     def request_approval(
         self,
         attempt_id: UUID,
@@ -365,9 +480,9 @@ class RunGrain:
         proposal_hash: str,
         *,
         action_class: SideEffectClass | None = None,
-    ) -> ApprovalRequest | None:
+    ) -> Command[ApprovalRequest | None]:
         policy = self._pinned_policy()
-        return self._execute(
+        return Command(
             lambda a, c: a.request_approval(
                 c,
                 attempt_id,
@@ -381,6 +496,7 @@ class RunGrain:
             holder,
         )
 
+    @command
     def decide(
         self,
         approval_id: UUID,
@@ -389,11 +505,11 @@ class RunGrain:
         version: int,
         proposal_hash: str,
         reason: str | None = None,
-    ) -> ApprovalRequest:
+    ) -> Command[ApprovalRequest]:
         if principal.tenant_id != self.tenant_id:
             raise errors.ApprovalNotFound("approval not found")
         policy = self._pinned_policy()
-        return self._execute(
+        return Command(
             lambda a, c: a.decide_approval(
                 c,
                 approval_id,
@@ -408,14 +524,15 @@ class RunGrain:
             principal.subject,
         )
 
-    def cancel(self, requested_by: str, reason: str) -> str:
-        """Record the intent; return the state observed after it (not an assumed one)."""
+    @command
+    def cancel(self, requested_by: str, reason: str) -> Command[str]:
+        """Record the intent; answer the state observed after it (not an assumed one)."""
 
         def decide(a: RunAggregate, c: CommandContext) -> str:
             a.cancel(c, requested_by, reason, self.env.options)
             return str(a.run.state)
 
-        return self._execute(decide, requested_by)
+        return Command(decide, requested_by)
 
     def open_attempts(self) -> list[UUID]:
         """Ids of the run's non-terminal attempts (a read of the activation's cache)."""
@@ -442,7 +559,7 @@ class RunGrain:
             if self._dispatch_due(a, c) is not None:
                 done.append("dispatched")
 
-        self._execute(decide, "reminder")
+        self._execute(Command(decide, "reminder"))
         return done
 
     def _pinned_policy(self) -> Any:

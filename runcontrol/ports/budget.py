@@ -16,6 +16,11 @@ from ..store.tables import budget_reservations
 
 
 class Budget(Protocol):
+    # True when reservations live in the run's own database: the transition that makes a run
+    # terminal then releases its reservation in the same statement (migration 0004) instead of
+    # calling ``release`` after the commit.
+    releases_with_run: bool
+
     def reserve(self, tenant_id: str, run_id: UUID, amount_usd: float, now: datetime) -> UUID: ...
 
     def release(self, tenant_id: str, run_id: UUID, now: datetime) -> None: ...
@@ -39,6 +44,8 @@ _RELEASE = (
 
 class EmbeddedBudget:
     """Reservations in Postgres against one limit per tenant (None: unlimited)."""
+
+    releases_with_run = True
 
     def __init__(self, db: Database, tenant_limit_usd: float | None) -> None:
         self._db = db

@@ -4,6 +4,8 @@ events and its recovery-journal entries commit together or not at all (invariant
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from types import TracebackType
 from typing import Any
@@ -36,7 +38,6 @@ EVENTS_CHANNEL = "runcontrol_events"
 # The checkpoints inside ``runcontrol_apply`` at which a test hook may make the write fail.
 CHECKPOINTS = ("after-run", "before-outbox", "before-journal")
 _APPLY = "SELECT runcontrol_apply(%s::jsonb)"
-_APPLY_MANY = "SELECT runcontrol_apply_many(%s::jsonb)"
 # A lost race: the version guard (RC409), or the database breaking a deadlock between two
 # activations' transactions.
 _LOST_RACE = frozenset({"RC409", "40P01", "40001"})
@@ -47,6 +48,16 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, Decimal):
         return str(value)
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCommit:
+    """A prepared ``runcontrol_apply`` document and what its answer is checked against."""
+
+    doc: str
+    key: str  # the run: a group writes its runs in this order (no deadlock between groups)
+    changes: Any
+    injected: tuple[str, BaseException] | None
 
 
 class DuplicateSubmission(Exception):
@@ -120,25 +131,43 @@ class UnitOfWork:
     def commit(self) -> None:
         self._settle()
 
-    def commit_changes(self, agg: RunAggregate) -> None:
+    def commit_changes(
+        self, agg: RunAggregate, *, release_budget_at: datetime | None = None
+    ) -> None:
         """Save and commit the aggregate's changes: one ``runcontrol_apply`` document, sent
         with whatever else this process is committing at the same moment (group commit,
         ``store/group.py``): one statement and one commit for the whole group."""
-        prepared = self._document(agg)
+        pending = self.prepare_commit(agg, release_budget_at=release_budget_at)
+        if pending is not None:
+            self.conclude(
+                pending, self._db.group.apply(pending.doc, self._db.send_documents, pending.key)
+            )
+
+    def prepare_commit(
+        self, agg: RunAggregate, *, release_budget_at: datetime | None = None
+    ) -> PendingCommit | None:
+        """The document that commits the aggregate's changes, for the caller to send
+        (``Database.send_documents``, alone or in a group) and answer with ``conclude``; None
+        when there is nothing to write (then this unit is settled). ``release_budget_at``: the
+        same statement releases the run's embedded budget reservation (migration 0004)."""
+        prepared = self._document(agg, release_budget_at)
         if prepared is None:
             self._settle()
-            return
+            return None
         doc, changes, injected = prepared
         if self._scoped:
             # End this unit's reads (the document is checked by its version) and give the
-            # connection back while waiting: if this thread leads a group it takes one again,
-            # and a follower must not hold one the leader needs (the pool is finite).
+            # connection back while the document is sent: the sender takes one from the pool,
+            # and a waiting unit must not hold one it needs (the pool is finite).
             self._settle()
             self._release()
-        answer = self._db.group.apply(doc, self._send_group, str(changes.run.run_id))
+        return PendingCommit(doc, str(changes.run.run_id), changes, injected)
+
+    def conclude(self, pending: PendingCommit, answer: Answer) -> None:
+        """Take the database's answer for a prepared document: raises its typed error."""
         self._committed = True
         if answer is not None:
-            self._raise(answer, changes, injected)
+            self._raise(answer, pending.changes, pending.injected)
 
     def _release(self) -> None:
         if self._connection is not None:
@@ -149,30 +178,6 @@ class UnitOfWork:
         if self._connection is not None and self._tx.is_active:
             self._tx.commit()
         self._committed = True
-
-    def _send_group(self, docs: list[str]) -> list[Answer]:
-        """Send a group on this unit's connection, as one autocommit statement."""
-        raw = self._raw()
-        raw.autocommit = True  # the pool hands connections back rolled back: none is open
-        try:
-            with raw.cursor() as cur:
-                if len(docs) == 1:  # no subtransaction needed for one
-                    try:
-                        cur.execute(_APPLY, (docs[0],))
-                    except psycopg.DatabaseError as exc:
-                        if raw.broken:  # the connection, not the document, failed
-                            raise
-                        return [(exc.sqlstate or "", str(exc))]
-                    return [None]
-                cur.execute(_APPLY_MANY, ("[" + ",".join(docs) + "]",))
-                row = cur.fetchone()
-                assert row is not None
-                return [None if a is None else (a[0], a[1]) for a in row[0]]
-        finally:
-            if not raw.broken:  # a lost connection is discarded, not reused
-                raw.autocommit = False
-            if self._tx.is_active:
-                self._tx.commit()  # settles SQLAlchemy's view: nothing is open
 
     def _raise(
         self, answer: tuple[str, str], changes: Any, injected: tuple[str, BaseException] | None
@@ -283,7 +288,7 @@ class UnitOfWork:
             self._raise((exc.sqlstate or "", str(exc)), changes, injected)
 
     def _document(
-        self, agg: RunAggregate
+        self, agg: RunAggregate, release_budget_at: datetime | None = None
     ) -> tuple[str, Any, tuple[str, BaseException] | None] | None:
         """The ``runcontrol_apply`` document (JSON) for what the aggregate recorded since the
         last save, or None when it recorded nothing."""
@@ -327,6 +332,8 @@ class UnitOfWork:
             doc["journal"] = [rows.journal_to_row(j) for j in changes.journal]
         if changes.audits:
             doc["audits"] = [rows.audit_to_row(a) for a in changes.audits]
+        if release_budget_at is not None:
+            doc["release_budget"] = release_budget_at.isoformat()
         injected = self._injected_fault()
         if injected is not None:
             doc["fault"] = injected[0]

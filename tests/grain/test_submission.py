@@ -3,6 +3,7 @@ reservation whose denial fails the run policy-denied."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from threading import Barrier
@@ -23,6 +24,7 @@ from runcontrol.domain import (
     StepSpec,
     errors,
 )
+from runcontrol.grain import RunGrain
 from runcontrol.store.tables import budget_reservations, runs
 
 # ------------------------------------------------------------------ invariant 1
@@ -193,6 +195,38 @@ def test_budget_denial_fails_the_run_policy_denied(make_harness):
             select(budget_reservations.c.run_id).where(budget_reservations.c.released_at.is_(None))
         ).scalars()
         assert list(open_reservations) == [third.run_id]
+
+
+def reservation_released_at(h: Harness, run_id: uuid.UUID) -> object:
+    with h.db.tenant(h.tenant) as conn:
+        return conn.execute(
+            select(budget_reservations.c.released_at).where(budget_reservations.c.run_id == run_id)
+        ).scalar_one()
+
+
+@pytest.mark.parametrize("checkpoint", ("after-run", "before-journal"))
+def test_the_terminal_transition_itself_releases_the_reservation(h: Harness, checkpoint: str):
+    """Embedded budget: the statement that makes the run terminal also releases its
+    reservation (migration 0004). If that statement fails, the run stays Running and the
+    reservation stays held; when it commits, the reservation is released at the run's end."""
+    grain, grant = h.start_run()
+
+    def fail(name: str) -> None:
+        if name == checkpoint:
+            raise RuntimeError(f"fault at {name}")
+
+    faulty = RunGrain(dataclasses.replace(h.env, fault=fail), h.tenant, grain.run_id)
+    with pytest.raises(RuntimeError):
+        faulty.report_outcome(
+            grant.attempt_id, grant.holder, grant.fencing_token, AttemptOutcome.SUCCEEDED
+        )
+    assert h.load(grain.run_id).run.state is RunState.RUNNING
+    assert reservation_released_at(h, grain.run_id) is None
+
+    h.succeed(grain, grant)
+    done = h.load(grain.run_id).run
+    assert done.state is RunState.COMPLETED
+    assert reservation_released_at(h, grain.run_id) == done.updated_at
 
 
 def test_a_submission_retried_after_it_committed_keeps_the_runs_reservation(h: Harness):

@@ -21,7 +21,7 @@ from uuid import UUID
 import orjson
 import psycopg
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, event, text
 from store_support import (
     accepted,
     assert_completed_once,
@@ -364,13 +364,17 @@ def test_a_lost_connection_fails_its_group_as_unavailable_and_a_retry_commits(
     def terminate_leader_backend(index: int, send: Sender) -> None:
         if index != 1:
             return
-        pid = send.__self__._raw().info.backend_pid  # type: ignore[attr-defined]
-        with owner_engine.connect() as owner:
-            # With a timeout it returns once the backend has exited.
-            done = owner.execute(text("SELECT pg_terminate_backend(:pid, 10000)"), {"pid": pid})
-            assert done.scalar_one()
-            owner.commit()
-        terminated.append(pid)
+
+        def terminate(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+            pid = dbapi_connection.info.backend_pid  # the connection the send just took
+            with owner_engine.connect() as owner:
+                # With a timeout it returns once the backend has exited.
+                done = owner.execute(text("SELECT pg_terminate_backend(:pid, 10000)"), {"pid": pid})
+                assert done.scalar_one()
+                owner.commit()
+            terminated.append(pid)
+
+        event.listen(db.app, "checkout", terminate, once=True)
 
     group = held()
     group.before_send = terminate_leader_backend

@@ -1,0 +1,168 @@
+"""``commit_together``: several runs' commands committed as one group, each answered alone.
+
+A run host runs the first command of each cached run in a batch this way (``RunHost.
+command_batch``): every round, the documents the transitions have ready go in one
+``Database.send_documents`` statement; a transition that lost its race reloads and decides again
+in the next round, exactly as when its command is called alone. These tests drive it on real
+grains and the real database; ``sent`` counts the statements and documents it sent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from grain_harness import WORKER, Harness, outcome_hash
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.pool import NullPool
+
+from runcontrol.domain import Attempt, AttemptOutcome, LeaseGrant, RunState, StepSpec, errors
+from runcontrol.grain import RunGrain, commit_together
+
+
+@pytest.fixture
+def sent(h: Harness) -> Iterator[Callable[[], tuple[int, int]]]:
+    """(statements, documents) sent through ``send_documents`` since the fixture started."""
+    start = (h.db.statements_sent, h.db.documents_sent)
+    yield lambda: (h.db.statements_sent - start[0], h.db.documents_sent - start[1])
+
+
+def leased_runs(h: Harness, n: int) -> list[tuple[RunGrain, LeaseGrant]]:
+    """``n`` runs of a one-step workflow, each leased to WORKER through its own cached grain."""
+    h.publish(StepSpec("only", "agent-a"))
+    runs = []
+    for _ in range(n):
+        grain, _ = h.submit()
+        runs.append((grain, h.lease(grain)))
+    return runs
+
+
+def succeed(grain: RunGrain, grant: LeaseGrant, token: int | None = None) -> Any:
+    return grain.transition(
+        "report_outcome",
+        grant.attempt_id,
+        grant.holder,
+        grant.fencing_token if token is None else token,
+        AttemptOutcome.SUCCEEDED,
+        outcome_hash=outcome_hash(),
+    )
+
+
+def test_cached_runs_commit_in_one_statement_and_each_gets_its_answer(h: Harness, sent) -> None:
+    runs = leased_runs(h, 5)
+    before = sent()
+
+    answers = commit_together(h.db, [succeed(grain, grant) for grain, grant in runs])
+
+    assert sent()[0] - before[0] == 1 and sent()[1] - before[1] == 5
+    for (grain, grant), (ok, attempt) in zip(runs, answers, strict=True):
+        assert ok and isinstance(attempt, Attempt), attempt
+        assert (attempt.attempt_id, str(attempt.state)) == (grant.attempt_id, "Succeeded")
+        agg = h.load(grain.run_id)
+        assert agg.run.state is RunState.COMPLETED
+        assert h.event_types(grain.run_id)[-1] == "RunCompleted"
+        journal = h.journal(grain.run_id)
+        assert [j.sequence for j in journal] == list(range(1, len(journal) + 1))
+        assert journal[-1].to_state == "Completed"
+
+
+def test_a_refusal_and_a_failed_document_answer_only_their_own_callers(h: Harness, sent) -> None:
+    """A stale fencing token is refused before any write (audited); a document that fails
+    inside the database (the fault seam) rolls back alone; the others in the group commit."""
+    (stale, stale_grant), (faulty, faulty_grant), (fine, fine_grant) = leased_runs(h, 3)
+
+    def fail(name: str) -> None:
+        if name == "before-journal":
+            raise RuntimeError("fault before the journal")
+
+    faulty_grain = RunGrain(dataclasses.replace(h.env, fault=fail), h.tenant, faulty.run_id)
+    before = sent()
+
+    refused, failed, committed = commit_together(
+        h.db,
+        [
+            succeed(stale, stale_grant, token=stale_grant.fencing_token + 1),
+            succeed(faulty_grain, faulty_grant),
+            succeed(fine, fine_grant),
+        ],
+    )
+
+    assert refused[0] is False and isinstance(refused[1], errors.StaleFencingToken)
+    assert failed[0] is False and isinstance(failed[1], RuntimeError)
+    assert committed[0] is True
+    assert sent()[0] - before[0] == 1  # the two documents written went together
+    assert len(h.audits(stale.run_id, "stale-fencing-token")) == 1
+    for grain in (stale, faulty):
+        assert h.load(grain.run_id).run.state is RunState.RUNNING
+        assert [e for e in h.event_types(grain.run_id) if e == "AttemptOutcomeRecorded"] == []
+    assert h.load(fine.run_id).run.state is RunState.COMPLETED
+
+
+def test_a_lost_race_decides_again_on_fresh_rows_in_the_next_round(h: Harness, sent) -> None:
+    """Another activation renews the lease first: this activation's cached document loses the
+    version guard, so it reloads, decides again and commits in a second, smaller round."""
+    (racer, grant), (other, other_grant) = leased_runs(h, 2)
+    h.grain(racer.run_id).renew_lease(grant.attempt_id, WORKER, grant.fencing_token)
+    version = h.load(racer.run_id).run.version
+    before = sent()
+
+    (won, renewed), (ok, _) = commit_together(
+        h.db,
+        [
+            racer.transition("renew_lease", grant.attempt_id, WORKER, grant.fencing_token),
+            succeed(other, other_grant),
+        ],
+    )
+
+    assert won and ok and isinstance(renewed, LeaseGrant)
+    assert (sent()[0] - before[0], sent()[1] - before[1]) == (2, 3)
+    assert h.load(racer.run_id).run.version == version + 1
+    assert h.load(other.run_id).run.state is RunState.COMPLETED
+
+
+def test_a_lost_connection_answers_every_transition_unavailable_and_a_retry_commits(
+    h: Harness, owner_url: str
+) -> None:
+    """The group's connection dies as it is taken: nobody knows what committed, so every
+    transition answers the retryable ``Unavailable``; nothing was written, and the same
+    commands sent again commit."""
+    runs = leased_runs(h, 3)
+
+    owner = create_engine(owner_url, poolclass=NullPool)
+
+    def terminate(dbapi_connection: psycopg.Connection[Any], record: Any, proxy: Any) -> None:
+        with owner.connect() as conn:  # with a timeout it returns once the backend has exited
+            conn.execute(
+                text("SELECT pg_terminate_backend(:pid, 10000)"),
+                {"pid": dbapi_connection.info.backend_pid},
+            )
+            conn.commit()
+
+    event.listen(h.db.app, "checkout", terminate, once=True)
+    try:
+        answers = commit_together(h.db, [succeed(grain, grant) for grain, grant in runs])
+    finally:
+        owner.dispose()
+
+    for ok, error in answers:
+        assert ok is False and isinstance(error, errors.Unavailable) and error.retryable
+    for grain, _ in runs:
+        assert h.load(grain.run_id).run.state is RunState.RUNNING
+    again = commit_together(h.db, [succeed(grain, grant) for grain, grant in runs])
+    assert [ok for ok, _ in again] == [True] * 3
+    for grain, _ in runs:
+        assert h.load(grain.run_id).run.state is RunState.COMPLETED
+
+
+def test_only_commands_written_as_plans_run_as_transitions(h: Harness) -> None:
+    (grain, _), *_ = leased_runs(h, 1)
+    with pytest.raises(ValueError):
+        grain.transition("submit")
+
+
+def test_the_empty_group_sends_nothing(h: Harness, sent) -> None:
+    assert commit_together(h.db, []) == []
+    assert sent() == (0, 0)

@@ -29,7 +29,7 @@ from runcontrol.store.notify import Listener
 from runcontrol.store.uow import DISPATCH_CHANNEL, EVENTS_CHANNEL
 
 from .metrics import HostMetrics, command_span, start_command_span
-from .placement import HostRouter, get_or_create
+from .placement import HostRouter, get_or_create, pack, unpack
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -176,6 +176,10 @@ class RunHost:
             jobs.append(self._together(items, together, results))
         await asyncio.gather(*jobs)
         return results
+
+    async def command_batch_packed(self, payload: bytes) -> bytes:
+        """``command_batch`` as the router sends it: items and answers each one pickle."""
+        return pack(await self.command_batch(unpack(payload)))
 
     async def _together(
         self, items: list[Item], together: list[tuple[int, Activation]], results: list[Any]

@@ -48,6 +48,7 @@ class Figures:
     idle_bytes_per_activation: float
     commands_per_actor_call: float
     commands_per_commit: float
+    grouped_share: float  # of the hosts' commands, those committed in command_batch's groups
 
 
 async def _drive_run(router: HostRouter, tenant: str, run_id: uuid.UUID, holder: str) -> int:
@@ -201,6 +202,10 @@ def run(
             a["commit_documents"] - b["commit_documents"]
             for a, b in zip(after, before, strict=True)
         )
+        grouped = sum(
+            a["grouped_commands"] - b["grouped_commands"]
+            for a, b in zip(after, before, strict=True)
+        )
         batching = sent / max(router.batches_sent - calls_before, 1)
         # Idle activations are of runs still open (terminal runs deactivate at once).
         idle_ids = await _submit_many(client, principal, min(runs, 500), concurrency)
@@ -217,6 +222,7 @@ def run(
             memory,
             batching,
             docs / max(groups, 1),
+            grouped / max(sent, 1),
         )
 
     try:

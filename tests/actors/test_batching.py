@@ -25,7 +25,7 @@ from uuid import UUID
 
 from actor_harness import RayHarness, assert_typed, outcome_hash, run_async
 
-from actors.placement import MAX_BATCH, MAX_IN_FLIGHT, HostRouter, host_name
+from actors.placement import MAX_BATCH, MAX_IN_FLIGHT, HostRouter, host_name, unpack
 from runcontrol.domain import Attempt, AttemptOutcome, LeaseGrant, errors
 
 Item = tuple[str, UUID, str, tuple[Any, ...], dict[str, Any]]
@@ -67,9 +67,9 @@ class RecordingRouter(HostRouter):
         self._holds.clear()  # they reference their loops
 
     async def call_named(self, name: str, method: str, *args: Any, **kwargs: Any) -> Any:
-        if method != "command_batch":
+        if method != "command_batch_packed":
             return await super().call_named(name, method, *args, **kwargs)
-        batch = Batch(name, list(args[0]))
+        batch = Batch(name, list(unpack(args[0])))
         self.batches.append(batch)
         self.in_flight[name] = self.in_flight.get(name, 0) + 1
         self.max_in_flight[name] = max(self.max_in_flight.get(name, 0), self.in_flight[name])
@@ -297,6 +297,60 @@ def test_one_callers_commands_for_a_run_run_in_the_order_sent(h: RayHarness) -> 
             for run_id, _ in runs:
                 names = [item[2] for item in batch.items if item[1] == run_id]
                 assert names in ([], ["acquire_lease", "renew_lease", *["report_outcome"] * 2])
+
+    run_async(main(), timeout=90)
+
+
+async def host_stats(router: HostRouter, host: str) -> dict[str, Any]:
+    return dict(await router.call_named(host, "stats"))
+
+
+def test_a_batchs_cached_runs_commit_as_one_group_and_later_commands_queue_behind(
+    h: RayHarness,
+) -> None:
+    """The first command of each cached run in a batch runs in the host's group
+    (``commit_together``): fewer commit statements than commands. A run's second command in
+    the same batch waits on the run's mailbox behind the first and sees its result."""
+    h.publish({"name": "only", "agentId": "a"})
+    router = recording_router(h)
+
+    async def main() -> None:
+        runs = on_one_host(router, await dispatched_runs(h, 16))
+        host = router.name_for(runs[0][0])
+        before = await host_stats(router, host)
+
+        calls = []
+        for i, (run_id, attempt_id) in enumerate(runs):
+            calls.append(router.command(h.tenant, run_id, "acquire_lease", attempt_id, f"w-{i}"))
+            calls.append(
+                router.command(
+                    h.tenant,
+                    run_id,
+                    "report_outcome",
+                    attempt_id,
+                    f"w-{i}",
+                    1,
+                    AttemptOutcome.SUCCEEDED,
+                    outcome_hash=outcome_hash(i),
+                )
+            )
+        answers = await asyncio.gather(*calls)
+        after = await host_stats(router, host)
+
+        assert [(batch.host, len(batch.items)) for batch in router.batches] == [
+            (host, 2 * len(runs))
+        ]
+        for i, (run_id, _) in enumerate(runs):
+            grant, outcome = answers[2 * i], answers[2 * i + 1]
+            assert isinstance(grant, LeaseGrant) and grant.holder == f"w-{i}"
+            assert isinstance(outcome, Attempt) and str(outcome.state) == "Succeeded"
+            assert h.run_row(run_id).state == "Completed"
+            h.assert_consistent(run_id)
+        grouped = after["grouped_commands"] - before["grouped_commands"]
+        statements = after["commit_groups"] - before["commit_groups"]
+        documents = after["commit_documents"] - before["commit_documents"]
+        assert grouped >= len(runs)  # every lease went in the group (the scheduler may add)
+        assert documents >= 2 * len(runs) > statements
 
     run_async(main(), timeout=90)
 

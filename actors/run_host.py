@@ -23,8 +23,9 @@ import ray
 from runcontrol.bootstrap import build, build_database
 from runcontrol.config import Settings
 from runcontrol.domain import LeaseGrant, errors
-from runcontrol.grain import BATCHABLE, RunGrain, commit_together
+from runcontrol.grain import BATCHABLE, RunGrain, commit_together_async
 from runcontrol.store import queries as q
+from runcontrol.store.async_send import AsyncDocumentSender
 from runcontrol.store.notify import Listener
 from runcontrol.store.uow import DISPATCH_CHANNEL, EVENTS_CHANNEL
 
@@ -72,6 +73,7 @@ class RunHost:
         self.settings = Settings.model_validate(config["settings"])
         db = build_database(self.settings, owner_url=config["owner_url"], migrate=False)
         self._env = build(self.settings, db=db, migrate=False).env
+        self._sender = AsyncDocumentSender(db)
         self._activations: dict[UUID, Activation] = {}
         threads = self.settings.grains.threads
         self._pool = (
@@ -134,11 +136,13 @@ class RunHost:
         answered ``(ok, result or error)`` as if sent alone: one run's commands in the order
         listed (across batches, no order: DESIGN 9.6).
 
-        The first command of each cached, idle run that is a write the grain can run as a
-        transition (``BATCHABLE``) joins one group: its run's mailbox is taken at once, and the
-        group's documents commit together in one statement (``commit_together``), on one
-        thread hop. A cached ``open_attempts`` is answered from memory on the spot. Everything
-        else goes through ``command`` as usual, queued behind the group on its run's mailbox."""
+        The first command of each cached, idle run that the grain can run as a transition
+        (``BATCHABLE``: its plan reads nothing) joins one group: its run's mailbox is taken at
+        once, its rules run on this loop and the group's documents commit in one awaited
+        statement (``commit_together_async``), with no thread hand-off. A cached
+        ``open_attempts`` is answered from memory on the spot. Everything else goes through
+        ``command`` as usual (on the thread pool), queued behind the group on its run's
+        mailbox."""
         results: list[tuple[bool, Any]] = [(False, None)] * len(items)
         seen: set[UUID] = set()
         together: list[tuple[int, Activation]] = []
@@ -186,10 +190,8 @@ class RunHost:
     ) -> None:
         """Commit these runs' commands as one group; each run's mailbox is already held."""
         try:
-            answers = await self._in_thread(
-                self._commit_together, [(act.grain, items[i]) for i, act in together]
-            )
-        except Exception as exc:  # noqa: BLE001 - e.g. the thread pool is shut down
+            answers = await self._commit_together([(act.grain, items[i]) for i, act in together])
+        except Exception as exc:  # noqa: BLE001 - answered to every caller of the group
             answers = [(False, exc)] * len(together)
         finally:
             now = time.monotonic()
@@ -207,7 +209,7 @@ class RunHost:
                 tenant_id, _, name, args, _ = items[i]
                 self._metrics.observe(tenant_id, name, args, answer[1])
 
-    def _commit_together(self, calls: list[tuple[RunGrain, Item]]) -> list[tuple[bool, Any]]:
+    async def _commit_together(self, calls: list[tuple[RunGrain, Item]]) -> list[tuple[bool, Any]]:
         answers: list[tuple[bool, Any] | None] = [None] * len(calls)
         spans, transitions, slots = [], [], []
         for k, (grain, (tenant_id, run_id, name, args, kwargs)) in enumerate(calls):
@@ -215,9 +217,10 @@ class RunHost:
             try:
                 transitions.append(grain.transition(name, *args, **kwargs))
                 slots.append(k)
-            except Exception as exc:  # noqa: BLE001 - e.g. a refusal decided before any write
+            except Exception as exc:  # noqa: BLE001 - answered to its own caller
                 answers[k] = (False, exc)
-        for k, answer in zip(slots, commit_together(self._env.db, transitions), strict=True):
+        done = await commit_together_async(self._sender.send, transitions)
+        for k, answer in zip(slots, done, strict=True):
             answers[k] = answer
         for span in spans:
             span.end()

@@ -13,7 +13,7 @@ import functools
 import logging
 import random
 import uuid
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
@@ -83,43 +83,79 @@ class Command(Generic[T]):
 
 # A command as steps: yields each document it commits and is sent the database's answer for it.
 Transition = Generator[PendingCommit, Answer, T]
-# The commands a host may run together (``RunGrain.transition``, ``commit_together``).
-BATCHABLE = frozenset(
-    {"acquire_lease", "renew_lease", "report_outcome", "request_approval", "decide", "cancel"}
-)
+# The commands a host may run together (``RunGrain.transition``, ``commit_together``): those
+# whose plans read nothing from the database.
+BATCHABLE = frozenset({"acquire_lease", "renew_lease", "report_outcome", "cancel"})
+
+
+class GroupRounds:
+    """The rounds of committing several runs' transitions together, without the I/O: each
+    round, ``next_group`` gives the documents ready (in run order, so two groups lock their
+    runs in the same order) and ``answer`` hands each transition the database's answer for its
+    own. One that lost its race reloads and decides again, exactly as when called alone, and
+    joins the next round. ``results`` then holds ``(True, result)`` or ``(False, error)`` per
+    transition, in order. Give it one transition per run."""
+
+    def __init__(self, transitions: Sequence[Transition[Any]]) -> None:
+        self._transitions = transitions
+        self.results: list[tuple[bool, Any]] = [(False, None)] * len(transitions)
+        self._ready: list[tuple[int, PendingCommit]] = []
+        self._group: list[tuple[int, PendingCommit]] = []
+        for i, steps in enumerate(transitions):
+            self._advance(i, steps.__next__)
+
+    def next_group(self) -> list[str] | None:
+        if not self._ready:
+            return None
+        self._group = sorted(self._ready, key=lambda item: item[1].key)
+        self._ready = []
+        return [pending.doc for _, pending in self._group]
+
+    def answer(self, answers: list[Answer] | Exception) -> None:
+        """The database's answers for the last group, or why the whole group failed."""
+        for k, (i, _) in enumerate(self._group):
+            steps = self._transitions[i]
+            if isinstance(answers, Exception):
+                self._advance(i, lambda s=steps, e=answers: s.throw(e))  # type: ignore[misc]
+            else:
+                self._advance(i, lambda s=steps, a=answers[k]: s.send(a))  # type: ignore[misc]
+
+    def _advance(self, i: int, step: Callable[[], PendingCommit]) -> None:
+        try:
+            self._ready.append((i, step()))
+        except StopIteration as done:
+            self.results[i] = (True, done.value)
+        except Exception as exc:  # noqa: BLE001 - answered to its own caller
+            self.results[i] = (False, exc)
 
 
 def commit_together(db: Database, transitions: Sequence[Transition[Any]]) -> list[tuple[bool, Any]]:
-    """Run several runs' transitions at once: each round, every document they have ready goes
-    in one ``Database.send_documents`` statement (in run order, so two groups lock their runs
-    in the same order), and each transition gets its own answer. One that lost its race reloads
-    and decides again in the next round, exactly as when called alone. Answers ``(True,
-    result)`` or ``(False, error)`` per transition, in order. Give it one transition per run."""
-    results: list[tuple[bool, Any]] = [(False, None)] * len(transitions)
-    ready: list[tuple[int, PendingCommit]] = []
-
-    def advance(i: int, step: Callable[[], PendingCommit]) -> None:
+    """Commit several runs' transitions together (``GroupRounds``), each round's documents
+    in one ``Database.send_documents`` statement."""
+    rounds = GroupRounds(transitions)
+    while (docs := rounds.next_group()) is not None:
         try:
-            ready.append((i, step()))
-        except StopIteration as done:
-            results[i] = (True, done.value)
-        except Exception as exc:  # noqa: BLE001 - answered to its own caller
-            results[i] = (False, exc)
-
-    for i, steps in enumerate(transitions):
-        advance(i, steps.__next__)
-    while ready:
-        group = sorted(ready, key=lambda item: item[1].key)
-        ready.clear()
-        try:
-            answers = db.send_documents([pending.doc for _, pending in group])
+            rounds.answer(db.send_documents(docs))
         except Exception as exc:  # noqa: BLE001 - the whole group failed (a lost connection)
-            for i, _ in group:
-                advance(i, lambda i=i, exc=exc: transitions[i].throw(exc))  # type: ignore[misc]
-        else:
-            for (i, _), answer in zip(group, answers, strict=True):
-                advance(i, lambda i=i, a=answer: transitions[i].send(a))  # type: ignore[misc]
-    return results
+            rounds.answer(exc)
+    return rounds.results
+
+
+async def commit_together_async(
+    send: Callable[[list[str]], Awaitable[list[Answer]]], transitions: Sequence[Transition[Any]]
+) -> list[tuple[bool, Any]]:
+    """``commit_together`` for an event loop: each round's statement is awaited (``send``:
+    ``store.AsyncDocumentSender.send``). The transitions' own steps run on the loop: give it
+    cached grains' commands whose plans read nothing (``BATCHABLE``), whose only round trip is
+    then the group's; a refusal's audit or a lost race's reload is a short read or write made
+    inline."""
+    rounds = GroupRounds(transitions)
+    while (docs := rounds.next_group()) is not None:
+        try:
+            rounds.answer(await send(docs))
+        except Exception as exc:  # noqa: BLE001 - the whole group failed (a lost connection)
+            rounds.answer(exc)
+    return rounds.results
 
 
 def command(

@@ -27,6 +27,21 @@ _APPLY = "SELECT runcontrol_apply(%s::jsonb)"
 _APPLY_MANY = "SELECT runcontrol_apply_many(%s::jsonb)"
 
 
+def apply_statement(docs: list[str]) -> tuple[str, tuple[str]]:
+    """The statement committing these documents: one alone needs no subtransaction."""
+    if len(docs) == 1:
+        return _APPLY, (docs[0],)
+    return _APPLY_MANY, ("[" + ",".join(docs) + "]",)
+
+
+def answers(docs: list[str], row: Any) -> list[Answer]:
+    """Per document, what the database answered: None (committed) or (SQLSTATE, message)."""
+    if len(docs) == 1:
+        return [None]
+    assert row is not None
+    return [None if a is None else (a[0], a[1]) for a in row[0]]
+
+
 def role_url(owner_url: str, role: str, password: str | None) -> str:
     url = make_url(owner_url).set(username=role, password=password)
     return url.render_as_string(hide_password=False)
@@ -130,33 +145,31 @@ class Database:
         subtransaction each (migration 0003): one round trip and one WAL flush for all of
         them. Answers per document: None (committed) or (SQLSTATE, message). Raises only when
         the connection failed, and then nobody knows which of them committed."""
-        with self._counting:
-            self.statements_sent += 1
-            self.documents_sent += len(docs)
+        self.count_sent(docs)
         with self.app.connect() as conn:
             raw = conn.connection.driver_connection
             assert isinstance(raw, psycopg.Connection)
             raw.autocommit = True  # the pool hands connections back rolled back: none is open
             try:
                 with raw.cursor() as cur:
-                    if len(docs) == 1:  # no subtransaction needed for one
-                        try:
-                            cur.execute(_APPLY, (docs[0],))
-                        except psycopg.DatabaseError as exc:
-                            if raw.broken:  # the connection, not the document, failed
-                                raise
-                            return [(exc.sqlstate or "", str(exc))]
-                        return [None]
-                    cur.execute(_APPLY_MANY, ("[" + ",".join(docs) + "]",))
-                    row = cur.fetchone()
-                    assert row is not None
-                    return [None if a is None else (a[0], a[1]) for a in row[0]]
+                    try:
+                        cur.execute(*apply_statement(docs))
+                    except psycopg.DatabaseError as exc:
+                        if raw.broken or len(docs) > 1:  # the connection failed, or all did
+                            raise
+                        return [(exc.sqlstate or "", str(exc))]
+                    return answers(docs, cur.fetchone())
             except psycopg.OperationalError:
                 conn.invalidate()  # never hand a broken connection back to the pool
                 raise
             finally:
                 if not raw.broken:
                     raw.autocommit = False
+
+    def count_sent(self, docs: list[str]) -> None:
+        with self._counting:
+            self.statements_sent += 1
+            self.documents_sent += len(docs)
 
     @contextmanager
     def system_tx(self) -> Iterator[Connection]:

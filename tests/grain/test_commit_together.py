@@ -1,26 +1,77 @@
 """``commit_together``: several runs' commands committed as one group, each answered alone.
 
 A run host runs the first command of each cached run in a batch this way (``RunHost.
-command_batch``): every round, the documents the transitions have ready go in one
-``Database.send_documents`` statement; a transition that lost its race reloads and decides again
-in the next round, exactly as when its command is called alone. These tests drive it on real
-grains and the real database; ``sent`` counts the statements and documents it sent.
+command_batch``): every round, the documents the transitions have ready go in one statement; a
+transition that lost its race reloads and decides again in the next round, exactly as when its
+command is called alone. Each test runs twice: through ``commit_together`` and
+``Database.send_documents`` (a thread blocks on the statement), and through
+``commit_together_async`` and ``AsyncDocumentSender`` (an event loop awaits it, as the hosts
+do). On real grains and the real database; ``sent`` counts the statements and documents sent.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import psycopg
 import pytest
 from grain_harness import WORKER, Harness, outcome_hash
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.pool import NullPool
 
 from runcontrol.domain import Attempt, AttemptOutcome, LeaseGrant, RunState, StepSpec, errors
-from runcontrol.grain import RunGrain, commit_together
+from runcontrol.grain import RunGrain, Transition, commit_together, commit_together_async
+from runcontrol.store.async_send import APPLICATION_NAME, AsyncDocumentSender
+
+
+class Committer:
+    """Commits transitions together one way or the other, and can break its next connection."""
+
+    def __init__(self, h: Harness, mode: str) -> None:
+        self.h, self.mode = h, mode
+        self.loop = asyncio.new_event_loop()
+        self.sender = AsyncDocumentSender(h.db)
+
+    def __call__(self, transitions: list[Transition[Any]]) -> list[tuple[bool, Any]]:
+        if self.mode == "blocking":
+            return commit_together(self.h.db, transitions)
+        return self.loop.run_until_complete(commit_together_async(self.sender.send, transitions))
+
+    def lose_next_connection(self, owner_url: str) -> None:
+        """The connection the next group is sent on dies first (its backend is terminated)."""
+        owner = create_engine(owner_url, poolclass=NullPool)
+
+        def terminate(pids: str, params: dict[str, Any]) -> None:
+            with owner.connect() as conn:  # with a timeout it returns once they have exited
+                conn.execute(text(f"SELECT pg_terminate_backend(pid, 10000) FROM {pids}"), params)
+                conn.commit()
+            owner.dispose()
+
+        if self.mode == "blocking":
+            event.listen(
+                self.h.db.app,
+                "checkout",
+                lambda dbapi_connection, record, proxy: terminate(
+                    "(SELECT :pid AS pid) p", {"pid": dbapi_connection.info.backend_pid}
+                ),
+                once=True,
+            )
+        else:  # the sender's pool holds one connection, already open
+            self.loop.run_until_complete(self.sender.open())
+            terminate("pg_stat_activity WHERE application_name = :name", {"name": APPLICATION_NAME})
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.sender.close())
+        self.loop.close()
+
+
+@pytest.fixture(params=["blocking", "event-loop"])
+def together(h: Harness, request: pytest.FixtureRequest) -> Iterator[Committer]:
+    committer = Committer(h, request.param)
+    yield committer
+    committer.close()
 
 
 @pytest.fixture
@@ -51,11 +102,13 @@ def succeed(grain: RunGrain, grant: LeaseGrant, token: int | None = None) -> Any
     )
 
 
-def test_cached_runs_commit_in_one_statement_and_each_gets_its_answer(h: Harness, sent) -> None:
+def test_cached_runs_commit_in_one_statement_and_each_gets_its_answer(
+    h: Harness, sent, together
+) -> None:
     runs = leased_runs(h, 5)
     before = sent()
 
-    answers = commit_together(h.db, [succeed(grain, grant) for grain, grant in runs])
+    answers = together([succeed(grain, grant) for grain, grant in runs])
 
     assert sent()[0] - before[0] == 1 and sent()[1] - before[1] == 5
     for (grain, grant), (ok, attempt) in zip(runs, answers, strict=True):
@@ -69,7 +122,9 @@ def test_cached_runs_commit_in_one_statement_and_each_gets_its_answer(h: Harness
         assert journal[-1].to_state == "Completed"
 
 
-def test_a_refusal_and_a_failed_document_answer_only_their_own_callers(h: Harness, sent) -> None:
+def test_a_refusal_and_a_failed_document_answer_only_their_own_callers(
+    h: Harness, sent, together
+) -> None:
     """A stale fencing token is refused before any write (audited); a document that fails
     inside the database (the fault seam) rolls back alone; the others in the group commit."""
     (stale, stale_grant), (faulty, faulty_grant), (fine, fine_grant) = leased_runs(h, 3)
@@ -81,8 +136,7 @@ def test_a_refusal_and_a_failed_document_answer_only_their_own_callers(h: Harnes
     faulty_grain = RunGrain(dataclasses.replace(h.env, fault=fail), h.tenant, faulty.run_id)
     before = sent()
 
-    refused, failed, committed = commit_together(
-        h.db,
+    refused, failed, committed = together(
         [
             succeed(stale, stale_grant, token=stale_grant.fencing_token + 1),
             succeed(faulty_grain, faulty_grant),
@@ -101,7 +155,9 @@ def test_a_refusal_and_a_failed_document_answer_only_their_own_callers(h: Harnes
     assert h.load(fine.run_id).run.state is RunState.COMPLETED
 
 
-def test_a_lost_race_decides_again_on_fresh_rows_in_the_next_round(h: Harness, sent) -> None:
+def test_a_lost_race_decides_again_on_fresh_rows_in_the_next_round(
+    h: Harness, sent, together
+) -> None:
     """Another activation renews the lease first: this activation's cached document loses the
     version guard, so it reloads, decides again and commits in a second, smaller round."""
     (racer, grant), (other, other_grant) = leased_runs(h, 2)
@@ -109,8 +165,7 @@ def test_a_lost_race_decides_again_on_fresh_rows_in_the_next_round(h: Harness, s
     version = h.load(racer.run_id).run.version
     before = sent()
 
-    (won, renewed), (ok, _) = commit_together(
-        h.db,
+    (won, renewed), (ok, _) = together(
         [
             racer.transition("renew_lease", grant.attempt_id, WORKER, grant.fencing_token),
             succeed(other, other_grant),
@@ -124,34 +179,21 @@ def test_a_lost_race_decides_again_on_fresh_rows_in_the_next_round(h: Harness, s
 
 
 def test_a_lost_connection_answers_every_transition_unavailable_and_a_retry_commits(
-    h: Harness, owner_url: str
+    h: Harness, owner_url: str, together
 ) -> None:
-    """The group's connection dies as it is taken: nobody knows what committed, so every
-    transition answers the retryable ``Unavailable``; nothing was written, and the same
+    """The group's connection dies just before it is used: nobody knows what committed, so
+    every transition answers the retryable ``Unavailable``; nothing was written, and the same
     commands sent again commit."""
     runs = leased_runs(h, 3)
+    together.lose_next_connection(owner_url)
 
-    owner = create_engine(owner_url, poolclass=NullPool)
-
-    def terminate(dbapi_connection: psycopg.Connection[Any], record: Any, proxy: Any) -> None:
-        with owner.connect() as conn:  # with a timeout it returns once the backend has exited
-            conn.execute(
-                text("SELECT pg_terminate_backend(:pid, 10000)"),
-                {"pid": dbapi_connection.info.backend_pid},
-            )
-            conn.commit()
-
-    event.listen(h.db.app, "checkout", terminate, once=True)
-    try:
-        answers = commit_together(h.db, [succeed(grain, grant) for grain, grant in runs])
-    finally:
-        owner.dispose()
+    answers = together([succeed(grain, grant) for grain, grant in runs])
 
     for ok, error in answers:
         assert ok is False and isinstance(error, errors.Unavailable) and error.retryable
     for grain, _ in runs:
         assert h.load(grain.run_id).run.state is RunState.RUNNING
-    again = commit_together(h.db, [succeed(grain, grant) for grain, grant in runs])
+    again = together([succeed(grain, grant) for grain, grant in runs])
     assert [ok for ok, _ in again] == [True] * 3
     for grain, _ in runs:
         assert h.load(grain.run_id).run.state is RunState.COMPLETED
@@ -163,6 +205,6 @@ def test_only_commands_written_as_plans_run_as_transitions(h: Harness) -> None:
         grain.transition("submit")
 
 
-def test_the_empty_group_sends_nothing(h: Harness, sent) -> None:
-    assert commit_together(h.db, []) == []
+def test_the_empty_group_sends_nothing(h: Harness, sent, together) -> None:
+    assert together([]) == []
     assert sent() == (0, 0)

@@ -19,7 +19,7 @@ from . import common, inprocess, transitions
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="bench")
-    parser.add_argument("--runs", type=int, default=600)
+    parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--dedicated-runs", type=int, default=6)
     parser.add_argument("--pgbench-seconds", type=int, default=10)

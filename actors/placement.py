@@ -80,6 +80,24 @@ def pack(value: Any) -> bytes:
         return bytes(cloudpickle.dumps(value))  # type: ignore[no-untyped-call]
 
 
+def pack_answers(answers: list[tuple[bool, Any]]) -> bytes:
+    """``pack`` for a batch's answers: one that will not pickle becomes an error for its own
+    caller only, instead of failing the whole call (whose other commands may have committed)."""
+    try:
+        return pack(answers)
+    except Exception:  # noqa: BLE001 - find the culprits one by one
+        safe: list[tuple[bool, Any]] = []
+        for ok, value in answers:
+            try:
+                pack(value)
+                safe.append((ok, value))
+            except Exception as exc:  # noqa: BLE001 - reported to that caller
+                safe.append(
+                    (False, errors.RunControlError(f"the answer could not be sent back: {exc}"))
+                )
+        return pack(safe)
+
+
 def unpack(payload: bytes) -> Any:
     return pickle.loads(payload)  # noqa: S301 - from our own actors, inside the cluster
 
@@ -224,9 +242,14 @@ class HostRouter:
     ) -> None:
         self.batches_sent += 1
         try:
-            answers = unpack(
-                await self.call_named(host, "command_batch_packed", pack([i for i, _ in batch]))
-            )
+            items = [item for item, _ in batch]
+            try:
+                answers = unpack(await self.call_named(host, "command_batch_packed", pack(items)))
+            except AttributeError as exc:
+                if isinstance(exc, RayTaskError):  # raised inside the host, not a missing method
+                    raise
+                # A host still running a release without packed batches (a rolling upgrade).
+                answers = await self.call_named(host, "command_batch", items)
         except asyncio.CancelledError:  # the loop is shutting down
             for _, future in batch:
                 future.cancel()

@@ -9,10 +9,11 @@ synchronous.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -30,7 +31,7 @@ from runcontrol.store.notify import Listener
 from runcontrol.store.uow import DISPATCH_CHANNEL, EVENTS_CHANNEL
 
 from .metrics import HostMetrics, command_span, start_command_span
-from .placement import HostRouter, get_or_create, pack, unpack
+from .placement import HostRouter, get_or_create, pack_answers, unpack
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -62,9 +63,30 @@ def make_router(config: dict[str, Any]) -> HostRouter:
 
 @dataclass
 class Activation:
+    """One run's grain and its mailbox: ``lock`` is held by the command running, ``queued``
+    counts the commands holding or waiting for it (``lock.locked()`` alone misses a waiter
+    already woken but not yet running)."""
+
     grain: RunGrain
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     last_used: float = field(default_factory=time.monotonic)
+    queued: int = 0
+
+    @property
+    def idle(self) -> bool:
+        return self.queued == 0 and not self.lock.locked()
+
+    @contextlib.asynccontextmanager
+    async def mailbox(self) -> AsyncIterator[None]:
+        """Hold the run's mailbox: its commands run one at a time, in arrival order."""
+        self.queued += 1
+        try:
+            async with self.lock:
+                self.last_used = time.monotonic()
+                yield
+        finally:
+            self.queued -= 1
+            self.last_used = time.monotonic()
 
 
 class RunHost:
@@ -102,7 +124,7 @@ class RunHost:
             await asyncio.sleep(max(idle / 4, 0.05))
             cutoff = time.monotonic() - idle
             for run_id, act in list(self._activations.items()):
-                if act.last_used < cutoff and not act.lock.locked():
+                if act.last_used < cutoff and act.idle:
                     del self._activations[run_id]
 
     async def _in_thread(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -116,8 +138,7 @@ class RunHost:
     ) -> Any:
         """Run one grain command in the run's mailbox (strictly in order per run)."""
         act = self._activation(tenant_id, run_id)
-        async with act.lock:
-            act.last_used = time.monotonic()
+        async with act.mailbox():
             self._commands += 1
             try:
                 with command_span(tenant_id, run_id, name, args) as span:
@@ -136,34 +157,34 @@ class RunHost:
         answered ``(ok, result or error)`` as if sent alone: one run's commands in the order
         listed (across batches, no order: DESIGN 9.6).
 
-        The first command of each cached, idle run that the grain can run as a transition
-        (``BATCHABLE``: its plan reads nothing) joins one group: its run's mailbox is taken at
-        once, its rules run on this loop and the group's documents commit in one awaited
-        statement (``commit_together_async``), with no thread hand-off. A cached
+        The first command of each cached run whose mailbox is idle, if the grain can run it as
+        a transition (``BATCHABLE``), joins one group: the host takes those mailboxes before
+        anything else can queue on them, runs the rules on this loop and awaits one statement
+        for the group's documents (``commit_together_async``), with no thread hand-off; a step
+        that would block (a load, a refusal's audit) runs on the thread pool. A cached
         ``open_attempts`` is answered from memory on the spot. Everything else goes through
-        ``command`` as usual (on the thread pool), queued behind the group on its run's
-        mailbox."""
+        ``command`` (on the thread pool), queued behind the group on its run's mailbox."""
         results: list[tuple[bool, Any]] = [(False, None)] * len(items)
         seen: set[UUID] = set()
         together: list[tuple[int, Activation]] = []
         alone: list[int] = []
         for i, (tenant_id, run_id, name, _, _) in enumerate(items):
             act = self._activations.get(run_id)
-            idle = (
+            ready = (
                 run_id not in seen
                 and act is not None
                 and act.grain.tenant_id == tenant_id
                 and act.grain.cached
-                and not act.lock.locked()
+                and act.idle
             )
             seen.add(run_id)
-            if idle and act is not None and name == "open_attempts":
+            if ready and act is not None and name == "open_attempts":
                 act.last_used = time.monotonic()
                 self._commands += 1
                 results[i] = (True, act.grain.open_attempts())
                 seen.discard(run_id)  # nothing is in flight for the run yet
-            elif idle and act is not None and name in BATCHABLE:
-                await act.lock.acquire()  # free: no other task runs before it is held
+            elif ready and act is not None and name in BATCHABLE:
+                act.queued += 1  # taken: no other command can start on the run (no await here)
                 together.append((i, act))
             else:
                 alone.append(i)
@@ -175,29 +196,44 @@ class RunHost:
             except Exception as exc:  # noqa: BLE001 - answered to its caller, not raised here
                 results[i] = (False, exc)
 
-        jobs = [one(i) for i in alone]
-        if together:
-            jobs.append(self._together(items, together, results))
-        await asyncio.gather(*jobs)
+        # The group's mailboxes are marked taken above and handed back in this same coroutine,
+        # whatever happens (a cancelled call included); each run's later commands in the batch
+        # wait in its mailbox until then.
+        tasks = [asyncio.ensure_future(one(i)) for i in alone]
+        try:
+            if together:
+                await self._together(items, together, results)
+            await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            raise
         return results
 
     async def command_batch_packed(self, payload: bytes) -> bytes:
         """``command_batch`` as the router sends it: items and answers each one pickle."""
-        return pack(await self.command_batch(unpack(payload)))
+        return pack_answers(await self.command_batch(unpack(payload)))
 
     async def _together(
         self, items: list[Item], together: list[tuple[int, Activation]], results: list[Any]
     ) -> None:
-        """Commit these runs' commands as one group; each run's mailbox is already held."""
+        """Commit these runs' commands as one group. Each run was marked taken (``queued``);
+        its lock is taken here at once (the run was idle) and everything is handed back."""
+        held: list[Activation] = []
         try:
+            for _, act in together:
+                await act.lock.acquire()  # idle and taken: returns at once
+                held.append(act)
             answers = await self._commit_together([(act.grain, items[i]) for i, act in together])
         except Exception as exc:  # noqa: BLE001 - answered to every caller of the group
             answers = [(False, exc)] * len(together)
         finally:
             now = time.monotonic()
-            for i, act in together:
-                act.last_used = now
+            for act in held:
                 act.lock.release()
+            for i, act in together:
+                act.queued -= 1
+                act.last_used = now
                 run_id = items[i][1]
                 if not act.grain.active and self._activations.get(run_id) is act:
                     del self._activations[run_id]  # terminal: nothing left to serialise
@@ -219,11 +255,13 @@ class RunHost:
                 slots.append(k)
             except Exception as exc:  # noqa: BLE001 - answered to its own caller
                 answers[k] = (False, exc)
-        done = await commit_together_async(self._sender.send, transitions)
+        try:
+            done = await commit_together_async(self._sender.send, transitions, self._in_thread)
+        finally:
+            for span in spans:
+                span.end()
         for k, answer in zip(slots, done, strict=True):
             answers[k] = answer
-        for span in spans:
-            span.end()
         return [a if a is not None else (False, None) for a in answers]
 
     # ------------------------------------------------------------------ claims

@@ -44,6 +44,9 @@ def main() -> int:
                     flush=True,
                 )
                 hosted = transitions.run(url, runs=args.runs, concurrency=args.concurrency)
+                doubled = 2 * args.concurrency
+                print(f"hosted placement again, {doubled} concurrent drivers ...", flush=True)
+                hosted_more = transitions.run(url, runs=args.runs, concurrency=doubled)
                 print("grain commands in-process, without Ray ...", flush=True)
                 local = inprocess.run(url)
                 print("Ray no-op actor calls (the actor runtime's own ceiling) ...", flush=True)
@@ -55,23 +58,29 @@ def main() -> int:
                     "ray_noop_calls_per_s": noop,
                     "in_process": local,
                     "hosted": hosted.__dict__,
+                    f"hosted_{doubled}_drivers": hosted_more.__dict__,
                     "dedicated": dedicated,
                 }
                 print()
                 print(f"{'figure':<44}{'value':>14}{'ceiling':>14}{'ratio':>8}")
-                rows = (
-                    ("state transitions/s (hosted)", hosted.transitions_per_s),
-                    ("  commands/s (hosted)", hosted.commands_per_s),
+                for label, figures in (
+                    (f"hosted, {args.concurrency} drivers", hosted),
+                    (f"hosted, {doubled} drivers", hosted_more),
+                ):
+                    for name, rate in (
+                        (f"state transitions/s ({label})", figures.transitions_per_s),
+                        ("  commands/s", figures.commands_per_s),
+                    ):
+                        print(f"{name:<44}{rate:>14.0f}{ceiling:>14.0f}{rate / ceiling:>8.2f}")
+                    print(
+                        f"{'  commands per actor call / per commit':<44}"
+                        f"{figures.commands_per_actor_call:>7.1f} / "
+                        f"{figures.commands_per_commit:<6.1f}"
+                    )
+                for name, rate in (
                     ("state transitions/s (dedicated)", dedicated["transitions_per_s"]),
                     ("  commands/s (dedicated)", dedicated["commands_per_s"]),
-                )
-                for name, rate in rows[:2]:
-                    print(f"{name:<44}{rate:>14.0f}{ceiling:>14.0f}{rate / ceiling:>8.2f}")
-                print(
-                    f"{'  commands per actor call / per commit':<44}"
-                    f"{hosted.commands_per_actor_call:>7.1f} / {hosted.commands_per_commit:<6.1f}"
-                )
-                for name, rate in rows[2:]:
+                ):
                     print(f"{name:<44}{rate:>14.0f}{ceiling:>14.0f}{rate / ceiling:>8.2f}")
                 for label in ("sequential", "16_threads"):
                     rate = local[f"{label}_commands_per_s"]

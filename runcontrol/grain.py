@@ -81,8 +81,17 @@ class Command(Generic[T]):
     command_id: str | None = None
 
 
-# A command as steps: yields each document it commits and is sent the database's answer for it.
-Transition = Generator[PendingCommit, Answer, T]
+class Blocking:
+    """Yielded by a transition about to do blocking I/O of its own (a load, a refusal's audit,
+    a port that reads): a driver on an event loop resumes it on a thread (``BLOCKING``)."""
+
+    __slots__ = ()
+
+
+BLOCKING = Blocking()
+# A command as steps: yields each document it commits and is sent the database's answer for it;
+# yields ``BLOCKING`` (and is sent None) before blocking I/O of its own.
+Transition = Generator[PendingCommit | Blocking, Answer, T]
 # The commands a host may run together (``RunGrain.transition``, ``commit_together``): those
 # whose plans read nothing from the database.
 BATCHABLE = frozenset({"acquire_lease", "renew_lease", "report_outcome", "cancel"})
@@ -93,16 +102,27 @@ class GroupRounds:
     round, ``next_group`` gives the documents ready (in run order, so two groups lock their
     runs in the same order) and ``answer`` hands each transition the database's answer for its
     own. One that lost its race reloads and decides again, exactly as when called alone, and
-    joins the next round. ``results`` then holds ``(True, result)`` or ``(False, error)`` per
-    transition, in order. Give it one transition per run."""
+    joins the next round. Transitions that yielded ``BLOCKING`` wait in ``blocked`` until the
+    driver calls ``resume_blocked`` (where blocking I/O may run). ``results`` then holds
+    ``(True, result)`` or ``(False, error)`` per transition, in order. Give it one transition
+    per run."""
 
     def __init__(self, transitions: Sequence[Transition[Any]]) -> None:
         self._transitions = transitions
         self.results: list[tuple[bool, Any]] = [(False, None)] * len(transitions)
         self._ready: list[tuple[int, PendingCommit]] = []
         self._group: list[tuple[int, PendingCommit]] = []
+        self.blocked: list[int] = []
         for i, steps in enumerate(transitions):
             self._advance(i, steps.__next__)
+
+    def resume_blocked(self) -> None:
+        """Run the blocked transitions to their next step (they may block: call it on a thread
+        from an event loop), until none is left blocked."""
+        while self.blocked:
+            resumed, self.blocked = self.blocked, []
+            for i in resumed:
+                self._advance(i, self._transitions[i].__next__)
 
     def next_group(self) -> list[str] | None:
         if not self._ready:
@@ -120,42 +140,58 @@ class GroupRounds:
             else:
                 self._advance(i, lambda s=steps, a=answers[k]: s.send(a))  # type: ignore[misc]
 
-    def _advance(self, i: int, step: Callable[[], PendingCommit]) -> None:
+    def _advance(self, i: int, step: Callable[[], PendingCommit | Blocking]) -> None:
         try:
-            self._ready.append((i, step()))
+            out = step()
         except StopIteration as done:
             self.results[i] = (True, done.value)
         except Exception as exc:  # noqa: BLE001 - answered to its own caller
             self.results[i] = (False, exc)
+        else:
+            if isinstance(out, Blocking):
+                self.blocked.append(i)
+            else:
+                self._ready.append((i, out))
 
 
 def commit_together(db: Database, transitions: Sequence[Transition[Any]]) -> list[tuple[bool, Any]]:
     """Commit several runs' transitions together (``GroupRounds``), each round's documents
-    in one ``Database.send_documents`` statement."""
+    in one ``Database.send_documents`` statement; blocking steps run inline."""
     rounds = GroupRounds(transitions)
-    while (docs := rounds.next_group()) is not None:
+    while True:
+        rounds.resume_blocked()
+        docs = rounds.next_group()
+        if docs is None:
+            return rounds.results
         try:
             rounds.answer(db.send_documents(docs))
         except Exception as exc:  # noqa: BLE001 - the whole group failed (a lost connection)
             rounds.answer(exc)
-    return rounds.results
 
 
 async def commit_together_async(
-    send: Callable[[list[str]], Awaitable[list[Answer]]], transitions: Sequence[Transition[Any]]
+    send: Callable[[list[str]], Awaitable[list[Answer]]],
+    transitions: Sequence[Transition[Any]],
+    on_thread: Callable[[Callable[[], None]], Awaitable[None]],
 ) -> list[tuple[bool, Any]]:
     """``commit_together`` for an event loop: each round's statement is awaited (``send``:
-    ``store.AsyncDocumentSender.send``). The transitions' own steps run on the loop: give it
-    cached grains' commands whose plans read nothing (``BATCHABLE``), whose only round trip is
-    then the group's; a refusal's audit or a lost race's reload is a short read or write made
-    inline."""
+    ``store.AsyncDocumentSender.send``) and the transitions' steps run on the loop, except
+    those that said they block (``BLOCKING``: a load, a refusal's audit, a port that reads),
+    which ``on_thread`` runs on a thread. A cached grain's lease or outcome thus costs no
+    thread hand-off and no round trip but the group's."""
     rounds = GroupRounds(transitions)
-    while (docs := rounds.next_group()) is not None:
+    while True:
+        if rounds.blocked:
+            await on_thread(rounds.resume_blocked)
+        docs = rounds.next_group()
+        if docs is None:
+            if rounds.blocked:
+                continue
+            return rounds.results
         try:
             rounds.answer(await send(docs))
         except Exception as exc:  # noqa: BLE001 - the whole group failed (a lost connection)
             rounds.answer(exc)
-    return rounds.results
 
 
 def command(
@@ -239,14 +275,17 @@ class RunGrain:
         db = self.env.db
         steps = self._transition(command)
         try:
-            pending = next(steps)
+            step = next(steps)
             while True:
+                if isinstance(step, Blocking):
+                    step = next(steps)  # this caller may block: go on
+                    continue
                 try:
-                    answer = db.group.apply(pending.doc, db.send_documents, pending.key)
+                    answer = db.group.apply(step.doc, db.send_documents, step.key)
                 except BaseException as exc:  # noqa: BLE001 - the transition decides what it means
-                    pending = steps.throw(exc)
+                    step = steps.throw(exc)
                 else:
-                    pending = steps.send(answer)
+                    step = steps.send(answer)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
@@ -256,12 +295,15 @@ class RunGrain:
         for round_ in (1, 2):
             with self._uow() as uow:
                 cached = self._agg is not None
+                if not cached or self._decide_reads():
+                    yield BLOCKING  # a load, or a port that reads while deciding
                 agg = self._agg if self._agg is not None else uow.load(self.run_id)
                 ctx = self.env.context(command.actor, command.command_id)
                 try:
                     result = command.decide(agg, ctx)
                 except errors.RunControlError:
                     self._agg = None
+                    yield BLOCKING  # the checks and the audit below read and write
                     # Only a refusal decided on the cache may be stale: decide again on fresh
                     # rows. A refusal decided on rows loaded in this transaction is the answer
                     # (re-checking those would loop whenever another activation keeps committing).
@@ -285,6 +327,8 @@ class RunGrain:
                     self._agg = None
                     raise
                 self._agg = agg
+                if self._after_commit_writes(agg):
+                    yield BLOCKING
                 self._after_commit(agg, ctx)
                 return result
         raise AssertionError("unreachable")
@@ -301,16 +345,28 @@ class RunGrain:
     def _release_at(self, agg: RunAggregate, ctx: CommandContext) -> datetime | None:
         """When the run is terminal and its budget lives in the run's database, the commit
         itself releases the reservation (at this time)."""
-        if self.env.budget.releases_with_run and self._holds_reservation(agg):
+        if self._releases_with_run() and self._holds_reservation(agg):
             return ctx.now
         return None
+
+    def _releases_with_run(self) -> bool:
+        # A Budget port written before the attribute existed releases after the commit.
+        return bool(getattr(self.env.budget, "releases_with_run", False))
+
+    def _after_commit_writes(self, agg: RunAggregate) -> bool:
+        return not self._releases_with_run() and self._holds_reservation(agg)
+
+    def _decide_reads(self) -> bool:
+        """Whether deciding may read the database (a capacity limit is checked on dispatch);
+        a port that does not say is taken to read."""
+        return bool(getattr(self.env.capacity, "reads_database", True))
 
     @staticmethod
     def _holds_reservation(agg: RunAggregate) -> bool:
         return agg.run.state.terminal and agg.run.budget_reservation_id is not None
 
     def _after_commit(self, agg: RunAggregate, ctx: CommandContext) -> None:
-        if not self.env.budget.releases_with_run and self._holds_reservation(agg):
+        if self._after_commit_writes(agg):
             self.env.budget.release(self.tenant_id, self.run_id, ctx.now)
 
     def _dispatch_due(self, agg: RunAggregate, ctx: CommandContext) -> Attempt | None:

@@ -11,6 +11,10 @@ from ..store.tables import attempts
 
 
 class Capacity(Protocol):
+    # Whether ``allow`` reads the database (a run host then checks it on a thread).
+    @property
+    def reads_database(self) -> bool: ...
+
     def allow(self, tenant_id: str, agent_id: str) -> bool: ...
 
 
@@ -20,6 +24,10 @@ class EmbeddedCapacity:
     def __init__(self, db: Database, max_open: int | None) -> None:
         self._db = db
         self._max_open = max_open
+
+    @property
+    def reads_database(self) -> bool:
+        return self._max_open is not None
 
     def allow(self, tenant_id: str, agent_id: str) -> bool:
         if self._max_open is None:

@@ -10,17 +10,10 @@ from __future__ import annotations
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
-from sqlalchemy.engine import make_url
 
 from .database import Database, answers, apply_statement
 from .group import Answer
-
-
-def libpq_url(sqlalchemy_url: str) -> str:
-    return (
-        make_url(sqlalchemy_url).set(drivername="postgresql").render_as_string(hide_password=False)
-    )
-
+from .notify import libpq_url
 
 APPLICATION_NAME = "runcontrol-group-commit"  # how its sessions show in pg_stat_activity
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -33,11 +34,25 @@ class Committer:
         self.h, self.mode = h, mode
         self.loop = asyncio.new_event_loop()
         self.sender = AsyncDocumentSender(h.db)
+        self.thread_hops = 0  # event loop: how often steps that block were sent to a thread
 
     def __call__(self, transitions: list[Transition[Any]]) -> list[tuple[bool, Any]]:
         if self.mode == "blocking":
             return commit_together(self.h.db, transitions)
-        return self.loop.run_until_complete(commit_together_async(self.sender.send, transitions))
+
+        async def on_thread(steps: Callable[[], None]) -> None:
+            self.thread_hops += 1
+            loop_thread = threading.get_ident()
+
+            def run() -> None:
+                assert threading.get_ident() != loop_thread
+                steps()
+
+            await asyncio.to_thread(run)
+
+        return self.loop.run_until_complete(
+            commit_together_async(self.sender.send, transitions, on_thread)
+        )
 
     def lose_next_connection(self, owner_url: str) -> None:
         """The connection the next group is sent on dies first (its backend is terminated)."""
@@ -111,6 +126,7 @@ def test_cached_runs_commit_in_one_statement_and_each_gets_its_answer(
     answers = together([succeed(grain, grant) for grain, grant in runs])
 
     assert sent()[0] - before[0] == 1 and sent()[1] - before[1] == 5
+    assert together.thread_hops == 0  # cached and nothing to read: no step left the loop
     for (grain, grant), (ok, attempt) in zip(runs, answers, strict=True):
         assert ok and isinstance(attempt, Attempt), attempt
         assert (attempt.attempt_id, str(attempt.state)) == (grant.attempt_id, "Succeeded")
@@ -126,8 +142,12 @@ def test_a_refusal_and_a_failed_document_answer_only_their_own_callers(
     h: Harness, sent, together
 ) -> None:
     """A stale fencing token is refused before any write (audited); a document that fails
-    inside the database (the fault seam) rolls back alone; the others in the group commit."""
-    (stale, stale_grant), (faulty, faulty_grant), (fine, fine_grant) = leased_runs(h, 3)
+    inside the database (the fault seam) rolls back alone; the others in the group commit.
+    The runs are given in descending id order, the reverse of the order the group writes them,
+    so an answer handed to the wrong caller shows. On the event loop, the refusal's audit and
+    the fresh activation's load ran on a thread."""
+    runs = sorted(leased_runs(h, 3), key=lambda run: run[0].run_id, reverse=True)
+    (stale, stale_grant), (faulty, faulty_grant), (fine, fine_grant) = runs
 
     def fail(name: str) -> None:
         if name == "before-journal":
@@ -148,6 +168,7 @@ def test_a_refusal_and_a_failed_document_answer_only_their_own_callers(
     assert failed[0] is False and isinstance(failed[1], RuntimeError)
     assert committed[0] is True
     assert sent()[0] - before[0] == 1  # the two documents written went together
+    assert together.thread_hops >= (0 if together.mode == "blocking" else 1)
     assert len(h.audits(stale.run_id, "stale-fencing-token")) == 1
     for grain in (stale, faulty):
         assert h.load(grain.run_id).run.state is RunState.RUNNING

@@ -205,11 +205,19 @@ def reservation_released_at(h: Harness, run_id: uuid.UUID) -> object:
 
 
 @pytest.mark.parametrize("checkpoint", ("after-run", "before-journal"))
-def test_the_terminal_transition_itself_releases_the_reservation(h: Harness, checkpoint: str):
+def test_the_terminal_transition_itself_releases_the_reservation(
+    h: Harness, checkpoint: str, monkeypatch: pytest.MonkeyPatch
+):
     """Embedded budget: the statement that makes the run terminal also releases its
-    reservation (migration 0004). If that statement fails, the run stays Running and the
-    reservation stays held; when it commits, the reservation is released at the run's end."""
+    reservation (migration 0004); the port's own ``release`` is never called. If that
+    statement fails, the run stays Running and the reservation stays held; when it commits,
+    the reservation is released at the run's end."""
     grain, grant = h.start_run()
+
+    def separate_release(*args: object) -> None:
+        raise AssertionError("released in a transaction of its own")
+
+    monkeypatch.setattr(h.env.budget, "release", separate_release)
 
     def fail(name: str) -> None:
         if name == checkpoint:

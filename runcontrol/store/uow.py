@@ -3,6 +3,7 @@ events and its recovery-journal entries commit together or not at all (invariant
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -42,6 +43,8 @@ _APPLY = "SELECT runcontrol_apply(%s::jsonb)"
 # activations' transactions.
 _LOST_RACE = frozenset({"RC409", "40P01", "40001"})
 _SET_TENANT = "SELECT set_config('runcontrol.tenant_id', %s, true)"
+# A JSON-escaped NUL (an even run of backslashes, then \u0000): not a literal "\u0000" in text.
+_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 def _json_default(value: Any) -> Any:
@@ -337,7 +340,12 @@ class UnitOfWork:
         injected = self._injected_fault()
         if injected is not None:
             doc["fault"] = injected[0]
-        return orjson.dumps(doc, default=_json_default).decode(), changes, injected
+        text = orjson.dumps(doc, default=_json_default).decode()
+        if "\\u0000" in text and _NUL.search(text):
+            # PostgreSQL text cannot hold NUL. Refused here, the command fails alone; sent, it
+            # would fail every document of its group.
+            raise errors.ValidationFailed("text may not contain NUL characters")
+        return text, changes, injected
 
     def _injected_fault(self) -> tuple[str, BaseException] | None:
         """The first checkpoint at which the test hook raises, and what it raised: the

@@ -176,6 +176,25 @@ def test_a_refusal_and_a_failed_document_answer_only_their_own_callers(
     assert h.load(fine.run_id).run.state is RunState.COMPLETED
 
 
+def test_a_nul_in_one_commands_text_fails_that_command_alone(h: Harness, together) -> None:
+    """PostgreSQL text cannot hold NUL: sent, such a document would fail its whole group (the
+    array cast fails). It is refused before it is sent, as a validation error for its caller."""
+    h.publish(StepSpec("only", "agent-a"))
+    bad, _ = h.submit()
+    (_, fine_grant), *_ = leased_runs(h, 1)
+    fine = h.grain(fine_grant.run_id)
+    (attempt,) = h.open_attempts(bad.run_id)
+
+    refused, committed = together(
+        [bad.transition("acquire_lease", attempt.attempt_id, "w\x00"), succeed(fine, fine_grant)]
+    )
+
+    assert refused[0] is False and isinstance(refused[1], errors.ValidationFailed)
+    assert committed[0] is True
+    assert h.load(bad.run_id).leases == {}
+    assert h.load(fine.run_id).run.state is RunState.COMPLETED
+
+
 def test_a_lost_race_decides_again_on_fresh_rows_in_the_next_round(
     h: Harness, sent, together
 ) -> None:

@@ -93,7 +93,9 @@ class RunHost:
     def __init__(self, config: dict[str, Any]) -> None:
         self._config = config
         self.settings = Settings.model_validate(config["settings"])
-        db = build_database(self.settings, owner_url=config["owner_url"], migrate=False)
+        db = build_database(
+            self.settings, owner_url=config["owner_url"], migrate=False, require_current_schema=True
+        )
         self._env = build(self.settings, db=db, migrate=False).env
         self._sender = AsyncDocumentSender(db)
         self._activations: dict[UUID, Activation] = {}

@@ -39,7 +39,9 @@ SCHEDULER_OPTIONS: dict[str, Any] = {
 class Scheduler:
     def __init__(self, config: dict[str, Any]) -> None:
         self.settings = Settings.model_validate(config["settings"])
-        db = build_database(self.settings, owner_url=config["owner_url"], migrate=False)
+        db = build_database(
+            self.settings, owner_url=config["owner_url"], migrate=False, require_current_schema=True
+        )
         self._container = build(self.settings, db=db, migrate=False)
         self._db = db
         self._clock = self._container.env.clock

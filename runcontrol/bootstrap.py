@@ -24,8 +24,14 @@ def database_url(settings: Settings) -> str:
 
 
 def build_database(
-    settings: Settings, *, owner_url: str | None = None, migrate: bool = True
+    settings: Settings,
+    *,
+    owner_url: str | None = None,
+    migrate: bool = True,
+    require_current_schema: bool = False,
 ) -> Database:
+    """The database, migrated to head, or (``require_current_schema``, for processes that write
+    but do not migrate: run hosts, the scheduler) checked to be at head already."""
     db = Database(
         owner_url or database_url(settings),
         app_url=settings.app_database_url,
@@ -35,6 +41,12 @@ def build_database(
     )
     if migrate:
         db.migrate()
+    elif require_current_schema:
+        try:
+            db.require_current_schema()
+        except BaseException:
+            db.dispose()
+            raise
     return db
 
 

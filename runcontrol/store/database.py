@@ -11,8 +11,10 @@ from typing import Any
 import psycopg
 from alembic import command
 from alembic.config import Config
+from alembic.script import ScriptDirectory
 from psycopg.rows import dict_row
 from sqlalchemy import Connection, Engine, create_engine, text
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 
 from .group import Answer, GroupCommit
@@ -25,6 +27,16 @@ _SET_TENANT = text("SELECT set_config('runcontrol.tenant_id', :tenant, true)")
 _SET_TENANT_SQL = "SELECT set_config('runcontrol.tenant_id', %s, true)"
 _APPLY = "SELECT runcontrol_apply(%s::jsonb)"
 _APPLY_MANY = "SELECT runcontrol_apply_many(%s::jsonb)"
+
+
+class SchemaMismatch(RuntimeError):
+    """The database's schema revision is not the one this code was written for."""
+
+
+def _alembic_config() -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    return cfg
 
 
 def apply_statement(docs: list[str]) -> tuple[str, tuple[str]]:
@@ -98,20 +110,39 @@ class Database:
             self._system = create_engine(self.system_url, pool_size=4, pool_pre_ping=True)
         return self._system
 
-    def migrate(self) -> None:
-        """Bring the schema, roles and policies to the latest revision (idempotent)."""
+    def migrate(self, revision: str = "head") -> None:
+        """Bring the schema, roles and policies to ``revision`` (idempotent)."""
         engine = create_engine(self.owner_url, poolclass=None)
         try:
             with engine.begin() as conn:
                 # Serialise concurrent migrators (several processes starting at once).
                 conn.execute(text("SELECT pg_advisory_xact_lock(72616001)"))
-                cfg = Config()
-                cfg.set_main_option("script_location", str(MIGRATIONS))
+                cfg = _alembic_config()
                 cfg.attributes["connection"] = conn
                 cfg.attributes["role_password"] = self.role_password
-                command.upgrade(cfg, "head")
+                command.upgrade(cfg, revision)
         finally:
             engine.dispose()
+
+    def schema_revision(self) -> str | None:
+        """The database's schema revision, read as the system role; None when it cannot be read
+        (no schema yet, or one older than 0005, which made it readable)."""
+        try:
+            with self.system.connect() as conn:
+                return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+        except sa_exc.ProgrammingError:
+            return None
+
+    def require_current_schema(self) -> None:
+        """Refuse to run on a schema older (or newer) than this code's: a document written for
+        a newer ``runcontrol_apply`` would lose what an older one ignores."""
+        needed = ScriptDirectory.from_config(_alembic_config()).get_current_head()
+        found = self.schema_revision()
+        if found != needed:
+            raise SchemaMismatch(
+                f"the database schema is at revision {found or 'unknown (older than 0005)'}, "
+                f"and this release needs {needed}: migrate it first (`runcontrol db`)"
+            )
 
     @contextmanager
     def tenant(self, tenant_id: str) -> Iterator[Connection]:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Awaitable
 from typing import Any
 
 from actor_harness import RayHarness, assert_typed, proposal_hash, run_async
 
+from actors.placement import pack_answers, unpack
 from runcontrol.domain import Decision, Role, errors
 
 
@@ -87,3 +89,20 @@ def test_domain_errors_arrive_as_their_own_classes(h: RayHarness) -> None:
         )
 
     run_async(main(), timeout=60)
+
+
+def test_an_answer_that_will_not_pickle_fails_only_its_own_caller() -> None:
+    """A batch's answers travel as one pickle (``pack_answers``): one that cannot be pickled at
+    all (not even by cloudpickle) becomes a typed error for its own caller; the other answers,
+    typed errors included, arrive as they were."""
+    unpicklable = threading.Lock()
+    stale = errors.StaleFencingToken("stale", run_id="r")
+    answers = unpack(pack_answers([(True, 1), (True, unpicklable), (False, stale)]))
+
+    assert answers[0] == (True, 1)
+    ok, error = answers[1]
+    assert ok is False and type(error) is errors.RunControlError
+    assert "could not be sent back" in str(error)
+    ok, error = answers[2]
+    assert ok is False and type(error) is errors.StaleFencingToken
+    assert error.details == {"run_id": "r"}

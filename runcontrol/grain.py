@@ -184,9 +184,7 @@ async def commit_together_async(
         if rounds.blocked:
             await on_thread(rounds.resume_blocked)
         docs = rounds.next_group()
-        if docs is None:
-            if rounds.blocked:
-                continue
+        if docs is None:  # none blocked (resumed above) and none ready: all answered
             return rounds.results
         try:
             rounds.answer(await send(docs))

@@ -1,0 +1,206 @@
+"""Commands as typed messages: one frozen dataclass per command a run's grain handles.
+
+Every command names the run it is for (``tenant_id``, ``run_id``: a host routes on them) and
+carries a ``command_id``, made by the client when the caller does not give one. The grain
+stores a committed command's answer with its effect, keyed by (tenant, run, command id), so a
+resend (a Ray retry, a lost reply, a client retry) gets the stored answer, never a second
+effect (``runcontrol.grain``, DESIGN 4). ``Command[R]`` says what the command answers.
+
+The wire formats map onto these types: Ray carries them as they are, the HTTP edge builds
+them from requests (an ``Idempotency-Key`` becomes the ``command_id``). Which handler runs a
+type, and whether a host may commit it with other runs' commands, is the grain's registry
+(``runcontrol.grain.HANDLERS``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+from uuid import UUID
+
+from .domain import (
+    ApprovalRequest,
+    Attempt,
+    AttemptOutcome,
+    Decision,
+    FailureClass,
+    LeaseGrant,
+    Limits,
+    Principal,
+    SideEffectClass,
+)
+
+R = TypeVar("R")
+
+
+def new_command_id() -> str:
+    return str(uuid.uuid4())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Command(Generic[R]):
+    """A message to one run's grain that answers an ``R``."""
+
+    tenant_id: str
+    run_id: UUID
+    command_id: str = field(default_factory=new_command_id)
+
+
+# ---------------------------------------------------------------------- answers
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitResult:
+    run_id: UUID
+    state: str
+    release_id: str
+    policy_revision: str
+    snapshot_id: UUID
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class WakeResult:
+    """What a reminder found due and did (counted by the events it recorded, not by this)."""
+
+    started: bool = False
+    leases_expired: int = 0
+    approvals_expired: int = 0
+    dispatched: bool = False
+
+
+# ---------------------------------------------------------------------- runs
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitRequest:
+    project_id: str
+    idempotency_key: str
+    workflow_id: str
+    model_profile_id: str
+    input: dict[str, Any]
+    release_alias: str | None = None
+    release_id: str | None = None
+    limits: Limits = Limits()
+    environment_id: str | None = None
+    correlation_id: str | None = None
+
+    def canonical_payload(self) -> dict[str, Any]:
+        return {
+            "workflowId": self.workflow_id,
+            "releaseAlias": self.release_alias if self.release_id is None else None,
+            "releaseId": self.release_id,
+            "modelProfileId": self.model_profile_id,
+            "input": self.input,
+            "limits": {
+                "maxCostUsd": self.limits.max_cost_usd,
+                "maxMinutes": self.limits.max_minutes,
+            },
+            "environmentId": self.environment_id,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubmitRun(Command[SubmitResult]):
+    """SubmitRun: accept (idempotent on tenant + project + key), reserve budget, dispatch.
+    ``run_id`` is the id the run gets if this submission creates it."""
+
+    principal: Principal
+    request: SubmitRequest
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartRun(Command[None]):
+    """Reserve the budget of an Accepted run and dispatch its first step (safe to repeat)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DispatchRun(Command["Attempt | None"]):
+    """RunDispatcher: dispatch the next due Pending step if capacity allows."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelRun(Command[str]):
+    """Record the cancellation intent; answers the run's state observed after it."""
+
+    requested_by: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WakeRun(Command[WakeResult]):
+    """The reminder: expire leases and approvals that are due, dispatch due retries."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpenAttempts(Command[list[UUID]]):
+    """A read of the activation: ids of the run's non-terminal attempts (changes nothing)."""
+
+
+# ---------------------------------------------------------------------- workers
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AcquireLease(Command[LeaseGrant]):
+    attempt_id: UUID
+    holder: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RenewLease(Command[LeaseGrant]):
+    attempt_id: UUID
+    holder: str
+    fencing_token: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReportOutcome(Command[Attempt]):
+    attempt_id: UUID
+    holder: str
+    fencing_token: int
+    outcome: AttemptOutcome
+    failure_class: FailureClass | None = None
+    outcome_hash: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestApproval(Command["ApprovalRequest | None"]):
+    attempt_id: UUID
+    holder: str
+    fencing_token: int
+    proposal_hash: str
+    action_class: SideEffectClass | None = None
+
+
+# ---------------------------------------------------------------------- people
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecideApproval(Command[ApprovalRequest]):
+    approval_id: UUID
+    principal: Principal
+    decision: Decision
+    version: int
+    proposal_hash: str
+    reason: str | None = None
+
+
+__all__ = [
+    "AcquireLease",
+    "CancelRun",
+    "Command",
+    "DecideApproval",
+    "DispatchRun",
+    "OpenAttempts",
+    "RenewLease",
+    "ReportOutcome",
+    "RequestApproval",
+    "StartRun",
+    "SubmitRequest",
+    "SubmitResult",
+    "SubmitRun",
+    "WakeResult",
+    "WakeRun",
+    "new_command_id",
+]

@@ -8,7 +8,7 @@ No prompt, input or artifact content is ever put in a tag, a span or a log line.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 from uuid import UUID
@@ -16,8 +16,8 @@ from uuid import UUID
 from opentelemetry import trace
 from ray.util.metrics import Counter, Gauge, Histogram
 
-from runcontrol.domain import ApprovalRequest, Attempt, LeaseGrant
-from runcontrol.grain import SubmitResult
+from runcontrol.commands import Command
+from runcontrol.domain import Event, RunAggregate
 
 SECONDS_BUCKETS = [0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 1800, 3600, 21600, 86400, 259200]
 _tracer = trace.get_tracer("runcontrol")
@@ -49,32 +49,35 @@ class HostMetrics:
             boundaries=SECONDS_BUCKETS,
             tag_keys=("tenant", "actionClass"),
         )
-        self._agents: dict[UUID, str] = {}
 
-    def observe(self, tenant: str, name: str, args: tuple[Any, ...], result: Any) -> None:
-        if name == "submit" and isinstance(result, SubmitResult) and result.created:
-            request = args[1]
-            self.runs_accepted.inc(
-                1,
-                {"tenant": tenant, "project": args[0].project_id, "workflow": request.workflow_id},
-            )
-        elif isinstance(result, LeaseGrant):
-            self._agents[result.attempt_id] = result.agent_id
-        elif isinstance(result, Attempt) and result.settled_at is not None:
-            agent = self._agents.pop(result.attempt_id, "unknown")
-            self.attempt_duration.observe(
-                (result.settled_at - result.dispatched_at).total_seconds(),
-                {"tenant": tenant, "agent": agent, "outcome": str(result.outcome)},
-            )
-        elif isinstance(result, ApprovalRequest) and result.decided_at is not None:
-            self.approval_age.observe(
-                (result.decided_at - result.created_at).total_seconds(),
-                {"tenant": tenant, "actionClass": str(result.action_class)},
-            )
-        elif name == "wake" and isinstance(result, list):
-            expired = sum(1 for item in result if str(item).startswith("lease-expired:"))
-            if expired:
-                self.leases_expired.inc(expired, {"tenant": tenant})
+    def observe(self, agg: RunAggregate, events: Sequence[Event]) -> None:
+        """Count what a commit recorded (a grain observer: ``GrainEnv.observers``)."""
+        tenant = agg.run.tenant_id
+        for event in events:
+            kind = event.event_type
+            if kind == "RunAccepted":
+                tags = {"tenant": tenant, "project": agg.run.project_id}
+                self.runs_accepted.inc(1, {**tags, "workflow": agg.run.workflow_id})
+            elif kind == "LeaseExpired":
+                self.leases_expired.inc(1, {"tenant": tenant})
+            elif kind == "AttemptOutcomeRecorded" and event.attempt_id in agg.attempts:
+                attempt = agg.attempts[event.attempt_id]
+                if attempt.settled_at is not None:
+                    self.attempt_duration.observe(
+                        (attempt.settled_at - attempt.dispatched_at).total_seconds(),
+                        {
+                            "tenant": tenant,
+                            "agent": agg.step(attempt.step_id).agent_id,
+                            "outcome": str(attempt.outcome),
+                        },
+                    )
+            elif kind == "ApprovalDecided":
+                approval = agg.approvals.get(UUID(event.payload["approvalId"]))
+                if approval is not None and approval.decided_at is not None:
+                    self.approval_age.observe(
+                        (approval.decided_at - approval.created_at).total_seconds(),
+                        {"tenant": tenant, "actionClass": str(approval.action_class)},
+                    )
 
 
 class SchedulerMetrics:
@@ -93,30 +96,26 @@ class SchedulerMetrics:
 
 
 @contextmanager
-def command_span(tenant: str, run_id: UUID, name: str, args: tuple[Any, ...]) -> Iterator[Any]:
+def command_span(command: Command[Any]) -> Iterator[Any]:
     """One span per command, with the ids the spec names (never payloads)."""
-    with _tracer.start_as_current_span(f"RunGrain.{name}") as span:
-        _describe(span, tenant, run_id, name, args)
+    with _tracer.start_as_current_span(f"RunGrain.{type(command).__name__}") as span:
+        _describe(span, command)
         yield span
 
 
-def start_command_span(tenant: str, run_id: UUID, name: str, args: tuple[Any, ...]) -> Any:
+def start_command_span(command: Command[Any]) -> Any:
     """``command_span`` for a command that ends elsewhere (the caller ends the span): the
     commands a host commits together each keep their own span."""
-    span = _tracer.start_span(f"RunGrain.{name}")
-    _describe(span, tenant, run_id, name, args)
+    span = _tracer.start_span(f"RunGrain.{type(command).__name__}")
+    _describe(span, command)
     return span
 
 
-_ATTEMPT_COMMANDS = frozenset(
-    {"acquire_lease", "renew_lease", "report_outcome", "request_approval"}
-)
-
-
-def _describe(span: Any, tenant: str, run_id: UUID, name: str, args: tuple[Any, ...]) -> None:
-    span.set_attribute("tenant.id", tenant)
-    span.set_attribute("run.id", str(run_id))
-    if name in _ATTEMPT_COMMANDS:
-        attempt = next((a for a in args if isinstance(a, UUID)), None)
-        if attempt is not None:
-            span.set_attribute("attempt.id", str(attempt))
+def _describe(span: Any, command: Command[Any]) -> None:
+    span.set_attribute("tenant.id", command.tenant_id)
+    span.set_attribute("run.id", str(command.run_id))
+    span.set_attribute("command.id", command.command_id)
+    for name in ("attempt_id", "approval_id"):
+        value = getattr(command, name, None)
+        if value is not None:
+            span.set_attribute(name.replace("_", "."), str(value))

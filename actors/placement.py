@@ -15,16 +15,18 @@ import logging
 import pickle
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 import ray
 from ray import cloudpickle
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
 
+from runcontrol.commands import Command
 from runcontrol.domain import errors
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 NAMESPACE = "runcontrol"
 SCHEDULER_NAME = "runcontrol-scheduler"
@@ -112,7 +114,7 @@ MAX_BATCH = 64
 
 @dataclass
 class _HostQueue:
-    pending: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = field(default_factory=list)
+    pending: list[tuple[Command[Any], asyncio.Future[Any]]] = field(default_factory=list)
     in_flight: int = 0
     scheduled: bool = False
 
@@ -120,8 +122,9 @@ class _HostQueue:
 class HostRouter:
     """Routes a run's commands to the actor that hosts it, retrying across actor restarts.
 
-    Commands are idempotent or fenced (DESIGN 9.5), so repeating one after
-    ``ActorUnavailableError`` ("unknown whether it ran") is safe; a batch is repeated whole.
+    A command keeps its ``command_id`` when repeated after ``ActorUnavailableError`` ("unknown
+    whether it ran"): the grain answers a repeat of a committed command with the stored answer
+    (DESIGN 9.5), so a batch is repeated whole safely.
     """
 
     def __init__(
@@ -180,15 +183,13 @@ class HostRouter:
     async def call_any(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return await self.call_named(host_name(next(self._round_robin)), method, *args, **kwargs)
 
-    async def command(
-        self, tenant_id: str, run_id: UUID, name: str, *args: Any, **kwargs: Any
-    ) -> Any:
+    async def send(self, command: Command[R]) -> R:
         """One grain command, sent to the run's host in a batch with its neighbours."""
         loop = asyncio.get_running_loop()
-        host = self.name_for(run_id)
+        host = self.name_for(command.run_id)
         queue = self._queues.setdefault(loop, {}).setdefault(host, _HostQueue())
-        future: asyncio.Future[Any] = loop.create_future()
-        entry = ((tenant_id, run_id, name, args, kwargs), future)
+        future: asyncio.Future[R] = loop.create_future()
+        entry: tuple[Command[Any], asyncio.Future[Any]] = (command, future)
         queue.pending.append(entry)
         self._schedule(loop, host, queue)
         try:
@@ -238,18 +239,12 @@ class HostRouter:
         loop: asyncio.AbstractEventLoop,
         host: str,
         queue: _HostQueue,
-        batch: list[tuple[tuple[Any, ...], asyncio.Future[Any]]],
+        batch: list[tuple[Command[Any], asyncio.Future[Any]]],
     ) -> None:
         self.batches_sent += 1
         try:
             items = [item for item, _ in batch]
-            try:
-                answers = unpack(await self.call_named(host, "command_batch_packed", pack(items)))
-            except AttributeError as exc:
-                if isinstance(exc, RayTaskError):  # raised inside the host, not a missing method
-                    raise
-                # A host still running a release without packed batches (a rolling upgrade).
-                answers = await self.call_named(host, "command_batch", items)
+            answers = unpack(await self.call_named(host, "command_batch_packed", pack(items)))
         except asyncio.CancelledError:  # the loop is shutting down
             for _, future in batch:
                 future.cancel()

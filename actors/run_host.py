@@ -22,9 +22,10 @@ from uuid import UUID
 import ray
 
 from runcontrol.bootstrap import build, build_database
+from runcontrol.commands import AcquireLease, Command, OpenAttempts
 from runcontrol.config import Settings
 from runcontrol.domain import LeaseGrant, errors
-from runcontrol.grain import BATCHABLE, RunGrain, commit_together_async
+from runcontrol.grain import RunGrain, batches, commit_together_async
 from runcontrol.store import queries as q
 from runcontrol.store.async_send import AsyncDocumentSender
 from runcontrol.store.notify import Listener
@@ -35,7 +36,6 @@ from .placement import HostRouter, get_or_create, pack_answers, unpack
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-Item = tuple[str, UUID, str, tuple[Any, ...], dict[str, Any]]
 
 HOST_OPTIONS: dict[str, Any] = {
     "num_cpus": 0,
@@ -97,6 +97,8 @@ class RunHost:
             self.settings, owner_url=config["owner_url"], migrate=False, require_current_schema=True
         )
         self._env = build(self.settings, db=db, migrate=False).env
+        self._metrics = HostMetrics()
+        self._env.observers.append(self._metrics.observe)
         self._sender = AsyncDocumentSender(db)
         self._activations: dict[UUID, Activation] = {}
         threads = self.settings.grains.threads
@@ -108,7 +110,6 @@ class RunHost:
         self._started = time.monotonic()
         self._commands = 0
         self.grouped_commands = 0  # commands committed through ``command_batch``'s groups
-        self._metrics = HostMetrics()
         self._reaper = asyncio.get_running_loop().create_task(self._reap())
 
     # ------------------------------------------------------------------ activations
@@ -135,66 +136,64 @@ class RunHost:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, lambda: fn(*args, **kwargs))
 
-    async def command(
-        self, tenant_id: str, run_id: UUID, name: str, *args: Any, **kwargs: Any
-    ) -> Any:
+    async def command(self, command: Command[T]) -> T:
         """Run one grain command in the run's mailbox (strictly in order per run)."""
-        act = self._activation(tenant_id, run_id)
+        run_id = command.run_id
+        act = self._activation(command.tenant_id, run_id)
         async with act.mailbox():
             self._commands += 1
             try:
-                with command_span(tenant_id, run_id, name, args) as span:
-                    result = await self._in_thread(getattr(act.grain, name), *args, **kwargs)
+                with command_span(command) as span:
+                    result = await self._in_thread(act.grain.execute, command)
                     step_id = getattr(result, "step_id", None)
                     if step_id is not None:
                         span.set_attribute("step.id", str(step_id))
-                self._metrics.observe(tenant_id, name, args, result)
-                return result
+                return result  # type: ignore[no-any-return]
             finally:
                 if not act.grain.active and self._activations.get(run_id) is act:
                     del self._activations[run_id]  # terminal: nothing left to serialise
 
-    async def command_batch(self, items: list[Item]) -> list[tuple[bool, Any]]:
+    async def command_batch(self, items: list[Command[Any]]) -> list[tuple[bool, Any]]:
         """Several commands in one actor call (``HostRouter.command`` batches them), each
         answered ``(ok, result or error)`` as if sent alone: one run's commands in the order
         listed (across batches, no order: DESIGN 9.6).
 
         The first command of each cached run whose mailbox is idle, if the grain can run it as
-        a transition (``BATCHABLE``), joins one group: the host takes those mailboxes before
+        a transition (``batches``), joins one group: the host takes those mailboxes before
         anything else can queue on them, runs the rules on this loop and awaits one statement
         for the group's documents (``commit_together_async``), with no thread hand-off; a step
         that would block (a load, a refusal's audit) runs on the thread pool. A cached
-        ``open_attempts`` is answered from memory on the spot. Everything else goes through
+        ``OpenAttempts`` is answered from memory on the spot. Everything else goes through
         ``command`` (on the thread pool), queued behind the group on its run's mailbox."""
         results: list[tuple[bool, Any]] = [(False, None)] * len(items)
         seen: set[UUID] = set()
         together: list[tuple[int, Activation]] = []
         alone: list[int] = []
-        for i, (tenant_id, run_id, name, _, _) in enumerate(items):
+        for i, item in enumerate(items):
+            run_id = item.run_id
             act = self._activations.get(run_id)
             ready = (
                 run_id not in seen
                 and act is not None
-                and act.grain.tenant_id == tenant_id
+                and act.grain.tenant_id == item.tenant_id
                 and act.grain.cached
                 and act.idle
             )
             seen.add(run_id)
-            if ready and act is not None and name == "open_attempts":
+            if ready and act is not None and isinstance(item, OpenAttempts):
                 act.last_used = time.monotonic()
                 self._commands += 1
-                results[i] = (True, act.grain.open_attempts())
+                results[i] = (True, act.grain.execute(item))
                 seen.discard(run_id)  # nothing is in flight for the run yet
-            elif ready and act is not None and name in BATCHABLE:
+            elif ready and act is not None and batches(item):
                 act.queued += 1  # taken: no other command can start on the run (no await here)
                 together.append((i, act))
             else:
                 alone.append(i)
 
         async def one(i: int) -> None:
-            tenant_id, run_id, name, args, kwargs = items[i]
             try:
-                results[i] = (True, await self.command(tenant_id, run_id, name, *args, **kwargs))
+                results[i] = (True, await self.command(items[i]))
             except Exception as exc:  # noqa: BLE001 - answered to its caller, not raised here
                 results[i] = (False, exc)
 
@@ -217,7 +216,10 @@ class RunHost:
         return pack_answers(await self.command_batch(unpack(payload)))
 
     async def _together(
-        self, items: list[Item], together: list[tuple[int, Activation]], results: list[Any]
+        self,
+        items: list[Command[Any]],
+        together: list[tuple[int, Activation]],
+        results: list[Any],
     ) -> None:
         """Commit these runs' commands as one group. Each run was marked taken (``queued``);
         its lock is taken here at once (the run was idle) and everything is handed back."""
@@ -236,24 +238,25 @@ class RunHost:
             for i, act in together:
                 act.queued -= 1
                 act.last_used = now
-                run_id = items[i][1]
+                run_id = items[i].run_id
                 if not act.grain.active and self._activations.get(run_id) is act:
                     del self._activations[run_id]  # terminal: nothing left to serialise
         self._commands += len(together)
         self.grouped_commands += len(together)
         for (i, _), answer in zip(together, answers, strict=True):
             results[i] = answer
-            if answer[0]:
-                tenant_id, _, name, args, _ = items[i]
-                self._metrics.observe(tenant_id, name, args, answer[1])
 
-    async def _commit_together(self, calls: list[tuple[RunGrain, Item]]) -> list[tuple[bool, Any]]:
+    async def _commit_together(
+        self, calls: list[tuple[RunGrain, Command[Any]]]
+    ) -> list[tuple[bool, Any]]:
         answers: list[tuple[bool, Any] | None] = [None] * len(calls)
-        spans, transitions, slots = [], [], []
-        for k, (grain, (tenant_id, run_id, name, args, kwargs)) in enumerate(calls):
-            spans.append(start_command_span(tenant_id, run_id, name, args))
+        spans: list[Any] = []
+        transitions: list[Any] = []
+        slots: list[int] = []
+        for k, (grain, command) in enumerate(calls):
+            spans.append(start_command_span(command))
             try:
-                transitions.append(grain.transition(name, *args, **kwargs))
+                transitions.append(grain.transition(command))
                 slots.append(k)
             except Exception as exc:  # noqa: BLE001 - answered to its own caller
                 answers[k] = (False, exc)
@@ -279,8 +282,13 @@ class RunHost:
             candidates = await self._in_thread(self._claimable, agent_ids)
             for tenant_id, run_id, attempt_id in candidates:
                 try:
-                    grant: LeaseGrant = await self._router.command(
-                        tenant_id, run_id, "acquire_lease", attempt_id, holder
+                    grant: LeaseGrant = await self._router.send(
+                        AcquireLease(
+                            tenant_id=tenant_id,
+                            run_id=run_id,
+                            attempt_id=attempt_id,
+                            holder=holder,
+                        )
                     )
                 except (errors.LeaseHeld, errors.LeaseRejected):
                     continue  # another worker won it, or the run moved on

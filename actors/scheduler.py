@@ -17,6 +17,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from runcontrol import reconcilers
 from runcontrol.bootstrap import build, build_database
+from runcontrol.commands import WakeRun
 from runcontrol.config import Settings
 from runcontrol.store.notify import Listener
 from runcontrol.store.queries import RunKey
@@ -99,7 +100,7 @@ class Scheduler:
         async def one(key: RunKey) -> None:
             tenant_id, run_id = key
             try:
-                await self._router.command(tenant_id, run_id, "wake")
+                await self._router.send(WakeRun(tenant_id=tenant_id, run_id=run_id))
             except Exception:
                 log.warning("%s could not wake run %s", job, run_id, exc_info=True)
 
@@ -162,6 +163,7 @@ class Scheduler:
                 self._clock.now(),
                 self.settings.journal.retention_days,
                 self.settings.outbox.retention_days,
+                self.settings.commands.answer_retention_hours,
             ),
         )
         return int(removed or 0)

@@ -10,9 +10,10 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
+from runcontrol.commands import AcquireLease, OpenAttempts, ReportOutcome, SubmitRequest, SubmitRun
 from runcontrol.config import Settings
-from runcontrol.domain import AttemptOutcome, canonical_hash
-from runcontrol.grain import RunGrain, SubmitRequest
+from runcontrol.domain import AttemptOutcome, Principal, canonical_hash
+from runcontrol.grain import RunGrain
 
 from .transitions import _tenant_with_workflow
 
@@ -22,18 +23,38 @@ OUTCOME = canonical_hash({"ok": True})
 def _drive(grain: RunGrain) -> int:
     commands = 0
     while True:
-        open_ids = grain.open_attempts()
+        tenant, run_id = grain.tenant_id, grain.run_id
+        open_ids = grain.execute(OpenAttempts(tenant_id=tenant, run_id=run_id))
         if not open_ids:
             return commands
-        grant = grain.acquire_lease(open_ids[0], "bench-worker")
-        grain.report_outcome(
-            open_ids[0],
-            "bench-worker",
-            grant.fencing_token,
-            AttemptOutcome.SUCCEEDED,
-            outcome_hash=OUTCOME,
+        grant = grain.execute(
+            AcquireLease(
+                tenant_id=tenant, run_id=run_id, attempt_id=open_ids[0], holder="bench-worker"
+            )
+        )
+        grain.execute(
+            ReportOutcome(
+                tenant_id=tenant,
+                run_id=run_id,
+                attempt_id=open_ids[0],
+                holder="bench-worker",
+                fencing_token=grant.fencing_token,
+                outcome=AttemptOutcome.SUCCEEDED,
+                outcome_hash=OUTCOME,
+            )
         )
         commands += 2
+
+
+def _submit(grain: RunGrain, principal: Principal) -> None:
+    grain.execute(
+        SubmitRun(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            principal=principal,
+            request=SubmitRequest("bench", str(grain.run_id), "bench", "m", {}),
+        )
+    )
 
 
 def run(owner_url: str, *, runs: int = 300, threads: int = 16) -> dict[str, float]:
@@ -45,14 +66,7 @@ def run(owner_url: str, *, runs: int = 300, threads: int = 16) -> dict[str, floa
             grains = [RunGrain(container.env, tenant, uuid.uuid4()) for _ in range(runs)]
             started = time.perf_counter()
             with ThreadPoolExecutor(workers) as pool:
-                list(
-                    pool.map(
-                        lambda g: g.submit(
-                            principal, SubmitRequest("bench", str(g.run_id), "bench", "m", {})
-                        ),
-                        grains,
-                    )
-                )
+                list(pool.map(lambda g: _submit(g, principal), grains))
             submitted = time.perf_counter()
             before = resource.getrusage(resource.RUSAGE_SELF)
             with ThreadPoolExecutor(workers) as pool:

@@ -27,9 +27,9 @@ from actors.placement import HostRouter
 from actors.run_host import ensure_hosts, host_config, make_router
 from runcontrol.bootstrap import Container, build, build_database
 from runcontrol.client import RunControlClient
+from runcontrol.commands import AcquireLease, OpenAttempts, ReportOutcome, SubmitRequest, SubmitRun
 from runcontrol.config import Settings
 from runcontrol.domain import AttemptOutcome, Principal, Role, WorkflowDefinition, canonical_hash
-from runcontrol.grain import SubmitRequest
 
 from .common import mean, percentile
 
@@ -56,20 +56,23 @@ async def _drive_run(router: HostRouter, tenant: str, run_id: uuid.UUID, holder:
     """Lease + outcome for every step of one run; returns the commands committed."""
     commands = 0
     for _ in range(STEPS):  # each step succeeds at once, so the run has STEPS attempts
-        open_ids = await router.command(tenant, run_id, "open_attempts")
+        open_ids = await router.send(OpenAttempts(tenant_id=tenant, run_id=run_id))
         if not open_ids:
             break
         attempt_id = open_ids[0]
-        grant = await router.command(tenant, run_id, "acquire_lease", attempt_id, holder)
-        await router.command(
-            tenant,
-            run_id,
-            "report_outcome",
-            attempt_id,
-            holder,
-            grant.fencing_token,
-            AttemptOutcome.SUCCEEDED,
-            outcome_hash=OUTCOME,
+        grant = await router.send(
+            AcquireLease(tenant_id=tenant, run_id=run_id, attempt_id=attempt_id, holder=holder)
+        )
+        await router.send(
+            ReportOutcome(
+                tenant_id=tenant,
+                run_id=run_id,
+                attempt_id=attempt_id,
+                holder=holder,
+                fencing_token=grant.fencing_token,
+                outcome=AttemptOutcome.SUCCEEDED,
+                outcome_hash=OUTCOME,
+            )
         )
         commands += 2
     return commands
@@ -82,11 +85,15 @@ async def _submit_many(
 
     async def one(i: int) -> uuid.UUID:
         async with sem:
-            result = await client.submit(
-                principal,
-                SubmitRequest(
-                    principal.project_id, f"bench-{uuid.uuid4()}", "bench", "m", {"i": i}
-                ),
+            result = await client.send(
+                SubmitRun(
+                    tenant_id=principal.tenant_id,
+                    run_id=uuid.uuid4(),
+                    principal=principal,
+                    request=SubmitRequest(
+                        principal.project_id, f"bench-{uuid.uuid4()}", "bench", "m", {"i": i}
+                    ),
+                )
             )
             return result.run_id
 
@@ -120,7 +127,7 @@ async def _cold_activations(
     latencies = []
     for run_id in runs:
         started = time.perf_counter()
-        await router.command(tenant, run_id, "open_attempts")
+        await router.send(OpenAttempts(tenant_id=tenant, run_id=run_id))
         latencies.append((time.perf_counter() - started) * 1000)
     return latencies
 
@@ -135,7 +142,7 @@ async def _idle_memory(
 
     async def touch(run_id: uuid.UUID) -> None:
         async with sem:
-            await router.command(tenant, run_id, "open_attempts")
+            await router.send(OpenAttempts(tenant_id=tenant, run_id=run_id))
 
     await asyncio.gather(*(touch(r) for r in runs))
     sizes = [await h.activation_bytes.remote() for h in handles]
@@ -187,7 +194,7 @@ def run(
         run_ids = await _submit_many(client, principal, runs, concurrency)
         # warm every activation first so the figure is steady-state command throughput
         await asyncio.gather(
-            *(router.command(tenant, r, "open_attempts") for r in run_ids[:concurrency])
+            *(router.send(OpenAttempts(tenant_id=tenant, run_id=r)) for r in run_ids[:concurrency])
         )
         before = [await h.stats.remote() for h in handles]
         calls_before = router.batches_sent
@@ -248,12 +255,15 @@ def dedicated(owner_url: str, *, runs: int) -> dict[str, float]:
         for i in range(runs):
             run_id = uuid.uuid4()
             started = time.perf_counter()
-            await client._run(
-                tenant,
-                run_id,
-                "submit",
-                principal,
-                SubmitRequest("bench", f"bench-d-{i}-{uuid.uuid4()}", "bench", "m", {"i": i}),
+            await client.send(
+                SubmitRun(
+                    tenant_id=tenant,
+                    run_id=run_id,
+                    principal=principal,
+                    request=SubmitRequest(
+                        "bench", f"bench-d-{i}-{uuid.uuid4()}", "bench", "m", {"i": i}
+                    ),
+                )
             )
             activation.append((time.perf_counter() - started) * 1000)
             run_ids.append(run_id)

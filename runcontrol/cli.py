@@ -8,11 +8,16 @@ import json
 import logging
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .bootstrap import build, build_database, database_url
 from .config import Settings
 from .domain import WorkflowDefinition
+
+if TYPE_CHECKING:
+    from .worker import ReferenceWorker
+
+log = logging.getLogger(__name__)
 
 DEMO_TENANT = "demo"
 DEMO_PROJECT = "demo"
@@ -45,20 +50,36 @@ def _demo_executors(seconds: float) -> dict[str, Any]:
     return {s["agentId"]: EchoExecutor(s["agentId"], seconds) for s in DEMO_WORKFLOW["steps"]}
 
 
+async def _supervise_workers(workers: list[ReferenceWorker], stop: asyncio.Event) -> None:
+    """Run each worker under supervision (a loop that dies anyway is logged and restarted)
+    until ``stop``; then drain: attempts in hand finish first, for up to 30 s."""
+    tasks = [asyncio.create_task(w.run_supervised(), name=f"worker {w.holder}") for w in workers]
+    await stop.wait()
+    for w in workers:
+        w.stop()
+    if not tasks:
+        return
+    done, pending = await asyncio.wait(tasks, timeout=30)
+    for task in pending:
+        log.warning("%s did not drain within 30 s; cancelling it", task.get_name())
+        task.cancel()
+    for task in done:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s ended with an error", task.get_name(), exc_info=task.exception())
+
+
 async def _run_workers(
     client: Any, holders: list[str], stop: asyncio.Event, settings: Settings
 ) -> None:
     from .worker import ReferenceWorker
 
     renew = max(settings.leases.duration_seconds / 3, 0.5)
+    grace = settings.leases.renewal_grace_seconds + 5.0
     workers = [
-        ReferenceWorker(client, h, _demo_executors(0.5), renew_every_s=renew) for h in holders
+        ReferenceWorker(client, h, _demo_executors(0.5), renew_every_s=renew, lease_grace_s=grace)
+        for h in holders
     ]
-    tasks = [asyncio.create_task(w.run()) for w in workers]
-    await stop.wait()
-    for w in workers:
-        w.stop()
-    await asyncio.wait(tasks, timeout=30)  # drain: attempts in hand finish first
+    await _supervise_workers(workers, stop)
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
@@ -152,12 +173,13 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         from .worker import EchoExecutor, ReferenceWorker
 
         worker = ReferenceWorker(
-            client, args.holder, {a: EchoExecutor(a, args.work_seconds) for a in args.agents}
+            client,
+            args.holder,
+            {a: EchoExecutor(a, args.work_seconds) for a in args.agents},
+            renew_every_s=max(settings.leases.duration_seconds / 3, 0.5),
+            lease_grace_s=settings.leases.renewal_grace_seconds + 5.0,
         )
-        task = asyncio.create_task(worker.run())
-        await stop.wait()
-        worker.stop()
-        await asyncio.wait([task], timeout=30)
+        await _supervise_workers([worker], stop)
 
     asyncio.run(main())
     return 0

@@ -32,6 +32,15 @@ class JournalOptions(BaseModel):
     retention_days: int = Field(365, ge=1)
 
 
+class CommandOptions(BaseModel):
+    answer_retention_hours: float = Field(
+        24,
+        gt=0,
+        description="How long a committed command's answer is kept: a resend of its command id "
+        "within this window gets the stored answer instead of a second effect.",
+    )
+
+
 class GrainOptions(BaseModel):
     idle_seconds: float = Field(60, gt=0)
     host_count: int = Field(2, ge=1)
@@ -114,6 +123,7 @@ class Settings(BaseSettings):
     retries: RetryOptions = RetryOptions()
     approvals: ApprovalOptions = ApprovalOptions()
     journal: JournalOptions = JournalOptions()
+    commands: CommandOptions = CommandOptions()
     grains: GrainOptions = GrainOptions()
     budget: BudgetOptions = BudgetOptions()
     capacity: CapacityOptions = CapacityOptions()
@@ -130,4 +140,5 @@ class Settings(BaseSettings):
             approval_expiry_hours=self.approvals.default_expiry_hours,
             retry_base_seconds=self.retries.base_delay_seconds,
             retry_cap_seconds=self.retries.max_delay_seconds,
+            answer_retention_seconds=self.commands.answer_retention_hours * 3600,
         )

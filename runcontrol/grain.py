@@ -5,34 +5,50 @@ never the authority. Every command runs in one tenant-scoped transaction that wr
 the outbox events and the journal entries together, guarded by the run's ``version``. If another
 activation committed first the guard fails; the grain reloads and decides again, once, before
 answering ``ConcurrencyConflict``. A host must call one grain's commands one at a time.
+
+Commands are the typed messages of ``runcontrol.commands``; ``HANDLERS`` maps each type to the
+grain's handler and says whether a host may commit it together with other runs' commands. A
+committed command's answer is stored with its effect; a resend of its ``command_id`` within the
+window (``RunControl:Commands:AnswerRetentionHours``) gets that answer, never a second effect.
 """
 
 from __future__ import annotations
 
-import functools
+import copy
 import logging
 import random
 import uuid
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
+from datetime import datetime, timedelta
+from typing import Any, Generic, TypeVar
 from uuid import UUID
 
 from .clock import Clock
+from .commands import (
+    AcquireLease,
+    CancelRun,
+    Command,
+    DecideApproval,
+    DispatchRun,
+    OpenAttempts,
+    RenewLease,
+    ReportOutcome,
+    RequestApproval,
+    StartRun,
+    SubmitResult,
+    SubmitRun,
+    WakeResult,
+    WakeRun,
+)
 from .domain import (
     ApprovalRequest,
     Attempt,
-    AttemptOutcome,
     CommandContext,
-    Decision,
-    FailureClass,
+    Event,
     LeaseGrant,
-    Limits,
     Options,
-    Principal,
     RunAggregate,
-    SideEffectClass,
     Submission,
     canonical_hash,
     errors,
@@ -40,11 +56,12 @@ from .domain import (
 from .ports import Budget, Capacity, PolicyStore, ReleaseRegistry
 from .store import Database, DuplicateSubmission, UnitOfWork
 from .store.group import Answer
-from .store.uow import Fault, PendingCommit
+from .store.uow import PendingCommit, StoredAnswer
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-P = ParamSpec("P")
+C = TypeVar("C", bound=Command[Any])
+Observer = Callable[[RunAggregate, Sequence[Event]], None]
 
 
 @dataclass
@@ -60,7 +77,8 @@ class GrainEnv:
     capacity: Capacity
     new_id: Callable[[], UUID] = uuid.uuid4
     rng: random.Random = field(default_factory=random.Random)
-    fault: Fault | None = None  # test seam: raise at a named point inside the transaction
+    # Told of every commit's events, with the run as committed (a host's metrics).
+    observers: list[Observer] = field(default_factory=list)
 
     def context(self, actor: str, command_id: str | None = None) -> CommandContext:
         return CommandContext(
@@ -73,12 +91,55 @@ class GrainEnv:
 
 
 @dataclass(frozen=True, slots=True)
-class Command(Generic[T]):
-    """What a command decides on the run, who asks, and the caller's command id."""
+class Plan(Generic[T]):
+    """What a command decides on the run, and who asks."""
 
     decide: Callable[[RunAggregate, CommandContext], T]
     actor: str
-    command_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Handler:
+    """How the grain handles one command type: as a ``plan`` decided on the run (committed by
+    the grain's loop, and by a host's group when ``batches``), or as a ``procedure`` with steps
+    of its own (a submission, a start, a read)."""
+
+    plan: Callable[[RunGrain, Any], Plan[Any]] | None = None
+    procedure: Callable[[RunGrain, Any], Any] | None = None
+    batches: bool = False
+
+
+# The registry: command type -> its handler (filled by ``plans`` and ``procedure`` below).
+HANDLERS: dict[type[Command[Any]], Handler] = {}
+
+
+def plans(
+    command_type: type[C], *, batches: bool = False
+) -> Callable[[Callable[[RunGrain, C], Plan[Any]]], Callable[[RunGrain, C], Plan[Any]]]:
+    """Register the grain's plan for ``command_type``. ``batches``: the plan reads nothing
+    from the database, so a host may commit it in one group with other runs' commands."""
+
+    def register(fn: Callable[[RunGrain, C], Plan[Any]]) -> Callable[[RunGrain, C], Plan[Any]]:
+        HANDLERS[command_type] = Handler(plan=fn, batches=batches)
+        return fn
+
+    return register
+
+
+def procedure(
+    command_type: type[C],
+) -> Callable[[Callable[[RunGrain, C], Any]], Callable[[RunGrain, C], Any]]:
+    def register(fn: Callable[[RunGrain, C], Any]) -> Callable[[RunGrain, C], Any]:
+        HANDLERS[command_type] = Handler(procedure=fn)
+        return fn
+
+    return register
+
+
+def batches(command: Command[Any]) -> bool:
+    """Whether a host may commit ``command`` together with other runs' commands."""
+    handler = HANDLERS.get(type(command))
+    return handler is not None and handler.batches
 
 
 class Blocking:
@@ -92,9 +153,6 @@ BLOCKING = Blocking()
 # A command as steps: yields each document it commits and is sent the database's answer for it;
 # yields ``BLOCKING`` (and is sent None) before blocking I/O of its own.
 Transition = Generator[PendingCommit | Blocking, Answer, T]
-# The commands a host may run together (``RunGrain.transition``, ``commit_together``): those
-# whose plans read nothing from the database.
-BATCHABLE = frozenset({"acquire_lease", "renew_lease", "report_outcome", "cancel"})
 
 
 class GroupRounds:
@@ -192,64 +250,16 @@ async def commit_together_async(
             rounds.answer(exc)
 
 
-def command(
-    plan: Callable[Concatenate[RunGrain, P], Command[T]],
-) -> Callable[Concatenate[RunGrain, P], T]:
-    """A grain command written as its plan: calling it runs the plan to its answer; the plan
-    stays on it as ``.plan`` (``RunGrain.transition``)."""
-
-    @functools.wraps(plan)
-    def run(self: RunGrain, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return self._execute(plan(self, *args, **kwargs))
-
-    run.plan = plan  # type: ignore[attr-defined]
-    return run
-
-
-@dataclass(frozen=True, slots=True)
-class SubmitRequest:
-    project_id: str
-    idempotency_key: str
-    workflow_id: str
-    model_profile_id: str
-    input: dict[str, Any]
-    release_alias: str | None = None
-    release_id: str | None = None
-    limits: Limits = Limits()
-    environment_id: str | None = None
-    correlation_id: str | None = None
-
-    def canonical_payload(self) -> dict[str, Any]:
-        return {
-            "workflowId": self.workflow_id,
-            "releaseAlias": self.release_alias if self.release_id is None else None,
-            "releaseId": self.release_id,
-            "modelProfileId": self.model_profile_id,
-            "input": self.input,
-            "limits": {
-                "maxCostUsd": self.limits.max_cost_usd,
-                "maxMinutes": self.limits.max_minutes,
-            },
-            "environmentId": self.environment_id,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class SubmitResult:
-    run_id: UUID
-    state: str
-    release_id: str
-    policy_revision: str
-    snapshot_id: UUID
-    created: bool
-
-
 class RunGrain:
     def __init__(self, env: GrainEnv, tenant_id: str, run_id: UUID) -> None:
         self.env = env
         self.tenant_id = tenant_id
         self.run_id = run_id
         self._agg: RunAggregate | None = None
+        # Exactly-once: answers this activation committed (id -> (when, answer)), and the ids
+        # of every command the store held answers for when the run was loaded.
+        self._answers: dict[str, tuple[datetime, Any]] = {}
+        self._answered: set[str] = set()
 
     @property
     def active(self) -> bool:
@@ -263,15 +273,40 @@ class RunGrain:
 
     # ------------------------------------------------------------------ the command loop
 
-    def _uow(self) -> UnitOfWork:
-        return UnitOfWork(
-            self.env.db, self.tenant_id, options=self.env.options, fault=self.env.fault
-        )
+    def execute(self, command: Command[T]) -> T:
+        """Handle one command to its answer (a resend gets the answer stored for its id)."""
+        handler = self._handler(command)
+        if handler.procedure is not None:
+            answer: T = handler.procedure(self, command)
+            return answer
+        assert handler.plan is not None
+        plan: Plan[T] = handler.plan(self, command)
+        return self._execute(plan, command)
 
-    def _execute(self, command: Command[T]) -> T:
-        """Run one command to its answer, committing through the process's group commit."""
+    def transition(self, command: Command[T]) -> Transition[T]:
+        """A batching command (``batches``) as steps, for a host that commits several runs'
+        commands in one group (``commit_together``): the same decision, answer and retry as
+        ``execute``."""
+        handler = self._handler(command)
+        if handler.plan is None or not handler.batches:
+            raise ValueError(f"{type(command).__name__} cannot run as a transition")
+        return self._transition(handler.plan(self, command), command)
+
+    def _handler(self, command: Command[Any]) -> Handler:
+        handler = HANDLERS.get(type(command))
+        if handler is None:
+            raise errors.ValidationFailed(f"{type(command).__name__} is not a grain command")
+        if command.tenant_id != self.tenant_id or command.run_id != self.run_id:
+            raise errors.ValidationFailed("the command is addressed to another run")
+        return handler
+
+    def _uow(self) -> UnitOfWork:
+        return UnitOfWork(self.env.db, self.tenant_id, options=self.env.options)
+
+    def _execute(self, plan: Plan[T], command: Command[Any]) -> T:
+        """Run one plan to its answer, committing through the process's group commit."""
         db = self.env.db
-        steps = self._transition(command)
+        steps = self._transition(plan, command)
         try:
             step = next(steps)
             while True:
@@ -287,24 +322,30 @@ class RunGrain:
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
-    def _transition(self, command: Command[T]) -> Transition[T]:
-        """The command as steps: yields the document it commits, is sent the database's answer
+    def _transition(self, plan: Plan[T], command: Command[Any]) -> Transition[T]:
+        """The plan as steps: yields the document it commits, is sent the database's answer
         (``commit_together`` sends several runs' documents as one group)."""
         for round_ in (1, 2):
             with self._uow() as uow:
                 cached = self._agg is not None
-                if not cached or self._decide_reads():
-                    yield BLOCKING  # a load, or a port that reads while deciding
-                agg = self._agg if self._agg is not None else uow.load(self.run_id)
-                ctx = self.env.context(command.actor, command.command_id)
+                if not cached or self._decide_reads() or self._answered_before_load(command):
+                    yield BLOCKING  # a load, a stored answer, or a port that reads while deciding
+                ctx = self.env.context(plan.actor, command.command_id)
+                agg = self._agg if self._agg is not None else self._load(uow, ctx.now)
+                found, stored = self._recall(uow, command, ctx.now)
+                if found:
+                    self._agg = agg
+                    return stored  # type: ignore[no-any-return]
                 try:
-                    result = command.decide(agg, ctx)
+                    result = plan.decide(agg, ctx)
                 except errors.RunControlError:
                     self._agg = None
                     yield BLOCKING  # the checks and the audit below read and write
                     # Only a refusal decided on the cache may be stale: decide again on fresh
-                    # rows. A refusal decided on rows loaded in this transaction is the answer
-                    # (re-checking those would loop whenever another activation keeps committing).
+                    # rows (which also finds this command's answer if another activation
+                    # committed it). A refusal decided on rows loaded in this transaction is
+                    # the answer (re-checking those would loop whenever another activation
+                    # keeps committing).
                     if cached and uow.run_version(self.run_id) != agg.run.version:
                         continue
                     audits = agg.take_audits()
@@ -312,8 +353,13 @@ class RunGrain:
                         uow.add_audits(audits)
                         uow.commit()
                     raise
+                answer = StoredAnswer(
+                    command.command_id, type(command).__name__, copy.copy(result), ctx.now
+                )
                 try:
-                    pending = uow.prepare_commit(agg, release_budget_at=self._release_at(agg, ctx))
+                    pending = uow.prepare_commit(
+                        agg, release_budget_at=self._release_at(agg, ctx), answer=answer
+                    )
                     if pending is not None:
                         uow.conclude(pending, (yield pending))
                 except errors.ConcurrencyConflict:
@@ -325,39 +371,69 @@ class RunGrain:
                     self._agg = None
                     raise
                 self._agg = agg
+                if pending is not None:
+                    self._remember(answer)
+                    self._observe(agg, pending.changes.events)
                 if self._after_commit_writes(agg):
                     yield BLOCKING
                 self._after_commit(agg, ctx)
                 return result
         raise AssertionError("unreachable")
 
-    def transition(self, name: str, *args: Any, **kwargs: Any) -> Transition[Any]:
-        """Command ``name`` (one of ``BATCHABLE``) as steps, for a host that commits several
-        runs' commands in one group (``commit_together``): the same decision, answer and retry
-        as calling the method."""
-        if name not in BATCHABLE:
-            raise ValueError(f"{name} cannot run as a transition")
-        plan: Callable[..., Command[Any]] = getattr(type(self), name).plan
-        return self._transition(plan(self, *args, **kwargs))
+    def _observe(self, agg: RunAggregate, events: Sequence[Event]) -> None:
+        for observer in self.env.observers:
+            try:
+                observer(agg, events)
+            except Exception:  # noqa: BLE001 - an observer never fails a committed command
+                log.exception("observer %r failed", observer)
+
+    # ------------------------------------------------------------------ exactly once
+
+    def _window_start(self, now: datetime) -> datetime:
+        return now - timedelta(seconds=self.env.options.answer_retention_seconds)
+
+    def _load(self, uow: UnitOfWork, now: datetime) -> RunAggregate:
+        agg = uow.load(self.run_id)
+        self._answered = uow.answered(self.run_id, self._window_start(now))
+        self._answers.clear()
+        return agg
+
+    def _answered_before_load(self, command: Command[Any]) -> bool:
+        """The command committed before this activation loaded the run: its answer is read."""
+        return command.command_id in self._answered and command.command_id not in self._answers
+
+    def _recall(self, uow: UnitOfWork, command: Command[Any], now: datetime) -> tuple[bool, Any]:
+        """``(True, answer)`` when the command already committed inside the window."""
+        since = self._window_start(now)
+        memo = self._answers.get(command.command_id)
+        if memo is not None:
+            at, value = memo
+            return (True, copy.copy(value)) if at >= since else (False, None)
+        if command.command_id in self._answered:
+            return uow.stored_answer(self.run_id, command.command_id, since)
+        return False, None
+
+    def _remember(self, answer: StoredAnswer) -> None:
+        self._answers[answer.command_id] = (answer.at, answer.value)
+        if len(self._answers) > 1024:  # a long-lived activation: forget what left the window
+            since = self._window_start(answer.at)
+            self._answers = {k: v for k, v in self._answers.items() if v[0] >= since}
+
+    # ------------------------------------------------------------------ budget and capacity
 
     def _release_at(self, agg: RunAggregate, ctx: CommandContext) -> datetime | None:
         """When the run is terminal and its budget lives in the run's database, the commit
         itself releases the reservation (at this time)."""
-        if self._releases_with_run() and self._holds_reservation(agg):
+        if self.env.budget.releases_with_run and self._holds_reservation(agg):
             return ctx.now
         return None
 
-    def _releases_with_run(self) -> bool:
-        # A Budget port written before the attribute existed releases after the commit.
-        return bool(getattr(self.env.budget, "releases_with_run", False))
-
     def _after_commit_writes(self, agg: RunAggregate) -> bool:
-        return not self._releases_with_run() and self._holds_reservation(agg)
+        return not self.env.budget.releases_with_run and self._holds_reservation(agg)
 
     def _decide_reads(self) -> bool:
-        """Whether deciding may read the database (a capacity limit is checked on dispatch);
-        a port that does not say is taken to read."""
-        return bool(getattr(self.env.capacity, "reads_database", True))
+        """Whether deciding may read the database (a capacity limit is checked on dispatch)."""
+        return self.env.capacity.reads_database
 
     @staticmethod
     def _holds_reservation(agg: RunAggregate) -> bool:
@@ -377,8 +453,10 @@ class RunGrain:
 
     # ------------------------------------------------------------------ SubmitRun
 
-    def submit(self, principal: Principal, request: SubmitRequest) -> SubmitResult:
+    @procedure(SubmitRun)
+    def _submit(self, command: SubmitRun) -> SubmitResult:
         """Accept the run (idempotent on tenant + project + key), reserve budget, dispatch."""
+        principal, request = command.principal, command.request
         if principal.tenant_id != self.tenant_id:
             raise errors.Forbidden("the grain's tenant differs from the caller's")
         if not request.idempotency_key:
@@ -398,7 +476,7 @@ class RunGrain:
                 raise
             return found
         policy = self.env.policies.current(self.tenant_id)
-        ctx = self.env.context(principal.subject)
+        ctx = self.env.context(principal.subject, command.command_id)
         # Reserve first, so acceptance, reservation and first dispatch commit as one
         # transaction (one fsync). A duplicate submission gives its reservation back below.
         reservation: UUID | None = None
@@ -435,28 +513,50 @@ class RunGrain:
         else:
             agg.record_budget_reservation(reservation)
             self._dispatch_due(agg, ctx)
-        try:
-            with self._uow() as uow:
-                uow.commit_changes(agg, release_budget_at=self._release_at(agg, ctx))
-        except DuplicateSubmission:
-            # The key already names a run: a concurrent submission that won the insert (give
-            # our reservation back), or this very command retried after it committed (the run
-            # is ours: keep its reservation). Answer with that run.
-            found = None
-            try:
-                found = self._existing(principal.project_id, request.idempotency_key, input_hash)
-            finally:
-                if reservation is not None and (found is None or found.run_id != self.run_id):
-                    self.env.budget.release(self.tenant_id, self.run_id, ctx.now)
-            if found is None:
-                raise errors.ConcurrencyConflict("the winning submission is not visible") from None
-            return found
-        self._agg = agg
-        self._after_commit(agg, ctx)
         run = agg.run
-        return SubmitResult(
+        result = SubmitResult(
             run.run_id, str(run.state), run.release_id, run.policy_revision, run.snapshot_id, True
         )
+        answer = StoredAnswer(command.command_id, type(command).__name__, result, ctx.now)
+        try:
+            with self._uow() as uow:
+                events = uow.commit_changes(
+                    agg, release_budget_at=self._release_at(agg, ctx), answer=answer
+                )
+        except DuplicateSubmission:
+            return self._resubmitted(command, input_hash, reservation is not None, ctx.now)
+        self._observe(agg, events)
+        self._agg = agg
+        self._answered = set()
+        self._answers = {}
+        self._remember(answer)
+        self._after_commit(agg, ctx)
+        return result
+
+    def _resubmitted(
+        self, command: SubmitRun, input_hash: str, reserved: bool, now: datetime
+    ) -> SubmitResult:
+        """The key already names a run: this very command, resent after it committed (its
+        stored answer), or another submission that won the insert (give our reservation back
+        and answer with that run)."""
+        with self._uow() as uow:
+            found, stored = uow.stored_answer(
+                self.run_id, command.command_id, self._window_start(now)
+            )
+        if found:
+            return stored  # type: ignore[no-any-return]
+        existing = None
+        try:
+            request = command.request
+            existing = self._existing(
+                command.principal.project_id, request.idempotency_key, input_hash
+            )
+        finally:
+            if reserved and (existing is None or existing.run_id != self.run_id):
+                self.env.budget.release(self.tenant_id, self.run_id, now)
+        if existing is None:
+            raise errors.ConcurrencyConflict("the winning submission is not visible") from None
+        return existing
 
     def _existing(self, project_id: str, key: str, input_hash: str) -> SubmitResult | None:
         with self._uow() as uow:
@@ -470,11 +570,12 @@ class RunGrain:
             run.run_id, str(run.state), run.release_id, run.policy_revision, run.snapshot_id, False
         )
 
-    def start(self) -> None:
+    @procedure(StartRun)
+    def _start(self, command: StartRun) -> None:
         """Reserve the budget of an Accepted run, then dispatch its first step.
 
-        Safe to repeat: the reservation is idempotent per run, and the reminder sweep calls
-        this again for a run left Accepted by a crash between the two transactions.
+        Safe to repeat: the reservation is idempotent per run, and the reminder sweep starts
+        again a run left Accepted by a crash between the two transactions.
         """
         agg = self._load_cached()
         run = agg.run
@@ -490,7 +591,7 @@ class RunGrain:
                 )
             except errors.BudgetReservationDenied as denied:
                 reason = str(denied)
-                self._execute(Command(lambda a, c: a.deny_budget(c, reason), "budget"))
+                self._execute(Plan(lambda a, c: a.deny_budget(c, reason), "budget"), command)
                 return
 
             def reserve_and_dispatch(a: RunAggregate, c: CommandContext) -> None:
@@ -498,159 +599,131 @@ class RunGrain:
                     a.record_budget_reservation(reservation)
                 self._dispatch_due(a, c)
 
-            self._execute(Command(reserve_and_dispatch, "run-dispatcher"))
+            self._execute(Plan(reserve_and_dispatch, "run-dispatcher"), command)
         else:
-            self._execute(Command(self._dispatch_due, "run-dispatcher"))
+            self._execute(Plan(self._dispatch_due, "run-dispatcher"), command)
 
     def _load_cached(self) -> RunAggregate:
         if self._agg is None:
             with self._uow() as uow:
-                self._agg = uow.load(self.run_id)
+                self._agg = self._load(uow, self.env.clock.now())
         return self._agg
 
     # ------------------------------------------------------------------ commands
 
-    def dispatch(self) -> Attempt | None:
+    @procedure(DispatchRun)
+    def _dispatch(self, command: DispatchRun) -> Attempt | None:
         """RunDispatcher: dispatch the next due Pending step if capacity allows."""
         if self._load_cached().run.state.value == "Accepted":
-            self.start()
+            self._start(StartRun(tenant_id=self.tenant_id, run_id=self.run_id))
             return None
-        return self._execute(Command(self._dispatch_due, "run-dispatcher"))
+        return self._execute(Plan(self._dispatch_due, "run-dispatcher"), command)
 
-    # Each command below is written as its plan (what it decides, and who asks); ``@command``
-    # makes the method run it (``_execute``) and keeps the plan for ``transition``.
+    @plans(AcquireLease, batches=True)
+    def _acquire_lease(self, c: AcquireLease) -> Plan[LeaseGrant]:
+        options = self.env.options
+        return Plan(lambda a, x: a.acquire_lease(x, c.attempt_id, c.holder, options), c.holder)
 
-    @command
-    def acquire_lease(self, attempt_id: UUID, holder: str) -> Command[LeaseGrant]:
-        return Command(
-            lambda a, c: a.acquire_lease(c, attempt_id, holder, self.env.options), holder
+    @plans(RenewLease, batches=True)
+    def _renew_lease(self, c: RenewLease) -> Plan[LeaseGrant]:
+        options = self.env.options
+        return Plan(
+            lambda a, x: a.renew_lease(x, c.attempt_id, c.holder, c.fencing_token, options),
+            c.holder,
         )
 
-    @command
-    def renew_lease(self, attempt_id: UUID, holder: str, fencing_token: int) -> Command[LeaseGrant]:
-        return Command(
-            lambda a, c: a.renew_lease(c, attempt_id, holder, fencing_token, self.env.options),
-            holder,
-        )
-
-    @command
-    def report_outcome(
-        self,
-        attempt_id: UUID,
-        holder: str,
-        fencing_token: int,
-        outcome: AttemptOutcome,
-        *,
-        failure_class: FailureClass | None = None,
-        outcome_hash: str | None = None,
-        command_id: str | None = None,
-    ) -> Command[Attempt]:
-        def decide(a: RunAggregate, c: CommandContext) -> Attempt:
+    @plans(ReportOutcome, batches=True)
+    def _report_outcome(self, c: ReportOutcome) -> Plan[Attempt]:
+        def decide(a: RunAggregate, x: CommandContext) -> Attempt:
             attempt = a.report_outcome(
-                c,
-                attempt_id,
-                holder,
-                fencing_token,
-                outcome,
+                x,
+                c.attempt_id,
+                c.holder,
+                c.fencing_token,
+                c.outcome,
                 self.env.options,
-                failure_class=failure_class,
-                outcome_hash=outcome_hash,
+                failure_class=c.failure_class,
+                outcome_hash=c.outcome_hash,
             )
-            self._dispatch_due(a, c)
+            self._dispatch_due(a, x)
             return attempt
 
-        return Command(decide, holder, command_id)
+        return Plan(decide, c.holder)
 
-    @command
-    def request_approval(
-        self,
-        attempt_id: UUID,
-        holder: str,
-        fencing_token: int,
-        proposal_hash: str,
-        *,
-        action_class: SideEffectClass | None = None,
-    ) -> Command[ApprovalRequest | None]:
+    @plans(RequestApproval)
+    def _request_approval(self, c: RequestApproval) -> Plan[ApprovalRequest | None]:
         policy = self._pinned_policy()
-        return Command(
-            lambda a, c: a.request_approval(
-                c,
-                attempt_id,
-                holder,
-                fencing_token,
-                proposal_hash,
+        return Plan(
+            lambda a, x: a.request_approval(
+                x,
+                c.attempt_id,
+                c.holder,
+                c.fencing_token,
+                c.proposal_hash,
                 policy,
                 self.env.options,
-                action_class=action_class,
+                action_class=c.action_class,
             ),
-            holder,
+            c.holder,
         )
 
-    @command
-    def decide(
-        self,
-        approval_id: UUID,
-        principal: Principal,
-        decision: Decision,
-        version: int,
-        proposal_hash: str,
-        reason: str | None = None,
-    ) -> Command[ApprovalRequest]:
-        if principal.tenant_id != self.tenant_id:
+    @plans(DecideApproval)
+    def _decide(self, c: DecideApproval) -> Plan[ApprovalRequest]:
+        if c.principal.tenant_id != self.tenant_id:
             raise errors.ApprovalNotFound("approval not found")
         policy = self._pinned_policy()
-        return Command(
-            lambda a, c: a.decide_approval(
-                c,
-                approval_id,
-                principal,
-                decision,
-                version,
-                proposal_hash,
-                reason,
+        return Plan(
+            lambda a, x: a.decide_approval(
+                x,
+                c.approval_id,
+                c.principal,
+                c.decision,
+                c.version,
+                c.proposal_hash,
+                c.reason,
                 policy,
                 self.env.options,
             ),
-            principal.subject,
+            c.principal.subject,
         )
 
-    @command
-    def cancel(self, requested_by: str, reason: str) -> Command[str]:
+    @plans(CancelRun, batches=True)
+    def _cancel(self, c: CancelRun) -> Plan[str]:
         """Record the intent; answer the state observed after it (not an assumed one)."""
 
-        def decide(a: RunAggregate, c: CommandContext) -> str:
-            a.cancel(c, requested_by, reason, self.env.options)
+        def decide(a: RunAggregate, x: CommandContext) -> str:
+            a.cancel(x, c.requested_by, c.reason, self.env.options)
             return str(a.run.state)
 
-        return Command(decide, requested_by)
+        return Plan(decide, c.requested_by)
 
-    def open_attempts(self) -> list[UUID]:
+    @procedure(OpenAttempts)
+    def _open_attempts(self, command: OpenAttempts) -> list[UUID]:
         """Ids of the run's non-terminal attempts (a read of the activation's cache)."""
         return [a.attempt_id for a in self._load_cached().open_attempts()]
 
-    def wake(self) -> list[str]:
+    @procedure(WakeRun)
+    def _wake(self, command: WakeRun) -> WakeResult:
         """Do whatever is due (the reminder): expire leases and approvals, dispatch retries."""
         agg = self._load_cached()
-        done: list[str] = []
         if agg.run.state.terminal:
-            return done
+            return WakeResult()
         if agg.run.state.value == "Accepted":
-            self.start()
-            return ["start"]
+            self._start(StartRun(tenant_id=self.tenant_id, run_id=self.run_id))
+            return WakeResult(started=True)
         options = self.env.options
 
-        def decide(a: RunAggregate, c: CommandContext) -> None:
-            for attempt_id in list(a.leases):
-                if a.expire_lease(c, attempt_id, options):
-                    done.append(f"lease-expired:{attempt_id}")
-            for approval in a.pending_approvals():
-                if a.expire_approval(c, approval.approval_id):
-                    done.append(f"approval-expired:{approval.approval_id}")
-            if self._dispatch_due(a, c) is not None:
-                done.append("dispatched")
+        def decide(a: RunAggregate, c: CommandContext) -> WakeResult:
+            leases = sum(
+                1 for attempt_id in list(a.leases) if a.expire_lease(c, attempt_id, options)
+            )
+            approvals = sum(
+                1 for ap in a.pending_approvals() if a.expire_approval(c, ap.approval_id)
+            )
+            dispatched = self._dispatch_due(a, c) is not None
+            return WakeResult(False, leases, approvals, dispatched)
 
-        self._execute(Command(decide, "reminder"))
-        return done
+        return self._execute(Plan(decide, "reminder"), command)
 
     def _pinned_policy(self) -> Any:
         run = self._load_cached().run

@@ -102,7 +102,7 @@ def relay_outbox(
     """Publish committed outbox rows in commit order (so per run in seq order), then mark them.
 
     At-least-once: a crash between publishing and marking republishes the batch, and consumers
-    de-duplicate on eventId (the inbox). Rows locked by another relay are skipped.
+    de-duplicate on eventId. Rows locked by another relay are skipped.
     """
     with db.system_tx() as conn:
         rows = q.unpublished(conn, batch)
@@ -116,9 +116,15 @@ def relay_outbox(
     return RelayReport(len(rows), max(lag, 0.0))
 
 
-def retention(db: Database, now: datetime, journal_days: int, outbox_days: int = 7) -> int:
-    """Drop journal entries past retention (through the sanctioned purge function) and
-    published outbox rows past the relay's replay window."""
+def retention(
+    db: Database,
+    now: datetime,
+    journal_days: int,
+    outbox_days: int = 7,
+    answer_hours: float = 24,
+) -> int:
+    """Drop journal entries past retention (through the sanctioned purge function), published
+    outbox rows past the relay's replay window, and command answers past the resend window."""
     with db.system_tx() as conn:
         removed = int(
             conn.execute(
@@ -132,7 +138,7 @@ def retention(db: Database, now: datetime, journal_days: int, outbox_days: int =
             {"cutoff": now - timedelta(days=outbox_days)},
         )
         conn.execute(
-            text("DELETE FROM inbox WHERE received_at < :cutoff"),
-            {"cutoff": now - timedelta(days=outbox_days)},
+            text("DELETE FROM command_answers WHERE created_at < :cutoff"),
+            {"cutoff": now - timedelta(hours=answer_hours)},
         )
     return removed

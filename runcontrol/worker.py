@@ -3,6 +3,11 @@
 Executors are pluggable by ``agentId``. An executor may offer ``propose(input)`` (what it is
 about to do, hashed into the approval's ``proposalHash``) and must offer ``execute(input)``.
 Raise ``TransientError`` for a failure worth retrying; any other exception is permanent.
+
+A worker outlives the store's and the hosts' outages: a fenced command (report, approval
+request, renewal) that meets a transient failure is resent as the *same* command, so its
+``command_id`` makes a resend after an unknown outcome answer the stored result instead of
+acting twice; the claim loop backs off and carries on after any failure.
 """
 
 from __future__ import annotations
@@ -10,10 +15,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
-from typing import Any, Protocol
+import random
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Protocol, TypeVar
 
 from .client import Claim, RunControlClient
+from .clock import Clock, SystemClock
+from .commands import Command, RenewLease, ReportOutcome, RequestApproval
 from .domain import (
     ApprovalState,
     AttemptOutcome,
@@ -22,8 +32,10 @@ from .domain import (
     canonical_hash,
     errors,
 )
+from .domain.retry import backoff_delay
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 
 class TransientError(Exception):
@@ -51,6 +63,42 @@ class EchoExecutor:
         return {"agent": self.name, "inputHash": canonical_hash(input or {})}
 
 
+@dataclass(frozen=True)
+class Backoff:
+    """Pauses between tries: exponential backoff with full jitter, capped (``domain.retry``)."""
+
+    base_s: float = 0.2
+    cap_s: float = 10.0
+    uniform: Callable[[float, float], float] = random.uniform
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+
+    def delay(self, failures: int) -> float:
+        return backoff_delay(
+            failures, base_seconds=self.base_s, cap_seconds=self.cap_s, uniform=self.uniform
+        )
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether sending the same command again may succeed (the error says so, or the
+    connection failed and nobody knows whether the command ran)."""
+    return bool(getattr(exc, "retryable", False)) or isinstance(
+        exc, errors.Unavailable | ConnectionError | TimeoutError
+    )
+
+
+class LeaseGone(Exception):
+    """By the local clock the lease expired (plus a grace) while its commands went unanswered:
+    the reconciler re-dispatches the attempt, so sending more is pointless."""
+
+
+class _Lease:
+    """The expiry of the lease in hand, moved on by each renewal."""
+
+    def __init__(self, claim: Claim) -> None:
+        self.attempt_id = claim.attempt_id
+        self.expires_at: datetime = claim.grant.expires_at
+
+
 class ReferenceWorker:
     def __init__(
         self,
@@ -60,110 +108,229 @@ class ReferenceWorker:
         *,
         renew_every_s: float = 30.0,
         claim_timeout_s: float = 20.0,
+        lease_grace_s: float = 35.0,
+        backoff: Backoff | None = None,
+        restart_backoff: Backoff | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.client = client
         self.holder = holder
         self.executors = dict(executors)
         self.renew_every_s = renew_every_s
         self.claim_timeout_s = claim_timeout_s
+        # Beyond the server's renewal grace, plus some clock skew: only then is the lease
+        # certainly gone, whatever the server's clock says.
+        self.lease_grace = timedelta(seconds=lease_grace_s)
+        self.backoff = backoff or Backoff()
+        self.restart_backoff = restart_backoff or Backoff(base_s=1.0, cap_s=30.0)
+        self.clock = clock or SystemClock()
         self.completed = 0
         self._stop = asyncio.Event()
 
     def stop(self) -> None:
         self._stop.set()
 
-    async def run(self) -> None:
-        """Claim and work until stopped (drains: the current attempt finishes first)."""
-        stopping = asyncio.create_task(self._stop.wait())
-        try:
-            while not self._stop.is_set():
-                polling = asyncio.create_task(
-                    self.client.claim(list(self.executors), self.holder, self.claim_timeout_s)
+    async def run_supervised(self) -> None:
+        """``run()`` until stopped, restarting it after a short backoff should it die anyway."""
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                await self.run()
+            except Exception:
+                failures += 1
+                delay = self.restart_backoff.delay(failures)
+                log.exception("worker %s died; restarting in %.1fs", self.holder, delay)
+            else:
+                if self._stop.is_set():
+                    return
+                failures += 1
+                delay = self.restart_backoff.delay(failures)
+                log.error(
+                    "worker %s left its loop unasked; restarting in %.1fs", self.holder, delay
                 )
-                await asyncio.wait({polling, stopping}, return_when=asyncio.FIRST_COMPLETED)
-                if not polling.done():
-                    # Stopping while idle. Should the host grant a lease regardless, it expires
-                    # and the reconciler re-dispatches the attempt.
-                    polling.cancel()
-                    break
-                try:
-                    claim = polling.result()
-                except errors.Unavailable:
-                    await asyncio.sleep(1.0)
-                    continue
+            await self._pause(delay, self.restart_backoff)
+
+    async def run(self) -> None:
+        """Claim and work until stopped (drains: the current attempt finishes first).
+
+        No failure ends the loop: it is logged, and the next claim follows a backoff."""
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                claim = await self._claim()
                 if claim is not None:
                     await self.work(claim)
+                failures = 0
+            except Exception as exc:
+                failures += 1
+                delay = self.backoff.delay(failures)
+                if transient(exc):
+                    log.warning("worker %s: %r; claiming again in %.2fs", self.holder, exc, delay)
+                else:
+                    log.exception("worker %s failed; claiming again in %.2fs", self.holder, delay)
+                await self._pause(delay, self.backoff)
+
+    async def _claim(self) -> Claim | None:
+        """The next claim, or None when nothing came or the worker is stopping."""
+        stopping = asyncio.create_task(self._stop.wait())
+        polling = asyncio.create_task(
+            self.client.claim(list(self.executors), self.holder, self.claim_timeout_s)
+        )
+        try:
+            await asyncio.wait({polling, stopping}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stopping.cancel()
+            idle = not polling.done()
+            if idle:
+                # Stopping while idle. Should the host grant a lease regardless, it expires
+                # and the reconciler re-dispatches the attempt.
+                polling.cancel()
+        if idle:
+            return None
+        return polling.result()
+
+    async def _pause(self, seconds: float, backoff: Backoff) -> None:
+        """Sleep ``seconds`` (through the backoff's sleep), cut short by ``stop()``."""
+        stopping = asyncio.create_task(self._stop.wait())
+        sleeping = asyncio.ensure_future(backoff.sleep(seconds))
+        try:
+            await asyncio.wait({sleeping, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            sleeping.cancel()
 
     async def work(self, claim: Claim) -> None:
         grant = claim.grant
         executor = self.executors[grant.agent_id]
-        renewer = asyncio.create_task(self._renew(claim))
+        lease = _Lease(claim)
+        renewer = asyncio.create_task(self._renew(claim, lease))
         try:
             if grant.cancel_requested:
-                await self._report(claim, AttemptOutcome.CANCELLED)
+                await self._report(claim, lease, AttemptOutcome.CANCELLED)
                 return
             if grant.gate == "approval" or grant.side_effect_class.at_least(
                 SideEffectClass.LOCAL_WRITE
             ):
-                if not await self._approved(claim, executor):
+                if not await self._approved(claim, lease, executor):
                     return
             try:
                 result = await executor.execute(claim.input)
             except TransientError as exc:
                 log.info("attempt %s failed transiently: %s", grant.attempt_id, exc)
-                await self._report(claim, AttemptOutcome.FAILED, FailureClass.TRANSIENT)
+                await self._report(claim, lease, AttemptOutcome.FAILED, FailureClass.TRANSIENT)
                 return
             except Exception:
                 log.exception("attempt %s failed", grant.attempt_id)
-                await self._report(claim, AttemptOutcome.FAILED, FailureClass.PERMANENT)
+                await self._report(claim, lease, AttemptOutcome.FAILED, FailureClass.PERMANENT)
                 return
-            await self._report(claim, AttemptOutcome.SUCCEEDED, outcome_hash=canonical_hash(result))
+            await self._report(
+                claim, lease, AttemptOutcome.SUCCEEDED, outcome_hash=canonical_hash(result)
+            )
             self.completed += 1
-        except errors.LeaseRejected as exc:
-            log.warning("lease on attempt %s lost: %s", grant.attempt_id, exc)
+        except LeaseGone as exc:
+            log.warning("gave up on attempt %s: %s", grant.attempt_id, exc)
+        except errors.RunControlError as exc:
+            # Refused for good (lease gone, stale token, already settled): the run has moved on.
+            log.warning("attempt %s: refused: %s (%s)", grant.attempt_id, exc, exc.code)
         finally:
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
 
-    async def _approved(self, claim: Claim, executor: Executor) -> bool:
+    async def _send(self, command: Command[R], lease: _Lease) -> R:
+        """Send ``command`` until answered, refused for good, or the lease is certainly gone.
+
+        A transient failure leaves it unknown whether the command ran; the resend is the same
+        object, so its ``command_id`` gets the stored answer rather than a second effect."""
+        failures = 0
+        while True:
+            try:
+                return await self.client.send(command)
+            except Exception as exc:
+                if not transient(exc):
+                    raise
+                failures += 1
+                if self.clock.now() > lease.expires_at + self.lease_grace:
+                    raise LeaseGone(
+                        f"{type(command).__name__} unanswered ({exc!r}) and the lease expired "
+                        f"at {lease.expires_at.isoformat()}"
+                    ) from exc
+                delay = self.backoff.delay(failures)
+                log.warning(
+                    "%s for attempt %s: %r; resending in %.2fs",
+                    type(command).__name__,
+                    lease.attempt_id,
+                    exc,
+                    delay,
+                )
+                await self.backoff.sleep(delay)
+
+    async def _approved(self, claim: Claim, lease: _Lease, executor: Executor) -> bool:
         """Ask for approval of the exact proposal; wait for the decision; re-propose on Stale."""
         while True:
             proposal = await executor.propose(claim.input)
-            approval = await self.client.request_approval(claim, canonical_hash(proposal))
+            approval = await self._send(
+                RequestApproval(**claim.fenced(), proposal_hash=canonical_hash(proposal)), lease
+            )
             if approval is None or approval.state is ApprovalState.APPROVED:
                 return True
-            state = await self._decision(claim, str(approval.approval_id))
+            state = await self._decision(claim, lease, str(approval.approval_id))
             if state == ApprovalState.APPROVED:
                 return True
             if state != ApprovalState.STALE:
                 return False  # rejected, expired or cancelled: the run settles the attempt
 
-    async def _decision(self, claim: Claim, approval_id: str) -> str:
-        async for event in self.client.watch(claim.tenant_id, claim.run_id, 0):
-            payload = event["payload"]
-            if event["type"] == "ApprovalDecided" and payload.get("approvalId") == approval_id:
-                return str(payload["state"])
-        return "Cancelled"
+    async def _decision(self, claim: Claim, lease: _Lease, approval_id: str) -> str:
+        cursor = failures = 0
+        while True:
+            try:
+                async for event in self.client.watch(claim.tenant_id, claim.run_id, cursor):
+                    cursor, failures = event["seq"], 0
+                    payload = event["payload"]
+                    if (
+                        event["type"] == "ApprovalDecided"
+                        and payload.get("approvalId") == approval_id
+                    ):
+                        return str(payload["state"])
+                return "Cancelled"
+            except Exception as exc:
+                if not transient(exc):
+                    raise
+                failures += 1
+                if self.clock.now() > lease.expires_at + self.lease_grace:
+                    raise LeaseGone(f"the run's events went unanswered ({exc!r})") from exc
+                await self.backoff.sleep(self.backoff.delay(failures))
 
-    async def _renew(self, claim: Claim) -> None:
+    async def _renew(self, claim: Claim, lease: _Lease) -> None:
         while True:
             await asyncio.sleep(self.renew_every_s)
             try:
-                await self.client.renew(claim)
+                grant = await self._send(RenewLease(**claim.fenced()), lease)
+            except LeaseGone as exc:
+                log.warning("stopped renewing attempt %s: %s", claim.attempt_id, exc)
+                return
             except errors.RunControlError as exc:
                 log.warning("renewal of attempt %s refused: %s", claim.attempt_id, exc)
                 return
+            except Exception:
+                log.exception("renewal of attempt %s failed", claim.attempt_id)
+                return
+            lease.expires_at = max(lease.expires_at, grant.expires_at)
 
     async def _report(
         self,
         claim: Claim,
+        lease: _Lease,
         outcome: AttemptOutcome,
         failure_class: FailureClass | None = None,
         outcome_hash: str | None = None,
     ) -> None:
-        await self.client.report_outcome(
-            claim, outcome, failure_class=failure_class, outcome_hash=outcome_hash
+        await self._send(
+            ReportOutcome(
+                **claim.fenced(),
+                outcome=outcome,
+                failure_class=failure_class,
+                outcome_hash=outcome_hash,
+            ),
+            lease,
         )

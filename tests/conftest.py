@@ -15,6 +15,8 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
+from support import Faults
 
 from runcontrol import embedded
 from runcontrol.store import Database
@@ -52,6 +54,20 @@ def db(owner_url: str) -> Iterator[Database]:
 @pytest.fixture
 def tenant() -> str:
     return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def faults(db: Database) -> Iterator[Faults]:
+    """Faults injected inside the database at a checkpoint of a run's write (``support.Faults``):
+    installed for this test only, so no other test's statements ever meet the triggers."""
+    owner = create_engine(db.owner_url, poolclass=NullPool)
+    injected = Faults(owner)
+    injected.install()
+    try:
+        yield injected
+    finally:
+        injected.uninstall()
+        owner.dispose()
 
 
 # ---------------------------------------------------------------------- Ray (one per session)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import select
+from sqlalchemy import Engine, select, text
 
 from runcontrol.store import Database
 
@@ -40,3 +40,92 @@ def run_rows(db: Database, tenant: str, table: Any, run_id: UUID, order: Any = N
         stmt = stmt.order_by(order)
     with db.tenant(tenant) as conn:
         return list(conn.execute(stmt))
+
+
+# ---------------------------------------------------------------------- injected faults
+
+# Where a test can make a write fail inside the statement that makes it: the table whose row
+# write trips the fault, and when. "after-run": the run row is written, nothing else yet;
+# "before-outbox": the child rows are written too; "before-journal": and the outbox rows.
+FAULT_POINTS = {
+    "after-run": ("runs", "AFTER INSERT OR UPDATE"),
+    "before-outbox": ("outbox", "BEFORE INSERT"),
+    "before-journal": ("recovery_journal", "BEFORE INSERT"),
+}
+CHECKPOINTS = tuple(FAULT_POINTS)
+FAULT_SQLSTATE = "TF999"  # a code nothing else raises; psycopg maps it to DatabaseError
+
+
+class Faults:
+    """Test-only triggers that fail a run's writes at a checkpoint (``faults`` fixture).
+
+    ``install`` creates, as the schema owner, the table ``test_faults`` and one trigger per
+    checkpoint; a trigger raises ``FAULT_SQLSTATE`` with ``message(checkpoint)`` when the row it
+    sees belongs to a run armed at its checkpoint. The trigger function is SECURITY DEFINER, so
+    the app role that makes the writes needs (and has) no grant on the table, and row-level
+    security does not apply to it. ``uninstall`` drops it all. Arming is a row: it holds for
+    every write of that run until disarmed.
+    """
+
+    def __init__(self, owner: Engine) -> None:
+        self._owner = owner
+
+    @staticmethod
+    def message(checkpoint: str) -> str:
+        return f"test fault at {checkpoint}"
+
+    def install(self) -> None:
+        statements = [
+            "CREATE TABLE test_faults (run_id uuid NOT NULL, checkpoint text NOT NULL,"
+            " message text NOT NULL, PRIMARY KEY (run_id, checkpoint))",
+            "REVOKE ALL ON test_faults FROM PUBLIC",
+            f"""CREATE FUNCTION test_fault() RETURNS trigger
+            LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $fn$
+            DECLARE
+                fault_message text;
+            BEGIN
+                SELECT message INTO fault_message FROM test_faults
+                    WHERE run_id = NEW.run_id AND checkpoint = TG_ARGV[0];
+                IF FOUND THEN
+                    RAISE EXCEPTION USING ERRCODE = '{FAULT_SQLSTATE}', MESSAGE = fault_message;
+                END IF;
+                RETURN NEW;
+            END $fn$""",
+            "REVOKE ALL ON FUNCTION test_fault() FROM PUBLIC",
+        ]
+        for checkpoint, (table, timing) in FAULT_POINTS.items():
+            statements.append(
+                f"CREATE TRIGGER {_trigger(checkpoint)} {timing} ON {table}"
+                f" FOR EACH ROW EXECUTE FUNCTION test_fault('{checkpoint}')"
+            )
+        self._run(statements)
+
+    def uninstall(self) -> None:
+        self._run(
+            [f"DROP TRIGGER IF EXISTS {_trigger(c)} ON {t}" for c, (t, _) in FAULT_POINTS.items()]
+            + ["DROP FUNCTION IF EXISTS test_fault()", "DROP TABLE IF EXISTS test_faults"]
+        )
+
+    def arm(self, run_id: UUID, checkpoint: str) -> None:
+        """Fail every write of ``run_id`` reaching ``checkpoint``, until ``disarm``."""
+        assert checkpoint in FAULT_POINTS, checkpoint
+        with self._owner.begin() as conn:
+            conn.execute(
+                text("INSERT INTO test_faults VALUES (:run_id, :checkpoint, :message)"),
+                {"run_id": run_id, "checkpoint": checkpoint, "message": self.message(checkpoint)},
+            )
+
+    def disarm(self, run_id: UUID) -> None:
+        with self._owner.begin() as conn:
+            conn.execute(text("DELETE FROM test_faults WHERE run_id = :r"), {"r": run_id})
+
+    def _run(self, statements: list[str]) -> None:
+        with self._owner.begin() as conn:
+            # DDL on runs waits for every transaction touching it: fail instead of hanging.
+            conn.execute(text("SET LOCAL lock_timeout = '10s'"))
+            for statement in statements:
+                conn.exec_driver_sql(statement)
+
+
+def _trigger(checkpoint: str) -> str:
+    return "test_fault_" + checkpoint.replace("-", "_")

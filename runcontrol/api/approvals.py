@@ -16,12 +16,14 @@ from sqlalchemy import Connection
 
 from schemas.api import ApprovalPage, ApprovalView, DecisionRequest
 
+from ..commands import DecideApproval
 from ..domain import ApprovalState
 from ..domain.access import approvals_visible_only_to
 from ..store import queries as q
 from .auth import ApprovalsDecider, ApprovalsReader
 from .context import Svc, check_cursor
 from .problems import responses
+from .runs import RetryKey, command_id
 
 router = APIRouter(prefix="/factory/approvals", tags=["approvals"])
 
@@ -43,14 +45,20 @@ async def decide_approval(
     svc: Svc,
     body: DecisionRequest,
     approval_id: Annotated[UUID, Path(alias="approvalId")],
+    idempotency_key: RetryKey = None,
 ) -> dict[str, Any]:
-    approval = await svc.client.decide(
-        caller.principal,
-        approval_id,
-        body.decision,
-        body.version,
-        body.proposal_hash,
-        body.reason,
+    approval = await svc.client.send(
+        DecideApproval(
+            tenant_id=caller.tenant_id,
+            run_id=await svc.client.approval_run(caller.tenant_id, approval_id),
+            command_id=command_id(caller, "DecideApproval", approval_id, idempotency_key),
+            approval_id=approval_id,
+            principal=caller.principal,
+            decision=body.decision,
+            version=body.version,
+            proposal_hash=body.proposal_hash,
+            reason=body.reason,
+        )
     )
     return q.approval_view(asdict(approval))
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Annotated, Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from fastapi import APIRouter, Header, Path, Query, Response
 from sqlalchemy import Connection
@@ -22,8 +22,8 @@ from schemas.api import (
     SubmitRunResponse,
 )
 
+from ..commands import CancelRun, SubmitRequest, SubmitRun, new_command_id
 from ..domain import Limits, RunState, errors
-from ..grain import SubmitRequest
 from ..store import queries as q
 from .auth import Caller, RunsReader, RunsWriter
 from .context import Svc, check_cursor
@@ -39,7 +39,27 @@ IdempotencyKey = Annotated[
         description="Required. The same key with the same payload answers with the same run.",
     ),
 ]
+RetryKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        max_length=255,
+        description="Optional. A retry with the same key gets the first call's answer, never a "
+        "second effect (kept 24 h: `RunControl:Commands:AnswerRetentionHours`).",
+    ),
+]
 RunIdPath = Annotated[UUID, Path(alias="runId")]
+
+
+def command_id(caller: Caller, operation: str, target: UUID, key: str | None) -> str:
+    """The command id of an HTTP call: the caller's ``Idempotency-Key``, scoped to the caller,
+    the operation and its target (one key reused elsewhere never answers for another call);
+    without a key, a new id (the call is then not deduplicated)."""
+    if not key:
+        return new_command_id()
+    return f"http:{caller.principal.subject}:{operation}:{target}:{key}"
+
+
 CorrelationId = Annotated[str | None, Header(alias="X-Correlation-Id", max_length=200)]
 
 
@@ -83,8 +103,13 @@ async def submit_run(
 ) -> dict[str, Any]:
     if not idempotency_key or not idempotency_key.strip():
         raise IdempotencyKeyRequired("the Idempotency-Key header is required")
-    result = await svc.client.submit(
-        caller.principal, _submit_request(body, caller, idempotency_key, correlation_id)
+    result = await svc.client.send(
+        SubmitRun(
+            tenant_id=caller.tenant_id,
+            run_id=uuid4(),
+            principal=caller.principal,
+            request=_submit_request(body, caller, idempotency_key, correlation_id),
+        )
     )
     response.headers["Location"] = location(result.run_id)
     return {
@@ -158,6 +183,15 @@ async def cancel_run(
     svc: Svc,
     body: CancelRunRequest,
     run_id: RunIdPath,
+    idempotency_key: RetryKey = None,
 ) -> dict[str, Any]:
-    state = await svc.client.cancel(caller.principal, run_id, body.reason)
+    state = await svc.client.send(
+        CancelRun(
+            tenant_id=caller.tenant_id,
+            run_id=run_id,
+            command_id=command_id(caller, "CancelRun", run_id, idempotency_key),
+            requested_by=caller.principal.subject,
+            reason=body.reason,
+        )
+    )
     return {"runId": run_id, "state": state}

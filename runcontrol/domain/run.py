@@ -76,6 +76,8 @@ class Options:
     approval_expiry_hours: float = 72
     retry_base_seconds: float = 1.0
     retry_cap_seconds: float = 300.0
+    # How long a committed command's answer answers its resends (exactly-once window).
+    answer_retention_seconds: float = 86400.0
 
 
 @dataclass(slots=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,9 +14,10 @@ from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 from psycopg.rows import dict_row
-from sqlalchemy import Connection, Engine, create_engine, text
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
+from sqlalchemy.pool import ConnectionPoolEntry
 
 from .group import Answer, GroupCommit
 
@@ -59,6 +61,29 @@ def role_url(owner_url: str, role: str, password: str | None) -> str:
     return url.render_as_string(hide_password=False)
 
 
+def replace_older_after_a_loss(engine: Engine) -> None:
+    """Once a pooled connection is found broken (and invalidated), the pool replaces every
+    connection opened before it at checkout, rather than handing it out to fail: after a
+    server restart each process loses one command, not one per pooled connection. A checkout
+    then costs a dict read, where a pre-ping costs a round trip."""
+    lost_at = 0.0
+
+    @event.listens_for(engine, "connect")
+    def opened(dbapi_connection: Any, record: ConnectionPoolEntry) -> None:
+        record.info["opened_at"] = time.monotonic()
+
+    @event.listens_for(engine, "invalidate")
+    def lost(dbapi_connection: Any, record: ConnectionPoolEntry, exc: Any) -> None:
+        nonlocal lost_at
+        if not isinstance(exc, sa_exc.DisconnectionError):  # not one this hook replaced
+            lost_at = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def checkout(dbapi_connection: Any, record: ConnectionPoolEntry, proxy: Any) -> None:
+        if record.info.get("opened_at", 0.0) < lost_at:
+            raise sa_exc.DisconnectionError("opened before a pooled connection was found broken")
+
+
 class Database:
     """Three connections to one database, each with its own privileges.
 
@@ -94,14 +119,17 @@ class Database:
     @property
     def app(self) -> Engine:
         if self._app is None:
-            # No pre-ping: it costs a round trip on every command. A connection broken by a
-            # server restart fails one command (retryable Unavailable) and is then replaced.
+            # No pre-ping: it costs a round trip on every command (docs/benchmarks.md). A
+            # connection broken by a server restart fails one command (retryable Unavailable)
+            # and is invalidated; the connections opened before it are then replaced at
+            # checkout instead of each failing a command of its own.
             self._app = create_engine(
                 self.app_url,
                 pool_size=self._pool_size,
                 max_overflow=self._pool_size,
                 pool_recycle=1800,
             )
+            replace_older_after_a_loss(self._app)
         return self._app
 
     @property

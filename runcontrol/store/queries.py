@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
+from decimal import Decimal
+from enum import Enum
 from typing import Any
 from uuid import UUID
 
@@ -27,68 +29,110 @@ from .tables import (
 RunKey = tuple[str, UUID]  # (tenant_id, run_id)
 
 
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
+def _json(value: Any) -> Any:
+    """A column value as the API's JSON has it."""
+    if isinstance(value, UUID):
+        return str(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, Enum):
+        return value.value
+    return value
 
 
-def _s(value: Any) -> str | None:
-    return None if value is None else str(value)
+View = tuple[tuple[str, str], ...]  # (JSON key, column)
+
+
+def _fields(columns: Iterable[str], renamed: Mapping[str, str] | None = None) -> View:
+    """The API's camelCase key for each column, unless ``renamed`` names another."""
+    renamed = renamed or {}
+    return tuple((renamed.get(c) or _camel(c), c) for c in columns)
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+def _view(m: Any, fields: View) -> dict[str, Any]:
+    return {key: _json(m[column]) for key, column in fields}
+
+
+# What the API shows of each table. An approval and an event are shown whole (an event without
+# the relay's bookkeeping); a run, step, attempt and lease show a chosen part.
+RUN_SUMMARY = _fields(
+    (
+        "run_id",
+        "tenant_id",
+        "project_id",
+        "environment_id",
+        "workflow_id",
+        "release_id",
+        "release_hash",
+        "policy_revision",
+        "model_profile_id",
+        "snapshot_id",
+        "budget_reservation_id",
+        "state",
+        "input_hash",
+        "requested_by",
+        "failure_class",
+        "failure_reason",
+        "outcome_hash",
+        "version",
+        "event_seq",
+        "created_at",
+        "updated_at",
+    ),
+    {"event_seq": "lastEventSeq"},
+)
+LIMITS = _fields(("max_cost_usd", "max_minutes"))
+STEP = _fields(
+    (
+        "step_id",
+        "ordinal",
+        "name",
+        "agent_id",
+        "skill_id",
+        "state",
+        "max_attempts",
+        "gate",
+        "side_effect_class",
+        "not_before",
+    )
+)
+ATTEMPT = _fields(
+    (
+        "attempt_id",
+        "number",
+        "state",
+        "outcome",
+        "outcome_hash",
+        "failure_class",
+        "dispatched_at",
+        "settled_at",
+    )
+)
+LEASE = _fields(("lease_id", "holder", "fencing_token", "expires_at"))
+APPROVAL = _fields(approval_requests.c.keys())
+EVENT = _fields(
+    (c for c in outbox.c.keys() if c not in ("id", "published_at")), {"event_type": "type"}
+)
 
 
 # ---------------------------------------------------------------------- read models (tenant)
 
 
 def run_summary(m: Any) -> dict[str, Any]:
-    return {
-        "runId": str(m["run_id"]),
-        "tenantId": m["tenant_id"],
-        "projectId": m["project_id"],
-        "environmentId": m["environment_id"],
-        "workflowId": m["workflow_id"],
-        "releaseId": m["release_id"],
-        "releaseHash": m["release_hash"],
-        "policyRevision": m["policy_revision"],
-        "modelProfileId": m["model_profile_id"],
-        "snapshotId": str(m["snapshot_id"]),
-        "budgetReservationId": _s(m["budget_reservation_id"]),
-        "state": m["state"],
-        "inputHash": m["input_hash"],
-        "requestedBy": m["requested_by"],
-        "failureClass": m["failure_class"],
-        "failureReason": m["failure_reason"],
-        "outcomeHash": m["outcome_hash"],
-        "limits": {
-            "maxCostUsd": float(m["max_cost_usd"]) if m["max_cost_usd"] is not None else None,
-            "maxMinutes": m["max_minutes"],
-        },
-        "version": m["version"],
-        "lastEventSeq": m["event_seq"],
-        "createdAt": _iso(m["created_at"]),
-        "updatedAt": _iso(m["updated_at"]),
-    }
+    view = _view(m, RUN_SUMMARY)
+    view["limits"] = _view(m, LIMITS)
+    return view
 
 
 def approval_view(m: Any) -> dict[str, Any]:
-    return {
-        "approvalId": str(m["approval_id"]),
-        "runId": str(m["run_id"]),
-        "stepId": str(m["step_id"]),
-        "attemptId": str(m["attempt_id"]),
-        "tenantId": m["tenant_id"],
-        "actionClass": m["action_class"],
-        "proposalHash": m["proposal_hash"],
-        "policyRevision": m["policy_revision"],
-        "approverRule": m["approver_rule"],
-        "requiredApprovals": m["required_approvals"],
-        "requestedBy": m["requested_by"],
-        "state": m["state"],
-        "decidedBy": m["decided_by"],
-        "decidedAt": _iso(m["decided_at"]),
-        "reason": m["reason"],
-        "version": m["version"],
-        "createdAt": _iso(m["created_at"]),
-        "expiresAt": _iso(m["expires_at"]),
-    }
+    return _view(m, APPROVAL)
 
 
 def get_run(conn: Connection, run_id: UUID) -> dict[str, Any] | None:
@@ -110,45 +154,13 @@ def get_run(conn: Connection, run_id: UUID) -> dict[str, Any] | None:
     ):
         m = a._mapping
         lease = current.get(m["attempt_id"])
-        by_step.setdefault(m["step_id"], []).append(
-            {
-                "attemptId": str(m["attempt_id"]),
-                "number": m["number"],
-                "state": m["state"],
-                "outcome": m["outcome"],
-                "outcomeHash": m["outcome_hash"],
-                "failureClass": m["failure_class"],
-                "dispatchedAt": _iso(m["dispatched_at"]),
-                "settledAt": _iso(m["settled_at"]),
-                "lease": None
-                if lease is None
-                else {
-                    "leaseId": str(lease["lease_id"]),
-                    "holder": lease["holder"],
-                    "fencingToken": lease["fencing_token"],
-                    "expiresAt": _iso(lease["expires_at"]),
-                },
-            }
-        )
+        attempt = _view(m, ATTEMPT)
+        attempt["lease"] = None if lease is None else _view(lease, LEASE)
+        by_step.setdefault(m["step_id"], []).append(attempt)
     view["steps"] = [
-        {
-            "stepId": str(m["step_id"]),
-            "ordinal": m["ordinal"],
-            "name": m["name"],
-            "agentId": m["agent_id"],
-            "skillId": m["skill_id"],
-            "state": m["state"],
-            "maxAttempts": m["max_attempts"],
-            "gate": m["gate"],
-            "sideEffectClass": m["side_effect_class"],
-            "notBefore": _iso(m["not_before"]),
-            "attempts": by_step.get(m["step_id"], []),
-        }
-        for m in (
-            r._mapping
-            for r in conn.execute(
-                select(steps).where(steps.c.run_id == run_id).order_by(steps.c.ordinal)
-            )
+        {**_view(r._mapping, STEP), "attempts": by_step.get(r.step_id, [])}
+        for r in conn.execute(
+            select(steps).where(steps.c.run_id == run_id).order_by(steps.c.ordinal)
         )
     ]
     view["pendingApprovals"] = [
@@ -237,23 +249,7 @@ def approval_run(conn: Connection, approval_id: UUID) -> UUID | None:
 
 
 def event_view(m: Any) -> dict[str, Any]:
-    return {
-        "eventId": str(m["event_id"]),
-        "seq": m["seq"],
-        "type": m["event_type"],
-        "topic": m["topic"],
-        "runId": str(m["run_id"]),
-        "tenantId": m["tenant_id"],
-        "projectId": m["project_id"],
-        "stepId": _s(m["step_id"]),
-        "attemptId": _s(m["attempt_id"]),
-        "correlationId": m["correlation_id"],
-        "causationId": m["causation_id"],
-        "producer": m["producer"],
-        "schemaVersion": m["schema_version"],
-        "occurredAt": _iso(m["occurred_at"]),
-        "payload": m["payload"],
-    }
+    return _view(m, EVENT)
 
 
 def events_after(

@@ -1,368 +1,265 @@
-"""Mapping between table rows and domain objects (the only place that knows both)."""
+"""Mapping between table rows and domain objects (the only place that knows both).
+
+One generic mapper per (entity, table) pair, derived from the entity's dataclass fields and the
+table's columns: a column is the field of the same name, unless the entity keeps it inside a
+value object (``Run.release`` -> release_id, release_hash) or does not hold it at all (the
+caller supplies it, or the database assigns it). Each pair is checked when this module loads:
+a field with no column, or a column nobody fills, is an error here rather than a value silently
+lost between a commit and the next load.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import operator
+import types
+import typing
+from collections.abc import Callable, Mapping
+from enum import Enum
+from typing import Any, TypeVar
 
-from sqlalchemy import Row
+from sqlalchemy import Row, Table
 
 from ..domain import (
     ApprovalDecision,
     ApprovalRequest,
-    ApprovalState,
     Attempt,
-    AttemptOutcome,
-    AttemptState,
     AuditRecord,
     CancellationIntent,
-    Decision,
     Event,
-    FailureClass,
     Lease,
-    Limits,
-    PolicyRef,
     RecoveryJournalEntry,
-    ReleaseRef,
     Run,
-    RunState,
-    SideEffectClass,
     Step,
-    StepState,
+)
+from .tables import (
+    approval_decisions,
+    approval_requests,
+    attempts,
+    audit_log,
+    cancellation_intents,
+    leases,
+    outbox,
+    recovery_journal,
+    runs,
+    steps,
 )
 
+T = TypeVar("T")
+Decode = Callable[[Any], Any]
 
-def _opt(enum: Any, value: Any) -> Any:
-    return None if value is None else enum(value)
+
+def _decoder(hint: Any) -> Decode | None:
+    """How a non-NULL column value becomes the field's type, or None when it already is it:
+    enums from their value, floats from NUMERIC (a Decimal)."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        hint = args[0] if len(args) == 1 else None
+    if isinstance(hint, type) and (issubclass(hint, Enum) or hint is float):
+        decode: Decode = hint
+        return decode
+    return None
 
 
-def _str(value: Any) -> Any:
-    return None if value is None else str(value)
+class _Mapper:
+    """Rows of ``table`` <-> instances of ``cls``: a column is the field of the same name.
+
+    ``nested``: field -> the columns of its value object, in the value class's field order.
+    ``supplied``: columns the entity does not hold; ``to_row`` writes them only when the caller
+    gives them (``Run``'s next_due_at is added by the unit of work). ``generated``: columns the
+    database assigns (serial ids), never written.
+    """
+
+    def __init__(
+        self,
+        cls: type[Any],
+        table: Table,
+        *,
+        nested: Mapping[str, tuple[str, ...]] | None = None,
+        supplied: tuple[str, ...] = (),
+        generated: tuple[str, ...] = (),
+    ) -> None:
+        nested = nested or {}
+        self.cls = cls
+        self.table = table
+        self.supplied = frozenset(supplied)
+        paths: dict[str, str] = {}  # column -> the attribute holding it ("release.hash")
+        hints: dict[str, Any] = {}  # column -> the type of that attribute
+        self._nested: list[tuple[str, type[Any], tuple[str, ...]]] = []
+        for f, hint in _fields(cls):
+            if f in nested:
+                parts, cols = _fields(hint), nested[f]
+                if len(parts) != len(cols):
+                    raise TypeError(f"{cls.__name__}.{f}: {len(parts)} parts, columns {cols}")
+                for (part, part_hint), col in zip(parts, cols, strict=True):
+                    _claim(paths, col, f"{f}.{part}")
+                    hints[col] = part_hint
+                self._nested.append((f, hint, cols))
+            else:
+                _claim(paths, f, f)
+                hints[f] = hint
+        # plain str: Column.name is a str subclass, which orjson refuses as a dict key
+        columns = [str(c.name) for c in table.columns]
+        unknown = set(paths) - set(columns)
+        unfilled = set(columns) - set(paths) - self.supplied - set(generated)
+        if unknown or unfilled:
+            raise TypeError(
+                f"{cls.__name__} <-> {table.name}: fields without a column {sorted(unknown)}, "
+                f"columns without a field {sorted(unfilled)}"
+            )
+        self._columns = tuple(c for c in columns if c in paths)  # in the table's order
+        self._get = operator.attrgetter(*(paths[c] for c in self._columns))
+        self._decoders = tuple(
+            (c, d) for c in self._columns if (d := _decoder(hints[c])) is not None
+        )
+
+    def to_row(self, entity: Any, **supplied: Any) -> dict[str, Any]:
+        if not supplied.keys() <= self.supplied:
+            raise TypeError(f"{self.table.name} takes no supplied column {sorted(supplied)}")
+        row = {
+            c: v.value if isinstance(v, Enum) else v  # an enum is stored by its value
+            for c, v in zip(self._columns, self._get(entity), strict=True)
+        }
+        if supplied:
+            row.update(supplied)
+        return row
+
+    def from_row(self, row: Row[Any]) -> Any:
+        m = row._mapping
+        values = {c: m[c] for c in self._columns}
+        for c, decode in self._decoders:
+            if values[c] is not None:
+                values[c] = decode(values[c])
+        for f, value_cls, cols in self._nested:
+            values[f] = value_cls(*(values.pop(c) for c in cols))
+        return self.cls(**values)
+
+
+def _claim(paths: dict[str, str], column: str, path: str) -> None:
+    if column in paths:
+        raise TypeError(f"column {column} is both {paths[column]} and {path}")
+    paths[column] = path
+
+
+def _fields(cls: type[Any]) -> list[tuple[str, Any]]:
+    hints = typing.get_type_hints(cls)
+    return [(f.name, hints[f.name]) for f in dataclasses.fields(cls)]
+
+
+MAPPERS: dict[type[Any], _Mapper] = {
+    m.cls: m
+    for m in (
+        _Mapper(
+            Run,
+            runs,
+            nested={
+                "release": ("release_id", "release_hash"),
+                "policy": ("policy_id", "policy_revision"),
+                "limits": ("max_cost_usd", "max_minutes"),
+            },
+            supplied=("next_due_at",),
+        ),
+        _Mapper(Step, steps),
+        _Mapper(Attempt, attempts, supplied=("agent_id",)),  # the step's agent, for claims
+        _Mapper(Lease, leases),
+        _Mapper(ApprovalRequest, approval_requests),
+        _Mapper(ApprovalDecision, approval_decisions),
+        _Mapper(CancellationIntent, cancellation_intents),
+        _Mapper(Event, outbox, supplied=("published_at",), generated=("id",)),
+        _Mapper(RecoveryJournalEntry, recovery_journal, generated=("id",)),
+        _Mapper(AuditRecord, audit_log, generated=("id",)),
+    )
+}
+
+
+def to_row(entity: Any, **supplied: Any) -> dict[str, Any]:
+    """The row (column -> value) that stores ``entity``, plus any ``supplied`` columns."""
+    return MAPPERS[type(entity)].to_row(entity, **supplied)
+
+
+def from_row(cls: type[T], row: Row[Any]) -> T:
+    result: T = MAPPERS[cls].from_row(row)
+    return result
+
+
+# The names the unit of work calls.
 
 
 def run_to_row(run: Run) -> dict[str, Any]:
-    return {
-        "run_id": run.run_id,
-        "tenant_id": run.tenant_id,
-        "project_id": run.project_id,
-        "environment_id": run.environment_id,
-        "idempotency_key": run.idempotency_key,
-        "workflow_id": run.workflow_id,
-        "release_id": run.release.release_id,
-        "release_hash": run.release.hash,
-        "policy_id": run.policy.policy_id,
-        "policy_revision": run.policy.revision,
-        "model_profile_id": run.model_profile_id,
-        "state": str(run.state),
-        "input_hash": run.input_hash,
-        "snapshot_id": run.snapshot_id,
-        "budget_reservation_id": run.budget_reservation_id,
-        "requested_by": run.requested_by,
-        "max_cost_usd": run.limits.max_cost_usd,
-        "max_minutes": run.limits.max_minutes,
-        "deadline_at": run.deadline_at,
-        "failure_class": _str(run.failure_class),
-        "failure_reason": run.failure_reason,
-        "outcome_hash": run.outcome_hash,
-        "correlation_id": run.correlation_id,
-        "input": run.input,
-        "version": run.version,
-        "event_seq": run.event_seq,
-        "journal_seq": run.journal_seq,
-        "fencing_seq": run.fencing_seq,
-        "created_at": run.created_at,
-        "updated_at": run.updated_at,
-    }
+    return to_row(run)
 
 
 def row_to_run(row: Row[Any]) -> Run:
-    m = row._mapping
-    return Run(
-        run_id=m["run_id"],
-        tenant_id=m["tenant_id"],
-        project_id=m["project_id"],
-        environment_id=m["environment_id"],
-        idempotency_key=m["idempotency_key"],
-        workflow_id=m["workflow_id"],
-        release=ReleaseRef(m["release_id"], m["release_hash"]),
-        policy=PolicyRef(m["policy_id"], m["policy_revision"]),
-        model_profile_id=m["model_profile_id"],
-        state=RunState(m["state"]),
-        input_hash=m["input_hash"],
-        snapshot_id=m["snapshot_id"],
-        budget_reservation_id=m["budget_reservation_id"],
-        requested_by=m["requested_by"],
-        limits=Limits(
-            float(m["max_cost_usd"]) if m["max_cost_usd"] is not None else None,
-            m["max_minutes"],
-        ),
-        deadline_at=m["deadline_at"],
-        failure_class=_opt(FailureClass, m["failure_class"]),
-        failure_reason=m["failure_reason"],
-        outcome_hash=m["outcome_hash"],
-        correlation_id=m["correlation_id"],
-        input=m["input"],
-        version=m["version"],
-        event_seq=m["event_seq"],
-        journal_seq=m["journal_seq"],
-        fencing_seq=m["fencing_seq"],
-        created_at=m["created_at"],
-        updated_at=m["updated_at"],
-    )
+    return from_row(Run, row)
 
 
 def step_to_row(step: Step) -> dict[str, Any]:
-    return {
-        "step_id": step.step_id,
-        "tenant_id": step.tenant_id,
-        "run_id": step.run_id,
-        "ordinal": step.ordinal,
-        "name": step.name,
-        "agent_id": step.agent_id,
-        "skill_id": step.skill_id,
-        "state": str(step.state),
-        "max_attempts": step.max_attempts,
-        "gate": step.gate,
-        "side_effect_class": str(step.side_effect_class),
-        "not_before": step.not_before,
-        "failure_class": _str(step.failure_class),
-        "outcome_hash": step.outcome_hash,
-    }
+    return to_row(step)
 
 
 def row_to_step(row: Row[Any]) -> Step:
-    m = row._mapping
-    return Step(
-        step_id=m["step_id"],
-        run_id=m["run_id"],
-        tenant_id=m["tenant_id"],
-        ordinal=m["ordinal"],
-        name=m["name"],
-        agent_id=m["agent_id"],
-        skill_id=m["skill_id"],
-        state=StepState(m["state"]),
-        max_attempts=m["max_attempts"],
-        gate=m["gate"],
-        side_effect_class=SideEffectClass(m["side_effect_class"]),
-        not_before=m["not_before"],
-        failure_class=_opt(FailureClass, m["failure_class"]),
-        outcome_hash=m["outcome_hash"],
-    )
+    return from_row(Step, row)
 
 
 def attempt_to_row(attempt: Attempt, agent_id: str) -> dict[str, Any]:
-    return {
-        "attempt_id": attempt.attempt_id,
-        "tenant_id": attempt.tenant_id,
-        "step_id": attempt.step_id,
-        "run_id": attempt.run_id,
-        "agent_id": agent_id,
-        "number": attempt.number,
-        "state": str(attempt.state),
-        "lease_id": attempt.lease_id,
-        "fencing_token": attempt.fencing_token,
-        "holder": attempt.holder,
-        "outcome": _str(attempt.outcome),
-        "outcome_hash": attempt.outcome_hash,
-        "failure_class": _str(attempt.failure_class),
-        "dispatched_at": attempt.dispatched_at,
-        "settled_at": attempt.settled_at,
-        "settled_by": attempt.settled_by,
-    }
+    return to_row(attempt, agent_id=agent_id)
 
 
 def row_to_attempt(row: Row[Any]) -> Attempt:
-    m = row._mapping
-    return Attempt(
-        attempt_id=m["attempt_id"],
-        step_id=m["step_id"],
-        run_id=m["run_id"],
-        tenant_id=m["tenant_id"],
-        number=m["number"],
-        state=AttemptState(m["state"]),
-        dispatched_at=m["dispatched_at"],
-        lease_id=m["lease_id"],
-        fencing_token=m["fencing_token"],
-        holder=m["holder"],
-        outcome=_opt(AttemptOutcome, m["outcome"]),
-        outcome_hash=m["outcome_hash"],
-        failure_class=_opt(FailureClass, m["failure_class"]),
-        settled_at=m["settled_at"],
-        settled_by=m["settled_by"],
-    )
+    return from_row(Attempt, row)
 
 
 def lease_to_row(lease: Lease) -> dict[str, Any]:
-    return {
-        "lease_id": lease.lease_id,
-        "tenant_id": lease.tenant_id,
-        "attempt_id": lease.attempt_id,
-        "run_id": lease.run_id,
-        "holder": lease.holder,
-        "fencing_token": lease.fencing_token,
-        "granted_at": lease.granted_at,
-        "expires_at": lease.expires_at,
-        "released_at": lease.released_at,
-        "release_cause": lease.release_cause,
-    }
+    return to_row(lease)
 
 
 def row_to_lease(row: Row[Any]) -> Lease:
-    m = row._mapping
-    return Lease(
-        lease_id=m["lease_id"],
-        attempt_id=m["attempt_id"],
-        run_id=m["run_id"],
-        tenant_id=m["tenant_id"],
-        holder=m["holder"],
-        fencing_token=m["fencing_token"],
-        granted_at=m["granted_at"],
-        expires_at=m["expires_at"],
-        released_at=m["released_at"],
-        release_cause=m["release_cause"],
-    )
+    return from_row(Lease, row)
 
 
 def approval_to_row(a: ApprovalRequest) -> dict[str, Any]:
-    return {
-        "approval_id": a.approval_id,
-        "tenant_id": a.tenant_id,
-        "run_id": a.run_id,
-        "step_id": a.step_id,
-        "attempt_id": a.attempt_id,
-        "action_class": str(a.action_class),
-        "proposal_hash": a.proposal_hash,
-        "policy_revision": a.policy_revision,
-        "approver_rule": a.approver_rule,
-        "required_approvals": a.required_approvals,
-        "requested_by": a.requested_by,
-        "created_at": a.created_at,
-        "expires_at": a.expires_at,
-        "state": str(a.state),
-        "decided_by": a.decided_by,
-        "decided_at": a.decided_at,
-        "reason": a.reason,
-        "version": a.version,
-    }
+    return to_row(a)
 
 
 def row_to_approval(row: Row[Any]) -> ApprovalRequest:
-    m = row._mapping
-    return ApprovalRequest(
-        approval_id=m["approval_id"],
-        run_id=m["run_id"],
-        step_id=m["step_id"],
-        attempt_id=m["attempt_id"],
-        tenant_id=m["tenant_id"],
-        action_class=SideEffectClass(m["action_class"]),
-        proposal_hash=m["proposal_hash"],
-        policy_revision=m["policy_revision"],
-        approver_rule=m["approver_rule"],
-        required_approvals=m["required_approvals"],
-        requested_by=m["requested_by"],
-        created_at=m["created_at"],
-        expires_at=m["expires_at"],
-        state=ApprovalState(m["state"]),
-        decided_by=m["decided_by"],
-        decided_at=m["decided_at"],
-        reason=m["reason"],
-        version=m["version"],
-    )
+    return from_row(ApprovalRequest, row)
 
 
 def decision_to_row(d: ApprovalDecision) -> dict[str, Any]:
-    return {
-        "approval_id": d.approval_id,
-        "tenant_id": d.tenant_id,
-        "run_id": d.run_id,
-        "decided_by": d.decided_by,
-        "decision": str(d.decision),
-        "proposal_hash": d.proposal_hash,
-        "reason": d.reason,
-        "break_glass": d.break_glass,
-        "decided_at": d.decided_at,
-    }
+    return to_row(d)
 
 
 def row_to_decision(row: Row[Any]) -> ApprovalDecision:
-    m = row._mapping
-    return ApprovalDecision(
-        approval_id=m["approval_id"],
-        run_id=m["run_id"],
-        tenant_id=m["tenant_id"],
-        decided_by=m["decided_by"],
-        decision=Decision(m["decision"]),
-        proposal_hash=m["proposal_hash"],
-        reason=m["reason"],
-        break_glass=m["break_glass"],
-        decided_at=m["decided_at"],
-    )
+    return from_row(ApprovalDecision, row)
 
 
 def intent_to_row(i: CancellationIntent) -> dict[str, Any]:
-    return {
-        "intent_id": i.intent_id,
-        "tenant_id": i.tenant_id,
-        "run_id": i.run_id,
-        "requested_by": i.requested_by,
-        "reason": i.reason,
-        "requested_at": i.requested_at,
-    }
+    return to_row(i)
 
 
 def row_to_intent(row: Row[Any]) -> CancellationIntent:
-    m = row._mapping
-    return CancellationIntent(
-        intent_id=m["intent_id"],
-        run_id=m["run_id"],
-        tenant_id=m["tenant_id"],
-        requested_by=m["requested_by"],
-        reason=m["reason"],
-        requested_at=m["requested_at"],
-    )
+    return from_row(CancellationIntent, row)
 
 
 def event_to_row(e: Event) -> dict[str, Any]:
-    return {
-        "event_id": e.event_id,
-        "tenant_id": e.tenant_id,
-        "project_id": e.project_id,
-        "run_id": e.run_id,
-        "seq": e.seq,
-        "topic": e.topic,
-        "event_type": e.event_type,
-        "step_id": e.step_id,
-        "attempt_id": e.attempt_id,
-        "correlation_id": e.correlation_id,
-        "causation_id": e.causation_id,
-        "producer": e.producer,
-        "schema_version": e.schema_version,
-        "payload": e.payload,
-        "occurred_at": e.occurred_at,
-        "published_at": None,
-    }
+    return to_row(e, published_at=None)
+
+
+def row_to_event(row: Row[Any]) -> Event:
+    return from_row(Event, row)
 
 
 def journal_to_row(j: RecoveryJournalEntry) -> dict[str, Any]:
-    return {
-        "tenant_id": j.tenant_id,
-        "run_id": j.run_id,
-        "sequence": j.sequence,
-        "entity": j.entity,
-        "entity_id": j.entity_id,
-        "from_state": _str(j.from_state),
-        "to_state": str(j.to_state),
-        "cause": j.cause,
-        "actor": j.actor,
-        "occurred_at": j.occurred_at,
-    }
+    return to_row(j)
+
+
+def row_to_journal(row: Row[Any]) -> RecoveryJournalEntry:
+    return from_row(RecoveryJournalEntry, row)
 
 
 def audit_to_row(a: AuditRecord) -> dict[str, Any]:
-    return {
-        "tenant_id": a.tenant_id,
-        "run_id": a.run_id,
-        "kind": a.kind,
-        "actor": a.actor,
-        "detail": a.detail,
-        "occurred_at": a.occurred_at,
-    }
+    return to_row(a)
+
+
+def row_to_audit(row: Row[Any]) -> AuditRecord:
+    return from_row(AuditRecord, row)

@@ -252,15 +252,17 @@ outbox = Table(
     Index("ix_outbox_unpublished", "id", postgresql_where=text("published_at IS NULL")),
 )
 
-inbox = Table(
-    "inbox",
+command_answers = Table(
+    "command_answers",
     metadata,
-    Column("consumer", Text),
-    Column("event_id", UUID(as_uuid=True)),
     Column("tenant_id", Text, nullable=False),
-    Column("received_at", TZ, nullable=False),
-    PrimaryKeyConstraint("consumer", "event_id"),
-    Index("ix_inbox_received", "received_at"),
+    Column("run_id", UUID(as_uuid=True), nullable=False),
+    Column("command_id", Text, nullable=False),
+    Column("command", Text, nullable=False),
+    Column("answer", JSONB, nullable=False),
+    Column("created_at", TZ, nullable=False),
+    PrimaryKeyConstraint("tenant_id", "run_id", "command_id"),
+    Index("ix_command_answers_created", "created_at"),
 )
 
 audit_log = Table(
@@ -325,3 +327,6 @@ budget_reservations = Table(
 
 TENANT_TABLES = tuple(metadata.tables)
 APPEND_ONLY_TABLES = ("recovery_journal", "audit_log", "approval_decisions", "cancellation_intents")
+# The app role adds rows to these and never changes them (command answers: the system role
+# prunes them past the resend window).
+INSERT_ONLY_TABLES = (*APPEND_ONLY_TABLES, "command_answers")

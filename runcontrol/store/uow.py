@@ -4,9 +4,9 @@ events and its recovery-journal entries commit together or not at all (invariant
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from types import TracebackType
 from typing import Any
@@ -17,8 +17,8 @@ import psycopg
 from sqlalchemy import Connection, select
 from sqlalchemy import exc as sa_exc
 
-from ..domain import AuditRecord, Options, RunAggregate, errors
-from . import rows
+from ..domain import AuditRecord, Event, Options, RunAggregate, errors
+from . import answers, rows
 from .database import Database
 from .group import Answer
 from .tables import (
@@ -26,18 +26,15 @@ from .tables import (
     approval_requests,
     attempts,
     cancellation_intents,
+    command_answers,
     leases,
     runs,
     steps,
 )
 
-Fault = Callable[[str], None]
 DISPATCH_CHANNEL = "runcontrol_dispatch"
 EVENTS_CHANNEL = "runcontrol_events"
 
-
-# The checkpoints inside ``runcontrol_apply`` at which a test hook may make the write fail.
-CHECKPOINTS = ("after-run", "before-outbox", "before-journal")
 _APPLY = "SELECT runcontrol_apply(%s::jsonb)"
 # A lost race: the version guard (RC409), or the database breaking a deadlock between two
 # activations' transactions.
@@ -60,7 +57,16 @@ class PendingCommit:
     doc: str
     key: str  # the run: a group writes its runs in this order (no deadlock between groups)
     changes: Any
-    injected: tuple[str, BaseException] | None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredAnswer:
+    """A command's answer, committed with its effect (``command_answers``): its resends get it."""
+
+    command_id: str
+    command: str
+    value: Any
+    at: datetime
 
 
 class DuplicateSubmission(Exception):
@@ -74,12 +80,10 @@ class UnitOfWork:
         tenant_id: str,
         *,
         options: Options | None = None,
-        fault: Fault | None = None,
     ) -> None:
         self._db = db
         self.options = options or Options()
         self.tenant_id = tenant_id
-        self._fault = fault
         self._committed = False
 
     def __enter__(self) -> UnitOfWork:
@@ -135,42 +139,54 @@ class UnitOfWork:
         self._settle()
 
     def commit_changes(
-        self, agg: RunAggregate, *, release_budget_at: datetime | None = None
-    ) -> None:
+        self,
+        agg: RunAggregate,
+        *,
+        release_budget_at: datetime | None = None,
+        answer: StoredAnswer | None = None,
+    ) -> list[Event]:
         """Save and commit the aggregate's changes: one ``runcontrol_apply`` document, sent
         with whatever else this process is committing at the same moment (group commit,
-        ``store/group.py``): one statement and one commit for the whole group."""
-        pending = self.prepare_commit(agg, release_budget_at=release_budget_at)
-        if pending is not None:
-            self.conclude(
-                pending, self._db.group.apply(pending.doc, self._db.send_documents, pending.key)
-            )
+        ``store/group.py``): one statement and one commit for the whole group. Answers the
+        events committed."""
+        pending = self.prepare_commit(agg, release_budget_at=release_budget_at, answer=answer)
+        if pending is None:
+            return []
+        self.conclude(
+            pending, self._db.group.apply(pending.doc, self._db.send_documents, pending.key)
+        )
+        return list(pending.changes.events)
 
     def prepare_commit(
-        self, agg: RunAggregate, *, release_budget_at: datetime | None = None
+        self,
+        agg: RunAggregate,
+        *,
+        release_budget_at: datetime | None = None,
+        answer: StoredAnswer | None = None,
     ) -> PendingCommit | None:
         """The document that commits the aggregate's changes, for the caller to send
         (``Database.send_documents``, alone or in a group) and answer with ``conclude``; None
         when there is nothing to write (then this unit is settled). ``release_budget_at``: the
-        same statement releases the run's embedded budget reservation (migration 0004)."""
-        prepared = self._document(agg, release_budget_at)
+        same statement releases the run's embedded budget reservation (migration 0004);
+        ``answer``: the same statement stores the command's answer (migration 0006)."""
+        prepared = self._document(agg, release_budget_at, answer)
         if prepared is None:
             self._settle()
             return None
-        doc, changes, injected = prepared
+        doc, changes = prepared
         if self._scoped:
             # End this unit's reads (the document is checked by its version) and give the
             # connection back while the document is sent: the sender takes one from the pool,
             # and a waiting unit must not hold one it needs (the pool is finite).
             self._settle()
             self._release()
-        return PendingCommit(doc, str(changes.run.run_id), changes, injected)
+        return PendingCommit(doc, str(changes.run.run_id), changes)
 
     def conclude(self, pending: PendingCommit, answer: Answer) -> None:
         """Take the database's answer for a prepared document: raises its typed error."""
         self._committed = True
         if answer is not None:
-            self._raise(answer, pending.changes, pending.injected)
+            self._raise(answer, pending.changes)
 
     def _release(self) -> None:
         if self._connection is not None:
@@ -182,17 +198,13 @@ class UnitOfWork:
             self._tx.commit()
         self._committed = True
 
-    def _raise(
-        self, answer: tuple[str, str], changes: Any, injected: tuple[str, BaseException] | None
-    ) -> None:
+    def _raise(self, answer: tuple[str, str], changes: Any) -> None:
         sqlstate, message = answer
         run_id = str(changes.run.run_id)
         if sqlstate in _LOST_RACE:
             raise errors.ConcurrencyConflict("the run changed since it was loaded", run_id=run_id)
         if sqlstate == "RC001":
             raise DuplicateSubmission(changes.run.idempotency_key)
-        if sqlstate == "RC999" and injected is not None:
-            raise injected[1]
         try:
             error_class: type[psycopg.Error] = psycopg.errors.lookup(sqlstate)
         except KeyError:  # a code psycopg does not know (e.g. a new RCxxx of ours)
@@ -260,6 +272,26 @@ class UnitOfWork:
             .scalar_one_or_none()
         )
 
+    def answered(self, run_id: UUID, since: datetime) -> set[str]:
+        """Ids of the run's commands committed since ``since`` (their answers are stored)."""
+        query = select(command_answers.c.command_id).where(
+            command_answers.c.run_id == run_id, command_answers.c.created_at >= since
+        )
+        return set(self._scope().execute(query).scalars())
+
+    def stored_answer(self, run_id: UUID, command_id: str, since: datetime) -> tuple[bool, Any]:
+        """``(True, answer)`` if the command committed since ``since``, else ``(False, None)``."""
+        query = select(command_answers.c.answer).where(
+            command_answers.c.run_id == run_id,
+            command_answers.c.command_id == command_id,
+            command_answers.c.created_at >= since,
+        )
+        stored = self._scope().execute(query).scalar_one_or_none()
+        return (False, None) if stored is None else (True, answers.decode(stored))
+
+    def answer_window_start(self, now: datetime) -> datetime:
+        return now - timedelta(seconds=self.options.answer_retention_seconds)
+
     def run_id_for_key(self, project_id: str, idempotency_key: str) -> UUID | None:
         return (
             self._scope()
@@ -281,18 +313,21 @@ class UnitOfWork:
         prepared = self._document(agg)
         if prepared is None:
             return
-        doc, changes, injected = prepared
+        doc, changes = prepared
         try:
             self._scope().exec_driver_sql(_APPLY, (doc,))
         except sa_exc.DBAPIError as wrapped:
             exc = wrapped.orig
             if not isinstance(exc, psycopg.DatabaseError) or self._raw().broken:
                 raise
-            self._raise((exc.sqlstate or "", str(exc)), changes, injected)
+            self._raise((exc.sqlstate or "", str(exc)), changes)
 
     def _document(
-        self, agg: RunAggregate, release_budget_at: datetime | None = None
-    ) -> tuple[str, Any, tuple[str, BaseException] | None] | None:
+        self,
+        agg: RunAggregate,
+        release_budget_at: datetime | None = None,
+        answer: StoredAnswer | None = None,
+    ) -> tuple[str, Any] | None:
         """The ``runcontrol_apply`` document (JSON) for what the aggregate recorded since the
         last save, or None when it recorded nothing."""
         changes = agg.take_changes()
@@ -337,27 +372,21 @@ class UnitOfWork:
             doc["audits"] = [rows.audit_to_row(a) for a in changes.audits]
         if release_budget_at is not None:
             doc["release_budget"] = release_budget_at.isoformat()
-        injected = self._injected_fault()
-        if injected is not None:
-            doc["fault"] = injected[0]
+        if answer is not None:
+            doc["answer"] = {
+                "tenant_id": self.tenant_id,
+                "run_id": str(changes.run.run_id),
+                "command_id": answer.command_id,
+                "command": answer.command,
+                "answer": answers.encode(answer.value),
+                "created_at": answer.at.isoformat(),
+            }
         text = orjson.dumps(doc, default=_json_default).decode()
         if "\\u0000" in text and _NUL.search(text):
             # PostgreSQL text cannot hold NUL. Refused here, the command fails alone; sent, it
             # would fail every document of its group.
             raise errors.ValidationFailed("text may not contain NUL characters")
-        return text, changes, injected
-
-    def _injected_fault(self) -> tuple[str, BaseException] | None:
-        """The first checkpoint at which the test hook raises, and what it raised: the
-        statement then fails at that point inside the database, after the writes before it."""
-        if self._fault is None:
-            return None
-        for name in CHECKPOINTS:
-            try:
-                self._fault(name)
-            except Exception as exc:  # noqa: BLE001 - whatever the hook raises is re-raised
-                return name, exc
-        return None
+        return text, changes
 
     def add_audits(self, audits: Iterable[AuditRecord]) -> None:
         doc = {"tenant": self.tenant_id, "audits": [rows.audit_to_row(a) for a in audits]}

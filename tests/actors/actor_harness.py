@@ -22,8 +22,16 @@ from support import run_rows
 
 from actors.placement import host_index
 from runcontrol.client import Claim, RunControlClient
-from runcontrol.domain import Principal, Release, Role, WorkflowDefinition, canonical_hash
-from runcontrol.grain import SubmitRequest, SubmitResult
+from runcontrol.commands import DecideApproval, SubmitRequest, SubmitResult, SubmitRun
+from runcontrol.domain import (
+    ApprovalRequest,
+    Decision,
+    Principal,
+    Release,
+    Role,
+    WorkflowDefinition,
+    canonical_hash,
+)
 from runcontrol.store import Database
 from runcontrol.store.tables import attempts, audit_log, leases, outbox, recovery_journal, runs
 
@@ -122,7 +130,41 @@ class RayHarness:
     async def submit(
         self, request: SubmitRequest | None = None, client: RunControlClient | None = None
     ) -> SubmitResult:
-        return await (client or self.client).submit(self.principal(), request or self.request())
+        principal = self.principal()
+        return await (client or self.client).send(
+            SubmitRun(
+                tenant_id=principal.tenant_id,
+                run_id=uuid.uuid4(),
+                principal=principal,
+                request=request or self.request(),
+            )
+        )
+
+    async def decide(
+        self,
+        principal: Principal,
+        approval_id: UUID,
+        decision: Decision,
+        version: int,
+        proposal_hash: str,
+        reason: str | None = None,
+        client: RunControlClient | None = None,
+    ) -> ApprovalRequest:
+        """A decision as a command to the approval's run (located first, as the API does)."""
+        client = client or self.client
+        run_id = await client.approval_run(principal.tenant_id, approval_id)
+        return await client.send(
+            DecideApproval(
+                tenant_id=principal.tenant_id,
+                run_id=run_id,
+                approval_id=approval_id,
+                principal=principal,
+                decision=decision,
+                version=version,
+                proposal_hash=proposal_hash,
+                reason=reason,
+            )
+        )
 
     async def claim(
         self,

@@ -1,4 +1,4 @@
-"""Grain commands batched per host: ``HostRouter.command`` -> ``RunHost.command_batch``.
+"""Grain commands batched per host: ``HostRouter.send`` -> ``RunHost.command_batch``.
 
 Commands bound for one host leave together as one actor call (at most ``MAX_BATCH`` items, at
 most ``MAX_IN_FLIGHT`` calls unanswered per host and event loop); the host runs each item in its
@@ -26,9 +26,10 @@ from uuid import UUID
 from actor_harness import RayHarness, assert_typed, outcome_hash, run_async
 
 from actors.placement import MAX_BATCH, MAX_IN_FLIGHT, HostRouter, host_name, unpack
+from runcontrol.commands import AcquireLease, Command, OpenAttempts, RenewLease, ReportOutcome
 from runcontrol.domain import Attempt, AttemptOutcome, LeaseGrant, errors
 
-Item = tuple[str, UUID, str, tuple[Any, ...], dict[str, Any]]
+Item = Command[Any]
 
 
 @dataclass
@@ -87,6 +88,40 @@ def recording_router(h: RayHarness) -> RecordingRouter:
     return RecordingRouter(h.rt.settings.grains.host_count)
 
 
+def open_attempts(tenant: str, run_id: UUID) -> OpenAttempts:
+    return OpenAttempts(tenant_id=tenant, run_id=run_id)
+
+
+def acquire(tenant: str, run_id: UUID, attempt_id: UUID, holder: str) -> AcquireLease:
+    return AcquireLease(tenant_id=tenant, run_id=run_id, attempt_id=attempt_id, holder=holder)
+
+
+def renew(tenant: str, run_id: UUID, attempt_id: UUID, holder: str, token: int) -> RenewLease:
+    return RenewLease(
+        tenant_id=tenant, run_id=run_id, attempt_id=attempt_id, holder=holder, fencing_token=token
+    )
+
+
+def report(
+    tenant: str,
+    run_id: UUID,
+    attempt_id: UUID,
+    holder: str,
+    token: int,
+    outcome: AttemptOutcome = AttemptOutcome.SUCCEEDED,
+    **kw: Any,
+) -> ReportOutcome:
+    return ReportOutcome(
+        tenant_id=tenant,
+        run_id=run_id,
+        attempt_id=attempt_id,
+        holder=holder,
+        fencing_token=token,
+        outcome=outcome,
+        **kw,
+    )
+
+
 async def let_the_loop_turn(turns: int = 20) -> None:
     """Yield to the event loop ``turns`` times (no waiting on time): more than enough turns for
     a queued command to be flushed and its batch handed to ``call_named``, if it may leave."""
@@ -126,7 +161,7 @@ def queue_behind(router: HostRouter, tenant: str, runs: list[tuple[UUID, UUID]])
     they wait in the router's queue (callers that will give up with their loop)."""
     for k in range(MAX_BATCH + 10):
         run_id = runs[k % len(runs)][0]
-        asyncio.create_task(router.command(tenant, run_id, "open_attempts"))
+        asyncio.create_task(router.send(open_attempts(tenant, run_id)))
 
 
 async def host_commands(router: HostRouter) -> int:
@@ -152,7 +187,7 @@ def test_concurrent_commands_share_actor_calls_and_each_caller_gets_its_own_answ
 
         grants = await asyncio.gather(
             *(
-                router.command(h.tenant, run_id, "acquire_lease", attempt_id, f"w-{i}")
+                router.send(acquire(h.tenant, run_id, attempt_id, f"w-{i}"))
                 for i, (run_id, attempt_id) in enumerate(runs)
             )
         )
@@ -167,16 +202,22 @@ def test_concurrent_commands_share_actor_calls_and_each_caller_gets_its_own_answ
         # 40 commands, one actor call per host: each went once, to its run's host.
         hosts = {router.name_for(run_id) for run_id, _ in runs}
         assert len(router.batches) == len(hosts) < len(runs)
-        sent = [(item[1], item[2], item[3]) for batch in router.batches for item in batch.items]
+        sent = [
+            (type(item).__name__, item.run_id, item.attempt_id, item.holder)
+            if isinstance(item, AcquireLease)
+            else (type(item).__name__, item.run_id)
+            for batch in router.batches
+            for item in batch.items
+        ]
         assert sorted(sent, key=str) == sorted(
             (
-                (run_id, "acquire_lease", (attempt_id, f"w-{i}"))
+                ("AcquireLease", run_id, attempt_id, f"w-{i}")
                 for i, (run_id, attempt_id) in enumerate(runs)
             ),
             key=str,
         )
         for batch in router.batches:
-            assert {router.name_for(item[1]) for item in batch.items} == {batch.host}
+            assert {router.name_for(item.run_id) for item in batch.items} == {batch.host}
         # The hosts ran every command (the scheduler may have added its own meanwhile).
         assert counted_after - counted_before >= len(runs) > len(router.batches)
 
@@ -197,25 +238,26 @@ def test_a_refused_command_fails_only_its_own_caller(h: RayHarness) -> None:
         missing = unknown_run_on(router, host)
 
         results = await asyncio.gather(
-            router.command(h.tenant, a, "acquire_lease", att_a, "w-a"),
-            router.command(h.tenant, a, "acquire_lease", att_a, "w-other"),  # after w-a: held
-            router.command(h.tenant, b, "acquire_lease", att_b, "w-b"),
-            router.command(h.tenant, c, "acquire_lease", att_c, "w-c"),
-            router.command(
-                h.tenant, c, "report_outcome", att_c, "w-c", 0, AttemptOutcome.SUCCEEDED
+            router.send(acquire(h.tenant, a, att_a, "w-a")),
+            router.send(acquire(h.tenant, a, att_a, "w-other")),  # after w-a: held
+            router.send(acquire(h.tenant, b, att_b, "w-b")),
+            router.send(acquire(h.tenant, c, att_c, "w-c")),
+            router.send(
+                report(h.tenant, c, att_c, "w-c", 0, AttemptOutcome.SUCCEEDED)
             ),  # token 0 while the lease's is 1: stale
-            router.command(h.tenant, d, "acquire_lease", att_d, "w-d"),
-            router.command(
-                h.tenant,
-                d,
-                "report_outcome",
-                att_d,
-                "w-d",
-                1,
-                AttemptOutcome.SUCCEEDED,
-                outcome_hash=outcome_hash("d"),
+            router.send(acquire(h.tenant, d, att_d, "w-d")),
+            router.send(
+                report(
+                    h.tenant,
+                    d,
+                    att_d,
+                    "w-d",
+                    1,
+                    AttemptOutcome.SUCCEEDED,
+                    outcome_hash=outcome_hash("d"),
+                )
             ),
-            router.command(h.tenant, missing, "open_attempts"),
+            router.send(open_attempts(h.tenant, missing)),
             return_exceptions=True,
         )
 
@@ -262,22 +304,20 @@ def test_one_callers_commands_for_a_run_run_in_the_order_sent(h: RayHarness) -> 
         runs = await dispatched_runs(h, 6)
         versions = {run_id: h.run_row(run_id).version for run_id, _ in runs}
 
-        def sequence(attempt_id: UUID, i: int) -> list[tuple[Any, ...]]:
-            holder, report = f"w-{i}", (AttemptOutcome.SUCCEEDED,)
+        def sequence(run_id: UUID, attempt_id: UUID, i: int) -> list[Command[Any]]:
+            holder, succeeded = f"w-{i}", AttemptOutcome.SUCCEEDED
             return [
-                ("acquire_lease", attempt_id, holder),
-                ("renew_lease", attempt_id, holder, 1),
-                ("report_outcome", attempt_id, holder, 1, *report),
-                ("report_outcome", attempt_id, holder, 1, *report),  # a retry: the same answer
+                acquire(h.tenant, run_id, attempt_id, holder),
+                renew(h.tenant, run_id, attempt_id, holder, 1),
+                report(h.tenant, run_id, attempt_id, holder, 1, succeeded),
+                report(h.tenant, run_id, attempt_id, holder, 1, succeeded),  # a retry: same answer
             ]
 
-        sequences = [sequence(attempt_id, i) for i, (_, attempt_id) in enumerate(runs)]
+        sequences = [sequence(run_id, attempt_id, i) for i, (run_id, attempt_id) in enumerate(runs)]
         tasks: list[list[asyncio.Task[Any]]] = [[] for _ in runs]
         for step in range(4):
-            for i, (run_id, _) in enumerate(runs):
-                tasks[i].append(
-                    asyncio.create_task(router.command(h.tenant, run_id, *sequences[i][step]))
-                )
+            for i in range(len(runs)):
+                tasks[i].append(asyncio.create_task(router.send(sequences[i][step])))
         await asyncio.gather(*(t for per_run in tasks for t in per_run), return_exceptions=True)
 
         for i, (run_id, _) in enumerate(runs):
@@ -295,8 +335,8 @@ def test_one_callers_commands_for_a_run_run_in_the_order_sent(h: RayHarness) -> 
         assert len(router.batches) == len({router.name_for(run_id) for run_id, _ in runs})
         for batch in router.batches:
             for run_id, _ in runs:
-                names = [item[2] for item in batch.items if item[1] == run_id]
-                assert names in ([], ["acquire_lease", "renew_lease", *["report_outcome"] * 2])
+                names = [type(item) for item in batch.items if item.run_id == run_id]
+                assert names in ([], [AcquireLease, RenewLease, *[ReportOutcome] * 2])
 
     run_async(main(), timeout=90)
 
@@ -321,17 +361,18 @@ def test_a_batchs_cached_runs_commit_as_one_group_and_later_commands_queue_behin
 
         calls = []
         for i, (run_id, attempt_id) in enumerate(runs):
-            calls.append(router.command(h.tenant, run_id, "acquire_lease", attempt_id, f"w-{i}"))
+            calls.append(router.send(acquire(h.tenant, run_id, attempt_id, f"w-{i}")))
             calls.append(
-                router.command(
-                    h.tenant,
-                    run_id,
-                    "report_outcome",
-                    attempt_id,
-                    f"w-{i}",
-                    1,
-                    AttemptOutcome.SUCCEEDED,
-                    outcome_hash=outcome_hash(i),
+                router.send(
+                    report(
+                        h.tenant,
+                        run_id,
+                        attempt_id,
+                        f"w-{i}",
+                        1,
+                        AttemptOutcome.SUCCEEDED,
+                        outcome_hash=outcome_hash(i),
+                    )
                 )
             )
         answers = await asyncio.gather(*calls)
@@ -370,7 +411,7 @@ def test_batches_in_flight_and_batch_size_are_bounded_per_host(h: RayHarness) ->
         def wave(n: int) -> list[tuple[UUID, asyncio.Task[Any]]]:
             chosen = [runs[k % len(runs)][0] for k in range(n)]
             return [
-                (run_id, asyncio.create_task(router.command(h.tenant, run_id, "open_attempts")))
+                (run_id, asyncio.create_task(router.send(open_attempts(h.tenant, run_id))))
                 for run_id in chosen
             ]
 
@@ -412,7 +453,7 @@ def test_router_serves_successive_event_loops_and_keeps_none_of_them(h: RayHarne
     async def burst() -> None:
         loops.append(weakref.ref(asyncio.get_running_loop()))
         answers = await asyncio.gather(
-            *(router.command(h.tenant, run_id, "open_attempts") for run_id, _ in runs * 3)
+            *(router.send(open_attempts(h.tenant, run_id)) for run_id, _ in runs * 3)
         )
         assert answers == [[attempt_id] for _, attempt_id in runs * 3]
 
@@ -440,7 +481,7 @@ def abandon_a_loop(
         hold = router.hold()
         for _ in range(MAX_IN_FLIGHT):
             for run_id, _ in runs:
-                asyncio.create_task(router.command(h.tenant, run_id, "open_attempts"))
+                asyncio.create_task(router.send(open_attempts(h.tenant, run_id)))
             await hold.entered.get()
         queue_behind(router, h.tenant, runs)
         await let_the_loop_turn()
@@ -473,7 +514,7 @@ def test_router_serves_a_new_loop_after_one_closed_with_commands_outstanding(
 
     async def burst() -> None:
         answers = await asyncio.gather(
-            *(router.command(h.tenant, run_id, "open_attempts") for run_id, _ in runs)
+            *(router.send(open_attempts(h.tenant, run_id)) for run_id, _ in runs)
         )
         assert answers == [[attempt_id] for _, attempt_id in runs]
 
@@ -514,7 +555,7 @@ def test_two_event_loops_at_once_keep_their_own_queues(h: RayHarness) -> None:
         tasks = []
         for _ in range(MAX_IN_FLIGHT):
             tasks += [
-                asyncio.create_task(router.command(h.tenant, run_id, "open_attempts"))
+                asyncio.create_task(router.send(open_attempts(h.tenant, run_id)))
                 for run_id, _ in runs
             ]
             await hold.entered.get()
@@ -532,7 +573,7 @@ def test_two_event_loops_at_once_keep_their_own_queues(h: RayHarness) -> None:
     async def burst() -> list[Any]:
         return list(
             await asyncio.gather(
-                *(router.command(h.tenant, run_id, "open_attempts") for run_id, _ in runs)
+                *(router.send(open_attempts(h.tenant, run_id)) for run_id, _ in runs)
             )
         )
 

@@ -12,6 +12,7 @@ from uuid import UUID
 from actor_harness import RayHarness, outcome_hash, proposal_hash, run_async
 
 from runcontrol.client import Claim
+from runcontrol.commands import ReportOutcome, RequestApproval
 from runcontrol.domain import AttemptOutcome, Decision, FailureClass
 
 # Which transitions each event type stands for, as (entity, id field, to_state) per entry; the
@@ -75,18 +76,28 @@ def test_three_step_run_with_approval_and_retry_completes_end_to_end(h: RayHarne
                 assert claim.input == {"repo": "x", "task": "e2e"}
                 agent = claim.grant.agent_id
                 if agent == apply:
-                    approval = await h.client.request_approval(claim, proposal_hash("apply"))
+                    approval = await h.client.send(
+                        RequestApproval(**claim.fenced(), proposal_hash=proposal_hash("apply"))
+                    )
                     assert approval is not None and str(approval.state) == "Pending"
                     await h.wait_event(
                         run_id, decided_for(str(approval.approval_id)), "the approval decision"
                     )
                 if agent == verify and claim.grant.attempt_number == 1:
-                    await h.client.report_outcome(
-                        claim, AttemptOutcome.FAILED, failure_class=FailureClass.TRANSIENT
+                    await h.client.send(
+                        ReportOutcome(
+                            **claim.fenced(),
+                            outcome=AttemptOutcome.FAILED,
+                            failure_class=FailureClass.TRANSIENT,
+                        )
                     )
                     continue
-                await h.client.report_outcome(
-                    claim, AttemptOutcome.SUCCEEDED, outcome_hash=outcome_hash(agent)
+                await h.client.send(
+                    ReportOutcome(
+                        **claim.fenced(),
+                        outcome=AttemptOutcome.SUCCEEDED,
+                        outcome_hash=outcome_hash(agent),
+                    )
                 )
 
         async def reviewer() -> None:
@@ -95,7 +106,7 @@ def test_three_step_run_with_approval_and_retry_completes_end_to_end(h: RayHarne
             assert pending["approvalId"] == requested["payload"]["approvalId"]
             assert pending["requestedBy"] != "rita"  # the reviewer is not the requester
             decided.append(
-                await h.client.decide(
+                await h.decide(
                     h.reviewer("rita"),
                     UUID(pending["approvalId"]),
                     Decision.APPROVE,

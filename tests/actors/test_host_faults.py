@@ -7,6 +7,7 @@ import ray
 from actor_harness import RayHarness, outcome_hash, poll, proposal_hash, run_async
 
 from actors.placement import NAMESPACE, host_name
+from runcontrol.commands import RenewLease, ReportOutcome, RequestApproval
 from runcontrol.domain import AttemptOutcome, Decision, FailureClass, errors
 
 
@@ -40,12 +41,14 @@ def test_killed_host_between_lease_and_outcome_records_the_outcome_once(h: RayHa
         submitted = await h.submit()
         run_id = submitted.run_id
         claim = await h.claim("apply", holder="w-apply")
-        approval = await h.client.request_approval(claim, proposal_hash())
+        approval = await h.client.send(
+            RequestApproval(**claim.fenced(), proposal_hash=proposal_hash())
+        )
         assert approval is not None
 
         await restart_host(h, h.host_of(run_id))  # between the lease grant and the outcome
 
-        decided = await h.client.decide(
+        decided = await h.decide(
             h.reviewer(),
             approval.approval_id,
             Decision.APPROVE,
@@ -53,8 +56,12 @@ def test_killed_host_between_lease_and_outcome_records_the_outcome_once(h: RayHa
             approval.proposal_hash,
         )
         assert str(decided.state) == "Approved"
-        first = await h.client.report_outcome(
-            claim, AttemptOutcome.SUCCEEDED, outcome_hash=outcome_hash("apply")
+        first = await h.client.send(
+            ReportOutcome(
+                **claim.fenced(),
+                outcome=AttemptOutcome.SUCCEEDED,
+                outcome_hash=outcome_hash("apply"),
+            )
         )
         assert str(first.state) == "Succeeded"
         events_after_report = h.run_row(run_id).event_seq
@@ -62,15 +69,23 @@ def test_killed_host_between_lease_and_outcome_records_the_outcome_once(h: RayHa
         # The same report again, to a host restarted once more (nothing of the run in memory):
         # a no-op that answers with the recorded attempt.
         await restart_host(h, h.host_of(run_id))
-        again = await h.client.report_outcome(
-            claim, AttemptOutcome.SUCCEEDED, outcome_hash=outcome_hash("apply")
+        again = await h.client.send(
+            ReportOutcome(
+                **claim.fenced(),
+                outcome=AttemptOutcome.SUCCEEDED,
+                outcome_hash=outcome_hash("apply"),
+            )
         )
         assert again.attempt_id == first.attempt_id and again.state == first.state
         assert h.run_row(run_id).event_seq == events_after_report
         # A different outcome from the same lease is refused, not recorded.
         try:
-            await h.client.report_outcome(
-                claim, AttemptOutcome.FAILED, failure_class=FailureClass.PERMANENT
+            await h.client.send(
+                ReportOutcome(
+                    **claim.fenced(),
+                    outcome=AttemptOutcome.FAILED,
+                    failure_class=FailureClass.PERMANENT,
+                )
             )
         except errors.OutcomeAlreadyRecorded:
             pass
@@ -79,8 +94,12 @@ def test_killed_host_between_lease_and_outcome_records_the_outcome_once(h: RayHa
 
         # The run continues: step 2 is dispatched from Postgres and completes.
         verify = await h.claim("verify", holder="w-verify")
-        await h.client.report_outcome(
-            verify, AttemptOutcome.SUCCEEDED, outcome_hash=outcome_hash("verify")
+        await h.client.send(
+            ReportOutcome(
+                **verify.fenced(),
+                outcome=AttemptOutcome.SUCCEEDED,
+                outcome_hash=outcome_hash("verify"),
+            )
         )
         history = await h.history(run_id)
         assert history[-1]["type"] == "RunCompleted"
@@ -119,10 +138,12 @@ def test_stale_lease_after_expiry_and_redispatch_is_fenced_and_audited(h: RayHar
         assert fresh.fencing_token > stale.fencing_token
 
         for call in (
-            lambda: h.client.report_outcome(
-                stale, AttemptOutcome.SUCCEEDED, outcome_hash=outcome_hash()
+            lambda: h.client.send(
+                ReportOutcome(
+                    **stale.fenced(), outcome=AttemptOutcome.SUCCEEDED, outcome_hash=outcome_hash()
+                )
             ),
-            lambda: h.client.renew(stale),
+            lambda: h.client.send(RenewLease(**stale.fenced())),
         ):
             try:
                 await call()
@@ -142,7 +163,11 @@ def test_stale_lease_after_expiry_and_redispatch_is_fenced_and_audited(h: RayHar
         assert all(a.detail["fencing_token"] == stale.fencing_token for a in audits)
 
         # The current holder is unaffected.
-        await h.client.report_outcome(fresh, AttemptOutcome.SUCCEEDED, outcome_hash=outcome_hash())
+        await h.client.send(
+            ReportOutcome(
+                **fresh.fenced(), outcome=AttemptOutcome.SUCCEEDED, outcome_hash=outcome_hash()
+            )
+        )
         history = await h.history(run_id)
         assert history[-1]["type"] == "RunCompleted"
         h.assert_consistent(run_id)

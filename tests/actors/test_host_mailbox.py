@@ -15,6 +15,13 @@ from typing import Any
 from uuid import UUID
 
 from actors.run_host import RunHost, host_config
+from runcontrol.commands import (
+    AcquireLease,
+    OpenAttempts,
+    ReportOutcome,
+    SubmitRequest,
+    SubmitRun,
+)
 from runcontrol.config import Settings
 from runcontrol.domain import (
     AttemptOutcome,
@@ -24,7 +31,6 @@ from runcontrol.domain import (
     WorkflowDefinition,
     canonical_hash,
 )
-from runcontrol.grain import SubmitRequest
 from runcontrol.store import Database
 
 PROJECT = "proj-1"
@@ -53,15 +59,26 @@ async def leased_run(host: RunHost, tenant: str) -> tuple[UUID, LeaseGrant]:
     run_id = uuid.uuid4()
     principal = Principal("alice", tenant, PROJECT, frozenset({Role.REQUESTER}))
     request = SubmitRequest(PROJECT, f"k-{run_id}", "wf", "m", {})
-    await host.command(tenant, run_id, "submit", principal, request)
-    (attempt_id,) = await host.command(tenant, run_id, "open_attempts")
-    grant = await host.command(tenant, run_id, "acquire_lease", attempt_id, "w")
+    await host.command(
+        SubmitRun(tenant_id=tenant, run_id=run_id, principal=principal, request=request)
+    )
+    (attempt_id,) = await host.command(OpenAttempts(tenant_id=tenant, run_id=run_id))
+    grant = await host.command(
+        AcquireLease(tenant_id=tenant, run_id=run_id, attempt_id=attempt_id, holder="w")
+    )
     return run_id, grant
 
 
-def outcome(tenant: str, run_id: UUID, grant: LeaseGrant) -> tuple[Any, ...]:
-    args = (grant.attempt_id, "w", grant.fencing_token, AttemptOutcome.SUCCEEDED)
-    return (tenant, run_id, "report_outcome", args, {"outcome_hash": canonical_hash({"n": 1})})
+def outcome(tenant: str, run_id: UUID, grant: LeaseGrant) -> ReportOutcome:
+    return ReportOutcome(
+        tenant_id=tenant,
+        run_id=run_id,
+        attempt_id=grant.attempt_id,
+        holder="w",
+        fencing_token=grant.fencing_token,
+        outcome=AttemptOutcome.SUCCEEDED,
+        outcome_hash=canonical_hash({"n": 1}),
+    )
 
 
 def test_a_batch_cancelled_inside_its_group_hands_every_mailbox_back(

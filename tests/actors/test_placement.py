@@ -18,6 +18,7 @@ from actor_harness import RayHarness, outcome_hash, run_async
 from actors.placement import NAMESPACE, HostRouter, dedicated_name, host_index, host_name
 from actors.run_host import host_config, make_router
 from runcontrol.client import Claim, RunControlClient
+from runcontrol.commands import AcquireLease, RenewLease, ReportOutcome
 from runcontrol.config import Settings
 from runcontrol.domain import AttemptOutcome, errors
 
@@ -111,17 +112,22 @@ def test_dedicated_placement_hosts_a_run_in_its_own_actor(h: RayHarness) -> None
         grant = await router.call(
             run_id,
             "command",
-            h.tenant,
-            run_id,
-            "acquire_lease",
-            UUID(attempt["attemptId"]),
-            "w-dedicated",
+            AcquireLease(
+                tenant_id=h.tenant,
+                run_id=run_id,
+                attempt_id=UUID(attempt["attemptId"]),
+                holder="w-dedicated",
+            ),
         )
         claim = Claim(grant, h.tenant, view["input"])
-        await client.renew(claim)
-        await client.report_outcome(claim, AttemptOutcome.SUCCEEDED, outcome_hash=outcome_hash(1))
+        await client.send(RenewLease(**claim.fenced()))
+        await client.send(
+            ReportOutcome(
+                **claim.fenced(), outcome=AttemptOutcome.SUCCEEDED, outcome_hash=outcome_hash(1)
+            )
+        )
         try:  # the same rules: a second, different outcome is refused with its typed error
-            await client.report_outcome(claim, AttemptOutcome.FAILED)
+            await client.send(ReportOutcome(**claim.fenced(), outcome=AttemptOutcome.FAILED))
         except errors.OutcomeAlreadyRecorded as exc:
             assert type(exc) is errors.OutcomeAlreadyRecorded
         else:
@@ -130,7 +136,11 @@ def test_dedicated_placement_hosts_a_run_in_its_own_actor(h: RayHarness) -> None
         # Step 2 is claimed through the shared hosts (their claim loop leases it there), then
         # reported through the dedicated actor: a dedicated + shared mix of activations.
         claim_2 = await h.claim("b", holder="w-shared", client=client)
-        await client.report_outcome(claim_2, AttemptOutcome.SUCCEEDED, outcome_hash=outcome_hash(2))
+        await client.send(
+            ReportOutcome(
+                **claim_2.fenced(), outcome=AttemptOutcome.SUCCEEDED, outcome_hash=outcome_hash(2)
+            )
+        )
         history = await h.history(run_id, client=client)
         assert history[-1]["type"] == "RunCompleted"
         assert [e["seq"] for e in history] == list(range(1, len(history) + 1))

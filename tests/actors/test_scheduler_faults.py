@@ -12,6 +12,7 @@ import ray._private.state as ray_state
 from actor_harness import RayHarness, outcome_hash, poll, run_async
 
 from actors.scheduler import ensure_scheduler
+from runcontrol.commands import ReportOutcome
 from runcontrol.domain import AttemptOutcome
 
 JOBS = {
@@ -61,7 +62,11 @@ def test_killed_scheduler_restarts_and_loses_no_reminder(h: RayHarness) -> None:
             after=expired["seq"],
         )
         retry = await h.claim("a", holder="w-ok")
-        await h.client.report_outcome(retry, AttemptOutcome.SUCCEEDED, outcome_hash=outcome_hash())
+        await h.client.send(
+            ReportOutcome(
+                **retry.fenced(), outcome=AttemptOutcome.SUCCEEDED, outcome_hash=outcome_hash()
+            )
+        )
         assert (await h.history(run_id))[-1]["type"] == "RunCompleted"
         expiries = [e for e in h.outbox_events(run_id) if e["type"] == "LeaseExpired"]
         assert len(expiries) == 1
@@ -108,8 +113,10 @@ def test_two_schedulers_neither_double_expire_nor_double_dispatch(h: RayHarness)
         for i in range(runs_n):
             retry = await h.claim("a", holder=f"w-ok-{i}")
             assert retry.grant.attempt_number == 2
-            await h.client.report_outcome(
-                retry, AttemptOutcome.SUCCEEDED, outcome_hash=outcome_hash()
+            await h.client.send(
+                ReportOutcome(
+                    **retry.fenced(), outcome=AttemptOutcome.SUCCEEDED, outcome_hash=outcome_hash()
+                )
             )
         for run_id in run_ids:
             assert (await h.history(run_id))[-1]["type"] == "RunCompleted"

@@ -17,6 +17,7 @@ from actor_harness import RayHarness, outcome_hash, run_async
 
 from actors.placement import host_name
 from actors.run_host import make_router
+from runcontrol.commands import AcquireLease, Command, RenewLease, ReportOutcome, WakeRun
 from runcontrol.domain import (
     Attempt,
     AttemptOutcome,
@@ -53,9 +54,34 @@ def test_racing_commands_on_two_activations_keep_the_store_consistent(
     async def main() -> None:
         run_id = (await h.submit()).run_id
 
-        async def on(host: int, command: str, *args: Any, **kw: Any) -> Any:
-            return await router.call_named(
-                host_name(host), "command", h.tenant, run_id, command, *args, **kw
+        async def on(host: int, command: Command[Any]) -> Any:
+            return await router.call_named(host_name(host), "command", command)
+
+        def acquire(attempt_id: UUID, holder: str) -> AcquireLease:
+            return AcquireLease(
+                tenant_id=h.tenant, run_id=run_id, attempt_id=attempt_id, holder=holder
+            )
+
+        def renew(attempt_id: UUID, holder: str, token: int) -> RenewLease:
+            return RenewLease(
+                tenant_id=h.tenant,
+                run_id=run_id,
+                attempt_id=attempt_id,
+                holder=holder,
+                fencing_token=token,
+            )
+
+        def report(
+            attempt_id: UUID, holder: str, token: int, outcome: AttemptOutcome, **kw: Any
+        ) -> ReportOutcome:
+            return ReportOutcome(
+                tenant_id=h.tenant,
+                run_id=run_id,
+                attempt_id=attempt_id,
+                holder=holder,
+                fencing_token=token,
+                outcome=outcome,
+                **kw,
             )
 
         async def race(*calls: Any) -> list[Any]:
@@ -66,16 +92,17 @@ def test_racing_commands_on_two_activations_keep_the_store_consistent(
             return UUID(str(attempt.attempt_id))
 
         # Warm both activations so each holds a cached copy of the same version.
-        await asyncio.gather(on(0, "wake"), on(1, "wake"))
+        await asyncio.gather(
+            on(0, WakeRun(tenant_id=h.tenant, run_id=run_id)),
+            on(1, WakeRun(tenant_id=h.tenant, run_id=run_id)),
+        )
         attempt_1 = open_attempt()
         v0 = h.run_row(run_id).version
 
         # --- four holders race for the lease through both activations: exactly one wins.
         holders = ["w-a", "w-b", "w-c", "w-d"]
         grants, lost = split(
-            await race(
-                *(on(i % 2, "acquire_lease", attempt_1, who) for i, who in enumerate(holders))
-            )
+            await race(*(on(i % 2, acquire(attempt_1, who)) for i, who in enumerate(holders)))
         )
         assert len(grants) == 1 and isinstance(grants[0], LeaseGrant)
         grant: LeaseGrant = grants[0]
@@ -84,12 +111,9 @@ def test_racing_commands_on_two_activations_keep_the_store_consistent(
 
         # --- renewals by the holder on both activations, racing refused renewals.
         results = await race(
-            *(
-                on(i % 2, "renew_lease", attempt_1, grant.holder, grant.fencing_token)
-                for i in range(8)
-            ),
-            on(0, "renew_lease", attempt_1, loser, grant.fencing_token),
-            on(1, "renew_lease", attempt_1, grant.holder, grant.fencing_token + 100),
+            *(on(i % 2, renew(attempt_1, grant.holder, grant.fencing_token)) for i in range(8)),
+            on(0, renew(attempt_1, loser, grant.fencing_token)),
+            on(1, renew(attempt_1, grant.holder, grant.fencing_token + 100)),
         )
         renewed, _ = split(results[:8])
         assert all(isinstance(r, LeaseGrant) for r in renewed)
@@ -99,15 +123,13 @@ def test_racing_commands_on_two_activations_keep_the_store_consistent(
         assert type(results[9]) is errors.StaleFencingToken
 
         # --- the same outcome reported through both activations, plus refused reports.
-        report = (attempt_1, grant.holder, grant.fencing_token, AttemptOutcome.SUCCEEDED)
+        same = (attempt_1, grant.holder, grant.fencing_token, AttemptOutcome.SUCCEEDED)
         results = await race(
-            on(0, "report_outcome", *report, outcome_hash=outcome_hash(1)),
-            on(1, "report_outcome", *report, outcome_hash=outcome_hash(1)),
-            on(0, "report_outcome", *report, outcome_hash=outcome_hash(1)),
-            on(1, "report_outcome", *report, outcome_hash=outcome_hash(1)),
-            on(
-                1, "report_outcome", attempt_1, loser, grant.fencing_token, AttemptOutcome.SUCCEEDED
-            ),
+            on(0, report(*same, outcome_hash=outcome_hash(1))),
+            on(1, report(*same, outcome_hash=outcome_hash(1))),
+            on(0, report(*same, outcome_hash=outcome_hash(1))),
+            on(1, report(*same, outcome_hash=outcome_hash(1))),
+            on(1, report(attempt_1, loser, grant.fencing_token, AttemptOutcome.SUCCEEDED)),
         )
         reported, _ = split(results[:4])
         assert len(reported) >= 1
@@ -122,18 +144,12 @@ def test_racing_commands_on_two_activations_keep_the_store_consistent(
 
         # --- step 2: the holder races two DIFFERENT outcomes through the two activations.
         attempt_2 = open_attempt()
-        grant_2 = await on(1, "acquire_lease", attempt_2, "w-two")
+        grant_2 = await on(1, acquire(attempt_2, "w-two"))
         assert grant_2.fencing_token == grant.fencing_token + 1
         token = (attempt_2, "w-two", grant_2.fencing_token)
         results = await race(
-            on(0, "report_outcome", *token, AttemptOutcome.SUCCEEDED, outcome_hash=outcome_hash(2)),
-            on(
-                1,
-                "report_outcome",
-                *token,
-                AttemptOutcome.FAILED,
-                failure_class=FailureClass.PERMANENT,
-            ),
+            on(0, report(*token, AttemptOutcome.SUCCEEDED, outcome_hash=outcome_hash(2))),
+            on(1, report(*token, AttemptOutcome.FAILED, failure_class=FailureClass.PERMANENT)),
         )
         won, lost = split(results)
         assert len(won) == 1, results

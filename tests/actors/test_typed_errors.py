@@ -7,9 +7,10 @@ import uuid
 from collections.abc import Awaitable
 from typing import Any
 
-from actor_harness import RayHarness, assert_typed, proposal_hash, run_async
+from actor_harness import REQUESTER, RayHarness, assert_typed, proposal_hash, run_async
 
 from actors.placement import pack_answers, unpack
+from runcontrol.commands import CancelRun, RequestApproval
 from runcontrol.domain import Decision, Role, errors
 
 
@@ -36,7 +37,13 @@ def test_domain_errors_arrive_as_their_own_classes(h: RayHarness) -> None:
         # RunNotFound: from the client's read, and from a grain command in a host.
         unknown = uuid.uuid4()
         assert_typed(await raised(h.client.get(h.tenant, unknown)), errors.RunNotFound)
-        exc = await raised(h.client.cancel(h.principal(), unknown, "no such run"))
+        exc = await raised(
+            h.client.send(
+                CancelRun(
+                    tenant_id=h.tenant, run_id=unknown, requested_by=REQUESTER, reason="no such run"
+                )
+            )
+        )
         assert_typed(exc, errors.RunNotFound)
         # Another tenant's run does not exist for this tenant (row-level security).
         other = await raised(h.client.get(f"{h.tenant}-other", first.run_id))
@@ -44,11 +51,13 @@ def test_domain_errors_arrive_as_their_own_classes(h: RayHarness) -> None:
 
         # SeparationOfDuties: the run's requester may not decide, even holding Reviewer.
         claim = await h.claim("apply", holder="w-1")
-        approval = await h.client.request_approval(claim, proposal_hash())
+        approval = await h.client.send(
+            RequestApproval(**claim.fenced(), proposal_hash=proposal_hash())
+        )
         assert approval is not None
         requester = h.principal("alice", Role.REQUESTER, Role.REVIEWER)
         exc = await raised(
-            h.client.decide(
+            h.decide(
                 requester,
                 approval.approval_id,
                 Decision.APPROVE,
@@ -60,12 +69,12 @@ def test_domain_errors_arrive_as_their_own_classes(h: RayHarness) -> None:
         assert isinstance(exc, errors.Forbidden)
         # ...and an unknown approval id is ApprovalNotFound.
         exc = await raised(
-            h.client.decide(h.reviewer(), uuid.uuid4(), Decision.APPROVE, 1, approval.proposal_hash)
+            h.decide(h.reviewer(), uuid.uuid4(), Decision.APPROVE, 1, approval.proposal_hash)
         )
         assert_typed(exc, errors.ApprovalNotFound)
 
         # The refused decision changed nothing; a Reviewer's decision then applies.
-        decided = await h.client.decide(
+        decided = await h.decide(
             h.reviewer(),
             approval.approval_id,
             Decision.APPROVE,
@@ -74,7 +83,7 @@ def test_domain_errors_arrive_as_their_own_classes(h: RayHarness) -> None:
         )
         assert str(decided.state) == "Approved" and decided.decided_by == "rita"
         exc = await raised(
-            h.client.decide(
+            h.decide(
                 h.principal("bob", Role.REVIEWER),
                 approval.approval_id,
                 Decision.APPROVE,
@@ -83,7 +92,10 @@ def test_domain_errors_arrive_as_their_own_classes(h: RayHarness) -> None:
             )
         )
         assert_typed(exc, errors.ApprovalAlreadyDecided)
-        assert await h.client.cancel(h.principal(), first.run_id, "done testing") in (
+        cancelled = CancelRun(
+            tenant_id=h.tenant, run_id=first.run_id, requested_by=REQUESTER, reason="done testing"
+        )
+        assert await h.client.send(cancelled) in (
             "Cancelling",
             "Cancelled",
         )

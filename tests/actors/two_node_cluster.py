@@ -23,6 +23,7 @@ import asyncio
 import json
 import sys
 import time
+import uuid
 from typing import Any
 from uuid import UUID
 
@@ -128,22 +129,26 @@ def main(owner_url: str, tenant: str) -> int:
         client = RunControlClient(make_router(host_config(settings, owner_url)))
 
         async def drive() -> None:
+            from runcontrol.commands import ReportOutcome, SubmitRequest, SubmitRun
             from runcontrol.domain import AttemptOutcome, Principal, Role, canonical_hash, errors
-            from runcontrol.grain import SubmitRequest
 
             alice = Principal("alice", tenant, "p", frozenset({Role.REQUESTER}))
             run_ids: list[UUID] = []
             while len(run_ids) < RUNS or len({host_index(r, 2) for r in run_ids}) < 2:
-                submitted = await client.submit(
-                    alice,
-                    SubmitRequest(
-                        "p",
-                        f"k-{len(run_ids)}",
-                        "two-node",
-                        "m",
-                        {"i": len(run_ids)},
-                        release_alias="latest",
-                    ),
+                submitted = await client.send(
+                    SubmitRun(
+                        tenant_id=tenant,
+                        run_id=uuid.uuid4(),
+                        principal=alice,
+                        request=SubmitRequest(
+                            "p",
+                            f"k-{len(run_ids)}",
+                            "two-node",
+                            "m",
+                            {"i": len(run_ids)},
+                            release_alias="latest",
+                        ),
+                    )
                 )
                 run_ids.append(submitted.run_id)
                 assert len(run_ids) <= 20
@@ -164,11 +169,15 @@ def main(owner_url: str, tenant: str) -> int:
             log("worker node removed")
 
             async def report(claim: Any) -> str:
+                # One command, sent again as it is (same command id) while the answer is unknown.
+                command = ReportOutcome(
+                    **claim.fenced(),
+                    outcome=AttemptOutcome.SUCCEEDED,
+                    outcome_hash=canonical_hash([1]),
+                )
                 for _ in range(6):
                     try:
-                        await client.report_outcome(
-                            claim, AttemptOutcome.SUCCEEDED, outcome_hash=canonical_hash([1])
-                        )
+                        await client.send(command)
                         return "accepted"
                     except errors.Unavailable:
                         continue  # unknown whether it ran: the same report again is safe
@@ -190,8 +199,12 @@ def main(owner_url: str, tenant: str) -> int:
                     try:
                         claim = await client.claim(agents, holder, 1.0)
                         if claim is not None:
-                            await client.report_outcome(
-                                claim, AttemptOutcome.SUCCEEDED, outcome_hash=canonical_hash([2])
+                            await client.send(
+                                ReportOutcome(
+                                    **claim.fenced(),
+                                    outcome=AttemptOutcome.SUCCEEDED,
+                                    outcome_hash=canonical_hash([2]),
+                                )
                             )
                     except errors.RunControlError as exc:
                         worker_errors.append(type(exc).__name__)

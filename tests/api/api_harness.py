@@ -23,6 +23,7 @@ import jwt
 
 from runcontrol.api import mint_dev_token
 from runcontrol.client import Claim
+from runcontrol.commands import ReportOutcome, RequestApproval
 from runcontrol.domain import (
     AttemptOutcome,
     PolicyDocument,
@@ -298,12 +299,18 @@ class TenantView:
         return claim
 
     def request_approval(self, claim: Claim, n: int = 1) -> Any:
-        return self._call(self.runtime.client.request_approval(claim, proposal(n)))
+        return self._call(
+            self.runtime.client.send(RequestApproval(**claim.fenced(), proposal_hash=proposal(n)))
+        )
 
     def succeed(self, claim: Claim) -> Any:
         return self._call(
-            self.runtime.client.report_outcome(
-                claim, AttemptOutcome.SUCCEEDED, outcome_hash=canonical_hash({"done": 1})
+            self.runtime.client.send(
+                ReportOutcome(
+                    **claim.fenced(),
+                    outcome=AttemptOutcome.SUCCEEDED,
+                    outcome_hash=canonical_hash({"done": 1}),
+                )
             )
         )
 

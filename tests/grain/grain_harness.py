@@ -17,6 +17,15 @@ from support import run_rows
 
 from runcontrol.bootstrap import Container
 from runcontrol.clock import ManualClock
+from runcontrol.commands import (
+    AcquireLease,
+    ReportOutcome,
+    SubmitRequest,
+    SubmitResult,
+    SubmitRun,
+    WakeResult,
+    WakeRun,
+)
 from runcontrol.domain import (
     Attempt,
     AttemptOutcome,
@@ -31,7 +40,7 @@ from runcontrol.domain import (
     WorkflowDefinition,
     canonical_hash,
 )
-from runcontrol.grain import RunGrain, SubmitRequest, SubmitResult
+from runcontrol.grain import RunGrain
 from runcontrol.store import Database, UnitOfWork
 from runcontrol.store.tables import audit_log, outbox, recovery_journal
 
@@ -119,7 +128,14 @@ class Harness:
         self, request: SubmitRequest | None = None, requester: str = REQUESTER
     ) -> tuple[RunGrain, SubmitResult]:
         grain = self.grain(uuid.uuid4())
-        result = grain.submit(self.principal(requester), request or self.request())
+        result = grain.execute(
+            SubmitRun(
+                tenant_id=grain.tenant_id,
+                run_id=grain.run_id,
+                principal=self.principal(requester),
+                request=request or self.request(),
+            )
+        )
         if result.run_id != grain.run_id:
             grain = self.grain(result.run_id)
         return grain, result
@@ -131,16 +147,31 @@ class Harness:
         return grain, self.lease(grain)
 
     def lease(self, grain: RunGrain, holder: str = WORKER) -> LeaseGrant:
-        return grain.acquire_lease(self.open_attempt(grain.run_id).attempt_id, holder)
+        return grain.execute(
+            AcquireLease(
+                tenant_id=grain.tenant_id,
+                run_id=grain.run_id,
+                attempt_id=self.open_attempt(grain.run_id).attempt_id,
+                holder=holder,
+            )
+        )
 
     def succeed(self, grain: RunGrain, grant: LeaseGrant, n: int = 1) -> Attempt:
-        return grain.report_outcome(
-            grant.attempt_id,
-            grant.holder,
-            grant.fencing_token,
-            AttemptOutcome.SUCCEEDED,
-            outcome_hash=outcome_hash(n),
+        return grain.execute(
+            ReportOutcome(
+                tenant_id=grain.tenant_id,
+                run_id=grain.run_id,
+                attempt_id=grant.attempt_id,
+                holder=grant.holder,
+                fencing_token=grant.fencing_token,
+                outcome=AttemptOutcome.SUCCEEDED,
+                outcome_hash=outcome_hash(n),
+            )
         )
+
+    def wake(self, grain: RunGrain) -> WakeResult:
+        """The reminder, as the scheduler sends it."""
+        return grain.execute(WakeRun(tenant_id=grain.tenant_id, run_id=grain.run_id))
 
     # ------------------------------------------------------------------ reads
 

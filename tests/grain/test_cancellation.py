@@ -6,6 +6,15 @@ from __future__ import annotations
 import pytest
 from grain_harness import SHARED, WORKER, Harness, outcome_hash, proposal
 
+from runcontrol.commands import (
+    AcquireLease,
+    CancelRun,
+    DecideApproval,
+    RenewLease,
+    ReportOutcome,
+    RequestApproval,
+    WakeResult,
+)
 from runcontrol.domain import (
     ApprovalState,
     AttemptOutcome,
@@ -25,7 +34,17 @@ def intents(h: Harness, run_id) -> list:
 
 def test_cancel_records_intent_and_waits_for_the_leased_attempt_to_settle(h: Harness):
     grain, grant = h.start_run(StepSpec("first", "agent-a"), StepSpec("second", "agent-b"))
-    assert grain.cancel("ops", "no longer needed") == "Cancelling"
+    assert (
+        grain.execute(
+            CancelRun(
+                tenant_id=grain.tenant_id,
+                run_id=grain.run_id,
+                requested_by="ops",
+                reason="no longer needed",
+            )
+        )
+        == "Cancelling"
+    )
 
     # The intent is committed (and announced) before anything has settled.
     (intent,) = intents(h, grain.run_id)
@@ -40,8 +59,23 @@ def test_cancel_records_intent_and_waits_for_the_leased_attempt_to_settle(h: Har
     assert agg.attempts[grant.attempt_id].state is AttemptState.LEASED
 
     # The holder learns of it on renewal; asking again records no second intent.
-    assert grain.renew_lease(grant.attempt_id, WORKER, grant.fencing_token).cancel_requested
-    assert grain.cancel("ops", "again") == "Cancelling"
+    assert grain.execute(
+        RenewLease(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            attempt_id=grant.attempt_id,
+            holder=WORKER,
+            fencing_token=grant.fencing_token,
+        )
+    ).cancel_requested
+    assert (
+        grain.execute(
+            CancelRun(
+                tenant_id=grain.tenant_id, run_id=grain.run_id, requested_by="ops", reason="again"
+            )
+        )
+        == "Cancelling"
+    )
     assert len(intents(h, grain.run_id)) == 1
 
     # The attempt finished its work anyway: the effect stays visible, then the run is Cancelled.
@@ -64,13 +98,20 @@ def test_cancel_records_intent_and_waits_for_the_leased_attempt_to_settle(h: Har
 
 def test_stop_timeout_settles_an_unreported_shared_write_attempt_as_uncertain(h: Harness):
     grain, grant = h.start_run(StepSpec("write", "agent-a", side_effect_class=SHARED))
-    assert grain.cancel("ops", "stop") == "Cancelling"
+    assert (
+        grain.execute(
+            CancelRun(
+                tenant_id=grain.tenant_id, run_id=grain.run_id, requested_by="ops", reason="stop"
+            )
+        )
+        == "Cancelling"
+    )
     h.clock.advance(60)
-    assert grain.wake() == []
+    assert h.wake(grain) == WakeResult()
     assert h.load(grain.run_id).run.state is RunState.CANCELLING  # not assumed settled
 
     h.clock.advance(120 + 30)  # past expires_at + grace: the reconciler settles it
-    assert grain.wake() == [f"lease-expired:{grant.attempt_id}"]
+    assert h.wake(grain) == WakeResult(leases_expired=1)
     agg = h.load(grain.run_id)
     assert agg.attempts[grant.attempt_id].state is AttemptState.UNCERTAIN
     assert agg.run.state is RunState.CANCELLED
@@ -78,20 +119,49 @@ def test_stop_timeout_settles_an_unreported_shared_write_attempt_as_uncertain(h:
 
 def test_cancel_while_waiting_for_approval(h: Harness):
     grain, grant = h.start_run(StepSpec("write", "agent-a", side_effect_class=SHARED))
-    approval = grain.request_approval(grant.attempt_id, WORKER, grant.fencing_token, proposal())
-    assert grain.cancel("ops", "stop") == "Cancelling"
+    approval = grain.execute(
+        RequestApproval(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            attempt_id=grant.attempt_id,
+            holder=WORKER,
+            fencing_token=grant.fencing_token,
+            proposal_hash=proposal(),
+        )
+    )
+    assert (
+        grain.execute(
+            CancelRun(
+                tenant_id=grain.tenant_id, run_id=grain.run_id, requested_by="ops", reason="stop"
+            )
+        )
+        == "Cancelling"
+    )
     agg = h.load(grain.run_id)
     assert agg.approvals[approval.approval_id].state is ApprovalState.CANCELLED
     with pytest.raises(errors.ApprovalAlreadyDecided):
-        grain.decide(
-            approval.approval_id,
-            h.reviewer(),
-            Decision.APPROVE,
-            agg.approvals[approval.approval_id].version,
-            proposal(),
+        grain.execute(
+            DecideApproval(
+                tenant_id=grain.tenant_id,
+                run_id=grain.run_id,
+                approval_id=approval.approval_id,
+                principal=h.reviewer(),
+                decision=Decision.APPROVE,
+                version=agg.approvals[approval.approval_id].version,
+                proposal_hash=proposal(),
+            )
         )
     # The holder acknowledges the interruption: only now is the run Cancelled.
-    grain.report_outcome(grant.attempt_id, WORKER, grant.fencing_token, AttemptOutcome.CANCELLED)
+    grain.execute(
+        ReportOutcome(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            attempt_id=grant.attempt_id,
+            holder=WORKER,
+            fencing_token=grant.fencing_token,
+            outcome=AttemptOutcome.CANCELLED,
+        )
+    )
     assert h.load(grain.run_id).run.state is RunState.CANCELLED
 
 
@@ -99,17 +169,35 @@ def test_an_attempt_never_leased_settles_at_once(h: Harness):
     h.publish(StepSpec("s", "agent-a"))
     grain, _ = h.submit()
     (attempt,) = h.load(grain.run_id).attempts.values()
-    assert grain.cancel("ops", "stop") == "Cancelled"
+    assert (
+        grain.execute(
+            CancelRun(
+                tenant_id=grain.tenant_id, run_id=grain.run_id, requested_by="ops", reason="stop"
+            )
+        )
+        == "Cancelled"
+    )
     agg = h.load(grain.run_id)
     assert agg.attempts[attempt.attempt_id].state is AttemptState.CANCELLED
     assert len(intents(h, grain.run_id)) == 1
     with pytest.raises(errors.LeaseRejected):
-        grain.acquire_lease(attempt.attempt_id, WORKER)
+        grain.execute(
+            AcquireLease(
+                tenant_id=grain.tenant_id,
+                run_id=grain.run_id,
+                attempt_id=attempt.attempt_id,
+                holder=WORKER,
+            )
+        )
 
 
 def test_a_cancellation_needs_a_reason(h: Harness):
     grain, _ = h.start_run()
     with pytest.raises(errors.ValidationFailed):
-        grain.cancel("ops", "  ")
+        grain.execute(
+            CancelRun(
+                tenant_id=grain.tenant_id, run_id=grain.run_id, requested_by="ops", reason="  "
+            )
+        )
     assert intents(h, grain.run_id) == []
     assert h.load(grain.run_id).run.state is RunState.RUNNING

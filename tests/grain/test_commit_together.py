@@ -12,18 +12,34 @@ do). On real grains and the real database; ``sent`` counts the statements and do
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import psycopg
 import pytest
 from grain_harness import WORKER, Harness, outcome_hash
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.pool import NullPool
+from support import Faults
 
+from runcontrol.commands import (
+    AcquireLease,
+    CancelRun,
+    OpenAttempts,
+    RenewLease,
+    ReportOutcome,
+    SubmitRun,
+    WakeRun,
+)
 from runcontrol.domain import Attempt, AttemptOutcome, LeaseGrant, RunState, StepSpec, errors
-from runcontrol.grain import RunGrain, Transition, commit_together, commit_together_async
+from runcontrol.grain import (
+    RunGrain,
+    Transition,
+    batches,
+    commit_together,
+    commit_together_async,
+)
 from runcontrol.store.async_send import APPLICATION_NAME, AsyncDocumentSender
 
 
@@ -108,12 +124,15 @@ def leased_runs(h: Harness, n: int) -> list[tuple[RunGrain, LeaseGrant]]:
 
 def succeed(grain: RunGrain, grant: LeaseGrant, token: int | None = None) -> Any:
     return grain.transition(
-        "report_outcome",
-        grant.attempt_id,
-        grant.holder,
-        grant.fencing_token if token is None else token,
-        AttemptOutcome.SUCCEEDED,
-        outcome_hash=outcome_hash(),
+        ReportOutcome(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            attempt_id=grant.attempt_id,
+            holder=grant.holder,
+            fencing_token=grant.fencing_token if token is None else token,
+            outcome=AttemptOutcome.SUCCEEDED,
+            outcome_hash=outcome_hash(),
+        )
     )
 
 
@@ -139,21 +158,18 @@ def test_cached_runs_commit_in_one_statement_and_each_gets_its_answer(
 
 
 def test_a_refusal_and_a_failed_document_answer_only_their_own_callers(
-    h: Harness, sent, together
+    h: Harness, sent, together, faults: Faults
 ) -> None:
     """A stale fencing token is refused before any write (audited); a document that fails
-    inside the database (the fault seam) rolls back alone; the others in the group commit.
+    inside the database (an injected fault) rolls back alone; the others in the group commit.
     The runs are given in descending id order, the reverse of the order the group writes them,
     so an answer handed to the wrong caller shows. On the event loop, the refusal's audit and
     the fresh activation's load ran on a thread."""
     runs = sorted(leased_runs(h, 3), key=lambda run: run[0].run_id, reverse=True)
     (stale, stale_grant), (faulty, faulty_grant), (fine, fine_grant) = runs
 
-    def fail(name: str) -> None:
-        if name == "before-journal":
-            raise RuntimeError("fault before the journal")
-
-    faulty_grain = RunGrain(dataclasses.replace(h.env, fault=fail), h.tenant, faulty.run_id)
+    faults.arm(faulty.run_id, "before-journal")
+    faulty_grain = RunGrain(h.env, h.tenant, faulty.run_id)  # a fresh activation
     before = sent()
 
     refused, failed, committed = together(
@@ -165,7 +181,8 @@ def test_a_refusal_and_a_failed_document_answer_only_their_own_callers(
     )
 
     assert refused[0] is False and isinstance(refused[1], errors.StaleFencingToken)
-    assert failed[0] is False and isinstance(failed[1], RuntimeError)
+    assert failed[0] is False and isinstance(failed[1], psycopg.DatabaseError), failed
+    assert faults.message("before-journal") in str(failed[1])
     assert committed[0] is True
     assert sent()[0] - before[0] == 1  # the two documents written went together
     assert together.thread_hops >= (0 if together.mode == "blocking" else 1)
@@ -186,7 +203,17 @@ def test_a_nul_in_one_commands_text_fails_that_command_alone(h: Harness, togethe
     (attempt,) = h.open_attempts(bad.run_id)
 
     refused, committed = together(
-        [bad.transition("acquire_lease", attempt.attempt_id, "w\x00"), succeed(fine, fine_grant)]
+        [
+            bad.transition(
+                AcquireLease(
+                    tenant_id=bad.tenant_id,
+                    run_id=bad.run_id,
+                    attempt_id=attempt.attempt_id,
+                    holder="w\x00",
+                )
+            ),
+            succeed(fine, fine_grant),
+        ]
     )
 
     assert refused[0] is False and isinstance(refused[1], errors.ValidationFailed)
@@ -201,13 +228,29 @@ def test_a_lost_race_decides_again_on_fresh_rows_in_the_next_round(
     """Another activation renews the lease first: this activation's cached document loses the
     version guard, so it reloads, decides again and commits in a second, smaller round."""
     (racer, grant), (other, other_grant) = leased_runs(h, 2)
-    h.grain(racer.run_id).renew_lease(grant.attempt_id, WORKER, grant.fencing_token)
+    h.grain(racer.run_id).execute(
+        RenewLease(
+            tenant_id=h.tenant,
+            run_id=racer.run_id,
+            attempt_id=grant.attempt_id,
+            holder=WORKER,
+            fencing_token=grant.fencing_token,
+        )
+    )
     version = h.load(racer.run_id).run.version
     before = sent()
 
     (won, renewed), (ok, _) = together(
         [
-            racer.transition("renew_lease", grant.attempt_id, WORKER, grant.fencing_token),
+            racer.transition(
+                RenewLease(
+                    tenant_id=racer.tenant_id,
+                    run_id=racer.run_id,
+                    attempt_id=grant.attempt_id,
+                    holder=WORKER,
+                    fencing_token=grant.fencing_token,
+                )
+            ),
             succeed(other, other_grant),
         ],
     )
@@ -239,10 +282,18 @@ def test_a_lost_connection_answers_every_transition_unavailable_and_a_retry_comm
         assert h.load(grain.run_id).run.state is RunState.COMPLETED
 
 
-def test_only_commands_written_as_plans_run_as_transitions(h: Harness) -> None:
+def test_only_batching_commands_run_as_transitions(h: Harness) -> None:
     (grain, _), *_ = leased_runs(h, 1)
-    with pytest.raises(ValueError):
-        grain.transition("submit")
+    address = {"tenant_id": grain.tenant_id, "run_id": grain.run_id}
+    for command in (
+        SubmitRun(**address, principal=h.principal(), request=h.request()),
+        WakeRun(**address),
+        OpenAttempts(**address),
+    ):
+        assert not batches(command)
+        with pytest.raises(ValueError):
+            grain.transition(command)
+    assert batches(CancelRun(**address, requested_by="ops", reason="stop"))
 
 
 def test_the_empty_group_sends_nothing(h: Harness, sent, together) -> None:

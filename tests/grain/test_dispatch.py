@@ -7,6 +7,13 @@ import pytest
 from grain_harness import SHARED, WORKER, CeilingRandom, Harness, proposal
 from support import race
 
+from runcontrol.commands import (
+    CancelRun,
+    DispatchRun,
+    ReportOutcome,
+    RequestApproval,
+    WakeResult,
+)
 from runcontrol.domain import (
     AttemptOutcome,
     FailureClass,
@@ -25,8 +32,8 @@ def test_repeated_dispatch_and_wake_never_open_a_second_attempt(h: Harness):
         if leased:
             h.lease(grain)
         for g in (grain, h.grain(grain.run_id)):  # the same activation and a second one
-            assert g.dispatch() is None
-            assert g.wake() == []
+            assert g.execute(DispatchRun(tenant_id=g.tenant_id, run_id=g.run_id)) is None
+            assert h.wake(g) == WakeResult()
     agg = h.load(grain.run_id)
     assert list(agg.attempts) == [attempt.attempt_id]
     assert h.event_types(grain.run_id).count("AttemptDispatched") == 1
@@ -35,18 +42,28 @@ def test_repeated_dispatch_and_wake_never_open_a_second_attempt(h: Harness):
 def test_two_activations_dispatching_a_due_retry_open_one_attempt(h: Harness):
     h.env.rng = CeilingRandom()  # retry 1 is due exactly retry_base_seconds (1 s) later
     grain, grant = h.start_run(StepSpec("s", "agent-a", max_attempts=3))
-    grain.report_outcome(
-        grant.attempt_id,
-        WORKER,
-        grant.fencing_token,
-        AttemptOutcome.FAILED,
-        failure_class=FailureClass.TRANSIENT,
+    grain.execute(
+        ReportOutcome(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            attempt_id=grant.attempt_id,
+            holder=WORKER,
+            fencing_token=grant.fencing_token,
+            outcome=AttemptOutcome.FAILED,
+            failure_class=FailureClass.TRANSIENT,
+        )
     )
     a, b = h.grain(grain.run_id), h.grain(grain.run_id)
-    assert a.dispatch() is None and b.dispatch() is None  # not due yet; both now cache it
+    assert (
+        a.execute(DispatchRun(tenant_id=a.tenant_id, run_id=a.run_id)) is None
+        and b.execute(DispatchRun(tenant_id=b.tenant_id, run_id=b.run_id)) is None
+    )  # not due yet; both now cache it
     h.clock.advance(1)
 
-    results = race(a.dispatch, b.dispatch)
+    results = race(
+        lambda: a.execute(DispatchRun(tenant_id=h.tenant, run_id=a.run_id)),
+        lambda: b.execute(DispatchRun(tenant_id=h.tenant, run_id=b.run_id)),
+    )
 
     dispatched = [v for kind, v in results if kind == "ok" and v is not None]
     assert len(dispatched) == 1, results
@@ -61,8 +78,8 @@ def test_two_activations_dispatching_a_due_retry_open_one_attempt(h: Harness):
 def _assert_no_dispatch(h: Harness, run_id, state: RunState) -> None:
     h.clock.advance(10)  # anything time-gated is due by now (but no lease expires)
     for g in (h.grain(run_id), h.grain(run_id)):
-        assert g.dispatch() is None
-        assert "dispatched" not in g.wake()
+        assert g.execute(DispatchRun(tenant_id=g.tenant_id, run_id=g.run_id)) is None
+        assert not h.wake(g).dispatched
     agg = h.load(run_id)
     assert agg.run.state is state
     assert len(agg.attempts) == 1
@@ -77,11 +94,27 @@ def test_no_dispatch_while_waiting_for_approval(h: Harness):
     grain, grant = h.start_run(
         StepSpec("write", "agent-a", side_effect_class=SHARED), StepSpec("next", "agent-b")
     )
-    grain.request_approval(grant.attempt_id, WORKER, grant.fencing_token, proposal())
+    grain.execute(
+        RequestApproval(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            attempt_id=grant.attempt_id,
+            holder=WORKER,
+            fencing_token=grant.fencing_token,
+            proposal_hash=proposal(),
+        )
+    )
     _assert_no_dispatch(h, grain.run_id, RunState.WAITING_FOR_APPROVAL)
 
 
 def test_no_dispatch_while_cancelling(h: Harness):
     grain, _ = h.start_run(StepSpec("first", "agent-a"), StepSpec("next", "agent-b"))
-    assert grain.cancel("ops", "stop") == "Cancelling"
+    assert (
+        grain.execute(
+            CancelRun(
+                tenant_id=grain.tenant_id, run_id=grain.run_id, requested_by="ops", reason="stop"
+            )
+        )
+        == "Cancelling"
+    )
     _assert_no_dispatch(h, grain.run_id, RunState.CANCELLING)

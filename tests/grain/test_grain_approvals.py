@@ -9,6 +9,7 @@ import pytest
 from grain_harness import REQUESTER, SHARED, WORKER, Harness, proposal
 from support import race
 
+from runcontrol.commands import DecideApproval, DispatchRun, RequestApproval, WakeResult
 from runcontrol.domain import (
     ApprovalState,
     Decision,
@@ -27,8 +28,15 @@ APPROVE = Decision.APPROVE
 def waiting(h: Harness, proposal_n: int = 1):
     """A run WaitingForApproval on its shared-write step (the built-in policy gates it)."""
     grain, grant = h.start_run(StepSpec("write", "agent-a", side_effect_class=SHARED))
-    approval = grain.request_approval(
-        grant.attempt_id, WORKER, grant.fencing_token, proposal(proposal_n)
+    approval = grain.execute(
+        RequestApproval(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            attempt_id=grant.attempt_id,
+            holder=WORKER,
+            fencing_token=grant.fencing_token,
+            proposal_hash=proposal(proposal_n),
+        )
     )
     assert approval is not None and approval.state is ApprovalState.PENDING
     assert h.load(grain.run_id).run.state is RunState.WAITING_FOR_APPROVAL
@@ -42,14 +50,42 @@ def decisions(h: Harness, run_id) -> list:
 def test_decision_authorises_exactly_its_proposal_hash(h: Harness):
     grain, grant, approval = waiting(h)
     with pytest.raises(errors.ProposalHashMismatch):
-        grain.decide(approval.approval_id, h.reviewer(), APPROVE, approval.version, proposal(2))
+        grain.execute(
+            DecideApproval(
+                tenant_id=grain.tenant_id,
+                run_id=grain.run_id,
+                approval_id=approval.approval_id,
+                principal=h.reviewer(),
+                decision=APPROVE,
+                version=approval.version,
+                proposal_hash=proposal(2),
+            )
+        )
     with pytest.raises(errors.ApprovalVersionMismatch):
-        grain.decide(approval.approval_id, h.reviewer(), APPROVE, approval.version + 1, proposal())
+        grain.execute(
+            DecideApproval(
+                tenant_id=grain.tenant_id,
+                run_id=grain.run_id,
+                approval_id=approval.approval_id,
+                principal=h.reviewer(),
+                decision=APPROVE,
+                version=approval.version + 1,
+                proposal_hash=proposal(),
+            )
+        )
     assert decisions(h, grain.run_id) == []
     assert h.load(grain.run_id).run.state is RunState.WAITING_FOR_APPROVAL
 
-    decided = grain.decide(
-        approval.approval_id, h.reviewer(), APPROVE, approval.version, proposal()
+    decided = grain.execute(
+        DecideApproval(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            approval_id=approval.approval_id,
+            principal=h.reviewer(),
+            decision=APPROVE,
+            version=approval.version,
+            proposal_hash=proposal(),
+        )
     )
     assert decided.state is ApprovalState.APPROVED
     assert [(d.decided_by, d.proposal_hash) for d in decisions(h, grain.run_id)] == [
@@ -63,10 +99,28 @@ def test_decision_authorises_exactly_its_proposal_hash(h: Harness):
 def test_regenerated_proposal_makes_the_pending_request_stale(h: Harness):
     grain, grant, first = waiting(h)
     # Asking again for the same proposal is the same request.
-    same = grain.request_approval(grant.attempt_id, WORKER, grant.fencing_token, proposal())
+    same = grain.execute(
+        RequestApproval(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            attempt_id=grant.attempt_id,
+            holder=WORKER,
+            fencing_token=grant.fencing_token,
+            proposal_hash=proposal(),
+        )
+    )
     assert same.approval_id == first.approval_id
 
-    second = grain.request_approval(grant.attempt_id, WORKER, grant.fencing_token, proposal(2))
+    second = grain.execute(
+        RequestApproval(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            attempt_id=grant.attempt_id,
+            holder=WORKER,
+            fencing_token=grant.fencing_token,
+            proposal_hash=proposal(2),
+        )
+    )
     assert second.approval_id != first.approval_id
     approvals = h.load(grain.run_id).approvals
     assert approvals[first.approval_id].state is ApprovalState.STALE
@@ -74,8 +128,28 @@ def test_regenerated_proposal_makes_the_pending_request_stale(h: Harness):
 
     stale_version = approvals[first.approval_id].version
     with pytest.raises(errors.ApprovalGone):
-        grain.decide(first.approval_id, h.reviewer(), APPROVE, stale_version, proposal())
-    grain.decide(second.approval_id, h.reviewer(), APPROVE, second.version, proposal(2))
+        grain.execute(
+            DecideApproval(
+                tenant_id=grain.tenant_id,
+                run_id=grain.run_id,
+                approval_id=first.approval_id,
+                principal=h.reviewer(),
+                decision=APPROVE,
+                version=stale_version,
+                proposal_hash=proposal(),
+            )
+        )
+    grain.execute(
+        DecideApproval(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            approval_id=second.approval_id,
+            principal=h.reviewer(),
+            decision=APPROVE,
+            version=second.version,
+            proposal_hash=proposal(2),
+        )
+    )
     assert h.load(grain.run_id).run.state is RunState.RUNNING
     assert [d.proposal_hash for d in decisions(h, grain.run_id)] == [proposal(2)]
 
@@ -88,13 +162,17 @@ def test_requester_may_never_decide(h: Harness):
         (Role.PLATFORM_ADMIN,),
     ):
         with pytest.raises(errors.SeparationOfDuties):
-            grain.decide(
-                approval.approval_id,
-                h.principal(REQUESTER, *roles),
-                APPROVE,
-                approval.version,
-                proposal(),
-                "it is fine, trust me",
+            grain.execute(
+                DecideApproval(
+                    tenant_id=grain.tenant_id,
+                    run_id=grain.run_id,
+                    approval_id=approval.approval_id,
+                    principal=h.principal(REQUESTER, *roles),
+                    decision=APPROVE,
+                    version=approval.version,
+                    proposal_hash=proposal(),
+                    reason="it is fine, trust me",
+                )
             )
     assert decisions(h, grain.run_id) == []
     assert h.load(grain.run_id).approvals[approval.approval_id].state is ApprovalState.PENDING
@@ -104,18 +182,48 @@ def test_only_approver_roles_decide(h: Harness):
     grain, _, approval = waiting(h)
     for roles in ((Role.OBSERVER,), (Role.OPERATOR,), (Role.REQUESTER,)):
         with pytest.raises(errors.Forbidden):
-            grain.decide(approval.approval_id, h.principal("bob", *roles), APPROVE, 1, proposal())
+            grain.execute(
+                DecideApproval(
+                    tenant_id=grain.tenant_id,
+                    run_id=grain.run_id,
+                    approval_id=approval.approval_id,
+                    principal=h.principal("bob", *roles),
+                    decision=APPROVE,
+                    version=1,
+                    proposal_hash=proposal(),
+                )
+            )
     assert decisions(h, grain.run_id) == []
 
 
 def test_second_decision_is_a_conflict(h: Harness):
     grain, _, approval = waiting(h)
-    grain.decide(approval.approval_id, h.reviewer(), Decision.REJECT, approval.version, proposal())
+    grain.execute(
+        DecideApproval(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            approval_id=approval.approval_id,
+            principal=h.reviewer(),
+            decision=Decision.REJECT,
+            version=approval.version,
+            proposal_hash=proposal(),
+        )
+    )
     current = h.load(grain.run_id).approvals[approval.approval_id]
     assert current.state is ApprovalState.REJECTED
     for who in (h.reviewer("rita"), h.reviewer("bob")):
         with pytest.raises(errors.ApprovalAlreadyDecided):
-            grain.decide(approval.approval_id, who, APPROVE, current.version, proposal())
+            grain.execute(
+                DecideApproval(
+                    tenant_id=grain.tenant_id,
+                    run_id=grain.run_id,
+                    approval_id=approval.approval_id,
+                    principal=who,
+                    decision=APPROVE,
+                    version=current.version,
+                    proposal_hash=proposal(),
+                )
+            )
     assert len(decisions(h, grain.run_id)) == 1
     assert h.load(grain.run_id).run.state is RunState.FAILED
 
@@ -124,11 +232,33 @@ def test_concurrent_decisions_record_exactly_one(h: Harness):
     grain, _, approval = waiting(h)
     a, b = h.grain(grain.run_id), h.grain(grain.run_id)
     for g in (a, b):
-        g.dispatch()  # warm both activations on the same version
+        g.execute(
+            DispatchRun(tenant_id=g.tenant_id, run_id=g.run_id)
+        )  # warm both activations on the same version
 
     results = race(
-        lambda: a.decide(approval.approval_id, h.reviewer("rita"), APPROVE, 1, proposal()),
-        lambda: b.decide(approval.approval_id, h.reviewer("bob"), Decision.REJECT, 1, proposal()),
+        lambda: a.execute(
+            DecideApproval(
+                tenant_id=a.tenant_id,
+                run_id=a.run_id,
+                approval_id=approval.approval_id,
+                principal=h.reviewer("rita"),
+                decision=APPROVE,
+                version=1,
+                proposal_hash=proposal(),
+            )
+        ),
+        lambda: b.execute(
+            DecideApproval(
+                tenant_id=b.tenant_id,
+                run_id=b.run_id,
+                approval_id=approval.approval_id,
+                principal=h.reviewer("bob"),
+                decision=Decision.REJECT,
+                version=1,
+                proposal_hash=proposal(),
+            )
+        ),
     )
 
     assert sorted(kind for kind, _ in results) == ["err", "ok"], results
@@ -145,18 +275,32 @@ def test_expired_request_is_gone_and_the_reminder_fails_the_run(h: Harness):
     grain, _, approval = waiting(h)
     h.clock.advance(72 * 3600)  # RunControl:Approvals:DefaultExpiryHours
     with pytest.raises(errors.ApprovalGone):
-        grain.decide(approval.approval_id, h.reviewer(), APPROVE, approval.version, proposal())
-    assert grain.wake() == [f"approval-expired:{approval.approval_id}"]
+        grain.execute(
+            DecideApproval(
+                tenant_id=grain.tenant_id,
+                run_id=grain.run_id,
+                approval_id=approval.approval_id,
+                principal=h.reviewer(),
+                decision=APPROVE,
+                version=approval.version,
+                proposal_hash=proposal(),
+            )
+        )
+    assert h.wake(grain) == WakeResult(approvals_expired=1)
     agg = h.load(grain.run_id)
     assert agg.approvals[approval.approval_id].state is ApprovalState.EXPIRED
     assert agg.run.state is RunState.FAILED
     with pytest.raises(errors.ApprovalGone):
-        grain.decide(
-            approval.approval_id,
-            h.reviewer(),
-            APPROVE,
-            agg.approvals[approval.approval_id].version,
-            proposal(),
+        grain.execute(
+            DecideApproval(
+                tenant_id=grain.tenant_id,
+                run_id=grain.run_id,
+                approval_id=approval.approval_id,
+                principal=h.reviewer(),
+                decision=APPROVE,
+                version=agg.approvals[approval.approval_id].version,
+                proposal_hash=proposal(),
+            )
         )
     assert decisions(h, grain.run_id) == []
 
@@ -165,11 +309,29 @@ def test_wrong_tenant_is_not_found(h: Harness, make_harness, tenant):
     grain, _, approval = waiting(h)
     outsider = Principal("rita", f"{tenant}-other", "proj-1", frozenset({Role.REVIEWER}))
     with pytest.raises(errors.NotFound):
-        grain.decide(approval.approval_id, outsider, APPROVE, approval.version, proposal())
+        grain.execute(
+            DecideApproval(
+                tenant_id=grain.tenant_id,
+                run_id=grain.run_id,
+                approval_id=approval.approval_id,
+                principal=outsider,
+                decision=APPROVE,
+                version=approval.version,
+                proposal_hash=proposal(),
+            )
+        )
     other = make_harness(tenant_id=f"{tenant}-other")
     with pytest.raises(errors.NotFound):  # the run itself is invisible to the other tenant
-        other.grain(grain.run_id).decide(
-            approval.approval_id, outsider, APPROVE, approval.version, proposal()
+        other.grain(grain.run_id).execute(
+            DecideApproval(
+                tenant_id=other.tenant,
+                run_id=grain.run_id,
+                approval_id=approval.approval_id,
+                principal=outsider,
+                decision=APPROVE,
+                version=approval.version,
+                proposal_hash=proposal(),
+            )
         )
     assert decisions(h, grain.run_id) == []
 
@@ -179,10 +341,32 @@ def test_break_glass_needs_a_reason_and_is_audited(h: Harness):
     admin = h.principal("pat", Role.PLATFORM_ADMIN)
     for reason in (None, "   "):
         with pytest.raises(errors.BreakGlassReasonRequired):
-            grain.decide(approval.approval_id, admin, APPROVE, approval.version, proposal(), reason)
+            grain.execute(
+                DecideApproval(
+                    tenant_id=grain.tenant_id,
+                    run_id=grain.run_id,
+                    approval_id=approval.approval_id,
+                    principal=admin,
+                    decision=APPROVE,
+                    version=approval.version,
+                    proposal_hash=proposal(),
+                    reason=reason,
+                )
+            )
     assert h.audits(grain.run_id) == []
 
-    grain.decide(approval.approval_id, admin, APPROVE, approval.version, proposal(), "incident 42")
+    grain.execute(
+        DecideApproval(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            approval_id=approval.approval_id,
+            principal=admin,
+            decision=APPROVE,
+            version=approval.version,
+            proposal_hash=proposal(),
+            reason="incident 42",
+        )
+    )
     (vote,) = decisions(h, grain.run_id)
     assert (vote.decided_by, vote.break_glass, vote.reason) == ("pat", True, "incident 42")
     (audit,) = h.audits(grain.run_id)
@@ -199,11 +383,41 @@ def test_quorum_needs_distinct_approvers(h: Harness):
         h.clock.now(),
     )
     grain, _, approval = waiting(h)
-    first = grain.decide(approval.approval_id, h.reviewer("rita"), APPROVE, 1, proposal())
+    first = grain.execute(
+        DecideApproval(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            approval_id=approval.approval_id,
+            principal=h.reviewer("rita"),
+            decision=APPROVE,
+            version=1,
+            proposal_hash=proposal(),
+        )
+    )
     assert first.state is ApprovalState.PENDING and first.version == 2
     with pytest.raises(errors.ApprovalAlreadyDecided):
-        grain.decide(approval.approval_id, h.reviewer("rita"), APPROVE, 2, proposal())
-    done = grain.decide(approval.approval_id, h.reviewer("bob"), APPROVE, 2, proposal())
+        grain.execute(
+            DecideApproval(
+                tenant_id=grain.tenant_id,
+                run_id=grain.run_id,
+                approval_id=approval.approval_id,
+                principal=h.reviewer("rita"),
+                decision=APPROVE,
+                version=2,
+                proposal_hash=proposal(),
+            )
+        )
+    done = grain.execute(
+        DecideApproval(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            approval_id=approval.approval_id,
+            principal=h.reviewer("bob"),
+            decision=APPROVE,
+            version=2,
+            proposal_hash=proposal(),
+        )
+    )
     assert done.state is ApprovalState.APPROVED
     assert len(decisions(h, grain.run_id)) == 2
     assert h.load(grain.run_id).run.state is RunState.RUNNING

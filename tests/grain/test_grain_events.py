@@ -9,6 +9,7 @@ from collections import defaultdict
 import pytest
 from grain_harness import SHARED, WORKER, CeilingRandom, Harness, proposal
 
+from runcontrol.commands import DecideApproval, ReportOutcome, RequestApproval
 from runcontrol.domain import (
     AttemptOutcome,
     Decision,
@@ -29,26 +30,66 @@ def test_full_run_has_gap_free_events_and_one_journal_entry_per_transition(h: Ha
     run_id = grain.run_id
 
     first = h.lease(grain)
-    grain.report_outcome(
-        first.attempt_id,
-        WORKER,
-        first.fencing_token,
-        AttemptOutcome.FAILED,
-        failure_class=FailureClass.TRANSIENT,
+    grain.execute(
+        ReportOutcome(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            attempt_id=first.attempt_id,
+            holder=WORKER,
+            fencing_token=first.fencing_token,
+            outcome=AttemptOutcome.FAILED,
+            failure_class=FailureClass.TRANSIENT,
+        )
     )
     h.clock.advance(1)
-    grain.wake()
+    h.wake(grain)
     retry = h.lease(grain)
     with pytest.raises(errors.StaleFencingToken):  # refused: audited, nothing else
-        grain.report_outcome(
-            retry.attempt_id, WORKER, first.fencing_token, AttemptOutcome.SUCCEEDED
+        grain.execute(
+            ReportOutcome(
+                tenant_id=grain.tenant_id,
+                run_id=grain.run_id,
+                attempt_id=retry.attempt_id,
+                holder=WORKER,
+                fencing_token=first.fencing_token,
+                outcome=AttemptOutcome.SUCCEEDED,
+            )
         )
     h.succeed(grain, retry)
     write = h.lease(grain, "worker-2")
-    approval = grain.request_approval(write.attempt_id, "worker-2", write.fencing_token, proposal())
+    approval = grain.execute(
+        RequestApproval(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            attempt_id=write.attempt_id,
+            holder="worker-2",
+            fencing_token=write.fencing_token,
+            proposal_hash=proposal(),
+        )
+    )
     with pytest.raises(errors.SeparationOfDuties):  # refused: nothing recorded
-        grain.decide(approval.approval_id, h.principal(), Decision.APPROVE, 1, proposal())
-    grain.decide(approval.approval_id, h.reviewer(), Decision.APPROVE, 1, proposal())
+        grain.execute(
+            DecideApproval(
+                tenant_id=grain.tenant_id,
+                run_id=grain.run_id,
+                approval_id=approval.approval_id,
+                principal=h.principal(),
+                decision=Decision.APPROVE,
+                version=1,
+                proposal_hash=proposal(),
+            )
+        )
+    grain.execute(
+        DecideApproval(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            approval_id=approval.approval_id,
+            principal=h.reviewer(),
+            decision=Decision.APPROVE,
+            version=1,
+            proposal_hash=proposal(),
+        )
+    )
     h.succeed(grain, write, 2)
 
     agg = h.load(run_id)

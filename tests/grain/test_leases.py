@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from grain_harness import WORKER, CeilingRandom, Harness, outcome_hash
 
+from runcontrol.commands import AcquireLease, RenewLease, ReportOutcome, WakeResult
 from runcontrol.domain import (
     AttemptOutcome,
     AttemptState,
@@ -24,9 +25,26 @@ GRACE = 30  # RunControl:Leases:RenewalGraceSeconds
 
 def test_claims_are_idempotent_for_the_holder_and_refused_for_others(h: Harness):
     grain, grant = h.start_run()
-    assert grain.acquire_lease(grant.attempt_id, WORKER) == grant
+    assert (
+        grain.execute(
+            AcquireLease(
+                tenant_id=grain.tenant_id,
+                run_id=grain.run_id,
+                attempt_id=grant.attempt_id,
+                holder=WORKER,
+            )
+        )
+        == grant
+    )
     with pytest.raises(errors.LeaseHeld):
-        h.grain(grain.run_id).acquire_lease(grant.attempt_id, "worker-2")
+        h.grain(grain.run_id).execute(
+            AcquireLease(
+                tenant_id=h.tenant,
+                run_id=grain.run_id,
+                attempt_id=grant.attempt_id,
+                holder="worker-2",
+            )
+        )
     leases = h.load(grain.run_id).leases
     assert list(leases) == [grant.attempt_id]
     assert leases[grant.attempt_id].fencing_token == grant.fencing_token == 1
@@ -37,9 +55,9 @@ def test_expired_lease_times_out_and_the_retry_gets_a_greater_token(h: Harness):
     grain, first = h.start_run(StepSpec("s", "agent-a", max_attempts=3))
 
     h.clock.advance(LEASE + GRACE)  # exactly at expires_at + grace: not yet
-    assert grain.wake() == []
+    assert h.wake(grain) == WakeResult()
     h.clock.advance(1)
-    assert grain.wake() == [f"lease-expired:{first.attempt_id}"]
+    assert h.wake(grain) == WakeResult(leases_expired=1)
 
     agg = h.load(grain.run_id)
     attempt = agg.attempts[first.attempt_id]
@@ -54,7 +72,7 @@ def test_expired_lease_times_out_and_the_retry_gets_a_greater_token(h: Harness):
     ]
 
     h.clock.advance(1)  # the retry's backoff (1 s with the ceiling jitter)
-    assert grain.wake() == ["dispatched"]
+    assert h.wake(grain) == WakeResult(dispatched=True)
     second = h.lease(grain, "worker-2")
     assert second.attempt_id != first.attempt_id and second.attempt_number == 2
     assert second.fencing_token > first.fencing_token
@@ -67,9 +85,9 @@ def test_stale_token_and_non_holder_are_refused_and_audited(h: Harness):
     h.env.rng = CeilingRandom()
     grain, first = h.start_run(StepSpec("s", "agent-a", max_attempts=3))
     h.clock.advance(LEASE + GRACE + 1)
-    grain.wake()
+    h.wake(grain)
     h.clock.advance(1)
-    grain.wake()
+    h.wake(grain)
     second = h.lease(grain, "worker-2")
     before = h.load(grain.run_id).run.version
     events_before = h.outbox(grain.run_id)
@@ -83,11 +101,26 @@ def test_stale_token_and_non_holder_are_refused_and_audited(h: Harness):
     ]
     for error, attempt_id, holder, token in refused:
         with pytest.raises(error):
-            h.grain(grain.run_id).report_outcome(
-                attempt_id, holder, token, AttemptOutcome.SUCCEEDED
+            h.grain(grain.run_id).execute(
+                ReportOutcome(
+                    tenant_id=h.tenant,
+                    run_id=grain.run_id,
+                    attempt_id=attempt_id,
+                    holder=holder,
+                    fencing_token=token,
+                    outcome=AttemptOutcome.SUCCEEDED,
+                )
             )
     with pytest.raises(errors.StaleFencingToken):
-        grain.renew_lease(second.attempt_id, "worker-2", first.fencing_token)
+        grain.execute(
+            RenewLease(
+                tenant_id=grain.tenant_id,
+                run_id=grain.run_id,
+                attempt_id=second.attempt_id,
+                holder="worker-2",
+                fencing_token=first.fencing_token,
+            )
+        )
 
     audits = h.audits(grain.run_id)
     assert [(a.kind, a.actor, a.detail["fencing_token"]) for a in audits] == [
@@ -113,20 +146,28 @@ def test_one_outcome_per_attempt(h: Harness):
     assert h.load(grain.run_id).run.version == version
     # ... a different second outcome is refused and audited.
     with pytest.raises(errors.OutcomeAlreadyRecorded):
-        grain.report_outcome(
-            grant.attempt_id,
-            WORKER,
-            grant.fencing_token,
-            AttemptOutcome.FAILED,
-            failure_class=FailureClass.PERMANENT,
+        grain.execute(
+            ReportOutcome(
+                tenant_id=grain.tenant_id,
+                run_id=grain.run_id,
+                attempt_id=grant.attempt_id,
+                holder=WORKER,
+                fencing_token=grant.fencing_token,
+                outcome=AttemptOutcome.FAILED,
+                failure_class=FailureClass.PERMANENT,
+            )
         )
     with pytest.raises(errors.OutcomeAlreadyRecorded):
-        grain.report_outcome(
-            grant.attempt_id,
-            WORKER,
-            grant.fencing_token,
-            AttemptOutcome.SUCCEEDED,
-            outcome_hash=outcome_hash(2),
+        grain.execute(
+            ReportOutcome(
+                tenant_id=grain.tenant_id,
+                run_id=grain.run_id,
+                attempt_id=grant.attempt_id,
+                holder=WORKER,
+                fencing_token=grant.fencing_token,
+                outcome=AttemptOutcome.SUCCEEDED,
+                outcome_hash=outcome_hash(2),
+            )
         )
     assert [a.kind for a in h.audits(grain.run_id)] == ["duplicate-outcome"] * 2
     agg = h.load(grain.run_id)
@@ -138,9 +179,17 @@ def test_one_outcome_per_attempt(h: Harness):
 def test_renewal_extends_the_lease_and_postpones_expiry(h: Harness):
     grain, grant = h.start_run()
     h.clock.advance(LEASE - 10)
-    renewed = grain.renew_lease(grant.attempt_id, WORKER, grant.fencing_token)
+    renewed = grain.execute(
+        RenewLease(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            attempt_id=grant.attempt_id,
+            holder=WORKER,
+            fencing_token=grant.fencing_token,
+        )
+    )
     assert renewed.fencing_token == grant.fencing_token
     assert renewed.expires_at > grant.expires_at
     h.clock.advance(LEASE)  # past the original expiry + grace, within the renewed one
-    assert grain.wake() == []
+    assert h.wake(grain) == WakeResult()
     assert h.open_attempt(grain.run_id).state is AttemptState.LEASED

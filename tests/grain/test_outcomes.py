@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from grain_harness import WORKER, CeilingRandom, Harness
 
+from runcontrol.commands import ReportOutcome, WakeResult
 from runcontrol.config import Settings
 from runcontrol.domain import (
     AttemptOutcome,
@@ -35,9 +36,18 @@ def test_reported_uncertain_is_retried_only_below_shared_write(h: Harness, side_
     grain, grant = h.start_run(
         StepSpec("s", "agent-a", max_attempts=3, side_effect_class=side_effect)
     )
-    grain.report_outcome(grant.attempt_id, WORKER, grant.fencing_token, AttemptOutcome.UNCERTAIN)
+    grain.execute(
+        ReportOutcome(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            attempt_id=grant.attempt_id,
+            holder=WORKER,
+            fencing_token=grant.fencing_token,
+            outcome=AttemptOutcome.UNCERTAIN,
+        )
+    )
     h.clock.advance(3600)
-    grain.wake()
+    h.wake(grain)
 
     agg = h.load(grain.run_id)
     assert agg.attempts[grant.attempt_id].state is AttemptState.UNCERTAIN
@@ -58,9 +68,9 @@ def test_expired_lease_on_a_shared_write_step_is_uncertain_and_not_retried(h: Ha
         StepSpec("s", "agent-a", max_attempts=3, side_effect_class=SideEffectClass.SHARED_WRITE)
     )
     h.clock.advance(LEASE_AND_GRACE + 1)
-    assert grain.wake() == [f"lease-expired:{grant.attempt_id}"]
+    assert h.wake(grain) == WakeResult(leases_expired=1)
     h.clock.advance(3600)
-    assert grain.wake() == []
+    assert h.wake(grain) == WakeResult()
 
     agg = h.load(grain.run_id)
     (attempt,) = agg.attempts.values()
@@ -82,12 +92,16 @@ def test_transient_failure_is_retried_up_to_max_attempts_with_backoff(make_harne
         assert grant.attempt_number == number
         tokens.append(grant.fencing_token)
         failed_at = h.clock.now()
-        grain.report_outcome(
-            grant.attempt_id,
-            WORKER,
-            grant.fencing_token,
-            AttemptOutcome.FAILED,
-            failure_class=FailureClass.TRANSIENT,
+        grain.execute(
+            ReportOutcome(
+                tenant_id=grain.tenant_id,
+                run_id=grain.run_id,
+                attempt_id=grant.attempt_id,
+                holder=WORKER,
+                fencing_token=grant.fencing_token,
+                outcome=AttemptOutcome.FAILED,
+                failure_class=FailureClass.TRANSIENT,
+            )
         )
         if delay is None:
             break
@@ -95,9 +109,9 @@ def test_transient_failure_is_retried_up_to_max_attempts_with_backoff(make_harne
         assert step.state is StepState.PENDING
         assert (step.not_before - failed_at).total_seconds() == delay
         h.clock.advance(delay - 1)
-        assert grain.wake() == []  # backoff not over: nothing dispatched
+        assert h.wake(grain) == WakeResult()  # backoff not over: nothing dispatched
         h.clock.advance(1)
-        assert grain.wake() == ["dispatched"]
+        assert h.wake(grain) == WakeResult(dispatched=True)
 
     agg = h.load(grain.run_id)
     assert tokens == sorted(set(tokens))
@@ -108,7 +122,7 @@ def test_transient_failure_is_retried_up_to_max_attempts_with_backoff(make_harne
     scheduled = [e.payload for e in h.outbox(grain.run_id) if e.event_type == "StepRetryScheduled"]
     assert [p["nextAttemptNumber"] for p in scheduled] == [2, 3]
     h.clock.advance(3600)
-    assert grain.wake() == []
+    assert h.wake(grain) == WakeResult()
     assert len(h.load(grain.run_id).attempts) == 3
 
 
@@ -117,11 +131,19 @@ def test_transient_failure_is_retried_up_to_max_attempts_with_backoff(make_harne
 )
 def test_non_transient_failure_is_not_retried(h: Harness, failure):
     grain, grant = h.start_run(StepSpec("s", "agent-a", max_attempts=3))
-    grain.report_outcome(
-        grant.attempt_id, WORKER, grant.fencing_token, AttemptOutcome.FAILED, failure_class=failure
+    grain.execute(
+        ReportOutcome(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            attempt_id=grant.attempt_id,
+            holder=WORKER,
+            fencing_token=grant.fencing_token,
+            outcome=AttemptOutcome.FAILED,
+            failure_class=failure,
+        )
     )
     h.clock.advance(3600)
-    grain.wake()
+    h.wake(grain)
     agg = h.load(grain.run_id)
     assert len(agg.attempts) == 1
     assert (agg.run.state, agg.run.failure_class) == (RunState.FAILED, failure)

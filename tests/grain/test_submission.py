@@ -3,15 +3,25 @@ reservation whose denial fails the run policy-denied."""
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from threading import Barrier
 
+import psycopg
 import pytest
 from grain_harness import PROJECT, SHARED, WORKER, Harness, proposal
 from sqlalchemy import func, select
+from support import Faults
 
+from runcontrol.commands import (
+    AcquireLease,
+    CancelRun,
+    DecideApproval,
+    ReportOutcome,
+    RequestApproval,
+    SubmitRun,
+    WakeRun,
+)
 from runcontrol.config import Settings
 from runcontrol.domain import (
     AttemptOutcome,
@@ -81,7 +91,15 @@ def test_twenty_concurrent_identical_submissions_make_one_run(h: Harness):
 
     def submit(_: int):
         barrier.wait(timeout=30)
-        return h.grain(uuid.uuid4()).submit(h.principal(), request)
+        run_id = uuid.uuid4()
+        return h.grain(run_id).execute(
+            SubmitRun(
+                tenant_id=h.tenant,
+                run_id=run_id,
+                principal=h.principal(),
+                request=request,
+            )
+        )
 
     with ThreadPoolExecutor(max_workers=20) as pool:
         results = list(pool.map(submit, range(20)))
@@ -137,9 +155,28 @@ def test_pins_survive_a_moved_alias_and_a_new_policy_revision(h: Harness):
         second_policy.revision,
     )
     # ... the pinned run keeps evaluating its own: revision 1 still requires the approval,
-    approval = grain.request_approval(grant.attempt_id, WORKER, grant.fencing_token, proposal())
+    approval = grain.execute(
+        RequestApproval(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            attempt_id=grant.attempt_id,
+            holder=WORKER,
+            fencing_token=grant.fencing_token,
+            proposal_hash=proposal(),
+        )
+    )
     assert approval is not None and approval.policy_revision == first_policy.revision
-    grain.decide(approval.approval_id, h.reviewer(), Decision.APPROVE, approval.version, proposal())
+    grain.execute(
+        DecideApproval(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            approval_id=approval.approval_id,
+            principal=h.reviewer(),
+            decision=Decision.APPROVE,
+            version=approval.version,
+            proposal_hash=proposal(),
+        )
+    )
     # ... and its release's single step: one success completes it.
     h.succeed(grain, grant)
     run = h.load(grain.run_id).run
@@ -206,7 +243,7 @@ def reservation_released_at(h: Harness, run_id: uuid.UUID) -> object:
 
 @pytest.mark.parametrize("checkpoint", ("after-run", "before-journal"))
 def test_the_terminal_transition_itself_releases_the_reservation(
-    h: Harness, checkpoint: str, monkeypatch: pytest.MonkeyPatch
+    h: Harness, checkpoint: str, monkeypatch: pytest.MonkeyPatch, faults: Faults
 ):
     """Embedded budget: the statement that makes the run terminal also releases its
     reservation (migration 0004); the port's own ``release`` is never called. If that
@@ -219,18 +256,23 @@ def test_the_terminal_transition_itself_releases_the_reservation(
 
     monkeypatch.setattr(h.env.budget, "release", separate_release)
 
-    def fail(name: str) -> None:
-        if name == checkpoint:
-            raise RuntimeError(f"fault at {name}")
-
-    faulty = RunGrain(dataclasses.replace(h.env, fault=fail), h.tenant, grain.run_id)
-    with pytest.raises(RuntimeError):
-        faulty.report_outcome(
-            grant.attempt_id, grant.holder, grant.fencing_token, AttemptOutcome.SUCCEEDED
+    faults.arm(grain.run_id, checkpoint)
+    faulty = RunGrain(h.env, h.tenant, grain.run_id)  # a fresh activation
+    with pytest.raises(psycopg.DatabaseError, match=faults.message(checkpoint)):
+        faulty.execute(
+            ReportOutcome(
+                tenant_id=faulty.tenant_id,
+                run_id=faulty.run_id,
+                attempt_id=grant.attempt_id,
+                holder=grant.holder,
+                fencing_token=grant.fencing_token,
+                outcome=AttemptOutcome.SUCCEEDED,
+            )
         )
     assert h.load(grain.run_id).run.state is RunState.RUNNING
     assert reservation_released_at(h, grain.run_id) is None
 
+    faults.disarm(grain.run_id)
     h.succeed(grain, grant)
     done = h.load(grain.run_id).run
     assert done.state is RunState.COMPLETED
@@ -244,8 +286,22 @@ def test_a_submission_retried_after_it_committed_keeps_the_runs_reservation(h: H
     h.publish()
     request = h.request("retried", {"repo": "x"})
     run_id = uuid.uuid4()
-    first = h.grain(run_id).submit(h.principal(), request)
-    again = h.grain(run_id).submit(h.principal(), request)  # a fresh activation, as after a retry
+    first = h.grain(run_id).execute(
+        SubmitRun(
+            tenant_id=h.tenant,
+            run_id=run_id,
+            principal=h.principal(),
+            request=request,
+        )
+    )
+    again = h.grain(run_id).execute(
+        SubmitRun(
+            tenant_id=h.tenant,
+            run_id=run_id,
+            principal=h.principal(),
+            request=request,
+        )
+    )  # a fresh activation, as after a retry
     assert (first.created, again.created) == (True, False)
     assert again.run_id == first.run_id == run_id
     with h.db.tenant(h.tenant) as conn:
@@ -259,7 +315,15 @@ def test_principal_of_another_tenant_cannot_submit_through_this_grain(h: Harness
     h.publish()
     intruder = Principal("mallory", "another-tenant", PROJECT)
     with pytest.raises(errors.Forbidden):
-        h.grain(uuid.uuid4()).submit(intruder, h.request())
+        run_id = uuid.uuid4()
+        h.grain(run_id).execute(
+            SubmitRun(
+                tenant_id=h.tenant,
+                run_id=run_id,
+                principal=intruder,
+                request=h.request(),
+            )
+        )
 
 
 # ------------------------------------------------------------------ invariant 9, grain side
@@ -270,11 +334,32 @@ def test_another_tenants_grain_cannot_see_or_command_the_run(h: Harness, make_ha
     other = make_harness(tenant_id=f"{tenant}-other")
     foreign = other.grain(grain.run_id)
     commands = (
-        lambda: foreign.cancel("mallory", "mine now"),
-        lambda: foreign.wake(),
-        lambda: foreign.acquire_lease(grant.attempt_id, "mallory"),
-        lambda: foreign.report_outcome(
-            grant.attempt_id, WORKER, grant.fencing_token, AttemptOutcome.SUCCEEDED
+        lambda: foreign.execute(
+            CancelRun(
+                tenant_id=foreign.tenant_id,
+                run_id=foreign.run_id,
+                requested_by="mallory",
+                reason="mine now",
+            )
+        ),
+        lambda: foreign.execute(WakeRun(tenant_id=foreign.tenant_id, run_id=foreign.run_id)),
+        lambda: foreign.execute(
+            AcquireLease(
+                tenant_id=foreign.tenant_id,
+                run_id=foreign.run_id,
+                attempt_id=grant.attempt_id,
+                holder="mallory",
+            )
+        ),
+        lambda: foreign.execute(
+            ReportOutcome(
+                tenant_id=foreign.tenant_id,
+                run_id=foreign.run_id,
+                attempt_id=grant.attempt_id,
+                holder=WORKER,
+                fencing_token=grant.fencing_token,
+                outcome=AttemptOutcome.SUCCEEDED,
+            )
         ),
     )
     for command in commands:

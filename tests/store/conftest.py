@@ -13,9 +13,10 @@ from sqlalchemy import Engine, create_engine
 
 from runcontrol.bootstrap import Container, build
 from runcontrol.clock import ManualClock
+from runcontrol.commands import AcquireLease, SubmitRequest, SubmitRun
 from runcontrol.config import Settings
 from runcontrol.domain import LeaseGrant, Principal, Role, StepSpec, WorkflowDefinition
-from runcontrol.grain import RunGrain, SubmitRequest
+from runcontrol.grain import RunGrain
 from runcontrol.store import Database
 
 
@@ -63,20 +64,35 @@ def _leased_run(container: Container, tenant: str, lease: bool) -> LeasedRun:
         env.clock.now(),
     )
     grain = RunGrain(env, tenant, uuid.uuid4())
-    grain.submit(
-        Principal("alice", tenant, "proj-1", frozenset({Role.REQUESTER})),
-        SubmitRequest(
-            project_id="proj-1",
-            idempotency_key=uuid.uuid4().hex,
-            workflow_id="wf",
-            model_profile_id="code-agent",
-            input={"n": 1},
-            release_alias="latest",
-        ),
+    grain.execute(
+        SubmitRun(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            principal=Principal("alice", tenant, "proj-1", frozenset({Role.REQUESTER})),
+            request=SubmitRequest(
+                project_id="proj-1",
+                idempotency_key=uuid.uuid4().hex,
+                workflow_id="wf",
+                model_profile_id="code-agent",
+                input={"n": 1},
+                release_alias="latest",
+            ),
+        )
     )
     with container.db.tenant(tenant) as conn:
         (attempt_id,) = conn.exec_driver_sql(
             "SELECT attempt_id FROM attempts WHERE run_id = %s", (grain.run_id,)
         ).scalars()
-    grant = grain.acquire_lease(attempt_id, "worker-1") if lease else None
+    grant = (
+        grain.execute(
+            AcquireLease(
+                tenant_id=grain.tenant_id,
+                run_id=grain.run_id,
+                attempt_id=attempt_id,
+                holder="worker-1",
+            )
+        )
+        if lease
+        else None
+    )
     return LeasedRun(tenant, grain.run_id, attempt_id, grain, grant)

@@ -8,6 +8,7 @@ from typing import Any
 from uuid import UUID
 
 from runcontrol.bootstrap import Container
+from runcontrol.commands import SubmitRequest, SubmitResult, SubmitRun
 from runcontrol.domain import (
     CommandContext,
     Principal,
@@ -18,7 +19,7 @@ from runcontrol.domain import (
     WorkflowDefinition,
     canonical_hash,
 )
-from runcontrol.grain import SubmitRequest
+from runcontrol.grain import RunGrain
 from runcontrol.store import Database
 
 
@@ -120,3 +121,12 @@ def assert_completed_once(db: Database, tenant: str, run_id: UUID, before: dict[
         ("Run", "Completed"),
     ]
     assert (event_seq, journal_seq) == (len(after["outbox"]), len(after["journal"]))
+
+
+def submit(grain: RunGrain, principal: Principal, request: SubmitRequest) -> SubmitResult:
+    """Submit through ``grain`` (its run id is the new run's, if this creates one)."""
+    return grain.execute(
+        SubmitRun(
+            tenant_id=grain.tenant_id, run_id=grain.run_id, principal=principal, request=request
+        )
+    )

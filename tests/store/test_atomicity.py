@@ -1,9 +1,10 @@
 """Invariant 3: a transition, its outbox record(s) and its recovery-journal entries commit
 together or not at all.
 
-A fault is injected at each checkpoint of ``UnitOfWork.save`` ("after-run": the run row is
-updated; "before-outbox": child rows are written; "before-journal": outbox rows are written).
-Whatever the point, nothing of the command is visible afterwards; without the fault, all of it is.
+A fault is injected inside the database (the ``faults`` fixture's triggers) at each checkpoint
+of the statement that writes a command ("after-run": the run row is written; "before-outbox":
+child rows are written; "before-journal": outbox rows are written). Whatever the point, nothing
+of the command is visible afterwards; without the fault, all of it is.
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ import uuid
 from typing import Any
 from uuid import UUID
 
+import psycopg
 import pytest
+from support import CHECKPOINTS, Faults
 
+from runcontrol.commands import ReportOutcome, SubmitRequest, SubmitRun
 from runcontrol.domain import (
     AttemptOutcome,
     CommandContext,
@@ -23,23 +27,14 @@ from runcontrol.domain import (
     WorkflowDefinition,
     canonical_hash,
 )
-from runcontrol.grain import RunGrain, SubmitRequest
+from runcontrol.grain import RunGrain
 from runcontrol.store import Database, UnitOfWork
 
-CHECKPOINTS = ("after-run", "before-outbox", "before-journal")
 
-
-class InjectedFault(Exception):
-    pass
-
-
-def fault_at(checkpoint: str, seen: list[str]) -> Any:
-    def fault(name: str) -> None:
-        seen.append(name)
-        if name == checkpoint:
-            raise InjectedFault(name)
-
-    return fault
+def injected(checkpoint: str) -> Any:
+    """The error a command fails with when the fault at ``checkpoint`` fires: the database's
+    error, raised by the unit of work as the psycopg class of its SQLSTATE."""
+    return pytest.raises(psycopg.DatabaseError, match=Faults.message(checkpoint))
 
 
 def snapshot(db: Database, tenant: str, run_id: UUID) -> dict[str, Any]:
@@ -65,29 +60,31 @@ def snapshot(db: Database, tenant: str, run_id: UUID) -> dict[str, Any]:
 
 @pytest.mark.parametrize("checkpoint", CHECKPOINTS)
 def test_fault_in_grain_command_leaves_no_trace_and_clean_retry_commits_all(
-    container, tenant, make_leased_run, checkpoint
+    container, tenant, make_leased_run, faults, checkpoint
 ):
     run = make_leased_run(tenant)
     before = snapshot(container.db, tenant, run.run_id)
     assert before["run"][0][0] == "Running"
 
     def report() -> None:
-        run.grain.report_outcome(
-            run.grant.attempt_id,
-            run.grant.holder,
-            run.grant.fencing_token,
-            AttemptOutcome.SUCCEEDED,
-            outcome_hash=canonical_hash({"result": 1}),
+        run.grain.execute(
+            ReportOutcome(
+                tenant_id=run.grain.tenant_id,
+                run_id=run.grain.run_id,
+                attempt_id=run.grant.attempt_id,
+                holder=run.grant.holder,
+                fencing_token=run.grant.fencing_token,
+                outcome=AttemptOutcome.SUCCEEDED,
+                outcome_hash=canonical_hash({"result": 1}),
+            )
         )
 
-    seen: list[str] = []
-    container.env.fault = fault_at(checkpoint, seen)
-    with pytest.raises(InjectedFault):
+    faults.arm(run.run_id, checkpoint)
+    with injected(checkpoint):
         report()
-    assert seen[-1] == checkpoint
     assert snapshot(container.db, tenant, run.run_id) == before
 
-    container.env.fault = None
+    faults.disarm(run.run_id)
     report()
     after = snapshot(container.db, tenant, run.run_id)
     state, version, event_seq, journal_seq = after["run"][0]
@@ -113,24 +110,32 @@ def test_fault_in_grain_command_leaves_no_trace_and_clean_retry_commits_all(
 
 
 @pytest.mark.parametrize("checkpoint", CHECKPOINTS)
-def test_fault_during_submission_leaves_no_run(container, tenant, checkpoint):
+def test_fault_during_submission_leaves_no_run(container, tenant, faults, checkpoint):
     env = container.env
     container.releases.publish(
         tenant, WorkflowDefinition("wf", (StepSpec("s", "agent-a"),)), "p", env.clock.now()
     )
     grain = RunGrain(env, tenant, uuid.uuid4())
-    env.fault = fault_at(checkpoint, [])
+    faults.arm(grain.run_id, checkpoint)  # the grain submits its own run id
     principal = Principal("alice", tenant, "proj-1", frozenset({Role.REQUESTER}))
     request = SubmitRequest("proj-1", "k1", "wf", "code-agent", {"n": 1}, release_alias="latest")
-    with pytest.raises(InjectedFault):
-        grain.submit(principal, request)
+    with injected(checkpoint):
+        grain.execute(
+            SubmitRun(
+                tenant_id=grain.tenant_id, run_id=grain.run_id, principal=principal, request=request
+            )
+        )
     with container.db.tenant(tenant) as conn:
         for table in ("runs", "steps", "outbox", "recovery_journal"):
             count = conn.exec_driver_sql(f"SELECT count(*) FROM {table}").scalar_one()
             assert count == 0, table
-    env.fault = None
-    result = grain.submit(principal, request)
-    assert result.created
+    faults.disarm(grain.run_id)
+    result = grain.execute(
+        SubmitRun(
+            tenant_id=grain.tenant_id, run_id=grain.run_id, principal=principal, request=request
+        )
+    )
+    assert result.created and result.run_id == grain.run_id
     snap = snapshot(container.db, tenant, result.run_id)
     assert snap["outbox"][0] == (1, "RunAccepted")
     assert snap["journal"][0] == (1, "Run", "Accepted")
@@ -138,7 +143,7 @@ def test_fault_during_submission_leaves_no_run(container, tenant, checkpoint):
 
 @pytest.mark.parametrize("checkpoint", ("before-outbox", "before-journal"))
 def test_unit_of_work_fault_rolls_back_row_changes_outbox_and_journal(
-    container, tenant, make_leased_run, checkpoint
+    container, tenant, make_leased_run, faults, checkpoint
 ):
     """The same through UnitOfWork directly: a cancellation (intent row, run row, outbox,
     journal) either commits whole or not at all."""
@@ -147,15 +152,15 @@ def test_unit_of_work_fault_rolls_back_row_changes_outbox_and_journal(
     before = snapshot(db, tenant, run.run_id)
     ctx = CommandContext(now=container.env.clock.now(), actor="ops")
 
-    with (
-        pytest.raises(InjectedFault),
-        UnitOfWork(db, tenant, fault=fault_at(checkpoint, [])) as uow,
-    ):
+    faults.arm(run.run_id, checkpoint)
+    with injected(checkpoint), UnitOfWork(db, tenant) as uow:
         agg = uow.load(run.run_id)
         assert agg.cancel(ctx, "ops", "stop")
         uow.save(agg)
         uow.commit()
     assert snapshot(db, tenant, run.run_id) == before
+
+    faults.disarm(run.run_id)
 
     with UnitOfWork(db, tenant) as uow:
         agg = uow.load(run.run_id)

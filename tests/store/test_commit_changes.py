@@ -35,6 +35,7 @@ from store_support import (
     request,
     runs_for_key,
     snapshot,
+    submit,
 )
 
 from runcontrol.bootstrap import Container, build
@@ -232,10 +233,10 @@ def test_duplicate_submission_through_the_grain_answers_the_run_that_won(
     connection (which must be transactional again for the tenant scope to hold)."""
     publish(container, tenant)
     env = build(Settings(), db=one_connection, clock=clock, migrate=False).env
-    first = RunGrain(env, tenant, uuid.uuid4()).submit(principal(tenant), request("dup-key"))
+    first = submit(RunGrain(env, tenant, uuid.uuid4()), principal(tenant), request("dup-key"))
     loser = RunGrain(env, tenant, uuid.uuid4())
 
-    again = loser.submit(principal(tenant), request("dup-key"))
+    again = submit(loser, principal(tenant), request("dup-key"))
 
     assert (again.run_id, again.created) == (first.run_id, False)
     assert (again.release_id, again.snapshot_id) == (first.release_id, first.snapshot_id)
@@ -260,7 +261,7 @@ def test_duplicate_submission_after_a_read_is_reported_and_rolled_back(
 
     with pytest.raises(DuplicateSubmission), UnitOfWork(one_connection, tenant) as uow:
         assert uow.run_id_for_key("proj-1", "raced-key") is None
-        winner = RunGrain(env, tenant, uuid.uuid4()).submit(principal(tenant), req)
+        winner = submit(RunGrain(env, tenant, uuid.uuid4()), principal(tenant), req)
         uow.commit_changes(agg)
 
     assert runs_for_key(container.db, tenant, "raced-key") == [winner.run_id]

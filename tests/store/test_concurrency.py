@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from support import race
 
+from runcontrol.commands import AcquireLease, CancelRun, DispatchRun, RenewLease, ReportOutcome
 from runcontrol.domain import AttemptOutcome, CommandContext, canonical_hash, errors
 from runcontrol.grain import RunGrain
 from runcontrol.store import UnitOfWork
@@ -50,7 +51,7 @@ def warmed_pair(container, tenant, run_id) -> tuple[RunGrain, RunGrain]:
     here: the only step already has its attempt)."""
     pair = (RunGrain(container.env, tenant, run_id), RunGrain(container.env, tenant, run_id))
     for grain in pair:
-        assert grain.dispatch() is None
+        assert grain.execute(DispatchRun(tenant_id=grain.tenant_id, run_id=grain.run_id)) is None
     return pair
 
 
@@ -61,8 +62,16 @@ def test_two_activations_racing_for_one_lease_grant_exactly_one(container, tenan
     a, b = warmed_pair(container, tenant, run.run_id)
 
     results = race(
-        lambda: a.acquire_lease(run.attempt_id, "worker-a"),
-        lambda: b.acquire_lease(run.attempt_id, "worker-b"),
+        lambda: a.execute(
+            AcquireLease(
+                tenant_id=a.tenant_id, run_id=a.run_id, attempt_id=run.attempt_id, holder="worker-a"
+            )
+        ),
+        lambda: b.execute(
+            AcquireLease(
+                tenant_id=b.tenant_id, run_id=b.run_id, attempt_id=run.attempt_id, holder="worker-b"
+            )
+        ),
     )
 
     winners = [v for kind, v in results if kind == "ok"]
@@ -98,14 +107,20 @@ def test_outcome_racing_cancellation_commits_a_serial_order(
     a, b = warmed_pair(container, tenant, run.run_id)
 
     results = race(
-        lambda: a.report_outcome(
-            grant.attempt_id,
-            grant.holder,
-            grant.fencing_token,
-            AttemptOutcome.SUCCEEDED,
-            outcome_hash=canonical_hash({"r": round_}),
+        lambda: a.execute(
+            ReportOutcome(
+                tenant_id=a.tenant_id,
+                run_id=a.run_id,
+                attempt_id=grant.attempt_id,
+                holder=grant.holder,
+                fencing_token=grant.fencing_token,
+                outcome=AttemptOutcome.SUCCEEDED,
+                outcome_hash=canonical_hash({"r": round_}),
+            )
         ),
-        lambda: b.cancel("ops", "stop it"),
+        lambda: b.execute(
+            CancelRun(tenant_id=b.tenant_id, run_id=b.run_id, requested_by="ops", reason="stop it")
+        ),
     )
 
     # Neither command is refused: each re-decides on what the other committed.
@@ -175,7 +190,7 @@ def test_refusal_decided_on_fresh_rows_is_answered_even_if_the_run_moves_again(
     grant = run.grant
     holder_grain = RunGrain(container.env, tenant, run.run_id)
     intruder = RunGrain(container.env, tenant, run.run_id)
-    assert intruder.dispatch() is None  # caches the current version
+    assert intruder.execute(DispatchRun(tenant_id=tenant, run_id=run.run_id)) is None  # cached
 
     real_run_version = UnitOfWork.run_version
     clock = container.env.clock
@@ -183,13 +198,28 @@ def test_refusal_decided_on_fresh_rows_is_answered_even_if_the_run_moves_again(
     def run_version_after_a_concurrent_commit(self: UnitOfWork, run_id: uuid.UUID) -> Any:
         # Another activation commits (a lease renewal bumps the version) just before the check.
         clock.advance(1)
-        holder_grain.renew_lease(grant.attempt_id, grant.holder, grant.fencing_token)
+        holder_grain.execute(
+            RenewLease(
+                tenant_id=holder_grain.tenant_id,
+                run_id=holder_grain.run_id,
+                attempt_id=grant.attempt_id,
+                holder=grant.holder,
+                fencing_token=grant.fencing_token,
+            )
+        )
         return real_run_version(self, run_id)
 
     monkeypatch.setattr(UnitOfWork, "run_version", run_version_after_a_concurrent_commit)
     with pytest.raises(errors.LeaseNotHeld):
-        intruder.report_outcome(
-            grant.attempt_id, "intruder", grant.fencing_token, AttemptOutcome.SUCCEEDED
+        intruder.execute(
+            ReportOutcome(
+                tenant_id=tenant,
+                run_id=run.run_id,
+                attempt_id=grant.attempt_id,
+                holder="intruder",
+                fencing_token=grant.fencing_token,
+                outcome=AttemptOutcome.SUCCEEDED,
+            )
         )
     monkeypatch.undo()
 

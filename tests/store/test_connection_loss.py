@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import Engine, select, text
 
+from runcontrol.commands import ReportOutcome
 from runcontrol.domain import AttemptOutcome, errors
 from runcontrol.store import Database
 from runcontrol.store.tables import outbox
@@ -35,8 +36,15 @@ def test_a_lost_connection_is_unavailable_and_the_retry_succeeds_once(
         owner.commit()
 
     def report() -> None:
-        run.grain.report_outcome(
-            run.attempt_id, "worker-1", run.grant.fencing_token, AttemptOutcome.SUCCEEDED
+        run.grain.execute(
+            ReportOutcome(
+                tenant_id=run.grain.tenant_id,
+                run_id=run.grain.run_id,
+                attempt_id=run.attempt_id,
+                holder="worker-1",
+                fencing_token=run.grant.fencing_token,
+                outcome=AttemptOutcome.SUCCEEDED,
+            )
         )
 
     outcomes = []

@@ -30,9 +30,12 @@ from store_support import (
     request,
     runs_for_key,
     snapshot,
+    submit,
 )
+from support import CHECKPOINTS
 
 from runcontrol.bootstrap import Container
+from runcontrol.commands import ReportOutcome
 from runcontrol.domain import (
     AttemptOutcome,
     RunAggregate,
@@ -42,7 +45,6 @@ from runcontrol.domain import (
 from runcontrol.grain import RunGrain
 from runcontrol.store import Database, DuplicateSubmission, UnitOfWork
 from runcontrol.store.group import MAX_GROUP, Answer, GroupCommit, Sender
-from runcontrol.store.uow import CHECKPOINTS
 
 WAIT = 20  # seconds; only a broken committer ever waits this long
 Call = Callable[[], Any]
@@ -163,12 +165,16 @@ def in_run_order(ids: list[UUID]) -> list[UUID]:
 def report(run: Any) -> Call:
     """The holder reports success through its grain (which holds the run cached)."""
     grant = run.grant
-    return lambda: run.grain.report_outcome(
-        grant.attempt_id,
-        grant.holder,
-        grant.fencing_token,
-        AttemptOutcome.SUCCEEDED,
-        outcome_hash=canonical_hash({"result": 1}),
+    return lambda: run.grain.execute(
+        ReportOutcome(
+            tenant_id=run.grain.tenant_id,
+            run_id=run.grain.run_id,
+            attempt_id=grant.attempt_id,
+            holder=grant.holder,
+            fencing_token=grant.fencing_token,
+            outcome=AttemptOutcome.SUCCEEDED,
+            outcome_hash=canonical_hash({"result": 1}),
+        )
     )
 
 
@@ -189,9 +195,9 @@ def completed(container: Container, run: Any) -> RunAggregate:
     return agg
 
 
-def commit(db: Database, tenant: str, agg: RunAggregate, **kwargs: Any) -> Call:
+def commit(db: Database, tenant: str, agg: RunAggregate) -> Call:
     def call() -> None:
-        with UnitOfWork(db, tenant, **kwargs) as uow:
+        with UnitOfWork(db, tenant) as uow:
             uow.commit_changes(agg)
 
     return call
@@ -274,8 +280,8 @@ def test_a_used_idempotency_key_fails_alone_in_its_group(container, tenant, make
     alone; a new submission and an outcome in the same statement commit."""
     db = container.db
     first, other = make_leased_run(tenant), make_leased_run(tenant)
-    existing = RunGrain(container.env, tenant, uuid.uuid4()).submit(
-        principal(tenant), request("used-key")
+    existing = submit(
+        RunGrain(container.env, tenant, uuid.uuid4()), principal(tenant), request("used-key")
     )
     duplicate = accepted(container, tenant, "used-key")
     fresh = accepted(container, tenant, "fresh-key")
@@ -304,34 +310,24 @@ def test_a_used_idempotency_key_fails_alone_in_its_group(container, tenant, make
     assert_completed_once(db, tenant, other.run_id, before)
 
 
-class InjectedFault(Exception):
-    pass
-
-
 @pytest.mark.parametrize("checkpoint", CHECKPOINTS)
 def test_a_fault_in_one_document_rolls_back_only_that_document(
-    container, tenant, make_leased_run, held, checkpoint
+    container, tenant, make_leased_run, held, faults, checkpoint
 ):
-    """The test hook fails one document at a checkpoint inside the statement, after some of
-    its writes: they roll back with it, its caller (here the group's leader) gets the very
-    exception the hook raised, and the documents behind it commit."""
+    """A fault fails one document at a checkpoint inside the statement, after some of its
+    writes: they roll back with it, its caller (here the second group's leader) gets the
+    database's error, and the documents behind it commit."""
     db = container.db
     first, faulty, second, third = (make_leased_run(tenant) for _ in range(4))
-    raised: list[InjectedFault] = []
-
-    def fault(name: str) -> None:
-        if name == checkpoint:
-            raised.append(InjectedFault(name))
-            raise raised[-1]
-
     before = {run.run_id: snapshot(db, tenant, run.run_id) for run in (faulty, second, third)}
+    faults.arm(faulty.run_id, checkpoint)
     group = held()
 
     lead, callers = one_group(
         group,
         report(first),
         [
-            commit(db, tenant, completed(container, faulty), fault=fault),
+            commit(db, tenant, completed(container, faulty)),
             commit(db, tenant, completed(container, second)),
             commit(db, tenant, completed(container, third)),
         ],
@@ -339,8 +335,9 @@ def test_a_fault_in_one_document_rolls_back_only_that_document(
 
     assert lead.outcome()[0] == "ok"
     outcomes = [c.outcome() for c in callers]
-    assert len(raised) == 1
-    assert outcomes[0] == ("err", raised[0])
+    kind, exc = outcomes[0]
+    assert kind == "err" and isinstance(exc, psycopg.DatabaseError), outcomes[0]
+    assert faults.message(checkpoint) in str(exc)
     assert [kind for kind, _ in outcomes[1:]] == ["ok", "ok"], outcomes
     assert [run_ids(docs) for docs in group.sent][1] == in_run_order(
         [faulty.run_id, second.run_id, third.run_id]

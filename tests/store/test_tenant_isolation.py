@@ -14,12 +14,13 @@ import pytest
 from sqlalchemy import create_engine
 from sqlalchemy.exc import DBAPIError
 
+from runcontrol.commands import ReportOutcome
 from runcontrol.domain import AttemptOutcome, StepSpec, WorkflowDefinition, errors
 from runcontrol.store import APP_ROLE, SYSTEM_ROLE
-from runcontrol.store.tables import APPEND_ONLY_TABLES, TENANT_TABLES
+from runcontrol.store.tables import INSERT_ONLY_TABLES, TENANT_TABLES
 
 INSUFFICIENT_PRIVILEGE = "42501"
-UPDATABLE = tuple(t for t in TENANT_TABLES if t not in APPEND_ONLY_TABLES)
+UPDATABLE = tuple(t for t in TENANT_TABLES if t not in INSERT_ONLY_TABLES)
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 # Tables in which the two_tenants fixture gives tenant B rows.
 POPULATED = (
@@ -46,8 +47,15 @@ def two_tenants(container, tenant, make_leased_run):
     b = make_leased_run(f"{tenant}-b")
     for run in (a, b):  # a refused report leaves an audit_log row in the run's tenant
         with pytest.raises(errors.LeaseNotHeld):
-            run.grain.report_outcome(
-                run.attempt_id, "intruder", run.grant.fencing_token, AttemptOutcome.SUCCEEDED
+            run.grain.execute(
+                ReportOutcome(
+                    tenant_id=run.grain.tenant_id,
+                    run_id=run.grain.run_id,
+                    attempt_id=run.attempt_id,
+                    holder="intruder",
+                    fencing_token=run.grant.fencing_token,
+                    outcome=AttemptOutcome.SUCCEEDED,
+                )
             )
     return a, b
 
@@ -190,9 +198,10 @@ def test_without_a_tenant_nothing_is_visible_or_insertable(db, two_tenants):
                 conn.rollback()
             with pytest.raises(DBAPIError) as exc, engine.begin() as conn:
                 conn.exec_driver_sql(
-                    "INSERT INTO inbox (consumer, event_id, tenant_id, received_at)"
-                    " VALUES ('c', %s, %s, now())",
-                    (uuid.uuid4(), a.tenant),
+                    "INSERT INTO command_answers"
+                    " (tenant_id, run_id, command_id, command, answer, created_at)"
+                    " VALUES (%s, %s, 'c', 'CancelRun', '{}', now())",
+                    (a.tenant, uuid.uuid4()),
                 )
             assert sqlstate(exc) == INSUFFICIENT_PRIVILEGE
     finally:

@@ -1,0 +1,117 @@
+"""Reference workers outlive a database outage: with runs in flight, every backend of the
+service roles is terminated (as a server restart would drop them); the workers resend what went
+unanswered, their loops stay up, and every run still completes, each attempt with one outcome.
+
+Only the Ray runtime's own database loses its connections; afterwards every process that uses
+it has met the loss (and replaced its pooled connections), so later tests find working pools."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Iterator
+from typing import Any
+from uuid import UUID
+
+import pytest
+from actor_harness import RayHarness, poll, run_async
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.pool import NullPool
+
+from runcontrol.commands import SubmitRun
+from runcontrol.store import Database
+from runcontrol.worker import Backoff, ReferenceWorker
+
+RUNS = 6
+KILL = text(
+    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+    "WHERE usename IN ('runcontrol_app', 'runcontrol_system') AND datname = current_database()"
+)
+
+
+@pytest.fixture
+def owner(db: Any) -> Iterator[Engine]:
+    """The Ray database's owner, outside every pool the service uses."""
+    engine = create_engine(db.owner_url, poolclass=NullPool)
+    yield engine
+    engine.dispose()
+
+
+class Working:
+    """Takes a moment, so attempts are in hand when the connections go."""
+
+    async def propose(self, input: dict[str, Any] | None) -> dict[str, Any]:
+        return {}
+
+    async def execute(self, input: dict[str, Any] | None) -> dict[str, Any]:
+        await asyncio.sleep(0.3)
+        return {"done": True}
+
+
+def meet_the_loss(db: Database) -> None:
+    """Let this process's own pool find its connections broken here, not in a later test."""
+    with contextlib.suppress(OperationalError), db.app.connect() as conn:
+        conn.exec_driver_sql("SELECT 1")
+
+
+def spread_run_ids(h: RayHarness) -> list[UUID]:
+    """Run ids covering every host, so each host process meets the loss during this test."""
+    hosts = h.rt.settings.grains.host_count
+    ids: list[UUID] = []
+    while len(ids) < RUNS or len({h.host_of(r) for r in ids}) < hosts:
+        ids.append(uuid.uuid4())
+    return ids
+
+
+def test_workers_survive_the_database_dropping_every_connection(
+    h: RayHarness, owner: Engine
+) -> None:
+    h.publish({"name": "one", "agentId": "one"}, {"name": "two", "agentId": "two"})
+    workers = [
+        ReferenceWorker(
+            h.client,
+            f"worker-{n}",
+            {h.agent("one"): Working(), h.agent("two"): Working()},
+            renew_every_s=0.5,
+            claim_timeout_s=1.0,
+            lease_grace_s=5.0,
+            backoff=Backoff(base_s=0.05, cap_s=0.5),
+            restart_backoff=Backoff(base_s=0.1, cap_s=0.5),
+        )
+        for n in (1, 2)
+    ]
+
+    async def scenario() -> None:
+        tasks = [asyncio.create_task(w.run_supervised()) for w in workers]
+        try:
+            principal = h.principal()
+            run_ids = spread_run_ids(h)
+            for run_id in run_ids:
+                await h.client.send(
+                    SubmitRun(
+                        tenant_id=h.tenant, run_id=run_id, principal=principal, request=h.request()
+                    )
+                )
+            await poll(lambda: sum(w.completed for w in workers) >= 2, "attempts in progress")
+            for _ in range(3):  # drop them while attempts are being worked and reported
+                with owner.connect() as conn:
+                    assert conn.execute(KILL).scalar_one() > 0
+                    conn.commit()
+                await asyncio.sleep(0.4)
+            meet_the_loss(h.db)
+            for run_id in run_ids:
+                events = await h.history(run_id, timeout=60)
+                assert events[-1]["type"] == "RunCompleted", [e["type"] for e in events]
+            assert all(not t.done() for t in tasks), [t for t in tasks if t.done()]
+        finally:
+            for w in workers:
+                w.stop()
+            await asyncio.wait_for(asyncio.gather(*tasks), 30)
+
+        for run_id in run_ids:
+            h.assert_consistent(run_id)
+
+    run_async(scenario(), timeout=120)
+    assert sum(w.completed for w in workers) == 2 * RUNS

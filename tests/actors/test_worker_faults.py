@@ -102,7 +102,7 @@ def test_workers_survive_the_database_dropping_every_connection(
                 await asyncio.sleep(0.4)
             meet_the_loss(h.db)
             for run_id in run_ids:
-                events = await h.history(run_id, timeout=60)
+                events = await history_riding_out_the_loss(h, run_id)
                 assert events[-1]["type"] == "RunCompleted", [e["type"] for e in events]
             assert all(not t.done() for t in tasks), [t for t in tasks if t.done()]
         finally:
@@ -115,3 +115,16 @@ def test_workers_survive_the_database_dropping_every_connection(
 
     run_async(scenario(), timeout=120)
     assert sum(w.completed for w in workers) == 2 * RUNS
+
+
+async def history_riding_out_the_loss(h: RayHarness, run_id: Any) -> list[dict[str, Any]]:
+    """The run's events; a reader, like any client, retries a read that met a dropped pooled
+    connection of the host (each process meets the loss once)."""
+    for _ in range(3):
+        try:
+            return await h.history(run_id, timeout=60)
+        except AssertionError:
+            raise
+        except Exception:  # noqa: BLE001 - the host's read met the dropped connection: again
+            await asyncio.sleep(0.2)
+    return await h.history(run_id, timeout=60)

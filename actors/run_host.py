@@ -2,8 +2,10 @@
 
 Thin by design: it owns mailboxes (one asyncio.Lock per run, so one run's commands run strictly
 in order while other runs interleave), activation and idle deactivation, and long-poll waiting.
-Every rule lives in ``runcontrol``; the grain code runs on a thread pool because the store is
-synchronous.
+Every rule lives in ``runcontrol``. Grains run on the host's event loop: their loads, port reads
+and commits are awaited (``runcontrol.store.commit``), and the commits made at the same moment
+share one statement (``GroupCommit``). The host's few remaining reads (claims, run views,
+event pages) are synchronous queries run off the loop.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from uuid import UUID
@@ -22,16 +23,15 @@ from uuid import UUID
 import ray
 
 from runcontrol.bootstrap import build, build_database
-from runcontrol.commands import AcquireLease, Command, OpenAttempts
+from runcontrol.commands import AcquireLease, Command
 from runcontrol.config import Settings
 from runcontrol.domain import LeaseGrant, errors
-from runcontrol.grain import RunGrain, batches, commit_together_async
+from runcontrol.grain import RunGrain
 from runcontrol.store import queries as q
-from runcontrol.store.async_send import AsyncDocumentSender
+from runcontrol.store.commit import CONFIG_CHANNEL, DISPATCH_CHANNEL, EVENTS_CHANNEL
 from runcontrol.store.notify import Listener
-from runcontrol.store.uow import DISPATCH_CHANNEL, EVENTS_CHANNEL
 
-from .metrics import HostMetrics, command_span, start_command_span
+from .metrics import HostMetrics, command_span
 from .placement import HostRouter, get_or_create, pack_answers, unpack
 
 log = logging.getLogger(__name__)
@@ -96,20 +96,19 @@ class RunHost:
         db = build_database(
             self.settings, owner_url=config["owner_url"], migrate=False, require_current_schema=True
         )
-        self._env = build(self.settings, db=db, migrate=False).env
+        # One LISTEN connection: claimers, event watchers, and the policy/alias cache.
+        self._listener = Listener(db.system_url, (DISPATCH_CHANNEL, EVENTS_CHANNEL, CONFIG_CHANNEL))
+        self._listener.start()
+        container = build(self.settings, db=db, migrate=False, listener=self._listener)
+        self._db = db
+        self._env = container.env
+        self._store = container.store
         self._metrics = HostMetrics()
         self._env.observers.append(self._metrics.observe)
-        self._sender = AsyncDocumentSender(db)
         self._activations: dict[UUID, Activation] = {}
-        threads = self.settings.grains.threads
-        self._pool = (
-            ThreadPoolExecutor(max_workers=threads, thread_name_prefix="grain") if threads else None
-        )
         self._router = make_router(config)
-        self._listener = Listener(db.system_url, (DISPATCH_CHANNEL, EVENTS_CHANNEL))
         self._started = time.monotonic()
         self._commands = 0
-        self.grouped_commands = 0  # commands committed through ``command_batch``'s groups
         self._reaper = asyncio.get_running_loop().create_task(self._reap())
 
     # ------------------------------------------------------------------ activations
@@ -130,11 +129,9 @@ class RunHost:
                 if act.last_used < cutoff and act.idle:
                     del self._activations[run_id]
 
-    async def _in_thread(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        if self._pool is None:  # threads=0: run on the event loop (measured: see benchmarks)
-            return fn(*args, **kwargs)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, lambda: fn(*args, **kwargs))
+    async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        """A synchronous read (claims, run views, event pages) off the loop."""
+        return await asyncio.to_thread(fn, *args)
 
     async def command(self, command: Command[T]) -> T:
         """Run one grain command in the run's mailbox (strictly in order per run)."""
@@ -144,130 +141,33 @@ class RunHost:
             self._commands += 1
             try:
                 with command_span(command) as span:
-                    result = await self._in_thread(act.grain.execute, command)
+                    result = await act.grain.execute(command)
                     step_id = getattr(result, "step_id", None)
                     if step_id is not None:
                         span.set_attribute("step.id", str(step_id))
-                return result  # type: ignore[no-any-return]
+                return result
             finally:
                 if not act.grain.active and self._activations.get(run_id) is act:
                     del self._activations[run_id]  # terminal: nothing left to serialise
 
     async def command_batch(self, items: list[Command[Any]]) -> list[tuple[bool, Any]]:
-        """Several commands in one actor call (``HostRouter.command`` batches them), each
+        """Several commands in one actor call (``HostRouter.send`` batches them), each
         answered ``(ok, result or error)`` as if sent alone: one run's commands in the order
-        listed (across batches, no order: DESIGN 9.6).
+        listed (across batches, no order: DESIGN 9.6). They all start in this turn of the
+        loop, each in its run's mailbox, so the commits they reach together share one
+        statement (``GroupCommit``)."""
 
-        The first command of each cached run whose mailbox is idle, if the grain can run it as
-        a transition (``batches``), joins one group: the host takes those mailboxes before
-        anything else can queue on them, runs the rules on this loop and awaits one statement
-        for the group's documents (``commit_together_async``), with no thread hand-off; a step
-        that would block (a load, a refusal's audit) runs on the thread pool. A cached
-        ``OpenAttempts`` is answered from memory on the spot. Everything else goes through
-        ``command`` (on the thread pool), queued behind the group on its run's mailbox."""
-        results: list[tuple[bool, Any]] = [(False, None)] * len(items)
-        seen: set[UUID] = set()
-        together: list[tuple[int, Activation]] = []
-        alone: list[int] = []
-        for i, item in enumerate(items):
-            run_id = item.run_id
-            act = self._activations.get(run_id)
-            ready = (
-                run_id not in seen
-                and act is not None
-                and act.grain.tenant_id == item.tenant_id
-                and act.grain.cached
-                and act.idle
-            )
-            seen.add(run_id)
-            if ready and act is not None and isinstance(item, OpenAttempts):
-                act.last_used = time.monotonic()
-                self._commands += 1
-                results[i] = (True, act.grain.execute(item))
-                seen.discard(run_id)  # nothing is in flight for the run yet
-            elif ready and act is not None and batches(item):
-                act.queued += 1  # taken: no other command can start on the run (no await here)
-                together.append((i, act))
-            else:
-                alone.append(i)
-
-        async def one(i: int) -> None:
+        async def one(item: Command[Any]) -> tuple[bool, Any]:
             try:
-                results[i] = (True, await self.command(items[i]))
+                return True, await self.command(item)
             except Exception as exc:  # noqa: BLE001 - answered to its caller, not raised here
-                results[i] = (False, exc)
+                return False, exc
 
-        # The group's mailboxes are marked taken above and handed back in this same coroutine,
-        # whatever happens (a cancelled call included); each run's later commands in the batch
-        # wait in its mailbox until then.
-        tasks = [asyncio.ensure_future(one(i)) for i in alone]
-        try:
-            if together:
-                await self._together(items, together, results)
-            await asyncio.gather(*tasks)
-        except BaseException:
-            for task in tasks:
-                task.cancel()
-            raise
-        return results
+        return list(await asyncio.gather(*(one(item) for item in items)))
 
     async def command_batch_packed(self, payload: bytes) -> bytes:
         """``command_batch`` as the router sends it: items and answers each one pickle."""
         return pack_answers(await self.command_batch(unpack(payload)))
-
-    async def _together(
-        self,
-        items: list[Command[Any]],
-        together: list[tuple[int, Activation]],
-        results: list[Any],
-    ) -> None:
-        """Commit these runs' commands as one group. Each run was marked taken (``queued``);
-        its lock is taken here at once (the run was idle) and everything is handed back."""
-        held: list[Activation] = []
-        try:
-            for _, act in together:
-                await act.lock.acquire()  # idle and taken: returns at once
-                held.append(act)
-            answers = await self._commit_together([(act.grain, items[i]) for i, act in together])
-        except Exception as exc:  # noqa: BLE001 - answered to every caller of the group
-            answers = [(False, exc)] * len(together)
-        finally:
-            now = time.monotonic()
-            for act in held:
-                act.lock.release()
-            for i, act in together:
-                act.queued -= 1
-                act.last_used = now
-                run_id = items[i].run_id
-                if not act.grain.active and self._activations.get(run_id) is act:
-                    del self._activations[run_id]  # terminal: nothing left to serialise
-        self._commands += len(together)
-        self.grouped_commands += len(together)
-        for (i, _), answer in zip(together, answers, strict=True):
-            results[i] = answer
-
-    async def _commit_together(
-        self, calls: list[tuple[RunGrain, Command[Any]]]
-    ) -> list[tuple[bool, Any]]:
-        answers: list[tuple[bool, Any] | None] = [None] * len(calls)
-        spans: list[Any] = []
-        transitions: list[Any] = []
-        slots: list[int] = []
-        for k, (grain, command) in enumerate(calls):
-            spans.append(start_command_span(command))
-            try:
-                transitions.append(grain.transition(command))
-                slots.append(k)
-            except Exception as exc:  # noqa: BLE001 - answered to its own caller
-                answers[k] = (False, exc)
-        try:
-            done = await commit_together_async(self._sender.send, transitions, self._in_thread)
-        finally:
-            for span in spans:
-                span.end()
-        for k, answer in zip(slots, done, strict=True):
-            answers[k] = answer
-        return [a if a is not None else (False, None) for a in answers]
 
     # ------------------------------------------------------------------ claims
 
@@ -300,13 +200,13 @@ class RunHost:
             await self._listener.wait(DISPATCH_CHANNEL, payloads, since, min(remaining, 2.0))
 
     def _claimable(self, agent_ids: list[str]) -> list[tuple[str, UUID, UUID]]:
-        with self._env.db.system_tx() as conn:
+        with self._db.system_tx() as conn:
             return q.claimable(conn, agent_ids, limit=8)
 
     # ------------------------------------------------------------------ reads
 
     def _run_view(self, tenant_id: str, run_id: UUID) -> dict[str, Any] | None:
-        with self._env.db.tenant(tenant_id) as conn:
+        with self._db.tenant(tenant_id) as conn:
             return q.get_run(conn, run_id)
 
     async def get_run(self, tenant_id: str, run_id: UUID) -> dict[str, Any] | None:
@@ -314,7 +214,7 @@ class RunHost:
 
     async def locate_approval(self, tenant_id: str, approval_id: UUID) -> UUID | None:
         def find() -> UUID | None:
-            with self._env.db.tenant(tenant_id) as conn:
+            with self._db.tenant(tenant_id) as conn:
                 return q.approval_run(conn, approval_id)
 
         return await self._in_thread(find)
@@ -329,7 +229,7 @@ class RunHost:
             since = self._listener.generation(EVENTS_CHANNEL, key)
 
             def read() -> list[dict[str, Any]]:
-                with self._env.db.tenant(tenant_id) as conn:
+                with self._db.tenant(tenant_id) as conn:
                     return q.events_after(conn, run_id, after_seq)
 
             found = await self._in_thread(read)
@@ -358,10 +258,9 @@ class RunHost:
             "pid": os.getpid(),
             "activations": len(self._activations),
             "commands": self._commands,
-            "grouped_commands": self.grouped_commands,
-            # commit statements sent (grouped: store/group.py, command_batch) and their documents
-            "commit_groups": self._env.db.statements_sent,
-            "commit_documents": self._env.db.documents_sent,
+            # commit statements sent (each a group: store/commit.py) and the documents in them
+            "commit_groups": self._store.statements_sent,
+            "commit_documents": self._store.documents_sent,
             "rss_bytes": rss_kb * 1024,
             "uptime_s": time.monotonic() - self._started,
         }

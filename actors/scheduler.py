@@ -19,9 +19,9 @@ from runcontrol import reconcilers
 from runcontrol.bootstrap import build, build_database
 from runcontrol.commands import WakeRun
 from runcontrol.config import Settings
+from runcontrol.store.commit import EVENTS_CHANNEL
 from runcontrol.store.notify import Listener
 from runcontrol.store.queries import RunKey
-from runcontrol.store.uow import EVENTS_CHANNEL
 
 from .metrics import SchedulerMetrics
 from .placement import SCHEDULER_NAME, get_or_create

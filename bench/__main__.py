@@ -77,18 +77,28 @@ def main() -> int:
                         f"{figures.commands_per_actor_call:>7.1f} / "
                         f"{figures.commands_per_commit:<6.1f}"
                     )
+                    rate = figures.submissions_per_s
+                    name = "  submissions/s through hosts (no HTTP)"
+                    print(
+                        f"{name:<44}{rate:>14.0f}{ceiling:>14.0f}{rate / ceiling:>8.2f}"
+                        f"   {rate / figures.commands_per_s:.2f}x commands/s"
+                    )
+                    print(
+                        f"{'  submission p50 / p95 ms':<44}"
+                        f"{figures.submission_p50_ms:>7.1f} / {figures.submission_p95_ms:<6.1f}"
+                    )
                 for name, rate in (
                     ("state transitions/s (dedicated)", dedicated["transitions_per_s"]),
                     ("  commands/s (dedicated)", dedicated["commands_per_s"]),
                 ):
                     print(f"{name:<44}{rate:>14.0f}{ceiling:>14.0f}{rate / ceiling:>8.2f}")
-                for label in ("sequential", "16_threads"):
+                for label in ("sequential", "16_drivers"):
                     rate = local[f"{label}_commands_per_s"]
                     name = f"grain commands/s in-process ({label.replace('_', ' ')})"
                     print(f"{name:<44}{rate:>14.0f}{ceiling:>14.0f}{rate / ceiling:>8.2f}")
                 print(
                     f"{'python CPU per command in-process (ms)':<44}"
-                    f"{local['16_threads_cpu_ms_per_command']:>14.2f}"
+                    f"{local['16_drivers_cpu_ms_per_command']:>14.2f}"
                 )
                 print(
                     f"{'Ray no-op actor calls/s (one actor)':<44}"

@@ -1,14 +1,15 @@
-"""The same grain commands without Ray: RunGrain objects driven from threads in this process.
+"""The same grain commands without Ray: RunGrain objects driven on one event loop in this
+process, one coroutine per concurrent driver.
 
 Separates what the store and the rules cost from what the actor hop costs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import resource
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 
 from runcontrol.commands import AcquireLease, OpenAttempts, ReportOutcome, SubmitRequest, SubmitRun
 from runcontrol.config import Settings
@@ -20,19 +21,19 @@ from .transitions import _tenant_with_workflow
 OUTCOME = canonical_hash({"ok": True})
 
 
-def _drive(grain: RunGrain) -> int:
+async def _drive(grain: RunGrain) -> int:
     commands = 0
     while True:
         tenant, run_id = grain.tenant_id, grain.run_id
-        open_ids = grain.execute(OpenAttempts(tenant_id=tenant, run_id=run_id))
+        open_ids = await grain.execute(OpenAttempts(tenant_id=tenant, run_id=run_id))
         if not open_ids:
             return commands
-        grant = grain.execute(
+        grant = await grain.execute(
             AcquireLease(
                 tenant_id=tenant, run_id=run_id, attempt_id=open_ids[0], holder="bench-worker"
             )
         )
-        grain.execute(
+        await grain.execute(
             ReportOutcome(
                 tenant_id=tenant,
                 run_id=run_id,
@@ -46,8 +47,8 @@ def _drive(grain: RunGrain) -> int:
         commands += 2
 
 
-def _submit(grain: RunGrain, principal: Principal) -> None:
-    grain.execute(
+async def _submit(grain: RunGrain, principal: Principal) -> None:
+    await grain.execute(
         SubmitRun(
             tenant_id=grain.tenant_id,
             run_id=grain.run_id,
@@ -57,26 +58,43 @@ def _submit(grain: RunGrain, principal: Principal) -> None:
     )
 
 
-def run(owner_url: str, *, runs: int = 300, threads: int = 16) -> dict[str, float]:
-    settings = Settings.model_validate({"pool_size": max(threads, 4)})
+async def _each(grains: list[RunGrain], workers: int, work: object) -> list[int]:
+    """Run ``work(grain)`` for every grain, ``workers`` at a time."""
+    queue = list(grains)
+    done: list[int] = []
+
+    async def worker() -> None:
+        while queue:
+            found = await work(queue.pop())  # type: ignore[operator]
+            done.append(found or 0)
+
+    await asyncio.gather(*(worker() for _ in range(workers)))
+    return done
+
+
+def run(owner_url: str, *, runs: int = 300, drivers: int = 16) -> dict[str, float]:
+    settings = Settings.model_validate({"pool_size": 8})
     container, tenant, principal = _tenant_with_workflow(settings, owner_url)
     figures: dict[str, float] = {}
-    try:
-        for label, workers in (("sequential", 1), (f"{threads}_threads", threads)):
+
+    async def scenario() -> None:
+        for label, workers in (("sequential", 1), (f"{drivers}_drivers", drivers)):
             grains = [RunGrain(container.env, tenant, uuid.uuid4()) for _ in range(runs)]
             started = time.perf_counter()
-            with ThreadPoolExecutor(workers) as pool:
-                list(pool.map(lambda g: _submit(g, principal), grains))
+            await _each(grains, workers, lambda g: _submit(g, principal))
             submitted = time.perf_counter()
             before = resource.getrusage(resource.RUSAGE_SELF)
-            with ThreadPoolExecutor(workers) as pool:
-                commands = sum(pool.map(_drive, grains))
+            commands = sum(await _each(grains, workers, _drive))
             done = time.perf_counter()
             after = resource.getrusage(resource.RUSAGE_SELF)
             cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
             figures[f"{label}_submits_per_s"] = runs / (submitted - started)
             figures[f"{label}_commands_per_s"] = commands / (done - submitted)
             figures[f"{label}_cpu_ms_per_command"] = 1000 * cpu / commands
+        await container.store.close()
+
+    try:
+        asyncio.run(scenario())
     finally:
         container.db.dispose()
     return figures

@@ -9,8 +9,9 @@ from . import embedded
 from .clock import Clock, SystemClock
 from .config import Settings
 from .grain import GrainEnv
-from .ports import EmbeddedBudget, EmbeddedCapacity, EmbeddedPolicyStore, EmbeddedReleaseRegistry
-from .store import Database
+from .ports import Budget, Capacity, EmbeddedPolicyStore, EmbeddedReleaseRegistry
+from .store import Database, Store
+from .store.notify import Listener
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,8 @@ def build_database(
 @dataclass
 class Container:
     settings: Settings
-    db: Database
+    db: Database  # synchronous: migrations, reads, admin writes (publishing)
+    store: Store  # asynchronous: the grains' loads and commits, on one event loop
     env: GrainEnv
     releases: EmbeddedReleaseRegistry
     policies: EmbeddedPolicyStore
@@ -65,18 +67,24 @@ def build(
     db: Database | None = None,
     clock: Clock | None = None,
     migrate: bool = True,
+    listener: Listener | None = None,
 ) -> Container:
+    """Wire everything. ``listener``: the process's LISTEN connection; with it (a run host's,
+    listening on ``runcontrol_config``), a tenant's current policy and release aliases are
+    cached until a change is notified. The grains' store opens lazily on the event loop that
+    first uses it."""
     settings = settings or Settings()
     db = db or build_database(settings, migrate=migrate)
-    releases = EmbeddedReleaseRegistry(db)
-    policies = EmbeddedPolicyStore(db)
+    store = Store(db.app_url, size=settings.pool_size)
+    releases = EmbeddedReleaseRegistry(db, store, listener)
+    policies = EmbeddedPolicyStore(db, store, listener)
     env = GrainEnv(
-        db=db,
+        store=store,
         clock=clock or SystemClock(),
         options=settings.options(),
         releases=releases,
         policies=policies,
-        budget=EmbeddedBudget(db, settings.budget.tenant_limit_usd),
-        capacity=EmbeddedCapacity(db, settings.capacity.max_open_attempts_per_tenant),
+        budget=Budget(settings.budget.tenant_limit_usd),
+        capacity=Capacity(settings.capacity.max_open_attempts_per_tenant),
     )
-    return Container(settings, db, env, releases, policies)
+    return Container(settings, db, store, env, releases, policies)

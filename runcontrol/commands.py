@@ -14,10 +14,15 @@ type, and whether a host may commit it with other runs' commands, is the grain's
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import uuid
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Generic, TypeVar
 from uuid import UUID
+
+import orjson
 
 from .domain import (
     ApprovalRequest,
@@ -36,6 +41,26 @@ R = TypeVar("R")
 
 def new_command_id() -> str:
     return str(uuid.uuid4())
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, frozenset | set):
+        return sorted(str(v.value if isinstance(v, Enum) else v) for v in value)
+    return str(value)
+
+
+def fingerprint(command: Command[Any]) -> str:
+    """A hash of what the command asks (its type and fields, not its id): a command id reused
+    for a different command is told apart from a resend of the same one."""
+    fields = {
+        f.name: getattr(command, f.name)
+        for f in dataclasses.fields(command)
+        if f.name != "command_id"
+    }
+    body = orjson.dumps(
+        [type(command).__name__, fields], default=_plain, option=orjson.OPT_SORT_KEYS
+    )
+    return hashlib.sha256(body).hexdigest()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -202,5 +227,6 @@ __all__ = [
     "SubmitRun",
     "WakeResult",
     "WakeRun",
+    "fingerprint",
     "new_command_id",
 ]

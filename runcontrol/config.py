@@ -45,9 +45,6 @@ class GrainOptions(BaseModel):
     idle_seconds: float = Field(60, gt=0)
     host_count: int = Field(2, ge=1)
     placement: str = Field("hosted", pattern="^(hosted|dedicated)$")
-    threads: int = Field(
-        32, ge=0, description="Threads per host running grain commands (store I/O is sync)."
-    )
 
 
 class BudgetOptions(BaseModel):

@@ -2,14 +2,55 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 from uuid import UUID
 
 from sqlalchemy import Engine, select, text
 
+from runcontrol.commands import Command
+from runcontrol.grain import RunGrain
 from runcontrol.store import Database
+
+T = TypeVar("T")
+
+# ---------------------------------------------------------------------- driving grains
+
+# The event loop synchronous tests drive grains on (a grain's store is bound to the loop that
+# first used it). Production code awaits grains on a host's loop; only tests block on them.
+LOOP = asyncio.new_event_loop()
+
+
+def drive(awaitable: Awaitable[T]) -> T:
+    """Run ``awaitable`` to its result on the tests' loop."""
+    return LOOP.run_until_complete(awaitable)  # type: ignore[arg-type]
+
+
+async def gathered(*calls: Awaitable[Any]) -> list[tuple[str, Any]]:
+    """Await ``calls`` concurrently; return ("ok"|"err", value) per call, in order."""
+    found = await asyncio.gather(*calls, return_exceptions=True)
+    return [("err", v) if isinstance(v, Exception) else ("ok", v) for v in found]
+
+
+def race_async(*calls: Awaitable[Any]) -> list[tuple[str, Any]]:
+    """``race`` for coroutines: all start in the same turn of the tests' loop, each on its own
+    connection, so their commits really contend in the database."""
+    return drive(gathered(*calls))
+
+
+class SyncGrain:
+    """A ``RunGrain`` a synchronous test drives: ``execute`` blocks on the tests' loop."""
+
+    def __init__(self, grain: RunGrain) -> None:
+        self.grain = grain
+
+    def execute(self, command: Command[T]) -> T:
+        return drive(self.grain.execute(command))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.grain, name)
 
 
 def race(*calls: Callable[[], Any]) -> list[tuple[str, Any]]:

@@ -1,39 +1,18 @@
-"""Execution capacity (BC-26): may another attempt be dispatched now?"""
+"""Execution capacity (BC-26): may another attempt be dispatched now?
+
+The cap is checked by the statement that dispatches (migration 0007: the tenant's open attempts,
+counted under a per-tenant lock, this dispatch included), so the port is only the terms; a
+capacity service elsewhere would make it a call again.
+"""
 
 from __future__ import annotations
 
-from typing import Protocol
-
-from sqlalchemy import func, select
-
-from ..store.database import Database
-from ..store.tables import attempts
+from dataclasses import dataclass
 
 
-class Capacity(Protocol):
-    # Whether ``allow`` reads the database (a run host then checks it on a thread).
-    @property
-    def reads_database(self) -> bool: ...
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """The cap every tenant's dispatches are checked against."""
 
-    def allow(self, tenant_id: str, agent_id: str) -> bool: ...
-
-
-class EmbeddedCapacity:
-    """At most ``max_open`` non-terminal attempts per tenant (None: unlimited)."""
-
-    def __init__(self, db: Database, max_open: int | None) -> None:
-        self._db = db
-        self._max_open = max_open
-
-    @property
-    def reads_database(self) -> bool:
-        return self._max_open is not None
-
-    def allow(self, tenant_id: str, agent_id: str) -> bool:
-        if self._max_open is None:
-            return True
-        with self._db.tenant(tenant_id) as conn:
-            open_attempts = conn.execute(
-                select(func.count()).where(attempts.c.state.in_(("Dispatched", "Leased")))
-            ).scalar_one()
-        return int(open_attempts) < self._max_open
+    # The most non-terminal (Dispatched or Leased) attempts a tenant may have (None: no cap).
+    max_open_attempts_per_tenant: int | None = None

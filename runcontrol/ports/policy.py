@@ -8,17 +8,20 @@ from typing import Any, Protocol
 from sqlalchemy import func, select
 
 from ..domain import PolicyDocument, Role, SideEffectClass, errors
+from ..store.commit import Store
 from ..store.database import Database
+from ..store.notify import Listener
 from ..store.tables import policies
+from .cache import Immutable, TenantConfig
 
 DEFAULT_POLICY_ID = "default"
 BUILTIN_REVISION = "0"
 
 
 class PolicyStore(Protocol):
-    def current(self, tenant_id: str) -> PolicyDocument: ...
+    async def current(self, tenant_id: str) -> PolicyDocument: ...
 
-    def revision(self, tenant_id: str, policy_id: str, revision: str) -> PolicyDocument: ...
+    async def revision(self, tenant_id: str, policy_id: str, revision: str) -> PolicyDocument: ...
 
 
 def document_to_dict(doc: PolicyDocument) -> dict[str, Any]:
@@ -58,11 +61,24 @@ _REVISION = f"{_COLUMNS} WHERE policy_id = %s AND revision = %s"
 
 
 class EmbeddedPolicyStore:
-    """Revisions in Postgres; a tenant without one gets the built-in revision ``0``."""
+    """Revisions in Postgres; a tenant without one gets the built-in revision ``0``.
 
-    def __init__(self, db: Database, builtin: PolicyDocument | None = None) -> None:
+    ``publish`` is the (synchronous) admin path. ``current`` and ``revision`` are awaited on
+    the grains' store: a revision is cached for good (revisions are immutable), the current one
+    while the listener proves no newer one was published (``cache.py``)."""
+
+    def __init__(
+        self,
+        db: Database,
+        store: Store,
+        listener: Listener | None = None,
+        builtin: PolicyDocument | None = None,
+    ) -> None:
         self._db = db
+        self._store = store
         self._builtin = builtin or PolicyDocument(DEFAULT_POLICY_ID, BUILTIN_REVISION)
+        self._current: TenantConfig[PolicyDocument] = TenantConfig(listener)
+        self._revisions: Immutable[PolicyDocument] = Immutable()
 
     def publish(self, tenant_id: str, doc: PolicyDocument, now: datetime) -> PolicyDocument:
         with self._db.tenant(tenant_id) as conn:
@@ -79,18 +95,24 @@ class EmbeddedPolicyStore:
                     created_at=now,
                 )
             )
+        self._current.forget(tenant_id)  # other processes hear it (NOTIFY, migration 0007)
         return document_from_dict(doc.policy_id, str(revision), document_to_dict(doc))
 
-    def current(self, tenant_id: str) -> PolicyDocument:
-        rows = self._db.tenant_rows(tenant_id, _CURRENT, (DEFAULT_POLICY_ID,))
-        if not rows:
-            return self._builtin
-        return _document(rows[0])
+    async def current(self, tenant_id: str) -> PolicyDocument:
+        async def fetch() -> PolicyDocument:
+            found = await self._store.rows(tenant_id, _CURRENT, (DEFAULT_POLICY_ID,))
+            return _document(found[0]) if found else self._builtin
 
-    def revision(self, tenant_id: str, policy_id: str, revision: str) -> PolicyDocument:
+        return await self._current.get(tenant_id, DEFAULT_POLICY_ID, fetch)
+
+    async def revision(self, tenant_id: str, policy_id: str, revision: str) -> PolicyDocument:
         if revision == BUILTIN_REVISION and policy_id == self._builtin.policy_id:
             return self._builtin
-        rows = self._db.tenant_rows(tenant_id, _REVISION, (policy_id, int(revision)))
-        if not rows:
-            raise errors.NotFound(f"policy {policy_id} revision {revision} not found")
-        return _document(rows[0])
+
+        async def fetch() -> PolicyDocument:
+            found = await self._store.rows(tenant_id, _REVISION, (policy_id, int(revision)))
+            if not found:
+                raise errors.NotFound(f"policy {policy_id} revision {revision} not found")
+            return _document(found[0])
+
+        return await self._revisions.get((tenant_id, policy_id, revision), fetch)

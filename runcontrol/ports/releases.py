@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Protocol
@@ -11,8 +10,11 @@ from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 
 from ..domain import Release, WorkflowDefinition, canonical_hash, errors
+from ..store.commit import Store
 from ..store.database import Database
+from ..store.notify import Listener
 from ..store.tables import release_aliases, releases
+from .cache import Immutable, TenantConfig
 
 
 class ReleaseRegistry(Protocol):
@@ -25,7 +27,7 @@ class ReleaseRegistry(Protocol):
         aliases: Iterable[str] = ("latest",),
     ) -> Release: ...
 
-    def resolve(
+    async def resolve(
         self, tenant_id: str, workflow_id: str, *, alias: str | None, release_id: str | None
     ) -> Release: ...
 
@@ -40,23 +42,23 @@ def _release(row: Any) -> Release:
     )
 
 
-_BY_ALIAS = (
-    "SELECT r.release_id, r.workflow_id, r.content_hash, r.definition"
-    " FROM release_aliases a JOIN releases r ON r.release_id = a.release_id"
-    " WHERE a.workflow_id = %s AND a.alias = %s"
-)
+_ALIAS = "SELECT release_id FROM release_aliases WHERE workflow_id = %s AND alias = %s"
 _BY_ID = (
     "SELECT release_id, workflow_id, content_hash, definition FROM releases"
     " WHERE release_id = %s AND workflow_id = %s"
 )
-_CACHE_SIZE = 1024
 
 
 class EmbeddedReleaseRegistry:
-    def __init__(self, db: Database) -> None:
+    """Releases in Postgres. ``publish`` is the (synchronous) admin path; ``resolve`` is a
+    submission's, awaited on the grains' store: a release by id is cached for good (releases
+    are immutable), an alias while the listener proves it has not moved (``cache.py``)."""
+
+    def __init__(self, db: Database, store: Store, listener: Listener | None = None) -> None:
         self._db = db
-        self._cache: dict[tuple[str, str], Release] = {}
-        self._cache_lock = threading.Lock()
+        self._store = store
+        self._by_id: Immutable[Release] = Immutable()
+        self._by_alias: TenantConfig[str] = TenantConfig(listener)
 
     def publish(
         self,
@@ -105,35 +107,35 @@ class EmbeddedReleaseRegistry:
                         set_={"release_id": release_id, "moved_at": now},
                     )
                 )
+        self._by_alias.forget(tenant_id)  # other processes hear it (NOTIFY, migration 0007)
         return _release(row)
 
-    def resolve(
+    async def resolve(
         self, tenant_id: str, workflow_id: str, *, alias: str | None, release_id: str | None
     ) -> Release:
         if release_id is None:
-            found = self._db.tenant_rows(tenant_id, _BY_ALIAS, (workflow_id, alias or "latest"))
-            if not found:
-                raise errors.WorkflowNotFound(
-                    f"workflow {workflow_id!r} has no release aliased {alias or 'latest'!r}",
-                    workflow_id=workflow_id,
-                )
-        else:
-            found = self._db.tenant_rows(tenant_id, _BY_ID, (release_id, workflow_id))
+            name = alias or "latest"
+
+            async def aliased() -> str:
+                found = await self._store.rows(tenant_id, _ALIAS, (workflow_id, name))
+                if not found:
+                    raise errors.WorkflowNotFound(
+                        f"workflow {workflow_id!r} has no release aliased {name!r}",
+                        workflow_id=workflow_id,
+                    )
+                return str(found[0]["release_id"])
+
+            release_id = await self._by_alias.get(tenant_id, (workflow_id, name), aliased)
+        wanted = release_id
+
+        async def by_id() -> Release:
+            found = await self._store.rows(tenant_id, _BY_ID, (wanted, workflow_id))
             if not found:
                 raise errors.ReleaseNotFound(
-                    f"release {release_id!r} of workflow {workflow_id!r} not found",
-                    release_id=release_id,
+                    f"release {wanted!r} of workflow {workflow_id!r} not found",
+                    release_id=wanted,
                 )
-        return self._parsed(found[0])
+            return _release(found[0])
 
-    def _parsed(self, row: dict[str, Any]) -> Release:
-        """Releases are immutable, so a parsed definition is kept by release id and content."""
-        key = (row["release_id"], row["content_hash"])
-        release = self._cache.get(key)
-        if release is None:
-            release = _release(row)
-            with self._cache_lock:  # grains call this from many threads
-                if len(self._cache) >= _CACHE_SIZE:
-                    self._cache.pop(next(iter(self._cache)))
-                self._cache[key] = release
-        return release
+        # Ids are derived from the tenant (``publish``), so a key of (tenant, id) is exact.
+        return await self._by_id.get((tenant_id, workflow_id, release_id), by_id)

@@ -1,6 +1,6 @@
-"""PostgreSQL persistence: tables, migrations, tenant-scoped connections, the unit of work."""
+"""PostgreSQL persistence: tables, migrations, tenant-scoped connections, the write path."""
 
+from .commit import DuplicateSubmission, GroupCommit, Store
 from .database import APP_ROLE, SYSTEM_ROLE, Database
-from .uow import DuplicateSubmission, UnitOfWork
 
-__all__ = ["APP_ROLE", "SYSTEM_ROLE", "Database", "DuplicateSubmission", "UnitOfWork"]
+__all__ = ["APP_ROLE", "SYSTEM_ROLE", "Database", "DuplicateSubmission", "GroupCommit", "Store"]

@@ -2,33 +2,25 @@
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import psycopg
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
-from psycopg.rows import dict_row
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import ConnectionPoolEntry
-
-from .group import Answer, GroupCommit
 
 APP_ROLE = "runcontrol_app"
 SYSTEM_ROLE = "runcontrol_system"
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 _SET_TENANT = text("SELECT set_config('runcontrol.tenant_id', :tenant, true)")
-_SET_TENANT_SQL = "SELECT set_config('runcontrol.tenant_id', %s, true)"
-_APPLY = "SELECT runcontrol_apply(%s::jsonb)"
-_APPLY_MANY = "SELECT runcontrol_apply_many(%s::jsonb)"
 
 
 class SchemaMismatch(RuntimeError):
@@ -39,21 +31,6 @@ def _alembic_config() -> Config:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     return cfg
-
-
-def apply_statement(docs: list[str]) -> tuple[str, tuple[str]]:
-    """The statement committing these documents: one alone needs no subtransaction."""
-    if len(docs) == 1:
-        return _APPLY, (docs[0],)
-    return _APPLY_MANY, ("[" + ",".join(docs) + "]",)
-
-
-def answers(docs: list[str], row: Any) -> list[Answer]:
-    """Per document, what the database answered: None (committed) or (SQLSTATE, message)."""
-    if len(docs) == 1:
-        return [None]
-    assert row is not None
-    return [None if a is None else (a[0], a[1]) for a in row[0]]
 
 
 def role_url(owner_url: str, role: str, password: str | None) -> str:
@@ -110,11 +87,6 @@ class Database:
         self._pool_size = pool_size
         self._app: Engine | None = None
         self._system: Engine | None = None
-        self.group = GroupCommit()  # grain commits of this process, grouped (group.py)
-        # ``send_documents`` statements sent and the documents in them (benchmarks report it)
-        self.statements_sent = 0
-        self.documents_sent = 0
-        self._counting = threading.Lock()
 
     @property
     def app(self) -> Engine:
@@ -180,55 +152,6 @@ class Database:
         with self.app.begin() as conn:
             conn.execute(_SET_TENANT, {"tenant": tenant_id})
             yield conn
-
-    def tenant_rows(
-        self, tenant_id: str, sql: str, params: Sequence[Any] = ()
-    ) -> list[dict[str, Any]]:
-        """One statement in a transaction limited to ``tenant_id``, in one round trip: BEGIN,
-        the tenant scope, the statement and COMMIT are pipelined (``tenant()`` costs four)."""
-        if not tenant_id:
-            raise ValueError("a tenant-scoped transaction needs a tenant id")
-        # SQLAlchemy's transaction only tracks ours: on any failure it rolls the connection
-        # back before the pool hands it out again.
-        with self.app.connect() as conn, conn.begin():
-            raw = conn.connection.driver_connection
-            assert isinstance(raw, psycopg.Connection)
-            with raw.pipeline(), raw.cursor() as scope, raw.cursor(row_factory=dict_row) as cur:
-                scope.execute(_SET_TENANT_SQL, (tenant_id,))
-                cur.execute(sql, params)
-                raw.commit()
-                return cur.fetchall() if cur.description is not None else []
-
-    def send_documents(self, docs: list[str]) -> list[Answer]:
-        """Commit ``runcontrol_apply`` documents (JSON) as one autocommit statement, one
-        subtransaction each (migration 0003): one round trip and one WAL flush for all of
-        them. Answers per document: None (committed) or (SQLSTATE, message). Raises only when
-        the connection failed, and then nobody knows which of them committed."""
-        self.count_sent(docs)
-        with self.app.connect() as conn:
-            raw = conn.connection.driver_connection
-            assert isinstance(raw, psycopg.Connection)
-            raw.autocommit = True  # the pool hands connections back rolled back: none is open
-            try:
-                with raw.cursor() as cur:
-                    try:
-                        cur.execute(*apply_statement(docs))
-                    except psycopg.DatabaseError as exc:
-                        if raw.broken or len(docs) > 1:  # the connection failed, or all did
-                            raise
-                        return [(exc.sqlstate or "", str(exc))]
-                    return answers(docs, cur.fetchone())
-            except psycopg.OperationalError:
-                conn.invalidate()  # never hand a broken connection back to the pool
-                raise
-            finally:
-                if not raw.broken:
-                    raw.autocommit = False
-
-    def count_sent(self, docs: list[str]) -> None:
-        with self._counting:
-            self.statements_sent += 1
-            self.documents_sent += len(docs)
 
     @contextmanager
     def system_tx(self) -> Iterator[Connection]:

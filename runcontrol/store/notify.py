@@ -46,6 +46,13 @@ class Listener:
         self._task: asyncio.Task[None] | None = None
         self._reconnect_base_s = reconnect_base_s
         self._reconnect_cap_s = reconnect_cap_s
+        # True while a connection listens: only then does an unchanged generation prove that
+        # nothing was notified (a cache keyed on it may be trusted).
+        self.listening = False
+
+    def start(self) -> None:
+        """Start listening now (otherwise the first ``wait`` starts it); call on the loop."""
+        self._ensure()
 
     def _ensure(self) -> asyncio.Condition:
         if self._cond is None:
@@ -77,6 +84,7 @@ class Listener:
                         log.warning("notification listener reconnected")
                         await self._wake_all()
                     listened, failures = True, 0
+                    self.listening = True
                     async for note in conn.notifies():
                         self._generation[(note.channel, note.payload)] += 1
                         self._generation[(note.channel, "*")] += 1
@@ -84,6 +92,8 @@ class Listener:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # waiters fall back to their timeouts meanwhile
+                self.listening = False
+                self._epoch += 1  # whatever was cached on a generation is no longer proven
                 failures += 1
                 delay = backoff_delay(
                     failures,

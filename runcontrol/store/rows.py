@@ -46,6 +46,8 @@ from .tables import (
 )
 
 T = TypeVar("T")
+# A row as SQLAlchemy returns it, or as psycopg's ``dict_row`` does (the grains' store).
+RowLike = Row[Any] | Mapping[str, Any]
 Decode = Callable[[Any], Any]
 
 
@@ -124,8 +126,8 @@ class _Mapper:
             row.update(supplied)
         return row
 
-    def from_row(self, row: Row[Any]) -> Any:
-        m = row._mapping
+    def from_row(self, row: RowLike) -> Any:
+        m = row._mapping if isinstance(row, Row) else row
         values = {c: m[c] for c in self._columns}
         for c, decode in self._decoders:
             if values[c] is not None:
@@ -177,7 +179,7 @@ def to_row(entity: Any, **supplied: Any) -> dict[str, Any]:
     return MAPPERS[type(entity)].to_row(entity, **supplied)
 
 
-def from_row(cls: type[T], row: Row[Any]) -> T:
+def from_row(cls: type[T], row: RowLike) -> T:
     result: T = MAPPERS[cls].from_row(row)
     return result
 
@@ -189,7 +191,7 @@ def run_to_row(run: Run) -> dict[str, Any]:
     return to_row(run)
 
 
-def row_to_run(row: Row[Any]) -> Run:
+def row_to_run(row: RowLike) -> Run:
     return from_row(Run, row)
 
 
@@ -197,7 +199,7 @@ def step_to_row(step: Step) -> dict[str, Any]:
     return to_row(step)
 
 
-def row_to_step(row: Row[Any]) -> Step:
+def row_to_step(row: RowLike) -> Step:
     return from_row(Step, row)
 
 
@@ -205,7 +207,7 @@ def attempt_to_row(attempt: Attempt, agent_id: str) -> dict[str, Any]:
     return to_row(attempt, agent_id=agent_id)
 
 
-def row_to_attempt(row: Row[Any]) -> Attempt:
+def row_to_attempt(row: RowLike) -> Attempt:
     return from_row(Attempt, row)
 
 
@@ -213,7 +215,7 @@ def lease_to_row(lease: Lease) -> dict[str, Any]:
     return to_row(lease)
 
 
-def row_to_lease(row: Row[Any]) -> Lease:
+def row_to_lease(row: RowLike) -> Lease:
     return from_row(Lease, row)
 
 
@@ -221,7 +223,7 @@ def approval_to_row(a: ApprovalRequest) -> dict[str, Any]:
     return to_row(a)
 
 
-def row_to_approval(row: Row[Any]) -> ApprovalRequest:
+def row_to_approval(row: RowLike) -> ApprovalRequest:
     return from_row(ApprovalRequest, row)
 
 
@@ -229,7 +231,7 @@ def decision_to_row(d: ApprovalDecision) -> dict[str, Any]:
     return to_row(d)
 
 
-def row_to_decision(row: Row[Any]) -> ApprovalDecision:
+def row_to_decision(row: RowLike) -> ApprovalDecision:
     return from_row(ApprovalDecision, row)
 
 
@@ -237,7 +239,7 @@ def intent_to_row(i: CancellationIntent) -> dict[str, Any]:
     return to_row(i)
 
 
-def row_to_intent(row: Row[Any]) -> CancellationIntent:
+def row_to_intent(row: RowLike) -> CancellationIntent:
     return from_row(CancellationIntent, row)
 
 
@@ -245,7 +247,7 @@ def event_to_row(e: Event) -> dict[str, Any]:
     return to_row(e, published_at=None)
 
 
-def row_to_event(row: Row[Any]) -> Event:
+def row_to_event(row: RowLike) -> Event:
     return from_row(Event, row)
 
 
@@ -253,7 +255,7 @@ def journal_to_row(j: RecoveryJournalEntry) -> dict[str, Any]:
     return to_row(j)
 
 
-def row_to_journal(row: Row[Any]) -> RecoveryJournalEntry:
+def row_to_journal(row: RowLike) -> RecoveryJournalEntry:
     return from_row(RecoveryJournalEntry, row)
 
 
@@ -261,5 +263,5 @@ def audit_to_row(a: AuditRecord) -> dict[str, Any]:
     return to_row(a)
 
 
-def row_to_audit(row: Row[Any]) -> AuditRecord:
+def row_to_audit(row: RowLike) -> AuditRecord:
     return from_row(AuditRecord, row)

@@ -261,6 +261,7 @@ command_answers = Table(
     Column("command", Text, nullable=False),
     Column("answer", JSONB, nullable=False),
     Column("created_at", TZ, nullable=False),
+    Column("fingerprint", Text),  # what the command asked (commands.fingerprint); 0007
     PrimaryKeyConstraint("tenant_id", "run_id", "command_id"),
     Index("ix_command_answers_created", "created_at"),
 )

@@ -49,9 +49,9 @@ async def with_host(owner_url: str, test: Callable[[RunHost, str], Awaitable[Non
     try:
         await test(host, tenant)
     finally:
-        await host._sender.close()
+        await host._store.close()
         host._reaper.cancel()
-        host._env.db.dispose()
+        host._db.dispose()
 
 
 async def leased_run(host: RunHost, tenant: str) -> tuple[UUID, LeaseGrant]:
@@ -90,14 +90,15 @@ def test_a_batch_cancelled_inside_its_group_hands_every_mailbox_back(
     async def test(host: RunHost, tenant: str) -> None:
         runs = [await leased_run(host, tenant) for _ in range(3)]
         sending, release = asyncio.Event(), asyncio.Event()
-        real_send = host._sender.send
+        commits = host._env.commits
+        real_send = commits._send
 
         async def held_send(docs: list[str]) -> Any:
             sending.set()
             await release.wait()
             return await real_send(docs)
 
-        host._sender.send = held_send  # type: ignore[method-assign]
+        commits._send = held_send
         batch = asyncio.ensure_future(
             host.command_batch([outcome(tenant, run_id, grant) for run_id, grant in runs])
         )
@@ -106,7 +107,7 @@ def test_a_batch_cancelled_inside_its_group_hands_every_mailbox_back(
             assert not host._activations[run_id].idle  # the group holds them
         batch.cancel()
         await asyncio.gather(batch, return_exceptions=True)
-        host._sender.send = real_send  # type: ignore[method-assign]
+        commits._send = real_send
 
         for run_id, grant in runs:
             act = host._activations.get(run_id)
@@ -116,27 +117,5 @@ def test_a_batch_cancelled_inside_its_group_hands_every_mailbox_back(
                 host.command_batch([outcome(tenant, run_id, grant)]), 30
             )
             assert ok and str(attempt.state) == "Succeeded", attempt
-
-    asyncio.run(with_host(ray_db.owner_url, test))
-
-
-def test_a_run_with_a_command_queued_is_not_taken_into_the_group(
-    ray_db: Database,
-) -> None:
-    """A run whose mailbox has a command waiting (even one woken but not yet running, when
-    the lock itself reads free) is not idle: its command in a batch queues behind, in order."""
-
-    async def test(host: RunHost, tenant: str) -> None:
-        run_id, grant = await leased_run(host, tenant)
-        act = host._activations[run_id]
-        act.queued += 1  # as a woken waiter that has not run yet: lock free, mailbox not idle
-        try:
-            assert not act.lock.locked() and not act.idle
-            grouped = host.grouped_commands
-            ((ok, attempt),) = await host.command_batch([outcome(tenant, run_id, grant)])
-        finally:
-            act.queued -= 1
-        assert ok and str(attempt.state) == "Succeeded"
-        assert host.grouped_commands == grouped  # it went through the run's mailbox alone
 
     asyncio.run(with_host(ray_db.owner_url, test))

@@ -56,6 +56,24 @@ def test_approve_resumes_the_run_and_a_second_decision_is_409(t: TenantView) -> 
     assert t.wait_state(run_id, "Completed")["state"] == "Completed"
 
 
+def test_a_decision_retried_with_its_idempotency_key_gets_its_answer(t: TenantView) -> None:
+    """The same Idempotency-Key and body: the first answer again (a client retrying after a
+    lost response), not 409. The same key with another decision: 409 idempotency-conflict."""
+    run_id, claim, approval = t.waiting_for_approval()
+    http = t.reviewer()
+    url = f"/factory/approvals/{approval['approvalId']}/decision"
+    key = {"Idempotency-Key": "decide-once"}
+    first = http.post(url, json=decision(approval), headers=key)
+    assert first.status_code == 200, first.text
+    again = http.post(url, json=decision(approval), headers=key)
+    assert again.status_code == 200, again.text
+    assert again.json() == first.json()
+    changed = http.post(url, json=decision(approval, "reject", reason="no"), headers=key)
+    assert_problem(changed, 409, "idempotency-conflict")
+    t.succeed(claim)
+    assert t.wait_state(run_id, "Completed")["state"] == "Completed"
+
+
 def test_version_mismatch_and_wrong_proposal_are_409(t: TenantView) -> None:
     run_id, _, approval = t.waiting_for_approval()
     body = decide(t, approval, decision(approval, version=approval["version"] + 7))

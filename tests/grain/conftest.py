@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from grain_harness import Harness
+from support import drive
 
 from runcontrol.bootstrap import build
 from runcontrol.clock import ManualClock
@@ -20,14 +21,18 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def make_harness(db: Database, tenant: str, clock: ManualClock) -> Callable[..., Harness]:
+def make_harness(db: Database, tenant: str, clock: ManualClock) -> Iterator[Callable[..., Harness]]:
     """Build a harness with other settings (budget, retries) or for another tenant."""
+    made: list[Harness] = []
 
     def make(settings: Settings | None = None, tenant_id: str | None = None) -> Harness:
         container = build(settings or Settings(), db=db, clock=clock, migrate=False)
-        return Harness(container, tenant_id or tenant, clock)
+        made.append(Harness(container, tenant_id or tenant, clock))
+        return made[-1]
 
-    return make
+    yield make
+    for harness in made:
+        drive(harness.c.store.close())
 
 
 @pytest.fixture

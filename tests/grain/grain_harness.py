@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 from uuid import UUID
 
-from support import run_rows
+from support import SyncGrain, drive, run_rows
 
 from runcontrol.bootstrap import Container
 from runcontrol.clock import ManualClock
@@ -41,7 +41,7 @@ from runcontrol.domain import (
     canonical_hash,
 )
 from runcontrol.grain import RunGrain
-from runcontrol.store import Database, UnitOfWork
+from runcontrol.store import Database
 from runcontrol.store.tables import audit_log, outbox, recovery_journal
 
 PROJECT = "proj-1"
@@ -121,12 +121,12 @@ class Harness:
             limits=limits or Limits(),
         )
 
-    def grain(self, run_id: UUID) -> RunGrain:
-        return RunGrain(self.env, self.tenant, run_id)
+    def grain(self, run_id: UUID) -> SyncGrain:
+        return SyncGrain(RunGrain(self.env, self.tenant, run_id))
 
     def submit(
         self, request: SubmitRequest | None = None, requester: str = REQUESTER
-    ) -> tuple[RunGrain, SubmitResult]:
+    ) -> tuple[SyncGrain, SubmitResult]:
         grain = self.grain(uuid.uuid4())
         result = grain.execute(
             SubmitRun(
@@ -140,13 +140,13 @@ class Harness:
             grain = self.grain(result.run_id)
         return grain, result
 
-    def start_run(self, *steps: StepSpec) -> tuple[RunGrain, LeaseGrant]:
+    def start_run(self, *steps: StepSpec) -> tuple[SyncGrain, LeaseGrant]:
         """Publish ``steps``, submit a run and lease its first attempt to WORKER."""
         self.publish(*steps)
         grain, _ = self.submit()
         return grain, self.lease(grain)
 
-    def lease(self, grain: RunGrain, holder: str = WORKER) -> LeaseGrant:
+    def lease(self, grain: SyncGrain, holder: str = WORKER) -> LeaseGrant:
         return grain.execute(
             AcquireLease(
                 tenant_id=grain.tenant_id,
@@ -156,7 +156,7 @@ class Harness:
             )
         )
 
-    def succeed(self, grain: RunGrain, grant: LeaseGrant, n: int = 1) -> Attempt:
+    def succeed(self, grain: SyncGrain, grant: LeaseGrant, n: int = 1) -> Attempt:
         return grain.execute(
             ReportOutcome(
                 tenant_id=grain.tenant_id,
@@ -169,15 +169,15 @@ class Harness:
             )
         )
 
-    def wake(self, grain: RunGrain) -> WakeResult:
+    def wake(self, grain: SyncGrain) -> WakeResult:
         """The reminder, as the scheduler sends it."""
         return grain.execute(WakeRun(tenant_id=grain.tenant_id, run_id=grain.run_id))
 
     # ------------------------------------------------------------------ reads
 
     def load(self, run_id: UUID) -> RunAggregate:
-        with UnitOfWork(self.db, self.tenant) as uow:
-            return uow.load(run_id)
+        agg, _ = drive(self.env.store.load(self.tenant, run_id, self.clock.now()))
+        return agg
 
     def open_attempts(self, run_id: UUID) -> list[Attempt]:
         return self.load(run_id).open_attempts()

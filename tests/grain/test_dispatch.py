@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from grain_harness import SHARED, WORKER, CeilingRandom, Harness, proposal
-from support import race
+from support import race_async
 
 from runcontrol.commands import (
     CancelRun,
@@ -13,7 +13,9 @@ from runcontrol.commands import (
     ReportOutcome,
     RequestApproval,
     WakeResult,
+    WakeRun,
 )
+from runcontrol.config import Settings
 from runcontrol.domain import (
     AttemptOutcome,
     FailureClass,
@@ -60,9 +62,9 @@ def test_two_activations_dispatching_a_due_retry_open_one_attempt(h: Harness):
     )  # not due yet; both now cache it
     h.clock.advance(1)
 
-    results = race(
-        lambda: a.execute(DispatchRun(tenant_id=h.tenant, run_id=a.run_id)),
-        lambda: b.execute(DispatchRun(tenant_id=h.tenant, run_id=b.run_id)),
+    results = race_async(
+        a.grain.execute(DispatchRun(tenant_id=h.tenant, run_id=a.run_id)),
+        b.grain.execute(DispatchRun(tenant_id=h.tenant, run_id=b.run_id)),
     )
 
     dispatched = [v for kind, v in results if kind == "ok" and v is not None]
@@ -118,3 +120,54 @@ def test_no_dispatch_while_cancelling(h: Harness):
         == "Cancelling"
     )
     _assert_no_dispatch(h, grain.run_id, RunState.CANCELLING)
+
+
+# ------------------------------------------------------------------ tenant capacity
+
+
+def capped(make_harness, cap: int) -> Harness:
+    settings = Settings.model_validate({"capacity": {"max_open_attempts_per_tenant": cap}})
+    return make_harness(settings)
+
+
+def test_the_capacity_cap_holds_back_a_dispatch_until_an_attempt_ends(make_harness):
+    """The cap is checked by the statement that dispatches (migration 0007): the run past it
+    is accepted with its step Pending, and dispatched once an open attempt has ended."""
+    h = capped(make_harness, 1)
+    first, grant = h.start_run()
+    second, result = h.submit()
+    assert result.state == "Accepted"
+    assert h.load(second.run_id).attempts == {}
+    assert h.wake(second) == WakeResult(started=True)  # still full: nothing dispatched
+    assert h.load(second.run_id).attempts == {}
+
+    h.succeed(first, grant)
+    h.wake(second)
+    (attempt,) = h.load(second.run_id).attempts.values()
+    assert str(attempt.state) == "Dispatched"
+
+
+def test_runs_racing_for_the_last_slot_dispatch_one(make_harness):
+    """Four runs waiting for the one slot of their tenant are woken at once, through two
+    processes' stores (two group statements racing, each with several dispatches): exactly
+    one attempt is open afterwards, and the other runs wait with their steps Pending."""
+    h = capped(make_harness, 1)
+    there = make_harness(h.c.settings, h.tenant)  # another process's container, same tenant
+    first, grant = h.start_run()
+    waiting = [h.submit()[0] for _ in range(4)]
+    assert all(h.load(g.run_id).attempts == {} for g in waiting)
+    h.succeed(first, grant)  # the slot frees
+
+    wakes = [
+        (h if i % 2 else there)
+        .grain(g.run_id)
+        .grain.execute(WakeRun(tenant_id=h.tenant, run_id=g.run_id))
+        for i, g in enumerate(waiting)
+    ]
+    results = race_async(*wakes)
+    assert all(kind == "ok" for kind, _ in results), results
+    opened = [g for g in waiting if h.load(g.run_id).attempts]
+    assert len(opened) == 1
+    for g in waiting:
+        agg = h.load(g.run_id)
+        assert len(agg.attempts) == (1 if g in opened else 0)

@@ -82,6 +82,21 @@ def test_a_decision_resent_gets_its_answer_not_a_conflict(h: Harness):
         grain.execute(dataclasses.replace(decide, command_id=str(uuid.uuid4())))
 
 
+def test_a_command_id_reused_for_another_command_is_refused_not_answered(h: Harness):
+    """The same command id with different content (an HTTP client reusing an Idempotency-Key
+    for another decision) is an ``IdempotencyConflict``, on the activation that committed it
+    and on a fresh one: never the first command's answer, never a second effect."""
+    grain, _, decide = waiting(h)
+    first = grain.execute(decide)
+    other = dataclasses.replace(decide, decision=Decision.REJECT, reason="changed my mind")
+    with pytest.raises(errors.IdempotencyConflict):
+        grain.execute(other)
+    with pytest.raises(errors.IdempotencyConflict):
+        fresh(h, grain).execute(other)
+    assert fresh(h, grain).execute(decide) == first  # the real resend still gets its answer
+    assert len(h.rows(approval_decisions, grain.run_id)) == 1
+
+
 def test_an_outcome_resent_after_a_restart_is_answered_once(h: Harness):
     grain, grant = h.start_run(StepSpec("a", "agent-a"), StepSpec("b", "agent-b"))
     report = ReportOutcome(

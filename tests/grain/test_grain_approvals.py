@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from grain_harness import REQUESTER, SHARED, WORKER, Harness, proposal
-from support import race
+from support import race_async
 
 from runcontrol.commands import DecideApproval, DispatchRun, RequestApproval, WakeResult
 from runcontrol.domain import (
@@ -236,8 +236,8 @@ def test_concurrent_decisions_record_exactly_one(h: Harness):
             DispatchRun(tenant_id=g.tenant_id, run_id=g.run_id)
         )  # warm both activations on the same version
 
-    results = race(
-        lambda: a.execute(
+    results = race_async(
+        a.grain.execute(
             DecideApproval(
                 tenant_id=a.tenant_id,
                 run_id=a.run_id,
@@ -248,7 +248,7 @@ def test_concurrent_decisions_record_exactly_one(h: Harness):
                 proposal_hash=proposal(),
             )
         ),
-        lambda: b.execute(
+        b.grain.execute(
             DecideApproval(
                 tenant_id=b.tenant_id,
                 run_id=b.run_id,

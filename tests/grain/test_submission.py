@@ -4,14 +4,12 @@ reservation whose denial fails the run policy-denied."""
 from __future__ import annotations
 
 import uuid
-from concurrent.futures import ThreadPoolExecutor
-from threading import Barrier
 
 import psycopg
 import pytest
 from grain_harness import PROJECT, SHARED, WORKER, Harness, proposal
 from sqlalchemy import func, select
-from support import Faults
+from support import Faults, race_async
 
 from runcontrol.commands import (
     AcquireLease,
@@ -34,7 +32,6 @@ from runcontrol.domain import (
     StepSpec,
     errors,
 )
-from runcontrol.grain import RunGrain
 from runcontrol.store.tables import budget_reservations, runs
 
 # ------------------------------------------------------------------ invariant 1
@@ -87,12 +84,10 @@ def test_idempotency_is_scoped_to_tenant(h: Harness, make_harness, tenant):
 def test_twenty_concurrent_identical_submissions_make_one_run(h: Harness):
     h.publish()
     request = h.request("burst", {"repo": "x"})
-    barrier = Barrier(20)
 
-    def submit(_: int):
-        barrier.wait(timeout=30)
+    def submit():
         run_id = uuid.uuid4()
-        return h.grain(run_id).execute(
+        return h.grain(run_id).grain.execute(
             SubmitRun(
                 tenant_id=h.tenant,
                 run_id=run_id,
@@ -101,8 +96,9 @@ def test_twenty_concurrent_identical_submissions_make_one_run(h: Harness):
             )
         )
 
-    with ThreadPoolExecutor(max_workers=20) as pool:
-        results = list(pool.map(submit, range(20)))
+    raced = race_async(*(submit() for _ in range(20)))
+    assert all(kind == "ok" for kind, _ in raced), raced
+    results = [value for _, value in raced]
 
     assert len({r.run_id for r in results}) == 1
     assert sum(r.created for r in results) == 1
@@ -243,21 +239,15 @@ def reservation_released_at(h: Harness, run_id: uuid.UUID) -> object:
 
 @pytest.mark.parametrize("checkpoint", ("after-run", "before-journal"))
 def test_the_terminal_transition_itself_releases_the_reservation(
-    h: Harness, checkpoint: str, monkeypatch: pytest.MonkeyPatch, faults: Faults
+    h: Harness, checkpoint: str, faults: Faults
 ):
-    """Embedded budget: the statement that makes the run terminal also releases its
-    reservation (migration 0004); the port's own ``release`` is never called. If that
-    statement fails, the run stays Running and the reservation stays held; when it commits,
-    the reservation is released at the run's end."""
+    """The statement that makes the run terminal also releases its reservation (migration
+    0004): there is no other release. If that statement fails, the run stays Running and the
+    reservation stays held; when it commits, the reservation is released at the run's end."""
     grain, grant = h.start_run()
 
-    def separate_release(*args: object) -> None:
-        raise AssertionError("released in a transaction of its own")
-
-    monkeypatch.setattr(h.env.budget, "release", separate_release)
-
     faults.arm(grain.run_id, checkpoint)
-    faulty = RunGrain(h.env, h.tenant, grain.run_id)  # a fresh activation
+    faulty = h.grain(grain.run_id)  # a fresh activation
     with pytest.raises(psycopg.DatabaseError, match=faults.message(checkpoint)):
         faulty.execute(
             ReportOutcome(
@@ -377,3 +367,29 @@ def test_a_used_key_with_an_unknown_workflow_is_a_conflict_not_a_404(h: Harness)
         h.submit(h.request(key="k-reused", workflow_id="no-such-workflow"))
     with pytest.raises(errors.WorkflowNotFound):
         h.submit(h.request(key="k-fresh", workflow_id="no-such-workflow"))
+
+
+@pytest.mark.parametrize("checkpoint", ("after-run", "before-journal"))
+def test_the_reservation_commits_with_the_submission_or_not_at_all(
+    h: Harness, checkpoint: str, faults: Faults
+):
+    """The budget reservation is made by the statement that accepts the run (migration 0007):
+    a submission that fails leaves no reservation behind, and its retry leaves exactly one,
+    the one the run names."""
+    h.publish()
+    run_id = uuid.uuid4()
+    submit = SubmitRun(
+        tenant_id=h.tenant, run_id=run_id, principal=h.principal(), request=h.request("atomic")
+    )
+    faults.arm(run_id, checkpoint)
+    with pytest.raises(psycopg.DatabaseError, match=faults.message(checkpoint)):
+        h.grain(run_id).execute(submit)
+    with h.db.tenant(h.tenant) as conn:
+        held = conn.execute(select(budget_reservations.c.reservation_id)).scalars().all()
+    assert held == []
+
+    faults.disarm(run_id)
+    assert h.grain(run_id).execute(submit).created
+    with h.db.tenant(h.tenant) as conn:
+        held = conn.execute(select(budget_reservations.c.reservation_id)).scalars().all()
+    assert held == [h.load(run_id).run.budget_reservation_id]

@@ -10,6 +10,7 @@ from uuid import UUID
 
 import pytest
 from sqlalchemy import Engine, create_engine
+from support import SyncGrain, drive
 
 from runcontrol.bootstrap import Container, build
 from runcontrol.clock import ManualClock
@@ -25,7 +26,7 @@ class LeasedRun:
     tenant: str
     run_id: UUID
     attempt_id: UUID
-    grain: RunGrain
+    grain: SyncGrain  # the activation that made the run: it holds the run cached
     grant: LeaseGrant | None
 
 
@@ -44,8 +45,10 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def container(db: Database, clock: ManualClock) -> Container:
-    return build(Settings(), db=db, clock=clock, migrate=False)
+def container(db: Database, clock: ManualClock) -> Iterator[Container]:
+    built = build(Settings(), db=db, clock=clock, migrate=False)
+    yield built
+    drive(built.store.close())
 
 
 @pytest.fixture
@@ -63,7 +66,7 @@ def _leased_run(container: Container, tenant: str, lease: bool) -> LeasedRun:
         "publisher",
         env.clock.now(),
     )
-    grain = RunGrain(env, tenant, uuid.uuid4())
+    grain = SyncGrain(RunGrain(env, tenant, uuid.uuid4()))
     grain.execute(
         SubmitRun(
             tenant_id=grain.tenant_id,

@@ -1,5 +1,6 @@
-"""Submission helpers shared by the store tests: one workflow ("wf", one step), its requester,
-and a run accepted but not yet committed."""
+"""Helpers shared by the store tests: one workflow ("wf", one step), its requester, a run
+accepted but not yet committed, and the write path driven by hand (``prepare`` a document, then
+commit it through the group commit or send it alone)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,15 @@ import uuid
 from typing import Any
 from uuid import UUID
 
+from sqlalchemy import Engine, text
+from support import SyncGrain, drive
+
 from runcontrol.bootstrap import Container
 from runcontrol.commands import SubmitRequest, SubmitResult, SubmitRun
 from runcontrol.domain import (
+    AttemptOutcome,
     CommandContext,
+    LeaseGrant,
     Principal,
     Role,
     RunAggregate,
@@ -19,8 +25,8 @@ from runcontrol.domain import (
     WorkflowDefinition,
     canonical_hash,
 )
-from runcontrol.grain import RunGrain
 from runcontrol.store import Database
+from runcontrol.store.commit import APPLICATION_NAME, PendingCommit, conclude, prepare
 
 
 def publish(container: Container, tenant: str) -> None:
@@ -57,8 +63,8 @@ def accepted(container: Container, tenant: str, key: str) -> RunAggregate:
             requested_by="alice",
             input=req.input,
         ),
-        env.releases.resolve(tenant, "wf", alias="latest", release_id=None),
-        env.policies.current(tenant),
+        drive(env.releases.resolve(tenant, "wf", alias="latest", release_id=None)),
+        drive(env.policies.current(tenant)),
         env.options,
         env.context("alice"),
     )
@@ -123,10 +129,91 @@ def assert_completed_once(db: Database, tenant: str, run_id: UUID, before: dict[
     assert (event_seq, journal_seq) == (len(after["outbox"]), len(after["journal"]))
 
 
-def submit(grain: RunGrain, principal: Principal, request: SubmitRequest) -> SubmitResult:
+def submit(grain: SyncGrain, principal: Principal, request: SubmitRequest) -> SubmitResult:
     """Submit through ``grain`` (its run id is the new run's, if this creates one)."""
     return grain.execute(
         SubmitRun(
             tenant_id=grain.tenant_id, run_id=grain.run_id, principal=principal, request=request
         )
     )
+
+
+# ---------------------------------------------------------------------- the write path by hand
+
+
+def load(container: Container, tenant: str, run_id: UUID) -> RunAggregate:
+    """The run as an activation caches it: loaded in one read transaction that has ended."""
+    agg, _ = drive(container.store.load(tenant, run_id, container.env.clock.now()))
+    return agg
+
+
+def prepared(container: Container, tenant: str, agg: RunAggregate) -> PendingCommit:
+    """The document committing what ``agg`` recorded since it was loaded."""
+    pending = prepare(tenant, agg, container.env.options)
+    assert pending is not None, "the aggregate recorded nothing"
+    return pending
+
+
+async def commit(container: Container, tenant: str, agg: RunAggregate) -> None:
+    """Commit what ``agg`` recorded through the process's group commit, as a grain does: the
+    documents committed in the same turn of the loop share a statement."""
+    pending = prepared(container, tenant, agg)
+    conclude(pending, await container.env.commits.commit(pending.doc, pending.key))
+
+
+def send(container: Container, tenant: str, agg: RunAggregate) -> None:
+    """Commit what ``agg`` recorded as a statement of its own (``Store.send``), blocking."""
+    pending = prepared(container, tenant, agg)
+    (answer,) = drive(container.store.send([pending.doc]))
+    conclude(pending, answer)
+
+
+def sent(container: Container) -> tuple[int, int]:
+    """(statements, documents) the container's store has sent so far."""
+    return container.store.statements_sent, container.store.documents_sent
+
+
+def sent_since(container: Container, start: tuple[int, int]) -> tuple[int, int]:
+    """(statements, documents) sent since ``sent`` answered ``start``."""
+    now = sent(container)
+    return now[0] - start[0], now[1] - start[1]
+
+
+def complete(container: Container, agg: RunAggregate, grant: LeaseGrant) -> RunAggregate:
+    """The holder's success decided on ``agg``: attempt, step and run settle, with three events
+    and three journal entries."""
+    agg.report_outcome(
+        ctx(container),
+        grant.attempt_id,
+        grant.holder,
+        grant.fencing_token,
+        AttemptOutcome.SUCCEEDED,
+        container.env.options,
+        outcome_hash=canonical_hash({"result": 1}),
+    )
+    return agg
+
+
+def renew(container: Container, agg: RunAggregate, grant: LeaseGrant) -> RunAggregate:
+    """A lease renewal decided on ``agg``: it bumps the version and rewrites the lease (the
+    clock moves first, so the new ``expires_at`` differs from the stored one)."""
+    container.env.clock.advance(1)
+    agg.renew_lease(
+        ctx(container), grant.attempt_id, grant.holder, grant.fencing_token, container.env.options
+    )
+    return agg
+
+
+def terminate_store_backends(owner_engine: Engine) -> int:
+    """Terminate every backend of the grains' stores; returns once they have exited."""
+    with owner_engine.connect() as owner:
+        killed = owner.execute(
+            text(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 10000))"
+                " FROM pg_stat_activity"
+                " WHERE application_name = :name AND datname = current_database()"
+            ),
+            {"name": APPLICATION_NAME},
+        ).scalar_one()
+        owner.commit()
+    return int(killed)

@@ -15,7 +15,8 @@ from uuid import UUID
 
 import psycopg
 import pytest
-from support import CHECKPOINTS, Faults
+from store_support import load, send
+from support import CHECKPOINTS, Faults, SyncGrain
 
 from runcontrol.commands import ReportOutcome, SubmitRequest, SubmitRun
 from runcontrol.domain import (
@@ -28,12 +29,12 @@ from runcontrol.domain import (
     canonical_hash,
 )
 from runcontrol.grain import RunGrain
-from runcontrol.store import Database, UnitOfWork
+from runcontrol.store import Database
 
 
 def injected(checkpoint: str) -> Any:
     """The error a command fails with when the fault at ``checkpoint`` fires: the database's
-    error, raised by the unit of work as the psycopg class of its SQLSTATE."""
+    error, raised by ``conclude`` as the psycopg class of its SQLSTATE."""
     return pytest.raises(psycopg.DatabaseError, match=Faults.message(checkpoint))
 
 
@@ -59,25 +60,26 @@ def snapshot(db: Database, tenant: str, run_id: UUID) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("checkpoint", CHECKPOINTS)
-def test_fault_in_grain_command_leaves_no_trace_and_clean_retry_commits_all(
+def test_fault_in_grain_command_leaves_no_trace_and_its_resend_commits_all(
     container, tenant, make_leased_run, faults, checkpoint
 ):
+    """The command that met the fault is sent again (same ``command_id``) once the fault is
+    gone: nothing of it had committed, so the resend decides and commits it, whole."""
     run = make_leased_run(tenant)
     before = snapshot(container.db, tenant, run.run_id)
     assert before["run"][0][0] == "Running"
+    command = ReportOutcome(
+        tenant_id=run.grain.tenant_id,
+        run_id=run.grain.run_id,
+        attempt_id=run.grant.attempt_id,
+        holder=run.grant.holder,
+        fencing_token=run.grant.fencing_token,
+        outcome=AttemptOutcome.SUCCEEDED,
+        outcome_hash=canonical_hash({"result": 1}),
+    )
 
     def report() -> None:
-        run.grain.execute(
-            ReportOutcome(
-                tenant_id=run.grain.tenant_id,
-                run_id=run.grain.run_id,
-                attempt_id=run.grant.attempt_id,
-                holder=run.grant.holder,
-                fencing_token=run.grant.fencing_token,
-                outcome=AttemptOutcome.SUCCEEDED,
-                outcome_hash=canonical_hash({"result": 1}),
-            )
-        )
+        run.grain.execute(command)
 
     faults.arm(run.run_id, checkpoint)
     with injected(checkpoint):
@@ -107,6 +109,8 @@ def test_fault_in_grain_command_leaves_no_trace_and_clean_retry_commits_all(
     assert event_seq == after["outbox"][-1][0] == len(after["outbox"])
     assert journal_seq == after["journal"][-1][0] == len(after["journal"])
     assert all(released is not None for _, released in after["leases"])
+    report()  # sent once more after it committed: answered, never applied twice
+    assert snapshot(container.db, tenant, run.run_id) == after
 
 
 @pytest.mark.parametrize("checkpoint", CHECKPOINTS)
@@ -115,7 +119,7 @@ def test_fault_during_submission_leaves_no_run(container, tenant, faults, checkp
     container.releases.publish(
         tenant, WorkflowDefinition("wf", (StepSpec("s", "agent-a"),)), "p", env.clock.now()
     )
-    grain = RunGrain(env, tenant, uuid.uuid4())
+    grain = SyncGrain(RunGrain(env, tenant, uuid.uuid4()))
     faults.arm(grain.run_id, checkpoint)  # the grain submits its own run id
     principal = Principal("alice", tenant, "proj-1", frozenset({Role.REQUESTER}))
     request = SubmitRequest("proj-1", "k1", "wf", "code-agent", {"n": 1}, release_alias="latest")
@@ -142,31 +146,27 @@ def test_fault_during_submission_leaves_no_run(container, tenant, faults, checkp
 
 
 @pytest.mark.parametrize("checkpoint", ("before-outbox", "before-journal"))
-def test_unit_of_work_fault_rolls_back_row_changes_outbox_and_journal(
+def test_fault_in_a_prepared_document_rolls_back_row_changes_outbox_and_journal(
     container, tenant, make_leased_run, faults, checkpoint
 ):
-    """The same through UnitOfWork directly: a cancellation (intent row, run row, outbox,
-    journal) either commits whole or not at all."""
+    """The same through the write path by hand (``prepare``, ``Store.send``, ``conclude``): a
+    cancellation (intent row, run row, outbox, journal) commits whole or not at all."""
     db = container.db
     run = make_leased_run(tenant)
     before = snapshot(db, tenant, run.run_id)
     ctx = CommandContext(now=container.env.clock.now(), actor="ops")
 
     faults.arm(run.run_id, checkpoint)
-    with injected(checkpoint), UnitOfWork(db, tenant) as uow:
-        agg = uow.load(run.run_id)
-        assert agg.cancel(ctx, "ops", "stop")
-        uow.save(agg)
-        uow.commit()
+    agg = load(container, tenant, run.run_id)
+    assert agg.cancel(ctx, "ops", "stop")
+    with injected(checkpoint):
+        send(container, tenant, agg)
     assert snapshot(db, tenant, run.run_id) == before
 
     faults.disarm(run.run_id)
-
-    with UnitOfWork(db, tenant) as uow:
-        agg = uow.load(run.run_id)
-        agg.cancel(ctx, "ops", "stop")
-        uow.save(agg)
-        uow.commit()
+    agg = load(container, tenant, run.run_id)
+    agg.cancel(ctx, "ops", "stop")
+    send(container, tenant, agg)
     after = snapshot(db, tenant, run.run_id)
     assert after["run"][0][:2] == ("Cancelling", before["run"][0][1] + 1)
     assert len(after["intents"]) == 1

@@ -9,16 +9,16 @@ state is the one a serial order would give.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
+from uuid import UUID
 
 import pytest
-from support import race
+from store_support import load, renew, send
+from support import SyncGrain, race_async
 
 from runcontrol.commands import AcquireLease, CancelRun, DispatchRun, RenewLease, ReportOutcome
 from runcontrol.domain import AttemptOutcome, CommandContext, canonical_hash, errors
 from runcontrol.grain import RunGrain
-from runcontrol.store import UnitOfWork
 
 
 def run_row(db, tenant, run_id) -> Any:
@@ -46,10 +46,15 @@ def assert_gap_free(db, tenant, run_id) -> None:
     assert (row.event_seq, row.journal_seq) == (len(seqs), len(journal))
 
 
-def warmed_pair(container, tenant, run_id) -> tuple[RunGrain, RunGrain]:
+def warmed_pair(container, tenant, run_id) -> tuple[SyncGrain, SyncGrain]:
     """Two activations of one run, each caching the same version (dispatch() is a no-op read
-    here: the only step already has its attempt)."""
-    pair = (RunGrain(container.env, tenant, run_id), RunGrain(container.env, tenant, run_id))
+    here: the only step already has its attempt). Raced with ``race_async``, their commands
+    start in the same turn of the loop, so both decide on that version and their documents
+    share one statement, each in its own subtransaction: the guard lets exactly one commit."""
+    pair = (
+        SyncGrain(RunGrain(container.env, tenant, run_id)),
+        SyncGrain(RunGrain(container.env, tenant, run_id)),
+    )
     for grain in pair:
         assert grain.execute(DispatchRun(tenant_id=grain.tenant_id, run_id=grain.run_id)) is None
     return pair
@@ -61,13 +66,13 @@ def test_two_activations_racing_for_one_lease_grant_exactly_one(container, tenan
     v0 = run_row(db, tenant, run.run_id).version
     a, b = warmed_pair(container, tenant, run.run_id)
 
-    results = race(
-        lambda: a.execute(
+    results = race_async(
+        a.grain.execute(
             AcquireLease(
                 tenant_id=a.tenant_id, run_id=a.run_id, attempt_id=run.attempt_id, holder="worker-a"
             )
         ),
-        lambda: b.execute(
+        b.grain.execute(
             AcquireLease(
                 tenant_id=b.tenant_id, run_id=b.run_id, attempt_id=run.attempt_id, holder="worker-b"
             )
@@ -106,8 +111,8 @@ def test_outcome_racing_cancellation_commits_a_serial_order(
     v0 = run_row(db, tenant, run.run_id).version
     a, b = warmed_pair(container, tenant, run.run_id)
 
-    results = race(
-        lambda: a.execute(
+    results = race_async(
+        a.grain.execute(
             ReportOutcome(
                 tenant_id=a.tenant_id,
                 run_id=a.run_id,
@@ -118,7 +123,7 @@ def test_outcome_racing_cancellation_commits_a_serial_order(
                 outcome_hash=canonical_hash({"r": round_}),
             )
         ),
-        lambda: b.execute(
+        b.grain.execute(
             CancelRun(tenant_id=b.tenant_id, run_id=b.run_id, requested_by="ops", reason="stop it")
         ),
     )
@@ -144,28 +149,22 @@ def test_outcome_racing_cancellation_commits_a_serial_order(
     assert_gap_free(db, tenant, run.run_id)
 
 
-def test_unit_of_work_save_with_stale_version_is_a_concurrency_conflict(
+def test_a_document_decided_on_a_stale_version_is_a_concurrency_conflict(
     container, tenant, make_leased_run
 ):
+    """Sent alone (``Store.send``): the guarded UPDATE finds no row at the loaded version, and
+    nothing of the stale cancellation (intent, outbox, journal) is written."""
     db = container.db
     run = make_leased_run(tenant)
     ctx = CommandContext(now=container.env.clock.now(), actor="ops")
     before = run_row(db, tenant, run.run_id)
 
-    with UnitOfWork(db, tenant) as uow:
-        stale = uow.load(run.run_id)
-    with UnitOfWork(db, tenant) as uow:
-        fresh = uow.load(run.run_id)
-        fresh.renew_lease(
-            ctx, run.attempt_id, "worker-1", run.grant.fencing_token, container.env.options
-        )
-        uow.save(fresh)
-        uow.commit()
+    stale = load(container, tenant, run.run_id)
+    send(container, tenant, renew(container, load(container, tenant, run.run_id), run.grant))
 
     stale.cancel(ctx, "ops", "stop")
-    with pytest.raises(errors.ConcurrencyConflict), UnitOfWork(db, tenant) as uow:
-        uow.save(stale)
-        uow.commit()
+    with pytest.raises(errors.ConcurrencyConflict):
+        send(container, tenant, stale)
 
     row = run_row(db, tenant, run.run_id)
     assert (row.state, row.version) == ("Running", before.version + 1)
@@ -188,17 +187,20 @@ def test_refusal_decided_on_fresh_rows_is_answered_even_if_the_run_moves_again(
     db = container.db
     run = make_leased_run(tenant)
     grant = run.grant
-    holder_grain = RunGrain(container.env, tenant, run.run_id)
-    intruder = RunGrain(container.env, tenant, run.run_id)
+    holder_grain = SyncGrain(RunGrain(container.env, tenant, run.run_id))
+    intruder = SyncGrain(RunGrain(container.env, tenant, run.run_id))
     assert intruder.execute(DispatchRun(tenant_id=tenant, run_id=run.run_id)) is None  # cached
 
-    real_run_version = UnitOfWork.run_version
+    store = container.store
+    real_run_version = store.run_version
     clock = container.env.clock
+    moved: list[UUID] = []
 
-    def run_version_after_a_concurrent_commit(self: UnitOfWork, run_id: uuid.UUID) -> Any:
+    async def run_version_after_a_concurrent_commit(tenant_id: str, run_id: UUID) -> Any:
         # Another activation commits (a lease renewal bumps the version) just before the check.
+        moved.append(run_id)
         clock.advance(1)
-        holder_grain.execute(
+        await holder_grain.grain.execute(
             RenewLease(
                 tenant_id=holder_grain.tenant_id,
                 run_id=holder_grain.run_id,
@@ -207,9 +209,9 @@ def test_refusal_decided_on_fresh_rows_is_answered_even_if_the_run_moves_again(
                 fencing_token=grant.fencing_token,
             )
         )
-        return real_run_version(self, run_id)
+        return await real_run_version(tenant_id, run_id)
 
-    monkeypatch.setattr(UnitOfWork, "run_version", run_version_after_a_concurrent_commit)
+    monkeypatch.setattr(store, "run_version", run_version_after_a_concurrent_commit)
     with pytest.raises(errors.LeaseNotHeld):
         intruder.execute(
             ReportOutcome(
@@ -223,6 +225,7 @@ def test_refusal_decided_on_fresh_rows_is_answered_even_if_the_run_moves_again(
         )
     monkeypatch.undo()
 
+    assert moved == [run.run_id]  # checked once: the refusal on fresh rows is the answer
     with db.tenant(tenant) as conn:
         kinds = conn.exec_driver_sql(
             "SELECT kind FROM audit_log WHERE run_id = %s", (run.run_id,)

@@ -1,67 +1,86 @@
 """A database connection lost under a command surfaces as a retryable ``Unavailable`` (it is
-unknown whether the command committed), the broken connection is discarded, and the retried
-command, being idempotent or fenced, succeeds exactly once."""
+unknown whether the command committed), the broken connection is discarded, and the command
+sent again (same ``command_id``) commits exactly once.
+
+The connections are lost behind the store's back: the schema owner terminates every backend
+of the grains' store (``application_name = APPLICATION_NAME``). A lone command is sent as a
+statement of its own (``runcontrol_apply``); a group's case is in ``test_group_commit``.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Engine, select, text
+from sqlalchemy import Engine, select
+from store_support import terminate_store_backends
+from support import drive
 
-from runcontrol.commands import ReportOutcome
+from runcontrol.bootstrap import Container
+from runcontrol.commands import Command, ReportOutcome
 from runcontrol.domain import AttemptOutcome, errors
-from runcontrol.store import Database
 from runcontrol.store.tables import outbox
 
 
-def test_a_lost_connection_is_unavailable_and_the_retry_succeeds_once(
-    db: Database,
+def until_answered(execute: Callable[[], Any], pool_size: int) -> list[str]:
+    """Call until it answers: each ``Unavailable`` has discarded a dead pooled
+    connection, so at most ``pool_size`` of them come first."""
+    outcomes: list[str] = []
+    while "ok" not in outcomes:
+        assert len(outcomes) <= pool_size, outcomes
+        try:
+            execute()
+            outcomes.append("ok")
+        except errors.Unavailable as exc:
+            assert exc.retryable
+            outcomes.append("unavailable")
+    return outcomes
+
+
+def test_a_lost_connection_is_unavailable_and_the_resend_commits_once(
+    container: Container,
     owner_engine: Engine,
     tenant: str,
     make_leased_run: Callable[..., Any],
 ) -> None:
     run = make_leased_run(tenant)
     assert run.grant is not None
-    with db.app.connect() as conn:  # make sure the pool holds at least one connection
-        conn.exec_driver_sql("SELECT 1")
-    # Kill every app-role backend of this database behind the pool's back.
-    with owner_engine.connect() as owner:
-        owner.execute(
-            text(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE usename = 'runcontrol_app' AND datname = current_database()"
-            )
-        )
-        owner.commit()
+    drive(container.store.rows(tenant, "SELECT 1"))  # the pool holds at least one connection
+    assert terminate_store_backends(owner_engine) >= 1
+    command: Command[Any] = ReportOutcome(
+        tenant_id=run.grain.tenant_id,
+        run_id=run.grain.run_id,
+        attempt_id=run.attempt_id,
+        holder="worker-1",
+        fencing_token=run.grant.fencing_token,
+        outcome=AttemptOutcome.SUCCEEDED,
+    )
 
-    def report() -> None:
-        run.grain.execute(
-            ReportOutcome(
-                tenant_id=run.grain.tenant_id,
-                run_id=run.grain.run_id,
-                attempt_id=run.attempt_id,
-                holder="worker-1",
-                fencing_token=run.grant.fencing_token,
-                outcome=AttemptOutcome.SUCCEEDED,
-            )
-        )
+    outcomes = until_answered(lambda: run.grain.execute(command), container.settings.pool_size)
 
-    outcomes = []
-    while "ok" not in outcomes:  # each failure discards one dead pooled connection
-        assert len(outcomes) <= 2 * db.app.pool.size(), outcomes
-        try:
-            report()
-            outcomes.append("ok")
-        except errors.Unavailable as exc:
-            assert exc.retryable
-            outcomes.append("unavailable")
     assert outcomes[0] == "unavailable"
-    report()  # the retried report after success is a no-op
-    with db.tenant(tenant) as conn:
+    again = run.grain.execute(command)  # sent once more after it committed: its stored answer
+    assert (again.attempt_id, str(again.state)) == (run.attempt_id, "Succeeded")
+    with container.db.tenant(tenant) as conn:
         recorded = conn.execute(
             select(outbox.c.seq).where(
                 outbox.c.run_id == run.run_id, outbox.c.event_type == "AttemptOutcomeRecorded"
             )
         ).all()
     assert len(recorded) == 1
+
+
+def test_a_lost_connection_under_a_load_is_unavailable(
+    container: Container, owner_engine: Engine, tenant: str, make_leased_run: Callable[..., Any]
+) -> None:
+    """A cold activation's read meets the dead connection: ``Unavailable`` too, and the next
+    read gets a live connection."""
+    run = make_leased_run(tenant)
+    assert terminate_store_backends(owner_engine) >= 1
+    store, now = container.store, container.env.clock.now()
+
+    outcomes = until_answered(
+        lambda: drive(store.load(tenant, run.run_id, now)), container.settings.pool_size
+    )
+
+    assert outcomes[0] == "unavailable"

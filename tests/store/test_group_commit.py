@@ -1,156 +1,85 @@
-"""Group commit (``store/group.py``, migration 0003): the documents that threads of one process
-commit at the same moment go as one ``runcontrol_apply_many`` statement, sent by the first of
-them on its own connection, each document in its own subtransaction.
+"""Group commit (``GroupCommit`` in ``runcontrol/store/commit.py``, migration 0003): every
+document committed on one event loop in the same turn goes in one ``runcontrol_apply_many``
+statement, each document in its own subtransaction, the group's runs written in run-id order.
+At most ``max_in_flight`` statements are unanswered; what arrives meanwhile forms the next group,
+of at most ``max_group`` documents.
 
-Grouping is made deterministic here, never timed. ``HeldGroup`` keeps the first group's leader
-inside its send until the test has seen every other caller join the queue (``QueueWatch`` wakes
-the test whenever the committer's lock is released, so it waits without sleeping); released,
-those callers must go as the next group, one statement led by the first of them. The database
-tests install a fresh ``HeldGroup`` as the session database's committer (after their runs are
-made), so its counters count only the test's own groups.
+Three parts, none timed. Grains on the real database: the commands of cached runs started in
+the same turn (``race_async``) share one statement, and whatever fails in it (a lost race, a
+refusal, an injected fault, a NUL, a lost connection) answers only its own callers, or every
+caller of the group when the connection is lost. Documents prepared by hand and committed
+through the container's group commit in one turn: a stale version and a used idempotency key
+fail alone. The committer alone, with an in-process sender whose statements the test answers
+one by one: the scheduling rules.
 """
 
 from __future__ import annotations
 
-import threading
+import asyncio
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import UUID
 
 import orjson
 import psycopg
 import pytest
-from sqlalchemy import Engine, event, text
 from store_support import (
     accepted,
     assert_completed_once,
-    ctx,
+    commit,
+    complete,
+    load,
     principal,
+    renew,
     request,
     runs_for_key,
+    send,
+    sent,
+    sent_since,
     snapshot,
     submit,
+    terminate_store_backends,
 )
-from support import CHECKPOINTS
+from support import CHECKPOINTS, Faults, SyncGrain, race_async
 
 from runcontrol.bootstrap import Container
-from runcontrol.commands import ReportOutcome
-from runcontrol.domain import (
-    AttemptOutcome,
-    RunAggregate,
-    canonical_hash,
-    errors,
-)
+from runcontrol.commands import AcquireLease, Command, RenewLease, ReportOutcome
+from runcontrol.domain import Attempt, AttemptOutcome, LeaseGrant, canonical_hash, errors
 from runcontrol.grain import RunGrain
-from runcontrol.store import Database, DuplicateSubmission, UnitOfWork
-from runcontrol.store.group import MAX_GROUP, Answer, GroupCommit, Sender
-
-WAIT = 20  # seconds; only a broken committer ever waits this long
-Call = Callable[[], Any]
-
+from runcontrol.store import DuplicateSubmission, GroupCommit
+from runcontrol.store.commit import Answer, Sender
 
 # ---------------------------------------------------------------------- harness
 
 
-class QueueWatch:
-    """Takes the place of a GroupCommit's lock: the same mutual exclusion, and each release
-    wakes ``wait_queued``."""
+class Recorded:
+    """A sender that records the documents of each statement, then sends it (``send``)."""
 
-    def __init__(self, group: GroupCommit) -> None:
-        self._changed = threading.Condition(threading.Lock())
-        self._group = group
-        group._lock = self  # type: ignore[assignment]
-
-    def __enter__(self) -> None:
-        self._changed.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self._changed.notify_all()
-        self._changed.release()
-
-    def wait_queued(self, n: int) -> None:
-        with self._changed:
-            queued = self._changed.wait_for(lambda: len(self._group._queue) == n, WAIT)
-            assert queued, f"expected {n} queued, found {len(self._group._queue)}"
-
-
-class HeldGroup(GroupCommit):
-    """A committer whose first group waits inside its leader's send until ``release`` is set.
-    ``sent`` records each group sent, in order; ``before_send(index, send)`` runs in the
-    leader's thread just before its real send."""
-
-    def __init__(self, max_group: int = MAX_GROUP) -> None:
-        super().__init__(max_group)
-        self.watch = QueueWatch(self)
-        self.sending = threading.Event()
-        self.release = threading.Event()
+    def __init__(self, send: Sender) -> None:
+        self._send = send
         self.sent: list[list[str]] = []
-        self.before_send: Callable[[int, Sender], None] | None = None
 
-    def apply(self, doc: str, send: Sender, key: str = "") -> Answer:
-        def held(docs: list[str]) -> list[Answer]:
-            index = len(self.sent)  # leaders send one at a time
-            self.sent.append(list(docs))
-            if index == 0:
-                self.sending.set()
-                assert self.release.wait(WAIT), "the held group was never released"
-            if self.before_send is not None:
-                self.before_send(index, send)
-            return send(docs)
+    async def __call__(self, docs: list[str]) -> list[Answer]:
+        self.sent.append(list(docs))
+        return await self._send(docs)
 
-        return super().apply(doc, held, key)
-
-
-class Caller:
-    """One call on its own daemon thread: a broken committer may leave it waiting forever, and
-    it must not keep the test process alive."""
-
-    def __init__(self, call: Call) -> None:
-        self._outcome: tuple[str, Any] = ("missing", None)
-        self._thread = threading.Thread(target=self._run, args=(call,), daemon=True)
-        self._thread.start()
-
-    def _run(self, call: Call) -> None:
-        try:
-            self._outcome = ("ok", call())
-        except BaseException as exc:  # handed to the test to assert on
-            self._outcome = ("err", exc)
-
-    def outcome(self) -> tuple[str, Any]:
-        self._thread.join(WAIT)
-        assert not self._thread.is_alive(), "a caller never got its answer"
-        return self._outcome
-
-
-def one_group(group: HeldGroup, first: Call, rest: Sequence[Call]) -> tuple[Caller, list[Caller]]:
-    """``first`` leads a group of its own and is held in its send; each of ``rest`` then joins
-    the queue, in this order; then the hold is released."""
-    lead = Caller(first)
-    assert group.sending.wait(WAIT), "the first caller never sent"
-    callers = []
-    for n, call in enumerate(rest, 1):
-        callers.append(Caller(call))
-        group.watch.wait_queued(n)
-    group.release.set()
-    return lead, callers
+    def runs(self) -> list[list[UUID]]:
+        """Each statement's runs, in the order it wrote them."""
+        return [[UUID(orjson.loads(doc)["run"]["run_id"]) for doc in docs] for docs in self.sent]
 
 
 @pytest.fixture
-def held(container: Container, monkeypatch: pytest.MonkeyPatch) -> Callable[[], HeldGroup]:
-    """``held()`` makes a HeldGroup the session database's committer for the rest of the test
-    (call it once the runs exist: their setup commits through the committer too)."""
+def recorded(container: Container, monkeypatch: pytest.MonkeyPatch) -> Callable[[], Recorded]:
+    """``recorded()``: from now on the grains commit through a fresh group commit on the real
+    store whose statements are recorded (call it once the test's runs exist)."""
 
-    def install() -> HeldGroup:
-        group = HeldGroup()
-        monkeypatch.setattr(container.db, "group", group)
-        return group
+    def install() -> Recorded:
+        sender = Recorded(container.store.send)
+        monkeypatch.setattr(container.env, "commits", GroupCommit(sender))
+        return sender
 
     return install
-
-
-def run_ids(docs: list[str]) -> list[UUID]:
-    return [UUID(orjson.loads(doc)["run"]["run_id"]) for doc in docs]
 
 
 def in_run_order(ids: list[UUID]) -> list[UUID]:
@@ -159,150 +88,250 @@ def in_run_order(ids: list[UUID]) -> list[UUID]:
     return sorted(ids, key=str)
 
 
-# ---------------------------------------------------------------------- runs and rows
-
-
-def report(run: Any) -> Call:
-    """The holder reports success through its grain (which holds the run cached)."""
+def outcome(run: Any, token: int | None = None) -> ReportOutcome:
+    """The holder's success (``token``: another fencing token than the grant's)."""
     grant = run.grant
-    return lambda: run.grain.execute(
-        ReportOutcome(
-            tenant_id=run.grain.tenant_id,
-            run_id=run.grain.run_id,
-            attempt_id=grant.attempt_id,
-            holder=grant.holder,
-            fencing_token=grant.fencing_token,
-            outcome=AttemptOutcome.SUCCEEDED,
-            outcome_hash=canonical_hash({"result": 1}),
-        )
-    )
-
-
-def completed(container: Container, run: Any) -> RunAggregate:
-    """The run loaded (in a unit of work that has ended) with the holder's success decided."""
-    with UnitOfWork(container.db, run.tenant) as uow:
-        agg = uow.load(run.run_id)
-    grant = run.grant
-    agg.report_outcome(
-        ctx(container),
-        grant.attempt_id,
-        grant.holder,
-        grant.fencing_token,
-        AttemptOutcome.SUCCEEDED,
-        container.env.options,
+    return ReportOutcome(
+        tenant_id=run.tenant,
+        run_id=run.run_id,
+        attempt_id=grant.attempt_id,
+        holder=grant.holder,
+        fencing_token=grant.fencing_token if token is None else token,
+        outcome=AttemptOutcome.SUCCEEDED,
         outcome_hash=canonical_hash({"result": 1}),
     )
-    return agg
 
 
-def commit(db: Database, tenant: str, agg: RunAggregate) -> Call:
-    def call() -> None:
-        with UnitOfWork(db, tenant) as uow:
-            uow.commit_changes(agg)
-
-    return call
+def on(grain: SyncGrain, command: Command[Any]) -> Awaitable[Any]:
+    """``command`` on ``grain``, to be awaited on the tests' loop (``race_async``)."""
+    return grain.grain.execute(command)
 
 
-# ---------------------------------------------------------------------- through the database
+def completed_events(container: Container, run: Any) -> int:
+    with container.db.tenant(run.tenant) as conn:
+        return conn.exec_driver_sql(
+            "SELECT count(*) FROM outbox WHERE run_id = %s AND event_type = 'RunCompleted'",
+            (run.run_id,),
+        ).scalar_one()
 
 
-def test_outcomes_reported_at_once_commit_whole_in_one_statement(
-    container, tenant, make_leased_run, held
+# ---------------------------------------------------------------------- grains on the database
+
+
+def test_cached_runs_reporting_at_once_commit_whole_in_one_statement(
+    container, tenant, make_leased_run, recorded
 ):
-    """Twelve grains report at once; the eleven that arrive while the first is being sent go
-    as one statement, led by the first of them, in run-id order, and each run commits whole.
-    Two tenants share the group: each document runs under its own tenant."""
+    """Twelve cached grains report in the same turn: one statement carries all twelve
+    documents, in run-id order, and each run commits whole. Two tenants share the statement:
+    each document runs under its own tenant."""
     db = container.db
-    tenants = (tenant, f"{tenant}-b")
-    runs = [make_leased_run(tenants[i % 2]) for i in range(12)]
+    runs = [make_leased_run((tenant, f"{tenant}-b")[i % 2]) for i in range(12)]
     before = {run.run_id: snapshot(db, run.tenant, run.run_id) for run in runs}
-    group = held()
+    statements = recorded()
+    start = sent(container)
 
-    lead, callers = one_group(group, report(runs[0]), [report(run) for run in runs[1:]])
+    results = race_async(*(on(run.grain, outcome(run)) for run in runs))
 
-    outcomes = [c.outcome() for c in (lead, *callers)]
-    assert [kind for kind, _ in outcomes] == ["ok"] * 12, outcomes
-    assert [run_ids(docs) for docs in group.sent] == [
-        [runs[0].run_id],
-        in_run_order([run.run_id for run in runs[1:]]),
-    ]
-    assert (group.groups, group.documents) == (2, 12)
-    assert group.documents > group.groups
+    assert [kind for kind, _ in results] == ["ok"] * 12, results
+    for run, (_, attempt) in zip(runs, results, strict=True):
+        assert isinstance(attempt, Attempt), attempt
+        assert (attempt.attempt_id, str(attempt.state)) == (run.attempt_id, "Succeeded")
+    assert statements.runs() == [in_run_order([run.run_id for run in runs])]
+    assert sent_since(container, start) == (1, 12)
     for run in runs:
         assert_completed_once(db, run.tenant, run.run_id, before[run.run_id])
 
 
-def test_a_lost_race_fails_alone_in_its_group(container, tenant, make_leased_run, held):
-    """A document whose expected version is stale (another unit of work committed to its run
-    after it was loaded) is ``ConcurrencyConflict`` to its caller alone: the documents before
-    and after it in the same statement commit, and nothing of the loser is visible."""
-    db = container.db
-    first, leader, loser, last = (make_leased_run(tenant) for _ in range(4))
-    stale = completed(container, loser)
-    with UnitOfWork(db, tenant) as uow:  # another activation wins: it renews the lease
-        winner = uow.load(loser.run_id)
-        container.env.clock.advance(1)
-        grant = loser.grant
-        winner.renew_lease(
-            ctx(container),
-            grant.attempt_id,
-            grant.holder,
-            grant.fencing_token,
-            container.env.options,
-        )
-        uow.commit_changes(winner)
-    runs = (first, leader, last)
-    before = {run.run_id: snapshot(db, tenant, run.run_id) for run in (*runs, loser)}
-    aggs = [completed(container, run) for run in runs]
-    group = held()
+def test_a_grain_that_lost_its_race_decides_again_in_the_next_group(
+    container, tenant, make_leased_run
+):
+    """Another activation renews the lease first: this activation's cached document loses the
+    version guard inside the shared statement, alone; it reloads, decides again and commits in
+    a second statement of its own."""
+    racer, other = make_leased_run(tenant), make_leased_run(tenant)
 
-    lead, callers = one_group(
-        group,
-        commit(db, tenant, aggs[0]),
-        [commit(db, tenant, aggs[1]), commit(db, tenant, stale), commit(db, tenant, aggs[2])],
+    def renewal() -> RenewLease:  # a new command (command_id) each time
+        return RenewLease(
+            tenant_id=tenant,
+            run_id=racer.run_id,
+            attempt_id=racer.attempt_id,
+            holder=racer.grant.holder,
+            fencing_token=racer.grant.fencing_token,
+        )
+
+    SyncGrain(RunGrain(container.env, tenant, racer.run_id)).execute(renewal())
+    version = load(container, tenant, racer.run_id).run.version
+    start = sent(container)
+
+    (k1, renewed), (k2, _) = race_async(
+        on(racer.grain, renewal()),
+        on(other.grain, outcome(other)),
     )
 
-    assert lead.outcome()[0] == "ok"
-    (k1, _), (kind, exc), (k3, _) = (c.outcome() for c in callers)
+    assert (k1, k2) == ("ok", "ok") and isinstance(renewed, LeaseGrant), renewed
+    assert sent_since(container, start) == (2, 3)
+    assert load(container, tenant, racer.run_id).run.version == version + 1
+    assert str(load(container, tenant, other.run_id).run.state) == "Completed"
+
+
+def test_a_refusal_and_a_failed_document_answer_only_their_own_callers(
+    container, tenant, make_leased_run, faults: Faults
+):
+    """A stale fencing token is refused before any write (and audited); a document that fails
+    inside the database (an injected fault) rolls back alone; the others commit. The runs are
+    listed in descending id order, the reverse of the order a group writes them, so an answer
+    handed to the wrong caller shows."""
+    runs = sorted((make_leased_run(tenant) for _ in range(3)), key=lambda r: r.run_id, reverse=True)
+    stale, faulty, fine = runs
+    faults.arm(faulty.run_id, "before-journal")
+    fresh = SyncGrain(RunGrain(container.env, tenant, faulty.run_id))  # loads, then commits
+
+    (k1, refused), (k2, failed), (k3, _) = race_async(
+        on(stale.grain, outcome(stale, token=stale.grant.fencing_token + 1)),
+        on(fresh, outcome(faulty)),
+        on(fine.grain, outcome(fine)),
+    )
+
+    assert k1 == "err" and isinstance(refused, errors.StaleFencingToken), refused
+    assert k2 == "err" and isinstance(failed, psycopg.DatabaseError), failed
+    assert faults.message("before-journal") in str(failed)
+    assert k3 == "ok"
+    with container.db.tenant(tenant) as conn:
+        audits = conn.exec_driver_sql(
+            "SELECT count(*) FROM audit_log WHERE run_id = %s AND kind = 'stale-fencing-token'",
+            (stale.run_id,),
+        ).scalar_one()
+    assert audits == 1
+    for run in (stale, faulty):
+        assert str(load(container, tenant, run.run_id).run.state) == "Running"
+        assert completed_events(container, run) == 0
+    assert str(load(container, tenant, fine.run_id).run.state) == "Completed"
+
+
+def test_a_nul_in_one_commands_text_fails_that_command_alone(
+    container, tenant, make_leased_run, recorded
+):
+    """PostgreSQL text cannot hold NUL: sent, such a document would fail its whole group (the
+    statement's argument cannot be cast). It is refused before it is sent, as a validation
+    error for its caller alone."""
+    bad, fine = make_leased_run(tenant, lease=False), make_leased_run(tenant)
+    statements = recorded()
+
+    (k1, refused), (k2, _) = race_async(
+        on(
+            bad.grain,
+            AcquireLease(
+                tenant_id=tenant, run_id=bad.run_id, attempt_id=bad.attempt_id, holder="w\x00"
+            ),
+        ),
+        on(fine.grain, outcome(fine)),
+    )
+
+    assert k1 == "err" and isinstance(refused, errors.ValidationFailed), refused
+    assert k2 == "ok"
+    assert statements.runs() == [[fine.run_id]]
+    assert load(container, tenant, bad.run_id).leases == {}
+    assert str(load(container, tenant, fine.run_id).run.state) == "Completed"
+
+
+def test_a_lost_connection_fails_its_group_as_unavailable_and_a_resend_commits_once(
+    container, tenant, make_leased_run, recorded, owner_engine
+):
+    """The connection the group is sent on is dead (its backend terminated behind the store's
+    back): nobody knows what committed, so every caller of the group gets the retryable
+    ``Unavailable``; nothing was written. The same commands sent again (same ``command_id``:
+    each grain reloads and decides again) commit, once."""
+    db = container.db
+    runs = [make_leased_run(tenant) for _ in range(4)]
+    before = {run.run_id: snapshot(db, tenant, run.run_id) for run in runs}
+    commands = {run.run_id: outcome(run) for run in runs}
+    statements = recorded()
+    assert terminate_store_backends(owner_engine) >= 1
+
+    results = race_async(*(on(run.grain, commands[run.run_id]) for run in runs))
+
+    assert [kind for kind, _ in results] == ["err"] * 4, results
+    assert all(isinstance(exc, errors.Unavailable) and exc.retryable for _, exc in results)
+    assert statements.runs() == [in_run_order(list(commands))]
+    for run in runs:
+        assert snapshot(db, tenant, run.run_id) == before[run.run_id]
+
+    waiting = list(runs)
+    for _ in range(container.settings.pool_size + 1):  # each failure discards a dead connection
+        answered = race_async(*(on(run.grain, commands[run.run_id]) for run in waiting))
+        for run, (kind, value) in zip(list(waiting), answered, strict=True):
+            if kind == "ok":
+                waiting.remove(run)
+            else:
+                assert isinstance(value, errors.Unavailable), value
+        if not waiting:
+            break
+    assert waiting == []
+    for run in runs:
+        assert_completed_once(db, tenant, run.run_id, before[run.run_id])
+    again = race_async(*(on(run.grain, commands[run.run_id]) for run in runs))  # answered only
+    assert [kind for kind, _ in again] == ["ok"] * 4, again
+    for run in runs:
+        assert_completed_once(db, tenant, run.run_id, before[run.run_id])
+
+
+# ---------------------------------------------------------------------- documents by hand
+
+
+def test_a_lost_race_fails_alone_in_its_group(container, tenant, make_leased_run, recorded):
+    """A document whose expected version is stale (another activation committed to its run
+    after it was loaded) is ``ConcurrencyConflict`` to its caller alone: the other documents of
+    the statement commit, and nothing of the loser is visible."""
+    db = container.db
+    first, loser, last = (make_leased_run(tenant) for _ in range(3))
+    stale = complete(container, load(container, tenant, loser.run_id), loser.grant)
+    send(container, tenant, renew(container, load(container, tenant, loser.run_id), loser.grant))
+    runs = (first, last)
+    before = {run.run_id: snapshot(db, tenant, run.run_id) for run in (*runs, loser)}
+    aggs = [complete(container, load(container, tenant, run.run_id), run.grant) for run in runs]
+    statements = recorded()
+
+    (k1, _), (kind, exc), (k3, _) = race_async(
+        commit(container, tenant, aggs[0]),
+        commit(container, tenant, stale),
+        commit(container, tenant, aggs[1]),
+    )
+
     assert (k1, k3) == ("ok", "ok")
     assert kind == "err" and isinstance(exc, errors.ConcurrencyConflict), exc
-    assert [run_ids(docs) for docs in group.sent] == [
-        [first.run_id],
-        in_run_order([leader.run_id, loser.run_id, last.run_id]),
-    ]
+    assert statements.runs() == [in_run_order([first.run_id, loser.run_id, last.run_id])]
     assert snapshot(db, tenant, loser.run_id) == before[loser.run_id]
     for run in runs:
         assert_completed_once(db, tenant, run.run_id, before[run.run_id])
 
 
-def test_a_used_idempotency_key_fails_alone_in_its_group(container, tenant, make_leased_run, held):
+def test_a_used_idempotency_key_fails_alone_in_its_group(
+    container, tenant, make_leased_run, recorded
+):
     """A submission whose key already names a run is ``DuplicateSubmission`` to its caller
     alone; a new submission and an outcome in the same statement commit."""
     db = container.db
-    first, other = make_leased_run(tenant), make_leased_run(tenant)
+    other = make_leased_run(tenant)
     existing = submit(
-        RunGrain(container.env, tenant, uuid.uuid4()), principal(tenant), request("used-key")
+        SyncGrain(RunGrain(container.env, tenant, uuid.uuid4())),
+        principal(tenant),
+        request("used-key"),
     )
     duplicate = accepted(container, tenant, "used-key")
     fresh = accepted(container, tenant, "fresh-key")
     before = snapshot(db, tenant, other.run_id)
-    group = held()
+    done = complete(container, load(container, tenant, other.run_id), other.grant)
+    statements = recorded()
 
-    lead, callers = one_group(
-        group,
-        report(first),
-        [
-            commit(db, tenant, completed(container, other)),
-            commit(db, tenant, duplicate),
-            commit(db, tenant, fresh),
-        ],
+    (k1, _), (kind, exc), (k3, _) = race_async(
+        commit(container, tenant, done),
+        commit(container, tenant, duplicate),
+        commit(container, tenant, fresh),
     )
 
-    assert lead.outcome()[0] == "ok"
-    (k1, _), (kind, exc), (k3, _) = (c.outcome() for c in callers)
     assert (k1, k3) == ("ok", "ok")
     assert kind == "err" and isinstance(exc, DuplicateSubmission), exc
-    assert [len(docs) for docs in group.sent] == [1, 3]
+    assert [len(docs) for docs in statements.sent] == [3]
     assert runs_for_key(db, tenant, "used-key") == [existing.run_id]
     assert not any(snapshot(db, tenant, duplicate.run.run_id).values())
     assert runs_for_key(db, tenant, "fresh-key") == [fresh.run.run_id]
@@ -312,185 +341,165 @@ def test_a_used_idempotency_key_fails_alone_in_its_group(container, tenant, make
 
 @pytest.mark.parametrize("checkpoint", CHECKPOINTS)
 def test_a_fault_in_one_document_rolls_back_only_that_document(
-    container, tenant, make_leased_run, held, faults, checkpoint
+    container, tenant, make_leased_run, recorded, faults, checkpoint
 ):
     """A fault fails one document at a checkpoint inside the statement, after some of its
-    writes: they roll back with it, its caller (here the second group's leader) gets the
-    database's error, and the documents behind it commit."""
+    writes: they roll back with it, its caller gets the database's error, and the other
+    documents of the statement commit."""
     db = container.db
-    first, faulty, second, third = (make_leased_run(tenant) for _ in range(4))
-    before = {run.run_id: snapshot(db, tenant, run.run_id) for run in (faulty, second, third)}
-    faults.arm(faulty.run_id, checkpoint)
-    group = held()
-
-    lead, callers = one_group(
-        group,
-        report(first),
-        [
-            commit(db, tenant, completed(container, faulty)),
-            commit(db, tenant, completed(container, second)),
-            commit(db, tenant, completed(container, third)),
-        ],
-    )
-
-    assert lead.outcome()[0] == "ok"
-    outcomes = [c.outcome() for c in callers]
-    kind, exc = outcomes[0]
-    assert kind == "err" and isinstance(exc, psycopg.DatabaseError), outcomes[0]
-    assert faults.message(checkpoint) in str(exc)
-    assert [kind for kind, _ in outcomes[1:]] == ["ok", "ok"], outcomes
-    assert [run_ids(docs) for docs in group.sent][1] == in_run_order(
-        [faulty.run_id, second.run_id, third.run_id]
-    )
-    assert snapshot(db, tenant, faulty.run_id) == before[faulty.run_id]
-    for run in (second, third):
-        assert_completed_once(db, tenant, run.run_id, before[run.run_id])
-
-
-def test_a_lost_connection_fails_its_group_as_unavailable_and_a_retry_commits(
-    container, tenant, make_leased_run, held, owner_engine: Engine
-):
-    """The second group's leader loses its connection just before it sends (its backend is
-    terminated): every caller of that group gets the retryable ``Unavailable`` through its unit
-    of work, nothing of theirs committed, the group before it stands, and retries commit."""
-    db = container.db
-    runs = [make_leased_run(tenant) for _ in range(4)]
+    runs = [make_leased_run(tenant) for _ in range(3)]
+    faulty = runs[1]
     before = {run.run_id: snapshot(db, tenant, run.run_id) for run in runs}
-    terminated: list[int] = []
+    aggs = [complete(container, load(container, tenant, run.run_id), run.grant) for run in runs]
+    faults.arm(faulty.run_id, checkpoint)
+    statements = recorded()
 
-    def terminate_leader_backend(index: int, send: Sender) -> None:
-        if index != 1:
-            return
+    results = race_async(*(commit(container, tenant, agg) for agg in aggs))
 
-        def terminate(dbapi_connection: Any, record: Any, proxy: Any) -> None:
-            pid = dbapi_connection.info.backend_pid  # the connection the send just took
-            with owner_engine.connect() as owner:
-                # With a timeout it returns once the backend has exited.
-                done = owner.execute(text("SELECT pg_terminate_backend(:pid, 10000)"), {"pid": pid})
-                assert done.scalar_one()
-                owner.commit()
-            terminated.append(pid)
-
-        event.listen(db.app, "checkout", terminate, once=True)
-
-    group = held()
-    group.before_send = terminate_leader_backend
-
-    lead, callers = one_group(group, report(runs[0]), [report(run) for run in runs[1:]])
-
-    assert lead.outcome()[0] == "ok"
-    outcomes = [c.outcome() for c in callers]
-    assert [kind for kind, _ in outcomes] == ["err"] * 3, outcomes
-    assert all(isinstance(exc, errors.Unavailable) and exc.retryable for _, exc in outcomes)
-    assert len(terminated) == 1
-    assert [len(docs) for docs in group.sent] == [1, 3]
-    assert_completed_once(db, tenant, runs[0].run_id, before[runs[0].run_id])
-    for run in runs[1:]:
-        assert snapshot(db, tenant, run.run_id) == before[run.run_id]
-
-    for run in runs[1:]:  # each grain reloads and decides again
-        assert Caller(report(run)).outcome()[0] == "ok"
-    for run in runs[1:]:
+    kind, exc = results[1]
+    assert kind == "err" and isinstance(exc, psycopg.DatabaseError), results[1]
+    assert faults.message(checkpoint) in str(exc)
+    assert [results[0][0], results[2][0]] == ["ok", "ok"], results
+    assert statements.runs() == [in_run_order([run.run_id for run in runs])]
+    assert snapshot(db, tenant, faulty.run_id) == before[faulty.run_id]
+    for run in (runs[0], runs[2]):
         assert_completed_once(db, tenant, run.run_id, before[run.run_id])
-    assert (group.groups, group.documents) == (5, 7)
 
 
 # ---------------------------------------------------------------------- the committer alone
 
+# A committer's step (queue, flush, send, answer) each takes a turn of the loop or two, and none
+# waits on a timer: this many turns let it do everything it can.
+TURNS = 20
 
-def echo(name: str, log: list[tuple[str, list[str]]]) -> Sender:
-    """A sender that records who sent which documents and answers each with its document."""
 
-    def send(docs: list[str]) -> list[Answer]:
-        log.append((name, list(docs)))
+async def turns_until(predicate: Callable[[], bool]) -> int:
+    """Let the loop turn until ``predicate`` holds; how many turns that took."""
+    for turn in range(TURNS):
+        if predicate():
+            return turn
+        await asyncio.sleep(0)
+    raise AssertionError(f"still false after {TURNS} turns of the loop")
+
+
+async def settle() -> None:
+    for _ in range(TURNS):
+        await asyncio.sleep(0)
+
+
+class Statements:
+    """An in-process sender: records each statement's documents and holds it until the test
+    answers it (each document with ``("OK", doc)``) or fails it."""
+
+    def __init__(self) -> None:
+        self.sent: list[list[str]] = []
+        self._held: list[asyncio.Future[None]] = []
+
+    async def __call__(self, docs: list[str]) -> list[Answer]:
+        held = asyncio.get_running_loop().create_future()
+        self.sent.append(list(docs))
+        self._held.append(held)
+        await held
         return [("OK", doc) for doc in docs]
 
-    return send
+    def answer(self, index: int) -> None:
+        self._held[index].set_result(None)
+
+    def fail(self, index: int, error: BaseException) -> None:
+        self._held[index].set_exception(error)
 
 
-def apply(group: GroupCommit, doc: str, send: Sender) -> Call:
-    return lambda: group.apply(doc, send)
+def drive_scenario(scenario: Callable[[], Awaitable[None]]) -> None:
+    race = race_async(scenario())
+    assert race[0][0] == "ok", race
 
 
-def test_arrivals_during_a_send_go_next_led_by_the_first_waiting_up_to_max_group():
-    """While a group is sent, five documents queue; then each group is led by the first caller
-    still waiting, on its own sender, and carries the queue behind it up to the limit; every
-    caller gets the answer for its own document."""
-    group = HeldGroup(max_group=3)
-    log: list[tuple[str, list[str]]] = []
+def test_arrivals_while_statements_are_out_form_the_next_group_of_at_most_max_group():
+    """Two statements out (``max_in_flight``): five documents queue. When one is answered the
+    next group leaves with the first three of them (``max_group``), written in key order; the
+    other two wait for the next answer. Every caller gets the answer for its own document."""
 
-    lead, callers = one_group(
-        group,
-        apply(group, "d0", echo("s0", log)),
-        [apply(group, f"d{i}", echo(f"s{i}", log)) for i in range(1, 6)],
-    )
+    async def scenario() -> None:
+        statements = Statements()
+        group = GroupCommit(statements, max_group=3, max_in_flight=2)
+        calls: list[asyncio.Future[Answer]] = []
 
-    outcomes = [c.outcome() for c in (lead, *callers)]
-    assert outcomes == [("ok", ("OK", f"d{i}")) for i in range(6)]
-    assert log == [("s0", ["d0"]), ("s1", ["d1", "d2", "d3"]), ("s4", ["d4", "d5"])]
-    assert (group.groups, group.documents) == (3, 6)
+        def commit_doc(i: int, key: str) -> None:
+            calls.append(asyncio.ensure_future(group.commit(f"d{i}", key)))
+
+        commit_doc(0, "k0")
+        await turns_until(lambda: len(statements.sent) == 1)
+        commit_doc(1, "k1")
+        await turns_until(lambda: len(statements.sent) == 2)
+        for i in range(2, 7):  # arrive in descending key order
+            commit_doc(i, f"k{9 - i}")
+        await settle()
+        assert statements.sent == [["d0"], ["d1"]]  # two out: the five wait
+
+        statements.answer(0)
+        await turns_until(lambda: len(statements.sent) == 3)
+        await settle()
+        assert statements.sent[2:] == [["d4", "d3", "d2"]]  # two out again: two still wait
+
+        statements.answer(1)
+        await turns_until(lambda: len(statements.sent) == 4)
+        assert statements.sent[3] == ["d6", "d5"]
+        statements.answer(2)
+        statements.answer(3)
+        assert await asyncio.gather(*calls) == [("OK", f"d{i}") for i in range(7)]
+
+    drive_scenario(scenario)
 
 
 def test_a_send_that_fails_fails_its_whole_group_and_the_committer_goes_on():
-    """The leader's send raises (its connection was lost): each caller of that group gets that
-    error; the caller that queued meanwhile leads the next group, and later lone callers are
-    sent at once, also after a failure with nobody waiting (the committer is not left busy)."""
-    group = HeldGroup()
-    log: list[tuple[str, list[str]]] = []
-    lost = psycopg.OperationalError("the connection was lost")
-    failing_sends, go_on = threading.Event(), threading.Event()
+    """A statement whose send raises (its connection was lost) fails each caller of its group
+    with that very error; the committer goes on: later documents are sent and answered, also
+    after a lone caller's failure, and two statements can be out at once again."""
 
-    def failing(docs: list[str]) -> list[Answer]:
-        log.append(("s1", list(docs)))
-        failing_sends.set()
-        assert go_on.wait(WAIT)
-        raise lost
+    async def scenario() -> None:
+        statements = Statements()
+        group = GroupCommit(statements)
+        lost = errors.Unavailable("the database connection was lost")
 
-    lead, callers = one_group(
-        group,
-        apply(group, "d0", echo("s0", log)),
-        [apply(group, "d1", failing), apply(group, "d2", echo("s2", log))],
-    )
-    assert failing_sends.wait(WAIT)
-    meanwhile = Caller(apply(group, "d3", echo("s3", log)))
-    group.watch.wait_queued(1)
-    go_on.set()
+        pair = [asyncio.ensure_future(group.commit(d, d)) for d in ("d0", "d1")]
+        await turns_until(lambda: len(statements.sent) == 1)
+        statements.fail(0, lost)
+        for call in pair:
+            with pytest.raises(errors.Unavailable) as raised:
+                await call
+            assert raised.value is lost
 
-    assert lead.outcome() == ("ok", ("OK", "d0"))
-    assert [c.outcome() for c in callers] == [("err", lost), ("err", lost)]
-    assert meanwhile.outcome() == ("ok", ("OK", "d3"))
-    assert Caller(apply(group, "d4", echo("s4", log))).outcome() == ("ok", ("OK", "d4"))
-    # A lone caller's failing send, with nobody waiting behind it, leaves the committer idle.
-    assert Caller(apply(group, "d5", failing)).outcome() == ("err", lost)
-    assert Caller(apply(group, "d6", echo("s6", log))).outcome() == ("ok", ("OK", "d6"))
-    assert log == [
-        ("s0", ["d0"]),
-        ("s1", ["d1", "d2"]),
-        ("s3", ["d3"]),
-        ("s4", ["d4"]),
-        ("s1", ["d5"]),
-        ("s6", ["d6"]),
-    ]
-    assert (group.groups, group.documents) == (6, 7)
+        lone = asyncio.ensure_future(group.commit("d2", "d2"))
+        await turns_until(lambda: len(statements.sent) == 2)
+        statements.fail(1, lost)
+        with pytest.raises(errors.Unavailable):
+            await lone
+
+        later = [asyncio.ensure_future(group.commit("d3", "d3"))]
+        await turns_until(lambda: len(statements.sent) == 3)
+        later.append(asyncio.ensure_future(group.commit("d4", "d4")))
+        await turns_until(lambda: len(statements.sent) == 4)  # both out at once
+        statements.answer(3)
+        statements.answer(2)
+        assert await asyncio.gather(*later) == [("OK", "d3"), ("OK", "d4")]
+        assert statements.sent == [["d0", "d1"], ["d2"], ["d3"], ["d4"]]
+
+    drive_scenario(scenario)
 
 
-def test_a_lone_caller_is_sent_at_once_as_a_group_of_one():
-    """Nothing waits for company: a caller with no one else committing sends its document at
-    once, on its own sender, and leaves the committer idle for the next one."""
-    group = GroupCommit()
-    sent: list[tuple[int, list[str]]] = []
+def test_a_lone_document_is_sent_at_once_as_a_group_of_one():
+    """Nothing waits for company: a document committed with nobody else committing leaves
+    within a few turns of the loop (no timer), alone, and the committer is idle again for the
+    next one."""
 
-    def send(docs: list[str]) -> list[Answer]:
-        sent.append((threading.get_ident(), list(docs)))
-        return [None]
+    async def scenario() -> None:
+        statements = Statements()
+        group = GroupCommit(statements)
+        for n, doc in enumerate(("first", "second")):
+            call = asyncio.ensure_future(group.commit(doc, doc))
+            assert await turns_until(lambda n=n: len(statements.sent) == n + 1) <= 3
+            assert statements.sent[n] == [doc]
+            statements.answer(n)
+            assert await call == ("OK", doc)
 
-    def alone(doc: str) -> tuple[int, Answer]:
-        return threading.get_ident(), group.apply(doc, send)
-
-    for n, doc in enumerate(("first", "second"), 1):
-        kind, value = Caller(lambda doc=doc: alone(doc)).outcome()
-        assert kind == "ok", value
-        ident, answer = value
-        assert answer is None
-        assert sent[-1] == (ident, [doc])  # sent by the caller itself, on its own thread
-        assert (group.groups, group.documents) == (n, n)
+    drive_scenario(scenario)

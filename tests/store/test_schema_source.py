@@ -12,12 +12,15 @@ import copy
 import dataclasses
 import re
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from sqlalchemy import Column, MetaData, Table, Text, select
+from support import drive
 
+from runcontrol.config import Settings
 from runcontrol.domain import (
     ApprovalDecision,
     ApprovalRequest,
@@ -43,7 +46,8 @@ from runcontrol.domain import (
     Step,
     StepState,
 )
-from runcontrol.store import UnitOfWork, rows
+from runcontrol.store import Store, rows
+from runcontrol.store.commit import conclude, prepare
 from runcontrol.store.tables import (
     audit_log,
     leases,
@@ -267,7 +271,7 @@ def assert_same_fields(expected: Any, actual: Any) -> None:
 
 def test_every_optional_field_is_set(tenant):
     """The builder sets every defaulted field (a new one fails here until it is given a value),
-    and every entity the unit of work writes is in it."""
+    and every entity a document writes is in it."""
     built = entities(everything(tenant))
     assert {type(e) for e in built} == set(rows.MAPPERS)
     for entity in built:
@@ -281,20 +285,30 @@ def test_every_optional_field_is_set(tenant):
             assert getattr(entity, f.name) != default, f"{type(entity).__name__}.{f.name}"
 
 
-def test_every_field_survives_commit_and_load(db, tenant):
+@pytest.fixture
+def store(db) -> Iterator[Store]:
+    opened = Store(db.app_url, size=1)
+    yield opened
+    drive(opened.close())
+
+
+def test_every_field_survives_commit_and_load(db, store, tenant):
+    """Through the write path (``prepare``, ``Store.send``) and back (``Store.load``, and the
+    tables the aggregate does not load read as the tenant)."""
     changes = everything(tenant)
     expected = copy.deepcopy(changes)
-    with UnitOfWork(db, tenant) as uow:
-        uow.commit_changes(Prepared(changes))
+    pending = prepare(tenant, Prepared(changes), Settings().options())
+    assert pending is not None
+    (answer,) = drive(store.send([pending.doc]))
+    conclude(pending, answer)
     run_id = expected.run.run_id
 
-    with UnitOfWork(db, tenant) as uow:
-        agg = uow.load(run_id)
+    agg, _ = drive(store.load(tenant, run_id, T0))
+    with db.tenant(tenant) as conn:
         # The lease was released, so the aggregate does not load it; the trail is not loaded.
         by_table = {
             table: [
-                rows.from_row(cls, r)
-                for r in uow.conn.execute(select(table).filter_by(run_id=run_id))
+                rows.from_row(cls, r) for r in conn.execute(select(table).filter_by(run_id=run_id))
             ]
             for cls, table in (
                 (Lease, leases),
@@ -386,7 +400,7 @@ def missing_columns(function: str, tables: list[Table]) -> list[str]:
 
 
 def apply_tables(target: MetaData = metadata) -> list[Table]:
-    """The tables the unit of work writes through ``runcontrol_apply``: one per row mapper."""
+    """The tables a document writes through ``runcontrol_apply``: one per row mapper."""
     return [target.tables[m.table.name] for m in rows.MAPPERS.values()]
 
 

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import create_engine
 from sqlalchemy.exc import DBAPIError
+from support import drive
 
 from runcontrol.commands import ReportOutcome
 from runcontrol.domain import AttemptOutcome, StepSpec, WorkflowDefinition, errors
@@ -281,7 +282,7 @@ def test_identical_releases_of_two_tenants_stay_separate(container, tenant):
     assert mine.release_id != theirs.release_id
     assert container.releases.publish(tenant, definition, "p", NOW) == mine  # idempotent
     resolve = container.releases.resolve
-    assert resolve(tenant, "shared-wf", alias="latest", release_id=None) == mine
-    assert resolve(other, "shared-wf", alias="latest", release_id=None) == theirs
+    assert drive(resolve(tenant, "shared-wf", alias="latest", release_id=None)) == mine
+    assert drive(resolve(other, "shared-wf", alias="latest", release_id=None)) == theirs
     with pytest.raises(errors.ReleaseNotFound):
-        resolve(tenant, "shared-wf", alias=None, release_id=theirs.release_id)
+        drive(resolve(tenant, "shared-wf", alias=None, release_id=theirs.release_id))

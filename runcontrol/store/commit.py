@@ -1,0 +1,477 @@
+"""The write path's machinery, in one place: a grain's change as one ``runcontrol_apply``
+document, the asynchronous store a grain loads and commits through, and the group commit that
+sends every document ready at the same moment as one statement.
+
+One I/O model: everything here is awaited on the caller's event loop (psycopg async). A run
+host runs its grains on its loop; nothing is handed to a thread. ``docs/write-path.md``
+describes the path end to end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+import orjson
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from sqlalchemy import Table
+
+from ..domain import AuditRecord, Options, RunAggregate, errors
+from . import answers, rows
+from .notify import libpq_url
+from .tables import (
+    approval_decisions,
+    approval_requests,
+    attempts,
+    cancellation_intents,
+    leases,
+    runs,
+    steps,
+)
+
+DISPATCH_CHANNEL = "runcontrol_dispatch"
+EVENTS_CHANNEL = "runcontrol_events"
+CONFIG_CHANNEL = (
+    "runcontrol_config"  # a policy revision or a release alias changed (payload: tenant)
+)
+APPLICATION_NAME = "runcontrol-grains"  # how a host's store sessions show in pg_stat_activity
+
+# What the database answered for one document: None (committed) or (SQLSTATE, message).
+Answer = tuple[str, str] | None
+MAX_GROUP = 64
+
+_APPLY = "SELECT runcontrol_apply(%s::jsonb)"
+_APPLY_MANY = "SELECT runcontrol_apply_many(%s::jsonb)"
+_SET_TENANT = "SELECT set_config('runcontrol.tenant_id', %s, true)"
+# A lost race: the version guard (RC409), or the database breaking a deadlock between two
+# activations' transactions.
+_LOST_RACE = frozenset({"RC409", "40P01", "40001"})
+_BUDGET_DENIED = "RC402"
+_CAPACITY_DENIED = "RC429"
+# A JSON-escaped NUL (an even run of backslashes, then \u0000): not a literal "\u0000" in text.
+_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+class DuplicateSubmission(Exception):
+    """The idempotency key already names a run (raised by ``conclude``, handled by the grain)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredAnswer:
+    """A command's answer, committed with its effect (``command_answers``): its resends get it."""
+
+    command_id: str
+    command: str
+    value: Any
+    at: datetime
+    fingerprint: str  # what the command asked: a reused id with another content is refused
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """A budget reservation made by the run's own statement (migration 0007): refused with
+    ``BudgetReservationDenied`` when the tenant's open reservations would pass ``limit_usd``."""
+
+    reservation_id: UUID
+    amount_usd: float
+    limit_usd: float | None
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCommit:
+    """A prepared ``runcontrol_apply`` document and what its answer is checked against."""
+
+    doc: str
+    key: str  # the run: a group writes its runs in this order (no deadlock between groups)
+    changes: Any
+
+
+# ---------------------------------------------------------------------- the document
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def _dumps(doc: dict[str, Any]) -> str:
+    text = orjson.dumps(doc, default=_json_default).decode()
+    if "\\u0000" in text and _NUL.search(text):
+        # PostgreSQL text cannot hold NUL. Refused here, the command fails alone; sent, it
+        # would fail every document of its group.
+        raise errors.ValidationFailed("text may not contain NUL characters")
+    return text
+
+
+def prepare(
+    tenant_id: str,
+    agg: RunAggregate,
+    options: Options,
+    *,
+    release_budget_at: datetime | None = None,
+    answer: StoredAnswer | None = None,
+    reserve: Reservation | None = None,
+    max_open_attempts: int | None = None,
+) -> PendingCommit | None:
+    """The document committing what the aggregate recorded since its last commit, or None when
+    it recorded nothing. ``release_budget_at``: the statement also releases the run's budget
+    reservation (migration 0004); ``answer``: it stores the command's answer (0006);
+    ``reserve``: it makes the run's budget reservation (0007); ``max_open_attempts``: a
+    dispatch it makes is refused (``CapacityDenied``) past the tenant's cap (0007)."""
+    changes = agg.take_changes()
+    if changes.empty:
+        return None
+    run_row = rows.run_to_row(changes.run)
+    run_row["next_due_at"] = agg.next_due(options)
+    doc: dict[str, Any] = {"tenant": tenant_id, "run": run_row}
+    if changes.expected_version is None:
+        doc["mode"] = "insert"
+    elif changes.run_dirty:
+        doc["mode"] = "update"
+        doc["expected_version"] = changes.expected_version
+    if changes.steps:
+        doc["steps"] = [rows.step_to_row(x) for x in changes.steps.values()]
+    if changes.attempts:
+        agent = {s.step_id: s.agent_id for s in agg.steps}
+        doc["attempts"] = [
+            rows.attempt_to_row(a, agent[a.step_id]) for a in changes.attempts.values()
+        ]
+    if changes.leases:
+        doc["leases"] = [rows.lease_to_row(x) for x in changes.leases.values()]
+    if changes.approvals:
+        doc["approvals"] = [rows.approval_to_row(a) for a in changes.approvals.values()]
+    if changes.decisions:
+        doc["decisions"] = [rows.decision_to_row(d) for d in changes.decisions]
+    if changes.intents:
+        doc["intents"] = [rows.intent_to_row(i) for i in changes.intents]
+    if changes.events:
+        doc["outbox"] = [rows.event_to_row(e) for e in changes.events]
+        # Wake event watchers, and long-polling claimers of a dispatched agent; NOTIFY is
+        # delivered only on commit.
+        doc["notify_run"] = str(changes.run.run_id)
+        agents = {
+            e.payload["agentId"] for e in changes.events if e.event_type == "AttemptDispatched"
+        }
+        if agents:
+            doc["notify_agents"] = sorted(agents)
+            if max_open_attempts is not None:
+                doc["capacity"] = max_open_attempts
+    if changes.journal:
+        doc["journal"] = [rows.journal_to_row(j) for j in changes.journal]
+    if changes.audits:
+        doc["audits"] = [rows.audit_to_row(a) for a in changes.audits]
+    if release_budget_at is not None:
+        doc["release_budget"] = release_budget_at.isoformat()
+    if reserve is not None:
+        doc["reserve"] = {
+            "reservation_id": str(reserve.reservation_id),
+            "amount_usd": reserve.amount_usd,
+            "limit_usd": reserve.limit_usd,
+            "created_at": reserve.at.isoformat(),
+        }
+    if answer is not None:
+        doc["answer"] = {
+            "tenant_id": tenant_id,
+            "run_id": str(changes.run.run_id),
+            "command_id": answer.command_id,
+            "command": answer.command,
+            "answer": answers.encode(answer.value),
+            "created_at": answer.at.isoformat(),
+            "fingerprint": answer.fingerprint,
+        }
+    return PendingCommit(_dumps(doc), str(changes.run.run_id), changes)
+
+
+def audits_document(tenant_id: str, audits: Sequence[AuditRecord]) -> str:
+    """A document that only appends audit records (a refused command's)."""
+    return _dumps({"tenant": tenant_id, "audits": [rows.audit_to_row(a) for a in audits]})
+
+
+def conclude(pending: PendingCommit, answer: Answer) -> None:
+    """Take the database's answer for a document: returns when it committed, else raises its
+    typed error."""
+    if answer is None:
+        return
+    sqlstate, message = answer
+    changes = pending.changes
+    run_id = str(changes.run.run_id)
+    if sqlstate in _LOST_RACE:
+        raise errors.ConcurrencyConflict("the run changed since it was loaded", run_id=run_id)
+    if sqlstate == "RC001":
+        raise DuplicateSubmission(changes.run.idempotency_key)
+    if sqlstate == _BUDGET_DENIED:
+        raise errors.BudgetReservationDenied(message.splitlines()[0])
+    if sqlstate == _CAPACITY_DENIED:
+        raise errors.CapacityDenied(message.splitlines()[0])
+    try:
+        error_class: type[psycopg.Error] = psycopg.errors.lookup(sqlstate)
+    except KeyError:  # a code psycopg does not know (e.g. a new RCxxx of ours)
+        error_class = psycopg.DatabaseError
+    raise error_class(message)
+
+
+def apply_statement(docs: list[str]) -> tuple[str, tuple[str]]:
+    """The statement committing these documents: one alone needs no subtransaction."""
+    if len(docs) == 1:
+        return _APPLY, (docs[0],)
+    return _APPLY_MANY, ("[" + ",".join(docs) + "]",)
+
+
+def group_answers(docs: list[str], row: Any) -> list[Answer]:
+    """Per document, what the database answered: None (committed) or (SQLSTATE, message)."""
+    if len(docs) == 1:
+        return [None]
+    assert row is not None
+    return [None if a is None else (a[0], a[1]) for a in row[0]]
+
+
+# ---------------------------------------------------------------------- the store
+
+
+def _select(table: Table, where: str) -> str:
+    columns = ", ".join(str(c.name) for c in table.columns)
+    return f"SELECT {columns} FROM {table.name} WHERE {where}"  # noqa: S608 - our own metadata
+
+
+# The run and its rows, as of one snapshot (REPEATABLE READ): one round trip, no torn reads.
+_LOAD = (
+    (runs, _select(runs, "run_id = %s")),
+    (steps, _select(steps, "run_id = %s")),
+    (attempts, _select(attempts, "run_id = %s")),
+    (leases, _select(leases, "run_id = %s AND released_at IS NULL")),
+    (approval_requests, _select(approval_requests, "run_id = %s")),
+    (approval_decisions, _select(approval_decisions, "run_id = %s")),
+    (cancellation_intents, _select(cancellation_intents, "run_id = %s")),
+)
+_ANSWERED = "SELECT command_id FROM command_answers WHERE run_id = %s AND created_at >= %s"
+_STORED_ANSWER = (
+    "SELECT answer, fingerprint FROM command_answers"
+    " WHERE run_id = %s AND command_id = %s AND created_at >= %s"
+)
+_VERSION = "SELECT version FROM runs WHERE run_id = %s"
+_KEY = "SELECT run_id FROM runs WHERE tenant_id = %s AND project_id = %s AND idempotency_key = %s"
+
+
+class Store:
+    """The grains' asynchronous view of the database: a small pool of autocommit connections
+    for the app role (row-level security applies, as everywhere), used from one event loop.
+
+    Reads run in one pipelined transaction (``BEGIN``, the tenant scope, the reads and
+    ``COMMIT`` in one round trip); commits are ``runcontrol_apply`` statements, each its own
+    transaction. A lost connection surfaces as ``errors.Unavailable`` (retryable; whether a
+    commit happened is unknown, and a resend of its command id is answered exactly once)."""
+
+    def __init__(self, app_url: str, *, size: int = 8) -> None:
+        self._pool = AsyncConnectionPool(
+            libpq_url(app_url),
+            min_size=1,
+            max_size=size,
+            kwargs={"autocommit": True, "application_name": APPLICATION_NAME},
+            open=False,
+            timeout=30.0,
+        )
+        self._opened: asyncio.Lock | None = None
+        self._open = False
+        # statements that committed documents, and the documents in them (benchmarks, stats),
+        # and read transactions (loads, port reads)
+        self.statements_sent = 0
+        self.documents_sent = 0
+        self.reads = 0
+
+    async def open(self) -> None:
+        if self._open:
+            return
+        if self._opened is None:
+            self._opened = asyncio.Lock()
+        async with self._opened:
+            if not self._open:
+                await self._pool.open()
+                self._open = True
+
+    async def close(self) -> None:
+        if self._open:
+            await self._pool.close()
+            self._open = False
+
+    async def _conn(self) -> Any:
+        await self.open()
+        return self._pool.connection()
+
+    async def read(
+        self, tenant_id: str, queries: Sequence[tuple[str, Sequence[Any]]]
+    ) -> list[list[dict[str, Any]]]:
+        """Run ``queries`` in one transaction limited to ``tenant_id`` (one snapshot, one round
+        trip): the rows of each, in order."""
+        if not tenant_id:
+            raise ValueError("a tenant-scoped read needs a tenant id")
+        self.reads += 1
+        try:
+            async with await self._conn() as conn:
+                try:
+                    async with conn.pipeline():
+                        await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                        await conn.execute(_SET_TENANT, (tenant_id,))
+                        cursors = []
+                        for sql, params in queries:
+                            cur = conn.cursor(row_factory=dict_row)
+                            await cur.execute(sql, params)
+                            cursors.append(cur)
+                        await conn.execute("COMMIT")
+                    return [await cur.fetchall() for cur in cursors]
+                except psycopg.DatabaseError:
+                    if not conn.broken:
+                        await conn.rollback()
+                    raise
+        except psycopg.OperationalError as exc:
+            raise errors.Unavailable("the database connection was lost") from exc
+        except PoolTimeout as exc:
+            raise errors.Unavailable("no database connection is free") from exc
+
+    async def rows(
+        self, tenant_id: str, sql: str, params: Sequence[Any] = ()
+    ) -> list[dict[str, Any]]:
+        """One read in a transaction limited to ``tenant_id``."""
+        (found,) = await self.read(tenant_id, [(sql, params)])
+        return found
+
+    async def load(
+        self, tenant_id: str, run_id: UUID, answered_since: datetime
+    ) -> tuple[RunAggregate, set[str]]:
+        """The run and its rows as of one commit, and the ids of its commands answered since
+        ``answered_since`` (their answers are stored)."""
+        queries: list[tuple[str, Sequence[Any]]] = [(sql, (run_id,)) for _, sql in _LOAD]
+        queries.append((_ANSWERED, (run_id, answered_since)))
+        run, step, attempt, lease, approval, decision, intent, answered = await self.read(
+            tenant_id, queries
+        )
+        if not run:
+            raise errors.RunNotFound(f"run {run_id} not found", run_id=str(run_id))
+        agg = RunAggregate(
+            rows.row_to_run(run[0]),
+            [rows.row_to_step(r) for r in step],
+            [rows.row_to_attempt(r) for r in attempt],
+            [rows.row_to_lease(r) for r in lease],
+            [rows.row_to_approval(r) for r in approval],
+            [rows.row_to_decision(r) for r in decision],
+            [rows.row_to_intent(r) for r in intent],
+        )
+        return agg, {r["command_id"] for r in answered}
+
+    async def stored_answer(
+        self, tenant_id: str, run_id: UUID, command_id: str, since: datetime
+    ) -> tuple[Any, str | None] | None:
+        """``(answer, fingerprint)`` if the command committed since ``since``, else None."""
+        found = await self.rows(tenant_id, _STORED_ANSWER, (run_id, command_id, since))
+        if not found:
+            return None
+        return answers.decode(found[0]["answer"]), found[0]["fingerprint"]
+
+    async def run_version(self, tenant_id: str, run_id: UUID) -> int | None:
+        found = await self.rows(tenant_id, _VERSION, (run_id,))
+        return None if not found else int(found[0]["version"])
+
+    async def run_id_for_key(self, tenant_id: str, project_id: str, key: str) -> UUID | None:
+        found = await self.rows(tenant_id, _KEY, (tenant_id, project_id, key))
+        return None if not found else UUID(str(found[0]["run_id"]))
+
+    async def send(self, docs: list[str]) -> list[Answer]:
+        """Commit ``runcontrol_apply`` documents as one autocommit statement, one
+        subtransaction each (migration 0003): one round trip and one WAL flush for all of them.
+        Answers per document; raises ``Unavailable`` only when the connection failed, and then
+        nobody knows which of them committed."""
+        self.statements_sent += 1
+        self.documents_sent += len(docs)
+        try:
+            async with await self._conn() as conn, conn.cursor() as cur:
+                try:
+                    await cur.execute(*apply_statement(docs))
+                except psycopg.DatabaseError as exc:
+                    if conn.broken or len(docs) > 1:  # the connection failed, or all did
+                        raise
+                    return [(exc.sqlstate or "", str(exc))]
+                return group_answers(docs, await cur.fetchone())
+        except psycopg.OperationalError as exc:
+            raise errors.Unavailable("the database connection was lost") from exc
+        except PoolTimeout as exc:
+            raise errors.Unavailable("no database connection is free") from exc
+
+
+# ---------------------------------------------------------------------- group commit
+
+Sender = Callable[[list[str]], Awaitable[list[Answer]]]
+
+
+@dataclass(eq=False, slots=True)
+class _Slot:
+    key: str
+    doc: str
+    answer: asyncio.Future[Answer]
+
+
+class GroupCommit:
+    """Every document committed on one event loop at the same moment, in one statement.
+
+    ``commit(doc, key)`` queues the document; the queue leaves on the next turn of the loop
+    (so the commands a batch runs together share a statement) as long as fewer than
+    ``max_in_flight`` statements are unanswered, else as soon as one is answered. A lone
+    command is never delayed beyond one loop turn. Each group writes its runs in key (run id)
+    order, so two groups on two hosts queue behind each other rather than deadlock. Each
+    document runs in its own subtransaction: one lost race or refusal rolls back only its own
+    command. A whole group that failed (a lost connection) fails each of its callers with the
+    sender's error."""
+
+    def __init__(self, send: Sender, *, max_group: int = MAX_GROUP, max_in_flight: int = 2) -> None:
+        self._send = send
+        self._max_group = max_group
+        self._max_in_flight = max_in_flight
+        self._queue: list[_Slot] = []
+        self._in_flight = 0
+        self._scheduled = False
+
+    async def commit(self, doc: str, key: str) -> Answer:
+        slot = _Slot(key, doc, asyncio.get_running_loop().create_future())
+        self._queue.append(slot)
+        self._kick()
+        return await slot.answer
+
+    def _kick(self) -> None:
+        if self._queue and not self._scheduled and self._in_flight < self._max_in_flight:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        loop = asyncio.get_running_loop()
+        while self._queue and self._in_flight < self._max_in_flight:
+            group = self._queue[: self._max_group]
+            del self._queue[: self._max_group]
+            self._in_flight += 1
+            loop.create_task(self._commit(group))
+
+    async def _commit(self, group: list[_Slot]) -> None:
+        group.sort(key=lambda s: s.key)
+        try:
+            found = await self._send([s.doc for s in group])
+        except BaseException as exc:  # noqa: BLE001 - the whole group failed: each caller hears
+            for slot in group:
+                if not slot.answer.done():
+                    slot.answer.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            for slot, answer in zip(group, found, strict=True):
+                if not slot.answer.done():
+                    slot.answer.set_result(answer)
+        finally:
+            self._in_flight -= 1
+            self._kick()

@@ -52,7 +52,9 @@ async def decide_approval(
 ) -> dict[str, Any]:
     project = caller.project_scope
     run_id = await svc.read(
-        caller.tenant_id, lambda conn: q.approval_run(conn, approval_id, project_id=project)
+        caller.tenant_id,
+        lambda conn: q.approval_run(conn, approval_id, project_id=project),
+        project_id=project,
     )
     if run_id is None:  # unknown, another tenant's or another project's: the same answer
         raise errors.ApprovalNotFound(f"approval {approval_id} not found")
@@ -107,5 +109,5 @@ async def list_approvals(
         )
 
     as_of = datetime.now(UTC)
-    items, next_cursor = await svc.read(caller.tenant_id, page)
+    items, next_cursor = await svc.read(caller.tenant_id, page, project_id=caller.project_scope)
     return {"items": items, "nextCursor": next_cursor, "asOf": as_of}

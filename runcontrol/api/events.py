@@ -77,7 +77,7 @@ async def event_history(
     limit: Annotated[int, Query(ge=1, le=REPLAY_BATCH)] = 100,
 ) -> list[dict[str, Any]]:
     read = _run_and_events(run_id, caller.project_scope, after, limit)
-    run, events = await svc.read(caller.tenant_id, read)
+    run, events = await svc.read(caller.tenant_id, read, project_id=caller.project_scope)
     if run is None:
         raise errors.RunNotFound(f"run {run_id} not found")
     return events
@@ -94,7 +94,9 @@ async def _replay(
         if len(batch) < REPLAY_BATCH:
             return
         _, batch = await svc.read(
-            tenant_id, _run_and_events(run_id, project_id, batch[-1]["seq"], REPLAY_BATCH)
+            tenant_id,
+            _run_and_events(run_id, project_id, batch[-1]["seq"], REPLAY_BATCH),
+            project_id=project_id,
         )
 
 
@@ -188,7 +190,7 @@ async def stream_events(
     cursor = last_event_id if last_event_id is not None else (after or 0)
     tenant_id, project_id = caller.tenant_id, caller.project_scope
     run, first = await svc.read(
-        tenant_id, _run_and_events(run_id, project_id, cursor, REPLAY_BATCH)
+        tenant_id, _run_and_events(run_id, project_id, cursor, REPLAY_BATCH), project_id=project_id
     )
     if run is None:
         raise errors.RunNotFound(f"run {run_id} not found")

@@ -139,7 +139,9 @@ async def get_run(
 ) -> dict[str, Any]:
     project = caller.project_scope
     view = await svc.read(
-        caller.tenant_id, lambda conn: q.get_run(conn, run_id, project_id=project)
+        caller.tenant_id,
+        lambda conn: q.get_run(conn, run_id, project_id=project),
+        project_id=project,
     )
     if view is None:
         raise errors.RunNotFound(f"run {run_id} not found")
@@ -179,7 +181,7 @@ async def list_runs(
         )
 
     as_of = datetime.now(UTC)
-    items, next_cursor = await svc.read(caller.tenant_id, page)
+    items, next_cursor = await svc.read(caller.tenant_id, page, project_id=caller.project_scope)
     return {"items": items, "nextCursor": next_cursor, "asOf": as_of}
 
 
@@ -202,7 +204,9 @@ async def cancel_run(
 ) -> dict[str, Any]:
     project = caller.project_scope
     if project is not None and not await svc.read(
-        caller.tenant_id, lambda conn: q.run_visible(conn, run_id, project_id=project)
+        caller.tenant_id,
+        lambda conn: q.run_visible(conn, run_id, project_id=project),
+        project_id=project,
     ):
         # Another project's run answers as an unknown one does (a run's project never
         # changes, so this check cannot go stale before the command lands).

@@ -8,8 +8,10 @@ import uuid
 
 import httpx
 from api_harness import PROJECT, TenantView, assert_problem, decision
+from sqlalchemy import text
 
 from runcontrol.domain import Role
+from runcontrol.store import Database
 
 OTHER = "proj-2"
 
@@ -78,3 +80,23 @@ def test_tenant_wide_roles_see_and_act_across_projects(t: TenantView) -> None:
         decided = admin.post(path, json=decision(approval))
     assert decided.status_code == 200, decided.text
     assert decided.json()["decidedBy"] == "wanda"
+
+
+def test_the_database_itself_hides_another_projects_runs_and_events(
+    t: TenantView, db: Database
+) -> None:
+    """Row-level security (migration 0007): a project-scoped transaction, as the HTTP edge opens
+    for project roles, sees no other project's runs or events even with no WHERE clause."""
+    t.publish()
+    run_id = t.submit()
+    t.wait_state(run_id, "Running", "Accepted")
+
+    def visible(project_id: str | None) -> tuple[list[str], int]:
+        with db.tenant(t.tenant, project_id=project_id) as conn:
+            runs = [str(r) for r in conn.execute(text("SELECT run_id FROM runs")).scalars()]
+            events = conn.execute(text("SELECT count(*) FROM outbox")).scalar_one()
+        return runs, int(events)
+
+    assert visible(None)[0] == [run_id] and visible(None)[1] > 0
+    assert visible(PROJECT) == visible(None)
+    assert visible(OTHER) == ([], 0)

@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/runcontrol up
+	$(BIN)/runcontrol up --dev
 
 test: $(STAMP)
 	RUNCONTROL_RUN_SLOW=1 $(BIN)/python -m pytest -q

@@ -28,6 +28,7 @@ class RunControlApi:
         self, database_url: str | None = None, settings: dict[str, Any] | None = None
     ) -> None:
         self.settings = Settings(**(settings or {}))
+        self.settings.auth.check()  # no way to verify tokens: refuse to start, and say why
         url = database_url or self.settings.database_url
         if not url:
             raise RuntimeError("set RUNCONTROL_DATABASE_URL to the database's owner URL")

@@ -44,8 +44,17 @@ def start_ray(num_cpus: int | None = None, address: str | None = None) -> None:
         )
 
 
-def start_service(settings: Settings, owner_url: str, host: str, port: int) -> Service:
-    """Deploy hosts, the scheduler and the HTTP app; return once all of them answer."""
+def start_service(
+    settings: Settings,
+    owner_url: str,
+    host: str,
+    port: int,
+    *,
+    app_settings: dict[str, Any] | None = None,
+) -> Service:
+    """Deploy hosts, the scheduler and the HTTP app; return once all of them answer.
+
+    ``app_settings`` override the HTTP app's settings (over its ``RUNCONTROL_*`` environment)."""
     os.environ["RUNCONTROL_DATABASE_URL"] = owner_url
     hosts = ensure_hosts(settings, owner_url)
     scheduler = ensure_scheduler(settings, owner_url)
@@ -53,7 +62,9 @@ def start_service(settings: Settings, owner_url: str, host: str, port: int) -> S
 
     serve.start(http_options={"host": host, "port": port})
     serve.run(
-        RunControlApi.bind(database_url=owner_url),  # type: ignore[attr-defined]
+        RunControlApi.bind(  # type: ignore[attr-defined]
+            database_url=owner_url, settings=app_settings
+        ),
         name=APP_NAME,
         route_prefix="/",
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -154,10 +155,13 @@ def run(
     os.environ["RUNCONTROL_DATABASE_URL"] = owner_url
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     serve.run(Trivial.bind(), name="trivial", route_prefix="/trivial")
-    serve.run(RunControlApi.bind(database_url=owner_url), name="runcontrol", route_prefix="/")
-    secret = settings.auth.hs256_secret
-    assert secret is not None
-    token = mint_dev_token(secret.get_secret_value(), tenant, "bench", "bench-user", ["Requester"])
+    secret = secrets.token_urlsafe(48)  # this run's own: there is no built-in secret
+    serve.run(
+        RunControlApi.bind(database_url=owner_url, settings={"auth": {"hs256_secret": secret}}),
+        name="runcontrol",
+        route_prefix="/",
+    )
+    token = mint_dev_token(secret, tenant, "bench", "bench-user", ["Requester"])
     headers = {"Authorization": f"Bearer {token}"}
     body = {"workflowId": "bench", "releaseAlias": "latest", "modelProfileId": "m", "input": {}}
 

@@ -6,13 +6,17 @@ import argparse
 import asyncio
 import json
 import logging
+import os
+import secrets
 import signal
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import embedded
 from .bootstrap import build, build_database, database_url
-from .config import Settings
-from .domain import WorkflowDefinition
+from .config import AuthNotConfigured, Settings
+from .domain import Role, WorkflowDefinition
 
 if TYPE_CHECKING:
     from .worker import ReferenceWorker
@@ -35,13 +39,74 @@ def _say(message: str) -> None:
     print(f"runcontrol: {message}", flush=True)
 
 
-def _token(settings: Settings, subject: str, roles: list[str], tenant: str, project: str) -> str:
+def dev_secret_file(settings: Settings) -> Path:
+    """Where ``runcontrol up --dev`` keeps its random HS256 secret: beside the data dir, so
+    each install (data dir) has its own and ``runcontrol token`` finds it."""
+    data_dir = Path(settings.data_dir or embedded.default_data_dir()).expanduser().resolve()
+    return data_dir.with_name(data_dir.name + ".dev-secret")
+
+
+def _ensure_dev_secret(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(secrets.token_urlsafe(48) + "\n")
+
+
+def _with_dev_auth(settings: Settings) -> dict[str, Any] | None:
+    """``--dev``: with no key configured, sign with a random secret of this data dir. Answers
+    the HTTP app's settings override, or None when a key is configured (it is used as is)."""
+    auth = settings.auth
+    if auth.uses_jwks or auth.hs256_secret is not None or auth.hs256_secret_file:
+        return None
+    path = dev_secret_file(settings)
+    _ensure_dev_secret(path)
+    settings.auth = auth.model_copy(update={"hs256_secret_file": str(path)})
+    _say(f"dev mode: tokens are signed with the random secret in {path}")
+    return {"auth": {"hs256_secret_file": str(path)}}
+
+
+def _token(
+    settings: Settings,
+    subject: str,
+    roles: list[str],
+    tenant: str,
+    project: str,
+    scopes: list[str] | None = None,
+) -> str:
     from .api.auth import mint_dev_token
 
-    secret = settings.auth.hs256_secret
+    auth = settings.auth
+    if auth.uses_jwks and not auth.hs256_with_jwks:
+        raise SystemExit(
+            "runcontrol: this configuration verifies RS256 tokens against a JWKS and refuses "
+            "HS256: get a token from your identity provider"
+        )
+    try:
+        secret = auth.shared_secret()
+    except AuthNotConfigured as exc:
+        raise SystemExit(f"runcontrol: {exc}") from None
     if secret is None:
-        raise SystemExit("RUNCONTROL_AUTH__HS256_SECRET is not set: cannot mint a dev token")
-    return mint_dev_token(secret.get_secret_value(), tenant, project, subject, roles)
+        dev = dev_secret_file(settings)
+        if not dev.exists():
+            raise SystemExit(
+                "runcontrol: no HS256 secret to sign with: set RUNCONTROL_AUTH__HS256_SECRET "
+                f"(or _HS256_SECRET_FILE), or start `runcontrol up --dev` once (it keeps {dev})"
+            )
+        secret = dev.read_text(encoding="utf-8").strip()
+    return mint_dev_token(
+        secret,
+        tenant,
+        project,
+        subject,
+        roles,
+        scopes,
+        issuer=auth.issuer,
+        audience=auth.audience,
+    )
 
 
 def _demo_executors(seconds: float) -> dict[str, Any]:
@@ -89,6 +154,11 @@ def _cmd_up(args: argparse.Namespace) -> int:
     from .client import RunControlClient
 
     settings = Settings()
+    app_settings = _with_dev_auth(settings) if args.dev else None
+    try:
+        settings.auth.check()
+    except AuthNotConfigured as exc:
+        raise SystemExit(f"runcontrol: {exc}") from None
     _say("starting PostgreSQL " + ("(configured URL)" if settings.database_url else "(embedded)"))
     owner_url = database_url(settings)
     db = build_database(settings, owner_url=owner_url)
@@ -104,7 +174,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
         _say(f"demo release {release.release_id} published for tenant 'demo'")
     _say("starting Ray, run hosts, scheduler and the HTTP app (Ray Serve) ...")
     start_ray(address=args.address)
-    service = start_service(settings, owner_url, args.host, args.port)
+    service = start_service(settings, owner_url, args.host, args.port, app_settings=app_settings)
     client = RunControlClient(make_router(host_config(settings, owner_url)))
     requester = _token(settings, "alice", ["Requester"], DEMO_TENANT, DEMO_PROJECT)
     reviewer = _token(settings, "bob", ["Reviewer"], DEMO_TENANT, DEMO_PROJECT)
@@ -185,9 +255,17 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def _names(value: str | None) -> list[str] | None:
+    return None if value is None else [v.strip() for v in value.split(",") if v.strip()]
+
+
 def _cmd_token(args: argparse.Namespace) -> int:
-    roles = [r.strip() for r in args.roles.split(",") if r.strip()]
-    print(_token(Settings(), args.sub, roles, args.tenant, args.project))
+    roles = _names(args.roles) or []
+    unknown = sorted(set(roles) - {r.value for r in Role})
+    if unknown:
+        raise SystemExit(f"runcontrol: unknown roles {unknown}; known: {[r.value for r in Role]}")
+    scopes = _names(args.scopes)
+    print(_token(Settings(), args.sub, roles, args.tenant, args.project, scopes))
     return 0
 
 
@@ -223,6 +301,12 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--address", default=None, help="join this Ray cluster instead of starting one")
     up.add_argument("--no-workers", action="store_true", help="do not run the reference workers")
     up.add_argument("--no-demo", action="store_true", help="do not publish the demo workflow")
+    up.add_argument(
+        "--dev",
+        action="store_true",
+        help="local development: with no token key configured, sign tokens with a random "
+        "secret kept beside the data dir (`make run` does this)",
+    )
     up.set_defaults(func=_cmd_up)
 
     worker = sub.add_parser("worker", help="run a reference worker against a running cluster")
@@ -236,7 +320,13 @@ def main(argv: list[str] | None = None) -> int:
     token.add_argument("--tenant", required=True)
     token.add_argument("--project", required=True)
     token.add_argument("--sub", required=True)
-    token.add_argument("--roles", default="Requester")
+    token.add_argument("--roles", default="Requester", help="comma-separated roles")
+    token.add_argument(
+        "--scopes",
+        default=None,
+        help="comma-separated scopes (default: those the roles grant; the server honours "
+        "only scopes a role of the token grants)",
+    )
     token.set_defaults(func=_cmd_token)
 
     sub.add_parser("db", help="start/attach the database and apply migrations").set_defaults(

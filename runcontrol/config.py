@@ -71,19 +71,98 @@ class OutboxOptions(BaseModel):
     jsonl_path: str | None = Field(None, description="Also publish events to this JSONL file.")
 
 
+MIN_SECRET_BYTES = 32  # RFC 7518 3.2: an HS256 key of at least the hash's size
+
+
+class AuthNotConfigured(RuntimeError):
+    """The HTTP edge has no way to verify a token: it refuses to start rather than guess."""
+
+
 class AuthOptions(BaseModel):
-    """Bearer-token verification at the HTTP edge: HS256 with a shared secret (local dev) and/or
-    RS256 against a JWKS (file or URL). Issuer and audience are checked when set."""
+    """Bearer-token verification at the HTTP edge: RS256 against a JWKS (file or URL) and/or
+    HS256 with a shared secret. There is no built-in secret: a server with neither refuses to
+    start (``runcontrol up --dev`` makes a random secret per data dir for local use).
+
+    Issuer and audience are checked when set; with a JWKS both must be set."""
 
     hs256_secret: SecretStr | None = Field(
-        SecretStr("runcontrol-dev-secret-change-me-0123456789"),
-        description="Shared HS256 secret; the default is for local development only.",
+        None, description=f"Shared HS256 secret (at least {MIN_SECRET_BYTES} bytes)."
+    )
+    hs256_secret_file: str | None = Field(
+        None, description="A file holding the shared HS256 secret (instead of hs256_secret)."
+    )
+    hs256_with_jwks: bool = Field(
+        False,
+        description="Also accept HS256 tokens when a JWKS is configured. Off: a shared secret "
+        "left in the environment of an RS256 deployment cannot mint tokens it accepts.",
     )
     jwks_url: str | None = Field(None, description="JWKS endpoint for RS256 tokens.")
     jwks_file: str | None = Field(None, description="JWKS file for RS256 tokens.")
-    issuer: str | None = Field(None, description="Required `iss`; unset: not checked.")
-    audience: str | None = Field(None, description="Required `aud`; unset: not checked.")
-    leeway_seconds: float = Field(30, ge=0)
+    issuer: str | None = Field(None, description="Required `iss`; needed with a JWKS.")
+    audience: str | None = Field(None, description="Required `aud`; needed with a JWKS.")
+    leeway_seconds: float = Field(30, ge=0, description="Clock skew allowed on exp/nbf/iat.")
+
+    @property
+    def uses_jwks(self) -> bool:
+        return bool(self.jwks_url or self.jwks_file)
+
+    def shared_secret(self) -> str | None:
+        """The configured HS256 secret (read from its file if so configured), or None.
+
+        Raises ``AuthNotConfigured`` when it is configured but unusable (unreadable, short)."""
+        if self.hs256_secret is not None and self.hs256_secret_file:
+            raise AuthNotConfigured("set hs256_secret or hs256_secret_file, not both")
+        if self.hs256_secret is not None:
+            secret = self.hs256_secret.get_secret_value()
+            where = "RUNCONTROL_AUTH__HS256_SECRET"
+        elif self.hs256_secret_file:
+            where = self.hs256_secret_file
+            try:
+                with open(self.hs256_secret_file, encoding="utf-8") as fh:
+                    secret = fh.read().strip()
+            except OSError as exc:
+                raise AuthNotConfigured(f"cannot read the HS256 secret file: {exc}") from None
+        else:
+            return None
+        if len(secret.encode()) < MIN_SECRET_BYTES:
+            raise AuthNotConfigured(
+                f"the HS256 secret ({where}) is shorter than {MIN_SECRET_BYTES} bytes"
+            )
+        return secret
+
+    def hs256_key(self) -> str | None:
+        """The secret HS256 tokens are verified with; None when HS256 is not accepted."""
+        secret = self.shared_secret()
+        if secret is not None and self.uses_jwks and not self.hs256_with_jwks:
+            return None
+        return secret
+
+    def check(self) -> None:
+        """Raise ``AuthNotConfigured`` unless tokens can be verified, and verified safely."""
+        if self.uses_jwks:
+            if not (self.issuer and self.audience):
+                raise AuthNotConfigured(
+                    "with a JWKS, set RUNCONTROL_AUTH__ISSUER and RUNCONTROL_AUTH__AUDIENCE too: "
+                    "otherwise any token the identity provider signs, for any application, "
+                    "would be accepted"
+                )
+            self.shared_secret()  # a configured but unusable secret is an error even if unused
+            return
+        if self.shared_secret() is None:
+            raise AuthNotConfigured(
+                "no token verification key is configured, and there is no built-in one: set "
+                "RUNCONTROL_AUTH__JWKS_URL (or _JWKS_FILE) with RUNCONTROL_AUTH__ISSUER and "
+                "RUNCONTROL_AUTH__AUDIENCE, or RUNCONTROL_AUTH__HS256_SECRET (or "
+                "_HS256_SECRET_FILE); for local development, `runcontrol up --dev` (`make run`) "
+                "makes a random secret of its own"
+            )
+
+
+class RateLimit(BaseModel):
+    """A token bucket: ``per_second`` tokens refill, up to ``burst``."""
+
+    per_second: float = Field(gt=0)
+    burst: int = Field(ge=1)
 
 
 class ApiOptions(BaseModel):
@@ -95,6 +174,17 @@ class ApiOptions(BaseModel):
         "(each holds a long poll on the run's host).",
     )
     readiness_timeout_seconds: float = Field(2, gt=0)
+    max_body_bytes: int = Field(
+        1024 * 1024, ge=1024, description="Larger request bodies are refused with 413."
+    )
+    command_rate: RateLimit | None = Field(
+        None,
+        description="Per tenant and replica: submissions, cancels and decisions beyond this "
+        "token bucket get 429 with Retry-After. None: no limit.",
+    )
+    tenant_command_rates: dict[str, RateLimit] = Field(
+        default_factory=dict, description="Per-tenant overrides of command_rate."
+    )
 
 
 class Settings(BaseSettings):

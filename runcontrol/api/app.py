@@ -12,6 +12,7 @@ from ..store import Database
 from . import approvals, events, health, problems, runs
 from .auth import TokenVerifier
 from .context import HostProbe, Services
+from .limits import BodyLimit, TenantRateLimiter
 
 
 def create_app(
@@ -35,9 +36,11 @@ def create_app(
         redoc_url=None,
     )
     app.state.services = Services(client, db, settings, host_probe)
-    app.state.verifier = TokenVerifier(settings.auth)
+    app.state.verifier = TokenVerifier(settings.auth)  # AuthNotConfigured: refuse to start
+    app.state.rate_limiter = TenantRateLimiter(settings.api)
     app.state.sse_subscribers = Counter()  # live event streams per run (api.sse_max_per_run)
     problems.install(app)
+    app.add_middleware(BodyLimit, max_bytes=settings.api.max_body_bytes)
     for module in (runs, events, approvals, health):
         app.include_router(module.router)
     return app

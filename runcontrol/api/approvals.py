@@ -17,11 +17,12 @@ from sqlalchemy import Connection
 from schemas.api import ApprovalPage, ApprovalView, DecisionRequest
 
 from ..commands import DecideApproval
-from ..domain import ApprovalState
+from ..domain import ApprovalState, errors
 from ..domain.access import approvals_visible_only_to
 from ..store import queries as q
-from .auth import ApprovalsDecider, ApprovalsReader
+from .auth import ApprovalsReader
 from .context import Svc, check_cursor
+from .limits import MeteredDecider
 from .problems import responses
 from .runs import RetryKey, command_id
 
@@ -32,25 +33,35 @@ router = APIRouter(prefix="/factory/approvals", tags=["approvals"])
     "/{approvalId}/decision",
     operation_id="DecideApproval",
     response_model=ApprovalView,
-    responses=responses(401, 403, 404, 409, 410, 422, 503),
+    responses=responses(401, 403, 404, 409, 410, 413, 422, 429, 503),
     summary="Approve, reject or request changes on the exact proposal version.",
     description=(
-        "Scope `factory.approvals.decide`. `version` is the request version decided on "
+        "Scope `factory.approvals.decide`; roles Reviewer, WorkspaceAdmin, PlatformAdmin "
+        "(break-glass), within the caller's project unless a role spans the tenant. "
+        "`version` is the request version decided on "
         "(optimistic concurrency): a mismatch or a second decision is 409, an expired or stale "
         "request is 410, the run's requester is refused with 403."
     ),
 )
 async def decide_approval(
-    caller: ApprovalsDecider,
+    caller: MeteredDecider,
     svc: Svc,
     body: DecisionRequest,
     approval_id: Annotated[UUID, Path(alias="approvalId")],
     idempotency_key: RetryKey = None,
 ) -> dict[str, Any]:
+    project = caller.project_scope
+    run_id = await svc.read(
+        caller.tenant_id,
+        lambda conn: q.approval_run(conn, approval_id, project_id=project),
+        project_id=project,
+    )
+    if run_id is None:  # unknown, another tenant's or another project's: the same answer
+        raise errors.ApprovalNotFound(f"approval {approval_id} not found")
     approval = await svc.client.send(
         DecideApproval(
             tenant_id=caller.tenant_id,
-            run_id=await svc.client.approval_run(caller.tenant_id, approval_id),
+            run_id=run_id,
             command_id=command_id(caller, "DecideApproval", approval_id, idempotency_key),
             approval_id=approval_id,
             principal=caller.principal,
@@ -71,8 +82,9 @@ async def decide_approval(
     summary="Pending and decided approval requests visible to the caller's roles; paged.",
     description=(
         "Scope `factory.approvals.read`. Newest first. Reviewers, workspace and platform "
-        "admins, operators and observers see every request of their tenant; anyone else sees "
-        "the requests of the runs they requested."
+        "admins, operators and observers see every request in their scope (their project; "
+        "the tenant for operators and admins); anyone else sees the requests of the runs "
+        "they requested."
     ),
 )
 async def list_approvals(
@@ -88,9 +100,14 @@ async def list_approvals(
 
     def page(conn: Connection) -> tuple[list[dict[str, Any]], str | None]:
         return q.list_approvals(
-            conn, states=states, requested_by=requested_by, cursor=cursor, limit=limit
+            conn,
+            project_id=caller.project_scope,
+            states=states,
+            requested_by=requested_by,
+            cursor=cursor,
+            limit=limit,
         )
 
     as_of = datetime.now(UTC)
-    items, next_cursor = await svc.read(caller.tenant_id, page)
+    items, next_cursor = await svc.read(caller.tenant_id, page, project_id=caller.project_scope)
     return {"items": items, "nextCursor": next_cursor, "asOf": as_of}

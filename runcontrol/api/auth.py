@@ -2,7 +2,8 @@
 
 Tenant (``tid``), project (``pid``), subject (``sub``), roles (``roles``) and scopes (``scope``,
 space-separated) are read from the token after its signature, expiry, issuer and audience are
-checked. Nothing in a header or a body can change them.
+checked. Nothing in a header or a body can change them. What the caller may then do is the
+role table's (``runcontrol.domain.access``): role *and* scope must both allow an operation.
 """
 
 from __future__ import annotations
@@ -23,13 +24,33 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ..config import AuthOptions
 from ..domain import Principal, Role, errors
+from ..domain.access import (
+    ALL_SCOPES,
+    APPROVALS_DECIDE,
+    APPROVALS_READ,
+    OPERATION_SCOPE,
+    RUNS_READ,
+    RUNS_WRITE,
+    RUNTIME,
+    Operation,
+    allows,
+    effective_scopes,
+    project_scope,
+    scopes_of,
+)
 from .problems import InsufficientScope, Unauthorized
 
-RUNS_READ = "factory.runs.read"
-RUNS_WRITE = "factory.runs.write"
-APPROVALS_READ = "factory.approvals.read"
-APPROVALS_DECIDE = "factory.approvals.decide"
-ALL_SCOPES = (RUNS_READ, RUNS_WRITE, APPROVALS_READ, APPROVALS_DECIDE)
+__all__ = [
+    "ALL_SCOPES",
+    "APPROVALS_DECIDE",
+    "APPROVALS_READ",
+    "RUNS_READ",
+    "RUNS_WRITE",
+    "RUNTIME",
+    "Caller",
+    "TokenVerifier",
+    "mint_dev_token",
+]
 
 _RS_ALGORITHMS = ("RS256",)
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
@@ -44,7 +65,8 @@ bearer = HTTPBearer(
 
 @dataclass(frozen=True, slots=True)
 class Caller:
-    """The verified identity of one request."""
+    """The verified identity of one request; ``scopes`` are its effective scopes (those of
+    the token that its roles grant)."""
 
     principal: Principal
     scopes: frozenset[str]
@@ -52,6 +74,11 @@ class Caller:
     @property
     def tenant_id(self) -> str:
         return self.principal.tenant_id
+
+    @property
+    def project_scope(self) -> str | None:
+        """The only project the caller may see and change; None: its whole tenant."""
+        return project_scope(self.principal)
 
 
 def _invalid(detail: str) -> Unauthorized:
@@ -85,16 +112,17 @@ def caller_from_claims(claims: dict[str, Any]) -> Caller:
         project_id=_identity(claims, "pid"),
         roles=roles,
     )
-    return Caller(principal, scopes)
+    return Caller(principal, effective_scopes(roles, scopes))
 
 
 class TokenVerifier:
-    """Verifies HS256 tokens with the shared secret and RS256 tokens against a JWKS."""
+    """Verifies RS256 tokens against a JWKS and, where allowed, HS256 tokens with the shared
+    secret. Built only from a configuration that can verify: ``AuthNotConfigured`` otherwise."""
 
     def __init__(self, options: AuthOptions) -> None:
+        options.check()
         self._options = options
-        secret = options.hs256_secret
-        self._secret = secret.get_secret_value() if secret is not None else None
+        self._secret = options.hs256_key()
         self._jwks_client = (
             jwt.PyJWKClient(options.jwks_url, cache_keys=True, lifespan=300)
             if options.jwks_url
@@ -177,22 +205,30 @@ async def authenticate(
     return await verifier.verify_async(credentials.credentials)
 
 
-def require(scope: str) -> Callable[..., Awaitable[Caller]]:
-    """A dependency answering the verified caller, or 403 when the token lacks ``scope``."""
+def require(operation: Operation) -> Callable[..., Awaitable[Caller]]:
+    """A dependency answering the verified caller, or 403 unless one of its roles grants
+    ``operation`` and its effective scopes hold the operation's scope."""
+    scope = OPERATION_SCOPE[operation]
 
     async def dependency(caller: Annotated[Caller, Depends(authenticate)]) -> Caller:
         if scope not in caller.scopes:
-            raise InsufficientScope(f"the token lacks the scope {scope}", scope=scope)
+            raise InsufficientScope(
+                f"the token lacks the scope {scope}, or none of its roles grants it", scope=scope
+            )
+        if not allows(caller.principal.roles, caller.scopes, operation):
+            roles = ", ".join(sorted(caller.principal.roles)) or "none"
+            raise errors.Forbidden(f"{operation} is not an operation of the roles: {roles}")
         return caller
 
     return dependency
 
 
-# The verified caller of a route, by the scope the route needs.
-RunsReader = Annotated[Caller, Depends(require(RUNS_READ))]
-RunsWriter = Annotated[Caller, Depends(require(RUNS_WRITE))]
-ApprovalsReader = Annotated[Caller, Depends(require(APPROVALS_READ))]
-ApprovalsDecider = Annotated[Caller, Depends(require(APPROVALS_DECIDE))]
+# The verified caller of a route, by the operation the route performs.
+RunsReader = Annotated[Caller, Depends(require(Operation.READ_RUNS))]
+RunSubmitter = Annotated[Caller, Depends(require(Operation.SUBMIT_RUN))]
+RunCanceller = Annotated[Caller, Depends(require(Operation.CANCEL_RUN))]
+ApprovalsReader = Annotated[Caller, Depends(require(Operation.READ_APPROVALS))]
+ApprovalsDecider = Annotated[Caller, Depends(require(Operation.DECIDE_APPROVAL))]
 
 
 def mint_dev_token(
@@ -209,15 +245,19 @@ def mint_dev_token(
 ) -> str:
     """An HS256 token for local development (``runcontrol token``).
 
-    ``scopes=None`` grants all four factory scopes.
+    ``scopes=None`` grants the scopes of ``roles`` (the role table), and nothing else.
     """
     now = int(time.time())
+    roles = [str(r) for r in roles]
+    if scopes is None:
+        known = {r.value: r for r in Role}
+        scopes = sorted(scopes_of(known[r] for r in roles if r in known))
     claims: dict[str, Any] = {
         "sub": subject,
         "tid": tenant,
         "pid": project,
-        "roles": [str(r) for r in roles],
-        "scope": " ".join(ALL_SCOPES if scopes is None else scopes),
+        "roles": roles,
+        "scope": " ".join(scopes),
         "iat": now,
         "nbf": now,
         "exp": now + int(ttl_s),

@@ -29,11 +29,14 @@ class Services:
     settings: Settings
     host_probe: HostProbe | None = None
 
-    async def read(self, tenant_id: str, query: Callable[[Connection], T]) -> T:
-        """Run a read model query in the caller's tenant (row-level security), off the loop."""
+    async def read(
+        self, tenant_id: str, query: Callable[[Connection], T], *, project_id: str | None
+    ) -> T:
+        """Run a read model query in the caller's tenant and, unless None, project (row-level
+        security on both), off the loop."""
 
         def run() -> T:
-            with self.db.tenant(tenant_id) as conn:
+            with self.db.tenant(tenant_id, project_id=project_id) as conn:
                 return query(conn)
 
         return await asyncio.to_thread(run)

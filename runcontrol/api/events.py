@@ -46,11 +46,14 @@ def sse_frame(event: dict[str, Any]) -> str:
 RunAndEvents = tuple[dict[str, Any] | None, list[dict[str, Any]]]
 
 
-def _run_and_events(run_id: UUID, after: int, limit: int) -> Callable[[Connection], RunAndEvents]:
-    """A read of the run (None: not in this tenant) and its events after ``after``."""
+def _run_and_events(
+    run_id: UUID, project_id: str | None, after: int, limit: int
+) -> Callable[[Connection], RunAndEvents]:
+    """A read of the run (None: not in this tenant or not in ``project_id``) and its events
+    after ``after``."""
 
     def read(conn: Connection) -> RunAndEvents:
-        run = q.get_run(conn, run_id)
+        run = q.get_run(conn, run_id, project_id=project_id)
         if run is None or limit == 0:
             return run, []
         return run, q.events_after(conn, run_id, after, limit)
@@ -73,14 +76,15 @@ async def event_history(
     after: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
     limit: Annotated[int, Query(ge=1, le=REPLAY_BATCH)] = 100,
 ) -> list[dict[str, Any]]:
-    run, events = await svc.read(caller.tenant_id, _run_and_events(run_id, after, limit))
+    read = _run_and_events(run_id, caller.project_scope, after, limit)
+    run, events = await svc.read(caller.tenant_id, read, project_id=caller.project_scope)
     if run is None:
         raise errors.RunNotFound(f"run {run_id} not found")
     return events
 
 
 async def _replay(
-    svc: Services, tenant_id: str, run_id: UUID, first: list[dict[str, Any]]
+    svc: Services, tenant_id: str, project_id: str | None, run_id: UUID, first: list[dict[str, Any]]
 ) -> AsyncIterator[str]:
     """A terminal run's remaining events, straight from the store."""
     batch = first
@@ -90,7 +94,9 @@ async def _replay(
         if len(batch) < REPLAY_BATCH:
             return
         _, batch = await svc.read(
-            tenant_id, _run_and_events(run_id, batch[-1]["seq"], REPLAY_BATCH)
+            tenant_id,
+            _run_and_events(run_id, project_id, batch[-1]["seq"], REPLAY_BATCH),
+            project_id=project_id,
         )
 
 
@@ -182,15 +188,17 @@ async def stream_events(
     last_event_id: Annotated[int | None, Header(alias="Last-Event-ID", ge=0, le=MAX_SEQ)] = None,
 ) -> Response:
     cursor = last_event_id if last_event_id is not None else (after or 0)
-    tenant_id = caller.tenant_id
-    run, first = await svc.read(tenant_id, _run_and_events(run_id, cursor, REPLAY_BATCH))
+    tenant_id, project_id = caller.tenant_id, caller.project_scope
+    run, first = await svc.read(
+        tenant_id, _run_and_events(run_id, project_id, cursor, REPLAY_BATCH), project_id=project_id
+    )
     if run is None:
         raise errors.RunNotFound(f"run {run_id} not found")
     frames: AsyncIterator[str]
     if RunState(run["state"]).terminal:
         if not first:
             return Response(status_code=204)  # nothing more will come: EventSource stops
-        frames = _replay(svc, tenant_id, run_id, first)
+        frames = _replay(svc, tenant_id, project_id, run_id, first)
     else:
         heartbeat_s = svc.settings.api.sse_heartbeat_seconds
         subscribers: Counter[UUID] = request.app.state.sse_subscribers

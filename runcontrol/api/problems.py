@@ -61,6 +61,18 @@ class TooManySubscribers(ApiError):
     code = "too-many-subscribers"
 
 
+class PayloadTooLarge(ApiError):
+    """The request body is over ``api.max_body_bytes``."""
+
+    code = "payload-too-large"
+
+
+class RateLimited(ApiError):
+    """The tenant is over its command rate (``api.command_rate``) on this replica."""
+
+    code = "rate-limited"
+
+
 # ---------------------------------------------------------------------- the table
 
 # Looked up along the error's MRO, so a subclass without a row inherits its parent's status.
@@ -73,6 +85,8 @@ STATUS_BY_CODE: Mapping[str, int] = {
     InsufficientScope.code: 403,
     RequestInvalid.code: 422,
     TooManySubscribers.code: 429,
+    PayloadTooLarge.code: 413,
+    RateLimited.code: 429,
     # the domain
     errors.ValidationFailed.code: 422,
     errors.BreakGlassReasonRequired.code: 422,
@@ -152,6 +166,12 @@ def problem(
     return JSONResponse(body, status_code=status, headers=all_headers, media_type=MEDIA_TYPE)
 
 
+def _headers(error: errors.RunControlError) -> dict[str, str]:
+    if isinstance(error, RateLimited):
+        return {"Retry-After": str(error.details["retry_after"])}
+    return _www_authenticate(error)
+
+
 def _www_authenticate(error: errors.RunControlError) -> dict[str, str]:
     if isinstance(error, Unauthorized):
         reason = error.details.get("oauth_error")
@@ -183,7 +203,7 @@ def from_error(error: errors.RunControlError) -> JSONResponse:
         error.code,
         str(error),
         extensions=_safe_details(error.details),
-        headers=_www_authenticate(error),
+        headers=_headers(error),
     )
 
 

@@ -25,8 +25,9 @@ from schemas.api import (
 from ..commands import CancelRun, SubmitRequest, SubmitRun, new_command_id
 from ..domain import Limits, RunState, errors
 from ..store import queries as q
-from .auth import Caller, RunsReader, RunsWriter
+from .auth import Caller, RunsReader
 from .context import Svc, check_cursor
+from .limits import MeteredCanceller, MeteredSubmitter
 from .problems import IdempotencyKeyRequired, responses
 
 router = APIRouter(prefix="/factory/runs", tags=["runs"])
@@ -89,12 +90,13 @@ def _submit_request(
     operation_id="SubmitRun",
     status_code=202,
     response_model=SubmitRunResponse,
-    responses=responses(400, 401, 403, 404, 409, 422, 503),
+    responses=responses(400, 401, 403, 404, 409, 413, 422, 429, 503),
     summary="Accept a run; 202 with the run location; idempotent on Idempotency-Key.",
-    description="Scope `factory.runs.write`.",
+    description="Scope `factory.runs.write`; roles Requester, WorkspaceAdmin, PlatformAdmin. "
+    "The run belongs to the token's project.",
 )
 async def submit_run(
-    caller: RunsWriter,
+    caller: MeteredSubmitter,
     svc: Svc,
     body: SubmitRunRequest,
     response: Response,
@@ -127,14 +129,20 @@ async def submit_run(
     response_model=RunView,
     responses=responses(401, 403, 404, 422),
     summary="Run with steps, attempts, current lease and pending approvals.",
-    description="Scope `factory.runs.read`.",
+    description="Scope `factory.runs.read`. A run outside the caller's project is 404 unless "
+    "a role spans the tenant (Operator, WorkspaceAdmin, PlatformAdmin).",
 )
 async def get_run(
     caller: RunsReader,
     svc: Svc,
     run_id: RunIdPath,
 ) -> dict[str, Any]:
-    view = await svc.read(caller.tenant_id, lambda conn: q.get_run(conn, run_id))
+    project = caller.project_scope
+    view = await svc.read(
+        caller.tenant_id,
+        lambda conn: q.get_run(conn, run_id, project_id=project),
+        project_id=project,
+    )
     if view is None:
         raise errors.RunNotFound(f"run {run_id} not found")
     return view
@@ -146,7 +154,8 @@ async def get_run(
     response_model=RunPage,
     responses=responses(400, 401, 403, 422),
     summary="Runs in the trusted scope with state and freshness; paged.",
-    description="Scope `factory.runs.read`. Newest first.",
+    description="Scope `factory.runs.read`. Newest first. The caller's project only, unless "
+    "a role spans the tenant (Operator, WorkspaceAdmin, PlatformAdmin).",
 )
 async def list_runs(
     caller: RunsReader,
@@ -162,10 +171,17 @@ async def list_runs(
     states = [str(s) for s in state or ()]
 
     def page(conn: Connection) -> tuple[list[dict[str, Any]], str | None]:
-        return q.list_runs(conn, states=states, workflow_id=workflow_id, cursor=cursor, limit=limit)
+        return q.list_runs(
+            conn,
+            project_id=caller.project_scope,
+            states=states,
+            workflow_id=workflow_id,
+            cursor=cursor,
+            limit=limit,
+        )
 
     as_of = datetime.now(UTC)
-    items, next_cursor = await svc.read(caller.tenant_id, page)
+    items, next_cursor = await svc.read(caller.tenant_id, page, project_id=caller.project_scope)
     return {"items": items, "nextCursor": next_cursor, "asOf": as_of}
 
 
@@ -174,17 +190,27 @@ async def list_runs(
     operation_id="CancelRun",
     status_code=202,
     response_model=CancelRunResponse,
-    responses=responses(401, 403, 404, 409, 422, 503),
+    responses=responses(401, 403, 404, 409, 413, 422, 429, 503),
     summary="Record cancellation intent; the resulting state is observed, not assumed.",
-    description="Scope `factory.runs.write`.",
+    description="Scope `factory.runs.write`; roles Requester (its project's runs), Operator, "
+    "WorkspaceAdmin, PlatformAdmin (any run of the tenant).",
 )
 async def cancel_run(
-    caller: RunsWriter,
+    caller: MeteredCanceller,
     svc: Svc,
     body: CancelRunRequest,
     run_id: RunIdPath,
     idempotency_key: RetryKey = None,
 ) -> dict[str, Any]:
+    project = caller.project_scope
+    if project is not None and not await svc.read(
+        caller.tenant_id,
+        lambda conn: q.run_visible(conn, run_id, project_id=project),
+        project_id=project,
+    ):
+        # Another project's run answers as an unknown one does (a run's project never
+        # changes, so this check cannot go stale before the command lands).
+        raise errors.RunNotFound(f"run {run_id} not found")
     state = await svc.client.send(
         CancelRun(
             tenant_id=caller.tenant_id,

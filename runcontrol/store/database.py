@@ -21,6 +21,7 @@ SYSTEM_ROLE = "runcontrol_system"
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 _SET_TENANT = text("SELECT set_config('runcontrol.tenant_id', :tenant, true)")
+_SET_PROJECT = text("SELECT set_config('runcontrol.project_id', :project, true)")
 
 
 class SchemaMismatch(RuntimeError):
@@ -145,12 +146,17 @@ class Database:
             )
 
     @contextmanager
-    def tenant(self, tenant_id: str) -> Iterator[Connection]:
-        """A transaction that row-level security limits to ``tenant_id``; commits on success."""
+    def tenant(self, tenant_id: str, *, project_id: str | None = None) -> Iterator[Connection]:
+        """A transaction that row-level security limits to ``tenant_id`` and, for reads of runs
+        and events, to ``project_id`` when given (migration 0008); commits on success."""
         if not tenant_id:
             raise ValueError("a tenant-scoped transaction needs a tenant id")
+        if project_id == "":
+            raise ValueError("a project-scoped transaction needs a project id")
         with self.app.begin() as conn:
             conn.execute(_SET_TENANT, {"tenant": tenant_id})
+            if project_id is not None:
+                conn.execute(_SET_PROJECT, {"project": project_id})
             yield conn
 
     @contextmanager

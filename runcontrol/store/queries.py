@@ -1,6 +1,8 @@
 """Read models and sweeps: the queries that are not one grain's command.
 
 Tenant-scoped reads run on ``Database.tenant()`` connections (row-level security applies).
+Each takes ``project_id``: the one project the caller may see (``domain.access.project_scope``),
+or None for the whole tenant; a run of another project reads exactly like an unknown one.
 Sweeps run on the system path (``Database.system_tx()``), the only all-tenant reader.
 """
 
@@ -135,9 +137,26 @@ def approval_view(m: Any) -> dict[str, Any]:
     return _view(m, APPROVAL)
 
 
-def get_run(conn: Connection, run_id: UUID) -> dict[str, Any] | None:
-    """A run with its steps, attempts, current leases and pending approvals."""
-    row = conn.execute(select(runs).where(runs.c.run_id == run_id)).first()
+def _in_project(project_id: str | None) -> list[ColumnElement[bool]]:
+    return [] if project_id is None else [runs.c.project_id == project_id]
+
+
+def run_visible(conn: Connection, run_id: UUID, *, project_id: str | None) -> bool:
+    """True when the run exists in this tenant and, if given, in ``project_id``."""
+    found = conn.execute(
+        select(runs.c.run_id).where(runs.c.run_id == run_id, *_in_project(project_id))
+    ).first()
+    return found is not None
+
+
+def get_run(
+    conn: Connection, run_id: UUID, *, project_id: str | None = None
+) -> dict[str, Any] | None:
+    """A run with its steps, attempts, current leases and pending approvals; None when it is
+    not in this tenant or (``project_id``) not in that project."""
+    row = conn.execute(
+        select(runs).where(runs.c.run_id == run_id, *_in_project(project_id))
+    ).first()
     if row is None:
         return None
     view = run_summary(row._mapping)
@@ -188,13 +207,14 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
 def list_runs(
     conn: Connection,
     *,
+    project_id: str | None,
     states: Sequence[str] = (),
     workflow_id: str | None = None,
     cursor: str | None = None,
     limit: int = 50,
 ) -> tuple[list[dict[str, Any]], str | None]:
     """Newest first, keyset-paged on (created_at, run_id)."""
-    conditions: list[ColumnElement[bool]] = []
+    conditions = _in_project(project_id)
     if states:
         conditions.append(runs.c.state.in_(list(states)))
     if workflow_id:
@@ -205,6 +225,7 @@ def list_runs(
 def list_approvals(
     conn: Connection,
     *,
+    project_id: str | None,
     states: Sequence[str] = (),
     requested_by: str | None = None,
     cursor: str | None = None,
@@ -213,6 +234,9 @@ def list_approvals(
     """Newest first, keyset-paged on (created_at, approval_id)."""
     t = approval_requests
     conditions: list[ColumnElement[bool]] = []
+    if project_id is not None:
+        in_project = select(runs.c.run_id).where(runs.c.project_id == project_id)
+        conditions.append(t.c.run_id.in_(in_project))
     if requested_by is not None:
         conditions.append(t.c.requested_by == requested_by)
     if states:
@@ -242,9 +266,15 @@ def _page(
     return [view(m) for m in rows], next_cursor
 
 
-def approval_run(conn: Connection, approval_id: UUID) -> UUID | None:
+def approval_run(
+    conn: Connection, approval_id: UUID, *, project_id: str | None = None
+) -> UUID | None:
+    """The run of an approval request in this tenant and (``project_id``) in that project."""
+    t = approval_requests
     return conn.execute(
-        select(approval_requests.c.run_id).where(approval_requests.c.approval_id == approval_id)
+        select(t.c.run_id)
+        .join(runs, runs.c.run_id == t.c.run_id)
+        .where(t.c.approval_id == approval_id, *_in_project(project_id))
     ).scalar_one_or_none()
 
 

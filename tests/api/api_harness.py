@@ -45,6 +45,10 @@ REVIEWER = "rita"
 SECOND_REVIEWER = "rob"
 PROBLEM = "application/problem+json"
 HEARTBEAT_S = 0.5  # the test deployment's SSE heartbeat
+# The one tenant the test deployment rate-limits (api.tenant_command_rates): a burst of 3
+# commands, then one per 20 s; every other tenant is unlimited (the default).
+RATE_LIMITED_TENANT = f"t-limited-{uuid.uuid4().hex[:8]}"
+RATE_LIMIT = {"per_second": 0.05, "burst": 3}
 
 
 def free_port() -> int:
@@ -71,6 +75,7 @@ def api_settings(ray_runtime: Any, jwks_file: Path) -> dict[str, Any]:
     settings: dict[str, Any] = ray_runtime.settings.model_dump(mode="json")
     settings["auth"] = {
         "hs256_secret": SECRET,
+        "hs256_with_jwks": True,  # tests mint HS256 tokens; test_auth proves the default refuses
         "jwks_file": str(jwks_file),
         "issuer": ISSUER,
         "audience": AUDIENCE,
@@ -79,6 +84,7 @@ def api_settings(ray_runtime: Any, jwks_file: Path) -> dict[str, Any]:
         "sse_heartbeat_seconds": HEARTBEAT_S,
         "readiness_timeout_seconds": 5,
         "sse_max_per_run": SSE_MAX_PER_RUN,
+        "tenant_command_rates": {RATE_LIMITED_TENANT: RATE_LIMIT},
     }
     return settings
 

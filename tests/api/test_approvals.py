@@ -92,9 +92,21 @@ def test_the_requester_may_never_decide(t: TenantView) -> None:
 
 
 def test_deciding_needs_an_approver_role(t: TenantView) -> None:
+    # The role table gives an Observer no decide scope, even when its token claims one.
     _, _, approval = t.waiting_for_approval()
-    observer = t.user("olga", Role.OBSERVER)
-    assert_problem(decide(t, approval, decision(approval), who=observer), 403, "forbidden")
+    observer = t.user("olga", Role.OBSERVER, scopes=[APPROVALS_DECIDE, APPROVALS_READ])
+    assert_problem(decide(t, approval, decision(approval), who=observer), 403, "insufficient-scope")
+
+
+def test_deciding_also_needs_the_policys_approver_role(t: TenantView) -> None:
+    # A Reviewer holds the decide scope, but this tenant's policy names only WorkspaceAdmin.
+    t.publish_policy(approver_roles=frozenset({Role.WORKSPACE_ADMIN}))
+    run_id, _, approval = t.waiting_for_approval()
+    assert_problem(decide(t, approval, decision(approval)), 403, "forbidden")
+    admin = t.user("wanda", Role.WORKSPACE_ADMIN)
+    granted = decide(t, approval, decision(approval), who=admin)
+    assert granted.status_code == 200, granted.text
+    assert t.wait_state(run_id, "Running", "Completed")
 
 
 def test_other_tenant_and_unknown_approvals_are_404(t: TenantView) -> None:

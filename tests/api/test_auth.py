@@ -10,7 +10,13 @@ from api_harness import AUDIENCE, ISSUER, PROJECT, SECRET, Api, TenantView, asse
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from runcontrol.api import mint_dev_token
-from runcontrol.api.auth import APPROVALS_DECIDE, APPROVALS_READ, RUNS_READ, RUNS_WRITE
+from runcontrol.api.auth import (
+    APPROVALS_DECIDE,
+    APPROVALS_READ,
+    RUNS_READ,
+    RUNS_WRITE,
+    RUNTIME,
+)
 from runcontrol.domain import Role
 
 PROTECTED = [
@@ -88,20 +94,33 @@ def test_rs256_tokens_verified_against_the_jwks(api: Api, tenant: str) -> None:
     assert response.status_code == 200, response.text
 
 
-def test_mint_dev_token_grants_all_factory_scopes(api: Api, tenant: str) -> None:
-    token = mint_dev_token(
-        SECRET, tenant, PROJECT, "dev", [Role.REQUESTER], issuer=ISSUER, audience=AUDIENCE
-    )
-    decoded = jwt.decode(token, SECRET, algorithms=["HS256"], audience=AUDIENCE)
-    assert set(decoded["scope"].split()) == {
+def test_mint_dev_token_grants_the_scopes_of_its_roles_only(api: Api, tenant: str) -> None:
+    def scopes(*roles: Role) -> set[str]:
+        token = mint_dev_token(SECRET, tenant, PROJECT, "dev", roles, audience=AUDIENCE)
+        decoded = jwt.decode(token, SECRET, algorithms=["HS256"], audience=AUDIENCE)
+        assert (decoded["tid"], decoded["pid"], decoded["sub"]) == (tenant, PROJECT, "dev")
+        return set(decoded["scope"].split())
+
+    assert scopes(Role.OBSERVER) == {RUNS_READ, APPROVALS_READ}
+    assert scopes(Role.REQUESTER) == {RUNS_READ, RUNS_WRITE, APPROVALS_READ}
+    assert scopes(Role.REVIEWER) == {RUNS_READ, APPROVALS_READ, APPROVALS_DECIDE}
+    assert scopes(Role.WORKER) == {RUNTIME}
+    assert scopes(Role.REQUESTER, Role.REVIEWER) == {
         RUNS_READ,
         RUNS_WRITE,
         APPROVALS_READ,
         APPROVALS_DECIDE,
     }
-    assert (decoded["tid"], decoded["pid"], decoded["sub"]) == (tenant, PROJECT, "dev")
+    token = mint_dev_token(
+        SECRET, tenant, PROJECT, "dev", [Role.REQUESTER], issuer=ISSUER, audience=AUDIENCE
+    )
     with api.client(token) as http:
         assert http.get("/factory/approvals").status_code == 200
+        assert_problem(
+            http.post("/factory/approvals/00000000-0000-0000-0000-000000000001/decision", json={}),
+            403,
+            "insufficient-scope",
+        )
 
 
 def test_a_missing_scope_is_403(t: TenantView) -> None:

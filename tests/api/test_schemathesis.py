@@ -17,12 +17,13 @@ from typing import Any
 
 import pytest
 import schemathesis
-from api_harness import Api, new_tenant
+from api_harness import SECRET, Api, new_tenant
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 
 from runcontrol.api import create_app
 from runcontrol.client import RunControlClient
+from runcontrol.config import Settings
 from runcontrol.domain import Role
 from runcontrol.store import Database
 
@@ -31,6 +32,7 @@ MAX_EXAMPLES = 25
 _document_only = create_app(
     RunControlClient(router=None),  # type: ignore[arg-type]
     Database("postgresql+psycopg://unused@localhost/unused"),
+    Settings(auth={"hs256_secret": SECRET}),
 )
 DOCUMENT: dict[str, Any] = _document_only.openapi()
 schema = schemathesis.openapi.from_dict(DOCUMENT)

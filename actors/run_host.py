@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from uuid import UUID
 
+import psycopg
 import ray
+from sqlalchemy import exc as sa_exc
 
 from runcontrol.bootstrap import build, build_database
 from runcontrol.commands import AcquireLease, Command
@@ -130,8 +132,17 @@ class RunHost:
                     del self._activations[run_id]
 
     async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
-        """A synchronous read (claims, run views, event pages) off the loop."""
-        return await asyncio.to_thread(fn, *args)
+        """A synchronous read (claims, run views, event pages) off the loop. A read that met a
+        pooled connection the database dropped (a restart) is retried once on a fresh one
+        (the pool replaces the connections opened before the loss); then ``Unavailable``."""
+        for retry in (True, False):
+            try:
+                return await asyncio.to_thread(fn, *args)
+            except (sa_exc.OperationalError, psycopg.OperationalError) as exc:
+                if not retry:
+                    raise errors.Unavailable("the database connection was lost") from exc
+                log.warning("a read met a lost database connection (%r); retrying", exc)
+        raise AssertionError("unreachable")
 
     async def command(self, command: Command[T]) -> T:
         """Run one grain command in the run's mailbox (strictly in order per run)."""

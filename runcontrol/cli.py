@@ -248,6 +248,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             {a: EchoExecutor(a, args.work_seconds) for a in args.agents},
             renew_every_s=max(settings.leases.duration_seconds / 3, 0.5),
             lease_grace_s=settings.leases.renewal_grace_seconds + 5.0,
+            concurrency=args.concurrency,
         )
         await _supervise_workers([worker], stop)
 
@@ -313,6 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     worker.add_argument("--holder", default="worker-cli")
     worker.add_argument("--agents", nargs="+", default=["planner", "applier", "reporter"])
     worker.add_argument("--work-seconds", type=float, default=0.5)
+    worker.add_argument(
+        "--concurrency", type=int, default=8, help="attempts run at once (default 8)"
+    )
     worker.add_argument("--address", default=None)
     worker.set_defaults(func=_cmd_worker)
 

@@ -93,6 +93,9 @@ class WakeResult:
     leases_expired: int = 0
     approvals_expired: int = 0
     dispatched: bool = False
+    # wall-clock-exceeded / lifetime-exceeded (a cancellation recorded), stop-timeout (open
+    # attempts settled Uncertain), or None
+    stopped: str | None = None
 
 
 # ---------------------------------------------------------------------- runs

@@ -41,6 +41,29 @@ class CommandOptions(BaseModel):
     )
 
 
+class CancelOptions(BaseModel):
+    stop_timeout_seconds: float = Field(
+        120,
+        gt=0,
+        description="How long the lease holders of a cancelled run have to stop and report; "
+        "then the reminder settles their attempts Uncertain and the run ends Cancelled.",
+    )
+    grace_seconds: float = Field(
+        30,
+        ge=0,
+        description="cancelGrace: the stop timeout of a run the control plane cancels itself "
+        "(wall-clock budget or lifetime exceeded).",
+    )
+
+
+class RunOptions(BaseModel):
+    max_lifetime_hours: float = Field(
+        24,
+        gt=0,
+        description="Every run is cancelled (lifetime-exceeded) this long after it was accepted.",
+    )
+
+
 class GrainOptions(BaseModel):
     idle_seconds: float = Field(60, gt=0)
     host_count: int = Field(2, ge=1)
@@ -211,6 +234,8 @@ class Settings(BaseSettings):
     approvals: ApprovalOptions = ApprovalOptions()
     journal: JournalOptions = JournalOptions()
     commands: CommandOptions = CommandOptions()
+    cancel: CancelOptions = CancelOptions()
+    runs: RunOptions = RunOptions()
     grains: GrainOptions = GrainOptions()
     budget: BudgetOptions = BudgetOptions()
     capacity: CapacityOptions = CapacityOptions()
@@ -228,4 +253,7 @@ class Settings(BaseSettings):
             retry_base_seconds=self.retries.base_delay_seconds,
             retry_cap_seconds=self.retries.max_delay_seconds,
             answer_retention_seconds=self.commands.answer_retention_hours * 3600,
+            cancel_stop_timeout_seconds=self.cancel.stop_timeout_seconds,
+            cancel_grace_seconds=self.cancel.grace_seconds,
+            max_run_lifetime_seconds=self.runs.max_lifetime_hours * 3600,
         )

@@ -597,6 +597,9 @@ class RunGrain:
         options = self.env.options
 
         def decide(a: RunAggregate, c: CommandContext) -> WakeResult:
+            stopped = a.enforce_deadlines(c, options)
+            if a.run.state.terminal:
+                return WakeResult(stopped=stopped)
             leases = sum(
                 1 for attempt_id in list(a.leases) if a.expire_lease(c, attempt_id, options)
             )
@@ -604,7 +607,7 @@ class RunGrain:
                 1 for ap in a.pending_approvals() if a.expire_approval(c, ap.approval_id)
             )
             dispatched = self._dispatch_due(a, c) is not None
-            return WakeResult(False, leases, approvals, dispatched)
+            return WakeResult(False, leases, approvals, dispatched, stopped)
 
         return await self._run(Plan(decide, "reminder"), command)
 

@@ -86,6 +86,13 @@ def transient(exc: BaseException) -> bool:
     )
 
 
+CANCEL_EVENTS = frozenset({"CancellationRequested", "RunCancelled"})
+
+
+class _Stopped(Exception):
+    """The run was cancelled while the attempt waited: stop and report ``Cancelled``."""
+
+
 class LeaseGone(Exception):
     """By the local clock the lease expired (plus a grace) while its commands went unanswered:
     the reconciler re-dispatches the attempt, so sending more is pointless."""
@@ -112,8 +119,12 @@ class ReferenceWorker:
         backoff: Backoff | None = None,
         restart_backoff: Backoff | None = None,
         clock: Clock | None = None,
+        concurrency: int = 8,
     ) -> None:
+        if concurrency < 1:
+            raise ValueError("a worker runs at least one attempt at a time")
         self.client = client
+        self.concurrency = concurrency
         self.holder = holder
         self.executors = dict(executors)
         self.renew_every_s = renew_every_s
@@ -151,13 +162,23 @@ class ReferenceWorker:
             await self._pause(delay, self.restart_backoff)
 
     async def run(self) -> None:
-        """Claim and work until stopped (drains: the current attempt finishes first).
+        """Claim and work until stopped, ``concurrency`` attempts at a time (drains: attempts
+        in hand finish first).
 
-        No failure ends the loop: it is logged, and the next claim follows a backoff."""
+        No failure ends a slot's loop: it is logged, and the next claim follows a backoff."""
+        await asyncio.gather(*(self._slot(self.slot_holder(k)) for k in range(self.concurrency)))
+
+    def slot_holder(self, k: int) -> str:
+        """The lease holder of slot ``k``: each slot holds its own leases (a claim retried by
+        the same holder gets the same lease, so two slots sharing one would run one attempt
+        twice)."""
+        return self.holder if self.concurrency == 1 else f"{self.holder}/{k}"
+
+    async def _slot(self, holder: str) -> None:
         failures = 0
         while not self._stop.is_set():
             try:
-                claim = await self._claim()
+                claim = await self._claim(holder)
                 if claim is not None:
                     await self.work(claim)
                 failures = 0
@@ -170,11 +191,11 @@ class ReferenceWorker:
                     log.exception("worker %s failed; claiming again in %.2fs", self.holder, delay)
                 await self._pause(delay, self.backoff)
 
-    async def _claim(self) -> Claim | None:
+    async def _claim(self, holder: str) -> Claim | None:
         """The next claim, or None when nothing came or the worker is stopping."""
         stopping = asyncio.create_task(self._stop.wait())
         polling = asyncio.create_task(
-            self.client.claim(list(self.executors), self.holder, self.claim_timeout_s)
+            self.client.claim(list(self.executors), holder, self.claim_timeout_s)
         )
         try:
             await asyncio.wait({polling, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -200,42 +221,84 @@ class ReferenceWorker:
             sleeping.cancel()
 
     async def work(self, claim: Claim) -> None:
+        """Run one leased attempt to its report. A cancellation of the run (the lease grant or
+        a renewal says ``cancel_requested``, the run's events carry ``CancellationRequested``,
+        or a renewal is refused) stops the executor and reports ``Cancelled``."""
         grant = claim.grant
-        executor = self.executors[grant.agent_id]
         lease = _Lease(claim)
-        renewer = asyncio.create_task(self._renew(claim, lease))
+        stop = asyncio.Event()
+        if grant.cancel_requested:
+            stop.set()
+        helpers = [
+            asyncio.create_task(self._renew(claim, lease, stop)),
+            asyncio.create_task(self._watch_for_cancel(claim, stop)),
+        ]
+        body = asyncio.create_task(self._attempt(claim, lease))
+        stopping = asyncio.create_task(stop.wait())
         try:
-            if grant.cancel_requested:
-                await self._report(claim, lease, AttemptOutcome.CANCELLED)
+            await asyncio.wait({body, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if body.done() and not isinstance(body.exception(), _Stopped):
+                body.result()
                 return
-            if grant.gate == "approval" or grant.side_effect_class.at_least(
-                SideEffectClass.LOCAL_WRITE
-            ):
-                if not await self._approved(claim, lease, executor):
-                    return
-            try:
-                result = await executor.execute(claim.input)
-            except TransientError as exc:
-                log.info("attempt %s failed transiently: %s", grant.attempt_id, exc)
-                await self._report(claim, lease, AttemptOutcome.FAILED, FailureClass.TRANSIENT)
-                return
-            except Exception:
-                log.exception("attempt %s failed", grant.attempt_id)
-                await self._report(claim, lease, AttemptOutcome.FAILED, FailureClass.PERMANENT)
-                return
-            await self._report(
-                claim, lease, AttemptOutcome.SUCCEEDED, outcome_hash=canonical_hash(result)
-            )
-            self.completed += 1
+            body.cancel()
+            with contextlib.suppress(asyncio.CancelledError, _Stopped):
+                await body
+            log.info("attempt %s: the run was cancelled; stopped", grant.attempt_id)
+            await self._report(claim, lease, AttemptOutcome.CANCELLED)
         except LeaseGone as exc:
             log.warning("gave up on attempt %s: %s", grant.attempt_id, exc)
         except errors.RunControlError as exc:
             # Refused for good (lease gone, stale token, already settled): the run has moved on.
             log.warning("attempt %s: refused: %s (%s)", grant.attempt_id, exc, exc.code)
         finally:
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewer
+            for task in (*helpers, stopping, body):
+                task.cancel()
+            for task in (*helpers, stopping, body):
+                with contextlib.suppress(BaseException):
+                    await task
+
+    async def _attempt(self, claim: Claim, lease: _Lease) -> None:
+        """The attempt's work: approval first when its step needs it, then the executor."""
+        grant = claim.grant
+        executor = self.executors[grant.agent_id]
+        if grant.gate == "approval" or grant.side_effect_class.at_least(
+            SideEffectClass.LOCAL_WRITE
+        ):
+            if not await self._approved(claim, lease, executor):
+                return
+        try:
+            result = await executor.execute(claim.input)
+        except TransientError as exc:
+            log.info("attempt %s failed transiently: %s", grant.attempt_id, exc)
+            await self._report(claim, lease, AttemptOutcome.FAILED, FailureClass.TRANSIENT)
+            return
+        except Exception:
+            log.exception("attempt %s failed", grant.attempt_id)
+            await self._report(claim, lease, AttemptOutcome.FAILED, FailureClass.PERMANENT)
+            return
+        await self._report(
+            claim, lease, AttemptOutcome.SUCCEEDED, outcome_hash=canonical_hash(result)
+        )
+        self.completed += 1
+
+    async def _watch_for_cancel(self, claim: Claim, stop: asyncio.Event) -> None:
+        """Follow the run's events while the attempt runs: a cancellation stops it within a
+        long-poll's wake-up (a NOTIFY), not at the next renewal."""
+        cursor = failures = 0
+        while True:
+            try:
+                async for event in self.client.watch(claim.tenant_id, claim.run_id, cursor):
+                    cursor, failures = event["seq"], 0
+                    if event["type"] in CANCEL_EVENTS:
+                        stop.set()
+                        return
+                return  # the run ended
+            except Exception as exc:
+                if not transient(exc):
+                    log.warning("attempt %s: watching its run failed: %r", claim.attempt_id, exc)
+                    return  # renewals still carry cancel_requested
+                failures += 1
+                await self.backoff.sleep(self.backoff.delay(failures))
 
     async def _send(self, command: Command[R], lease: _Lease) -> R:
         """Send ``command`` until answered, refused for good, or the lease is certainly gone.
@@ -277,8 +340,10 @@ class ReferenceWorker:
             state = await self._decision(claim, lease, str(approval.approval_id))
             if state == ApprovalState.APPROVED:
                 return True
+            if state == ApprovalState.CANCELLED:
+                raise _Stopped  # the run was cancelled: report Cancelled
             if state != ApprovalState.STALE:
-                return False  # rejected, expired or cancelled: the run settles the attempt
+                return False  # rejected or expired: the run settles the attempt
 
     async def _decision(self, claim: Claim, lease: _Lease, approval_id: str) -> str:
         cursor = failures = 0
@@ -301,7 +366,7 @@ class ReferenceWorker:
                     raise LeaseGone(f"the run's events went unanswered ({exc!r})") from exc
                 await self.backoff.sleep(self.backoff.delay(failures))
 
-    async def _renew(self, claim: Claim, lease: _Lease) -> None:
+    async def _renew(self, claim: Claim, lease: _Lease, stop: asyncio.Event) -> None:
         while True:
             await asyncio.sleep(self.renew_every_s)
             try:
@@ -311,11 +376,14 @@ class ReferenceWorker:
                 return
             except errors.RunControlError as exc:
                 log.warning("renewal of attempt %s refused: %s", claim.attempt_id, exc)
+                stop.set()  # the lease is no longer ours: stop working on it
                 return
             except Exception:
                 log.exception("renewal of attempt %s failed", claim.attempt_id)
                 return
             lease.expires_at = max(lease.expires_at, grant.expires_at)
+            if grant.cancel_requested:
+                stop.set()
 
     async def _report(
         self,

@@ -18,6 +18,8 @@ from .model import (
     Step,
 )
 from .run import (
+    LIFETIME_EXCEEDED,
+    WALL_CLOCK_EXCEEDED,
     Changes,
     CommandContext,
     LeaseGrant,
@@ -40,6 +42,8 @@ from .states import (
 from .workflow import PolicyDocument, Release, StepSpec, WorkflowDefinition
 
 __all__ = [
+    "LIFETIME_EXCEEDED",
+    "WALL_CLOCK_EXCEEDED",
     "ApprovalDecision",
     "ApprovalRequest",
     "ApprovalState",

@@ -78,6 +78,19 @@ class Options:
     retry_cap_seconds: float = 300.0
     # How long a committed command's answer answers its resends (exactly-once window).
     answer_retention_seconds: float = 86400.0
+    # How long the holders of a cancelled run's leases have to stop and report, before the
+    # reminder settles their attempts Uncertain (RunControl:Cancel:StopTimeoutSeconds).
+    cancel_stop_timeout_seconds: float = 120.0
+    # The same for a run the control plane itself cancels (wall clock, lifetime): cancelGrace.
+    cancel_grace_seconds: float = 30.0
+    # Every run is cancelled this long after it was accepted (RunControl:Runs:MaxLifetimeHours).
+    max_run_lifetime_seconds: float = 86400.0
+
+
+# Reasons of the cancellations the control plane itself records.
+WALL_CLOCK_EXCEEDED = "wall-clock-exceeded"
+LIFETIME_EXCEEDED = "lifetime-exceeded"
+RUN_CONTROL = "run-control"  # the actor of what the reminder does on its own
 
 
 @dataclass(slots=True)
@@ -373,6 +386,12 @@ class RunAggregate:
         if state is RunState.ACCEPTED:
             return self.run.created_at  # budget and first dispatch are due at once
         times: list[datetime] = []
+        if state is RunState.CANCELLING:
+            stop = self.stop_deadline(options)
+            if stop is not None:
+                times.append(stop)
+        elif state is not RunState.WAITING_FOR_APPROVAL:  # a human's wait has its own expiry
+            times.append(self.deadline(options))
         if state is RunState.RUNNING:
             step = self._first_open_step()
             if step is not None and step.state is StepState.PENDING:
@@ -436,10 +455,7 @@ class RunAggregate:
             requested_by=submission.requested_by,
             created_at=ctx.now,
             updated_at=ctx.now,
-            limits=limits,
-            deadline_at=(
-                ctx.now + timedelta(minutes=limits.max_minutes) if limits.max_minutes else None
-            ),
+            limits=limits,  # limits.max_minutes runs from the first lease grant (deadline_at)
             correlation_id=submission.correlation_id,
             input=submission.input,
         )
@@ -577,6 +593,9 @@ class RunAggregate:
                 f"no lease while the run is {self.run.state}", run_state=str(self.run.state)
             )
         self.run.fencing_seq += 1
+        if self.run.deadline_at is None and self.run.limits.max_minutes:
+            # The wall-clock budget runs from the first lease grant: work starts there.
+            self.run.deadline_at = ctx.now + timedelta(minutes=self.run.limits.max_minutes)
         lease = Lease(
             lease_id=ctx.new_id(),
             attempt_id=attempt_id,
@@ -672,6 +691,19 @@ class RunAggregate:
     ) -> LeaseGrant:
         attempt = self.attempt(attempt_id)
         lease = self._held_lease(ctx, attempt, holder, fencing_token, options)
+        stop = self.stop_deadline(options)
+        if stop is not None and ctx.now >= stop:
+            self._audit(
+                ctx,
+                "renewal-after-stop-timeout",
+                attempt_id=attempt_id,
+                holder=holder,
+                fencing_token=fencing_token,
+            )
+            raise errors.LeaseRejected(
+                "the run was cancelled and its stop timeout has passed",
+                attempt_id=str(attempt_id),
+            )
         lease.expires_at = ctx.now + timedelta(seconds=options.lease_seconds)
         self._changes.leases[lease.lease_id] = lease
         self._touch(ctx)
@@ -1210,6 +1242,65 @@ class RunAggregate:
                 ctx, FailureClass.CANCELLATION, "approval expired", cause="ApprovalExpired"
             )
         return True
+
+    # ------------------------------------------------------------------ deadlines
+
+    def deadline(self, options: Options) -> datetime:
+        """When the control plane cancels the run: its wall-clock budget (``maxMinutes`` from
+        the first lease grant) or its maximum lifetime, whichever comes first."""
+        lifetime = self.run.created_at + timedelta(seconds=options.max_run_lifetime_seconds)
+        wall_clock = self.run.deadline_at
+        return lifetime if wall_clock is None else min(lifetime, wall_clock)
+
+    def stop_deadline(self, options: Options) -> datetime | None:
+        """While Cancelling: when the lease holders' time to stop and report runs out."""
+        if self.run.state is not RunState.CANCELLING or not self.intents:
+            return None
+        intent = max(self.intents, key=lambda i: i.requested_at)
+        own = intent.reason in (WALL_CLOCK_EXCEEDED, LIFETIME_EXCEEDED)
+        wait = options.cancel_grace_seconds if own else options.cancel_stop_timeout_seconds
+        return intent.requested_at + timedelta(seconds=wait)
+
+    def enforce_deadlines(self, ctx: CommandContext, options: Options) -> str | None:
+        """The reminder's part: past its deadline a run gets a cancellation intent (reason
+        ``wall-clock-exceeded`` or ``lifetime-exceeded``); past the stop deadline a Cancelling
+        run's open attempts are settled Uncertain (cause ``StopTimeout``: a holder that never
+        reported may have acted), their leases revoked, and the run ends Cancelled. Answers
+        what it did, or None."""
+        state = self.run.state
+        if state.terminal or state is RunState.WAITING_FOR_APPROVAL:
+            # A human decision is never cut short by the run's clock: the approval's expiry
+            # bounds that wait, and a run past its deadline is cancelled once it resumes.
+            return None
+        if state is not RunState.CANCELLING:
+            if ctx.now < self.deadline(options):
+                return None
+            lifetime = self.run.created_at + timedelta(seconds=options.max_run_lifetime_seconds)
+            reason = LIFETIME_EXCEEDED if ctx.now >= lifetime else WALL_CLOCK_EXCEEDED
+            self.cancel(ctx, RUN_CONTROL, reason, options)
+            return reason
+        stop = self.stop_deadline(options)
+        if stop is None or ctx.now < stop:
+            return None
+        for attempt in self.open_attempts():
+            if attempt.state is AttemptState.DISPATCHED:
+                self._cancel_unleased(ctx, attempt)
+                self._move_step(
+                    ctx, self.step(attempt.step_id), StepState.CANCELLED, "RunCancelled"
+                )
+                continue
+            self._settle(
+                ctx,
+                attempt,
+                AttemptOutcome.UNCERTAIN,
+                FailureClass.UNCERTAIN,
+                None,
+                settled_by=RUN_CONTROL,
+                cause="StopTimeout",
+            )
+            self._after_settled(ctx, attempt, options)
+        self._finish_cancelling(ctx)
+        return "stop-timeout"
 
     # ------------------------------------------------------------------ cancellation
 

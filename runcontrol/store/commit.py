@@ -311,9 +311,21 @@ class Store:
         self, tenant_id: str, queries: Sequence[tuple[str, Sequence[Any]]]
     ) -> list[list[dict[str, Any]]]:
         """Run ``queries`` in one transaction limited to ``tenant_id`` (one snapshot, one round
-        trip): the rows of each, in order."""
+        trip): the rows of each, in order. A read that met a connection the database dropped
+        (a restart) is tried once more, after the pool has discarded every broken one."""
         if not tenant_id:
             raise ValueError("a tenant-scoped read needs a tenant id")
+        for retry in (True, False):
+            try:
+                return await self._read(tenant_id, queries)
+            except errors.Unavailable:
+                if not retry:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _read(
+        self, tenant_id: str, queries: Sequence[tuple[str, Sequence[Any]]]
+    ) -> list[list[dict[str, Any]]]:
         self.reads += 1
         try:
             async with await self._conn() as conn:
@@ -333,9 +345,20 @@ class Store:
                         await conn.rollback()
                     raise
         except psycopg.OperationalError as exc:
+            await self._lost()
             raise errors.Unavailable("the database connection was lost") from exc
         except PoolTimeout as exc:
             raise errors.Unavailable("no database connection is free") from exc
+
+    async def _lost(self) -> None:
+        """A connection was found broken: the others opened before it probably are too (the
+        server restarted). Have the pool test and replace its idle ones now, so the next
+        commands do not each meet one (no per-checkout ping: that costs every command a round
+        trip)."""
+        try:
+            await self._pool.check()
+        except Exception:  # noqa: BLE001 - the next checkout fails and retries in its turn
+            pass
 
     async def rows(
         self, tenant_id: str, sql: str, params: Sequence[Any] = ()
@@ -401,6 +424,7 @@ class Store:
                     return [(exc.sqlstate or "", str(exc))]
                 return group_answers(docs, await cur.fetchone())
         except psycopg.OperationalError as exc:
+            await self._lost()
             raise errors.Unavailable("the database connection was lost") from exc
         except PoolTimeout as exc:
             raise errors.Unavailable("no database connection is free") from exc

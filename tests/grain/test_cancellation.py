@@ -3,9 +3,12 @@ Cancelled only when every attempt has settled (or the stop timeout settled it as
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from grain_harness import SHARED, WORKER, Harness, outcome_hash, proposal
 
+from runcontrol import reconcilers
 from runcontrol.commands import (
     AcquireLease,
     CancelRun,
@@ -16,10 +19,12 @@ from runcontrol.commands import (
     WakeResult,
 )
 from runcontrol.domain import (
+    WALL_CLOCK_EXCEEDED,
     ApprovalState,
     AttemptOutcome,
     AttemptState,
     Decision,
+    Limits,
     RunState,
     StepSpec,
     StepState,
@@ -110,8 +115,8 @@ def test_stop_timeout_settles_an_unreported_shared_write_attempt_as_uncertain(h:
     assert h.wake(grain) == WakeResult()
     assert h.load(grain.run_id).run.state is RunState.CANCELLING  # not assumed settled
 
-    h.clock.advance(120 + 30)  # past expires_at + grace: the reconciler settles it
-    assert h.wake(grain) == WakeResult(leases_expired=1)
+    h.clock.advance(60)  # past the stop timeout (120 s after the intent): the reminder settles
+    assert h.wake(grain) == WakeResult(stopped="stop-timeout")
     agg = h.load(grain.run_id)
     assert agg.attempts[grant.attempt_id].state is AttemptState.UNCERTAIN
     assert agg.run.state is RunState.CANCELLED
@@ -201,3 +206,51 @@ def test_a_cancellation_needs_a_reason(h: Harness):
         )
     assert intents(h, grain.run_id) == []
     assert h.load(grain.run_id).run.state is RunState.RUNNING
+
+
+# ------------------------------------------------------------------ deadlines (issue 11)
+
+
+def fenced(h: Harness, grain, grant) -> dict:
+    return {
+        "tenant_id": h.tenant,
+        "run_id": grain.run_id,
+        "attempt_id": grant.attempt_id,
+        "holder": grant.holder,
+        "fencing_token": grant.fencing_token,
+    }
+
+
+def test_a_run_over_its_wall_clock_budget_is_cancelled_by_its_durable_reminder(h: Harness):
+    """``limits.maxMinutes`` runs from the first lease grant. The deadline is the run's stored
+    reminder (``next_due_at``), so it survives every activation (a restart of every actor):
+    the sweep finds the run, a fresh activation wakes it, and the cancellation is recorded with
+    reason ``wall-clock-exceeded``; after ``cancelGrace`` the silent holder's attempt is settled
+    Uncertain and the run ends Cancelled."""
+    h.publish(StepSpec("work", "agent-a"))
+    grain, _ = h.submit(h.request(limits=Limits(max_minutes=10)))
+    h.clock.advance(30)
+    grant = h.lease(grain)
+    deadline = h.clock.now() + timedelta(minutes=10)
+    assert h.load(grain.run_id).run.deadline_at == deadline
+
+    for _ in range(5):  # the holder keeps its lease, as a working holder does
+        h.clock.advance(118)
+        grain.execute(RenewLease(**fenced(h, grain, grant)))
+    h.clock.advance(10)
+    assert h.clock.now() == deadline
+    assert (h.tenant, grain.run_id) in reconcilers.due_dispatches(h.db, deadline)
+    restarted = h.grain(grain.run_id)  # nothing of the first activation survives
+    assert h.wake(restarted).stopped == WALL_CLOCK_EXCEEDED
+    agg = h.load(grain.run_id)
+    assert agg.run.state is RunState.CANCELLING
+    assert [i.reason for i in agg.intents] == [WALL_CLOCK_EXCEEDED]
+
+    h.clock.advance(30)  # cancelGrace (default 30 s): the holder never reported
+    assert h.wake(h.grain(grain.run_id)).stopped == "stop-timeout"
+    agg = h.load(grain.run_id)
+    assert agg.run.state is RunState.CANCELLED
+    assert agg.attempts[grant.attempt_id].state is AttemptState.UNCERTAIN
+    with pytest.raises(errors.StaleFencingToken):
+        h.succeed(grain, grant)  # the late report is refused ...
+    assert h.audits(grain.run_id, "stale-fencing-token")  # ... and audited

@@ -20,6 +20,7 @@ from runcontrol.domain import (
     Decision,
     FailureClass,
     LeaseGrant,
+    Limits,
     Options,
     PolicyDocument,
     Principal,
@@ -110,6 +111,7 @@ class Harness:
         policy: PolicyDocument | None = None,
         options: Options | None = None,
         jitter: float = 0.5,
+        limits: Limits | None = None,
     ) -> None:
         self.now = T0
         self.ids = Ids()
@@ -120,8 +122,9 @@ class Harness:
         self.events: list[Any] = []
         self.journal: list[Any] = []
         self.batches: list[Changes] = []
+        submission = make_submission() if limits is None else make_submission(limits=limits)
         self.agg = RunAggregate.accept(
-            make_submission(), self.release, self.policy, self.options, self.ctx()
+            submission, self.release, self.policy, self.options, self.ctx()
         )
         self.commit()
 
@@ -248,6 +251,23 @@ class Harness:
         return done
 
     def cancel(self, who: str = REQUESTER, reason: str = "no longer needed") -> bool:
-        done = self.agg.cancel(self.ctx(who), who, reason)
+        done = self.agg.cancel(self.ctx(who), who, reason, self.options)
+        self.commit()
+        return done
+
+    def renew(self, grant: LeaseGrant) -> LeaseGrant:
+        renewed = self.agg.renew_lease(
+            self.ctx(grant.holder),
+            grant.attempt_id,
+            grant.holder,
+            grant.fencing_token,
+            self.options,
+        )
+        self.commit()
+        return renewed
+
+    def remind(self) -> str | None:
+        """The reminder's deadline check (``WakeRun``)."""
+        done = self.agg.enforce_deadlines(self.ctx("reminder"), self.options)
         self.commit()
         return done

@@ -115,12 +115,17 @@ class TestAccept:
         ]
         assert h.run.version == 1
 
-    def test_deadline_follows_limits(self):
-        sub = make_submission(limits=Limits(max_cost_usd=12, max_minutes=45))
-        h = Harness()
-        agg = RunAggregate.accept(sub, h.release, h.policy, h.options, h.ctx())
-        assert agg.run.deadline_at == T0 + timedelta(minutes=45)
-        assert h.run.deadline_at is None
+    def test_the_wall_clock_budget_starts_at_the_first_lease_grant(self):
+        h = Harness(limits=Limits(max_cost_usd=12, max_minutes=45))
+        assert h.run.deadline_at is None  # accepted, nothing has run yet
+        h.advance(90)
+        attempt, grant = h.start()
+        assert h.run.deadline_at == T0 + timedelta(seconds=90, minutes=45)
+        h.advance(10)
+        h.report(grant, AttemptOutcome.FAILED, failure_class=FailureClass.TRANSIENT)
+        h.advance(60)
+        h.lease(h.dispatch())  # a retry's lease does not move it
+        assert h.run.deadline_at == T0 + timedelta(seconds=90, minutes=45)
 
     def test_rejects_a_non_canonical_input_hash(self):
         h = Harness()
@@ -1315,3 +1320,77 @@ class TestNextDue:
     def test_waiting_for_approval_is_due_at_approval_expiry_not_lease_expiry(self):
         h, _, _, approval = approval_harness()
         assert h.agg.next_due(h.options) == approval.expires_at
+
+
+class TestDeadlinesAndStopTimeout:
+    """Cancellation with teeth: deadlines become cancellation intents, and a holder that does
+    not stop is settled at the stop timeout (issue 11, items 1 and 3)."""
+
+    OPTIONS = Options(
+        lease_seconds=3600,
+        cancel_stop_timeout_seconds=120,
+        cancel_grace_seconds=30,
+        max_run_lifetime_seconds=3600,
+    )
+
+    def test_past_the_wall_clock_budget_the_run_is_cancelled_then_settled(self):
+        h = Harness(limits=Limits(max_minutes=10), options=self.OPTIONS)
+        _, grant = h.start()
+        assert h.agg.next_due(h.options) == T0 + timedelta(minutes=10)  # the durable reminder
+        h.advance(599)
+        assert h.remind() is None
+        h.advance(1)
+        assert h.remind() == "wall-clock-exceeded"
+        assert h.run.state is RunState.CANCELLING
+        assert h.agg.intents[-1].reason == "wall-clock-exceeded"
+        assert h.renew(grant).cancel_requested  # the holder is told on its next renewal
+        # the stop-timeout path applies after cancelGrace, and is the run's next reminder
+        assert h.agg.next_due(h.options) == h.now + timedelta(seconds=30)
+        h.advance(30)
+        assert h.remind() == "stop-timeout"
+        (attempt,) = h.agg.attempts.values()
+        assert attempt.state is AttemptState.UNCERTAIN
+        assert h.run.state is RunState.CANCELLED
+        assert any(j.cause == "StopTimeout" for j in h.journal)
+        assert h.agg.next_due(h.options) is None
+
+    def test_a_late_report_after_the_stop_timeout_is_refused_and_audited(self):
+        h = Harness(options=self.OPTIONS)
+        _, grant = h.start()
+        h.cancel()
+        h.advance(119)
+        assert h.remind() is None and h.renew(grant).cancel_requested
+        h.advance(1)
+        assert h.remind() == "stop-timeout"
+        with pytest.raises(errors.StaleFencingToken):
+            h.report(grant)
+        assert h.run.state is RunState.CANCELLED
+        assert [a.kind for a in h.agg.take_audits()] == ["stale-fencing-token"]
+
+    def test_renewals_are_refused_once_the_stop_timeout_has_passed(self):
+        h = Harness(options=self.OPTIONS)
+        _, grant = h.start()
+        h.cancel()
+        h.advance(121)  # the reminder has not run yet
+        with pytest.raises(errors.LeaseRejected):
+            h.renew(grant)
+        assert [a.kind for a in h.agg.take_audits()] == ["renewal-after-stop-timeout"]
+
+    def test_a_holder_that_stops_in_time_settles_the_run_cancelled(self):
+        h = Harness(options=self.OPTIONS)
+        _, grant = h.start()
+        h.cancel()
+        h.advance(5)
+        h.report(grant, AttemptOutcome.CANCELLED)
+        assert h.run.state is RunState.CANCELLED
+        (attempt,) = h.agg.attempts.values()
+        assert attempt.state is AttemptState.CANCELLED
+
+    def test_every_run_is_cancelled_at_its_maximum_lifetime(self):
+        h = Harness(options=self.OPTIONS)
+        h.dispatch()  # never leased: nothing can have run
+        assert h.agg.next_due(h.options) == T0 + timedelta(hours=1)  # the lifetime reminder
+        h.advance(3600)
+        assert h.remind() == "lifetime-exceeded"
+        assert h.run.state is RunState.CANCELLED
+        assert h.agg.intents[-1].reason == "lifetime-exceeded"

@@ -75,7 +75,8 @@ class FakeHosts:
         return answer  # type: ignore[return-value]
 
     async def call(self, run_id: UUID, method: str, *args: Any, **kwargs: Any) -> Any:
-        raise AssertionError(f"unexpected call {method}")
+        assert method == "events", method  # the worker follows its run for a cancellation
+        await asyncio.sleep(3600)  # a long poll that finds nothing; the attempt's end cancels it
 
     async def call_any(self, method: str, *args: Any, **kwargs: Any) -> Any:
         assert method == "claim"
@@ -115,6 +116,7 @@ class Pauses:
 
 
 def worker_for(hosts: FakeHosts, pauses: Pauses, **kw: Any) -> ReferenceWorker:
+    kw.setdefault("concurrency", 1)  # one slot: the sequence of sends is the test's subject
     return ReferenceWorker(
         RunControlClient(hosts),
         "worker-1",

@@ -152,6 +152,7 @@ class RenewLease(Command[LeaseGrant]):
     attempt_id: UUID
     holder: str
     fencing_token: int
+    lease_id: UUID | None = None  # when given, it must be the current lease
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -162,6 +163,7 @@ class ReportOutcome(Command[Attempt]):
     outcome: AttemptOutcome
     failure_class: FailureClass | None = None
     outcome_hash: str | None = None
+    lease_id: UUID | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -171,6 +173,7 @@ class RequestApproval(Command["ApprovalRequest | None"]):
     fencing_token: int
     proposal_hash: str
     action_class: SideEffectClass | None = None
+    lease_id: UUID | None = None
 
 
 # ---------------------------------------------------------------------- people

@@ -628,7 +628,9 @@ class RunGrain:
     def _renew_lease(self, c: RenewLease) -> Plan[LeaseGrant]:
         options = self.env.options
         return Plan(
-            lambda a, x: a.renew_lease(x, c.attempt_id, c.holder, c.fencing_token, options),
+            lambda a, x: a.renew_lease(
+                x, c.attempt_id, c.holder, c.fencing_token, options, lease_id=c.lease_id
+            ),
             c.holder,
         )
 
@@ -644,6 +646,7 @@ class RunGrain:
                 self.env.options,
                 failure_class=c.failure_class,
                 outcome_hash=c.outcome_hash,
+                lease_id=c.lease_id,
             )
             self._dispatch_due(a, x)
             return attempt
@@ -663,6 +666,7 @@ class RunGrain:
                 policy,
                 self.env.options,
                 action_class=c.action_class,
+                lease_id=c.lease_id,
             ),
             c.holder,
         )

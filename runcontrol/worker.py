@@ -16,12 +16,13 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
+from uuid import UUID
 
-from .client import Claim, RunControlClient
+from .client import Claim
 from .clock import Clock, SystemClock
 from .commands import Command, RenewLease, ReportOutcome, RequestApproval
 from .domain import (
@@ -29,6 +30,7 @@ from .domain import (
     AttemptOutcome,
     FailureClass,
     SideEffectClass,
+    WorkerIdentity,
     canonical_hash,
     errors,
 )
@@ -40,6 +42,21 @@ R = TypeVar("R")
 
 class TransientError(Exception):
     """An executor failure that a retry may fix."""
+
+
+class WorkerClient(Protocol):
+    """What a worker needs of Run Control: ``RunControlClient`` in the cluster (actor
+    handles), ``runcontrol.rpc.GrpcWorkerClient`` anywhere else."""
+
+    async def send(self, command: Command[R]) -> R: ...
+
+    async def claim(
+        self, agent_ids: list[str], holder: str | WorkerIdentity, timeout_s: float = 30.0
+    ) -> Claim | None: ...
+
+    def watch(
+        self, tenant_id: str, run_id: UUID, after_seq: int = 0, *, wait_s: float = 20.0
+    ) -> AsyncIterator[dict[str, Any]]: ...
 
 
 class Executor(Protocol):
@@ -102,8 +119,8 @@ class _Lease:
 class ReferenceWorker:
     def __init__(
         self,
-        client: RunControlClient,
-        holder: str,
+        client: WorkerClient,
+        holder: str | WorkerIdentity,
         executors: Mapping[str, Executor],
         *,
         renew_every_s: float = 30.0,
@@ -114,7 +131,8 @@ class ReferenceWorker:
         clock: Clock | None = None,
     ) -> None:
         self.client = client
-        self.holder = holder
+        self.identity = holder
+        self.holder = holder.holder if isinstance(holder, WorkerIdentity) else holder
         self.executors = dict(executors)
         self.renew_every_s = renew_every_s
         self.claim_timeout_s = claim_timeout_s
@@ -174,7 +192,7 @@ class ReferenceWorker:
         """The next claim, or None when nothing came or the worker is stopping."""
         stopping = asyncio.create_task(self._stop.wait())
         polling = asyncio.create_task(
-            self.client.claim(list(self.executors), self.holder, self.claim_timeout_s)
+            self.client.claim(list(self.executors), self.identity, self.claim_timeout_s)
         )
         try:
             await asyncio.wait({polling, stopping}, return_when=asyncio.FIRST_COMPLETED)

@@ -29,7 +29,8 @@ RUNS_READ = "factory.runs.read"
 RUNS_WRITE = "factory.runs.write"
 APPROVALS_READ = "factory.approvals.read"
 APPROVALS_DECIDE = "factory.approvals.decide"
-ALL_SCOPES = (RUNS_READ, RUNS_WRITE, APPROVALS_READ, APPROVALS_DECIDE)
+RUNTIME = "factory.runtime"  # runtime workers (role Worker): leases, outcomes, approval requests
+ALL_SCOPES = (RUNS_READ, RUNS_WRITE, APPROVALS_READ, APPROVALS_DECIDE, RUNTIME)
 
 _RS_ALGORITHMS = ("RS256",)
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
@@ -209,7 +210,7 @@ def mint_dev_token(
 ) -> str:
     """An HS256 token for local development (``runcontrol token``).
 
-    ``scopes=None`` grants all four factory scopes.
+    ``scopes=None`` grants every factory scope (``ALL_SCOPES``).
     """
     now = int(time.time())
     claims: dict[str, Any] = {

@@ -37,6 +37,7 @@ from .states import (
     SideEffectClass,
     StepState,
 )
+from .workers import WorkerIdentity
 from .workflow import PolicyDocument, Release, StepSpec, WorkflowDefinition
 
 __all__ = [
@@ -72,6 +73,7 @@ __all__ = [
     "StepSpec",
     "StepState",
     "Submission",
+    "WorkerIdentity",
     "WorkflowDefinition",
     "canonical_hash",
     "canonical_json",

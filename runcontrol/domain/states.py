@@ -125,3 +125,4 @@ class Role(StrEnum):
     WORKSPACE_ADMIN = "WorkspaceAdmin"
     PLATFORM_ADMIN = "PlatformAdmin"
     OBSERVER = "Observer"
+    WORKER = "Worker"  # a runtime worker: leases, outcomes, approval requests (gRPC)

@@ -26,6 +26,7 @@ class Service:
     hosts: list[Any]
     scheduler: Any
     url: str
+    grpc_target: str
 
 
 def start_ray(num_cpus: int | None = None, address: str | None = None) -> None:
@@ -44,20 +45,24 @@ def start_ray(num_cpus: int | None = None, address: str | None = None) -> None:
         )
 
 
-def start_service(settings: Settings, owner_url: str, host: str, port: int) -> Service:
-    """Deploy hosts, the scheduler and the HTTP app; return once all of them answer."""
+def start_service(
+    settings: Settings, owner_url: str, host: str, port: int, grpc_port: int = 9000
+) -> Service:
+    """Deploy hosts, the scheduler and the HTTP + gRPC app; return once all of them answer."""
     os.environ["RUNCONTROL_DATABASE_URL"] = owner_url
     hosts = ensure_hosts(settings, owner_url)
     scheduler = ensure_scheduler(settings, owner_url)
+    from grpc_ingress import grpc_options
     from serve_app import RunControlApi
 
-    serve.start(http_options={"host": host, "port": port})
+    # Serve's gRPC proxy listens on every interface ([::]:port) whatever ``host`` is.
+    serve.start(http_options={"host": host, "port": port}, grpc_options=grpc_options(grpc_port))
     serve.run(
         RunControlApi.bind(database_url=owner_url),  # type: ignore[attr-defined]
         name=APP_NAME,
         route_prefix="/",
     )
-    return Service(hosts, scheduler, f"http://{host}:{port}")
+    return Service(hosts, scheduler, f"http://{host}:{port}", f"{host}:{grpc_port}")
 
 
 def stop_service() -> None:

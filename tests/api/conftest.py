@@ -28,12 +28,22 @@ def db(ray_runtime: Any) -> Database:
 
 
 @pytest.fixture(scope="session")
-def serve_instance(ray_runtime: Any) -> Iterator[int]:
-    """``serve.start`` on a free port; shut down before the session's Ray runtime."""
+def grpc_port() -> int:
+    """The free port of Serve's gRPC ingress (tests/api/test_grpc_*.py)."""
+    return free_port()
+
+
+@pytest.fixture(scope="session")
+def serve_instance(ray_runtime: Any, grpc_port: int) -> Iterator[int]:
+    """``serve.start`` on free ports (HTTP, gRPC); shut down before the session's Ray runtime."""
     from ray import serve
 
+    from grpc_ingress import grpc_options
+
     port = free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    serve.start(
+        http_options={"host": "127.0.0.1", "port": port}, grpc_options=grpc_options(grpc_port)
+    )
     try:
         yield port
     finally:

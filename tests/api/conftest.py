@@ -75,3 +75,23 @@ def t(api: Api, ray_runtime: Any, tenant: str) -> Iterator[TenantView]:
         yield view
     finally:
         view.close()
+
+
+@pytest.fixture(scope="session")
+def channel(api: Api, grpc_port: int) -> Iterator[Any]:
+    """A gRPC channel on loopback to Serve's gRPC ingress, once it reports SERVING."""
+    import grpc
+    from grpc_harness import wait_serving
+
+    target = f"127.0.0.1:{grpc_port}"
+    wait_serving(target)
+    with grpc.insecure_channel(target) as opened:
+        yield opened
+
+
+@pytest.fixture
+def g(t: TenantView, api: Api, channel: Any) -> Any:
+    """``t`` plus its runtime workers over gRPC (``grpc_harness.GrpcTenant``)."""
+    from grpc_harness import GrpcTenant
+
+    return GrpcTenant(t, api, channel)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -12,24 +11,11 @@ from uuid import UUID
 import grpc
 import pytest
 from api_harness import Api, TenantView, new_tenant
-from grpc_harness import WORKER_SUB, GrpcTenant, GrpcWorker, wait_serving
+from grpc_harness import WORKER_SUB, GrpcTenant, GrpcWorker
 
 from runcontrol.api.auth import RUNS_READ
 from runcontrol.domain import canonical_hash
 from schemas import runcontrol_pb2 as pb
-
-
-@pytest.fixture(scope="module")
-def channel(api: Api, grpc_port: int) -> Iterator[grpc.Channel]:
-    target = f"127.0.0.1:{grpc_port}"
-    wait_serving(target)
-    with grpc.insecure_channel(target) as ch:
-        yield ch
-
-
-@pytest.fixture
-def g(t: TenantView, api: Api, channel: grpc.Channel) -> GrpcTenant:
-    return GrpcTenant(t, api, channel)
 
 
 def test_claim_renew_report_and_resend(g: GrpcTenant) -> None:

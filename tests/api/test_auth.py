@@ -10,7 +10,13 @@ from api_harness import AUDIENCE, ISSUER, PROJECT, SECRET, Api, TenantView, asse
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from runcontrol.api import mint_dev_token
-from runcontrol.api.auth import APPROVALS_DECIDE, APPROVALS_READ, RUNS_READ, RUNS_WRITE
+from runcontrol.api.auth import (
+    APPROVALS_DECIDE,
+    APPROVALS_READ,
+    RUNS_READ,
+    RUNS_WRITE,
+    RUNTIME,
+)
 from runcontrol.domain import Role
 
 PROTECTED = [
@@ -98,6 +104,7 @@ def test_mint_dev_token_grants_all_factory_scopes(api: Api, tenant: str) -> None
         RUNS_WRITE,
         APPROVALS_READ,
         APPROVALS_DECIDE,
+        RUNTIME,
     }
     assert (decoded["tid"], decoded["pid"], decoded["sub"]) == (tenant, PROJECT, "dev")
     with api.client(token) as http:

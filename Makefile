@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench proto clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,12 @@ bench: $(STAMP)
 	@command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null 2>&1 \
 		|| echo "wrk is not installed: the HTTP figures use the (slower) httpx load generator"
 	$(BIN)/python -m bench
+
+# The gRPC stubs are generated from schemas/runcontrol.proto and checked in: run this after
+# changing the .proto and commit the result.
+proto: $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. \
+		schemas/runcontrol.proto
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

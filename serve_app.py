@@ -15,6 +15,7 @@ from ray import serve
 
 from actors.placement import host_name
 from actors.run_host import host_config, make_router
+from grpc_ingress import GrpcIngress
 from runcontrol.api import create_app
 from runcontrol.bootstrap import build_database
 from runcontrol.client import RunControlClient
@@ -23,7 +24,7 @@ from runcontrol.config import Settings
 
 @serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 0}, max_ongoing_requests=256)
 @serve.ingress()  # the app is built per replica by __serve_build_asgi_app__, after __init__
-class RunControlApi:
+class RunControlApi(GrpcIngress):  # + the gRPC methods (grpc_ingress.py)
     def __init__(
         self, database_url: str | None = None, settings: dict[str, Any] | None = None
     ) -> None:

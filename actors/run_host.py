@@ -183,14 +183,19 @@ class RunHost:
     # ------------------------------------------------------------------ claims
 
     async def claim(
-        self, agent_ids: list[str], holder: str, timeout_s: float = 30.0
+        self,
+        agent_ids: list[str],
+        holder: str,
+        timeout_s: float = 30.0,
+        tenant_id: str | None = None,
     ) -> dict[str, Any] | None:
-        """Pull the oldest dispatched attempt for these agents and lease it (long-poll)."""
+        """Pull the oldest dispatched attempt for these agents and lease it (long-poll);
+        with ``tenant_id``, only that tenant's (read under its row-level security)."""
         deadline = time.monotonic() + max(timeout_s, 0.0)
         payloads = tuple(agent_ids)
         while True:
             since = self._listener.generation(DISPATCH_CHANNEL, payloads)
-            candidates = await self._in_thread(self._claimable, agent_ids)
+            candidates = await self._in_thread(self._claimable, agent_ids, tenant_id)
             for tenant_id, run_id, attempt_id in candidates:
                 try:
                     grant: LeaseGrant = await self._router.send(
@@ -210,8 +215,11 @@ class RunHost:
                 return None
             await self._listener.wait(DISPATCH_CHANNEL, payloads, since, min(remaining, 2.0))
 
-    def _claimable(self, agent_ids: list[str]) -> list[tuple[str, UUID, UUID]]:
-        with self._db.system_tx() as conn:
+    def _claimable(
+        self, agent_ids: list[str], tenant_id: str | None
+    ) -> list[tuple[str, UUID, UUID]]:
+        scope = self._db.tenant(tenant_id) if tenant_id else self._db.system_tx()
+        with scope as conn:
             return q.claimable(conn, agent_ids, limit=8)
 
     # ------------------------------------------------------------------ reads

@@ -26,6 +26,7 @@ class Service:
     hosts: list[Any]
     scheduler: Any
     url: str
+    grpc_target: str
 
 
 def start_ray(num_cpus: int | None = None, address: str | None = None) -> None:
@@ -51,16 +52,19 @@ def start_service(
     port: int,
     *,
     app_settings: dict[str, Any] | None = None,
+    grpc_port: int = 9000,
 ) -> Service:
-    """Deploy hosts, the scheduler and the HTTP app; return once all of them answer.
+    """Deploy hosts, the scheduler and the HTTP + gRPC app; return once all of them answer.
 
     ``app_settings`` override the HTTP app's settings (over its ``RUNCONTROL_*`` environment)."""
     os.environ["RUNCONTROL_DATABASE_URL"] = owner_url
     hosts = ensure_hosts(settings, owner_url)
     scheduler = ensure_scheduler(settings, owner_url)
+    from grpc_ingress import grpc_options
     from serve_app import RunControlApi
 
-    serve.start(http_options={"host": host, "port": port})
+    # Serve's gRPC proxy listens on every interface ([::]:port) whatever ``host`` is.
+    serve.start(http_options={"host": host, "port": port}, grpc_options=grpc_options(grpc_port))
     serve.run(
         RunControlApi.bind(  # type: ignore[attr-defined]
             database_url=owner_url, settings=app_settings
@@ -68,7 +72,7 @@ def start_service(
         name=APP_NAME,
         route_prefix="/",
     )
-    return Service(hosts, scheduler, f"http://{host}:{port}")
+    return Service(hosts, scheduler, f"http://{host}:{port}", f"{host}:{grpc_port}")
 
 
 def stop_service() -> None:

@@ -10,13 +10,14 @@ import os
 import secrets
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import embedded
 from .bootstrap import build, build_database, database_url
 from .config import AuthNotConfigured, Settings
-from .domain import Role, WorkflowDefinition
+from .domain import Role, WorkerIdentity, WorkflowDefinition
 
 if TYPE_CHECKING:
     from .worker import ReferenceWorker
@@ -134,7 +135,7 @@ async def _supervise_workers(workers: list[ReferenceWorker], stop: asyncio.Event
 
 
 async def _run_workers(
-    client: Any, holders: list[str], stop: asyncio.Event, settings: Settings
+    client: Any, holders: list[WorkerIdentity], stop: asyncio.Event, settings: Settings
 ) -> None:
     from .worker import ReferenceWorker
 
@@ -174,10 +175,18 @@ def _cmd_up(args: argparse.Namespace) -> int:
         _say(f"demo release {release.release_id} published for tenant 'demo'")
     _say("starting Ray, run hosts, scheduler and the HTTP app (Ray Serve) ...")
     start_ray(address=args.address)
-    service = start_service(settings, owner_url, args.host, args.port, app_settings=app_settings)
+    service = start_service(
+        settings,
+        owner_url,
+        args.host,
+        args.port,
+        app_settings=app_settings,
+        grpc_port=args.grpc_port,
+    )
     client = RunControlClient(make_router(host_config(settings, owner_url)))
     requester = _token(settings, "alice", ["Requester"], DEMO_TENANT, DEMO_PROJECT)
     reviewer = _token(settings, "bob", ["Reviewer"], DEMO_TENANT, DEMO_PROJECT)
+    worker = _token(settings, "demo-worker", ["Worker"], DEMO_TENANT, DEMO_PROJECT)
     body = json.dumps(
         {
             "workflowId": "demo-review",
@@ -190,11 +199,13 @@ def _cmd_up(args: argparse.Namespace) -> int:
     print(
         f"""
 runcontrol is up at {service.url}  (OpenAPI: {service.url}/docs)
+gRPC (runcontrol.v1.RunControl, health, reflection) at {service.grpc_target}
 two reference workers are claiming attempts of agents planner, applier, reporter.
 
 export RC={service.url}
 export REQUESTER_TOKEN={requester}
 export REVIEWER_TOKEN={reviewer}
+export WORKER_TOKEN={worker}
 
 # submit a run (idempotent on the key):
 curl -sS -X POST $RC/factory/runs -H "Authorization: Bearer $REQUESTER_TOKEN" \\
@@ -212,7 +223,10 @@ Ctrl-C stops everything.
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        holders = [] if args.no_workers else ["worker-1", "worker-2"]
+        holders = [
+            WorkerIdentity(DEMO_TENANT, "demo-worker", f"worker-{n}")
+            for n in ((1, 2) if not args.no_workers else ())
+        ]
         await _run_workers(client, holders, stop, settings)
 
     try:
@@ -225,16 +239,46 @@ Ctrl-C stops everything.
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
+    settings = Settings()
+    if args.transport == "grpc":
+        return _grpc_worker(args, settings)
     from actors.run_host import host_config, make_router
     from actors.service import start_ray
 
     from .client import RunControlClient
 
-    settings = Settings()
     start_ray(address=args.address or "auto")
     client = RunControlClient(make_router(host_config(settings, settings.database_url or "")))
+    holder: str | WorkerIdentity = args.holder
+    if args.tenant:
+        holder = WorkerIdentity(args.tenant, args.sub, args.holder)
+    _run_worker(args, settings, lambda: client, holder)
+    return 0
 
+
+def _grpc_worker(args: argparse.Namespace, settings: Settings) -> int:
+    """The reference worker over gRPC: no Ray in this process (the ``grpc`` extra)."""
+    import os
+
+    from .rpc.client import GrpcWorkerClient
+
+    token = args.token or os.environ.get("RUNCONTROL_WORKER_TOKEN")
+    if not token:
+        raise SystemExit("--transport grpc needs --token or RUNCONTROL_WORKER_TOKEN (role Worker)")
+    _run_worker(
+        args, settings, lambda: GrpcWorkerClient(args.target, token, args.holder), args.holder
+    )
+    return 0
+
+
+def _run_worker(
+    args: argparse.Namespace,
+    settings: Settings,
+    make_client: Callable[[], Any],
+    holder: str | WorkerIdentity,
+) -> None:
     async def main() -> None:
+        client = make_client()  # on this loop (a gRPC channel belongs to the loop it is made on)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -244,16 +288,21 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
         worker = ReferenceWorker(
             client,
-            args.holder,
+            holder,
             {a: EchoExecutor(a, args.work_seconds) for a in args.agents},
-            renew_every_s=max(settings.leases.duration_seconds / 3, 0.5),
+            renew_every_s=args.renew_seconds or max(settings.leases.duration_seconds / 3, 0.5),
             lease_grace_s=settings.leases.renewal_grace_seconds + 5.0,
             concurrency=args.concurrency,
+            claim_timeout_s=args.claim_seconds,
         )
-        await _supervise_workers([worker], stop)
+        try:
+            await _supervise_workers([worker], stop)
+        finally:
+            close = getattr(client, "close", None)
+            if close is not None:
+                await close()
 
     asyncio.run(main())
-    return 0
 
 
 def _names(value: str | None) -> list[str] | None:
@@ -299,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     up = sub.add_parser("up", help="start the whole service (database, Ray, HTTP, workers)")
     up.add_argument("--host", default="127.0.0.1")
     up.add_argument("--port", type=int, default=8000)
+    up.add_argument("--grpc-port", type=int, default=9000, help="Serve's gRPC ingress")
     up.add_argument("--address", default=None, help="join this Ray cluster instead of starting one")
     up.add_argument("--no-workers", action="store_true", help="do not run the reference workers")
     up.add_argument("--no-demo", action="store_true", help="do not publish the demo workflow")
@@ -310,14 +360,29 @@ def main(argv: list[str] | None = None) -> int:
     )
     up.set_defaults(func=_cmd_up)
 
-    worker = sub.add_parser("worker", help="run a reference worker against a running cluster")
-    worker.add_argument("--holder", default="worker-cli")
+    worker = sub.add_parser("worker", help="run a reference worker (Ray client or gRPC)")
+    worker.add_argument("--transport", choices=("ray", "grpc"), default="ray")
+    worker.add_argument(
+        "--target", default="127.0.0.1:9000", help="gRPC: HOST:PORT of the gRPC ingress"
+    )
+    worker.add_argument(
+        "--token", default=None, help="gRPC: a Worker token (or RUNCONTROL_WORKER_TOKEN)"
+    )
+    worker.add_argument(
+        "--holder",
+        default="worker-cli",
+        help="the worker instance id (gRPC and --tenant: the lease holder is SUB/HOLDER)",
+    )
+    worker.add_argument("--tenant", default=None, help="ray: claim only this tenant's attempts")
+    worker.add_argument("--sub", default="worker", help="ray with --tenant: the worker subject")
     worker.add_argument("--agents", nargs="+", default=["planner", "applier", "reporter"])
     worker.add_argument("--work-seconds", type=float, default=0.5)
     worker.add_argument(
         "--concurrency", type=int, default=8, help="attempts run at once (default 8)"
     )
-    worker.add_argument("--address", default=None)
+    worker.add_argument("--renew-seconds", type=float, default=None)
+    worker.add_argument("--claim-seconds", type=float, default=20.0)
+    worker.add_argument("--address", default=None, help="ray: the cluster to join")
     worker.set_defaults(func=_cmd_worker)
 
     token = sub.add_parser("token", help="mint a local development bearer token (HS256)")

@@ -16,7 +16,7 @@ from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
 from .commands import Command
-from .domain import LeaseGrant, errors
+from .domain import LeaseGrant, WorkerIdentity, errors
 
 R = TypeVar("R")
 TERMINAL_EVENTS = frozenset({"RunCompleted", "RunFailed", "RunCancelled"})
@@ -63,6 +63,7 @@ class Claim:
             "attempt_id": self.attempt_id,
             "holder": self.holder,
             "fencing_token": self.fencing_token,
+            "lease_id": self.grant.lease_id,
         }
 
 
@@ -105,10 +106,19 @@ class RunControlClient:
     # ------------------------------------------------------------------ workers
 
     async def claim(
-        self, agent_ids: list[str], holder: str, timeout_s: float = 30.0
+        self, agent_ids: list[str], holder: str | WorkerIdentity, timeout_s: float = 30.0
     ) -> Claim | None:
-        """Long-poll for the next dispatched attempt of these agents and lease it."""
-        found = await self._router.call_any("claim", list(agent_ids), holder, timeout_s)
+        """Long-poll for the next dispatched attempt of these agents and lease it.
+
+        A ``WorkerIdentity`` claims only its tenant's attempts and holds the lease as
+        ``subject/instance`` (what the gRPC surface does for a worker's token); a plain
+        ``holder`` string is the trusted in-cluster form, across tenants."""
+        if isinstance(holder, WorkerIdentity):
+            found = await self._router.call_any(
+                "claim", list(agent_ids), holder.holder, timeout_s, tenant_id=holder.tenant_id
+            )
+        else:
+            found = await self._router.call_any("claim", list(agent_ids), holder, timeout_s)
         if found is None:
             return None
         return Claim(found["grant"], found["tenant_id"], found["input"])

@@ -180,6 +180,7 @@ class RenewLease(Command[LeaseGrant]):
     attempt_id: UUID
     holder: str
     fencing_token: int
+    lease_id: UUID | None = None  # when given, it must be the current lease
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -190,6 +191,7 @@ class ReportOutcome(Command[Attempt]):
     outcome: AttemptOutcome
     failure_class: FailureClass | None = None
     outcome_hash: str | None = None
+    lease_id: UUID | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -199,6 +201,7 @@ class RequestApproval(Command["ApprovalRequest | None"]):
     fencing_token: int
     proposal_hash: str
     action_class: SideEffectClass | None = None
+    lease_id: UUID | None = None
 
 
 # ---------------------------------------------------------------------- people

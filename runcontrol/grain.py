@@ -507,7 +507,9 @@ class RunGrain:
         options = self.env.options
         return await self._run(
             Plan(
-                lambda a, x: a.renew_lease(x, c.attempt_id, c.holder, c.fencing_token, options),
+                lambda a, x: a.renew_lease(
+                    x, c.attempt_id, c.holder, c.fencing_token, options, lease_id=c.lease_id
+                ),
                 c.holder,
             ),
             c,
@@ -525,6 +527,7 @@ class RunGrain:
                 self.env.options,
                 failure_class=c.failure_class,
                 outcome_hash=c.outcome_hash,
+                lease_id=c.lease_id,
             )
             self._dispatch_due(a, x)
             return attempt
@@ -544,6 +547,7 @@ class RunGrain:
                 policy,
                 self.env.options,
                 action_class=c.action_class,
+                lease_id=c.lease_id,
             ),
             c.holder,
         )

@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
+from uuid import UUID
 
-from .client import Claim, RunControlClient
+from .client import Claim
 from .clock import Clock, SystemClock
 from .commands import Command, RenewLease, ReportOutcome, RequestApproval
 from .domain import (
@@ -29,6 +31,7 @@ from .domain import (
     AttemptOutcome,
     FailureClass,
     SideEffectClass,
+    WorkerIdentity,
     canonical_hash,
     errors,
 )
@@ -40,6 +43,21 @@ R = TypeVar("R")
 
 class TransientError(Exception):
     """An executor failure that a retry may fix."""
+
+
+class WorkerClient(Protocol):
+    """What a worker needs of Run Control: ``RunControlClient`` in the cluster (actor
+    handles), ``runcontrol.rpc.GrpcWorkerClient`` anywhere else."""
+
+    async def send(self, command: Command[R]) -> R: ...
+
+    async def claim(
+        self, agent_ids: list[str], holder: str | WorkerIdentity, timeout_s: float = 30.0
+    ) -> Claim | None: ...
+
+    def watch(
+        self, tenant_id: str, run_id: UUID, after_seq: int = 0, *, wait_s: float = 20.0
+    ) -> AsyncIterator[dict[str, Any]]: ...
 
 
 class Executor(Protocol):
@@ -109,8 +127,8 @@ class _Lease:
 class ReferenceWorker:
     def __init__(
         self,
-        client: RunControlClient,
-        holder: str,
+        client: WorkerClient,
+        holder: str | WorkerIdentity,
         executors: Mapping[str, Executor],
         *,
         renew_every_s: float = 30.0,
@@ -125,7 +143,8 @@ class ReferenceWorker:
             raise ValueError("a worker runs at least one attempt at a time")
         self.client = client
         self.concurrency = concurrency
-        self.holder = holder
+        self.identity = holder
+        self.holder = holder.holder if isinstance(holder, WorkerIdentity) else holder
         self.executors = dict(executors)
         self.renew_every_s = renew_every_s
         self.claim_timeout_s = claim_timeout_s
@@ -168,13 +187,19 @@ class ReferenceWorker:
         No failure ends a slot's loop: it is logged, and the next claim follows a backoff."""
         await asyncio.gather(*(self._slot(self.slot_holder(k)) for k in range(self.concurrency)))
 
-    def slot_holder(self, k: int) -> str:
-        """The lease holder of slot ``k``: each slot holds its own leases (a claim retried by
-        the same holder gets the same lease, so two slots sharing one would run one attempt
-        twice)."""
-        return self.holder if self.concurrency == 1 else f"{self.holder}/{k}"
+    def slot_holder(self, k: int) -> str | WorkerIdentity:
+        """Who slot ``k`` claims as: each slot holds its own leases (a claim retried by the
+        same holder gets the same lease, so two slots sharing one would run one attempt
+        twice). An authenticated worker's slots are instances of its identity."""
+        if self.concurrency == 1:
+            return self.identity
+        if isinstance(self.identity, WorkerIdentity):
+            return dataclasses.replace(
+                self.identity, instance_id=f"{self.identity.instance_id}.{k}"
+            )
+        return f"{self.holder}/{k}"
 
-    async def _slot(self, holder: str) -> None:
+    async def _slot(self, holder: str | WorkerIdentity) -> None:
         failures = 0
         while not self._stop.is_set():
             try:
@@ -191,7 +216,7 @@ class ReferenceWorker:
                     log.exception("worker %s failed; claiming again in %.2fs", self.holder, delay)
                 await self._pause(delay, self.backoff)
 
-    async def _claim(self, holder: str) -> Claim | None:
+    async def _claim(self, holder: str | WorkerIdentity) -> Claim | None:
         """The next claim, or None when nothing came or the worker is stopping."""
         stopping = asyncio.create_task(self._stop.wait())
         polling = asyncio.create_task(

@@ -39,6 +39,7 @@ from .states import (
     SideEffectClass,
     StepState,
 )
+from .workers import WorkerIdentity
 from .workflow import PolicyDocument, Release, StepSpec, WorkflowDefinition
 
 __all__ = [
@@ -76,6 +77,7 @@ __all__ = [
     "StepSpec",
     "StepState",
     "Submission",
+    "WorkerIdentity",
     "WorkflowDefinition",
     "canonical_hash",
     "canonical_json",

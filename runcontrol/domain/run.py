@@ -630,9 +630,16 @@ class RunAggregate:
         return self.lease_grant(attempt, lease)
 
     def _held_lease(
-        self, ctx: CommandContext, attempt: Attempt, holder: str, token: int, options: Options
+        self,
+        ctx: CommandContext,
+        attempt: Attempt,
+        holder: str,
+        token: int,
+        options: Options,
+        lease_id: UUID | None = None,
     ) -> Lease:
-        """The caller's lease if it is the current one; otherwise audit and refuse (inv. 5)."""
+        """The caller's lease if it is the current one; otherwise audit and refuse (inv. 5).
+        ``lease_id``, when the caller names its lease, must be the current lease's id."""
         lease = self.leases.get(attempt.attempt_id)
         if lease is None or attempt.state is not AttemptState.LEASED:
             self._audit(
@@ -658,6 +665,19 @@ class RunAggregate:
             )
             raise errors.StaleFencingToken(
                 f"fencing token {token} is stale (current {lease.fencing_token})",
+                attempt_id=str(attempt.attempt_id),
+            )
+        if lease_id is not None and lease_id != lease.lease_id:
+            self._audit(
+                ctx,
+                "lease-rejected",
+                attempt_id=attempt.attempt_id,
+                holder=holder,
+                fencing_token=token,
+                reason=f"lease {lease_id} is not the current lease",
+            )
+            raise errors.StaleFencingToken(
+                f"lease {lease_id} is not the attempt's current lease",
                 attempt_id=str(attempt.attempt_id),
             )
         if holder != lease.holder:
@@ -688,9 +708,11 @@ class RunAggregate:
         holder: str,
         fencing_token: int,
         options: Options,
+        *,
+        lease_id: UUID | None = None,
     ) -> LeaseGrant:
         attempt = self.attempt(attempt_id)
-        lease = self._held_lease(ctx, attempt, holder, fencing_token, options)
+        lease = self._held_lease(ctx, attempt, holder, fencing_token, options, lease_id)
         stop = self.stop_deadline(options)
         if stop is not None and ctx.now >= stop:
             self._audit(
@@ -730,6 +752,7 @@ class RunAggregate:
         *,
         failure_class: FailureClass | None = None,
         outcome_hash: str | None = None,
+        lease_id: UUID | None = None,
     ) -> Attempt:
         attempt = self.attempt(attempt_id)
         if outcome not in WORKER_OUTCOMES:
@@ -770,7 +793,7 @@ class RunAggregate:
                 f"the attempt was settled as {attempt.state}; this lease is stale",
                 attempt_id=str(attempt_id),
             )
-        self._held_lease(ctx, attempt, holder, fencing_token, options)
+        self._held_lease(ctx, attempt, holder, fencing_token, options, lease_id)
         if any(a.attempt_id == attempt_id for a in self.pending_approvals()):
             raise errors.IllegalTransition(
                 "the attempt awaits an approval decision; report after the decision"
@@ -1011,6 +1034,7 @@ class RunAggregate:
         options: Options,
         *,
         action_class: SideEffectClass | None = None,
+        lease_id: UUID | None = None,
     ) -> ApprovalRequest | None:
         """Open (or return) the approval for this exact proposal; None if policy needs none."""
         if not is_hash(proposal_hash):
@@ -1026,7 +1050,7 @@ class RunAggregate:
                 reason=f"attempt settled as {attempt.state}",
             )
             raise errors.StaleFencingToken("the attempt is settled; this lease is stale")
-        self._held_lease(ctx, attempt, holder, fencing_token, options)
+        self._held_lease(ctx, attempt, holder, fencing_token, options, lease_id)
         if self.run.state not in (RunState.RUNNING, RunState.WAITING_FOR_APPROVAL):
             raise errors.IllegalTransition(
                 f"no approval request while the run is {self.run.state}",

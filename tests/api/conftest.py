@@ -28,12 +28,22 @@ def db(ray_runtime: Any) -> Database:
 
 
 @pytest.fixture(scope="session")
-def serve_instance(ray_runtime: Any) -> Iterator[int]:
-    """``serve.start`` on a free port; shut down before the session's Ray runtime."""
+def grpc_port() -> int:
+    """The free port of Serve's gRPC ingress (tests/api/test_grpc_*.py)."""
+    return free_port()
+
+
+@pytest.fixture(scope="session")
+def serve_instance(ray_runtime: Any, grpc_port: int) -> Iterator[int]:
+    """``serve.start`` on free ports (HTTP, gRPC); shut down before the session's Ray runtime."""
     from ray import serve
 
+    from grpc_ingress import grpc_options
+
     port = free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    serve.start(
+        http_options={"host": "127.0.0.1", "port": port}, grpc_options=grpc_options(grpc_port)
+    )
     try:
         yield port
     finally:
@@ -65,3 +75,23 @@ def t(api: Api, ray_runtime: Any, tenant: str) -> Iterator[TenantView]:
         yield view
     finally:
         view.close()
+
+
+@pytest.fixture(scope="session")
+def channel(api: Api, grpc_port: int) -> Iterator[Any]:
+    """A gRPC channel on loopback to Serve's gRPC ingress, once it reports SERVING."""
+    import grpc
+    from grpc_harness import wait_serving
+
+    target = f"127.0.0.1:{grpc_port}"
+    wait_serving(target)
+    with grpc.insecure_channel(target) as opened:
+        yield opened
+
+
+@pytest.fixture
+def g(t: TenantView, api: Api, channel: Any) -> Any:
+    """``t`` plus its runtime workers over gRPC (``grpc_harness.GrpcTenant``)."""
+    from grpc_harness import GrpcTenant
+
+    return GrpcTenant(t, api, channel)

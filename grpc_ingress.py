@@ -1,0 +1,78 @@
+"""Ray Serve's gRPC ingress: ``runcontrol.v1.RunControl`` and ``grpc.health.v1.Health``.
+
+Serve's gRPC proxy (``grpc_options``) hands each call to the method of the same name on an
+application's ingress deployment, and needs an ``application`` metadata entry once more than
+one application is deployed. So the RPCs live on the one ingress the HTTP API already has:
+``serve_app.RunControlApi`` inherits ``GrpcIngress``, and a worker calls with nothing but its
+token. The methods are wiring only; the RPCs are ``runcontrol.rpc.service.RunControlRpc``.
+Server reflection is Serve's own (``gRPCOptions.enable_reflection``, on by default): it
+answers on the proxy itself for every service registered here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from functools import cached_property
+from typing import Any
+
+from ray.serve.config import gRPCOptions
+
+from runcontrol.client import RunControlClient
+from runcontrol.config import Settings
+from runcontrol.rpc.service import RunControlRpc
+from runcontrol.store import Database
+
+# Imported by every Serve proxy (the modules must be importable on every node).
+SERVICER_FUNCTIONS = [
+    "schemas.runcontrol_pb2_grpc.add_RunControlServicer_to_server",
+    "grpc_health.v1.health_pb2_grpc.add_HealthServicer_to_server",
+]
+
+
+def grpc_options(port: int) -> gRPCOptions:
+    return gRPCOptions(
+        port=port, grpc_servicer_functions=list(SERVICER_FUNCTIONS), enable_reflection=True
+    )
+
+
+class GrpcIngress:
+    """The gRPC methods of the ingress deployment (a mixin: the class provides the client,
+    the database, the settings and ``ping_hosts``)."""
+
+    client: RunControlClient
+    db: Database
+    settings: Settings
+
+    async def ping_hosts(self) -> None:
+        raise NotImplementedError
+
+    @cached_property
+    def _rpc(self) -> RunControlRpc:
+        return RunControlRpc(self.client, self.db, self.settings, host_probe=self.ping_hosts)
+
+    # runcontrol.v1.RunControl
+
+    async def AcquireLease(self, request: Any, grpc_context: Any) -> Any:
+        return await self._rpc.acquire_lease(request, grpc_context)
+
+    async def ReportAttemptOutcome(self, request: Any, grpc_context: Any) -> Any:
+        return await self._rpc.report_attempt_outcome(request, grpc_context)
+
+    async def RequestApproval(self, request: Any, grpc_context: Any) -> Any:
+        return await self._rpc.request_approval(request, grpc_context)
+
+    async def WatchRun(self, request: Any, grpc_context: Any) -> AsyncIterator[Any]:
+        async for event in self._rpc.watch_run(request, grpc_context):
+            yield event
+
+    # grpc.health.v1.Health
+
+    async def Check(self, request: Any, grpc_context: Any) -> Any:
+        return await self._rpc.health_check(request, grpc_context)
+
+    async def List(self, request: Any, grpc_context: Any) -> Any:
+        return await self._rpc.health_list(request, grpc_context)
+
+    async def Watch(self, request: Any, grpc_context: Any) -> AsyncIterator[Any]:
+        async for status in self._rpc.health_watch(request, grpc_context):
+            yield status

@@ -1,0 +1,168 @@
+"""``GrpcWorkerClient``: a worker's client of ``runcontrol.v1.RunControl`` (no Ray needed).
+
+It offers what ``ReferenceWorker`` needs (``runcontrol.worker.WorkerClient``: ``send``,
+``claim``, ``watch``) over a gRPC channel, so the reference worker runs unchanged outside the
+cluster. Identity is the token's: every call carries it in the ``authorization`` metadata,
+and the server makes the lease holder from its subject and this client's ``instance_id`` (the
+``holder`` a command names is the server's answer, sent back as it came). A refusal arrives
+as the typed error it stands for (``status.error_from_rpc``); a call whose outcome is unknown
+(no connection, deadline) as ``errors.Unavailable``, so the worker resends the same command
+and its ``command_id`` gets the stored answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import Any, TypeVar, cast
+from uuid import UUID
+
+import grpc
+
+from schemas import runcontrol_pb2 as pb
+from schemas import runcontrol_pb2_grpc as pb_grpc
+
+from ..client import Claim
+from ..commands import AcquireLease, Command, RenewLease, ReportOutcome, RequestApproval
+from ..domain import WorkerIdentity, errors
+from . import convert
+from .status import error_from_rpc
+
+R = TypeVar("R")
+
+CALL_TIMEOUT_S = 30.0
+CLAIM_MARGIN_S = 10.0  # a claim's deadline: its long-poll plus this
+
+
+class GrpcWorkerClient:
+    def __init__(
+        self,
+        target: str,
+        token: str,
+        instance_id: str,
+        *,
+        call_timeout_s: float = CALL_TIMEOUT_S,
+        options: list[tuple[str, Any]] | None = None,
+    ) -> None:
+        self.target = target
+        self.instance_id = instance_id
+        self._metadata = (("authorization", f"Bearer {token}"),)
+        self._timeout = call_timeout_s
+        self._channel = grpc.aio.insecure_channel(target, options=options)
+        self._stub = pb_grpc.RunControlStub(self._channel)  # type: ignore[no-untyped-call]
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> GrpcWorkerClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def _unary(self, method: Any, request: Any, timeout: float | None = None) -> Any:
+        try:
+            return await method(request, metadata=self._metadata, timeout=timeout or self._timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc) from None
+
+    # ------------------------------------------------------------------ commands
+
+    async def send(self, command: Command[R]) -> R:
+        """A worker command as its RPC; answers what the in-cluster client would."""
+        result: Any
+        if isinstance(command, AcquireLease | RenewLease):
+            token = command.fencing_token if isinstance(command, RenewLease) else 0
+            lease_id = command.lease_id if isinstance(command, RenewLease) else None
+            response = await self._unary(
+                self._stub.AcquireLease,
+                pb.AcquireLeaseRequest(
+                    worker_instance_id=self.instance_id,
+                    attempt=pb.NamedAttempt(
+                        run_id=str(command.run_id),
+                        attempt_id=str(command.attempt_id),
+                        fencing_token=token,
+                        lease_id="" if lease_id is None else str(lease_id),
+                    ),
+                    command_id=command.command_id,
+                ),
+            )
+            result = convert.lease_grant(response.lease)
+        elif isinstance(command, ReportOutcome):
+            response = await self._unary(
+                self._stub.ReportAttemptOutcome,
+                pb.ReportAttemptOutcomeRequest(
+                    **self._fenced(command),
+                    outcome=convert.OUTCOME_NUMBERS[command.outcome],
+                    failure_class=str(command.failure_class or ""),
+                    outcome_hash=command.outcome_hash or "",
+                ),
+            )
+            result = convert.attempt(response.attempt)
+        elif isinstance(command, RequestApproval):
+            response = await self._unary(
+                self._stub.RequestApproval,
+                pb.RequestApprovalRequest(
+                    **self._fenced(command),
+                    proposal_hash=command.proposal_hash,
+                    action_class=str(command.action_class or ""),
+                ),
+            )
+            result = convert.approval(response.approval) if response.required else None
+        else:
+            raise errors.ValidationFailed(
+                f"{type(command).__name__} is not a worker command (the gRPC surface takes "
+                "AcquireLease, RenewLease, ReportOutcome and RequestApproval)"
+            )
+        return cast(R, result)
+
+    def _fenced(self, command: ReportOutcome | RequestApproval) -> dict[str, Any]:
+        return {
+            "run_id": str(command.run_id),
+            "attempt_id": str(command.attempt_id),
+            "lease_id": "" if command.lease_id is None else str(command.lease_id),
+            "fencing_token": command.fencing_token,
+            "command_id": command.command_id,
+            "worker_instance_id": self.instance_id,
+        }
+
+    # ------------------------------------------------------------------ claims and events
+
+    async def claim(
+        self, agent_ids: list[str], holder: str | WorkerIdentity = "", timeout_s: float = 30.0
+    ) -> Claim | None:
+        """Long-poll for the next dispatched attempt of these agents in the token's tenant.
+        ``holder`` is not sent: the server makes it from the token and ``instance_id``."""
+        response = await self._unary(
+            self._stub.AcquireLease,
+            pb.AcquireLeaseRequest(
+                worker_instance_id=self.instance_id,
+                claim_next=pb.ClaimNext(agent_ids=list(agent_ids), wait_seconds=timeout_s),
+            ),
+            timeout=timeout_s + CLAIM_MARGIN_S,
+        )
+        if not response.granted:
+            return None
+        lease = response.lease
+        return Claim(convert.lease_grant(lease), lease.tenant_id, convert.lease_input(lease))
+
+    async def watch(
+        self, tenant_id: str, run_id: UUID, after_seq: int = 0, *, wait_s: float = 20.0
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The run's events after ``after_seq`` in seq order, ending after a terminal event
+        (``tenant_id`` is the token's; ``wait_s`` is the server's business here)."""
+        call = self._stub.WatchRun(
+            pb.WatchRunRequest(run_id=str(run_id), after_seq=after_seq), metadata=self._metadata
+        )
+        try:
+            async for message in call:
+                yield convert.event(message)
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc) from None
+        finally:
+            call.cancel()

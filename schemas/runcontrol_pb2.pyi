@@ -1,0 +1,272 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class AttemptOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ATTEMPT_OUTCOME_UNSPECIFIED: _ClassVar[AttemptOutcome]
+    SUCCEEDED: _ClassVar[AttemptOutcome]
+    FAILED: _ClassVar[AttemptOutcome]
+    TIMED_OUT: _ClassVar[AttemptOutcome]
+    UNCERTAIN: _ClassVar[AttemptOutcome]
+    CANCELLED: _ClassVar[AttemptOutcome]
+ATTEMPT_OUTCOME_UNSPECIFIED: AttemptOutcome
+SUCCEEDED: AttemptOutcome
+FAILED: AttemptOutcome
+TIMED_OUT: AttemptOutcome
+UNCERTAIN: AttemptOutcome
+CANCELLED: AttemptOutcome
+
+class ClaimNext(_message.Message):
+    __slots__ = ("agent_ids", "wait_seconds")
+    AGENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    agent_ids: _containers.RepeatedScalarFieldContainer[str]
+    wait_seconds: float
+    def __init__(self, agent_ids: _Optional[_Iterable[str]] = ..., wait_seconds: _Optional[float] = ...) -> None: ...
+
+class NamedAttempt(_message.Message):
+    __slots__ = ("run_id", "attempt_id", "fencing_token", "lease_id")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    attempt_id: str
+    fencing_token: int
+    lease_id: str
+    def __init__(self, run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., lease_id: _Optional[str] = ...) -> None: ...
+
+class AcquireLeaseRequest(_message.Message):
+    __slots__ = ("worker_instance_id", "claim_next", "attempt", "command_id")
+    WORKER_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_NEXT_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    worker_instance_id: str
+    claim_next: ClaimNext
+    attempt: NamedAttempt
+    command_id: str
+    def __init__(self, worker_instance_id: _Optional[str] = ..., claim_next: _Optional[_Union[ClaimNext, _Mapping]] = ..., attempt: _Optional[_Union[NamedAttempt, _Mapping]] = ..., command_id: _Optional[str] = ...) -> None: ...
+
+class Lease(_message.Message):
+    __slots__ = ("tenant_id", "run_id", "step_id", "attempt_id", "lease_id", "fencing_token", "holder", "expires_at", "agent_id", "skill_id", "attempt_number", "side_effect_class", "gate", "cancel_requested", "input_json")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    SKILL_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_NUMBER_FIELD_NUMBER: _ClassVar[int]
+    SIDE_EFFECT_CLASS_FIELD_NUMBER: _ClassVar[int]
+    GATE_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    INPUT_JSON_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    run_id: str
+    step_id: str
+    attempt_id: str
+    lease_id: str
+    fencing_token: int
+    holder: str
+    expires_at: _timestamp_pb2.Timestamp
+    agent_id: str
+    skill_id: str
+    attempt_number: int
+    side_effect_class: str
+    gate: str
+    cancel_requested: bool
+    input_json: str
+    def __init__(self, tenant_id: _Optional[str] = ..., run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., holder: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., agent_id: _Optional[str] = ..., skill_id: _Optional[str] = ..., attempt_number: _Optional[int] = ..., side_effect_class: _Optional[str] = ..., gate: _Optional[str] = ..., cancel_requested: _Optional[bool] = ..., input_json: _Optional[str] = ...) -> None: ...
+
+class AcquireLeaseResponse(_message.Message):
+    __slots__ = ("granted", "lease")
+    GRANTED_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    granted: bool
+    lease: Lease
+    def __init__(self, granted: _Optional[bool] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ...) -> None: ...
+
+class ReportAttemptOutcomeRequest(_message.Message):
+    __slots__ = ("run_id", "attempt_id", "lease_id", "fencing_token", "outcome", "failure_class", "outcome_hash", "command_id", "worker_instance_id")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_CLASS_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_HASH_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    attempt_id: str
+    lease_id: str
+    fencing_token: int
+    outcome: AttemptOutcome
+    failure_class: str
+    outcome_hash: str
+    command_id: str
+    worker_instance_id: str
+    def __init__(self, run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., outcome: _Optional[_Union[AttemptOutcome, str]] = ..., failure_class: _Optional[str] = ..., outcome_hash: _Optional[str] = ..., command_id: _Optional[str] = ..., worker_instance_id: _Optional[str] = ...) -> None: ...
+
+class Attempt(_message.Message):
+    __slots__ = ("attempt_id", "step_id", "run_id", "tenant_id", "number", "state", "dispatched_at", "lease_id", "fencing_token", "holder", "outcome", "outcome_hash", "failure_class", "settled_at", "settled_by")
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    NUMBER_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    DISPATCHED_AT_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_HASH_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_CLASS_FIELD_NUMBER: _ClassVar[int]
+    SETTLED_AT_FIELD_NUMBER: _ClassVar[int]
+    SETTLED_BY_FIELD_NUMBER: _ClassVar[int]
+    attempt_id: str
+    step_id: str
+    run_id: str
+    tenant_id: str
+    number: int
+    state: str
+    dispatched_at: _timestamp_pb2.Timestamp
+    lease_id: str
+    fencing_token: int
+    holder: str
+    outcome: str
+    outcome_hash: str
+    failure_class: str
+    settled_at: _timestamp_pb2.Timestamp
+    settled_by: str
+    def __init__(self, attempt_id: _Optional[str] = ..., step_id: _Optional[str] = ..., run_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., number: _Optional[int] = ..., state: _Optional[str] = ..., dispatched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., holder: _Optional[str] = ..., outcome: _Optional[str] = ..., outcome_hash: _Optional[str] = ..., failure_class: _Optional[str] = ..., settled_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., settled_by: _Optional[str] = ...) -> None: ...
+
+class ReportAttemptOutcomeResponse(_message.Message):
+    __slots__ = ("attempt",)
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    attempt: Attempt
+    def __init__(self, attempt: _Optional[_Union[Attempt, _Mapping]] = ...) -> None: ...
+
+class RequestApprovalRequest(_message.Message):
+    __slots__ = ("run_id", "attempt_id", "lease_id", "fencing_token", "action_class", "proposal_hash", "command_id", "worker_instance_id")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    ACTION_CLASS_FIELD_NUMBER: _ClassVar[int]
+    PROPOSAL_HASH_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    attempt_id: str
+    lease_id: str
+    fencing_token: int
+    action_class: str
+    proposal_hash: str
+    command_id: str
+    worker_instance_id: str
+    def __init__(self, run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., action_class: _Optional[str] = ..., proposal_hash: _Optional[str] = ..., command_id: _Optional[str] = ..., worker_instance_id: _Optional[str] = ...) -> None: ...
+
+class Approval(_message.Message):
+    __slots__ = ("approval_id", "run_id", "step_id", "attempt_id", "tenant_id", "action_class", "proposal_hash", "policy_revision", "approver_rule", "required_approvals", "requested_by", "created_at", "expires_at", "state", "decided_by", "decided_at", "reason", "version")
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTION_CLASS_FIELD_NUMBER: _ClassVar[int]
+    PROPOSAL_HASH_FIELD_NUMBER: _ClassVar[int]
+    POLICY_REVISION_FIELD_NUMBER: _ClassVar[int]
+    APPROVER_RULE_FIELD_NUMBER: _ClassVar[int]
+    REQUIRED_APPROVALS_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_BY_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    DECIDED_BY_FIELD_NUMBER: _ClassVar[int]
+    DECIDED_AT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    approval_id: str
+    run_id: str
+    step_id: str
+    attempt_id: str
+    tenant_id: str
+    action_class: str
+    proposal_hash: str
+    policy_revision: str
+    approver_rule: str
+    required_approvals: int
+    requested_by: str
+    created_at: _timestamp_pb2.Timestamp
+    expires_at: _timestamp_pb2.Timestamp
+    state: str
+    decided_by: str
+    decided_at: _timestamp_pb2.Timestamp
+    reason: str
+    version: int
+    def __init__(self, approval_id: _Optional[str] = ..., run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., action_class: _Optional[str] = ..., proposal_hash: _Optional[str] = ..., policy_revision: _Optional[str] = ..., approver_rule: _Optional[str] = ..., required_approvals: _Optional[int] = ..., requested_by: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[str] = ..., decided_by: _Optional[str] = ..., decided_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reason: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
+
+class RequestApprovalResponse(_message.Message):
+    __slots__ = ("required", "approval")
+    REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    required: bool
+    approval: Approval
+    def __init__(self, required: _Optional[bool] = ..., approval: _Optional[_Union[Approval, _Mapping]] = ...) -> None: ...
+
+class WatchRunRequest(_message.Message):
+    __slots__ = ("run_id", "after_seq")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    after_seq: int
+    def __init__(self, run_id: _Optional[str] = ..., after_seq: _Optional[int] = ...) -> None: ...
+
+class RunEvent(_message.Message):
+    __slots__ = ("seq", "event_id", "type", "topic", "run_id", "tenant_id", "project_id", "step_id", "attempt_id", "correlation_id", "causation_id", "producer", "schema_version", "occurred_at", "payload_json")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
+    CAUSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    OCCURRED_AT_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_JSON_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    event_id: str
+    type: str
+    topic: str
+    run_id: str
+    tenant_id: str
+    project_id: str
+    step_id: str
+    attempt_id: str
+    correlation_id: str
+    causation_id: str
+    producer: str
+    schema_version: int
+    occurred_at: _timestamp_pb2.Timestamp
+    payload_json: str
+    def __init__(self, seq: _Optional[int] = ..., event_id: _Optional[str] = ..., type: _Optional[str] = ..., topic: _Optional[str] = ..., run_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., project_id: _Optional[str] = ..., step_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., correlation_id: _Optional[str] = ..., causation_id: _Optional[str] = ..., producer: _Optional[str] = ..., schema_version: _Optional[int] = ..., occurred_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., payload_json: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,178 @@
+"""The gRPC worker surface over a real channel to Ray Serve's gRPC ingress (loopback)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+import grpc
+import pytest
+from api_harness import Api, TenantView, new_tenant
+from grpc_harness import WORKER_SUB, GrpcTenant, GrpcWorker
+
+from runcontrol.api.auth import RUNS_READ
+from runcontrol.domain import canonical_hash
+from schemas import runcontrol_pb2 as pb
+
+
+def test_claim_renew_report_and_resend(g: GrpcTenant) -> None:
+    g.view.publish()
+    run_id = g.view.submit()
+    worker = g.worker("inst-1")
+
+    lease = worker.claimed([g.view.agent], run_id)
+    assert lease.tenant_id == g.tenant
+    assert lease.holder == f"{WORKER_SUB}/inst-1"  # the token's subject + the instance id
+    assert lease.fencing_token > 0 and lease.lease_id and not lease.cancel_requested
+    assert lease.agent_id == g.view.agent and lease.attempt_number == 1
+    assert json.loads(lease.input_json) == g.view.body()["input"]
+    assert lease.expires_at.ToDatetime(tzinfo=UTC) > datetime.now(UTC)
+
+    renewed = worker.renew(lease)
+    assert (renewed.lease_id, renewed.fencing_token) == (lease.lease_id, lease.fencing_token)
+    assert renewed.expires_at.ToDatetime() >= lease.expires_at.ToDatetime()
+
+    request = worker.report_request(lease)
+    attempt = worker.report(request)
+    assert attempt.state == "Succeeded" and attempt.settled_by == lease.holder
+    assert attempt.outcome_hash == request.outcome_hash
+    assert g.view.wait_state(run_id, "Completed")["state"] == "Completed"
+
+    # A resend of the same command id answers the first answer, with no second effect.
+    assert worker.report(request) == attempt
+    events = [e["type"] for e in _history(g, run_id)]
+    assert events.count("AttemptOutcomeRecorded") == 1
+
+
+def _history(g: GrpcTenant, run_id: str) -> list[dict[str, Any]]:
+    response = g.view.requester().get(f"/factory/runs/{run_id}/events/history?limit=500")
+    assert response.status_code == 200, response.text
+    events: list[dict[str, Any]] = response.json()
+    return events
+
+
+def test_claim_next_answers_not_granted_when_nothing_is_dispatched(g: GrpcTenant) -> None:
+    response = g.worker().claim(["no-such-agent"], wait_s=0.3)
+    assert not response.granted and not response.HasField("lease")
+    assert isinstance(response, pb.AcquireLeaseResponse)
+
+
+def _audits(g: GrpcTenant, run_id: str) -> list[str]:
+    from sqlalchemy import select
+
+    from runcontrol.store.tables import audit_log
+
+    with g.view.runtime.container.db.tenant(g.tenant) as conn:
+        rows = conn.execute(
+            select(audit_log.c.kind)
+            .where(audit_log.c.run_id == UUID(run_id))
+            .order_by(audit_log.c.id)
+        )
+        return [r.kind for r in rows]
+
+
+def test_each_refusal_has_its_status_code_and_typed_detail(g: GrpcTenant) -> None:
+    g.view.publish()
+    run_id = g.view.submit()
+    worker = g.worker("inst-1")
+    lease = worker.claimed([g.view.agent], run_id)
+    S = grpc.StatusCode
+
+    # No token, a token that does not verify: UNAUTHENTICATED.
+    for token in (None, "not-a-jwt"):
+        refusal = GrpcWorker(g.stub, token).refused("AcquireLease", worker.named(lease))
+        assert (refusal.status, refusal.reason) == (S.UNAUTHENTICATED, "unauthorized")
+    # A verified token without the role Worker, or without factory.runtime: PERMISSION_DENIED.
+    requester = GrpcWorker(g.stub, g.view.token())
+    refusal = requester.refused("AcquireLease", worker.named(lease))
+    assert (refusal.status, refusal.reason) == (S.PERMISSION_DENIED, "forbidden")
+    scopeless = GrpcWorker(g.stub, g.worker_token(scopes=[RUNS_READ]))
+    refusal = scopeless.refused("ReportAttemptOutcome", worker.report_request(lease))
+    assert (refusal.status, refusal.reason) == (S.PERMISSION_DENIED, "insufficient-scope")
+
+    # A made-up fencing token or lease id, or another instance of the same account:
+    # FAILED_PRECONDITION with the typed reason, and audited.
+    refusal = worker.refused(
+        "ReportAttemptOutcome", worker.report_request(lease, fencing_token=lease.fencing_token + 7)
+    )
+    assert (refusal.status, refusal.reason) == (S.FAILED_PRECONDITION, "stale-fencing-token")
+    assert refusal.info is not None and refusal.info.metadata["retryable"] == "false"
+    assert refusal.info.metadata["attempt_id"] == lease.attempt_id
+    refusal = worker.refused("AcquireLease", worker.named(lease, lease_id=str(uuid.uuid4())))
+    assert (refusal.status, refusal.reason) == (S.FAILED_PRECONDITION, "stale-fencing-token")
+    other = g.worker("inst-2")
+    refusal = other.refused("ReportAttemptOutcome", other.report_request(lease))
+    assert (refusal.status, refusal.reason) == (S.FAILED_PRECONDITION, "lease-not-held")
+    refusal = other.refused("AcquireLease", other.named(lease, fencing_token=0, lease_id=""))
+    assert (refusal.status, refusal.reason) == (S.FAILED_PRECONDITION, "lease-held")
+    assert _audits(g, run_id) == ["stale-fencing-token", "lease-rejected", "lease-not-held"]
+
+    # Unknown ids: NOT_FOUND; a malformed one: INVALID_ARGUMENT.
+    refusal = worker.refused("AcquireLease", worker.named(lease, run_id=str(uuid.uuid4())))
+    assert (refusal.status, refusal.reason) == (S.NOT_FOUND, "run-not-found")
+    refusal = worker.refused("AcquireLease", worker.named(lease, attempt_id=str(uuid.uuid4())))
+    assert (refusal.status, refusal.reason) == (S.NOT_FOUND, "attempt-not-found")
+    refusal = worker.refused("AcquireLease", worker.named(lease, run_id="nope"))
+    assert (refusal.status, refusal.reason) == (S.INVALID_ARGUMENT, "validation-failed")
+    bad = g.worker("bad/instance")  # an instance id may not hold "/": the holder is sub/inst
+    refusal = bad.refused("AcquireLease", bad.named(lease))
+    assert (refusal.status, refusal.reason) == (S.INVALID_ARGUMENT, "validation-failed")
+
+    # The outcome, then a second, different one: ALREADY_EXISTS.
+    first = worker.report(worker.report_request(lease))
+    assert first.state == "Succeeded"
+    refusal = worker.refused(
+        "ReportAttemptOutcome", worker.report_request(lease, outcome=pb.FAILED, outcome_hash="")
+    )
+    assert (refusal.status, refusal.reason) == (S.ALREADY_EXISTS, "outcome-already-recorded")
+
+    # The run has ended: renewing, re-acquiring or asking for approval is FAILED_PRECONDITION.
+    g.view.wait_state(run_id, "Completed")
+    refusal = worker.refused("AcquireLease", worker.named(lease))
+    assert (refusal.status, refusal.reason) == (S.FAILED_PRECONDITION, "stale-fencing-token")
+    refusal = worker.refused("AcquireLease", worker.named(lease, fencing_token=0, lease_id=""))
+    assert (refusal.status, refusal.reason) == (S.FAILED_PRECONDITION, "lease-rejected")
+    refusal = worker.refused(
+        "RequestApproval", worker.approval_request(lease, canonical_hash({"p": 1}))
+    )
+    assert (refusal.status, refusal.reason) == (S.FAILED_PRECONDITION, "stale-fencing-token")
+
+
+def test_a_worker_sees_only_its_own_tenants_attempts(
+    g: GrpcTenant, api: Api, channel: grpc.Channel, ray_runtime: Any
+) -> None:
+    other_view = TenantView(api, ray_runtime, new_tenant())
+    try:
+        other_view.agent = g.view.agent  # the same agent id in both tenants
+        other_view.publish()
+        theirs = other_view.submit()
+        other = GrpcTenant(other_view, api, channel)
+        ours, intruder = other.worker(), g.worker()
+        S = grpc.StatusCode
+
+        # Tenant A's worker claims nothing although B's attempt of that agent waits.
+        assert not intruder.claim([g.view.agent], wait_s=1.0).granted
+        lease = ours.claimed([g.view.agent], theirs)
+        assert lease.tenant_id == other.tenant
+
+        # Naming B's run or attempt from A: NOT_FOUND, as an unknown run.
+        for method, request in (
+            ("AcquireLease", intruder.named(lease)),
+            ("AcquireLease", intruder.named(lease, fencing_token=0, lease_id="")),
+            ("ReportAttemptOutcome", intruder.report_request(lease)),
+            ("RequestApproval", intruder.approval_request(lease, canonical_hash({"p": 1}))),
+        ):
+            refusal = intruder.refused(method, request)
+            assert (refusal.status, refusal.reason) == (S.NOT_FOUND, "run-not-found"), method
+        with pytest.raises(grpc.RpcError) as stream:
+            list(intruder.watch(theirs))
+        assert stream.value.code() == S.NOT_FOUND
+
+        # B's own worker finishes the run; A's refusals changed nothing.
+        assert ours.report(ours.report_request(lease)).state == "Succeeded"
+        assert other_view.wait_state(theirs, "Completed")["state"] == "Completed"
+    finally:
+        other_view.close()

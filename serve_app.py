@@ -13,6 +13,7 @@ from typing import Any
 from fastapi import FastAPI
 from ray import serve
 
+from actors.ingress import ACCESS_LOG_OFF
 from actors.placement import host_name
 from actors.run_host import host_config, make_router
 from runcontrol.api import create_app
@@ -21,7 +22,12 @@ from runcontrol.client import RunControlClient
 from runcontrol.config import Settings
 
 
-@serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 0}, max_ongoing_requests=256)
+@serve.deployment(
+    num_replicas=1,
+    ray_actor_options={"num_cpus": 0},
+    max_ongoing_requests=256,
+    logging_config=ACCESS_LOG_OFF,
+)
 @serve.ingress()  # the app is built per replica by __serve_build_asgi_app__, after __init__
 class RunControlApi:
     def __init__(

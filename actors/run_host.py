@@ -43,6 +43,7 @@ HOST_OPTIONS: dict[str, Any] = {
     "max_task_retries": 0,  # the router retries, with idempotent or fenced commands
     "max_concurrency": 1000,
     "concurrency_groups": {"control": 8},
+    "enable_task_events": False,  # Serve turns them off for its actors; ours cost per call
 }
 
 

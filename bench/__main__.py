@@ -14,6 +14,8 @@ import time
 
 import ray
 
+from actors.ingress import use_fast_ingress
+
 from . import common, inprocess, transitions
 
 
@@ -32,6 +34,8 @@ def main() -> int:
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
     }
     os.environ.setdefault("RAY_worker_maximum_startup_concurrency", "4")
+    # The same Serve ingress as `make run`: it must be in the environment before ray.init.
+    results["serve_ingress"] = use_fast_ingress(local_ports=True)
     with common.private_database() as url:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
         try:

@@ -154,6 +154,18 @@ Ctrl-C stops everything.
     return 0
 
 
+def _cmd_hosts(args: argparse.Namespace) -> int:
+    from actors.service import start_hosts, start_ray
+
+    settings = Settings()
+    owner_url = database_url(settings)
+    build_database(settings, owner_url=owner_url).dispose()  # migrates
+    start_ray(address=args.address)
+    hosts, _ = start_hosts(settings, owner_url)
+    _say(f"{len(hosts)} run hosts and the scheduler are running (detached)")
+    return 0
+
+
 def _cmd_worker(args: argparse.Namespace) -> int:
     from actors.run_host import host_config, make_router
     from actors.service import start_ray
@@ -224,6 +236,14 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--no-workers", action="store_true", help="do not run the reference workers")
     up.add_argument("--no-demo", action="store_true", help="do not publish the demo workflow")
     up.set_defaults(func=_cmd_up)
+
+    hosts = sub.add_parser(
+        "hosts",
+        help="migrate, start the run hosts and scheduler as detached actors, and exit "
+        "(for a Serve app deployed apart: serve deploy, KubeRay RayService)",
+    )
+    hosts.add_argument("--address", default="auto")
+    hosts.set_defaults(func=_cmd_hosts)
 
     worker = sub.add_parser("worker", help="run a reference worker against a running cluster")
     worker.add_argument("--holder", default="worker-cli")

@@ -25,7 +25,9 @@ from runcontrol.config import Settings
 @serve.deployment(
     num_replicas=1,
     ray_actor_options={"num_cpus": 0},
-    max_ongoing_requests=256,
+    # Each live event stream holds one of these for its whole life: room for
+    # api.sse_max_streams (4,000) of them plus 256 other requests.
+    max_ongoing_requests=4256,
     logging_config=ACCESS_LOG_OFF,
 )
 @serve.ingress()  # the app is built per replica by __serve_build_asgi_app__, after __init__

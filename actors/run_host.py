@@ -313,13 +313,6 @@ class RunHost:
     async def get_run(self, tenant_id: str, run_id: UUID) -> dict[str, Any] | None:
         return await self._in_thread(self._run_view, tenant_id, run_id)
 
-    async def locate_approval(self, tenant_id: str, approval_id: UUID) -> UUID | None:
-        def find() -> UUID | None:
-            with self._env.db.tenant(tenant_id) as conn:
-                return q.approval_run(conn, approval_id)
-
-        return await self._in_thread(find)
-
     async def events(
         self, tenant_id: str, run_id: UUID, after_seq: int, wait_s: float = 0.0
     ) -> list[dict[str, Any]]:

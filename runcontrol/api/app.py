@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
 from ..client import RunControlClient
 from ..config import Settings
 from ..store import Database
+from ..store.notify import Listener
+from ..store.reads import AsyncReads
+from ..store.uow import EVENTS_CHANNEL
 from . import approvals, events, health, problems, runs
 from .auth import TokenVerifier
 from .context import HostProbe, Services
@@ -21,12 +25,29 @@ def create_app(
     *,
     host_probe: HostProbe | None = None,
 ) -> FastAPI:
-    """The HTTP API over ``client`` (commands) and ``db`` (tenant-scoped reads).
+    """The HTTP API over ``client`` (commands) and ``db`` (tenant-scoped reads and the event
+    feed, both on the serving loop).
 
     ``host_probe`` is awaited by ``/health/ready``: it should ping every run host.
     """
     settings = settings or Settings()
+    services = Services(
+        client,
+        db,
+        settings,
+        AsyncReads(db.app_url, pool_size=settings.pool_size),
+        Listener(db.app_url, (EVENTS_CHANNEL,), application_name=events.FEED_APPLICATION_NAME),
+        host_probe,
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await services.feed.close()
+        await services.reads.dispose()
+
     app = FastAPI(
+        lifespan=lifespan,
         title="runcontrol",
         version="0.1.0",
         description="Run Control: runs, approvals and per-run events.",
@@ -34,9 +55,8 @@ def create_app(
         docs_url="/docs",
         redoc_url=None,
     )
-    app.state.services = Services(client, db, settings, host_probe)
+    app.state.services = services
     app.state.verifier = TokenVerifier(settings.auth)
-    app.state.sse_subscribers = Counter()  # live event streams per run (api.sse_max_per_run)
     problems.install(app)
     for module in (runs, events, approvals, health):
         app.include_router(module.router)

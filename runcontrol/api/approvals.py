@@ -17,7 +17,7 @@ from sqlalchemy import Connection
 from schemas.api import ApprovalPage, ApprovalView, DecisionRequest
 
 from ..commands import DecideApproval
-from ..domain import ApprovalState
+from ..domain import ApprovalState, errors
 from ..domain.access import approvals_visible_only_to
 from ..store import queries as q
 from .auth import ApprovalsDecider, ApprovalsReader
@@ -47,10 +47,15 @@ async def decide_approval(
     approval_id: Annotated[UUID, Path(alias="approvalId")],
     idempotency_key: RetryKey = None,
 ) -> dict[str, Any]:
+    # The decision is a command to the approval's run: find the run on this replica (a read),
+    # so only the command itself goes to the run's host.
+    run_id = await svc.read(caller.tenant_id, lambda conn: q.approval_run(conn, approval_id))
+    if run_id is None:
+        raise errors.ApprovalNotFound(f"approval {approval_id} not found")
     approval = await svc.client.send(
         DecideApproval(
             tenant_id=caller.tenant_id,
-            run_id=await svc.client.approval_run(caller.tenant_id, approval_id),
+            run_id=run_id,
             command_id=command_id(caller, "DecideApproval", approval_id, idempotency_key),
             approval_id=approval_id,
             principal=caller.principal,

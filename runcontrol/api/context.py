@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar
 from uuid import UUID
 
@@ -15,6 +14,8 @@ from ..client import RunControlClient
 from ..config import Settings
 from ..store import Database
 from ..store import queries as q
+from ..store.notify import Listener
+from ..store.reads import AsyncReads
 from .problems import InvalidCursor
 
 T = TypeVar("T")
@@ -22,21 +23,30 @@ T = TypeVar("T")
 HostProbe = Callable[[], Awaitable[Any]]
 
 
+@dataclass
+class Streams:
+    """The live event streams open on this replica (``api.sse_max_streams``)."""
+
+    live: int = 0
+
+
 @dataclass(frozen=True)
 class Services:
+    """Commands go to the run hosts through ``client``; reads and event streams never do:
+    ``reads`` queries the database on this replica's loop, and ``feed`` (one LISTEN
+    connection per replica) wakes every stream whose run committed."""
+
     client: RunControlClient
     db: Database
     settings: Settings
+    reads: AsyncReads
+    feed: Listener
     host_probe: HostProbe | None = None
+    streams: Streams = field(default_factory=Streams)
 
     async def read(self, tenant_id: str, query: Callable[[Connection], T]) -> T:
-        """Run a read model query in the caller's tenant (row-level security), off the loop."""
-
-        def run() -> T:
-            with self.db.tenant(tenant_id) as conn:
-                return query(conn)
-
-        return await asyncio.to_thread(run)
+        """Run a read model query in the caller's tenant (row-level security)."""
+        return await self.reads.read(tenant_id, query)
 
 
 async def services(request: Request) -> Services:

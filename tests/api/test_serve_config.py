@@ -18,7 +18,7 @@ def test_serve_config_is_valid_and_names_the_deployment() -> None:
     assert app.import_path == "serve_app:app"
     (deployment,) = app.deployments
     assert deployment.name == "RunControlApi"
-    assert deployment.max_ongoing_requests == 256
+    assert deployment.max_ongoing_requests == 4256
 
     import serve_app
 

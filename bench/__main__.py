@@ -1,6 +1,6 @@
 """`make bench`: every figure beside its ceiling measured in the same run.
 
-Usage: python -m bench [--runs N] [--concurrency C] [--only transitions|http]
+Usage: python -m bench [--runs N] [--concurrency C] [--only transitions|http|reads]
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import ray
 
 from actors.ingress import use_fast_ingress
 
-from . import common, inprocess, transitions
+from . import common, inprocess, reads, transitions
 
 
 def main() -> int:
@@ -25,7 +25,7 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--dedicated-runs", type=int, default=6)
     parser.add_argument("--pgbench-seconds", type=int, default=10)
-    parser.add_argument("--only", choices=["transitions", "http"], default=None)
+    parser.add_argument("--only", choices=["transitions", "http", "reads"], default=None)
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
 
@@ -115,6 +115,9 @@ def main() -> int:
                     f"{'memory per run (dedicated, actor RSS)':<44}"
                     f"{dedicated['bytes_per_run'] / 2**20:>11.1f} MiB"
                 )
+            if args.only in (None, "reads"):
+                print("API replica reads: to_thread vs async on the loop ...", flush=True)
+                results["reads"] = reads.run(url, concurrency=args.concurrency)
             if args.only in (None, "http"):
                 try:
                     from . import http

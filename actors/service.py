@@ -40,6 +40,7 @@ def start_ray(num_cpus: int | None = None, address: str | None = None) -> None:
     else:
         use_fast_ingress(local_ports=True)
         ray.init(
+            address="local",  # our own, with these settings, even if another one runs here
             num_cpus=num_cpus or os.cpu_count() or 2,
             include_dashboard=False,
             namespace=NAMESPACE,

@@ -1,9 +1,11 @@
 """The API replica's reads: the GetRun read model on one event loop, two ways, same run.
 
-``to_thread``: each read on a thread of the default executor over the sync engine (the path
-before issue 12). ``async``: ``runcontrol.store.reads.AsyncReads`` (psycopg on the loop, the
-same query functions through ``run_sync``). Both with the same concurrency against the same
-database, without Ray or HTTP, so the figure is what the read path itself costs.
+``to_thread``: each read on a thread of the default executor over the sync engine (what
+``runcontrol.api.context.Services.read`` does). ``async``: psycopg on the loop through
+SQLAlchemy's async engine, the same query functions run by ``run_sync`` (the greenlet bridge).
+Both with the same concurrency against the same database, without Ray or HTTP, so the figure
+is what the read path itself costs. The async variant lives here, not in ``runcontrol``: it
+was measured as no faster (docs/benchmarks.md), so the product keeps one I/O model for reads.
 """
 
 from __future__ import annotations
@@ -15,16 +17,20 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from sqlalchemy import Connection, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import create_async_engine
+
 from runcontrol.config import Settings
 from runcontrol.grain import RunGrain
 from runcontrol.store import queries as q
-from runcontrol.store.reads import AsyncReads
 
 from .common import percentile
 from .inprocess import _submit
 from .transitions import _tenant_with_workflow
 
 Read = Callable[[uuid.UUID], Awaitable[Any]]
+SET_TENANT = text("SELECT set_config('runcontrol.tenant_id', :tenant, true)")
 
 
 async def _load(
@@ -75,17 +81,27 @@ def run(
             return await asyncio.to_thread(sync_read, run_id)
 
         async def both() -> None:
-            reads = AsyncReads(db.app_url, pool_size=settings.pool_size)
+            url = make_url(db.app_url).set(drivername="postgresql+psycopg")
+            engine = create_async_engine(
+                url.render_as_string(hide_password=False),
+                pool_size=settings.pool_size,
+                max_overflow=settings.pool_size,
+            )
 
             async def on_loop(run_id: uuid.UUID) -> Any:
-                return await reads.read(tenant, lambda conn: q.get_run(conn, run_id))
+                def query(conn: Connection) -> Any:
+                    return q.get_run(conn, run_id)
+
+                async with engine.begin() as conn:
+                    await conn.execute(SET_TENANT, {"tenant": tenant})
+                    return await conn.run_sync(query)
 
             try:
                 for label, read in (("to_thread", threaded), ("async", on_loop)) * 2:
                     # each twice, alternating; the second of each is kept (warm pools)
                     figures[label] = await _load(read, run_ids, total, concurrency)
             finally:
-                await reads.dispose()
+                await engine.dispose()
 
         asyncio.run(both())
     finally:

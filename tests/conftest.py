@@ -140,6 +140,9 @@ def ray_runtime(ray_db: Database) -> Iterator[RayRuntime]:
     # (so load balancers notice): tests replace replicas on purpose and need not wait.
     use_fast_ingress(local_ports=True, RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S="0")
     ray.init(
+        # "local": a cluster of this session's own, even when another one on this machine
+        # was started with `ray start` (ray.init would join that one, without our settings).
+        address="local",
         num_cpus=2,
         include_dashboard=False,
         log_to_driver=False,

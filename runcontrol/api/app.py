@@ -11,7 +11,6 @@ from ..client import RunControlClient
 from ..config import Settings
 from ..store import Database
 from ..store.notify import Listener
-from ..store.reads import AsyncReads
 from ..store.uow import EVENTS_CHANNEL
 from . import approvals, events, health, problems, runs
 from .auth import TokenVerifier
@@ -25,8 +24,8 @@ def create_app(
     *,
     host_probe: HostProbe | None = None,
 ) -> FastAPI:
-    """The HTTP API over ``client`` (commands) and ``db`` (tenant-scoped reads and the event
-    feed, both on the serving loop).
+    """The HTTP API over ``client`` (commands) and ``db`` (tenant-scoped reads, and the event
+    feed: one LISTEN connection for all of this app's streams).
 
     ``host_probe`` is awaited by ``/health/ready``: it should ping every run host.
     """
@@ -35,7 +34,6 @@ def create_app(
         client,
         db,
         settings,
-        AsyncReads(db.app_url, pool_size=settings.pool_size),
         Listener(db.app_url, (EVENTS_CHANNEL,), application_name=events.FEED_APPLICATION_NAME),
         host_probe,
     )
@@ -44,7 +42,6 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
         await services.feed.close()
-        await services.reads.dispose()
 
     app = FastAPI(
         lifespan=lifespan,

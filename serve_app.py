@@ -13,6 +13,7 @@ from typing import Any
 from fastapi import FastAPI
 from ray import serve
 
+from actors.ingress import ACCESS_LOG_OFF
 from actors.placement import host_name
 from actors.run_host import host_config, make_router
 from grpc_ingress import GrpcIngress
@@ -22,7 +23,14 @@ from runcontrol.client import RunControlClient
 from runcontrol.config import Settings
 
 
-@serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 0}, max_ongoing_requests=256)
+@serve.deployment(
+    num_replicas=1,
+    ray_actor_options={"num_cpus": 0},
+    # Each live event stream holds one of these for its whole life: room for
+    # api.sse_max_streams (4,000) of them plus 256 other requests.
+    max_ongoing_requests=4256,
+    logging_config=ACCESS_LOG_OFF,
+)
 @serve.ingress()  # the app is built per replica by __serve_build_asgi_app__, after __init__
 class RunControlApi(GrpcIngress):  # + the gRPC methods (grpc_ingress.py)
     def __init__(

@@ -45,6 +45,7 @@ HOST_OPTIONS: dict[str, Any] = {
     "max_task_retries": 0,  # the router retries, with idempotent or fenced commands
     "max_concurrency": 1000,
     "concurrency_groups": {"control": 8},
+    "enable_task_events": False,  # Serve turns them off for its actors; ours cost per call
 }
 
 
@@ -230,13 +231,6 @@ class RunHost:
 
     async def get_run(self, tenant_id: str, run_id: UUID) -> dict[str, Any] | None:
         return await self._in_thread(self._run_view, tenant_id, run_id)
-
-    async def locate_approval(self, tenant_id: str, approval_id: UUID) -> UUID | None:
-        def find() -> UUID | None:
-            with self._db.tenant(tenant_id) as conn:
-                return q.approval_run(conn, approval_id)
-
-        return await self._in_thread(find)
 
     async def events(
         self, tenant_id: str, run_id: UUID, after_seq: int, wait_s: float = 0.0

@@ -12,6 +12,7 @@ from ray import serve
 
 from runcontrol.config import Settings
 
+from .ingress import ACCESS_LOG_OFF, use_fast_ingress
 from .placement import NAMESPACE
 from .run_host import ensure_hosts
 from .scheduler import ensure_scheduler
@@ -30,19 +31,30 @@ class Service:
 
 
 def start_ray(num_cpus: int | None = None, address: str | None = None) -> None:
+    """Join the cluster at ``address``, or start a local one with Serve's fast ingress
+    (``ingress.py``); a cluster started by ``ray start`` must have had it set there."""
     os.environ.setdefault("RAY_worker_maximum_startup_concurrency", "4")
     if ray.is_initialized():
         return
     if address:
         ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
     else:
+        use_fast_ingress(local_ports=True)
         ray.init(
+            address="local",  # our own, with these settings, even if another one runs here
             num_cpus=num_cpus or os.cpu_count() or 2,
             include_dashboard=False,
             namespace=NAMESPACE,
             log_to_driver=False,
             configure_logging=False,
         )
+
+
+def start_hosts(settings: Settings, owner_url: str) -> tuple[list[Any], Any]:
+    """Create (or find) the run hosts and the scheduler as detached actors: they outlive this
+    driver, for a cluster whose Serve app is deployed apart (serve deploy, KubeRay)."""
+    hosts = ensure_hosts(settings, owner_url, detached=True)
+    return hosts, ensure_scheduler(settings, owner_url, detached=True)
 
 
 def start_service(
@@ -64,7 +76,11 @@ def start_service(
     from serve_app import RunControlApi
 
     # Serve's gRPC proxy listens on every interface ([::]:port) whatever ``host`` is.
-    serve.start(http_options={"host": host, "port": port}, grpc_options=grpc_options(grpc_port))
+    serve.start(
+        http_options={"host": host, "port": port},
+        grpc_options=grpc_options(grpc_port),
+        logging_config=ACCESS_LOG_OFF,
+    )
     serve.run(
         RunControlApi.bind(  # type: ignore[attr-defined]
             database_url=owner_url, settings=app_settings

@@ -1,6 +1,6 @@
 """`make bench`: every figure beside its ceiling measured in the same run.
 
-Usage: python -m bench [--runs N] [--concurrency C] [--only transitions|http]
+Usage: python -m bench [--runs N] [--concurrency C] [--only transitions|http|reads]
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ import time
 
 import ray
 
-from . import common, inprocess, transitions
+from actors.ingress import use_fast_ingress
+
+from . import common, inprocess, reads, transitions
 
 
 def main() -> int:
@@ -23,7 +25,7 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--dedicated-runs", type=int, default=6)
     parser.add_argument("--pgbench-seconds", type=int, default=10)
-    parser.add_argument("--only", choices=["transitions", "http"], default=None)
+    parser.add_argument("--only", choices=["transitions", "http", "reads"], default=None)
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
 
@@ -32,8 +34,16 @@ def main() -> int:
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
     }
     os.environ.setdefault("RAY_worker_maximum_startup_concurrency", "4")
+    # The same Serve ingress as `make run`: it must be in the environment before ray.init.
+    results["serve_ingress"] = use_fast_ingress(local_ports=True)
     with common.private_database() as url:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        ray.init(
+            address="local",  # our own cluster, with the settings above
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+        )
         try:
             if args.only in (None, "transitions"):
                 print("pgbench (UPDATE run + INSERT outbox, 8 clients) ...", flush=True)
@@ -121,6 +131,9 @@ def main() -> int:
                     f"{'memory per run (dedicated, actor RSS)':<44}"
                     f"{dedicated['bytes_per_run'] / 2**20:>11.1f} MiB"
                 )
+            if args.only in (None, "reads"):
+                print("API replica reads: to_thread vs async on the loop ...", flush=True)
+                results["reads"] = reads.run(url, concurrency=args.concurrency)
             if args.only in (None, "http"):
                 try:
                     from . import http

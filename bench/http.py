@@ -1,4 +1,4 @@
-"""Submissions through Ray Serve vs a trivial Serve route, same proxy, same run.
+"""Submissions through Ray Serve vs a trivial Serve route, same ingress, same run.
 
 Both are driven by the same asyncio + httpx load generator with the same connection count, so
 the ratio compares the front door's own ceiling with the full submit path (auth, validation,
@@ -23,6 +23,7 @@ import httpx
 from fastapi import FastAPI
 from ray import serve
 
+from actors.ingress import ACCESS_LOG_OFF, haproxy_enabled
 from actors.run_host import ensure_hosts
 from runcontrol.api.auth import mint_dev_token
 from runcontrol.bootstrap import build, build_database
@@ -39,7 +40,12 @@ async def trivial() -> dict[str, bool]:
     return {"ok": True}
 
 
-@serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 0}, max_ongoing_requests=256)
+@serve.deployment(
+    num_replicas=1,
+    ray_actor_options={"num_cpus": 0},
+    max_ongoing_requests=256,
+    logging_config=ACCESS_LOG_OFF,
+)
 @serve.ingress(trivial_app)
 class Trivial:
     pass
@@ -153,7 +159,7 @@ def run(
     hosts = ensure_hosts(settings, owner_url)
     port = _free_port()
     os.environ["RUNCONTROL_DATABASE_URL"] = owner_url
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    serve.start(http_options={"host": "127.0.0.1", "port": port}, logging_config=ACCESS_LOG_OFF)
     serve.run(Trivial.bind(), name="trivial", route_prefix="/trivial")
     secret = secrets.token_urlsafe(48)  # this run's own: there is no built-in secret
     serve.run(
@@ -211,7 +217,9 @@ def run(
         serve.shutdown()
         del hosts
         db.dispose()
+    figures["ingress"] = "HAProxy direct ingress" if haproxy_enabled() else "Serve's Python proxy"
     print()
+    print(f"Serve ingress: {figures['ingress']}")
     title = f"figure ({figures['generator']}, {concurrency} connections)"
     print(f"{title:<44}{'value':>14}{'ceiling':>14}{'ratio':>8}")
     print(

@@ -238,6 +238,18 @@ Ctrl-C stops everything.
     return 0
 
 
+def _cmd_hosts(args: argparse.Namespace) -> int:
+    from actors.service import start_hosts, start_ray
+
+    settings = Settings()
+    owner_url = database_url(settings)
+    build_database(settings, owner_url=owner_url).dispose()  # migrates
+    start_ray(address=args.address)
+    hosts, _ = start_hosts(settings, owner_url)
+    _say(f"{len(hosts)} run hosts and the scheduler are running (detached)")
+    return 0
+
+
 def _cmd_worker(args: argparse.Namespace) -> int:
     settings = Settings()
     if args.transport == "grpc":
@@ -359,6 +371,14 @@ def main(argv: list[str] | None = None) -> int:
         "secret kept beside the data dir (`make run` does this)",
     )
     up.set_defaults(func=_cmd_up)
+
+    hosts = sub.add_parser(
+        "hosts",
+        help="migrate, start the run hosts and scheduler as detached actors, and exit "
+        "(for a Serve app deployed apart: serve deploy, KubeRay RayService)",
+    )
+    hosts.add_argument("--address", default="auto")
+    hosts.set_defaults(func=_cmd_hosts)
 
     worker = sub.add_parser("worker", help="run a reference worker (Ray client or gRPC)")
     worker.add_argument("--transport", choices=("ray", "grpc"), default="ray")

@@ -83,17 +83,14 @@ class RunControlClient:
             raise errors.RunNotFound(f"run {run_id} not found", run_id=str(run_id))
         return dict(view)
 
-    async def approval_run(self, tenant_id: str, approval_id: UUID) -> UUID:
-        """The run an approval belongs to (a decision is a command to that run)."""
-        run_id: UUID | None = await self._router.call_any("locate_approval", tenant_id, approval_id)
-        if run_id is None:
-            raise errors.ApprovalNotFound(f"approval {approval_id} not found")
-        return run_id
-
     async def watch(
         self, tenant_id: str, run_id: UUID, after_seq: int = 0, *, wait_s: float = 20.0
     ) -> AsyncIterator[dict[str, Any]]:
-        """Yield the run's events in seq order from ``after_seq``; ends after a terminal event."""
+        """Yield the run's events in seq order from ``after_seq``; ends after a terminal event.
+
+        For in-cluster workers and drivers: long-polls the run's host (which waits on its own
+        LISTEN connection). The HTTP API's streams do not come here: each Serve replica feeds
+        them from its one LISTEN connection (``runcontrol.api.events``)."""
         cursor = after_seq
         while True:
             batch = await self._router.call(run_id, "events", tenant_id, run_id, cursor, wait_s)

@@ -190,11 +190,13 @@ class RateLimit(BaseModel):
 
 class ApiOptions(BaseModel):
     sse_heartbeat_seconds: float = Field(15, gt=0, description="Comment line on an idle stream.")
-    sse_max_per_run: int = Field(
-        16,
+    sse_max_streams: int = Field(
+        4000,
         ge=1,
-        description="Live event streams of one run per replica; more are refused with 429 "
-        "(each holds a long poll on the run's host).",
+        description="Live event streams per replica, of any runs; more are refused with 429. "
+        "Streams share the replica's one LISTEN connection and cost a read per event; each "
+        "holds an HTTP connection (HAProxy's default maxconn is 4096 per node) and one of "
+        "the deployment's max_ongoing_requests.",
     )
     readiness_timeout_seconds: float = Field(2, gt=0)
     max_body_bytes: int = Field(

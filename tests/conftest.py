@@ -132,8 +132,17 @@ def ray_db(owner_url: str) -> Iterator[Database]:
 def ray_runtime(ray_db: Database) -> Iterator[RayRuntime]:
     import ray
 
+    from actors.ingress import use_fast_ingress
+
     os.environ.setdefault("RAY_worker_maximum_startup_concurrency", "4")
+    # Serve runs behind the same ingress as `make run` (HAProxy direct ingress); its variables
+    # must be set before ray.init. A replica being replaced drains for 30 s by default
+    # (so load balancers notice): tests replace replicas on purpose and need not wait.
+    use_fast_ingress(local_ports=True, RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S="0")
     ray.init(
+        # "local": a cluster of this session's own, even when another one on this machine
+        # was started with `ray start` (ray.init would join that one, without our settings).
+        address="local",
         num_cpus=2,
         include_dashboard=False,
         log_to_driver=False,

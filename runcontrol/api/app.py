@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
 from ..client import RunControlClient
 from ..config import Settings
 from ..store import Database
+from ..store.commit import EVENTS_CHANNEL
+from ..store.notify import Listener
 from . import approvals, events, health, problems, runs
 from .auth import TokenVerifier
 from .context import HostProbe, Services
@@ -22,12 +25,27 @@ def create_app(
     *,
     host_probe: HostProbe | None = None,
 ) -> FastAPI:
-    """The HTTP API over ``client`` (commands) and ``db`` (tenant-scoped reads).
+    """The HTTP API over ``client`` (commands) and ``db`` (tenant-scoped reads, and the event
+    feed: one LISTEN connection for all of this app's streams).
 
     ``host_probe`` is awaited by ``/health/ready``: it should ping every run host.
     """
     settings = settings or Settings()
+    services = Services(
+        client,
+        db,
+        settings,
+        Listener(db.app_url, (EVENTS_CHANNEL,), application_name=events.FEED_APPLICATION_NAME),
+        host_probe,
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await services.feed.close()
+
     app = FastAPI(
+        lifespan=lifespan,
         title="runcontrol",
         version="0.1.0",
         description="Run Control: runs, approvals and per-run events.",
@@ -35,10 +53,9 @@ def create_app(
         docs_url="/docs",
         redoc_url=None,
     )
-    app.state.services = Services(client, db, settings, host_probe)
+    app.state.services = services
     app.state.verifier = TokenVerifier(settings.auth)  # AuthNotConfigured: refuse to start
     app.state.rate_limiter = TenantRateLimiter(settings.api)
-    app.state.sse_subscribers = Counter()  # live event streams per run (api.sse_max_per_run)
     problems.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.api.max_body_bytes)
     for module in (runs, events, approvals, health):

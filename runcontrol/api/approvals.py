@@ -50,6 +50,8 @@ async def decide_approval(
     approval_id: Annotated[UUID, Path(alias="approvalId")],
     idempotency_key: RetryKey = None,
 ) -> dict[str, Any]:
+    # The decision is a command to the approval's run: find the run on this replica (a read),
+    # so only the command itself goes to the run's host.
     project = caller.project_scope
     run_id = await svc.read(
         caller.tenant_id,

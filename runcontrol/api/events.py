@@ -1,22 +1,22 @@
 """Per-run events: the persisted history (JSON) and the live stream (Server-Sent Events).
 
 The SSE ``id`` is the run's gap-free event ``seq``, so a client that reconnects with
-``Last-Event-ID`` (or ``?after=``) resumes exactly after the last event it saw. New events are
-awaited with the run host's long-poll (woken by LISTEN/NOTIFY); while none arrive the stream
-sends a comment line every ``api.sse_heartbeat_seconds``. The stream ends after the run's
-terminal event.
+``Last-Event-ID`` (or ``?after=``) resumes exactly after the last event it saw. Live streams
+never call a run host: the replica's one LISTEN connection (``Services.feed``, channel
+``runcontrol_events``, the run id as payload, NOTIFYed by every commit) wakes the streams of
+that run, and each reads its new events from the database. While none arrive a stream sends a
+comment line every ``api.sse_heartbeat_seconds`` (and reads once, in case a notification was
+lost). The stream ends after the run's terminal event.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Header, Path, Query, Request
+from fastapi import APIRouter, Header, Path, Query
 from fastapi.responses import Response, StreamingResponse
 from sqlalchemy import Connection
 
@@ -25,8 +25,9 @@ from schemas.api import EventEnvelope
 from ..client import TERMINAL_EVENTS
 from ..domain import RunState, errors
 from ..store import queries as q
+from ..store.commit import EVENTS_CHANNEL
 from .auth import RunsReader
-from .context import Services, Svc
+from .context import Services, Streams, Svc
 from .problems import TooManySubscribers, responses
 
 router = APIRouter(prefix="/factory/runs", tags=["events"])
@@ -35,6 +36,7 @@ RunIdPath = Annotated[UUID, Path(alias="runId")]
 MAX_SEQ = 2**63 - 1
 REPLAY_BATCH = 500
 RETRY_MS = 2000
+FEED_APPLICATION_NAME = "runcontrol-sse-feed"  # the feed's session in pg_stat_activity
 
 
 def sse_frame(event: dict[str, Any]) -> str:
@@ -100,63 +102,50 @@ async def _replay(
         )
 
 
+def _events_after(run_id: UUID, after: int) -> Callable[[Connection], list[dict[str, Any]]]:
+    return lambda conn: q.events_after(conn, run_id, after, REPLAY_BATCH)
+
+
 async def _live(
     svc: Services,
     tenant_id: str,
+    project_id: str | None,
     run_id: UUID,
     first: list[dict[str, Any]],
     after: int,
-    heartbeat_s: float,
+    since: int,
 ) -> AsyncIterator[str]:
-    """Events as the run commits them; a heartbeat comment whenever none came for a while."""
+    """Events as the run commits them; a heartbeat comment whenever none came for a while.
+    ``since`` is the feed's generation for the run taken before ``first`` was read, so a
+    commit after that read wakes this stream at once."""
     yield f"retry: {RETRY_MS}\n\n"  # the reconnect delay; also sends the headers at once
-    for event in first:
-        after = event["seq"]
-        yield sse_frame(event)
-        if event["type"] in TERMINAL_EVENTS:  # committed after the run row was read
-            return
-    events = svc.client.watch(tenant_id, run_id, after, wait_s=heartbeat_s)
-    pending: asyncio.Future[dict[str, Any]] | None = None
-    try:
-        while True:
-            if pending is None:
-                pending = asyncio.ensure_future(anext(events))
-            done, _ = await asyncio.wait({pending}, timeout=heartbeat_s)
-            if not done:
-                yield ": heartbeat\n\n"
-                continue
-            future, pending = pending, None
-            try:
-                event = future.result()
-            except StopAsyncIteration:
-                return
+    heartbeat_s = svc.settings.api.sse_heartbeat_seconds
+    key = (str(run_id),)
+    batch = first
+    while True:
+        for event in batch:
+            after = event["seq"]
             yield sse_frame(event)
             if event["type"] in TERMINAL_EVENTS:
                 return
-    finally:
-        if pending is not None:
-            pending.cancel()
-            with contextlib.suppress(BaseException):
-                await pending
-        with contextlib.suppress(Exception):
-            await events.aclose()  # type: ignore[attr-defined]
+        if len(batch) < REPLAY_BATCH:
+            if not await svc.feed.wait(EVENTS_CHANNEL, key, since, heartbeat_s):
+                yield ": heartbeat\n\n"
+            since = svc.feed.generation(EVENTS_CHANNEL, key)
+        batch = await svc.read(tenant_id, _events_after(run_id, after), project_id=project_id)
 
 
-async def _counted(
-    subscribers: Counter[UUID], run_id: UUID, frames: AsyncIterator[str]
-) -> AsyncIterator[str]:
-    """The stream, counted as one of the run's live subscribers from its first frame until it
+async def _counted(streams: Streams, frames: AsyncIterator[str]) -> AsyncIterator[str]:
+    """The stream, counted as one of the replica's live streams from its first frame until it
     ends. Counting starts here, not in the route: a response never streamed (the client went
     away first) never runs this, so it cannot leak a count. Two requests racing past the
     route's check may both stream: the limit is a guard, not an exact quota."""
-    subscribers[run_id] += 1
+    streams.live += 1
     try:
         async for frame in frames:
             yield frame
     finally:
-        subscribers[run_id] -= 1
-        if subscribers[run_id] <= 0:
-            del subscribers[run_id]
+        streams.live -= 1
         with contextlib.suppress(Exception):
             await frames.aclose()  # type: ignore[attr-defined]
 
@@ -182,13 +171,13 @@ async def _counted(
 async def stream_events(
     caller: RunsReader,
     svc: Svc,
-    request: Request,
     run_id: RunIdPath,
     after: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
     last_event_id: Annotated[int | None, Header(alias="Last-Event-ID", ge=0, le=MAX_SEQ)] = None,
 ) -> Response:
     cursor = last_event_id if last_event_id is not None else (after or 0)
     tenant_id, project_id = caller.tenant_id, caller.project_scope
+    since = svc.feed.generation(EVENTS_CHANNEL, (str(run_id),))
     run, first = await svc.read(
         tenant_id, _run_and_events(run_id, project_id, cursor, REPLAY_BATCH), project_id=project_id
     )
@@ -200,15 +189,14 @@ async def stream_events(
             return Response(status_code=204)  # nothing more will come: EventSource stops
         frames = _replay(svc, tenant_id, project_id, run_id, first)
     else:
-        heartbeat_s = svc.settings.api.sse_heartbeat_seconds
-        subscribers: Counter[UUID] = request.app.state.sse_subscribers
-        if subscribers[run_id] >= svc.settings.api.sse_max_per_run:
+        if svc.streams.live >= svc.settings.api.sse_max_streams:
             raise TooManySubscribers(
-                f"run {run_id} already has {subscribers[run_id]} live event streams here; "
-                "retry later or read /events/history"
+                f"this replica already serves {svc.streams.live} live event streams; "
+                "retry later (another replica may take it) or read /events/history"
             )
+        svc.feed.start()
         frames = _counted(
-            subscribers, run_id, _live(svc, tenant_id, run_id, first, cursor, heartbeat_s)
+            svc.streams, _live(svc, tenant_id, project_id, run_id, first, cursor, since)
         )
     return StreamingResponse(
         frames,

@@ -56,7 +56,7 @@ class RequestInvalid(ApiError):
 
 
 class TooManySubscribers(ApiError):
-    """The run already has ``api.sse_max_per_run`` live event streams on this replica."""
+    """This replica already serves ``api.sse_max_streams`` live event streams."""
 
     code = "too-many-subscribers"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections import defaultdict
@@ -24,8 +25,10 @@ def libpq_url(sqlalchemy_url: str) -> str:
 class Listener:
     """Listens on channels and bumps a per-(channel, payload) generation counter.
 
-    Waiters call ``wait(channel, payloads, timeout)``; a missed notification is never fatal
-    because every waiter re-queries the store after waking or timing out.
+    Waiters call ``wait(channel, payloads, since, timeout)``; a missed notification is never
+    fatal because every waiter re-queries the store after waking or timing out. A
+    notification wakes only the waiters of its payload (and those of every payload, ``*``):
+    one connection can feed thousands of waiters, each woken by its own run's commits only.
     """
 
     def __init__(
@@ -33,33 +36,37 @@ class Listener:
         url: str,
         channels: tuple[str, ...],
         *,
+        application_name: str = "runcontrol-listener",
         reconnect_base_s: float = 0.2,
         reconnect_cap_s: float = 10.0,
     ) -> None:
         self._url = libpq_url(url)
         self._channels = channels
-        self._cond: asyncio.Condition | None = None
+        self._application_name = application_name
         self._generation: dict[tuple[str, str], int] = defaultdict(int)
-        # Bumped on every reconnection: what was sent while no connection listened is lost,
-        # so every waiter wakes and re-queries instead of sleeping out its timeout.
+        self._waiters: dict[tuple[str, str], set[asyncio.Future[None]]] = defaultdict(set)
+        # Bumped each time the connection (re)starts listening: what was sent while none
+        # listened is lost, so every waiter wakes and re-queries instead of sleeping out its
+        # timeout.
         self._epoch = 0
         self._task: asyncio.Task[None] | None = None
         self._reconnect_base_s = reconnect_base_s
         self._reconnect_cap_s = reconnect_cap_s
         # True while a connection listens: only then does an unchanged generation prove that
-        # nothing was notified (a cache keyed on it may be trusted).
+        # nothing was notified (a cache keyed on it may be trusted: runcontrol/ports/cache.py).
         self.listening = False
 
     def start(self) -> None:
-        """Start listening now (otherwise the first ``wait`` starts it); call on the loop."""
-        self._ensure()
-
-    def _ensure(self) -> asyncio.Condition:
-        if self._cond is None:
-            self._cond = asyncio.Condition()
+        """Listen from now on (on the running loop); ``wait`` starts it too."""
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
-        return self._cond
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
 
     async def _run(self) -> None:
         """Listen for ever: after a lost connection (the database restarted, a backend was
@@ -71,6 +78,7 @@ class Listener:
                 async with await psycopg.AsyncConnection.connect(
                     self._url,
                     autocommit=True,
+                    application_name=self._application_name,
                     # TCP keepalives notice a peer that vanished without closing (a lost
                     # host, not a restart); libpq ignores them on a Unix socket.
                     keepalives=1,
@@ -82,13 +90,14 @@ class Listener:
                         await conn.execute(f"LISTEN {channel}")
                     if listened:
                         log.warning("notification listener reconnected")
-                        await self._wake_all()
                     listened, failures = True, 0
                     self.listening = True
+                    self._wake_all()
                     async for note in conn.notifies():
                         self._generation[(note.channel, note.payload)] += 1
                         self._generation[(note.channel, "*")] += 1
-                        await self._notify()
+                        self._wake((note.channel, note.payload))
+                        self._wake((note.channel, "*"))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # waiters fall back to their timeouts meanwhile
@@ -108,14 +117,15 @@ class Listener:
                 )
                 await asyncio.sleep(delay)
 
-    async def _notify(self) -> None:
-        assert self._cond is not None
-        async with self._cond:
-            self._cond.notify_all()
+    def _wake(self, key: tuple[str, str]) -> None:
+        for waiter in self._waiters.pop(key, ()):
+            if not waiter.done():
+                waiter.set_result(None)
 
-    async def _wake_all(self) -> None:
+    def _wake_all(self) -> None:
         self._epoch += 1
-        await self._notify()
+        for key in list(self._waiters):
+            self._wake(key)
 
     def generation(self, channel: str, payloads: tuple[str, ...]) -> int:
         keys = payloads or ("*",)
@@ -123,15 +133,24 @@ class Listener:
 
     async def wait(
         self, channel: str, payloads: tuple[str, ...], since: int, timeout: float
-    ) -> None:
-        """Return when a notification newer than ``since`` arrives, or after ``timeout``."""
-        cond = self._ensure()
-
-        async def changed() -> None:
-            async with cond:
-                await cond.wait_for(lambda: self.generation(channel, payloads) != since)
-
+    ) -> bool:
+        """Return True when a notification newer than ``since`` arrives (or came already),
+        False after ``timeout`` without one."""
+        self.start()
+        if self.generation(channel, payloads) != since:
+            return True
+        waiter = asyncio.get_running_loop().create_future()
+        keys = [(channel, p) for p in payloads or ("*",)]
+        for key in keys:
+            self._waiters[key].add(waiter)
         try:
-            await asyncio.wait_for(changed(), timeout)
-        except TimeoutError:
-            pass
+            await asyncio.wait({waiter}, timeout=timeout)
+        finally:
+            waiter.cancel()  # a no-op once woken
+            for key in keys:
+                waiting = self._waiters.get(key)
+                if waiting is not None:
+                    waiting.discard(waiter)
+                    if not waiting:
+                        del self._waiters[key]
+        return self.generation(channel, payloads) != since

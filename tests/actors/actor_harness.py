@@ -31,8 +31,10 @@ from runcontrol.domain import (
     Role,
     WorkflowDefinition,
     canonical_hash,
+    errors,
 )
 from runcontrol.store import Database
+from runcontrol.store import queries as q
 from runcontrol.store.tables import attempts, audit_log, leases, outbox, recovery_journal, runs
 
 PROJECT = "proj-1"
@@ -150,9 +152,17 @@ class RayHarness:
         reason: str | None = None,
         client: RunControlClient | None = None,
     ) -> ApprovalRequest:
-        """A decision as a command to the approval's run (located first, as the API does)."""
+        """A decision as a command to the approval's run (located first with a read of the
+        database, as the API does)."""
         client = client or self.client
-        run_id = await client.approval_run(principal.tenant_id, approval_id)
+
+        def locate() -> UUID | None:
+            with self.db.tenant(principal.tenant_id) as conn:
+                return q.approval_run(conn, approval_id)
+
+        run_id = await asyncio.to_thread(locate)
+        if run_id is None:
+            raise errors.ApprovalNotFound(f"approval {approval_id} not found")
         return await client.send(
             DecideApproval(
                 tenant_id=principal.tenant_id,

@@ -37,7 +37,7 @@ from runcontrol.domain import (
 SECRET = "api-test-secret-" + "0123456789abcdef" * 4  # long enough for HS512 too
 ISSUER = "https://idp.runcontrol.test/"
 AUDIENCE = "runcontrol-api"
-SSE_MAX_PER_RUN = 2  # live event streams of one run per replica (api.sse_max_per_run)
+SSE_MAX_STREAMS = 40  # live event streams per replica (api.sse_max_streams)
 RSA_KID = "test-key-1"
 PROJECT = "proj-1"
 REQUESTER = "alice"
@@ -83,7 +83,7 @@ def api_settings(ray_runtime: Any, jwks_file: Path) -> dict[str, Any]:
     settings["api"] = {
         "sse_heartbeat_seconds": HEARTBEAT_S,
         "readiness_timeout_seconds": 5,
-        "sse_max_per_run": SSE_MAX_PER_RUN,
+        "sse_max_streams": SSE_MAX_STREAMS,
         "tenant_command_rates": {RATE_LIMITED_TENANT: RATE_LIMIT},
     }
     return settings

@@ -1,0 +1,85 @@
+"""The API is served through Serve's fast ingress (actors/ingress.py): HAProxy owns the HTTP
+port and forwards to the replica's own HTTP server (direct ingress), and Server-Sent Events
+still stream through it frame by frame."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+from api_harness import SseReader, TenantView
+
+
+def _listeners(port: int) -> set[int]:
+    return {
+        c.pid
+        for c in psutil.net_connections("tcp")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == port and c.pid is not None
+    }
+
+
+def _hops(haproxy: set[int], client_port: int, serve_port: int) -> tuple[bool, set[str]]:
+    """Whether HAProxy holds our client's connection, and the processes it is connected to
+    (by the listening socket at the other end of each of its outgoing connections)."""
+    listening: dict[int, int] = {}
+    ours = False
+    upstream: set[int] = set()
+    for c in psutil.net_connections("tcp"):
+        if c.status == psutil.CONN_LISTEN and c.pid is not None:
+            listening[c.laddr.port] = c.pid
+        elif c.status == psutil.CONN_ESTABLISHED and c.pid in haproxy and c.raddr:
+            if c.laddr.port == serve_port and c.raddr.port == client_port:
+                ours = True
+            elif c.laddr.port != serve_port:
+                upstream.add(c.raddr.port)
+    names = {" ".join(psutil.Process(listening[p]).cmdline()) for p in upstream if p in listening}
+    return ours, names
+
+
+def test_haproxy_owns_the_http_port_and_forwards_to_the_replica(
+    serve_instance: int, t: TenantView
+) -> None:
+    """The HTTP port is HAProxy's; a live request (an event stream) is held by HAProxy, which
+    is connected straight to the API replica's own HTTP server: no Python proxy between."""
+    assert os.environ["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
+    haproxy = _listeners(serve_instance)
+    assert {psutil.Process(pid).name() for pid in haproxy} == {"haproxy"}
+    with t.api.client() as anonymous:
+        live = anonymous.get("/health/live")
+        assert live.status_code == 200 and live.json()["status"] == "live"  # the app's answer
+        unauthorised = anonymous.get("/factory/runs")
+        assert unauthorised.status_code == 401
+        assert unauthorised.headers["content-type"].startswith("application/problem+json")
+
+    t.publish()
+    run_id = t.submit()
+    with t.requester().stream("GET", f"/factory/runs/{run_id}/events", timeout=30.0) as response:
+        reader = SseReader(response)  # kept: a dropped reader closes the response
+        assert reader.read(stop_after=1).events[0].event == "RunAccepted"
+        client_port = response.extensions["network_stream"].get_extra_info("client_addr")[1]
+        ours, upstream = _hops(haproxy, client_port, serve_instance)
+    assert ours, "HAProxy does not hold the stream's connection"
+    assert any("ServeReplica:runcontrol:RunControlApi" in name for name in upstream), upstream
+    assert not any("ProxyActor" in name for name in upstream), upstream
+
+
+def test_events_stream_through_haproxy_as_they_are_committed(t: TenantView) -> None:
+    """The first frames arrive while the run is still open (HAProxy does not buffer the
+    stream), and the rest follow as the worker commits them."""
+    t.publish()
+    run_id = t.submit()
+    already = t.run(run_id)["lastEventSeq"]
+    started = time.monotonic()
+    with t.requester().stream("GET", f"/factory/runs/{run_id}/events", timeout=30.0) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        sse = SseReader(response)
+        first = sse.read(stop_after=already)
+        assert t.run(run_id)["state"] != "Completed"
+        assert time.monotonic() - started < 10
+        t.succeed(t.claim(run_id))
+        rest = sse.read()
+    assert rest.ended
+    assert rest.events[-1].event == "RunCompleted"
+    seqs = [e.id for e in first.events + rest.events]
+    assert seqs == list(range(1, len(seqs) + 1))

@@ -12,6 +12,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from ray import serve
+from ray.serve.config import BackpressureConfig
 
 from actors.ingress import ACCESS_LOG_OFF
 from actors.placement import host_name
@@ -29,6 +30,10 @@ from runcontrol.config import Settings
     # Each live event stream holds one of these for its whole life: room for
     # api.sse_max_streams (4,000) of them plus 256 other requests.
     max_ongoing_requests=4256,
+    # Past that, at most this many wait for a slot; more are shed at once with 503 and
+    # Retry-After (Serve's backpressure), as commands past api.max_commands_in_flight are.
+    max_queued_requests=1024,
+    backpressure_config=BackpressureConfig(status_code=503, retry_after_s=1),
     logging_config=ACCESS_LOG_OFF,
 )
 @serve.ingress()  # the app is built per replica by __serve_build_asgi_app__, after __init__

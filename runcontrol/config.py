@@ -199,6 +199,13 @@ class ApiOptions(BaseModel):
         "the deployment's max_ongoing_requests.",
     )
     readiness_timeout_seconds: float = Field(2, gt=0)
+    max_commands_in_flight: int = Field(
+        1024,
+        ge=1,
+        description="Commands (submissions, cancels, decisions) a replica waits on at once; "
+        "more are shed with 503 overloaded and Retry-After instead of queueing until the "
+        "client times out.",
+    )
     max_body_bytes: int = Field(
         1024 * 1024, ge=1024, description="Larger request bodies are refused with 413."
     )

@@ -60,7 +60,7 @@ async def decide_approval(
     )
     if run_id is None:  # unknown, another tenant's or another project's: the same answer
         raise errors.ApprovalNotFound(f"approval {approval_id} not found")
-    approval = await svc.client.send(
+    approval = await svc.send(
         DecideApproval(
             tenant_id=caller.tenant_id,
             run_id=run_id,

@@ -12,13 +12,15 @@ from fastapi import Depends, Request
 from sqlalchemy import Connection
 
 from ..client import RunControlClient
+from ..commands import Command
 from ..config import Settings
 from ..store import Database
 from ..store import queries as q
 from ..store.notify import Listener
-from .problems import InvalidCursor
+from .problems import InvalidCursor, Overloaded
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 HostProbe = Callable[[], Awaitable[Any]]
 
@@ -28,6 +30,13 @@ class Streams:
     """The live event streams open on this replica (``api.sse_max_streams``)."""
 
     live: int = 0
+
+
+@dataclass
+class InFlight:
+    """The commands this replica waits on (``api.max_commands_in_flight``)."""
+
+    commands: int = 0
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,20 @@ class Services:
     feed: Listener
     host_probe: HostProbe | None = None
     streams: Streams = field(default_factory=Streams)
+    in_flight: InFlight = field(default_factory=InFlight)
+
+    async def send(self, command: Command[R]) -> R:
+        """Send a command to its run's host, unless this replica already waits on
+        ``api.max_commands_in_flight`` of them: then shed it (503 ``overloaded``, Retry-After)
+        before it does anything, so the client may retry, here or on another replica."""
+        limit = self.settings.api.max_commands_in_flight
+        if self.in_flight.commands >= limit:
+            raise Overloaded(f"this replica is waiting on {limit} commands already; retry")
+        self.in_flight.commands += 1
+        try:
+            return await self.client.send(command)
+        finally:
+            self.in_flight.commands -= 1
 
     async def read(
         self, tenant_id: str, query: Callable[[Connection], T], *, project_id: str | None

@@ -73,6 +73,13 @@ class RateLimited(ApiError):
     code = "rate-limited"
 
 
+class Overloaded(ApiError):
+    """This replica already waits on ``api.max_commands_in_flight`` commands: shed, not queued
+    until the client times out (retry after the ``Retry-After`` seconds, maybe elsewhere)."""
+
+    code = "overloaded"
+
+
 # ---------------------------------------------------------------------- the table
 
 # Looked up along the error's MRO, so a subclass without a row inherits its parent's status.
@@ -87,6 +94,7 @@ STATUS_BY_CODE: Mapping[str, int] = {
     TooManySubscribers.code: 429,
     PayloadTooLarge.code: 413,
     RateLimited.code: 429,
+    Overloaded.code: 503,
     # the domain
     errors.ValidationFailed.code: 422,
     errors.BreakGlassReasonRequired.code: 422,

@@ -105,7 +105,7 @@ async def submit_run(
 ) -> dict[str, Any]:
     if not idempotency_key or not idempotency_key.strip():
         raise IdempotencyKeyRequired("the Idempotency-Key header is required")
-    result = await svc.client.send(
+    result = await svc.send(
         SubmitRun(
             tenant_id=caller.tenant_id,
             run_id=uuid4(),
@@ -211,7 +211,7 @@ async def cancel_run(
         # Another project's run answers as an unknown one does (a run's project never
         # changes, so this check cannot go stale before the command lands).
         raise errors.RunNotFound(f"run {run_id} not found")
-    state = await svc.client.send(
+    state = await svc.send(
         CancelRun(
             tenant_id=caller.tenant_id,
             run_id=run_id,

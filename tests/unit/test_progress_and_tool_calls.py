@@ -373,3 +373,18 @@ def test_tool_call_machine_every_pair_is_legal_or_raises(current, target):
 def test_the_new_errors_have_their_statuses(error, http, rpc):
     assert (http_status(error), grpc_status(error)) == (http, rpc)
     assert not error.retryable
+
+
+def test_an_answer_stored_before_a_field_existed_decodes_with_its_default():
+    """An Attempt answer stored before ``progress_seq`` (an upgrade inside the resend window)
+    is still answered, not a KeyError."""
+    import orjson
+
+    from runcontrol.store import answers
+
+    h = Harness()
+    attempt, _ = h.start()
+    stored = orjson.loads(orjson.dumps(answers.encode(attempt)))
+    del stored["value"]["progress_seq"]
+    decoded = answers.decode(stored)
+    assert decoded == attempt and decoded.progress_seq == 0

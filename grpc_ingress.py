@@ -65,6 +65,15 @@ class GrpcIngress:
         async for event in self._rpc.watch_run(request, grpc_context):
             yield event
 
+    async def ReportProgress(self, request: Any, grpc_context: Any) -> Any:
+        return await self._rpc.report_progress(request, grpc_context)
+
+    async def ClaimToolCall(self, request: Any, grpc_context: Any) -> Any:
+        return await self._rpc.claim_tool_call(request, grpc_context)
+
+    async def CompleteToolCall(self, request: Any, grpc_context: Any) -> Any:
+        return await self._rpc.complete_tool_call(request, grpc_context)
+
     # grpc.health.v1.Health
 
     async def Check(self, request: Any, grpc_context: Any) -> Any:

@@ -17,6 +17,7 @@ setting them there would leave the two disagreeing.
 from __future__ import annotations
 
 import os
+import random
 import socket
 from typing import Any
 
@@ -34,6 +35,11 @@ FAST_INGRESS: dict[str, str] = {
 # (8404, 9101). Two clusters on one machine (tests, benchmarks, `make run` beside them) would
 # collide there, and then HAProxy does not start: a local cluster takes free ports instead.
 PORT_VARIABLES = ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT")
+# The replicas' own HTTP and gRPC servers take ports from fixed ranges (30000-31000,
+# 40000-41000). Two local clusters' replicas on one port would each get a share of the other's
+# requests (measured: another test session's app answered ours), so a local cluster takes a
+# window of its own, chosen at random below the ephemeral port range.
+DIRECT_INGRESS_WINDOW = 50
 
 # Serve's access log costs a formatted line per request on the replica's loop; errors and
 # our own logs stay on. Applied per deployment (serve_app.py) and per app (serve-config.yaml).
@@ -55,6 +61,12 @@ def use_fast_ingress(*, local_ports: bool, **overrides: str) -> dict[str, str]:
     wanted = {**FAST_INGRESS, **overrides}
     if local_ports:
         wanted.update({name: str(free_port()) for name in PORT_VARIABLES})
+        for proto, low in (("HTTP", 20000), ("GRPC", 10000)):
+            start = random.randrange(low, low + 10000 - DIRECT_INGRESS_WINDOW)
+            wanted[f"RAY_SERVE_DIRECT_INGRESS_MIN_{proto}_PORT"] = str(start)
+            wanted[f"RAY_SERVE_DIRECT_INGRESS_MAX_{proto}_PORT"] = str(
+                start + DIRECT_INGRESS_WINDOW
+            )
     for name, value in wanted.items():
         os.environ.setdefault(name, value)
     return {name: os.environ[name] for name in wanted}

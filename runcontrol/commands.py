@@ -33,7 +33,10 @@ from .domain import (
     LeaseGrant,
     Limits,
     Principal,
+    ProgressAck,
+    ProgressMessage,
     SideEffectClass,
+    ToolCallClaim,
 )
 
 R = TypeVar("R")
@@ -96,6 +99,7 @@ class WakeResult:
     # wall-clock-exceeded / lifetime-exceeded (a cancellation recorded), stop-timeout (open
     # attempts settled Uncertain), or None
     stopped: str | None = None
+    tool_calls_expired: int = 0
 
 
 # ---------------------------------------------------------------------- runs
@@ -204,6 +208,43 @@ class RequestApproval(Command["ApprovalRequest | None"]):
     lease_id: UUID | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReportProgress(Command[ProgressAck]):
+    """The lease holder's progress messages, in sequence (at most ``PROGRESS_BATCH_MAX``):
+    answers the cumulative ack; a gap is refused as ``errors.ProgressGap`` after the messages
+    before it are stored."""
+
+    attempt_id: UUID
+    holder: str
+    fencing_token: int
+    messages: tuple[ProgressMessage, ...]
+    lease_id: UUID | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimToolCall(Command[ToolCallClaim]):
+    """Claim ``call_id`` before its side effect; execute only if the answer says ``proceed``."""
+
+    attempt_id: UUID
+    holder: str
+    fencing_token: int
+    call_id: str
+    request_hash: str
+    lease_id: UUID | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompleteToolCall(Command[ToolCallClaim]):
+    """Store the result hash of a call this attempt claimed and executed."""
+
+    attempt_id: UUID
+    holder: str
+    fencing_token: int
+    call_id: str
+    result_hash: str
+    lease_id: UUID | None = None
+
+
 # ---------------------------------------------------------------------- people
 
 
@@ -220,12 +261,15 @@ class DecideApproval(Command[ApprovalRequest]):
 __all__ = [
     "AcquireLease",
     "CancelRun",
+    "ClaimToolCall",
     "Command",
+    "CompleteToolCall",
     "DecideApproval",
     "DispatchRun",
     "OpenAttempts",
     "RenewLease",
     "ReportOutcome",
+    "ReportProgress",
     "RequestApproval",
     "StartRun",
     "SubmitRequest",

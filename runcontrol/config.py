@@ -64,6 +64,15 @@ class RunOptions(BaseModel):
     )
 
 
+class ToolCallOptions(BaseModel):
+    claim_timeout_seconds: float = Field(
+        300,
+        gt=0,
+        description="A claimed tool call without a result this long is closed with an error by "
+        "the run's reminder and never executed.",
+    )
+
+
 class GrainOptions(BaseModel):
     idle_seconds: float = Field(60, gt=0)
     host_count: int = Field(2, ge=1)
@@ -245,6 +254,7 @@ class Settings(BaseSettings):
     commands: CommandOptions = CommandOptions()
     cancel: CancelOptions = CancelOptions()
     runs: RunOptions = RunOptions()
+    tool_calls: ToolCallOptions = ToolCallOptions()
     grains: GrainOptions = GrainOptions()
     budget: BudgetOptions = BudgetOptions()
     capacity: CapacityOptions = CapacityOptions()
@@ -265,4 +275,5 @@ class Settings(BaseSettings):
             cancel_stop_timeout_seconds=self.cancel.stop_timeout_seconds,
             cancel_grace_seconds=self.cancel.grace_seconds,
             max_run_lifetime_seconds=self.runs.max_lifetime_hours * 3600,
+            tool_call_claim_timeout_seconds=self.tool_calls.claim_timeout_seconds,
         )

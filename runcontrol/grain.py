@@ -32,12 +32,15 @@ from .clock import Clock
 from .commands import (
     AcquireLease,
     CancelRun,
+    ClaimToolCall,
     Command,
+    CompleteToolCall,
     DecideApproval,
     DispatchRun,
     OpenAttempts,
     RenewLease,
     ReportOutcome,
+    ReportProgress,
     RequestApproval,
     StartRun,
     SubmitResult,
@@ -54,8 +57,10 @@ from .domain import (
     LeaseGrant,
     Options,
     PolicyDocument,
+    ProgressAck,
     RunAggregate,
     Submission,
+    ToolCallClaim,
     canonical_hash,
     errors,
 )
@@ -601,9 +606,10 @@ class RunGrain:
         options = self.env.options
 
         def decide(a: RunAggregate, c: CommandContext) -> WakeResult:
+            calls = a.expire_tool_calls(c)
             stopped = a.enforce_deadlines(c, options)
             if a.run.state.terminal:
-                return WakeResult(stopped=stopped)
+                return WakeResult(stopped=stopped, tool_calls_expired=calls)
             leases = sum(
                 1 for attempt_id in list(a.leases) if a.expire_lease(c, attempt_id, options)
             )
@@ -611,9 +617,81 @@ class RunGrain:
                 1 for ap in a.pending_approvals() if a.expire_approval(c, ap.approval_id)
             )
             dispatched = self._dispatch_due(a, c) is not None
-            return WakeResult(False, leases, approvals, dispatched, stopped)
+            return WakeResult(False, leases, approvals, dispatched, stopped, calls)
 
         return await self._run(Plan(decide, "reminder"), command)
+
+    # ------------------------------------------------------------------ progress, tool calls
+
+    @handles(ReportProgress)
+    async def _report_progress(self, c: ReportProgress) -> ProgressAck:
+        """Commit the messages up to a gap, then refuse the gap (a resend of this command id
+        gets the same ack and the same refusal)."""
+        options = self.env.options
+        ack = await self._run(
+            Plan(
+                lambda a, x: a.report_progress(
+                    x,
+                    c.attempt_id,
+                    c.holder,
+                    c.fencing_token,
+                    c.messages,
+                    options,
+                    lease_id=c.lease_id,
+                ),
+                c.holder,
+            ),
+            c,
+        )
+        if ack.gap_at is not None:
+            raise errors.ProgressGap(
+                f"progress message {ack.gap_at} follows {ack.acked_seq}: resend from "
+                f"{ack.acked_seq + 1}",
+                attempt_id=str(c.attempt_id),
+                acked_seq=ack.acked_seq,
+                gap_at=ack.gap_at,
+            )
+        return ack
+
+    @handles(ClaimToolCall)
+    async def _claim_tool_call(self, c: ClaimToolCall) -> ToolCallClaim:
+        options = self.env.options
+        return await self._run(
+            Plan(
+                lambda a, x: a.claim_tool_call(
+                    x,
+                    c.attempt_id,
+                    c.holder,
+                    c.fencing_token,
+                    c.call_id,
+                    c.request_hash,
+                    options,
+                    lease_id=c.lease_id,
+                ),
+                c.holder,
+            ),
+            c,
+        )
+
+    @handles(CompleteToolCall)
+    async def _complete_tool_call(self, c: CompleteToolCall) -> ToolCallClaim:
+        options = self.env.options
+        return await self._run(
+            Plan(
+                lambda a, x: a.complete_tool_call(
+                    x,
+                    c.attempt_id,
+                    c.holder,
+                    c.fencing_token,
+                    c.call_id,
+                    c.result_hash,
+                    options,
+                    lease_id=c.lease_id,
+                ),
+                c.holder,
+            ),
+            c,
+        )
 
     async def _pinned_policy(self) -> PolicyDocument:
         run = (await self._load_cached()).run

@@ -270,3 +270,95 @@ class RunEvent(_message.Message):
     occurred_at: _timestamp_pb2.Timestamp
     payload_json: str
     def __init__(self, seq: _Optional[int] = ..., event_id: _Optional[str] = ..., type: _Optional[str] = ..., topic: _Optional[str] = ..., run_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., project_id: _Optional[str] = ..., step_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., correlation_id: _Optional[str] = ..., causation_id: _Optional[str] = ..., producer: _Optional[str] = ..., schema_version: _Optional[int] = ..., occurred_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., payload_json: _Optional[str] = ...) -> None: ...
+
+class ProgressMessage(_message.Message):
+    __slots__ = ("seq", "text", "payload_json")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_JSON_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    text: str
+    payload_json: str
+    def __init__(self, seq: _Optional[int] = ..., text: _Optional[str] = ..., payload_json: _Optional[str] = ...) -> None: ...
+
+class ReportProgressRequest(_message.Message):
+    __slots__ = ("run_id", "attempt_id", "lease_id", "fencing_token", "messages", "command_id", "worker_instance_id")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    attempt_id: str
+    lease_id: str
+    fencing_token: int
+    messages: _containers.RepeatedCompositeFieldContainer[ProgressMessage]
+    command_id: str
+    worker_instance_id: str
+    def __init__(self, run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[ProgressMessage, _Mapping]]] = ..., command_id: _Optional[str] = ..., worker_instance_id: _Optional[str] = ...) -> None: ...
+
+class ReportProgressResponse(_message.Message):
+    __slots__ = ("acked_seq", "stored", "duplicates")
+    ACKED_SEQ_FIELD_NUMBER: _ClassVar[int]
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATES_FIELD_NUMBER: _ClassVar[int]
+    acked_seq: int
+    stored: int
+    duplicates: int
+    def __init__(self, acked_seq: _Optional[int] = ..., stored: _Optional[int] = ..., duplicates: _Optional[int] = ...) -> None: ...
+
+class ClaimToolCallRequest(_message.Message):
+    __slots__ = ("run_id", "attempt_id", "lease_id", "fencing_token", "call_id", "request_hash", "command_id", "worker_instance_id")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_HASH_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    attempt_id: str
+    lease_id: str
+    fencing_token: int
+    call_id: str
+    request_hash: str
+    command_id: str
+    worker_instance_id: str
+    def __init__(self, run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., call_id: _Optional[str] = ..., request_hash: _Optional[str] = ..., command_id: _Optional[str] = ..., worker_instance_id: _Optional[str] = ...) -> None: ...
+
+class CompleteToolCallRequest(_message.Message):
+    __slots__ = ("run_id", "attempt_id", "lease_id", "fencing_token", "call_id", "result_hash", "command_id", "worker_instance_id")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    RESULT_HASH_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    attempt_id: str
+    lease_id: str
+    fencing_token: int
+    call_id: str
+    result_hash: str
+    command_id: str
+    worker_instance_id: str
+    def __init__(self, run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., call_id: _Optional[str] = ..., result_hash: _Optional[str] = ..., command_id: _Optional[str] = ..., worker_instance_id: _Optional[str] = ...) -> None: ...
+
+class ToolCallResponse(_message.Message):
+    __slots__ = ("tool_call_id", "call_id", "status", "result_hash", "error")
+    TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_HASH_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    tool_call_id: str
+    call_id: str
+    status: str
+    result_hash: str
+    error: str
+    def __init__(self, tool_call_id: _Optional[str] = ..., call_id: _Optional[str] = ..., status: _Optional[str] = ..., result_hash: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...

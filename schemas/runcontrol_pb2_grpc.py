@@ -54,6 +54,21 @@ class RunControlStub:
                 request_serializer=schemas_dot_runcontrol__pb2.WatchRunRequest.SerializeToString,
                 response_deserializer=schemas_dot_runcontrol__pb2.RunEvent.FromString,
                 _registered_method=True)
+        self.ReportProgress = channel.unary_unary(
+                '/runcontrol.v1.RunControl/ReportProgress',
+                request_serializer=schemas_dot_runcontrol__pb2.ReportProgressRequest.SerializeToString,
+                response_deserializer=schemas_dot_runcontrol__pb2.ReportProgressResponse.FromString,
+                _registered_method=True)
+        self.ClaimToolCall = channel.unary_unary(
+                '/runcontrol.v1.RunControl/ClaimToolCall',
+                request_serializer=schemas_dot_runcontrol__pb2.ClaimToolCallRequest.SerializeToString,
+                response_deserializer=schemas_dot_runcontrol__pb2.ToolCallResponse.FromString,
+                _registered_method=True)
+        self.CompleteToolCall = channel.unary_unary(
+                '/runcontrol.v1.RunControl/CompleteToolCall',
+                request_serializer=schemas_dot_runcontrol__pb2.CompleteToolCallRequest.SerializeToString,
+                response_deserializer=schemas_dot_runcontrol__pb2.ToolCallResponse.FromString,
+                _registered_method=True)
 
 
 class RunControlServicer:
@@ -89,6 +104,30 @@ class RunControlServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportProgress(self, request, context):
+        """The lease holder's progress messages (at most 50), numbered per attempt from 1: messages
+        at or below the last stored seq are dropped as resends; a gap stores what came before it
+        and is refused with DATA_LOSS (ErrorInfo reason progress-gap, metadata acked_seq).
+        Each stored message is a per-run event (ProgressReported) in WatchRun and SSE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ClaimToolCall(self, request, context):
+        """Claim a tool call before its side effect; execute it only on status "proceed".
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CompleteToolCall(self, request, context):
+        """Store the result hash of a call this attempt claimed and executed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RunControlServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -111,6 +150,21 @@ def add_RunControlServicer_to_server(servicer, server):
                     servicer.WatchRun,
                     request_deserializer=schemas_dot_runcontrol__pb2.WatchRunRequest.FromString,
                     response_serializer=schemas_dot_runcontrol__pb2.RunEvent.SerializeToString,
+            ),
+            'ReportProgress': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportProgress,
+                    request_deserializer=schemas_dot_runcontrol__pb2.ReportProgressRequest.FromString,
+                    response_serializer=schemas_dot_runcontrol__pb2.ReportProgressResponse.SerializeToString,
+            ),
+            'ClaimToolCall': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClaimToolCall,
+                    request_deserializer=schemas_dot_runcontrol__pb2.ClaimToolCallRequest.FromString,
+                    response_serializer=schemas_dot_runcontrol__pb2.ToolCallResponse.SerializeToString,
+            ),
+            'CompleteToolCall': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompleteToolCall,
+                    request_deserializer=schemas_dot_runcontrol__pb2.CompleteToolCallRequest.FromString,
+                    response_serializer=schemas_dot_runcontrol__pb2.ToolCallResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -221,6 +275,87 @@ class RunControl:
             '/runcontrol.v1.RunControl/WatchRun',
             schemas_dot_runcontrol__pb2.WatchRunRequest.SerializeToString,
             schemas_dot_runcontrol__pb2.RunEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportProgress(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runcontrol.v1.RunControl/ReportProgress',
+            schemas_dot_runcontrol__pb2.ReportProgressRequest.SerializeToString,
+            schemas_dot_runcontrol__pb2.ReportProgressResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ClaimToolCall(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runcontrol.v1.RunControl/ClaimToolCall',
+            schemas_dot_runcontrol__pb2.ClaimToolCallRequest.SerializeToString,
+            schemas_dot_runcontrol__pb2.ToolCallResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompleteToolCall(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runcontrol.v1.RunControl/CompleteToolCall',
+            schemas_dot_runcontrol__pb2.CompleteToolCallRequest.SerializeToString,
+            schemas_dot_runcontrol__pb2.ToolCallResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -117,6 +117,13 @@ STATUS_BY_CODE: Mapping[str, int] = {
     errors.ApprovalAlreadyDecided.code: 409,
     errors.ProposalHashMismatch.code: 409,
     errors.ApprovalGone.code: 410,
+    errors.ToolCallNotFound.code: 404,
+    errors.ToolCallConflict.code: 409,
+    errors.ToolCallRefused.code: 409,
+    errors.ToolCallExpired.code: 410,  # the claim was closed: its result can never be stored
+    # A gap in a progress batch: what came before it is stored; resend from ackedSeq + 1.
+    errors.DataLoss.code: 409,
+    errors.ProgressGap.code: 409,
     errors.Forbidden.code: 403,
     errors.SeparationOfDuties.code: 403,
     errors.BudgetReservationDenied.code: 409,

@@ -12,13 +12,18 @@ from .model import (
     Lease,
     Limits,
     PolicyRef,
+    ProgressAck,
+    ProgressMessage,
     RecoveryJournalEntry,
     ReleaseRef,
     Run,
     Step,
+    ToolCall,
+    ToolCallClaim,
 )
 from .run import (
     LIFETIME_EXCEEDED,
+    PROGRESS_BATCH_MAX,
     WALL_CLOCK_EXCEEDED,
     Changes,
     CommandContext,
@@ -38,12 +43,15 @@ from .states import (
     RunState,
     SideEffectClass,
     StepState,
+    ToolCallState,
+    ToolCallStatus,
 )
 from .workers import WorkerIdentity
 from .workflow import PolicyDocument, Release, StepSpec, WorkflowDefinition
 
 __all__ = [
     "LIFETIME_EXCEEDED",
+    "PROGRESS_BATCH_MAX",
     "WALL_CLOCK_EXCEEDED",
     "ApprovalDecision",
     "ApprovalRequest",
@@ -65,6 +73,8 @@ __all__ = [
     "PolicyDocument",
     "PolicyRef",
     "Principal",
+    "ProgressAck",
+    "ProgressMessage",
     "RecoveryJournalEntry",
     "Release",
     "ReleaseRef",
@@ -77,6 +87,10 @@ __all__ = [
     "StepSpec",
     "StepState",
     "Submission",
+    "ToolCall",
+    "ToolCallClaim",
+    "ToolCallState",
+    "ToolCallStatus",
     "WorkerIdentity",
     "WorkflowDefinition",
     "canonical_hash",

@@ -124,6 +124,40 @@ class ProposalHashMismatch(Conflict):
     code = "proposal-hash-mismatch"
 
 
+class ToolCallNotFound(NotFound):
+    code = "tool-call-not-found"
+
+
+class ToolCallConflict(Conflict):
+    """The call id names a different request, or was claimed by another attempt, or already
+    has a different result."""
+
+    code = "tool-call-conflict"
+
+
+class ToolCallRefused(Conflict):
+    """No new side effect may start: the run is being cancelled."""
+
+    code = "tool-call-refused"
+
+
+class ToolCallExpired(RunControlError):
+    """The claim was closed without a result (claim timeout): its result is never stored."""
+
+    code = "tool-call-expired"
+
+
+class DataLoss(RunControlError):
+    code = "data-loss"
+
+
+class ProgressGap(DataLoss):
+    """A progress batch skipped a sequence number: the messages before the gap are stored,
+    none after it. ``details``: ``acked_seq`` (resend from the next one) and ``gap_at``."""
+
+    code = "progress-gap"
+
+
 class ApprovalGone(RunControlError):
     """The approval request expired or went stale: the decision can never apply."""
 

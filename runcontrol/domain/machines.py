@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import TypeVar
 
 from .errors import IllegalTransition
-from .states import ApprovalState, AttemptState, RunState, StepState
+from .states import ApprovalState, AttemptState, RunState, StepState, ToolCallState
 
 S = TypeVar("S", bound=StrEnum)
 
@@ -59,6 +59,12 @@ APPROVAL_TRANSITIONS: Mapping[tuple[ApprovalState, ApprovalState], str] = {
     (Ap.PENDING, Ap.EXPIRED): "ExpiryReminder",
     (Ap.PENDING, Ap.STALE): "ProposalChanged",
     (Ap.PENDING, Ap.CANCELLED): "RunCancelled",
+}
+
+T = ToolCallState
+TOOL_CALL_TRANSITIONS: Mapping[tuple[ToolCallState, ToolCallState], str] = {
+    (T.CLAIMED, T.COMPLETED): "ToolCallCompleted",
+    (T.CLAIMED, T.EXPIRED): "ClaimTimeout",
 }
 
 

@@ -19,6 +19,8 @@ from .states import (
     RunState,
     SideEffectClass,
     StepState,
+    ToolCallState,
+    ToolCallStatus,
 )
 
 
@@ -114,6 +116,8 @@ class Attempt:
     failure_class: FailureClass | None = None
     settled_at: datetime | None = None
     settled_by: str | None = None
+    # The last progress message stored for this attempt (its holder numbers them from 1).
+    progress_seq: int = 0
 
 
 @dataclass(slots=True)
@@ -182,6 +186,61 @@ class CancellationIntent:
 
 
 @dataclass(frozen=True, slots=True)
+class ProgressMessage:
+    """One progress message of a lease holder: ``seq`` numbers the attempt's messages from 1
+    without gaps; ``text`` and ``payload`` (a JSON object) are what clients see in the event."""
+
+    seq: int
+    text: str | None = None
+    payload: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressAck:
+    """The answer to a progress report: the cumulative ack (the attempt's last stored seq),
+    how many messages were stored and dropped as duplicates, and where a gap stopped the batch
+    (None: no gap). A gap is answered as ``errors.ProgressGap`` carrying this ack."""
+
+    attempt_id: UUID
+    acked_seq: int
+    stored: int
+    duplicates: int
+    gap_at: int | None = None
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """A tool call claimed before its side effect: one per run and ``call_id``, so the effect
+    happens at most once whoever asks again (a retried attempt included)."""
+
+    tool_call_id: UUID
+    run_id: UUID
+    tenant_id: str
+    call_id: str
+    attempt_id: UUID
+    request_hash: str
+    claimed_by: str
+    fencing_token: int
+    claimed_at: datetime
+    expires_at: datetime  # no result by then: the reminder closes the claim
+    state: ToolCallState = ToolCallState.CLAIMED
+    result_hash: str | None = None
+    completed_at: datetime | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallClaim:
+    """The answer to a claim (and to a completion): what the caller may do with the call."""
+
+    tool_call_id: UUID
+    call_id: str
+    status: ToolCallStatus
+    result_hash: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RecoveryJournalEntry:
     run_id: UUID
     tenant_id: str
@@ -242,4 +301,8 @@ TOPICS: dict[str, str] = {
     "LeaseExpired": "run-control.leases.v1.lease-expired",
     "ApprovalRequested": "run-control.approvals.v1.approval-requested",
     "ApprovalDecided": "run-control.approvals.v1.approval-decided",
+    "ProgressReported": "run-control.attempts.v1.progress-reported",
+    "ToolCallClaimed": "run-control.tool-calls.v1.tool-call-claimed",
+    "ToolCallCompleted": "run-control.tool-calls.v1.tool-call-completed",
+    "ToolCallExpired": "run-control.tool-calls.v1.tool-call-expired",
 }

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -24,6 +24,7 @@ from .machines import (
     ATTEMPT_TRANSITIONS,
     RUN_TRANSITIONS,
     STEP_TRANSITIONS,
+    TOOL_CALL_TRANSITIONS,
     check,
 )
 from .model import (
@@ -37,10 +38,14 @@ from .model import (
     Lease,
     Limits,
     PolicyRef,
+    ProgressAck,
+    ProgressMessage,
     RecoveryJournalEntry,
     ReleaseRef,
     Run,
     Step,
+    ToolCall,
+    ToolCallClaim,
 )
 from .retry import backoff_delay
 from .states import (
@@ -53,6 +58,8 @@ from .states import (
     RunState,
     SideEffectClass,
     StepState,
+    ToolCallState,
+    ToolCallStatus,
 )
 from .workflow import PolicyDocument, Release
 
@@ -85,7 +92,15 @@ class Options:
     cancel_grace_seconds: float = 30.0
     # Every run is cancelled this long after it was accepted (RunControl:Runs:MaxLifetimeHours).
     max_run_lifetime_seconds: float = 86400.0
+    # A claimed tool call without a result this long is closed by the reminder, never
+    # executed (RunControl:ToolCalls:ClaimTimeoutSeconds).
+    tool_call_claim_timeout_seconds: float = 300.0
 
+
+# At most this many progress messages per report (one transaction).
+PROGRESS_BATCH_MAX = 50
+MAX_CALL_ID = 200
+CLAIM_TIMED_OUT = "no result before the claim timeout; never executed"
 
 # Reasons of the cancellations the control plane itself records.
 WALL_CLOCK_EXCEEDED = "wall-clock-exceeded"
@@ -127,6 +142,7 @@ class Changes:
     events: list[Event] = field(default_factory=list)
     journal: list[RecoveryJournalEntry] = field(default_factory=list)
     audits: list[AuditRecord] = field(default_factory=list)
+    tool_calls: dict[UUID, ToolCall] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
@@ -139,6 +155,7 @@ class Changes:
             or self.intents
             or self.events
             or self.journal
+            or self.tool_calls
             or self.run_dirty
         )
 
@@ -189,6 +206,7 @@ class RunAggregate:
         approvals: Iterable[ApprovalRequest] = (),
         decisions: Iterable[ApprovalDecision] = (),
         intents: Iterable[CancellationIntent] = (),
+        tool_calls: Iterable[ToolCall] = (),
         *,
         is_new: bool = False,
     ) -> None:
@@ -204,6 +222,7 @@ class RunAggregate:
         for d in decisions:
             self.decisions.setdefault(d.approval_id, []).append(d)
         self.intents: list[CancellationIntent] = sorted(intents, key=lambda i: i.requested_at)
+        self.tool_calls: dict[str, ToolCall] = {t.call_id: t for t in tool_calls}
         self._is_new = is_new
         self._changes = self._fresh_changes()
 
@@ -400,6 +419,7 @@ class RunAggregate:
             grace = timedelta(seconds=options.renewal_grace_seconds)
             times.extend(lease.expires_at + grace for lease in self.leases.values())
         times.extend(a.expires_at for a in self.pending_approvals())
+        times.extend(t.expires_at for t in self.open_tool_calls())
         return min(times) if times else None
 
     def _first_open_step(self) -> Step | None:
@@ -1401,6 +1421,268 @@ class RunAggregate:
                 "requestedBy": intent.requested_by if intent else None,
             },
         )
+
+    # ------------------------------------------------------------------ progress
+
+    def report_progress(
+        self,
+        ctx: CommandContext,
+        attempt_id: UUID,
+        holder: str,
+        fencing_token: int,
+        messages: Sequence[ProgressMessage],
+        options: Options,
+        *,
+        lease_id: UUID | None = None,
+    ) -> ProgressAck:
+        """Store the lease holder's progress messages in sequence, each as a per-run event
+        (``ProgressReported``). A message at or below the attempt's last stored seq is a
+        duplicate (a resend) and is dropped; a message past the next seq is a gap: the batch
+        stops there, keeping what came before it (the answer's ``gap_at`` says where)."""
+        if not messages:
+            raise errors.ValidationFailed("a progress report needs at least one message")
+        if len(messages) > PROGRESS_BATCH_MAX:
+            raise errors.ValidationFailed(
+                f"at most {PROGRESS_BATCH_MAX} progress messages per report",
+                count=len(messages),
+            )
+        for message in messages:
+            if message.seq < 1:
+                raise errors.ValidationFailed("progress messages are numbered from 1")
+        attempt = self.attempt(attempt_id)
+        self._held_lease(ctx, attempt, holder, fencing_token, options, lease_id)
+        stored = duplicates = 0
+        gap_at: int | None = None
+        for message in messages:
+            if message.seq <= attempt.progress_seq:
+                duplicates += 1
+                continue
+            if message.seq != attempt.progress_seq + 1:
+                gap_at = message.seq
+                break
+            attempt.progress_seq = message.seq
+            self._changes.attempts[attempt_id] = attempt
+            self._emit(
+                ctx,
+                "ProgressReported",
+                {
+                    "runId": str(self.run.run_id),
+                    "stepId": str(attempt.step_id),
+                    "attemptId": str(attempt_id),
+                    "seq": message.seq,
+                    "text": message.text,
+                    "payload": message.payload,
+                },
+                step_id=attempt.step_id,
+                attempt_id=attempt_id,
+            )
+            stored += 1
+        return ProgressAck(attempt_id, attempt.progress_seq, stored, duplicates, gap_at)
+
+    # ------------------------------------------------------------------ tool calls
+
+    def open_tool_calls(self) -> list[ToolCall]:
+        return [t for t in self.tool_calls.values() if not t.state.terminal]
+
+    def _tool_call_checks(
+        self,
+        ctx: CommandContext,
+        attempt_id: UUID,
+        holder: str,
+        fencing_token: int,
+        call_id: str,
+        options: Options,
+        lease_id: UUID | None,
+    ) -> Attempt:
+        """What claims and completions share: a live run, and the caller's current lease."""
+        if not call_id or len(call_id) > MAX_CALL_ID:
+            raise errors.ValidationFailed(f"a call id has 1 to {MAX_CALL_ID} characters")
+        attempt = self.attempt(attempt_id)
+        if self.run.state.terminal:
+            # After a hard stop nothing may execute, and no late result is recorded.
+            self._audit(
+                ctx,
+                "tool-call-after-run-ended",
+                attempt_id=attempt_id,
+                holder=holder,
+                fencing_token=fencing_token,
+                call_id=call_id,
+                run_state=str(self.run.state),
+            )
+            raise errors.RunTerminal(f"the run is {self.run.state}", run_state=str(self.run.state))
+        self._held_lease(ctx, attempt, holder, fencing_token, options, lease_id)
+        return attempt
+
+    def claim_tool_call(
+        self,
+        ctx: CommandContext,
+        attempt_id: UUID,
+        holder: str,
+        fencing_token: int,
+        call_id: str,
+        request_hash: str,
+        options: Options,
+        *,
+        lease_id: UUID | None = None,
+    ) -> ToolCallClaim:
+        """Claim ``call_id`` before its side effect. The first claim answers ``proceed``; any
+        later one (another command, another attempt) answers what became of the first:
+        ``in-progress``, ``completed`` (with its result hash) or ``expired``; never
+        ``proceed`` again."""
+        if not is_hash(request_hash):
+            raise errors.ValidationFailed("requestHash must be a sha256 canonical hash")
+        self._tool_call_checks(ctx, attempt_id, holder, fencing_token, call_id, options, lease_id)
+        existing = self.tool_calls.get(call_id)
+        if existing is not None:
+            if existing.request_hash != request_hash:
+                self._audit(
+                    ctx,
+                    "tool-call-conflict",
+                    attempt_id=attempt_id,
+                    holder=holder,
+                    call_id=call_id,
+                    reason="another request under this call id",
+                )
+                raise errors.ToolCallConflict(
+                    "this call id was claimed for a different request", call_id=call_id
+                )
+            return _claim_answer(existing, ctx.now)
+        if self.run.state is RunState.CANCELLING:
+            self._audit(
+                ctx,
+                "tool-call-refused",
+                attempt_id=attempt_id,
+                holder=holder,
+                call_id=call_id,
+                reason="the run is being cancelled",
+            )
+            raise errors.ToolCallRefused("the run is being cancelled: start no new side effect")
+        call = ToolCall(
+            tool_call_id=ctx.new_id(),
+            run_id=self.run.run_id,
+            tenant_id=self.run.tenant_id,
+            call_id=call_id,
+            attempt_id=attempt_id,
+            request_hash=request_hash,
+            claimed_by=holder,
+            fencing_token=fencing_token,
+            claimed_at=ctx.now,
+            expires_at=ctx.now + timedelta(seconds=options.tool_call_claim_timeout_seconds),
+        )
+        self.tool_calls[call_id] = call
+        self._changes.tool_calls[call.tool_call_id] = call
+        self._journal(ctx, "ToolCall", call.tool_call_id, None, call.state, "ToolCallClaimed")
+        self._emit_tool_call(ctx, "ToolCallClaimed", call)
+        return ToolCallClaim(call.tool_call_id, call_id, ToolCallStatus.PROCEED)
+
+    def complete_tool_call(
+        self,
+        ctx: CommandContext,
+        attempt_id: UUID,
+        holder: str,
+        fencing_token: int,
+        call_id: str,
+        result_hash: str,
+        options: Options,
+        *,
+        lease_id: UUID | None = None,
+    ) -> ToolCallClaim:
+        """Store the result hash of a call this attempt claimed (the same result again is a
+        no-op). A claim past its timeout takes no result: it is closed, or about to be."""
+        if not is_hash(result_hash):
+            raise errors.ValidationFailed("resultHash must be a sha256 canonical hash")
+        self._tool_call_checks(ctx, attempt_id, holder, fencing_token, call_id, options, lease_id)
+        call = self.tool_calls.get(call_id)
+        if call is None:
+            raise errors.ToolCallNotFound(f"no claim of call {call_id!r}", call_id=call_id)
+        if call.attempt_id != attempt_id:
+            self._audit(
+                ctx,
+                "tool-call-conflict",
+                attempt_id=attempt_id,
+                holder=holder,
+                call_id=call_id,
+                reason="claimed by another attempt",
+            )
+            raise errors.ToolCallConflict("another attempt claimed this call", call_id=call_id)
+        if call.state is ToolCallState.COMPLETED:
+            if call.result_hash == result_hash:
+                return _claim_answer(call, ctx.now)  # the same completion retried
+            raise errors.ToolCallConflict(
+                "the call already has a different result", call_id=call_id
+            )
+        if call.state is ToolCallState.EXPIRED or ctx.now >= call.expires_at:
+            self._audit(
+                ctx,
+                "tool-call-late-result",
+                attempt_id=attempt_id,
+                holder=holder,
+                call_id=call_id,
+                result_hash=result_hash,
+            )
+            raise errors.ToolCallExpired(
+                "the claim timed out without a result; the result is not stored",
+                call_id=call_id,
+            )
+        self._move_tool_call(ctx, call, ToolCallState.COMPLETED)
+        call.result_hash = result_hash
+        call.completed_at = ctx.now
+        self._emit_tool_call(ctx, "ToolCallCompleted", call)
+        return _claim_answer(call, ctx.now)
+
+    def expire_tool_calls(self, ctx: CommandContext) -> int:
+        """The reminder's part: close every claim past its timeout without a result (it is
+        never executed: a repeat claim answers ``expired``). Answers how many it closed."""
+        closed = 0
+        for call in self.open_tool_calls():
+            if ctx.now < call.expires_at:
+                continue
+            self._move_tool_call(ctx, call, ToolCallState.EXPIRED)
+            call.completed_at = ctx.now
+            call.error = CLAIM_TIMED_OUT
+            self._emit_tool_call(ctx, "ToolCallExpired", call)
+            closed += 1
+        return closed
+
+    def _move_tool_call(self, ctx: CommandContext, call: ToolCall, target: ToolCallState) -> None:
+        current = call.state
+        cause = check("ToolCall", TOOL_CALL_TRANSITIONS, current, target)
+        call.state = target
+        self._changes.tool_calls[call.tool_call_id] = call
+        self._journal(ctx, "ToolCall", call.tool_call_id, current, target, cause)
+
+    def _emit_tool_call(self, ctx: CommandContext, event_type: str, call: ToolCall) -> None:
+        attempt = self.attempt(call.attempt_id)
+        self._emit(
+            ctx,
+            event_type,
+            {
+                "runId": str(self.run.run_id),
+                "attemptId": str(call.attempt_id),
+                "toolCallId": str(call.tool_call_id),
+                "callId": call.call_id,
+                "requestHash": call.request_hash,
+                "state": str(call.state),
+                "resultHash": call.result_hash,
+                "error": call.error,
+            },
+            step_id=attempt.step_id,
+            attempt_id=call.attempt_id,
+        )
+
+
+def _claim_answer(call: ToolCall, now: datetime) -> ToolCallClaim:
+    """What a repeat claim of ``call`` answers (never ``proceed``)."""
+    if call.state is ToolCallState.COMPLETED:
+        status = ToolCallStatus.COMPLETED
+    elif call.state is ToolCallState.EXPIRED or now >= call.expires_at:
+        status = ToolCallStatus.EXPIRED  # past its timeout: closed by the next reminder
+    else:
+        status = ToolCallStatus.IN_PROGRESS
+    error = call.error
+    if status is ToolCallStatus.EXPIRED and error is None:
+        error = CLAIM_TIMED_OUT
+    return ToolCallClaim(call.tool_call_id, call.call_id, status, call.result_hash, error)
 
 
 def _failure_class_for(

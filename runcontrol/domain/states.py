@@ -75,6 +75,27 @@ class ApprovalState(StrEnum):
         return self is not ApprovalState.PENDING
 
 
+class ToolCallState(StrEnum):
+    """A tool call claimed before its side effect (at most once per run and ``call_id``)."""
+
+    CLAIMED = "Claimed"  # the claimer may be executing it; no result yet
+    COMPLETED = "Completed"  # its result hash is stored; a repeat gets it
+    EXPIRED = "Expired"  # no result within the claim timeout: closed, never executed again
+
+    @property
+    def terminal(self) -> bool:
+        return self is not ToolCallState.CLAIMED
+
+
+class ToolCallStatus(StrEnum):
+    """What a claim answers: whether the caller may execute the call."""
+
+    PROCEED = "proceed"  # the first claim: execute, then complete with the result hash
+    IN_PROGRESS = "in-progress"  # claimed before and still without a result: do not execute
+    COMPLETED = "completed"  # executed before: use the stored result hash, do not execute
+    EXPIRED = "expired"  # closed without a result: never execute
+
+
 class Decision(StrEnum):
     APPROVE = "approve"
     REJECT = "reject"

@@ -23,7 +23,16 @@ from schemas import runcontrol_pb2 as pb
 from schemas import runcontrol_pb2_grpc as pb_grpc
 
 from ..client import Claim
-from ..commands import AcquireLease, Command, RenewLease, ReportOutcome, RequestApproval
+from ..commands import (
+    AcquireLease,
+    ClaimToolCall,
+    Command,
+    CompleteToolCall,
+    RenewLease,
+    ReportOutcome,
+    ReportProgress,
+    RequestApproval,
+)
 from ..domain import WorkerIdentity, errors
 from . import convert
 from .status import error_from_rpc
@@ -114,14 +123,51 @@ class GrpcWorkerClient:
                 ),
             )
             result = convert.approval(response.approval) if response.required else None
+        elif isinstance(command, ReportProgress):
+            response = await self._unary(
+                self._stub.ReportProgress,
+                pb.ReportProgressRequest(
+                    **self._fenced(command),
+                    messages=[convert.progress_message(m) for m in command.messages],
+                ),
+            )
+            result = convert.progress_ack(command.attempt_id, response)
+        elif isinstance(command, ClaimToolCall):
+            response = await self._unary(
+                self._stub.ClaimToolCall,
+                pb.ClaimToolCallRequest(
+                    **self._fenced(command),
+                    call_id=command.call_id,
+                    request_hash=command.request_hash,
+                ),
+            )
+            result = convert.tool_call_claim(response)
+        elif isinstance(command, CompleteToolCall):
+            response = await self._unary(
+                self._stub.CompleteToolCall,
+                pb.CompleteToolCallRequest(
+                    **self._fenced(command),
+                    call_id=command.call_id,
+                    result_hash=command.result_hash,
+                ),
+            )
+            result = convert.tool_call_claim(response)
         else:
             raise errors.ValidationFailed(
                 f"{type(command).__name__} is not a worker command (the gRPC surface takes "
-                "AcquireLease, RenewLease, ReportOutcome and RequestApproval)"
+                "AcquireLease, RenewLease, ReportOutcome, RequestApproval, ReportProgress, "
+                "ClaimToolCall and CompleteToolCall)"
             )
         return cast(R, result)
 
-    def _fenced(self, command: ReportOutcome | RequestApproval) -> dict[str, Any]:
+    def _fenced(
+        self,
+        command: ReportOutcome
+        | RequestApproval
+        | ReportProgress
+        | ClaimToolCall
+        | CompleteToolCall,
+    ) -> dict[str, Any]:
         return {
             "run_id": str(command.run_id),
             "attempt_id": str(command.attempt_id),

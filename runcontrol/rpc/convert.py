@@ -23,7 +23,11 @@ from ..domain import (
     AttemptState,
     FailureClass,
     LeaseGrant,
+    ProgressAck,
+    ProgressMessage,
     SideEffectClass,
+    ToolCallClaim,
+    ToolCallStatus,
     canonical_json,
     errors,
 )
@@ -222,6 +226,62 @@ def approval(message: pb.Approval) -> ApprovalRequest:
         decided_at=from_timestamp(message, "decided_at"),
         reason=message.reason or None,
         version=message.version,
+    )
+
+
+# ---------------------------------------------------------------------- progress
+
+
+def progress_messages(messages: Any) -> tuple[ProgressMessage, ...]:
+    """A request's progress messages; a payload that is not a JSON object is refused."""
+    found = []
+    for m in messages:
+        try:
+            payload = _from_json_text(m.payload_json)
+        except ValueError:
+            raise errors.ValidationFailed("payload_json must be JSON", field="messages") from None
+        if payload is not None and not isinstance(payload, dict):
+            raise errors.ValidationFailed("payload_json must be a JSON object", field="messages")
+        found.append(ProgressMessage(m.seq, m.text or None, payload))
+    return tuple(found)
+
+
+def progress_message(message: ProgressMessage) -> pb.ProgressMessage:
+    return pb.ProgressMessage(
+        seq=message.seq, text=_s(message.text), payload_json=_json_text(message.payload)
+    )
+
+
+def progress_response(ack: ProgressAck) -> pb.ReportProgressResponse:
+    return pb.ReportProgressResponse(
+        acked_seq=ack.acked_seq, stored=ack.stored, duplicates=ack.duplicates
+    )
+
+
+def progress_ack(attempt_id: UUID, message: pb.ReportProgressResponse) -> ProgressAck:
+    return ProgressAck(attempt_id, message.acked_seq, message.stored, message.duplicates)
+
+
+# ---------------------------------------------------------------------- tool calls
+
+
+def tool_call_message(claim: ToolCallClaim) -> pb.ToolCallResponse:
+    return pb.ToolCallResponse(
+        tool_call_id=str(claim.tool_call_id),
+        call_id=claim.call_id,
+        status=str(claim.status),
+        result_hash=_s(claim.result_hash),
+        error=_s(claim.error),
+    )
+
+
+def tool_call_claim(message: pb.ToolCallResponse) -> ToolCallClaim:
+    return ToolCallClaim(
+        tool_call_id=UUID(message.tool_call_id),
+        call_id=message.call_id,
+        status=ToolCallStatus(message.status),
+        result_hash=message.result_hash or None,
+        error=message.error or None,
     )
 
 

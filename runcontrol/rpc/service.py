@@ -29,7 +29,16 @@ from schemas import runcontrol_pb2 as pb
 from ..api.auth import RUNS_READ, RUNTIME, Caller, TokenVerifier
 from ..api.problems import InsufficientScope, Unauthorized
 from ..client import TERMINAL_EVENTS, RunControlClient
-from ..commands import AcquireLease, RenewLease, ReportOutcome, RequestApproval, new_command_id
+from ..commands import (
+    AcquireLease,
+    ClaimToolCall,
+    CompleteToolCall,
+    RenewLease,
+    ReportOutcome,
+    ReportProgress,
+    RequestApproval,
+    new_command_id,
+)
 from ..config import Settings
 from ..domain import FailureClass, Role, RunState, SideEffectClass, WorkerIdentity, errors
 from ..store import Database
@@ -235,6 +244,53 @@ class RunControlRpc:
 
         return await self._answer(context, pb.RequestApprovalResponse(), work)
 
+    async def report_progress(
+        self, request: pb.ReportProgressRequest, context: RpcContext
+    ) -> pb.ReportProgressResponse:
+        async def work() -> pb.ReportProgressResponse:
+            worker = await self._worker(context, request.worker_instance_id)
+            ack = await self._client.send(
+                ReportProgress(
+                    **_fenced(worker, request),
+                    messages=convert.progress_messages(request.messages),
+                )
+            )
+            return convert.progress_response(ack)
+
+        return await self._answer(context, pb.ReportProgressResponse(), work)
+
+    async def claim_tool_call(
+        self, request: pb.ClaimToolCallRequest, context: RpcContext
+    ) -> pb.ToolCallResponse:
+        async def work() -> pb.ToolCallResponse:
+            worker = await self._worker(context, request.worker_instance_id)
+            claim = await self._client.send(
+                ClaimToolCall(
+                    **_fenced(worker, request),
+                    call_id=request.call_id,
+                    request_hash=request.request_hash,
+                )
+            )
+            return convert.tool_call_message(claim)
+
+        return await self._answer(context, pb.ToolCallResponse(), work)
+
+    async def complete_tool_call(
+        self, request: pb.CompleteToolCallRequest, context: RpcContext
+    ) -> pb.ToolCallResponse:
+        async def work() -> pb.ToolCallResponse:
+            worker = await self._worker(context, request.worker_instance_id)
+            claim = await self._client.send(
+                CompleteToolCall(
+                    **_fenced(worker, request),
+                    call_id=request.call_id,
+                    result_hash=request.result_hash,
+                )
+            )
+            return convert.tool_call_message(claim)
+
+        return await self._answer(context, pb.ToolCallResponse(), work)
+
     async def watch_run(
         self, request: pb.WatchRunRequest, context: RpcContext
     ) -> AsyncIterator[pb.RunEvent]:
@@ -330,9 +386,16 @@ class RunControlRpc:
 # ---------------------------------------------------------------------- helpers
 
 
-def _fenced(
-    worker: WorkerIdentity, request: pb.ReportAttemptOutcomeRequest | pb.RequestApprovalRequest
-) -> dict[str, Any]:
+FencedRequest = (
+    pb.ReportAttemptOutcomeRequest
+    | pb.RequestApprovalRequest
+    | pb.ReportProgressRequest
+    | pb.ClaimToolCallRequest
+    | pb.CompleteToolCallRequest
+)
+
+
+def _fenced(worker: WorkerIdentity, request: FencedRequest) -> dict[str, Any]:
     return {
         "tenant_id": worker.tenant_id,
         "run_id": convert.uuid_field(request.run_id, "run_id"),

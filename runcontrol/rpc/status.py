@@ -55,6 +55,12 @@ STATUS_BY_CODE: Mapping[str, grpc.StatusCode] = {
     errors.ApprovalAlreadyDecided.code: _S.ALREADY_EXISTS,
     errors.ProposalHashMismatch.code: _S.FAILED_PRECONDITION,
     errors.ApprovalGone.code: _S.FAILED_PRECONDITION,
+    errors.ToolCallNotFound.code: _S.NOT_FOUND,
+    errors.ToolCallConflict.code: _S.ALREADY_EXISTS,
+    errors.ToolCallRefused.code: _S.FAILED_PRECONDITION,
+    errors.ToolCallExpired.code: _S.FAILED_PRECONDITION,
+    errors.DataLoss.code: _S.DATA_LOSS,
+    errors.ProgressGap.code: _S.DATA_LOSS,  # details: acked_seq (resend after it), gap_at
     errors.Forbidden.code: _S.PERMISSION_DENIED,
     errors.SeparationOfDuties.code: _S.PERMISSION_DENIED,
     errors.BudgetReservationDenied.code: _S.FAILED_PRECONDITION,

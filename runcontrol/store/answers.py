@@ -16,10 +16,19 @@ from typing import Any
 from uuid import UUID
 
 from ..commands import SubmitResult, WakeResult
-from ..domain import ApprovalRequest, Attempt, LeaseGrant
+from ..domain import ApprovalRequest, Attempt, LeaseGrant, ProgressAck, ToolCallClaim
 
 ANSWER_TYPES: dict[str, type[Any]] = {
-    cls.__name__: cls for cls in (LeaseGrant, Attempt, ApprovalRequest, SubmitResult, WakeResult)
+    cls.__name__: cls
+    for cls in (
+        LeaseGrant,
+        Attempt,
+        ApprovalRequest,
+        SubmitResult,
+        WakeResult,
+        ProgressAck,
+        ToolCallClaim,
+    )
 }
 
 
@@ -40,7 +49,15 @@ def decode(stored: dict[str, Any]) -> Any:
     cls = ANSWER_TYPES[name]
     hints = _hints(cls)
     data = stored["value"]
-    return cls(**{f.name: _coerce(hints[f.name], data[f.name]) for f in dataclasses.fields(cls)})
+    # A field added after the answer was stored keeps its default (an answer stored before
+    # Attempt.progress_seq, inside the resend window of an upgrade).
+    return cls(
+        **{
+            f.name: _coerce(hints[f.name], data[f.name])
+            for f in dataclasses.fields(cls)
+            if f.name in data
+        }
+    )
 
 
 _HINTS: dict[str, dict[str, Any]] = {}

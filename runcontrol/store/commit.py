@@ -35,6 +35,7 @@ from .tables import (
     leases,
     runs,
     steps,
+    tool_calls,
 )
 
 DISPATCH_CHANNEL = "runcontrol_dispatch"
@@ -148,6 +149,8 @@ def prepare(
         ]
     if changes.leases:
         doc["leases"] = [rows.lease_to_row(x) for x in changes.leases.values()]
+    if changes.tool_calls:
+        doc["tool_calls"] = [rows.tool_call_to_row(t) for t in changes.tool_calls.values()]
     if changes.approvals:
         doc["approvals"] = [rows.approval_to_row(a) for a in changes.approvals.values()]
     if changes.decisions:
@@ -252,6 +255,7 @@ _LOAD = (
     (approval_requests, _select(approval_requests, "run_id = %s")),
     (approval_decisions, _select(approval_decisions, "run_id = %s")),
     (cancellation_intents, _select(cancellation_intents, "run_id = %s")),
+    (tool_calls, _select(tool_calls, "run_id = %s")),
 )
 _ANSWERED = "SELECT command_id FROM command_answers WHERE run_id = %s AND created_at >= %s"
 _STORED_ANSWER = (
@@ -374,7 +378,7 @@ class Store:
         ``answered_since`` (their answers are stored)."""
         queries: list[tuple[str, Sequence[Any]]] = [(sql, (run_id,)) for _, sql in _LOAD]
         queries.append((_ANSWERED, (run_id, answered_since)))
-        run, step, attempt, lease, approval, decision, intent, answered = await self.read(
+        run, step, attempt, lease, approval, decision, intent, call, answered = await self.read(
             tenant_id, queries
         )
         if not run:
@@ -387,6 +391,7 @@ class Store:
             [rows.row_to_approval(r) for r in approval],
             [rows.row_to_decision(r) for r in decision],
             [rows.row_to_intent(r) for r in intent],
+            [rows.row_to_tool_call(r) for r in call],
         )
         return agg, {r["command_id"] for r in answered}
 

@@ -31,6 +31,7 @@ from ..domain import (
     RecoveryJournalEntry,
     Run,
     Step,
+    ToolCall,
 )
 from .tables import (
     approval_decisions,
@@ -43,6 +44,7 @@ from .tables import (
     recovery_journal,
     runs,
     steps,
+    tool_calls,
 )
 
 T = TypeVar("T")
@@ -167,6 +169,7 @@ MAPPERS: dict[type[Any], _Mapper] = {
         _Mapper(ApprovalRequest, approval_requests),
         _Mapper(ApprovalDecision, approval_decisions),
         _Mapper(CancellationIntent, cancellation_intents),
+        _Mapper(ToolCall, tool_calls),
         _Mapper(Event, outbox, supplied=("published_at",), generated=("id",)),
         _Mapper(RecoveryJournalEntry, recovery_journal, generated=("id",)),
         _Mapper(AuditRecord, audit_log, generated=("id",)),
@@ -241,6 +244,14 @@ def intent_to_row(i: CancellationIntent) -> dict[str, Any]:
 
 def row_to_intent(row: RowLike) -> CancellationIntent:
     return from_row(CancellationIntent, row)
+
+
+def tool_call_to_row(t: ToolCall) -> dict[str, Any]:
+    return to_row(t)
+
+
+def row_to_tool_call(row: RowLike) -> ToolCall:
+    return from_row(ToolCall, row)
 
 
 def event_to_row(e: Event) -> dict[str, Any]:

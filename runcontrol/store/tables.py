@@ -109,6 +109,8 @@ attempts = Table(
     Column("dispatched_at", TZ, nullable=False),
     Column("settled_at", TZ),
     Column("settled_by", Text),
+    # the last progress message stored (0009); its holder numbers them from 1
+    Column("progress_seq", BigInteger, nullable=False, server_default=text("0")),
     UniqueConstraint("step_id", "number", name="uq_attempts_number"),
     Index("ix_attempts_run", "run_id"),
     # Invariant 4 at the database level: one non-terminal attempt per step.
@@ -196,6 +198,28 @@ approval_decisions = Table(
     Column("decided_at", TZ, nullable=False),
     PrimaryKeyConstraint("approval_id", "decided_by"),
     Index("ix_decisions_run", "run_id"),
+)
+
+# Tool calls claimed before their side effect, at most once per run and call id (0009).
+tool_calls = Table(
+    "tool_calls",
+    metadata,
+    Column("tool_call_id", UUID(as_uuid=True), primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("run_id", UUID(as_uuid=True), ForeignKey("runs.run_id"), nullable=False),
+    Column("call_id", Text, nullable=False),
+    Column("attempt_id", UUID(as_uuid=True), ForeignKey("attempts.attempt_id"), nullable=False),
+    Column("request_hash", Text, nullable=False),
+    Column("claimed_by", Text, nullable=False),
+    Column("fencing_token", BigInteger, nullable=False),
+    Column("claimed_at", TZ, nullable=False),
+    Column("expires_at", TZ, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("result_hash", Text),
+    Column("completed_at", TZ),
+    Column("error", Text),
+    # At most once, at the database level too: one claim per run and call id.
+    UniqueConstraint("run_id", "call_id", name="uq_tool_calls_call"),
 )
 
 cancellation_intents = Table(

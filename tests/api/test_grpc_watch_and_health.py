@@ -113,5 +113,8 @@ def test_server_reflection_describes_the_services(channel: grpc.Channel) -> None
         "ReportAttemptOutcome",
         "RequestApproval",
         "WatchRun",
+        "ReportProgress",
+        "ClaimToolCall",
+        "CompleteToolCall",
     ]
     assert service.method[3].server_streaming

@@ -176,3 +176,64 @@ def test_a_worker_sees_only_its_own_tenants_attempts(
         assert other_view.wait_state(theirs, "Completed")["state"] == "Completed"
     finally:
         other_view.close()
+
+
+def test_progress_and_tool_calls_over_grpc(g: GrpcTenant) -> None:
+    """Ordered progress (a gap is DATA_LOSS with the ack) and an at-most-once tool call, as a
+    worker in another language calls them; the progress reaches WatchRun as events."""
+    g.view.publish()
+    run_id = g.view.submit()
+    worker = g.worker("inst-1")
+    lease = worker.claimed([g.view.agent], run_id)
+    S = grpc.StatusCode
+    fenced = {
+        "run_id": lease.run_id,
+        "attempt_id": lease.attempt_id,
+        "lease_id": lease.lease_id,
+        "fencing_token": lease.fencing_token,
+        "worker_instance_id": worker.instance,
+    }
+
+    def progress(*seqs: int) -> pb.ReportProgressRequest:
+        return pb.ReportProgressRequest(
+            **fenced,
+            command_id=str(uuid.uuid4()),
+            messages=[
+                pb.ProgressMessage(seq=s, text=f"m{s}", payload_json=json.dumps({"s": s}))
+                for s in seqs
+            ],
+        )
+
+    ack = worker._call("ReportProgress", progress(1, 2))
+    assert (ack.acked_seq, ack.stored, ack.duplicates) == (2, 2, 0)
+    refusal = worker.refused("ReportProgress", progress(2, 3, 5))
+    assert (refusal.status, refusal.reason) == (S.DATA_LOSS, "progress-gap")
+    assert refusal.info is not None and refusal.info.metadata["acked_seq"] == "3"
+    made_up = pb.ReportProgressRequest(**{**fenced, "fencing_token": lease.fencing_token + 9})
+    made_up.messages.add(seq=4)
+    refusal = worker.refused("ReportProgress", made_up)
+    assert (refusal.status, refusal.reason) == (S.FAILED_PRECONDITION, "stale-fencing-token")
+
+    def claim() -> pb.ToolCallResponse:
+        request = pb.ClaimToolCallRequest(
+            **fenced, call_id="pr-1", request_hash=canonical_hash({"pr": 1})
+        )
+        return worker._call("ClaimToolCall", request)  # type: ignore[no-any-return]
+
+    assert claim().status == "proceed"
+    assert claim().status == "in-progress"
+    done = worker._call(
+        "CompleteToolCall",
+        pb.CompleteToolCallRequest(**fenced, call_id="pr-1", result_hash=canonical_hash(7)),
+    )
+    assert (done.status, done.result_hash) == ("completed", canonical_hash(7))
+    assert (claim().status, claim().result_hash) == ("completed", canonical_hash(7))
+
+    worker.report(worker.report_request(lease))
+    events = list(worker.watch(run_id))
+    progressed = [json.loads(e.payload_json) for e in events if e.type == "ProgressReported"]
+    assert [(p["seq"], p["text"], p["payload"]) for p in progressed] == [
+        (n, f"m{n}", {"s": n}) for n in (1, 2, 3)
+    ]
+    types = [e.type for e in events]
+    assert types.count("ToolCallClaimed") == types.count("ToolCallCompleted") == 1

@@ -45,6 +45,8 @@ from runcontrol.domain import (
     SideEffectClass,
     Step,
     StepState,
+    ToolCall,
+    ToolCallState,
 )
 from runcontrol.store import Store, rows
 from runcontrol.store.commit import conclude, prepare
@@ -128,6 +130,7 @@ def everything(tenant: str) -> Changes:
         failure_class=FailureClass.PERMANENT,
         settled_at=at(8),
         settled_by="worker-1",
+        progress_seq=7,
     )
     lease = Lease(
         lease_id=lease_id,
@@ -180,6 +183,22 @@ def everything(tenant: str) -> Changes:
         reason="no longer needed",
         requested_at=at(8),
     )
+    tool_call = ToolCall(
+        tool_call_id=uuid.uuid4(),
+        run_id=run_id,
+        tenant_id=tenant,
+        call_id="call-1",
+        attempt_id=attempt_id,
+        request_hash="sha256:request",
+        claimed_by="worker-1",
+        fencing_token=2,
+        claimed_at=at(5),
+        expires_at=at(10),
+        state=ToolCallState.EXPIRED,
+        result_hash="sha256:result",
+        completed_at=at(10),
+        error="timed out",
+    )
     event = Event(
         event_id=uuid.uuid4(),
         run_id=run_id,
@@ -226,6 +245,7 @@ def everything(tenant: str) -> Changes:
         approvals={approval_id: approval},
         decisions=[decision],
         intents=[intent],
+        tool_calls={tool_call.tool_call_id: tool_call},
         events=[event],
         journal=[journal],
         audits=[audit],
@@ -255,6 +275,7 @@ def entities(changes: Changes) -> list[Any]:
         *changes.approvals.values(),
         *changes.decisions,
         *changes.intents,
+        *changes.tool_calls.values(),
         *changes.events,
         *changes.journal,
         *changes.audits,
@@ -326,6 +347,7 @@ def test_every_field_survives_commit_and_load(db, store, tenant):
         *agg.approvals.values(),
         *(d for ds in agg.decisions.values() for d in ds),
         *agg.intents,
+        *agg.tool_calls.values(),
         *by_table[outbox],
         *by_table[recovery_journal],
         *by_table[audit_log],

@@ -23,7 +23,8 @@ from typing import Any, Protocol
 from uuid import UUID, uuid4
 
 import httpx
-import orjson
+
+from schemas.api import EventEnvelope
 
 from .config import WebhookOptions
 from .domain import errors
@@ -238,7 +239,8 @@ class Deliverer:
             )
         except errors.InvalidWebhookUrl as exc:
             return None, str(exc)
-        body = orjson.dumps(event)
+        # The same envelope as the event history and SSE ``data``, byte for byte.
+        body = EventEnvelope.model_validate(event).model_dump_json(by_alias=True).encode()
         timestamp = int(self._wall_clock())
         headers = {
             "Content-Type": "application/json",

@@ -274,8 +274,7 @@ def redeliver(conn: Connection, subscription_id: UUID, after: int, now: datetime
             "updated_at": stmt.excluded.updated_at,
         },
     )
-    result = conn.execute(stmt)
-    return int(result.rowcount)
+    return len(conn.execute(stmt.returning(d.c.position)).all())
 
 
 # ---------------------------------------------------------------------- delivery (system)

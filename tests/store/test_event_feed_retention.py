@@ -16,7 +16,15 @@ from runcontrol.webhooks import create_subscription
 LONG_AGO = datetime(2001, 1, 1, tzinfo=UTC)  # no other test publishes at this time
 
 
+def _relay_all(db, now):  # type: ignore[no-untyped-def]
+    while reconcilers.relay_outbox(db, [], now).published:
+        pass
+
+
 def test_relay_positions_fan_out_and_retention_cascade(db, make_leased_run, tenant):
+    # Other tests' events are published now; only this test's are published LONG_AGO, so the
+    # retention below removes this test's events only.
+    _relay_all(db, datetime.now(UTC))
     sub = create_subscription(
         db,
         tenant,
@@ -28,7 +36,7 @@ def test_relay_positions_fan_out_and_retention_cascade(db, make_leased_run, tena
         now=LONG_AGO,
     )
     run = make_leased_run(tenant)
-    reconcilers.relay_outbox(db, [], LONG_AGO)
+    _relay_all(db, LONG_AGO)
     with db.tenant(tenant) as conn:
         events = (
             conn.execute(

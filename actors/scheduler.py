@@ -22,6 +22,7 @@ from runcontrol.config import Settings
 from runcontrol.store.commit import EVENTS_CHANNEL
 from runcontrol.store.notify import Listener
 from runcontrol.store.queries import RunKey
+from runcontrol.webhooks import Deliverer, HttpTransport
 
 from .metrics import SchedulerMetrics
 from .placement import SCHEDULER_NAME, get_or_create
@@ -52,6 +53,12 @@ class Scheduler:
         if self.settings.outbox.jsonl_path:
             sinks.append(reconcilers.JsonLinesSink(self.settings.outbox.jsonl_path))
         self._sinks = sinks
+        self._deliverer = Deliverer(
+            db,
+            HttpTransport(self.settings.webhooks.timeout_seconds),
+            self.settings.webhooks,
+            self._clock.now,
+        )
         self.counters: dict[str, int] = {}
         self.last_outbox_lag = 0.0
         self._metrics = SchedulerMetrics()
@@ -64,6 +71,7 @@ class Scheduler:
             (self.dispatch_sweep, s.dispatch_sweep_interval, "RunDispatcher"),
             (self.outbox_relay, s.outbox_relay_interval, "OutboxRelay"),
             (self.retention, s.retention_interval, "RetentionCleanup"),
+            (self.webhook_delivery, s.webhook_delivery_interval, "WebhookDelivery"),
             (self.sample_active_runs, 15.0, "ActiveRunsSampler"),
         ]
         for fn, seconds, name in jobs:
@@ -147,7 +155,21 @@ class Scheduler:
         self.last_outbox_lag = report.max_lag_seconds
         self._metrics.outbox_lag.observe(report.max_lag_seconds, {"host": "scheduler"})
         self.counters["OutboxRelay"] = self.counters.get("OutboxRelay", 0) + report.published
+        asyncio.get_running_loop().create_task(self.webhook_delivery())  # at once, not next tick
         return int(report.published)
+
+    async def webhook_delivery(self) -> int:
+        report = await self._locked("WebhookDelivery", self._deliverer.run)
+        if report is None:
+            return 0
+        for name, n in (
+            ("WebhookDelivered", report.delivered),
+            ("WebhookFailed", report.failed),
+            ("WebhookDeadLettered", report.dead_lettered),
+        ):
+            if n:
+                self.counters[name] = self.counters.get(name, 0) + n
+        return int(report.delivered)
 
     async def sample_active_runs(self) -> int:
         counts = await self._locked("ActiveRunsSampler", lambda: reconcilers.active_runs(self._db))
@@ -185,6 +207,7 @@ class Scheduler:
             "RunDispatcher": self.dispatch_sweep,
             "OutboxRelay": self.outbox_relay,
             "RetentionCleanup": self.retention,
+            "WebhookDelivery": self.webhook_delivery,
         }[job]
         result: int = await fn()
         return result

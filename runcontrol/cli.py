@@ -1,4 +1,5 @@
-"""The ``runcontrol`` command: up, worker, token, db, release."""
+"""The ``runcontrol`` command: up, worker, token, db, release; and over HTTP, for people,
+runs, approvals, webhooks and events (``ops_cli``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import embedded
+from . import embedded, ops_cli
 from .bootstrap import build, build_database, database_url
 from .config import AuthNotConfigured, Settings
 from .domain import Role, WorkerIdentity, WorkflowDefinition
@@ -428,6 +429,8 @@ def main(argv: list[str] | None = None) -> int:
     release.add_argument("--publisher", default="cli")
     release.add_argument("--alias", action="append", default=None)
     release.set_defaults(func=_cmd_release)
+
+    ops_cli.add_commands(sub)
 
     args = parser.parse_args(argv)
     if getattr(args, "alias", "unset") is None:

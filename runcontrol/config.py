@@ -96,11 +96,40 @@ class SchedulerOptions(BaseModel):
     dispatch_sweep_interval: float = Field(5, gt=0)
     outbox_relay_interval: float = Field(1, gt=0)
     retention_interval: float = Field(86400, gt=0)
+    webhook_delivery_interval: float = Field(1, gt=0)
 
 
 class OutboxOptions(BaseModel):
-    retention_days: int = Field(7, ge=1)
+    retention_days: int = Field(
+        90,
+        ge=1,
+        description="Event history: published events (the per-run history and SSE replay, "
+        "the tenant feed, webhook redelivery) are kept this long after publication.",
+    )
     jsonl_path: str | None = Field(None, description="Also publish events to this JSONL file.")
+
+
+class WebhookOptions(BaseModel):
+    """Delivery of events to the tenants' webhook subscriptions (``runcontrol/webhooks.py``)."""
+
+    max_attempts: int = Field(
+        12,
+        ge=1,
+        le=100,
+        description="Attempts per event before it is dead-lettered, for a subscription that "
+        "does not set its own.",
+    )
+    base_delay_seconds: float = Field(1.0, gt=0)
+    max_delay_seconds: float = Field(
+        3600.0, gt=0, description="Cap of the exponential backoff (full jitter) between attempts."
+    )
+    timeout_seconds: float = Field(10.0, gt=0, description="Per delivery request.")
+    max_parallel: int = Field(8, ge=1, description="Runs delivered at once by the scheduler.")
+    allow_private_addresses: bool = Field(
+        False,
+        description="Allow receivers on loopback, private and link-local addresses. Off: a "
+        "tenant cannot make the control plane call into its own network.",
+    )
 
 
 MIN_SECRET_BYTES = 32  # RFC 7518 3.2: an HS256 key of at least the hash's size
@@ -260,6 +289,7 @@ class Settings(BaseSettings):
     capacity: CapacityOptions = CapacityOptions()
     scheduler: SchedulerOptions = SchedulerOptions()
     outbox: OutboxOptions = OutboxOptions()
+    webhooks: WebhookOptions = WebhookOptions()
     auth: AuthOptions = AuthOptions()
     api: ApiOptions = ApiOptions()
 

@@ -21,6 +21,7 @@ from sqlalchemy import text
 from .domain import Options
 from .store import Database
 from .store import queries as q
+from .store import webhooks as feed
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,8 @@ def relay_outbox(
 ) -> RelayReport:
     """Publish committed outbox rows in commit order (so per run in seq order), then mark them.
 
+    Marking gives each event its tenant feed position and queues its webhook deliveries in
+    the same transaction (``store.webhooks.publish``; the delivery job sends them).
     At-least-once: a crash between publishing and marking republishes the batch, and consumers
     de-duplicate on eventId. Rows locked by another relay are skipped.
     """
@@ -112,6 +115,7 @@ def relay_outbox(
         for sink in sinks:
             sink.publish(events)
         q.mark_published(conn, [r["id"] for r in rows], now)
+        feed.publish(conn, rows, now)
     lag = max((now - r["occurred_at"]).total_seconds() for r in rows)
     return RelayReport(len(rows), max(lag, 0.0))
 
@@ -120,11 +124,12 @@ def retention(
     db: Database,
     now: datetime,
     journal_days: int,
-    outbox_days: int = 7,
+    outbox_days: int = 90,
     answer_hours: float = 24,
 ) -> int:
     """Drop journal entries past retention (through the sanctioned purge function), published
-    outbox rows past the relay's replay window, and command answers past the resend window."""
+    events past the event history's (their feed rows and webhook deliveries go with them), and
+    command answers past the resend window."""
     with db.system_tx() as conn:
         removed = int(
             conn.execute(

@@ -237,6 +237,84 @@ class EventEnvelope(ResponseModel):
     payload: dict[str, Any]
 
 
+class FeedEvent(EventEnvelope):
+    """One event of the tenant feed (``/factory/events``): the envelope plus its tenant-wide
+    ``position``, the feed's SSE id and a webhook redelivery cursor."""
+
+    position: int
+
+
+# ---------------------------------------------------------------------- webhooks
+
+Url = Annotated[str, Field(min_length=8, max_length=2000), AfterValidator(_storable)]
+
+
+class WebhookCreateRequest(RequestModel):
+    url: Url
+    description: Reason | None = None
+    max_attempts: int | None = Field(
+        None, ge=1, le=100, description="Attempts per event before it is dead-lettered."
+    )
+
+
+class DeliveryCounts(ResponseModel):
+    pending: int
+    delivered: int
+    dead_lettered: int
+
+
+class WebhookView(ResponseModel):
+    subscription_id: UUID
+    tenant_id: str
+    url: str
+    description: str | None = None
+    max_attempts: int
+    created_by: str
+    created_at: datetime
+    starts_after: int = Field(description="Events after this feed position are delivered.")
+    disabled_at: datetime | None = None
+    deliveries: DeliveryCounts | None = None
+
+
+class WebhookCreated(WebhookView):
+    secret: str = Field(description="The HMAC-SHA256 signing secret; shown only here.")
+
+
+class WebhookPage(ResponseModel):
+    items: list[WebhookView]
+
+
+class DeliveryView(ResponseModel):
+    subscription_id: UUID
+    position: int
+    event_id: UUID
+    type: str
+    run_id: UUID
+    seq: int
+    state: str
+    attempts: int
+    next_attempt_at: datetime
+    last_status: int | None = None
+    last_error: str | None = None
+    delivered_at: datetime | None = None
+    updated_at: datetime
+
+
+class DeliveryPage(ResponseModel):
+    items: list[DeliveryView]
+    next_after: int | None = Field(None, description="Pass as ?after= for more.")
+
+
+class RedeliverRequest(RequestModel):
+    after: int = Field(ge=0, le=2**63 - 1, description="Feed position: redeliver after it.")
+
+
+class RedeliverResponse(ResponseModel):
+    subscription_id: UUID
+    after: int
+    queued: int
+
+
 # ---------------------------------------------------------------------- health
 
 

@@ -82,6 +82,13 @@ RAY_TEST_SETTINGS = {
         "approval_expiry_interval": 0.5,
         "dispatch_sweep_interval": 0.5,
         "outbox_relay_interval": 0.5,
+        "webhook_delivery_interval": 0.2,
+    },
+    # test receivers listen on loopback; retries come within a test
+    "webhooks": {
+        "allow_private_addresses": True,
+        "base_delay_seconds": 0.05,
+        "max_delay_seconds": 0.2,
     },
 }
 

@@ -12,7 +12,8 @@ from ..config import Settings
 from ..store import Database
 from ..store.commit import EVENTS_CHANNEL
 from ..store.notify import Listener
-from . import approvals, events, health, problems, runs
+from ..store.webhooks import FEED_CHANNEL
+from . import approvals, events, feed, health, problems, runs, webhooks
 from .auth import TokenVerifier
 from .context import HostProbe, Services
 from .limits import BodyLimit, TenantRateLimiter
@@ -35,7 +36,11 @@ def create_app(
         client,
         db,
         settings,
-        Listener(db.app_url, (EVENTS_CHANNEL,), application_name=events.FEED_APPLICATION_NAME),
+        Listener(
+            db.app_url,
+            (EVENTS_CHANNEL, FEED_CHANNEL),
+            application_name=events.FEED_APPLICATION_NAME,
+        ),
         host_probe,
     )
 
@@ -48,7 +53,7 @@ def create_app(
         lifespan=lifespan,
         title="runcontrol",
         version="0.1.0",
-        description="Run Control: runs, approvals and per-run events.",
+        description="Run Control: runs, approvals, events and webhooks.",
         openapi_url="/openapi.json",
         docs_url="/docs",
         redoc_url=None,
@@ -58,6 +63,6 @@ def create_app(
     app.state.rate_limiter = TenantRateLimiter(settings.api)
     problems.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.api.max_body_bytes)
-    for module in (runs, events, approvals, health):
+    for module in (runs, events, feed, approvals, webhooks, health):
         app.include_router(module.router)
     return app

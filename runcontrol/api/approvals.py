@@ -113,3 +113,30 @@ async def list_approvals(
     as_of = datetime.now(UTC)
     items, next_cursor = await svc.read(caller.tenant_id, page, project_id=caller.project_scope)
     return {"items": items, "nextCursor": next_cursor, "asOf": as_of}
+
+
+@router.get(
+    "/{approvalId}",
+    operation_id="GetApproval",
+    response_model=ApprovalView,
+    responses=responses(401, 403, 404, 422),
+    summary="One approval request, as ListApprovals would show it to the caller.",
+    description="Scope `factory.approvals.read`; the same visibility as ListApprovals "
+    "(404 for one the caller may not see).",
+)
+async def get_approval(
+    caller: ApprovalsReader,
+    svc: Svc,
+    approval_id: Annotated[UUID, Path(alias="approvalId")],
+) -> dict[str, Any]:
+    requested_by = approvals_visible_only_to(caller.principal)
+    found = await svc.read(
+        caller.tenant_id,
+        lambda conn: q.get_approval(
+            conn, approval_id, project_id=caller.project_scope, requested_by=requested_by
+        ),
+        project_id=caller.project_scope,
+    )
+    if found is None:
+        raise errors.ApprovalNotFound(f"approval {approval_id} not found")
+    return found

@@ -229,6 +229,7 @@ RunSubmitter = Annotated[Caller, Depends(require(Operation.SUBMIT_RUN))]
 RunCanceller = Annotated[Caller, Depends(require(Operation.CANCEL_RUN))]
 ApprovalsReader = Annotated[Caller, Depends(require(Operation.READ_APPROVALS))]
 ApprovalsDecider = Annotated[Caller, Depends(require(Operation.DECIDE_APPROVAL))]
+WebhooksManager = Annotated[Caller, Depends(require(Operation.MANAGE_WEBHOOKS))]
 
 
 def mint_dev_token(

@@ -135,7 +135,7 @@ async def _live(
         batch = await svc.read(tenant_id, _events_after(run_id, after), project_id=project_id)
 
 
-async def _counted(streams: Streams, frames: AsyncIterator[str]) -> AsyncIterator[str]:
+async def counted(streams: Streams, frames: AsyncIterator[str]) -> AsyncIterator[str]:
     """The stream, counted as one of the replica's live streams from its first frame until it
     ends. Counting starts here, not in the route: a response never streamed (the client went
     away first) never runs this, so it cannot leak a count. Two requests racing past the
@@ -195,7 +195,7 @@ async def stream_events(
                 "retry later (another replica may take it) or read /events/history"
             )
         svc.feed.start()
-        frames = _counted(
+        frames = counted(
             svc.streams, _live(svc, tenant_id, project_id, run_id, first, cursor, since)
         )
     return StreamingResponse(

@@ -28,7 +28,8 @@ RUNS_WRITE = "factory.runs.write"
 APPROVALS_READ = "factory.approvals.read"
 APPROVALS_DECIDE = "factory.approvals.decide"
 RUNTIME = "factory.runtime"
-ALL_SCOPES = (RUNS_READ, RUNS_WRITE, APPROVALS_READ, APPROVALS_DECIDE, RUNTIME)
+WEBHOOKS_MANAGE = "factory.webhooks.manage"
+ALL_SCOPES = (RUNS_READ, RUNS_WRITE, APPROVALS_READ, APPROVALS_DECIDE, RUNTIME, WEBHOOKS_MANAGE)
 
 
 class Operation(StrEnum):
@@ -38,6 +39,9 @@ class Operation(StrEnum):
     READ_APPROVALS = "ListApprovals"
     DECIDE_APPROVAL = "DecideApproval"
     RUNTIME = "Runtime"  # a worker's lease, approval request and outcome calls
+    # Webhook subscriptions: they receive every event of the tenant, so only roles that
+    # span the tenant manage them.
+    MANAGE_WEBHOOKS = "ManageWebhooks"
 
 
 # The scope each operation needs (the spec's operations table).
@@ -48,10 +52,16 @@ OPERATION_SCOPE: Mapping[Operation, str] = {
     Operation.READ_APPROVALS: APPROVALS_READ,
     Operation.DECIDE_APPROVAL: APPROVALS_DECIDE,
     Operation.RUNTIME: RUNTIME,
+    Operation.MANAGE_WEBHOOKS: WEBHOOKS_MANAGE,
 }
 
 _READ = frozenset({Operation.READ_RUNS, Operation.READ_APPROVALS})
-_ADMIN = _READ | {Operation.SUBMIT_RUN, Operation.CANCEL_RUN, Operation.DECIDE_APPROVAL}
+_ADMIN = _READ | {
+    Operation.SUBMIT_RUN,
+    Operation.CANCEL_RUN,
+    Operation.DECIDE_APPROVAL,
+    Operation.MANAGE_WEBHOOKS,
+}
 
 # The published table (README "Roles and scopes"). Deciding also needs the policy's approver
 # rule (Reviewer, WorkspaceAdmin; PlatformAdmin only as audited break-glass): that is the
@@ -60,7 +70,7 @@ ROLE_OPERATIONS: Mapping[Role, frozenset[Operation]] = {
     Role.OBSERVER: _READ,
     Role.REQUESTER: _READ | {Operation.SUBMIT_RUN, Operation.CANCEL_RUN},
     Role.REVIEWER: _READ | {Operation.DECIDE_APPROVAL},
-    Role.OPERATOR: _READ | {Operation.CANCEL_RUN},
+    Role.OPERATOR: _READ | {Operation.CANCEL_RUN, Operation.MANAGE_WEBHOOKS},
     Role.WORKSPACE_ADMIN: _ADMIN,
     Role.PLATFORM_ADMIN: _ADMIN,
     Role.WORKER: frozenset({Operation.RUNTIME}),

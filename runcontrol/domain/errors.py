@@ -62,6 +62,14 @@ class ReleaseNotFound(NotFound):
     code = "release-not-found"
 
 
+class WebhookNotFound(NotFound):
+    code = "webhook-not-found"
+
+
+class InvalidWebhookUrl(ValidationFailed):
+    code = "invalid-webhook-url"
+
+
 class Conflict(RunControlError):
     code = "conflict"
 
@@ -79,6 +87,10 @@ class ConcurrencyConflict(Conflict):
 
     code = "concurrency-conflict"
     retryable = True
+
+
+class WebhookDisabled(Conflict):
+    code = "webhook-disabled"
 
 
 class RunTerminal(Conflict):

@@ -40,6 +40,9 @@ STATUS_BY_CODE: Mapping[str, grpc.StatusCode] = {
     errors.ApprovalNotFound.code: _S.NOT_FOUND,
     errors.WorkflowNotFound.code: _S.NOT_FOUND,
     errors.ReleaseNotFound.code: _S.NOT_FOUND,
+    errors.WebhookNotFound.code: _S.NOT_FOUND,
+    errors.InvalidWebhookUrl.code: _S.INVALID_ARGUMENT,
+    errors.WebhookDisabled.code: _S.FAILED_PRECONDITION,
     errors.Conflict.code: _S.FAILED_PRECONDITION,
     errors.IllegalTransition.code: _S.FAILED_PRECONDITION,  # e.g. the run has ended
     errors.IdempotencyConflict.code: _S.ALREADY_EXISTS,

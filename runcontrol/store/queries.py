@@ -244,6 +244,26 @@ def list_approvals(
     return _page(conn, t, t.c.approval_id, conditions, cursor, limit, approval_view)
 
 
+def get_approval(
+    conn: Connection,
+    approval_id: UUID,
+    *,
+    project_id: str | None,
+    requested_by: str | None = None,
+) -> dict[str, Any] | None:
+    """One approval request as ``list_approvals`` would show it to the same caller, or None."""
+    t = approval_requests
+    query = (
+        select(t)
+        .join(runs, runs.c.run_id == t.c.run_id)
+        .where(t.c.approval_id == approval_id, *_in_project(project_id))
+    )
+    if requested_by is not None:
+        query = query.where(t.c.requested_by == requested_by)
+    row = conn.execute(query).first()
+    return None if row is None else approval_view(row._mapping)
+
+
 def _page(
     conn: Connection,
     table: Any,

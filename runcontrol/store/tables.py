@@ -9,6 +9,7 @@ from sqlalchemy import (
     Column,
     DateTime,
     ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
     MetaData,
@@ -350,8 +351,80 @@ budget_reservations = Table(
     Index("ix_budget_open", "tenant_id", postgresql_where=text("released_at IS NULL")),
 )
 
+# Events out (0010): the tenant-wide feed position of each published event, webhook
+# subscriptions and one delivery row per (subscription, event).
+event_feed = Table(
+    "event_feed",
+    metadata,
+    Column("position", BigInteger, primary_key=True, autoincrement=True),
+    Column("event_id", UUID(as_uuid=True), nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("project_id", Text, nullable=False),
+    Column("run_id", UUID(as_uuid=True), nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("published_at", TZ, nullable=False),
+    UniqueConstraint("event_id", name="uq_event_feed_event"),
+    ForeignKeyConstraint(
+        ["event_id"], ["outbox.event_id"], name="fk_event_feed_outbox", ondelete="CASCADE"
+    ),
+    Index("ix_event_feed_tenant", "tenant_id", "position"),
+)
+
+webhook_subscriptions = Table(
+    "webhook_subscriptions",
+    metadata,
+    Column("subscription_id", UUID(as_uuid=True), primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("url", Text, nullable=False),
+    Column("secret", Text, nullable=False),
+    Column("description", Text),
+    Column("max_attempts", Integer, nullable=False),
+    Column("created_by", Text, nullable=False),
+    Column("created_at", TZ, nullable=False),
+    Column("starts_after", BigInteger, nullable=False),
+    Column("disabled_at", TZ),
+    Index("ix_webhook_subscriptions_tenant", "tenant_id", "created_at"),
+)
+
+webhook_deliveries = Table(
+    "webhook_deliveries",
+    metadata,
+    Column("subscription_id", UUID(as_uuid=True), nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("run_id", UUID(as_uuid=True), nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("next_attempt_at", TZ, nullable=False),
+    Column("last_status", Integer),
+    Column("last_error", Text),
+    Column("delivered_at", TZ),
+    Column("updated_at", TZ, nullable=False),
+    PrimaryKeyConstraint("subscription_id", "position"),
+    ForeignKeyConstraint(
+        ["subscription_id"],
+        ["webhook_subscriptions.subscription_id"],
+        name="fk_deliveries_subscription",
+        ondelete="CASCADE",
+    ),
+    ForeignKeyConstraint(
+        ["position"], ["event_feed.position"], name="fk_deliveries_feed", ondelete="CASCADE"
+    ),
+    Index(
+        "ix_webhook_deliveries_pending",
+        "subscription_id",
+        "run_id",
+        "seq",
+        postgresql_where=text("state = 'Pending'"),
+    ),
+    Index("ix_webhook_deliveries_position", "position"),
+)
+
 TENANT_TABLES = tuple(metadata.tables)
 APPEND_ONLY_TABLES = ("recovery_journal", "audit_log", "approval_decisions", "cancellation_intents")
 # The app role adds rows to these and never changes them (command answers: the system role
 # prunes them past the resend window).
 INSERT_ONLY_TABLES = (*APPEND_ONLY_TABLES, "command_answers")
+# The app role only reads these (the relay writes them on the system path).
+READ_ONLY_TABLES = ("event_feed",)

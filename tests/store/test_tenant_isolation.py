@@ -18,10 +18,12 @@ from support import drive
 from runcontrol.commands import ReportOutcome
 from runcontrol.domain import AttemptOutcome, StepSpec, WorkflowDefinition, errors
 from runcontrol.store import APP_ROLE, SYSTEM_ROLE
-from runcontrol.store.tables import INSERT_ONLY_TABLES, TENANT_TABLES
+from runcontrol.store.tables import INSERT_ONLY_TABLES, READ_ONLY_TABLES, TENANT_TABLES
 
 INSUFFICIENT_PRIVILEGE = "42501"
-UPDATABLE = tuple(t for t in TENANT_TABLES if t not in INSERT_ONLY_TABLES)
+UPDATABLE = tuple(
+    t for t in TENANT_TABLES if t not in INSERT_ONLY_TABLES and t not in READ_ONLY_TABLES
+)
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 # Tables in which the two_tenants fixture gives tenant B rows.
 POPULATED = (

@@ -13,6 +13,7 @@ from runcontrol.domain.access import (
     RUNS_READ,
     RUNS_WRITE,
     RUNTIME,
+    WEBHOOKS_MANAGE,
     Operation,
     allows,
     effective_scopes,
@@ -43,10 +44,22 @@ def test_every_role_has_a_row() -> None:
         ),
         (
             Role.OPERATOR,
-            {Op.READ_RUNS, Op.READ_APPROVALS, Op.CANCEL_RUN},
-            {RUNS_READ, RUNS_WRITE, APPROVALS_READ},
+            {Op.READ_RUNS, Op.READ_APPROVALS, Op.CANCEL_RUN, Op.MANAGE_WEBHOOKS},
+            {RUNS_READ, RUNS_WRITE, APPROVALS_READ, WEBHOOKS_MANAGE},
         ),
         (Role.WORKER, {Op.RUNTIME}, {RUNTIME}),
+        (
+            Role.WORKSPACE_ADMIN,
+            {
+                Op.READ_RUNS,
+                Op.READ_APPROVALS,
+                Op.SUBMIT_RUN,
+                Op.CANCEL_RUN,
+                Op.DECIDE_APPROVAL,
+                Op.MANAGE_WEBHOOKS,
+            },
+            {RUNS_READ, RUNS_WRITE, APPROVALS_READ, APPROVALS_DECIDE, WEBHOOKS_MANAGE},
+        ),
     ],
 )
 def test_the_table(role: Role, may: set[Operation], scopes: set[str]) -> None:

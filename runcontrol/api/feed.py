@@ -1,0 +1,114 @@
+"""The tenant feed: every published event of the runs the caller may see, as one stream.
+
+The SSE ``id`` is the event's feed position (``store.webhooks``): tenant-wide, growing in the
+order events became visible, so ``Last-Event-ID`` (or ``?after=``) resumes with no gap and no
+repeat. Events join the feed when the outbox relay publishes them (``scheduler.
+outbox_relay_interval``, 1 s by default), and the relay's NOTIFY on ``runcontrol_feed`` (the
+tenant as payload) wakes the tenant's streams on each replica. Project scope is the caller's,
+as for per-run events, and row-level security enforces it too (0010). The stream never ends;
+idle, it sends a heartbeat comment every ``api.sse_heartbeat_seconds``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query
+from fastapi.responses import StreamingResponse
+from sqlalchemy import Connection
+
+from schemas.api import FeedEvent
+
+from ..store import webhooks as store
+from .auth import RunsReader
+from .context import Services, Svc
+from .events import MAX_SEQ, REPLAY_BATCH, RETRY_MS, counted
+from .problems import TooManySubscribers, responses
+
+router = APIRouter(prefix="/factory/events", tags=["events"])
+
+
+def feed_frame(event: dict[str, Any]) -> str:
+    data = FeedEvent.model_validate(event).model_dump_json(by_alias=True)
+    return f"id: {event['position']}\nevent: {event['type']}\ndata: {data}\n\n"
+
+
+@router.get(
+    "/history",
+    operation_id="GetEventFeedHistory",
+    response_model=list[FeedEvent],
+    responses=responses(401, 403, 422),
+    summary="The tenant feed's events after a position, in position order.",
+    description="Scope `factory.runs.read`; the caller's project only unless a role spans "
+    "the tenant. `after` is the last position seen (0: from the oldest retained).",
+)
+async def feed_history(
+    caller: RunsReader,
+    svc: Svc,
+    after: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
+    limit: Annotated[int, Query(ge=1, le=REPLAY_BATCH)] = 100,
+) -> list[dict[str, Any]]:
+    return await svc.read(
+        caller.tenant_id,
+        lambda conn: store.feed_after(conn, after, limit),
+        project_id=caller.project_scope,
+    )
+
+
+def _feed_after(after: int) -> Callable[[Connection], list[dict[str, Any]]]:
+    return lambda conn: store.feed_after(conn, after, REPLAY_BATCH)
+
+
+async def _live(
+    svc: Services, tenant_id: str, project_id: str | None, after: int, since: int
+) -> AsyncIterator[str]:
+    yield f"retry: {RETRY_MS}\n\n"
+    heartbeat_s = svc.settings.api.sse_heartbeat_seconds
+    key = (tenant_id,)
+    while True:
+        batch = await svc.read(tenant_id, _feed_after(after), project_id=project_id)
+        for event in batch:
+            after = event["position"]
+            yield feed_frame(event)
+        if len(batch) < REPLAY_BATCH:
+            if not await svc.feed.wait(store.FEED_CHANNEL, key, since, heartbeat_s):
+                yield ": heartbeat\n\n"
+            since = svc.feed.generation(store.FEED_CHANNEL, key)
+
+
+@router.get(
+    "",
+    operation_id="StreamEventFeed",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "A text/event-stream: `id` = feed position, `event` = type, "
+            "`data` = the envelope with its `position`.",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        },
+        **responses(401, 403, 422, 429),
+    },
+    summary="Subscribe to every event of the runs the caller may see (SSE, resumable).",
+    description="Scope `factory.runs.read`. Resumes after `Last-Event-ID` (or `?after=`).",
+)
+async def stream_feed(
+    caller: RunsReader,
+    svc: Svc,
+    after: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
+    last_event_id: Annotated[int | None, Header(alias="Last-Event-ID", ge=0, le=MAX_SEQ)] = None,
+) -> StreamingResponse:
+    cursor = last_event_id if last_event_id is not None else (after or 0)
+    if svc.streams.live >= svc.settings.api.sse_max_streams:
+        raise TooManySubscribers(
+            f"this replica already serves {svc.streams.live} live event streams; "
+            "retry later (another replica may take it) or read /factory/events/history"
+        )
+    svc.feed.start()
+    since = svc.feed.generation(store.FEED_CHANNEL, (caller.tenant_id,))
+    frames = counted(svc.streams, _live(svc, caller.tenant_id, caller.project_scope, cursor, since))
+    return StreamingResponse(
+        frames,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

@@ -1,0 +1,379 @@
+"""The tenant-wide event feed and webhook subscriptions and deliveries (migration 0010).
+
+Positions: ``publish`` assigns each published event its feed position under a transaction-level
+advisory lock (``FEED_LOCK``) held until its transaction commits, so a reader that sees
+position p has seen every smaller one: positions grow in commit order, whatever the outbox ids
+were. Creating a subscription takes the same lock, so it starts exactly after the last position
+committed before it and receives every one after (nothing published meanwhile is missed).
+
+Tenant-scoped functions run on ``Database.tenant()`` connections; ``publish`` and the delivery
+job's functions on the system path.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import Connection, Integer, Text, func, insert, literal, select, text, update
+from sqlalchemy.dialects.postgresql import UUID as PG_UUID
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from ..domain.webhooks import DeliveryState
+from .queries import EVENT, _fields, _view, event_view
+from .tables import TZ, event_feed, outbox, webhook_deliveries, webhook_subscriptions
+
+FEED_CHANNEL = "runcontrol_feed"  # NOTIFY payload: the tenant id whose feed grew
+FEED_LOCK = zlib.crc32(b"runcontrol:event-feed")
+
+SUBSCRIPTION = _fields(c for c in webhook_subscriptions.c.keys() if c != "secret")
+DELIVERY = _fields(webhook_deliveries.c.keys())
+_PENDING = DeliveryState.PENDING.value
+
+
+def _lock_feed(conn: Connection) -> None:
+    conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": FEED_LOCK})
+
+
+# ---------------------------------------------------------------------- the relay (system)
+
+
+def publish(conn: Connection, events: Sequence[dict[str, Any]], now: datetime) -> list[int]:
+    """Give ``events`` (outbox rows, in commit order) their feed positions, queue one delivery
+    per active subscription of their tenant, and notify each tenant's feed. Answers the
+    positions, in order. In the caller's transaction: all of it commits with the outbox rows'
+    ``published_at`` or none does."""
+    if not events:
+        return []
+    _lock_feed(conn)
+    positions: list[int] = []
+    for e in events:  # one by one: positions follow the events' order
+        positions.append(
+            conn.execute(
+                insert(event_feed)
+                .values(
+                    event_id=e["event_id"],
+                    tenant_id=e["tenant_id"],
+                    project_id=e["project_id"],
+                    run_id=e["run_id"],
+                    seq=e["seq"],
+                    published_at=now,
+                )
+                .returning(event_feed.c.position)
+            ).scalar_one()
+        )
+    f, s = event_feed, webhook_subscriptions
+    fan_out = (
+        select(
+            s.c.subscription_id,
+            f.c.position,
+            f.c.tenant_id,
+            f.c.run_id,
+            f.c.seq,
+            literal(_PENDING, Text),
+            literal(0, Integer),
+            literal(now, TZ),
+            literal(now, TZ),
+        )
+        .join(s, (s.c.tenant_id == f.c.tenant_id) & (f.c.position > s.c.starts_after))
+        .where(s.c.disabled_at.is_(None), f.c.position.between(positions[0], positions[-1]))
+    )
+    d = webhook_deliveries.c
+    conn.execute(
+        insert(webhook_deliveries).from_select(
+            [
+                d.subscription_id,
+                d.position,
+                d.tenant_id,
+                d.run_id,
+                d.seq,
+                d.state,
+                d.attempts,
+                d.next_attempt_at,
+                d.updated_at,
+            ],
+            fan_out,
+        )
+    )
+    for tenant in sorted({e["tenant_id"] for e in events}):
+        conn.execute(text("SELECT pg_notify(:c, :t)"), {"c": FEED_CHANNEL, "t": tenant})
+    return positions
+
+
+# ---------------------------------------------------------------------- the feed (tenant)
+
+
+def feed_after(conn: Connection, after: int, limit: int) -> list[dict[str, Any]]:
+    """The tenant's published events after feed position ``after``, in position order, each an
+    event envelope plus its ``position``. Project scope is row-level security's (0010)."""
+    rows = conn.execute(
+        select(outbox, event_feed.c.position)
+        .join(event_feed, event_feed.c.event_id == outbox.c.event_id)
+        .where(event_feed.c.position > after)
+        .order_by(event_feed.c.position)
+        .limit(limit)
+    )
+    return [{**event_view(r._mapping), "position": r.position} for r in rows]
+
+
+# ---------------------------------------------------------------------- subscriptions (tenant)
+
+
+def subscription_view(m: Any) -> dict[str, Any]:
+    return _view(m, SUBSCRIPTION)
+
+
+def create_subscription(
+    conn: Connection,
+    *,
+    subscription_id: UUID,
+    tenant_id: str,
+    url: str,
+    secret: str,
+    description: str | None,
+    max_attempts: int,
+    created_by: str,
+    now: datetime,
+) -> dict[str, Any]:
+    _lock_feed(conn)  # starts after every position committed so far, misses none after
+    last = conn.execute(select(func.coalesce(func.max(event_feed.c.position), 0))).scalar_one()
+    row = conn.execute(
+        insert(webhook_subscriptions)
+        .values(
+            subscription_id=subscription_id,
+            tenant_id=tenant_id,
+            url=url,
+            secret=secret,
+            description=description,
+            max_attempts=max_attempts,
+            created_by=created_by,
+            created_at=now,
+            starts_after=last,
+        )
+        .returning(webhook_subscriptions)
+    ).one()
+    return subscription_view(row._mapping)
+
+
+def get_subscription(conn: Connection, subscription_id: UUID) -> dict[str, Any] | None:
+    """The subscription with its delivery counts by state; None if not in this tenant."""
+    row = conn.execute(
+        select(webhook_subscriptions).where(
+            webhook_subscriptions.c.subscription_id == subscription_id
+        )
+    ).first()
+    if row is None:
+        return None
+    d = webhook_deliveries.c
+    counts: dict[str, int] = dict(
+        conn.execute(
+            select(d.state, func.count())
+            .where(d.subscription_id == subscription_id)
+            .group_by(d.state)
+        ).all()
+    )
+    view = subscription_view(row._mapping)
+    view["deliveries"] = {
+        _camel_state(state): int(counts.get(state.value, 0)) for state in DeliveryState
+    }
+    return view
+
+
+def _camel_state(state: DeliveryState) -> str:
+    return state.value[0].lower() + state.value[1:]
+
+
+def list_subscriptions(conn: Connection) -> list[dict[str, Any]]:
+    s = webhook_subscriptions
+    rows = conn.execute(select(s).order_by(s.c.created_at, s.c.subscription_id))
+    return [subscription_view(r._mapping) for r in rows]
+
+
+def disable_subscription(conn: Connection, subscription_id: UUID, now: datetime) -> bool:
+    """Stop deliveries to the subscription (its rows stay for the record); False if unknown."""
+    s = webhook_subscriptions
+    found = conn.execute(
+        update(s)
+        .where(s.c.subscription_id == subscription_id)
+        .values(disabled_at=func.coalesce(s.c.disabled_at, now))
+    )
+    return found.rowcount == 1
+
+
+def list_deliveries(
+    conn: Connection,
+    subscription_id: UUID,
+    *,
+    states: Sequence[str] = (),
+    after: int = 0,
+    limit: int = 100,
+) -> list[dict[str, Any]]:
+    """The subscription's deliveries after feed position ``after``, in position order."""
+    d = webhook_deliveries
+    query = select(d, outbox.c.event_id, outbox.c.event_type).join(
+        event_feed, event_feed.c.position == d.c.position
+    )
+    query = query.join(outbox, outbox.c.event_id == event_feed.c.event_id).where(
+        d.c.subscription_id == subscription_id, d.c.position > after
+    )
+    if states:
+        query = query.where(d.c.state.in_(list(states)))
+    rows = conn.execute(query.order_by(d.c.position).limit(limit))
+    return [
+        {
+            **_view(r._mapping, DELIVERY),
+            "eventId": str(r.event_id),
+            "type": r.event_type,
+        }
+        for r in rows
+    ]
+
+
+def redeliver(conn: Connection, subscription_id: UUID, after: int, now: datetime) -> int:
+    """Queue again every retained event of the tenant after feed position ``after`` for the
+    subscription: delivered and dead-lettered ones start over, missing ones are added (events
+    from before the subscription existed too). Answers how many were queued."""
+    f, d = event_feed, webhook_deliveries
+    rows = select(
+        literal(subscription_id, PG_UUID(as_uuid=True)),
+        f.c.position,
+        f.c.tenant_id,
+        f.c.run_id,
+        f.c.seq,
+        literal(_PENDING, Text),
+        literal(0, Integer),
+        literal(now, TZ),
+        literal(now, TZ),
+    ).where(f.c.position > after)
+    stmt = pg_insert(d).from_select(
+        [
+            d.c.subscription_id,
+            d.c.position,
+            d.c.tenant_id,
+            d.c.run_id,
+            d.c.seq,
+            d.c.state,
+            d.c.attempts,
+            d.c.next_attempt_at,
+            d.c.updated_at,
+        ],
+        rows,
+    )
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[d.c.subscription_id, d.c.position],
+        set_={
+            "state": _PENDING,
+            "attempts": 0,
+            "next_attempt_at": stmt.excluded.next_attempt_at,
+            "last_status": None,
+            "last_error": None,
+            "delivered_at": None,
+            "updated_at": stmt.excluded.updated_at,
+        },
+    )
+    return len(conn.execute(stmt.returning(d.c.position)).all())
+
+
+# ---------------------------------------------------------------------- delivery (system)
+
+
+def due_heads(conn: Connection, now: datetime, limit: int) -> list[dict[str, Any]]:
+    """For each (active subscription, run), its first pending delivery in seq order, when it
+    is due: a run's later events wait behind it (per-run order), other runs do not."""
+    d, s = webhook_deliveries, webhook_subscriptions
+    heads = (
+        select(d)
+        .where(d.c.state == _PENDING)
+        .distinct(d.c.subscription_id, d.c.run_id)
+        .order_by(d.c.subscription_id, d.c.run_id, d.c.seq)
+        .subquery()
+    )
+    rows = conn.execute(
+        select(heads, s.c.url, s.c.secret, s.c.max_attempts)
+        .join(s, s.c.subscription_id == heads.c.subscription_id)
+        .where(s.c.disabled_at.is_(None), heads.c.next_attempt_at <= now)
+        .order_by(heads.c.next_attempt_at)
+        .limit(limit)
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+def next_pending(conn: Connection, subscription_id: UUID, run_id: UUID) -> dict[str, Any] | None:
+    """The (subscription, run)'s first pending delivery, due or not."""
+    d, s = webhook_deliveries, webhook_subscriptions
+    row = conn.execute(
+        select(d, s.c.url, s.c.secret, s.c.max_attempts)
+        .join(s, s.c.subscription_id == d.c.subscription_id)
+        .where(
+            d.c.subscription_id == subscription_id,
+            d.c.run_id == run_id,
+            d.c.state == _PENDING,
+            s.c.disabled_at.is_(None),
+        )
+        .order_by(d.c.seq)
+        .limit(1)
+    ).first()
+    return None if row is None else dict(row._mapping)
+
+
+def claim(conn: Connection, delivery: dict[str, Any], until: datetime, now: datetime) -> bool:
+    """Take the delivery for one attempt: a guarded UPDATE on what was read (a second
+    delivery job, or a redelivery in between, makes it 0 rows and this one skips it)."""
+    d = webhook_deliveries.c
+    found = conn.execute(
+        update(webhook_deliveries)
+        .where(
+            d.subscription_id == delivery["subscription_id"],
+            d.position == delivery["position"],
+            d.state == _PENDING,
+            d.attempts == delivery["attempts"],
+            d.next_attempt_at == delivery["next_attempt_at"],
+        )
+        .values(next_attempt_at=until, updated_at=now)
+    )
+    return found.rowcount == 1
+
+
+def envelope(conn: Connection, position: int) -> dict[str, Any] | None:
+    row = conn.execute(
+        select(outbox)
+        .join(event_feed, event_feed.c.event_id == outbox.c.event_id)
+        .where(event_feed.c.position == position)
+    ).first()
+    return None if row is None else _view(row._mapping, EVENT)
+
+
+def record(
+    conn: Connection,
+    delivery: dict[str, Any],
+    *,
+    state: DeliveryState,
+    status: int | None,
+    error: str | None,
+    next_attempt_at: datetime,
+    now: datetime,
+) -> bool:
+    """Record one attempt's result, unless a redelivery re-queued the row meanwhile."""
+    d = webhook_deliveries.c
+    found = conn.execute(
+        update(webhook_deliveries)
+        .where(
+            d.subscription_id == delivery["subscription_id"],
+            d.position == delivery["position"],
+            d.state == _PENDING,
+            d.attempts == delivery["attempts"],
+        )
+        .values(
+            state=state.value,
+            attempts=d.attempts + 1,
+            last_status=status,
+            last_error=error,
+            next_attempt_at=next_attempt_at,
+            delivered_at=now if state is DeliveryState.DELIVERED else None,
+            updated_at=now,
+        )
+    )
+    return found.rowcount == 1

@@ -1,0 +1,134 @@
+"""The people's CLI (``runcontrol runs|approvals|webhooks|events``) against the real app over
+HTTP: the token from ``RUNCONTROL_TOKEN`` or the config file, tables, ``--json``, problem+json
+errors, and ``tail`` resuming with ``Last-Event-ID``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from api_harness import TenantView
+
+from runcontrol.cli import main
+from runcontrol.domain import Role
+
+
+def cli(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, token: str, *argv: str
+) -> tuple[int, str, str]:
+    monkeypatch.setenv("RUNCONTROL_TOKEN", token)
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def env(t: TenantView, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    monkeypatch.setenv("RUNCONTROL_URL", t.api.base_url)
+    monkeypatch.setenv("RUNCONTROL_CONFIG", str(tmp_path / "absent.toml"))
+
+
+def test_runs_submit_list_show_tail_and_cancel(t, env, capsys, monkeypatch) -> None:
+    t.publish()
+    token = t.token("alice", Role.REQUESTER)
+    code, out, err = cli(
+        capsys, monkeypatch, token, "runs", "submit", "--workflow", t.workflow,
+        "--model-profile", "code-agent", "--input", '{"repository": "r"}',
+        "--max-cost-usd", "5", "--max-minutes", "10", "--key", "k-1", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    run_id = json.loads(out)["runId"]
+    # the same key answers the same run (idempotent)
+    code, out, _ = cli(
+        capsys, monkeypatch, token, "runs", "submit", "--workflow", t.workflow,
+        "--model-profile", "code-agent", "--input", '{"repository": "r"}',
+        "--max-cost-usd", "5", "--max-minutes", "10", "--key", "k-1",
+    )  # fmt: skip
+    assert code == 0 and f"run              {run_id}" in out and "k-1" in out
+
+    code, out, _ = cli(capsys, monkeypatch, token, "runs", "list", "--json")
+    assert code == 0 and [r["runId"] for r in json.loads(out)] == [run_id]
+    code, out, _ = cli(capsys, monkeypatch, token, "runs", "list")
+    header, row = out.splitlines()
+    assert header.split()[:3] == ["RUN", "STATE", "WORKFLOW"]
+    assert row.split()[0] == run_id and t.workflow in row
+
+    t.succeed(t.claim(run_id))
+    t.wait_state(run_id, "Completed")
+    history = t.requester().get(f"/factory/runs/{run_id}/events/history").json()
+    code, out, _ = cli(capsys, monkeypatch, token, "runs", "tail", run_id, "--json")
+    assert code == 0 and [json.loads(line) for line in out.splitlines()] == history
+    code, out, _ = cli(capsys, monkeypatch, token, "runs", "tail", run_id, "--after", "2")
+    lines = out.splitlines()
+    assert [int(line.split()[0]) for line in lines] == [e["seq"] for e in history[2:]]
+    assert lines[-1].split()[2] == "RunCompleted"
+
+    code, out, _ = cli(capsys, monkeypatch, token, "runs", "show", run_id)
+    assert code == 0 and "Completed" in out and "steps:" in out and "1:only  Succeeded" in out
+
+    # the resulting state is observed, not assumed: a finished run stays as it is
+    code, out, _ = cli(capsys, monkeypatch, token, "runs", "cancel", run_id, "--reason", "late")
+    assert code == 0 and out.strip() == f"run {run_id} is Completed"
+    other = t.submit()
+    code, out, _ = cli(capsys, monkeypatch, token, "runs", "cancel", other, "--reason", "stop")
+    assert code == 0 and out.strip() in (f"run {other} is Cancelled", f"run {other} is Cancelling")
+
+
+def test_errors_render_the_problem(t, env, capsys, monkeypatch) -> None:
+    token = t.token("alice", Role.REQUESTER)
+    code, _, err = cli(
+        capsys, monkeypatch, token, "runs", "show", "00000000-0000-0000-0000-0000000000aa"
+    )
+    assert code == 1
+    assert err.startswith("runcontrol: 404 ") and "(run-not-found)" in err
+    code, _, err = cli(capsys, monkeypatch, "not-a-jwt", "runs", "list")
+    assert code == 1 and "401" in err and "(unauthorized)" in err
+    code, _, err = cli(capsys, monkeypatch, token, "runs", "show", "nope")
+    assert code == 1 and "422" in err
+    monkeypatch.setenv("RUNCONTROL_URL", "http://127.0.0.1:9")
+    code, _, err = cli(capsys, monkeypatch, token, "runs", "list")
+    assert code == 3 and "cannot reach http://127.0.0.1:9" in err
+
+
+def test_token_and_url_from_the_config_file(t, capsys, monkeypatch, tmp_path) -> None:
+    config = tmp_path / "cli.toml"
+    config.write_text(f'url = "{t.api.base_url}"\ntoken = "{t.token("alice", Role.REQUESTER)}"\n')
+    monkeypatch.setenv("RUNCONTROL_CONFIG", str(config))
+    monkeypatch.delenv("RUNCONTROL_TOKEN", raising=False)
+    monkeypatch.delenv("RUNCONTROL_URL", raising=False)
+    assert main(["runs", "list", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    config.unlink()
+    assert main(["runs", "list"]) == 1
+    assert "no token" in capsys.readouterr().err
+
+
+def test_approvals_list_show_approve_and_reject(t, env, capsys, monkeypatch) -> None:
+    run_id, _, pending = t.waiting_for_approval()
+    reviewer = t.token("rita", Role.REVIEWER)
+    requester = t.token("alice", Role.REQUESTER, Role.REVIEWER)  # may decide, not its own run
+    aid = pending["approvalId"]
+    code, out, _ = cli(capsys, monkeypatch, reviewer, "approvals", "list", "--state", "Pending")
+    assert code == 0 and aid in out and run_id in out
+    code, out, _ = cli(capsys, monkeypatch, reviewer, "approvals", "show", aid)
+    assert code == 0 and pending["proposalHash"] in out
+    # the requester may never decide: the server's 403, rendered
+    code, _, err = cli(capsys, monkeypatch, requester, "approvals", "approve", aid)
+    assert code == 1 and "403" in err and "(separation-of-duties)" in err
+    code, _, err = cli(
+        capsys, monkeypatch, reviewer, "approvals", "approve", aid, "--proposal-hash", "sha256:x"
+    )
+    assert code == 1 and "409" in err
+    code, out, err = cli(capsys, monkeypatch, reviewer, "approvals", "approve", aid, "--json")
+    assert code == 0, err
+    assert json.loads(out)["state"] == "Approved"
+
+    _, _, second = t.waiting_for_approval(2)
+    with pytest.raises(SystemExit) as usage:  # argparse: rejecting needs a reason
+        cli(capsys, monkeypatch, reviewer, "approvals", "reject", second["approvalId"])
+    assert usage.value.code == 2 and "--reason" in capsys.readouterr().err
+    code, out, _ = cli(
+        capsys, monkeypatch, reviewer, "approvals", "reject", second["approvalId"], "--reason", "no"
+    )
+    assert code == 0 and "Rejected" in out

@@ -25,12 +25,15 @@ Afterwards ``check`` reads the database as its owner and lists every breach of t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import queue
 import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -145,22 +148,33 @@ class ServiceProcess:
             text=True,
             start_new_session=True,  # its own process group: killable as a whole
         )
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, args=(self.proc, self._lines), daemon=True).start()
         answer = self._answer(timeout_s)
         if not answer.get("ready"):
             raise RuntimeError(f"the service did not start: {answer}; see {self.log_path}")
         return time.monotonic() - began
 
+    @staticmethod
+    def _read(proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
+        assert proc.stdout is not None
+        with contextlib.suppress(ValueError):  # closed under it
+            for line in proc.stdout:
+                if line.startswith("{"):
+                    lines.put(line)
+        lines.put(None)
+
     def _answer(self, timeout_s: float) -> dict[str, Any]:
-        assert self.proc is not None and self.proc.stdout is not None
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                return {"exited": self.proc.wait()}
-            if line.startswith("{"):
-                answer: dict[str, Any] = json.loads(line)
-                return answer
-        return {"timeout": timeout_s}
+        """The service's next JSON line (its ready line, or a fault's answer)."""
+        assert self.proc is not None
+        try:
+            line = self._lines.get(timeout=timeout_s)
+        except queue.Empty:
+            return {"timeout": timeout_s}
+        if line is None:
+            return {"exited": self.proc.wait()}
+        answer: dict[str, Any] = json.loads(line)
+        return answer
 
     def inject(self, fault: str) -> dict[str, Any]:
         assert self.proc is not None and self.proc.stdin is not None
@@ -201,7 +215,7 @@ class ServiceProcess:
 
 class Chaos:
     def __init__(self, options: ChaosOptions, root: Path) -> None:
-        from pg import CrashablePostgres
+        from chaos_pg import CrashablePostgres
 
         from runcontrol.api import mint_dev_token
         from runcontrol.bootstrap import build
@@ -267,10 +281,14 @@ class Chaos:
                 asyncio.create_task(self._review(http)),
             ]
             injector = asyncio.create_task(self._inject_faults(http))
+            error = None
+            settled = False
             try:
                 await self._submit_all(http)
                 await injector
                 settled = await self._settle()
+            except Exception as exc:  # reported with the checks, which still run
+                error = repr(exc)
             finally:
                 self._done.set()
                 injector.cancel()
@@ -278,7 +296,7 @@ class Chaos:
                     await task
                 await asyncio.to_thread(self.service.terminate)
         load_s = time.monotonic() - self._began
-        return {"settled": settled, "load_s": round(load_s, 1)}
+        return {"settled": settled, "error": error, "load_s": round(load_s, 1)}
 
     def close(self) -> None:
         self.service.kill()
@@ -291,7 +309,15 @@ class Chaos:
     async def _submit_all(self, http: httpx.AsyncClient) -> None:
         headers = {"Authorization": f"Bearer {self.requester}"}
         for i in range(self.options.runs):
+            seen, since = self.tally.terminal, time.monotonic()
             while len(self.tally.accepted) - self.tally.terminal >= self.options.in_flight:
+                if self.tally.terminal != seen:
+                    seen, since = self.tally.terminal, time.monotonic()
+                if time.monotonic() - since > self.options.settle_timeout_s:
+                    raise RuntimeError(
+                        f"no run finished for {self.options.settle_timeout_s:g}s with "
+                        f"{self.options.in_flight} in flight: {self.tally.states}"
+                    )
                 await asyncio.sleep(0.1)
             key = f"chaos-{i}"
             body = {
@@ -621,6 +647,8 @@ def breaches(report: dict[str, Any]) -> list[str]:
     ):
         if c[key]:
             found.append(f"{key}: {c[key][:10]}")
+    if report["error"]:
+        found.append(f"the load stopped: {report['error']}")
     if report["submit_refused"]:
         found.append(f"submissions refused: {report['submit_refused'][:10]}")
     if not report["settled"]:

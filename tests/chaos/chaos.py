@@ -268,11 +268,17 @@ class Chaos:
         self.faults: list[Fault] = []
         self.startups: list[float] = []
         self._began = 0.0
+        self.submitted = 0
         self._done = asyncio.Event()
 
     # ------------------------------------------------------------------ driving
 
     async def run(self) -> dict[str, Any]:
+        def dump_tasks() -> None:  # kill -USR1: where each task of the driver waits
+            for task in asyncio.all_tasks():
+                task.print_stack(file=sys.stderr)
+
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, dump_tasks)
         self.startups.append(await asyncio.to_thread(self.service.start))
         self._began = time.monotonic()
         async with httpx.AsyncClient(base_url=self.base_url, timeout=10.0) as http:
@@ -306,9 +312,13 @@ class Chaos:
     def _now(self) -> float:
         return round(time.monotonic() - self._began, 2)
 
+    def say(self, message: str) -> None:
+        print(f"[chaos {self._now():7.1f}s] {message}", file=sys.stderr, flush=True)
+
     async def _submit_all(self, http: httpx.AsyncClient) -> None:
         headers = {"Authorization": f"Bearer {self.requester}"}
         for i in range(self.options.runs):
+            self.submitted = i
             seen, since = self.tally.terminal, time.monotonic()
             while len(self.tally.accepted) - self.tally.terminal >= self.options.in_flight:
                 if self.tally.terminal != seen:
@@ -339,7 +349,8 @@ class Chaos:
                     self.tally.accepted[key] = r.json()["runId"]
                     break
                 if r is not None and r.status_code not in (429, 500, 502, 503, 504):
-                    self.tally.submit_refused.append(f"{key}: {r.status_code} {r.text[:200]}")
+                    self.tally.submit_refused.append(f"{key}: {r.status_code} {r.text[:300]}")
+                    self.say(f"submission refused: {self.tally.submit_refused[-1]}")
                     break
                 failures += 1
                 self.tally.submit_resends += 1
@@ -371,8 +382,10 @@ class Chaos:
                     else:
                         code = str(d.status_code)
                         self.tally.decide_refused[code] = self.tally.decide_refused.get(code, 0) + 1
-            except (httpx.TransportError, ValueError, KeyError):
-                pass
+            except (httpx.TransportError, ValueError, KeyError) as exc:
+                self.tally.decide_refused[type(exc).__name__] = (
+                    self.tally.decide_refused.get(type(exc).__name__, 0) + 1
+                )
             await asyncio.sleep(0.25)
 
     async def _monitor(self) -> None:
@@ -382,15 +395,24 @@ class Chaos:
             with self.owner.connect() as conn:
                 return {s: int(n) for s, n in conn.execute(query, {"t": self.tenant})}
 
+        said = 0.0
         while not self._done.is_set():
             try:
                 states = await asyncio.to_thread(read)
-            except Exception:  # the database is down: keep the last figures
+            except Exception as exc:  # the database is down: keep the last figures
                 states = None
+                failure = repr(exc)[:200]
             if states is not None:
+                failure = ""
                 self.tally.states = states
                 self.tally.terminal = sum(states.get(s, 0) for s in TERMINAL)
                 self.tally.completed = states.get("Completed", 0)
+            if time.monotonic() - said >= 10:
+                said = time.monotonic()
+                self.say(
+                    f"accepted {len(self.tally.accepted)}/{self.options.runs}, "
+                    f"states {self.tally.states}, faults {len(self.faults)} {failure}"
+                )
             await asyncio.sleep(0.5)
 
     async def _settle(self) -> bool:
@@ -410,14 +432,14 @@ class Chaos:
             self.rng.shuffle(kinds)
             for n, kind in enumerate(kinds):
                 threshold = (n + 1) * o.runs // (len(kinds) + 1)
-                while len(self.tally.accepted) < threshold:
+                while self.submitted < threshold:
                     await asyncio.sleep(0.1)
                 await asyncio.sleep(self.rng.uniform(0.0, 2.0))
                 await self._fault(http, kind)
         else:
-            while len(self.tally.accepted) < o.runs:
+            while self.submitted < o.runs - 1:
                 await asyncio.sleep(self.rng.uniform(*o.gap_s))
-                if len(self.tally.accepted) >= o.runs:
+                if self.submitted >= o.runs - 1:
                     break
                 await self._fault(http, self.rng.choice(KINDS))
 
@@ -449,9 +471,11 @@ class Chaos:
                 "start_s": round(startup, 1),
             }
         self.faults.append(fault)
+        self.say(f"fault {kind}: {fault.detail}")
         if fault.detail.get("ok") is False:
             return
         fault.recovered_s = await self._recovered(http, began, completed)
+        self.say(f"fault {kind}: recovered after {fault.recovered_s}s")
 
     async def _recovered(
         self, http: httpx.AsyncClient, began: float, completed: int

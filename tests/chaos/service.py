@@ -161,7 +161,9 @@ def main(http_port: int, grpc_port: int) -> int:
     owner_url = os.environ["RUNCONTROL_DATABASE_URL"]
     started = time.monotonic()
     start_ray()
-    start_service(settings, owner_url, "127.0.0.1", http_port, grpc_port=grpc_port)
+    # Kept for the process's life: the hosts and the scheduler are not detached, and Ray
+    # destroys an actor once the last handle to it is gone.
+    service = start_service(settings, owner_url, "127.0.0.1", http_port, grpc_port=grpc_port)
     client = RecordingClient(
         RunControlClient(make_router(host_config(settings, owner_url))),
         os.environ["CHAOS_REFUSALS"],
@@ -196,6 +198,7 @@ def main(http_port: int, grpc_port: int) -> int:
         asyncio.run(run())
     finally:
         stop_service()
+        del service
     return 0
 
 

@@ -348,7 +348,10 @@ class Chaos:
                 if r is not None and r.status_code in (200, 201, 202):
                     self.tally.accepted[key] = r.json()["runId"]
                     break
-                if r is not None and r.status_code not in (429, 500, 502, 503, 504):
+                # Only the app's own answers (JSON, problem+json) are final: while the app is
+                # being deployed, Serve's proxy answers 404 in plain text.
+                ours = r is not None and "json" in r.headers.get("content-type", "")
+                if ours and r is not None and r.status_code not in (429, 500, 502, 503, 504):
                     self.tally.submit_refused.append(f"{key}: {r.status_code} {r.text[:300]}")
                     self.say(f"submission refused: {self.tally.submit_refused[-1]}")
                     break
@@ -521,8 +524,24 @@ def check(engine: Engine, tenant: str, accepted: dict[str, str], refusals: Path)
         wanted = set(accepted.values())
         lost = sorted(r for r in wanted if r not in runs or runs[r].state not in TERMINAL)
         extra = sorted(set(runs) - wanted)
+        # Each Uncertain attempt: whether its holder ever acted on it (asked for approval), and
+        # how its lease ended.
+        settled_uncertain = {
+            str(r.run_id): {
+                "attemptId": str(r.attempt_id),
+                "holder": r.holder,
+                "settledBy": r.settled_by,
+                "approvalRequested": bool(r.asked),
+            }
+            for r in rows(
+                "SELECT a.run_id, a.attempt_id, l.holder, a.settled_by, EXISTS (SELECT 1 "
+                "FROM approval_requests q WHERE q.attempt_id = a.attempt_id) AS asked "
+                "FROM attempts a LEFT JOIN leases l USING (attempt_id) "
+                "WHERE a.tenant_id = :t AND a.state = 'Uncertain'"
+            )
+        }
         uncertain = [
-            {"runId": r, "reason": runs[r].failure_reason}
+            {"runId": r, "reason": runs[r].failure_reason, **settled_uncertain.get(r, {})}
             for r in sorted(wanted & set(runs))
             if runs[r].state == "Failed" and runs[r].failure_class == "uncertain"
         ]

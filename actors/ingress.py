@@ -34,15 +34,24 @@ FAST_INGRESS: dict[str, str] = {
 # HAProxy binds a stats page and a Prometheus exporter on fixed ports on every interface
 # (8404, 9101). Two clusters on one machine (tests, benchmarks, `make run` beside them) would
 # collide there, and then HAProxy does not start: a local cluster takes free ports instead.
-PORT_VARIABLES = ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT")
+# Serve's fallback proxy (HAProxy's backup server while no replica is up, e.g. while a dead
+# one is replaced) listens on fixed ports too (8500, 9500), with SO_REUSEPORT: two clusters
+# both bind them and the kernel hands one cluster's requests to the other's app. The chaos
+# suite saw it: after a replica was killed, submissions were answered 401 by another
+# deployment (another secret) until the new replica was up.
+PORT_VARIABLES = (
+    "RAY_SERVE_HAPROXY_STATS_PORT",
+    "RAY_SERVE_HAPROXY_METRICS_PORT",
+    "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT",
+    "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT",
+)
 
 # Each ingress replica serves on a port Serve allocates from a range per cluster (HTTP
 # 30000-31000, gRPC 40000-41000 by default) and binds with SO_REUSEPORT. Two clusters on one
 # machine allocate the same ports, both bind them, and the kernel spreads one cluster's
-# requests over the other's replicas: the chaos suite saw a replaced replica's traffic answered
-# by another deployment's app (401, another secret). A local cluster takes ranges of its own:
-# random blocks below Serve's defaults (and above Ray's worker ports, 10002-19999), free when
-# chosen.
+# requests over the other's replicas (seen here: clusters of several test sessions held ports
+# 30000-30003 at once). A local cluster takes ranges of its own: random blocks below Serve's
+# defaults (and above Ray's worker ports, 10002-19999), free when chosen.
 REPLICA_PORT_RANGES = (
     ("RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT", "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT"),
     ("RAY_SERVE_DIRECT_INGRESS_MIN_GRPC_PORT", "RAY_SERVE_DIRECT_INGRESS_MAX_GRPC_PORT"),

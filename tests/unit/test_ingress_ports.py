@@ -1,12 +1,21 @@
-"""A local cluster's Serve replicas take port ranges of their own (``actors.ingress``): two
-clusters on one machine that shared Serve's default ranges would bind the same ports
-(SO_REUSEPORT) and answer each other's requests."""
+"""A local cluster's Serve listeners take ports of their own (``actors.ingress``): two clusters
+on one machine that shared Serve's fixed ports (the fallback proxy's 8500/9500) or its default
+replica ranges would bind the same ports (SO_REUSEPORT) and answer each other's requests."""
 
 from __future__ import annotations
 
+import os
 import socket
 
-from actors.ingress import REPLICA_PORT_BLOCK, free_port_block, local_replica_ports
+import pytest
+
+from actors.ingress import (
+    PORT_VARIABLES,
+    REPLICA_PORT_BLOCK,
+    free_port_block,
+    local_replica_ports,
+    use_fast_ingress,
+)
 
 SERVE_DEFAULT_HTTP = range(30000, 31001)
 SERVE_DEFAULT_GRPC = range(40000, 41001)
@@ -46,3 +55,17 @@ def test_a_block_with_a_port_in_use_is_never_chosen() -> None:
 def test_clusters_started_one_after_another_get_different_ranges() -> None:
     starts = {ranges(local_replica_ports())[0].start for _ in range(5)}
     assert len(starts) > 1
+
+
+def test_a_local_cluster_moves_every_fixed_port_off_serves_defaults(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    monkeypatch.setattr(os, "environ", environ)
+    chosen = use_fast_ingress(local_ports=True)
+    fixed = {"8404", "9101", "8500", "9500"}
+    for name in (*PORT_VARIABLES, "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT"):
+        assert chosen[name] == environ[name]
+        assert chosen[name] not in fixed
+    assert "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT" in PORT_VARIABLES
+    assert "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT" in PORT_VARIABLES

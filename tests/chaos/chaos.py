@@ -104,6 +104,7 @@ class Tally:
     submit_refused: list[str] = field(default_factory=list)
     decided: int = 0
     decide_refused: dict[str, int] = field(default_factory=dict)
+    decide_errors: list[str] = field(default_factory=list)
     terminal: int = 0
     completed: int = 0
     states: dict[str, int] = field(default_factory=dict)
@@ -268,6 +269,7 @@ class Chaos:
         self.faults: list[Fault] = []
         self.startups: list[float] = []
         self._began = 0.0
+        self.began_wall = 0.0
         self.submitted = 0
         self._done = asyncio.Event()
 
@@ -281,6 +283,7 @@ class Chaos:
         asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, dump_tasks)
         self.startups.append(await asyncio.to_thread(self.service.start))
         self._began = time.monotonic()
+        self.began_wall = time.time()
         async with httpx.AsyncClient(base_url=self.base_url, timeout=10.0) as http:
             helpers = [
                 asyncio.create_task(self._monitor()),
@@ -385,6 +388,8 @@ class Chaos:
                     else:
                         code = str(d.status_code)
                         self.tally.decide_refused[code] = self.tally.decide_refused.get(code, 0) + 1
+                        if d.status_code >= 500 and len(self.tally.decide_errors) < 10:
+                            self.tally.decide_errors.append(f"{self._now()}s {code} {d.text[:300]}")
             except (httpx.TransportError, ValueError, KeyError) as exc:
                 self.tally.decide_refused[type(exc).__name__] = (
                     self.tally.decide_refused.get(type(exc).__name__, 0) + 1
@@ -419,10 +424,23 @@ class Chaos:
             await asyncio.sleep(0.5)
 
     async def _settle(self) -> bool:
+        """Wait until every accepted run is terminal (by id: a run whose acceptance the driver
+        never heard of must not stand in for one it did)."""
+        query = text(
+            "SELECT count(*) FROM runs WHERE tenant_id = :t AND run_id = ANY(CAST(:ids AS uuid[])) "
+            "AND state IN ('Completed', 'Failed', 'Cancelled')"
+        )
+        ids = list(self.tally.accepted.values())
+
+        def finished() -> int:
+            with self.owner.connect() as conn:
+                return int(conn.execute(query, {"t": self.tenant, "ids": ids}).scalar_one())
+
         deadline = time.monotonic() + self.options.settle_timeout_s
         while time.monotonic() < deadline:
-            if self.tally.terminal >= len(self.tally.accepted):
-                return True
+            with contextlib.suppress(Exception):  # the database may be starting
+                if await asyncio.to_thread(finished) >= len(ids):
+                    return True
             await asyncio.sleep(0.5)
         return False
 
@@ -522,7 +540,11 @@ def check(engine: Engine, tenant: str, accepted: dict[str, str], refusals: Path)
             )
         }
         wanted = set(accepted.values())
-        lost = sorted(r for r in wanted if r not in runs or runs[r].state not in TERMINAL)
+        lost = [
+            {"runId": r, "state": runs[r].state if r in runs else None}
+            for r in sorted(wanted)
+            if r not in runs or runs[r].state not in TERMINAL
+        ]
         extra = sorted(set(runs) - wanted)
         # Each Uncertain attempt: whether its holder ever acted on it (asked for approval), and
         # how its lease ended.
@@ -532,9 +554,13 @@ def check(engine: Engine, tenant: str, accepted: dict[str, str], refusals: Path)
                 "holder": r.holder,
                 "settledBy": r.settled_by,
                 "approvalRequested": bool(r.asked),
+                "grantedAt": float(r.granted) if r.granted is not None else None,
+                "settledAt": float(r.settled) if r.settled is not None else None,
             }
             for r in rows(
-                "SELECT a.run_id, a.attempt_id, l.holder, a.settled_by, EXISTS (SELECT 1 "
+                "SELECT a.run_id, a.attempt_id, l.holder, a.settled_by, "
+                "extract(epoch FROM l.granted_at) AS granted, "
+                "extract(epoch FROM a.settled_at) AS settled, EXISTS (SELECT 1 "
                 "FROM approval_requests q WHERE q.attempt_id = a.attempt_id) AS asked "
                 "FROM attempts a LEFT JOIN leases l USING (attempt_id) "
                 "WHERE a.tenant_id = :t AND a.state = 'Uncertain'"
@@ -658,6 +684,10 @@ def summary(chaos: Chaos, outcome: dict[str, Any], found: dict[str, Any]) -> dic
             "recover_p99_s": percentile(times, 99),
             "recover_max_s": max(times) if times else None,
         }
+    for u in found["uncertain"]:  # wall clock -> seconds into the load, as faults have it
+        for key in ("grantedAt", "settledAt"):
+            if u.get(key) is not None:
+                u[key] = round(u[key] - chaos.began_wall, 1)
     return {
         "options": asdict(chaos.options),
         **outcome,
@@ -668,6 +698,7 @@ def summary(chaos: Chaos, outcome: dict[str, Any], found: dict[str, Any]) -> dic
         "submit_refused": chaos.tally.submit_refused,
         "decided": chaos.tally.decided,
         "decide_refused": chaos.tally.decide_refused,
+        "decide_errors": chaos.tally.decide_errors,
         "checks": found,
     }
 

@@ -41,12 +41,17 @@ def test_not_ready_without_a_database_is_503(
         name="broken",
         route_prefix="/broken",
     )
+    token = api.token("t-broken")
     try:
         with httpx.Client(base_url=f"{api.base_url}/broken", timeout=30) as http:
             assert http.get("/health/live").status_code == 200
             response = http.get("/health/ready")
+            # A read meets the database down: 503 to retry, never an internal error.
+            read = http.get("/factory/runs", headers={"Authorization": f"Bearer {token}"})
     finally:
         serve.delete("broken")
+    assert_problem(read, 503, "unavailable")
+    assert read.headers["retry-after"]
     body = assert_problem(response, 503, "not-ready")
     assert body["checks"]["runHosts"] == "ok"
     assert body["checks"]["database"] != "ok"

@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench proto clean
+.PHONY: run test lint bench chaos proto clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,14 @@ run: $(STAMP)
 
 test: $(STAMP)
 	RUNCONTROL_RUN_SLOW=1 $(BIN)/python -m pytest -q
+
+# The long chaos run (docs/reliability.md): CHAOS_RUNS runs while faults of every kind strike at
+# random moments; the figures go to chaos-report.json. `make test` runs a short one (80 runs,
+# one fault of each kind).
+CHAOS_RUNS ?= 2000
+chaos: $(STAMP)
+	RUNCONTROL_RUN_SLOW=1 RUNCONTROL_CHAOS_RUNS=$(CHAOS_RUNS) RUNCONTROL_CHAOS_MODE=random \
+		RUNCONTROL_CHAOS_REPORT=chaos-report.json $(BIN)/python -m pytest -q -s tests/chaos
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check .

@@ -34,12 +34,30 @@ FAST_INGRESS: dict[str, str] = {
 # HAProxy binds a stats page and a Prometheus exporter on fixed ports on every interface
 # (8404, 9101). Two clusters on one machine (tests, benchmarks, `make run` beside them) would
 # collide there, and then HAProxy does not start: a local cluster takes free ports instead.
-PORT_VARIABLES = ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT")
-# The replicas' own HTTP and gRPC servers take ports from fixed ranges (30000-31000,
-# 40000-41000). Two local clusters' replicas on one port would each get a share of the other's
-# requests (measured: another test session's app answered ours), so a local cluster takes a
-# window of its own, chosen at random below the ephemeral port range.
-DIRECT_INGRESS_WINDOW = 50
+# Serve's fallback proxy (HAProxy's backup server while no replica is up, e.g. while a dead
+# one is replaced) listens on fixed ports too (8500, 9500), with SO_REUSEPORT: two clusters
+# both bind them and the kernel hands one cluster's requests to the other's app. The chaos
+# suite saw it: after a replica was killed, submissions were answered 401 by another
+# deployment (another secret) until the new replica was up.
+PORT_VARIABLES = (
+    "RAY_SERVE_HAPROXY_STATS_PORT",
+    "RAY_SERVE_HAPROXY_METRICS_PORT",
+    "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT",
+    "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT",
+)
+
+# Each ingress replica serves on a port Serve allocates from a range per cluster (HTTP
+# 30000-31000, gRPC 40000-41000 by default) and binds with SO_REUSEPORT. Two clusters on one
+# machine allocate the same ports, both bind them, and the kernel spreads one cluster's
+# requests over the other's replicas (seen here: clusters of several test sessions held ports
+# 30000-30003 at once). A local cluster takes ranges of its own: random blocks below Serve's
+# defaults (and above Ray's worker ports, 10002-19999), free when chosen.
+REPLICA_PORT_RANGES = (
+    ("RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT", "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT"),
+    ("RAY_SERVE_DIRECT_INGRESS_MIN_GRPC_PORT", "RAY_SERVE_DIRECT_INGRESS_MAX_GRPC_PORT"),
+)
+REPLICA_PORT_BLOCK = 100
+_LOCAL_REPLICA_PORTS = (20000, 30000)
 
 # Serve's access log costs a formatted line per request on the replica's loop; errors and
 # our own logs stay on. Applied per deployment (serve_app.py) and per app (serve-config.yaml).
@@ -53,20 +71,48 @@ def free_port() -> int:
         return port
 
 
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port_block(size: int, taken: set[int] | None = None) -> int:
+    """The first of ``size`` consecutive ports in the local replica range, none of them bound
+    now nor in ``taken``; a random block, so clusters started one after another differ."""
+    low, high = _LOCAL_REPLICA_PORTS
+    for _ in range(100):
+        first = random.randrange(low, high - size, size)
+        block = range(first, first + size)
+        if not (taken or set()).intersection(block) and all(_free(p) for p in block):
+            return first
+    raise RuntimeError(f"no {size} free consecutive ports between {low} and {high}")
+
+
+def local_replica_ports() -> dict[str, str]:
+    """Replica port ranges of this local cluster's own (see ``REPLICA_PORT_RANGES``)."""
+    chosen: dict[str, str] = {}
+    taken: set[int] = set()
+    for low_name, high_name in REPLICA_PORT_RANGES:
+        first = free_port_block(REPLICA_PORT_BLOCK, taken)
+        taken.update(range(first, first + REPLICA_PORT_BLOCK))
+        chosen[low_name] = str(first)
+        chosen[high_name] = str(first + REPLICA_PORT_BLOCK - 1)
+    return chosen
+
+
 def use_fast_ingress(*, local_ports: bool, **overrides: str) -> dict[str, str]:
     """Put the fast-ingress variables into this process's environment, for a Ray runtime this
     process is about to start; a variable already set wins (``RAY_SERVE_ENABLE_HA_PROXY=0``
-    opts out). ``local_ports`` gives HAProxy's stats and metrics listeners free ports.
-    Answers what is now in effect."""
+    opts out). ``local_ports`` gives HAProxy's stats and metrics listeners free ports and the
+    replicas port ranges of their own. Answers what is now in effect."""
     wanted = {**FAST_INGRESS, **overrides}
     if local_ports:
         wanted.update({name: str(free_port()) for name in PORT_VARIABLES})
-        for proto, low in (("HTTP", 20000), ("GRPC", 10000)):
-            start = random.randrange(low, low + 10000 - DIRECT_INGRESS_WINDOW)
-            wanted[f"RAY_SERVE_DIRECT_INGRESS_MIN_{proto}_PORT"] = str(start)
-            wanted[f"RAY_SERVE_DIRECT_INGRESS_MAX_{proto}_PORT"] = str(
-                start + DIRECT_INGRESS_WINDOW
-            )
+        wanted.update(local_replica_ports())
     for name, value in wanted.items():
         os.environ.setdefault(name, value)
     return {name: os.environ[name] for name in wanted}

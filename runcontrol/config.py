@@ -244,6 +244,13 @@ class ApiOptions(BaseModel):
         "more are shed with 503 overloaded and Retry-After instead of queueing until the "
         "client times out.",
     )
+    dispatch_stall_seconds: float | None = Field(
+        120,
+        gt=0,
+        description="Readiness answers 503 when an agent's dispatched attempts have waited "
+        "longer than this while no attempt of that agent was claimed: no worker is taking "
+        "them. None: not checked.",
+    )
     max_body_bytes: int = Field(
         1024 * 1024, ge=1024, description="Larger request bodies are refused with 413."
     )

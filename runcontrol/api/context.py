@@ -10,10 +10,12 @@ from uuid import UUID
 
 from fastapi import Depends, Request
 from sqlalchemy import Connection
+from sqlalchemy import exc as sa_exc
 
 from ..client import RunControlClient
 from ..commands import Command
 from ..config import Settings
+from ..domain import errors
 from ..store import Database
 from ..store import queries as q
 from ..store.notify import Listener
@@ -78,7 +80,14 @@ class Services:
             with self.db.tenant(tenant_id, project_id=project_id) as conn:
                 return query(conn)
 
-        return await asyncio.to_thread(run)
+        try:
+            return await asyncio.to_thread(run)
+        except (sa_exc.OperationalError, sa_exc.InterfaceError) as exc:
+            # The database is down or restarting: 503 and retry, not an internal error (the
+            # chaos suite's PostgreSQL crash met 500s here).
+            raise errors.Unavailable(
+                f"the database did not answer: {type(exc.orig).__name__}"
+            ) from exc
 
 
 async def services(request: Request) -> Services:

@@ -1,14 +1,19 @@
 """Liveness and readiness.
 
 Ready means this replica can serve: the database answers ``SELECT 1`` and every run host
-answers a ping, each within ``api.readiness_timeout_seconds``.
+answers a ping, each within ``api.readiness_timeout_seconds``; and work is being taken: no
+agent's dispatched attempts have waited over ``api.dispatch_stall_seconds`` while none of that
+agent's attempts was claimed (after a database restart that dropped every worker, this is what
+says so; the process itself looks healthy).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter
@@ -17,7 +22,8 @@ from sqlalchemy import text
 
 from schemas.api import Health
 
-from .context import Svc
+from ..store import queries as q
+from .context import Services, Svc
 from .problems import problem, responses
 
 log = logging.getLogger(__name__)
@@ -33,15 +39,34 @@ async def live() -> dict[str, Any]:
     return {"status": "live"}
 
 
-async def _check(name: str, probe: Any, timeout: float) -> str:
+Probe = Callable[[], Awaitable[Any]]
+
+
+async def _check(name: str, probe: Probe, timeout: float) -> str:
+    """ "ok", or why not: a probe fails by raising, or by answering a reason (a string)."""
     try:
-        await asyncio.wait_for(probe(), timeout)
+        found = await asyncio.wait_for(probe(), timeout)
     except TimeoutError:
         return f"no answer within {timeout:g}s"
     except Exception as exc:  # any failure means not ready; say which
         log.warning("readiness check %s failed: %s", name, exc)
         return f"failed: {type(exc).__name__}"
+    if isinstance(found, str):
+        log.warning("readiness check %s: %s", name, found)
+        return found
     return "ok"
+
+
+def _stalled(svc: Services, wait_seconds: float) -> str | None:
+    with svc.db.system_tx() as conn:
+        stalled = q.stalled_agents(conn, datetime.now(UTC), wait_seconds)
+    if not stalled:
+        return None
+    agents = "; ".join(
+        f"{agent}: {n} waiting since {oldest.isoformat(timespec='seconds')}"
+        for agent, n, oldest in stalled
+    )
+    return f"stalled: dispatched attempts unclaimed for over {wait_seconds:g}s ({agents})"
 
 
 @router.get(
@@ -49,7 +74,7 @@ async def _check(name: str, probe: Any, timeout: float) -> str:
     operation_id="Ready",
     response_model=Health,
     responses=responses(503),
-    summary="Readiness: the database and every run host answer.",
+    summary="Readiness: the database and every run host answer, and workers take the work.",
 )
 async def ready(svc: Svc) -> Any:
     def select_one() -> None:
@@ -59,9 +84,18 @@ async def ready(svc: Svc) -> Any:
     async def database() -> None:
         await asyncio.get_running_loop().run_in_executor(_probe_threads, select_one)
 
-    probes: dict[str, Any] = {"database": database}
+    probes: dict[str, Probe] = {"database": database}
     if svc.host_probe is not None:
         probes["runHosts"] = svc.host_probe
+    stall = svc.settings.api.dispatch_stall_seconds
+    if stall is not None:
+
+        async def workers() -> str | None:
+            return await asyncio.get_running_loop().run_in_executor(
+                _probe_threads, _stalled, svc, stall
+            )
+
+        probes["workers"] = workers
     timeout = svc.settings.api.readiness_timeout_seconds
     results = await asyncio.gather(*(_check(n, p, timeout) for n, p in probes.items()))
     checks = dict(zip(probes, results, strict=True))

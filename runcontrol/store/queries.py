@@ -24,6 +24,7 @@ from .tables import (
     attempts,
     leases,
     outbox,
+    recovery_journal,
     runs,
     steps,
 )
@@ -374,6 +375,39 @@ def claimable(
         .limit(limit)
     )
     return [(r.tenant_id, r.run_id, r.attempt_id) for r in rows]
+
+
+def stalled_agents(
+    conn: Connection, now: datetime, wait_seconds: float, limit: int = 5
+) -> list[tuple[str, int, datetime]]:
+    """Agents with attempts dispatched more than ``wait_seconds`` ago and still unclaimed while
+    no attempt of that agent was leased in that time: (agent, attempts waiting, oldest
+    dispatch), oldest first. Claims take the oldest first, so a worker of the agent that
+    claimed at all would have taken one of these; a backlog still being worked is not stalled.
+    The recent claims come from the journal's time index (a range, not a scan of leases)."""
+    cutoff = now - timedelta(seconds=wait_seconds)
+    claimed = attempts.alias("claimed")
+    j = recovery_journal
+    claimed_lately = (
+        select(j.c.id)
+        .select_from(j.join(claimed, claimed.c.attempt_id == j.c.entity_id))
+        .where(
+            j.c.occurred_at >= cutoff,
+            j.c.entity == "Attempt",
+            j.c.to_state == "Leased",
+            claimed.c.agent_id == attempts.c.agent_id,
+        )
+        .exists()
+    )
+    oldest = func.min(attempts.c.dispatched_at)
+    rows = conn.execute(
+        select(attempts.c.agent_id, func.count(), oldest)
+        .where(attempts.c.state == "Dispatched", attempts.c.dispatched_at < cutoff, ~claimed_lately)
+        .group_by(attempts.c.agent_id)
+        .order_by(oldest)
+        .limit(limit)
+    )
+    return [(r[0], int(r[1]), r[2]) for r in rows]
 
 
 def unpublished(conn: Connection, limit: int = 500) -> list[dict[str, Any]]:

@@ -83,6 +83,9 @@ def api_settings(ray_runtime: Any, jwks_file: Path) -> dict[str, Any]:
     settings["api"] = {
         "sse_heartbeat_seconds": HEARTBEAT_S,
         "readiness_timeout_seconds": 5,
+        # The session's database holds other tests' unclaimed attempts: the stall check is
+        # tested on an app of its own (test_health.py).
+        "dispatch_stall_seconds": None,
         "sse_max_streams": SSE_MAX_STREAMS,
         "tenant_command_rates": {RATE_LIMITED_TENANT: RATE_LIMIT},
     }

@@ -35,7 +35,9 @@ _document_only = create_app(
     Settings(auth={"hs256_secret": SECRET}),
 )
 DOCUMENT: dict[str, Any] = _document_only.openapi()
-schema = schemathesis.openapi.from_dict(DOCUMENT)
+# The tenant-wide live feed never ends (a stream of every future event): each generated case
+# would hold the connection until its timeout. Its history twin, which is finite, is tested.
+schema = schemathesis.openapi.from_dict(DOCUMENT).exclude(operation_id="StreamEventFeed")
 
 
 @pytest.fixture(scope="session")

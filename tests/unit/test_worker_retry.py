@@ -83,7 +83,8 @@ class FakeHosts:
         if self.claim_failures:
             raise self.claim_failures.pop(0)
         if not self.to_claim:
-            await asyncio.sleep(3600)  # a long poll that finds nothing; stop() cancels it
+            await asyncio.sleep(args[2])  # a long poll (timeout_s) that finds nothing
+            return None
         attempt_id = self.to_claim.pop(0)
         self.claimed.append(attempt_id)
         return {"grant": self.grant(attempt_id), "tenant_id": "t-1", "input": {"n": 1}}
@@ -117,6 +118,7 @@ class Pauses:
 
 def worker_for(hosts: FakeHosts, pauses: Pauses, **kw: Any) -> ReferenceWorker:
     kw.setdefault("concurrency", 1)  # one slot: the sequence of sends is the test's subject
+    kw.setdefault("claim_timeout_s", 0.01)  # a stopping worker waits out its claim in flight
     return ReferenceWorker(
         RunControlClient(hosts),
         "worker-1",
@@ -253,6 +255,7 @@ def test_a_supervised_worker_is_restarted_when_its_loop_dies() -> None:
         backoff=Backoff(uniform=pauses.uniform, sleep=pauses.sleep),
         restart_backoff=Backoff(base_s=1.0, uniform=pauses.uniform, sleep=pauses.sleep),
         clock=clock,
+        claim_timeout_s=0.01,
     )
 
     async def main() -> None:
@@ -267,3 +270,33 @@ def test_a_supervised_worker_is_restarted_when_its_loop_dies() -> None:
     run(main())
     assert worker.deaths == 2
     assert pauses.ceilings[:2] == [1.0, 2.0]
+
+
+def test_a_claim_in_flight_when_the_worker_stops_is_worked_not_abandoned() -> None:
+    """Stopping must not drop a claim the host is answering: its lease would expire unworked
+    and settle a shared-write attempt Uncertain although it never ran."""
+    clock = ManualClock(T0)
+    hosts = FakeHosts(clock, attempts=1)
+    asked, answer = asyncio.Event(), asyncio.Event()
+    claim = hosts.call_any
+
+    async def slow_claim(method: str, *args: Any, **kwargs: Any) -> Any:
+        asked.set()
+        await answer.wait()  # the host grants only after the worker was told to stop
+        return await claim(method, *args, **kwargs)
+
+    hosts.call_any = slow_claim  # type: ignore[method-assign]
+    worker = worker_for(hosts, Pauses(clock))
+
+    async def main() -> None:
+        task = asyncio.create_task(worker.run())
+        await asyncio.wait_for(asked.wait(), 5)
+        worker.stop()
+        await asyncio.sleep(0.05)  # the worker sees the stop while its claim is out
+        answer.set()
+        await asyncio.wait_for(task, 5)
+
+    run(main())
+    assert len(hosts.claimed) == 1
+    assert list(hosts.outcomes) == hosts.claimed  # worked and reported
+    assert worker.completed == 1

@@ -1,0 +1,38 @@
+"""Runs under load while run hosts, the scheduler, the Serve replica, PostgreSQL and the whole
+service are killed; then every invariant is checked (``chaos.py``).
+
+By default the CI size: 80 runs and one fault of each kind (about two minutes). ``make chaos``
+runs the long one: RUNCONTROL_CHAOS_RUNS=2000 RUNCONTROL_CHAOS_MODE=random; it writes its
+figures as JSON to RUNCONTROL_CHAOS_REPORT when set (``docs/reliability.md`` quotes them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from chaos import ChaosOptions, breaches, run
+
+
+@pytest.mark.slow
+def test_no_run_is_lost_and_every_invariant_holds_under_faults() -> None:
+    options = ChaosOptions(
+        runs=int(os.environ.get("RUNCONTROL_CHAOS_RUNS", "80")),
+        mode=os.environ.get("RUNCONTROL_CHAOS_MODE", "each"),
+    )
+    if "RUNCONTROL_CHAOS_SEED" in os.environ:
+        options.seed = int(os.environ["RUNCONTROL_CHAOS_SEED"])
+    # Short path: PostgreSQL's unix socket lives in it (socket paths are limited to ~100 bytes).
+    root = Path(tempfile.mkdtemp(prefix="rc-chaos-", dir="/tmp"))
+    report = run(options, root)
+    text = json.dumps(report, indent=2, default=str)
+    print(text)  # shown with -s: the figures
+    if os.environ.get("RUNCONTROL_CHAOS_REPORT"):
+        Path(os.environ["RUNCONTROL_CHAOS_REPORT"]).write_text(text + "\n")
+    found = breaches(report)
+    assert not found, f"{found}\nlogs kept in {root}\n{text[-6000:]}"
+    shutil.rmtree(root, ignore_errors=True)

@@ -16,9 +16,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.execute(
-        "CREATE INDEX ix_attempts_leased_holder ON attempts (holder) WHERE state = 'Leased'"
-    )
+    op.execute("CREATE INDEX ix_attempts_leased_holder ON attempts (holder) WHERE state = 'Leased'")
 
 
 def downgrade() -> None:

@@ -191,15 +191,12 @@ class RunHost:
         tenant_id: str | None = None,
     ) -> dict[str, Any] | None:
         """Pull the oldest dispatched attempt for these agents and lease it (long-poll);
-        with ``tenant_id``, only that tenant's (read under its row-level security). An attempt
-        already leased to ``holder`` comes first: a claim whose answer was lost (this host
-        died after the grant, or the input read met a database crash) is answered again by
-        the worker's retry, instead of leaving a lease nobody works until it expires."""
+        with ``tenant_id``, only that tenant's (read under its row-level security)."""
         deadline = time.monotonic() + max(timeout_s, 0.0)
         payloads = tuple(agent_ids)
         while True:
             since = self._listener.generation(DISPATCH_CHANNEL, payloads)
-            candidates = await self._in_thread(self._claimable, agent_ids, tenant_id, holder)
+            candidates = await self._in_thread(self._claimable, agent_ids, tenant_id)
             for run_tenant, run_id, attempt_id in candidates:
                 try:
                     grant: LeaseGrant = await self._router.send(
@@ -220,11 +217,11 @@ class RunHost:
             await self._listener.wait(DISPATCH_CHANNEL, payloads, since, min(remaining, 2.0))
 
     def _claimable(
-        self, agent_ids: list[str], tenant_id: str | None, holder: str
+        self, agent_ids: list[str], tenant_id: str | None
     ) -> list[tuple[str, UUID, UUID]]:
         scope = self._db.tenant(tenant_id) if tenant_id else self._db.system_tx()
         with scope as conn:
-            return q.claimable(conn, agent_ids, limit=8, holder=holder)
+            return q.claimable(conn, agent_ids, limit=8)
 
     # ------------------------------------------------------------------ reads
 

@@ -17,7 +17,7 @@ from enum import Enum
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import ColumnElement, Connection, and_, case, func, or_, select, tuple_, update
+from sqlalchemy import ColumnElement, Connection, and_, func, select, tuple_, update
 
 from .tables import (
     approval_requests,
@@ -362,25 +362,16 @@ def expired_approvals(conn: Connection, now: datetime, limit: int = 500) -> list
 
 
 def claimable(
-    conn: Connection, agent_ids: Sequence[str], limit: int = 10, holder: str | None = None
+    conn: Connection, agent_ids: Sequence[str], limit: int = 10
 ) -> list[tuple[str, UUID, UUID]]:
-    """Dispatched, unleased attempts for these agents, oldest first: (tenant, run, attempt);
-    with ``holder``, the attempts already leased to it come first (a claim retried after its
-    answer was lost gets back what it holds)."""
+    """Dispatched, unleased attempts for these agents, oldest first: (tenant, run, attempt)."""
     condition = attempts.c.state == "Dispatched"
-    mine = None
-    if holder is not None:
-        mine = and_(attempts.c.state == "Leased", attempts.c.holder == holder)
-        condition = or_(condition, mine)
     if agent_ids:
         condition = and_(condition, attempts.c.agent_id.in_(list(agent_ids)))
-    order: list[ColumnElement[Any]] = [attempts.c.dispatched_at]
-    if mine is not None:
-        order.insert(0, case((attempts.c.state == "Leased", 0), else_=1))
     rows = conn.execute(
         select(attempts.c.tenant_id, attempts.c.run_id, attempts.c.attempt_id)
         .where(condition)
-        .order_by(*order)
+        .order_by(attempts.c.dispatched_at)
         .limit(limit)
     )
     return [(r.tenant_id, r.run_id, r.attempt_id) for r in rows]

@@ -127,8 +127,6 @@ attempts = Table(
         "dispatched_at",
         postgresql_where=text("state = 'Dispatched'"),
     ),
-    # a claim offers a holder the attempt it already holds first (migration 0011)
-    Index("ix_attempts_leased_holder", "holder", postgresql_where=text("state = 'Leased'")),
 )
 
 leases = Table(

@@ -115,23 +115,3 @@ def test_runs_waiting_for_approval_do_not_starve_the_others(h: RayHarness) -> No
             await asyncio.gather(*tasks, return_exceptions=True)
 
     run_async(scenario(), timeout=150)
-
-
-def test_a_claim_retried_by_its_holder_gets_back_the_attempt_it_holds(h: RayHarness) -> None:
-    """A claim whose answer was lost (the host died after the grant, the input read met a
-    database crash) is retried by the worker: the retry gets the attempt it already holds, the
-    same lease, instead of leaving it to expire unworked (an Uncertain shared-write step).
-    Another holder still gets nothing."""
-    h.publish({"name": "only", "agentId": "solo"})
-
-    async def scenario() -> None:
-        await h.submit()
-        agents = [h.agent("solo")]
-        first = await h.client.claim(agents, "lost-answer", 10.0)
-        assert first is not None
-        again = await h.client.claim(agents, "lost-answer", 10.0)  # its answer "was lost"
-        assert again is not None
-        assert (again.attempt_id, again.fencing_token) == (first.attempt_id, first.fencing_token)
-        assert await h.client.claim(agents, "someone-else", 0.5) is None
-
-    run_async(scenario(), timeout=60)

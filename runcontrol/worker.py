@@ -301,20 +301,33 @@ class ReferenceWorker:
     async def _watch_for_cancel(self, claim: Claim, stop: asyncio.Event) -> None:
         """Follow the run's events while the attempt runs: a cancellation stops it within a
         long-poll's wake-up (a NOTIFY), not at the next renewal."""
+        try:
+            async for event in self._follow(claim):
+                if event["type"] in CANCEL_EVENTS:
+                    stop.set()
+                    return
+        except Exception as exc:  # renewals still carry cancel_requested
+            log.warning("attempt %s: watching its run failed: %r", claim.attempt_id, exc)
+
+    async def _follow(
+        self, claim: Claim, lease: _Lease | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The run's events in order, until its terminal event: a transient failure resumes
+        from the last event seen, after a backoff; with ``lease``, ``LeaseGone`` once the
+        lease is certainly gone."""
         cursor = failures = 0
         while True:
             try:
                 async for event in self.client.watch(claim.tenant_id, claim.run_id, cursor):
                     cursor, failures = event["seq"], 0
-                    if event["type"] in CANCEL_EVENTS:
-                        stop.set()
-                        return
-                return  # the run ended
+                    yield event
+                return
             except Exception as exc:
                 if not transient(exc):
-                    log.warning("attempt %s: watching its run failed: %r", claim.attempt_id, exc)
-                    return  # renewals still carry cancel_requested
+                    raise
                 failures += 1
+                if lease is not None and self.clock.now() > lease.expires_at + self.lease_grace:
+                    raise LeaseGone(f"the run's events went unanswered ({exc!r})") from exc
                 await self.backoff.sleep(self.backoff.delay(failures))
 
     async def _send(self, command: Command[R], lease: _Lease) -> R:
@@ -363,25 +376,11 @@ class ReferenceWorker:
                 return False  # rejected or expired: the run settles the attempt
 
     async def _decision(self, claim: Claim, lease: _Lease, approval_id: str) -> str:
-        cursor = failures = 0
-        while True:
-            try:
-                async for event in self.client.watch(claim.tenant_id, claim.run_id, cursor):
-                    cursor, failures = event["seq"], 0
-                    payload = event["payload"]
-                    if (
-                        event["type"] == "ApprovalDecided"
-                        and payload.get("approvalId") == approval_id
-                    ):
-                        return str(payload["state"])
-                return "Cancelled"
-            except Exception as exc:
-                if not transient(exc):
-                    raise
-                failures += 1
-                if self.clock.now() > lease.expires_at + self.lease_grace:
-                    raise LeaseGone(f"the run's events went unanswered ({exc!r})") from exc
-                await self.backoff.sleep(self.backoff.delay(failures))
+        async for event in self._follow(claim, lease):
+            payload = event["payload"]
+            if event["type"] == "ApprovalDecided" and payload.get("approvalId") == approval_id:
+                return str(payload["state"])
+        return "Cancelled"
 
     async def _renew(self, claim: Claim, lease: _Lease, stop: asyncio.Event) -> None:
         while True:

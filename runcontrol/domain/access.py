@@ -29,7 +29,16 @@ APPROVALS_READ = "factory.approvals.read"
 APPROVALS_DECIDE = "factory.approvals.decide"
 RUNTIME = "factory.runtime"
 WEBHOOKS_MANAGE = "factory.webhooks.manage"
-ALL_SCOPES = (RUNS_READ, RUNS_WRITE, APPROVALS_READ, APPROVALS_DECIDE, RUNTIME, WEBHOOKS_MANAGE)
+POLICIES_MANAGE = "factory.policies.manage"
+ALL_SCOPES = (
+    RUNS_READ,
+    RUNS_WRITE,
+    APPROVALS_READ,
+    APPROVALS_DECIDE,
+    RUNTIME,
+    WEBHOOKS_MANAGE,
+    POLICIES_MANAGE,
+)
 
 
 class Operation(StrEnum):
@@ -42,6 +51,8 @@ class Operation(StrEnum):
     # Webhook subscriptions: they receive every event of the tenant, so only roles that
     # span the tenant manage them.
     MANAGE_WEBHOOKS = "ManageWebhooks"
+    # Approval policy revisions (who approves what, quorum, expiry): the workspace's admins.
+    MANAGE_POLICY = "ManagePolicy"
 
 
 # The scope each operation needs (the spec's operations table).
@@ -53,6 +64,7 @@ OPERATION_SCOPE: Mapping[Operation, str] = {
     Operation.DECIDE_APPROVAL: APPROVALS_DECIDE,
     Operation.RUNTIME: RUNTIME,
     Operation.MANAGE_WEBHOOKS: WEBHOOKS_MANAGE,
+    Operation.MANAGE_POLICY: POLICIES_MANAGE,
 }
 
 _READ = frozenset({Operation.READ_RUNS, Operation.READ_APPROVALS})
@@ -61,6 +73,7 @@ _ADMIN = _READ | {
     Operation.CANCEL_RUN,
     Operation.DECIDE_APPROVAL,
     Operation.MANAGE_WEBHOOKS,
+    Operation.MANAGE_POLICY,
 }
 
 # The published table (README "Roles and scopes"). Deciding also needs the policy's approver

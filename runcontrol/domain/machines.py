@@ -50,6 +50,9 @@ ATTEMPT_TRANSITIONS: Mapping[tuple[AttemptState, AttemptState], str] = {
     (A.LEASED, A.UNCERTAIN): "OutcomeReported",
     (A.LEASED, A.CANCELLED): "OutcomeReported",
     (A.LEASED, A.TIMED_OUT): "LeaseExpired",
+    (A.LEASED, A.PARKED): "ParkedForApproval",
+    (A.PARKED, A.DISPATCHED): "ApprovalDecided",
+    (A.PARKED, A.CANCELLED): "CancelledWhileParked",
 }
 
 Ap = ApprovalState

@@ -119,7 +119,7 @@ attempts = Table(
         "uq_attempts_open_per_step",
         "step_id",
         unique=True,
-        postgresql_where=text("state IN ('Dispatched', 'Leased')"),
+        postgresql_where=text("state IN ('Dispatched', 'Leased', 'Parked')"),
     ),
     Index(
         "ix_attempts_claimable",

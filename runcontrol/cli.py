@@ -19,6 +19,7 @@ from . import embedded, ops_cli
 from .bootstrap import build, build_database, database_url
 from .config import AuthNotConfigured, Settings
 from .domain import Role, WorkerIdentity, WorkflowDefinition
+from .telemetry import configure as configure_telemetry
 
 if TYPE_CHECKING:
     from .worker import ReferenceWorker
@@ -175,7 +176,10 @@ def _cmd_up(args: argparse.Namespace) -> int:
         )
         _say(f"demo release {release.release_id} published for tenant 'demo'")
     _say("starting Ray, run hosts, scheduler and the HTTP app (Ray Serve) ...")
-    start_ray(address=args.address)
+    if args.metrics_export_port is not None:
+        settings.telemetry.metrics_export_port = args.metrics_export_port
+    configure_telemetry(settings.telemetry, "worker")  # the demo workers' process
+    start_ray(address=args.address, metrics_export_port=settings.telemetry.metrics_export_port)
     service = start_service(
         settings,
         owner_url,
@@ -261,6 +265,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     from .client import RunControlClient
 
     start_ray(address=args.address or "auto")
+    configure_telemetry(settings.telemetry, "worker")
     client = RunControlClient(make_router(host_config(settings, settings.database_url or "")))
     holder: str | WorkerIdentity = args.holder
     if args.tenant:
@@ -365,6 +370,13 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--address", default=None, help="join this Ray cluster instead of starting one")
     up.add_argument("--no-workers", action="store_true", help="do not run the reference workers")
     up.add_argument("--no-demo", action="store_true", help="do not publish the demo workflow")
+    up.add_argument(
+        "--metrics-export-port",
+        type=int,
+        default=None,
+        help="Prometheus endpoint of the local Ray node's metrics agent (default: "
+        "RUNCONTROL_TELEMETRY__METRICS_EXPORT_PORT, else a port Ray picks)",
+    )
     up.add_argument(
         "--dev",
         action="store_true",

@@ -13,6 +13,7 @@ from ..store import Database
 from ..store.commit import EVENTS_CHANNEL
 from ..store.notify import Listener
 from ..store.webhooks import FEED_CHANNEL
+from ..telemetry import HttpSpans, tracing
 from . import approvals, events, feed, health, problems, runs, webhooks
 from .auth import TokenVerifier
 from .context import HostProbe, Services
@@ -63,6 +64,8 @@ def create_app(
     app.state.rate_limiter = TenantRateLimiter(settings.api)
     problems.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.api.max_body_bytes)
+    if tracing():  # one server span per request (runcontrol/telemetry.py); none when off
+        app.add_middleware(HttpSpans)
     for module in (runs, events, feed, approvals, webhooks, health):
         app.include_router(module.router)
     return app

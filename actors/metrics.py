@@ -124,6 +124,8 @@ class SchedulerMetrics:
         self._sampled: dict[str, set[tuple[tuple[str, str], ...]]] = {}
 
     def observe_relay(self, lags: Sequence[float]) -> None:
+        # One observation per event: 8-23 us each measured here (2 cores, load ~48), so at
+        # the commit ceiling (~5,000 events/s) well under a tenth of the scheduler's CPU.
         for lag in lags:
             self.outbox_lag.observe(lag, {"host": "scheduler"})
 

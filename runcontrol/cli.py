@@ -257,6 +257,7 @@ def _cmd_hosts(args: argparse.Namespace) -> int:
 
 def _cmd_worker(args: argparse.Namespace) -> int:
     settings = Settings()
+    configure_telemetry(settings.telemetry, "worker")
     if args.transport == "grpc":
         return _grpc_worker(args, settings)
     from actors.run_host import host_config, make_router
@@ -265,7 +266,6 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     from .client import RunControlClient
 
     start_ray(address=args.address or "auto")
-    configure_telemetry(settings.telemetry, "worker")
     client = RunControlClient(make_router(host_config(settings, settings.database_url or "")))
     holder: str | WorkerIdentity = args.holder
     if args.tenant:

@@ -14,6 +14,7 @@ the endpoint until the values are there (a bounded wait), never a fixed sleep.
 from __future__ import annotations
 
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -28,7 +29,10 @@ from otlp_receiver import ReceivedSpan
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
-from runcontrol.domain import SideEffectClass
+from runcontrol.api.auth import RUNTIME
+from runcontrol.domain import Role, SideEffectClass
+from schemas import runcontrol_pb2 as pb
+from schemas import runcontrol_pb2_grpc as pb_grpc
 
 LEASE_SECONDS = 4  # the service's lease term (conftest.py)
 
@@ -353,6 +357,40 @@ def test_edge_spans_parent_the_command_spans(service: Any, script: Script) -> No
         return next((w for w in wakes if any(w.parent_span_id == j.span_id for j in job)), None)
 
     service.receiver.wait_for(expired)
+
+    # A caller's own trace continues: traceparent in an HTTP header and in gRPC metadata
+    trace_id, parent_id = uuid.uuid4().hex, uuid.uuid4().hex[:16]
+    traceparent = f"00-{trace_id}-{parent_id}-01"
+    answer = httpx.get(
+        f"{service.api.base_url}/factory/runs/{run_a}",
+        headers={
+            "Authorization": f"Bearer {service.api.token(tenant)}",
+            "traceparent": traceparent,
+        },
+    )
+    assert answer.status_code == 200
+    with grpc.insecure_channel(service.grpc_target) as channel:
+        stub = pb_grpc.RunControlStub(channel)  # type: ignore[no-untyped-call]
+        claim = pb.AcquireLeaseRequest(
+            worker_instance_id="inst-2",
+            claim_next=pb.ClaimNext(agent_ids=["nobody-runs-this"], wait_seconds=0),
+        )
+        token = service.api.token(tenant, "svc-worker", [Role.WORKER], [RUNTIME])
+        response = stub.AcquireLease(
+            claim,
+            metadata=(("authorization", f"Bearer {token}"), ("traceparent", traceparent)),
+            timeout=30,
+        )
+        assert not response.granted
+
+    def continued(spans: list[ReceivedSpan]) -> dict[str, ReceivedSpan] | None:
+        mine = {s.name: s for s in spans if s.trace_id == trace_id}
+        wanted = ("GET /factory/runs/{runId}", "runcontrol.v1.RunControl/AcquireLease")
+        return mine if all(name in mine for name in wanted) else None
+
+    for span in service.receiver.wait_for(continued).values():
+        assert span.parent_span_id == parent_id
+        assert span.attributes["tenant.id"] == tenant
 
     # No payload ever: not the run's input, not a token
     for span in service.receiver.spans:

@@ -13,15 +13,12 @@ import signal
 import subprocess
 import sys
 import threading
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -29,6 +26,7 @@ sys.path.insert(0, str(HERE.parent / "api"))  # api_harness, grpc_harness
 
 from api_harness import AUDIENCE, ISSUER, SECRET, Api, free_port  # noqa: E402
 from otlp_receiver import OtlpReceiver  # noqa: E402
+from support import new_database, skip_slow_unless_selected  # noqa: E402
 
 from runcontrol.bootstrap import build  # noqa: E402
 from runcontrol.config import Settings  # noqa: E402
@@ -40,12 +38,7 @@ READY = "runcontrol is up at"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if "slow" in (config.getoption("-m") or "") or os.environ.get("RUNCONTROL_RUN_SLOW"):
-        return
-    skip = pytest.mark.skip(reason="slow: select with -m slow")
-    for item in items:
-        if item.get_closest_marker("slow") and HERE in Path(str(item.path)).resolve().parents:
-            item.add_marker(skip)
+    skip_slow_unless_selected(config, items, HERE)
 
 
 @dataclass
@@ -56,6 +49,7 @@ class Service:
     db: Database
     container: Any  # what TenantView publishes releases with
     receiver: OtlpReceiver
+    lease_seconds: float = LEASE_SECONDS
 
 
 @pytest.fixture(scope="session")
@@ -71,15 +65,7 @@ def otlp() -> Iterator[OtlpReceiver]:
 @pytest.fixture(scope="session")
 def service_db(owner_url: str) -> Iterator[Database]:
     """A database of the service's own: every event in its outbox is one of this suite's."""
-    name = f"runcontrol_telemetry_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(owner_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f"CREATE DATABASE {name}"))
-    admin.dispose()
-    database = Database(
-        make_url(owner_url).set(database=name).render_as_string(hide_password=False), pool_size=4
-    )
-    database.migrate()
+    database = new_database(owner_url, "runcontrol_telemetry")
     yield database
     database.dispose()
 

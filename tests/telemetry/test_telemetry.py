@@ -34,8 +34,6 @@ from runcontrol.domain import Role, SideEffectClass
 from schemas import runcontrol_pb2 as pb
 from schemas import runcontrol_pb2_grpc as pb_grpc
 
-LEASE_SECONDS = 4  # the service's lease term (conftest.py)
-
 pytestmark = pytest.mark.slow
 
 TERMINAL = {"Completed", "Failed", "Cancelled"}
@@ -204,7 +202,7 @@ def test_the_specs_metrics_show_the_scripted_run(service: Any, script: Script) -
     samples = poll(url, lambda s: s if durations(s) else None)
     # C's attempt lived from its dispatch to the expiry: at least its lease and grace
     short = at_most(
-        samples, "connectsoft_factory_attempts_duration", LEASE_SECONDS, outcome="TimedOut"
+        samples, "connectsoft_factory_attempts_duration", service.lease_seconds, outcome="TimedOut"
     )
     assert short == 0, "the timed-out attempt is counted shorter than its lease"
 

@@ -32,7 +32,7 @@ from .config import TelemetryOptions
 Carrier = dict[str, str]
 
 _tracer = trace.get_tracer("runcontrol")
-_state: dict[str, Any] = {"on": False, "provider": None}
+_state: dict[str, bool] = {"on": False}
 
 
 def endpoint_configured(options: TelemetryOptions) -> bool:
@@ -75,20 +75,13 @@ def configure(options: TelemetryOptions, role: str) -> bool:
     # else Ray Serve's own tracing (RAY_SERVE_TRACING_*) installed one first: a process has
     # one provider, so our spans join it and our exporter is added beside its processors.
     provider.add_span_processor(BatchSpanProcessor(exporter))
-    _state.update(on=True, provider=provider)
+    _state["on"] = True  # the provider flushes its queue at exit (the SDK's atexit hook)
     return True
 
 
 def tracing() -> bool:
     """Whether this process exports spans (``configure`` installed the provider)."""
-    return bool(_state["on"])
-
-
-def flush(timeout_ms: int = 5000) -> None:
-    """Export the spans still queued (before a process exits on its own terms)."""
-    provider = _state["provider"]
-    if provider is not None:
-        provider.force_flush(timeout_ms)
+    return _state["on"]
 
 
 # ---------------------------------------------------------------------- context carriers

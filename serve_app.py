@@ -22,6 +22,7 @@ from runcontrol.api import create_app
 from runcontrol.bootstrap import build_database
 from runcontrol.client import RunControlClient
 from runcontrol.config import Settings
+from runcontrol.telemetry import configure
 
 
 @serve.deployment(
@@ -43,6 +44,7 @@ class RunControlApi(GrpcIngress):  # + the gRPC methods (grpc_ingress.py)
     ) -> None:
         self.settings = Settings(**(settings or {}))
         self.settings.auth.check()  # no way to verify tokens: refuse to start, and say why
+        configure(self.settings.telemetry, "api")
         url = database_url or self.settings.database_url
         if not url:
             raise RuntimeError("set RUNCONTROL_DATABASE_URL to the database's owner URL")

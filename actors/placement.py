@@ -24,6 +24,7 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError,
 
 from runcontrol.commands import Command
 from runcontrol.domain import errors
+from runcontrol.telemetry import Carrier, current_carrier
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -112,9 +113,14 @@ MAX_IN_FLIGHT = 2
 MAX_BATCH = 64
 
 
+# A queued command: the command, its caller's future, and (tracing on) the caller's trace
+# context, so the host's command span is the child of the span that sent it.
+_Entry = tuple[Command[Any], asyncio.Future[Any], Carrier | None]
+
+
 @dataclass
 class _HostQueue:
-    pending: list[tuple[Command[Any], asyncio.Future[Any]]] = field(default_factory=list)
+    pending: list[_Entry] = field(default_factory=list)
     in_flight: int = 0
     scheduled: bool = False
 
@@ -189,7 +195,7 @@ class HostRouter:
         host = self.name_for(command.run_id)
         queue = self._queues.setdefault(loop, {}).setdefault(host, _HostQueue())
         future: asyncio.Future[R] = loop.create_future()
-        entry: tuple[Command[Any], asyncio.Future[Any]] = (command, future)
+        entry: _Entry = (command, future, current_carrier())
         queue.pending.append(entry)
         self._schedule(loop, host, queue)
         try:
@@ -239,22 +245,26 @@ class HostRouter:
         loop: asyncio.AbstractEventLoop,
         host: str,
         queue: _HostQueue,
-        batch: list[tuple[Command[Any], asyncio.Future[Any]]],
+        batch: list[_Entry],
     ) -> None:
         self.batches_sent += 1
         try:
-            items = [item for item, _ in batch]
-            answers = unpack(await self.call_named(host, "command_batch_packed", pack(items)))
+            items = [item for item, _, _ in batch]
+            carriers = [carrier for _, _, carrier in batch]
+            args: tuple[Any, ...] = (pack(items),)
+            if any(carriers):  # tracing off: nothing more travels
+                args += (carriers,)
+            answers = unpack(await self.call_named(host, "command_batch_packed", *args))
         except asyncio.CancelledError:  # the loop is shutting down
-            for _, future in batch:
+            for _, future, _ in batch:
                 future.cancel()
             raise
         except Exception as exc:  # the whole batch failed: every caller gets the error
-            for _, future in batch:
+            for _, future, _ in batch:
                 if not future.done():
                     future.set_exception(exc)
         else:
-            for (_, future), (ok, value) in zip(batch, answers, strict=True):
+            for (_, future, _), (ok, value) in zip(batch, answers, strict=True):
                 if future.done():
                     continue  # the caller gave up (cancelled)
                 if ok:

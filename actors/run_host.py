@@ -32,6 +32,7 @@ from runcontrol.grain import RunGrain
 from runcontrol.store import queries as q
 from runcontrol.store.commit import CONFIG_CHANNEL, DISPATCH_CHANNEL, EVENTS_CHANNEL
 from runcontrol.store.notify import Listener
+from runcontrol.telemetry import Carrier, configure
 
 from .metrics import HostMetrics, command_span
 from .placement import HostRouter, get_or_create, pack_answers, unpack
@@ -96,6 +97,7 @@ class RunHost:
     def __init__(self, config: dict[str, Any]) -> None:
         self._config = config
         self.settings = Settings.model_validate(config["settings"])
+        configure(self.settings.telemetry, "host")
         db = build_database(
             self.settings, owner_url=config["owner_url"], migrate=False, require_current_schema=True
         )
@@ -145,14 +147,15 @@ class RunHost:
                 log.warning("a read met a lost database connection (%r); retrying", exc)
         raise AssertionError("unreachable")
 
-    async def command(self, command: Command[T]) -> T:
-        """Run one grain command in the run's mailbox (strictly in order per run)."""
+    async def command(self, command: Command[T], carrier: Carrier | None = None) -> T:
+        """Run one grain command in the run's mailbox (strictly in order per run); its span
+        is the child of the span that sent it when ``carrier`` holds that span's context."""
         run_id = command.run_id
         act = self._activation(command.tenant_id, run_id)
         async with act.mailbox():
             self._commands += 1
             try:
-                with command_span(command) as span:
+                with command_span(command, carrier) as span:
                     result = await act.grain.execute(command)
                     step_id = getattr(result, "step_id", None)
                     if step_id is not None:
@@ -162,24 +165,29 @@ class RunHost:
                 if not act.grain.active and self._activations.get(run_id) is act:
                     del self._activations[run_id]  # terminal: nothing left to serialise
 
-    async def command_batch(self, items: list[Command[Any]]) -> list[tuple[bool, Any]]:
+    async def command_batch(
+        self, items: list[Command[Any]], carriers: list[Carrier | None] | None = None
+    ) -> list[tuple[bool, Any]]:
         """Several commands in one actor call (``HostRouter.send`` batches them), each
         answered ``(ok, result or error)`` as if sent alone: one run's commands in the order
         listed (across batches, no order: DESIGN 9.6). They all start in this turn of the
         loop, each in its run's mailbox, so the commits they reach together share one
-        statement (``GroupCommit``)."""
+        statement (``GroupCommit``). ``carriers`` (tracing on): each item's trace context."""
 
-        async def one(item: Command[Any]) -> tuple[bool, Any]:
+        async def one(item: Command[Any], carrier: Carrier | None) -> tuple[bool, Any]:
             try:
-                return True, await self.command(item)
+                return True, await self.command(item, carrier)
             except Exception as exc:  # noqa: BLE001 - answered to its caller, not raised here
                 return False, exc
 
-        return list(await asyncio.gather(*(one(item) for item in items)))
+        contexts = carriers or [None] * len(items)
+        return list(await asyncio.gather(*map(one, items, contexts)))
 
-    async def command_batch_packed(self, payload: bytes) -> bytes:
+    async def command_batch_packed(
+        self, payload: bytes, carriers: list[Carrier | None] | None = None
+    ) -> bytes:
         """``command_batch`` as the router sends it: items and answers each one pickle."""
-        return pack_answers(await self.command_batch(unpack(payload)))
+        return pack_answers(await self.command_batch(unpack(payload), carriers))
 
     # ------------------------------------------------------------------ claims
 

@@ -30,9 +30,18 @@ class Service:
     grpc_target: str
 
 
-def start_ray(num_cpus: int | None = None, address: str | None = None) -> None:
+def start_ray(
+    num_cpus: int | None = None,
+    address: str | None = None,
+    *,
+    metrics_export_port: int | None = None,
+) -> None:
     """Join the cluster at ``address``, or start a local one with Serve's fast ingress
-    (``ingress.py``); a cluster started by ``ray start`` must have had it set there."""
+    (``ingress.py``); a cluster started by ``ray start`` must have had it set there.
+
+    ``metrics_export_port``: where the local node's metrics agent serves Prometheus (the
+    spec's metrics, ``actors/metrics.py``); a cluster takes ``ray start --metrics-export-port``.
+    """
     os.environ.setdefault("RAY_worker_maximum_startup_concurrency", "4")
     if ray.is_initialized():
         return
@@ -47,6 +56,7 @@ def start_ray(num_cpus: int | None = None, address: str | None = None) -> None:
             namespace=NAMESPACE,
             log_to_driver=False,
             configure_logging=False,
+            _metrics_export_port=metrics_export_port,  # None: Ray picks one
         )
 
 

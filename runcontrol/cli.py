@@ -21,6 +21,7 @@ from .bootstrap import build, build_database, database_url
 from .config import AuthNotConfigured, Settings
 from .domain import Role, WorkerIdentity, WorkflowDefinition, errors
 from .ports.policy import DEFAULT_POLICY_ID, document_from_dict, document_to_dict, publish_policy
+from .telemetry import configure as configure_telemetry
 
 if TYPE_CHECKING:
     from .worker import ReferenceWorker
@@ -177,7 +178,10 @@ def _cmd_up(args: argparse.Namespace) -> int:
         )
         _say(f"demo release {release.release_id} published for tenant 'demo'")
     _say("starting Ray, run hosts, scheduler and the HTTP app (Ray Serve) ...")
-    start_ray(address=args.address)
+    if args.metrics_export_port is not None:
+        settings.telemetry.metrics_export_port = args.metrics_export_port
+    configure_telemetry(settings.telemetry, "worker")  # the demo workers' process
+    start_ray(address=args.address, metrics_export_port=settings.telemetry.metrics_export_port)
     service = start_service(
         settings,
         owner_url,
@@ -255,6 +259,7 @@ def _cmd_hosts(args: argparse.Namespace) -> int:
 
 def _cmd_worker(args: argparse.Namespace) -> int:
     settings = Settings()
+    configure_telemetry(settings.telemetry, "worker")
     if args.transport == "grpc":
         return _grpc_worker(args, settings)
     from actors.run_host import host_config, make_router
@@ -393,6 +398,13 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--address", default=None, help="join this Ray cluster instead of starting one")
     up.add_argument("--no-workers", action="store_true", help="do not run the reference workers")
     up.add_argument("--no-demo", action="store_true", help="do not publish the demo workflow")
+    up.add_argument(
+        "--metrics-export-port",
+        type=int,
+        default=None,
+        help="Prometheus endpoint of the local Ray node's metrics agent (default: "
+        "RUNCONTROL_TELEMETRY__METRICS_EXPORT_PORT, else a port Ray picks)",
+    )
     up.add_argument(
         "--dev",
         action="store_true",

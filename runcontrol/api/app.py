@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.telemetry import TelemetryConfig
 
 from ..client import RunControlClient
 from ..config import Settings
@@ -13,6 +14,7 @@ from ..store import Database
 from ..store.commit import EVENTS_CHANNEL
 from ..store.notify import Listener
 from ..store.webhooks import FEED_CHANNEL
+from ..telemetry import tracing
 from . import approvals, events, feed, health, policies, problems, runs, webhooks
 from .auth import TokenVerifier
 from .context import HostProbe, Services
@@ -57,6 +59,15 @@ def create_app(
         openapi_url="/openapi.json",
         docs_url="/docs",
         redoc_url=None,
+        # FastAPI's own server span per request, only when this process exports spans; no
+        # operation spans, metrics or logs (runcontrol/telemetry.py says why)
+        telemetry=TelemetryConfig(
+            tracing=tracing(),
+            operation_spans=False,
+            metrics=False,
+            logs=False,
+            auto_configure=False,
+        ),
     )
     app.state.services = services
     app.state.verifier = TokenVerifier(settings.auth)  # AuthNotConfigured: refuse to start

@@ -34,6 +34,7 @@ from ..commands import (
     RequestApproval,
 )
 from ..domain import WorkerIdentity, errors
+from ..telemetry import current_carrier
 from . import convert
 from .status import error_from_rpc
 
@@ -75,8 +76,10 @@ class GrpcWorkerClient:
         await self.close()
 
     async def _unary(self, method: Any, request: Any, timeout: float | None = None) -> Any:
+        # tracing on: the worker's current span becomes the parent of the RPC's server span
+        metadata = self._metadata + tuple((current_carrier() or {}).items())
         try:
-            return await method(request, metadata=self._metadata, timeout=timeout or self._timeout)
+            return await method(request, metadata=metadata, timeout=timeout or self._timeout)
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc) from None
 

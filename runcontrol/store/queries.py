@@ -437,3 +437,23 @@ def active_run_counts(conn: Connection) -> dict[tuple[str, str], int]:
         .group_by(runs.c.tenant_id, runs.c.state)
     )
     return {(r[0], r[1]): int(r[2]) for r in rows}
+
+
+def pending_approvals_by_tenant(conn: Connection) -> dict[str, tuple[int, datetime]]:
+    """Per tenant: how many approval requests are pending, and when the oldest was made."""
+    rows = conn.execute(
+        select(
+            approval_requests.c.tenant_id, func.count(), func.min(approval_requests.c.created_at)
+        )
+        .where(approval_requests.c.state == "Pending")
+        .group_by(approval_requests.c.tenant_id)
+    )
+    return {r[0]: (int(r[1]), r[2]) for r in rows}
+
+
+def unpublished_backlog(conn: Connection) -> tuple[int, datetime | None]:
+    """How many committed events wait for the outbox relay, and the oldest one's commit."""
+    row = conn.execute(
+        select(func.count(), func.min(outbox.c.occurred_at)).where(outbox.c.published_at.is_(None))
+    ).one()
+    return int(row[0]), row[1]

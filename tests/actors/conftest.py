@@ -7,12 +7,12 @@ Tests marked ``slow`` here (the multi-node cluster test) run only when selected 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 from actor_harness import RayHarness
+from support import skip_slow_unless_selected
 
 from runcontrol.store import Database
 
@@ -20,12 +20,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if "slow" in (config.getoption("-m") or "") or os.environ.get("RUNCONTROL_RUN_SLOW"):
-        return
-    skip = pytest.mark.skip(reason="slow: select with -m slow")
-    for item in items:
-        if item.get_closest_marker("slow") and HERE in Path(str(item.path)).resolve().parents:
-            item.add_marker(skip)
+    skip_slow_unless_selected(config, items, HERE)
 
 
 @pytest.fixture(scope="session")

@@ -86,6 +86,7 @@ class ChaosOptions:
     zombie_rate: float = 0.02
     work_s: float = 0.05
     workers: int = 2
+    kinds: tuple[str, ...] = KINDS  # the fault kinds injected
 
 
 @dataclass
@@ -134,6 +135,7 @@ class ServiceProcess:
         self.log_path = log
         self.proc: subprocess.Popen[str] | None = None
         self._log: IO[str] | None = None
+        self.drained: dict[str, Any] | None = None  # the last drain's report
 
     def start(self, timeout_s: float = 240.0) -> float:
         """Start it and wait for its ready line; answer the seconds that took."""
@@ -184,16 +186,23 @@ class ServiceProcess:
         return self._answer(60.0)
 
     def terminate(self, timeout_s: float = 120.0) -> int:
-        """SIGTERM, as an orchestrator stops it; SIGKILL of the group if it hangs."""
+        """SIGTERM, as an orchestrator stops it; SIGKILL of the group if it hangs. The drain's
+        report, if the service printed one, is kept in ``drained``."""
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)
         try:
-            return self.proc.wait(timeout_s)
+            code = self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
             self.kill()
             return -9
         finally:
             self._close()
+        while True:
+            answer = self._answer(5.0)
+            if "drained" in answer:
+                self.drained = answer["drained"]
+            if "exited" in answer or "timeout" in answer:
+                return code
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -449,7 +458,7 @@ class Chaos:
     async def _inject_faults(self, http: httpx.AsyncClient) -> None:
         o = self.options
         if o.mode == "each":
-            kinds = list(KINDS)
+            kinds = list(o.kinds)
             self.rng.shuffle(kinds)
             for n, kind in enumerate(kinds):
                 threshold = (n + 1) * o.runs // (len(kinds) + 1)
@@ -462,7 +471,7 @@ class Chaos:
                 await asyncio.sleep(self.rng.uniform(*o.gap_s))
                 if self.submitted >= o.runs - 1:
                     break
-                await self._fault(http, self.rng.choice(KINDS))
+                await self._fault(http, self.rng.choice(o.kinds))
 
     async def _fault(self, http: httpx.AsyncClient, kind: str) -> None:
         completed = self.tally.completed
@@ -490,6 +499,7 @@ class Chaos:
                 "exit_code": code,
                 "stop_s": round(stop_s, 1),
                 "start_s": round(startup, 1),
+                "drained": self.service.drained,
             }
         self.faults.append(fault)
         self.say(f"fault {kind}: {fault.detail}")

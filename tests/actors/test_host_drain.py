@@ -149,19 +149,18 @@ def test_a_drained_host_finishes_its_commands_and_its_runs_move_on_at_once(
             tx.rollback()
             lock.close()
 
-        # The drain waited for A's decision, which committed.
+        # The drain waited for A's decision, which committed; A's holder reports (at once: the
+        # approval resumed its short test lease) to the other host with the token it holds.
         assert str((await decide_a).state) == "Approved"
-        report = await drain
-        assert report["idle"] and report["in_flight"] == 0, report
-        served = (await host.stats.remote())["commands"]
-
-        # A's holder reports to the other host with the token it holds: nothing expired.
         reported_a = await h.client.send(
             ReportOutcome(
                 **claim_a.fenced(), outcome=AttemptOutcome.SUCCEEDED, outcome_hash=outcome_hash()
             )
         )
         assert str(reported_a.state) == "Succeeded"
+        report = await drain
+        assert report["idle"] and report["in_flight"] == 0, report
+        served = (await host.stats.remote())["commands"]
         # A command refused by the drained host did nothing: each run finishes normally.
         for holder in ("v-a", "v-b"):
             verify = await h.claim("verify", holder=holder)

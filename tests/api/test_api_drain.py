@@ -8,6 +8,8 @@ submission (same key) is accepted.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -23,21 +25,44 @@ from schemas import runcontrol_pb2 as pb
 APP_NAME = "runcontrol"
 
 
-@pytest.fixture
-def replica(api: Any) -> Iterator[Any]:
-    """The handle of the session's app; its drain is called off after the test, whatever
-    happened (the other tests share the replica)."""
-    from ray import serve
+class Replica:
+    """Calls to the session app's handle (its ``drain`` and ``resume``), made on an event loop
+    of this helper's own: with Serve's throughput settings a handle belongs to the asyncio
+    loop that first uses it."""
 
-    handle = serve.get_app_handle(APP_NAME)
+    def __init__(self) -> None:
+        from ray import serve
+
+        self.handle = serve.get_app_handle(APP_NAME)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def call(self, method: str, *args: Any) -> Any:
+        async def call() -> Any:
+            return await getattr(self.handle, method).remote(*args)
+
+        return asyncio.run_coroutine_threadsafe(call(), self.loop).result(timeout=120)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+
+
+@pytest.fixture
+def replica(api: Any) -> Iterator[Replica]:
+    """The session's replica; its drain is called off after the test, whatever happened (the
+    other tests share it)."""
+    found = Replica()
     try:
-        yield handle
+        yield found
     finally:
-        handle.resume.remote().result()
+        found.call("resume")
+        found.close()
 
 
 def test_a_draining_api_refuses_new_work_and_keeps_accepted_work_going(
-    g: GrpcTenant, t: TenantView, channel: grpc.Channel, replica: Any
+    g: GrpcTenant, t: TenantView, channel: grpc.Channel, replica: Replica
 ) -> None:
     t.publish(gate="approval")
     run_id = t.submit()
@@ -48,7 +73,7 @@ def test_a_draining_api_refuses_new_work_and_keeps_accepted_work_going(
     view = t.wait_state(run_id, "WaitingForApproval")
     (pending,) = view["pendingApprovals"]
 
-    report = replica.drain.remote(0.0).result()  # begins; nothing of this test in flight
+    report = replica.call("drain", 0.0)  # begins; nothing of this test in flight
     assert report["idle"], report
 
     # New work is refused, with Retry-After, and did nothing.
@@ -88,7 +113,7 @@ def test_a_draining_api_refuses_new_work_and_keeps_accepted_work_going(
     assert t.wait_state(run_id, "Completed")["state"] == "Completed"
 
     # Called off: the refused submission, sent again with its key, creates its run.
-    replica.resume.remote().result()
+    replica.call("resume")
     again = t.requester().post("/factory/runs", json=t.body(), headers={"Idempotency-Key": key})
     assert again.status_code == 202, again.text
     assert t.api.client().get("/health/ready").status_code == 200

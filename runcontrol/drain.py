@@ -91,12 +91,14 @@ class Drain:
         self.begin()
         started = time.monotonic()
         if self._in_flight:
-            self._idle = asyncio.Event()
+            if self._idle is None:  # one event for every waiter (a drain may be awaited twice)
+                self._idle = asyncio.Event()
+            idle = self._idle
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(max(grace_s, 0.0)):
                     while self._in_flight:
-                        self._idle.clear()
-                        await self._idle.wait()
+                        idle.clear()
+                        await idle.wait()
         return DrainReport(
             self._in_flight == 0, self._in_flight, round(time.monotonic() - started, 3)
         )

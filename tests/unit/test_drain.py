@@ -61,12 +61,13 @@ def test_the_wait_ends_when_the_last_work_in_flight_ends() -> None:
         tasks = [asyncio.create_task(work()) for _ in range(3)]
         await asyncio.sleep(0)  # let them start
         assert drain.in_flight == 3
-        waiting = asyncio.create_task(drain.wait(grace_s=3600))
+        # Two waiters (``runcontrol up`` begins a drain, then awaits it): both wake.
+        waiting = [asyncio.create_task(drain.wait(grace_s=3600)) for _ in range(2)]
         await asyncio.sleep(0)
-        assert drain.draining and not waiting.done()
+        assert drain.draining and not any(w.done() for w in waiting)
         release.set()
-        report = await waiting
-        assert report.idle and report.in_flight == 0
+        for report in await asyncio.gather(*waiting):
+            assert report.idle and report.in_flight == 0
         await asyncio.gather(*tasks)
 
     asyncio.run(main())

@@ -102,6 +102,7 @@ class Fault:
 class Tally:
     accepted: dict[str, str] = field(default_factory=dict)  # idempotency key -> run id
     submit_resends: int = 0
+    submit_draining: int = 0  # of them, answered 503 draining (a service stopping)
     submit_refused: list[str] = field(default_factory=list)
     decided: int = 0
     decide_refused: dict[str, int] = field(default_factory=dict)
@@ -363,6 +364,8 @@ class Chaos:
                 # Only the app's own answers (JSON, problem+json) are final: while the app is
                 # being deployed, Serve's proxy answers 404 in plain text.
                 ours = r is not None and "json" in r.headers.get("content-type", "")
+                if ours and r is not None and r.status_code == 503:
+                    self.tally.submit_draining += r.json().get("code") == "draining"
                 if ours and r is not None and r.status_code not in (429, 500, 502, 503, 504):
                     self.tally.submit_refused.append(f"{key}: {r.status_code} {r.text[:300]}")
                     self.say(f"submission refused: {self.tally.submit_refused[-1]}")
@@ -705,6 +708,7 @@ def summary(chaos: Chaos, outcome: dict[str, Any], found: dict[str, Any]) -> dic
         "faults": [asdict(f) for f in chaos.faults],
         "service_startups_s": [round(s, 1) for s in chaos.startups],
         "submit_resends": chaos.tally.submit_resends,
+        "submit_draining": chaos.tally.submit_draining,
         "submit_refused": chaos.tally.submit_refused,
         "decided": chaos.tally.decided,
         "decide_refused": chaos.tally.decide_refused,

@@ -16,7 +16,7 @@ from ray import serve
 from runcontrol.config import Settings
 
 from .ingress import ACCESS_LOG_OFF, use_fast_ingress
-from .placement import NAMESPACE
+from .placement import NAMESPACE, host_name
 from .run_host import ensure_hosts
 from .scheduler import ensure_scheduler
 
@@ -135,4 +135,15 @@ async def drain_service(
         *(host.drain.remote(remaining()) for host in service.hosts), return_exceptions=True
     )
     report["hosts"] = [a if isinstance(a, dict) else repr(a) for a in answers]
+    return report
+
+
+async def replace_host(index: int, grace_s: float) -> dict[str, Any]:
+    """Replace run host ``index`` without waiting for lease expiry: drain it (its runs go to
+    the other hosts at once, its commands in flight commit, at most ``grace_s``), then kill it
+    so Ray restarts it under its name (``max_restarts=-1``): the new process re-runs the
+    constructor and serves again. Answers the drain's report."""
+    handle = ray.get_actor(host_name(index), namespace=NAMESPACE)
+    report: dict[str, Any] = await handle.drain.remote(grace_s)
+    ray.kill(handle, no_restart=False)
     return report

@@ -259,9 +259,14 @@ Ctrl-C (or SIGTERM) drains within {settings.drain.grace_seconds:g} s and stops e
 
 
 def _cmd_hosts(args: argparse.Namespace) -> int:
-    from actors.service import start_hosts, start_ray
+    from actors.service import replace_host, start_hosts, start_ray
 
     settings = Settings()
+    if args.replace is not None:
+        start_ray(address=args.address)
+        report = asyncio.run(replace_host(args.replace, settings.drain.grace_seconds))
+        _say(f"run host {args.replace} drained ({json.dumps(report)}) and restarting")
+        return 0
     owner_url = database_url(settings)
     build_database(settings, owner_url=owner_url).dispose()  # migrates
     start_ray(address=args.address)
@@ -398,6 +403,13 @@ def main(argv: list[str] | None = None) -> int:
         "(for a Serve app deployed apart: serve deploy, KubeRay RayService)",
     )
     hosts.add_argument("--address", default="auto")
+    hosts.add_argument(
+        "--replace",
+        type=int,
+        default=None,
+        metavar="K",
+        help="instead: drain run host K (its runs move to the other hosts at once) and restart it",
+    )
     hosts.set_defaults(func=_cmd_hosts)
 
     worker = sub.add_parser("worker", help="run a reference worker (Ray client or gRPC)")

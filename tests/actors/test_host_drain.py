@@ -23,6 +23,7 @@ from sqlalchemy import Connection, create_engine, text
 from sqlalchemy.pool import NullPool
 from test_host_faults import restart_host
 
+from actors.service import replace_host
 from runcontrol.client import Claim
 from runcontrol.commands import ReportOutcome, RequestApproval, SubmitRun
 from runcontrol.domain import AttemptOutcome, Decision, errors
@@ -212,6 +213,17 @@ def test_a_draining_host_refuses_with_a_typed_retryable_error(h: RayHarness) -> 
             result = await h.client.send(command)
             assert result.run_id == run_id and result.created
         finally:
-            await restart_host(h, DRAINED)
+            before = await host.stats.remote()
+            replaced = await replace_host(DRAINED, 0.0)  # what `runcontrol hosts --replace` does
+            assert replaced["idle"], replaced
+
+        async def serving_again() -> bool:
+            try:
+                stats = await host.stats.remote()
+            except Exception:  # restarting: not answering yet
+                return False
+            return stats["pid"] != before["pid"] and not stats["draining"]
+
+        await poll(serving_again, "the replaced host to serve", timeout=30, interval=0.1)
 
     run_async(main(), timeout=90)

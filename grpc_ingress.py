@@ -19,6 +19,7 @@ from ray.serve.config import gRPCOptions
 
 from runcontrol.client import RunControlClient
 from runcontrol.config import Settings
+from runcontrol.drain import Drain
 from runcontrol.rpc.service import SERVICE_NAME, RunControlRpc
 from runcontrol.store import Database
 from runcontrol.telemetry import rpc_span
@@ -40,18 +41,21 @@ def grpc_options(port: int) -> gRPCOptions:
 
 class GrpcIngress:
     """The gRPC methods of the ingress deployment (a mixin: the class provides the client,
-    the database, the settings and ``ping_hosts``)."""
+    the database, the settings, the replica's drain and ``ping_hosts``)."""
 
     client: RunControlClient
     db: Database
     settings: Settings
+    edge_drain: Drain
 
     async def ping_hosts(self) -> None:
         raise NotImplementedError
 
     @cached_property
     def _rpc(self) -> RunControlRpc:
-        return RunControlRpc(self.client, self.db, self.settings, host_probe=self.ping_hosts)
+        return RunControlRpc(
+            self.client, self.db, self.settings, host_probe=self.ping_hosts, drain=self.edge_drain
+        )
 
     # runcontrol.v1.RunControl
 

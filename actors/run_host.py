@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import time
@@ -28,6 +29,7 @@ from runcontrol.bootstrap import build, build_database
 from runcontrol.commands import AcquireLease, Command
 from runcontrol.config import Settings
 from runcontrol.domain import LeaseGrant, errors
+from runcontrol.drain import Drain
 from runcontrol.grain import RunGrain
 from runcontrol.store import queries as q
 from runcontrol.store.commit import CONFIG_CHANNEL, DISPATCH_CHANNEL, EVENTS_CHANNEL
@@ -114,6 +116,9 @@ class RunHost:
         self._router = make_router(config)
         self._started = time.monotonic()
         self._commands = 0
+        # Once draining, every new command and claim is refused (``errors.Draining``: the
+        # router re-routes it to another host at once); those in flight finish (``drain``).
+        self._drain = Drain(self.settings.drain.retry_after_seconds)
         self._reaper = asyncio.get_running_loop().create_task(self._reap())
 
     # ------------------------------------------------------------------ activations
@@ -150,8 +155,16 @@ class RunHost:
     async def command(self, command: Command[T], carrier: Carrier | None = None) -> T:
         """Run one grain command in the run's mailbox (strictly in order per run); its span
         is the child of the span that sent it when ``carrier`` holds that span's context."""
+        self._drain.check(f"{type(command).__name__} for run {command.run_id}")
         run_id = command.run_id
         act = self._activation(command.tenant_id, run_id)
+        with self._drain.track():
+            return await self._in_mailbox(act, command, carrier)
+
+    async def _in_mailbox(
+        self, act: Activation, command: Command[T], carrier: Carrier | None = None
+    ) -> T:
+        run_id = command.run_id
         async with act.mailbox():
             self._commands += 1
             try:
@@ -199,10 +212,21 @@ class RunHost:
         tenant_id: str | None = None,
     ) -> dict[str, Any] | None:
         """Pull the oldest dispatched attempt for these agents and lease it (long-poll);
-        with ``tenant_id``, only that tenant's (read under its row-level security)."""
+        with ``tenant_id``, only that tenant's (read under its row-level security).
+
+        A draining host refuses a new claim and ends a long poll with None (at its next
+        wake-up, within 2 s); a claim granting a lease finishes first (the drain waits for it:
+        a grant whose answer is lost leaves an attempt nobody works until its lease expires)."""
+        self._drain.check("a claim")
+        with self._drain.track():
+            return await self._claim(agent_ids, holder, timeout_s, tenant_id)
+
+    async def _claim(
+        self, agent_ids: list[str], holder: str, timeout_s: float, tenant_id: str | None
+    ) -> dict[str, Any] | None:
         deadline = time.monotonic() + max(timeout_s, 0.0)
         payloads = tuple(agent_ids)
-        while True:
+        while not self._drain.draining:
             since = self._listener.generation(DISPATCH_CHANNEL, payloads)
             candidates = await self._in_thread(self._claimable, agent_ids, tenant_id)
             for run_tenant, run_id, attempt_id in candidates:
@@ -223,6 +247,7 @@ class RunHost:
             if remaining <= 0:
                 return None
             await self._listener.wait(DISPATCH_CHANNEL, payloads, since, min(remaining, 2.0))
+        return None
 
     def _claimable(
         self, agent_ids: list[str], tenant_id: str | None
@@ -243,7 +268,9 @@ class RunHost:
     async def events(
         self, tenant_id: str, run_id: UUID, after_seq: int, wait_s: float = 0.0
     ) -> list[dict[str, Any]]:
-        """Committed events after ``after_seq``; waits up to ``wait_s`` for new ones."""
+        """Committed events after ``after_seq``; waits up to ``wait_s`` for new ones (a
+        draining host refuses, and ends a wait at once: the caller asks another host)."""
+        self._drain.check("a watch")
         deadline = time.monotonic() + max(wait_s, 0.0)
         key = (str(run_id),)
         while True:
@@ -255,7 +282,7 @@ class RunHost:
 
             found = await self._in_thread(read)
             remaining = deadline - time.monotonic()
-            if found or remaining <= 0:
+            if found or remaining <= 0 or self._drain.draining:
                 return found
             await self._listener.wait(EVENTS_CHANNEL, key, since, min(remaining, 2.0))
 
@@ -284,7 +311,29 @@ class RunHost:
             "commit_documents": self._store.documents_sent,
             "rss_bytes": rss_kb * 1024,
             "uptime_s": time.monotonic() - self._started,
+            "in_flight": self._drain.in_flight,
+            "draining": self._drain.draining,
         }
+
+    @ray.method(concurrency_group="control")
+    async def drain(self, grace_s: float | None = None) -> dict[str, Any]:
+        """Stop taking commands and claims (each refused with ``errors.Draining``, which the
+        router re-routes to another host at once), wait for those in flight to commit, at most
+        ``grace_s`` (default ``drain.grace_seconds``), then release every grain. The runs'
+        truth is in the database (leases included), so another host serves their next
+        commands at once, with no wait for a lease to expire. The host stays up, refusing,
+        until it is stopped or replaced (``resume`` calls the drain off)."""
+        grace = self.settings.drain.grace_seconds if grace_s is None else grace_s
+        report = await self._drain.wait(grace)
+        released = len(self._activations)
+        self._activations.clear()
+        if not report.idle:
+            log.warning("drain: %d commands still in flight after %.1fs", report.in_flight, grace)
+        return {**dataclasses.asdict(report), "released": released}
+
+    @ray.method(concurrency_group="control")
+    async def resume(self) -> None:
+        self._drain.resume()
 
     @ray.method(concurrency_group="control")
     async def activation_bytes(self) -> dict[str, float]:

@@ -292,6 +292,22 @@ class ApiOptions(BaseModel):
     )
 
 
+class DrainOptions(BaseModel):
+    """Graceful drain (SIGTERM to ``runcontrol up``, a run host or an API replica replaced):
+    new submissions and claims are refused with 503 ``draining``, commands in flight finish."""
+
+    grace_seconds: float = Field(
+        30,
+        ge=0,
+        description="Drain:GraceSeconds: how long commands and attempts in flight may take to "
+        "finish once a drain starts; then the process stops anyway (a lease not reported by "
+        "then is settled by its expiry, as after a crash).",
+    )
+    retry_after_seconds: int = Field(
+        5, ge=1, description="The Retry-After of a refusal by a draining process."
+    )
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="RUNCONTROL_", env_nested_delimiter="__", extra="ignore"
@@ -328,6 +344,7 @@ class Settings(BaseSettings):
     auth: AuthOptions = AuthOptions()
     api: ApiOptions = ApiOptions()
     telemetry: TelemetryOptions = TelemetryOptions()
+    drain: DrainOptions = DrainOptions()
 
     def options(self) -> Options:
         return Options(

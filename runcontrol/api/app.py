@@ -10,6 +10,7 @@ from fastapi.telemetry import TelemetryConfig
 
 from ..client import RunControlClient
 from ..config import Settings
+from ..drain import Drain
 from ..store import Database
 from ..store.commit import EVENTS_CHANNEL
 from ..store.notify import Listener
@@ -27,11 +28,14 @@ def create_app(
     settings: Settings | None = None,
     *,
     host_probe: HostProbe | None = None,
+    drain: Drain | None = None,
 ) -> FastAPI:
     """The HTTP API over ``client`` (commands) and ``db`` (tenant-scoped reads, and the event
     feed: one LISTEN connection for all of this app's streams).
 
-    ``host_probe`` is awaited by ``/health/ready``: it should ping every run host.
+    ``host_probe`` is awaited by ``/health/ready``: it should ping every run host. ``drain``
+    is the replica's (shared with its gRPC methods); while it drains, submissions answer 503
+    ``draining`` and readiness 503.
     """
     settings = settings or Settings()
     services = Services(
@@ -44,6 +48,7 @@ def create_app(
             application_name=events.FEED_APPLICATION_NAME,
         ),
         host_probe,
+        drain=drain or Drain(settings.drain.retry_after_seconds),
     )
 
     @asynccontextmanager

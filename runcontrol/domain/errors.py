@@ -202,3 +202,12 @@ class Unavailable(RunControlError):
 
     code = "unavailable"
     retryable = True
+
+
+class Draining(RunControlError):
+    """This process is draining (shutting down or being replaced): it takes no new work and
+    did nothing with this command. Send it again after ``retry_after`` seconds: elsewhere, or
+    here once the replacement answers (a router re-routes it at once)."""
+
+    code = "draining"
+    retryable = True

@@ -86,6 +86,7 @@ class ChaosOptions:
     zombie_rate: float = 0.02
     work_s: float = 0.05
     workers: int = 2
+    kinds: tuple[str, ...] = KINDS  # the fault kinds injected
 
 
 @dataclass
@@ -101,6 +102,7 @@ class Fault:
 class Tally:
     accepted: dict[str, str] = field(default_factory=dict)  # idempotency key -> run id
     submit_resends: int = 0
+    submit_draining: int = 0  # of them, answered 503 draining (a service stopping)
     submit_refused: list[str] = field(default_factory=list)
     decided: int = 0
     decide_refused: dict[str, int] = field(default_factory=dict)
@@ -134,6 +136,7 @@ class ServiceProcess:
         self.log_path = log
         self.proc: subprocess.Popen[str] | None = None
         self._log: IO[str] | None = None
+        self.drained: dict[str, Any] | None = None  # the last drain's report
 
     def start(self, timeout_s: float = 240.0) -> float:
         """Start it and wait for its ready line; answer the seconds that took."""
@@ -184,16 +187,23 @@ class ServiceProcess:
         return self._answer(60.0)
 
     def terminate(self, timeout_s: float = 120.0) -> int:
-        """SIGTERM, as an orchestrator stops it; SIGKILL of the group if it hangs."""
+        """SIGTERM, as an orchestrator stops it; SIGKILL of the group if it hangs. The drain's
+        report, if the service printed one, is kept in ``drained``."""
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)
         try:
-            return self.proc.wait(timeout_s)
+            code = self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
             self.kill()
             return -9
         finally:
             self._close()
+        while True:
+            answer = self._answer(5.0)
+            if "drained" in answer:
+                self.drained = answer["drained"]
+            if "exited" in answer or "timeout" in answer:
+                return code
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -354,6 +364,8 @@ class Chaos:
                 # Only the app's own answers (JSON, problem+json) are final: while the app is
                 # being deployed, Serve's proxy answers 404 in plain text.
                 ours = r is not None and "json" in r.headers.get("content-type", "")
+                if ours and r is not None and r.status_code == 503:
+                    self.tally.submit_draining += r.json().get("code") == "draining"
                 if ours and r is not None and r.status_code not in (429, 500, 502, 503, 504):
                     self.tally.submit_refused.append(f"{key}: {r.status_code} {r.text[:300]}")
                     self.say(f"submission refused: {self.tally.submit_refused[-1]}")
@@ -449,7 +461,7 @@ class Chaos:
     async def _inject_faults(self, http: httpx.AsyncClient) -> None:
         o = self.options
         if o.mode == "each":
-            kinds = list(KINDS)
+            kinds = list(o.kinds)
             self.rng.shuffle(kinds)
             for n, kind in enumerate(kinds):
                 threshold = (n + 1) * o.runs // (len(kinds) + 1)
@@ -462,7 +474,7 @@ class Chaos:
                 await asyncio.sleep(self.rng.uniform(*o.gap_s))
                 if self.submitted >= o.runs - 1:
                     break
-                await self._fault(http, self.rng.choice(KINDS))
+                await self._fault(http, self.rng.choice(o.kinds))
 
     async def _fault(self, http: httpx.AsyncClient, kind: str) -> None:
         completed = self.tally.completed
@@ -490,6 +502,7 @@ class Chaos:
                 "exit_code": code,
                 "stop_s": round(stop_s, 1),
                 "start_s": round(startup, 1),
+                "drained": self.service.drained,
             }
         self.faults.append(fault)
         self.say(f"fault {kind}: {fault.detail}")
@@ -695,6 +708,7 @@ def summary(chaos: Chaos, outcome: dict[str, Any], found: dict[str, Any]) -> dic
         "faults": [asdict(f) for f in chaos.faults],
         "service_startups_s": [round(s, 1) for s in chaos.startups],
         "submit_resends": chaos.tally.submit_resends,
+        "submit_draining": chaos.tally.submit_draining,
         "submit_refused": chaos.tally.submit_refused,
         "decided": chaos.tally.decided,
         "decide_refused": chaos.tally.decide_refused,

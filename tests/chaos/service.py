@@ -12,8 +12,10 @@ line back:
     kill-scheduler   ray.kill of the scheduler actor (it restarts)
     kill-replica     ray.kill of the Serve replica (Serve's controller starts another)
 
-SIGTERM stops it as it stops ``runcontrol up``: workers drain, then Serve and Ray shut down.
-End of stdin (the driver died) stops it too.
+SIGTERM stops it as it stops ``runcontrol up`` (``actors.service.drain_service``): the edge
+refuses new work, workers finish the attempts in hand, the edge and the hosts their commands in
+flight, within ``drain.grace_seconds``; then Serve and Ray shut down. It prints the drain's
+report as ``{"drained": ...}``. End of stdin (the driver died) stops it too.
 
 The workers' client records every fenced command refused as stale (``CHAOS_REFUSALS``, one JSON
 line each) so the driver can find each in the audit, and, with probability
@@ -41,8 +43,8 @@ import ray
 
 from actors.placement import NAMESPACE, SCHEDULER_NAME, host_name
 from actors.run_host import host_config, make_router
-from actors.service import start_ray, start_service, stop_service
-from runcontrol.cli import DEMO_WORKFLOW, _supervise_workers
+from actors.service import drain_service, start_ray, start_service, stop_service
+from runcontrol.cli import DEMO_WORKFLOW, _start_workers, _stop_workers
 from runcontrol.client import Claim, RunControlClient
 from runcontrol.commands import Command, ReportOutcome, new_command_id
 from runcontrol.config import Settings
@@ -192,13 +194,19 @@ def main(http_port: int, grpc_port: int) -> int:
             loop.add_signal_handler(sig, stop.set)
         threading.Thread(target=read_faults, args=(loop, stop), daemon=True).start()
         say(ready=True, pid=os.getpid(), startup_s=round(time.monotonic() - started, 1))
-        await _supervise_workers(workers, stop)
+        tasks = _start_workers(workers)
+        await stop.wait()
+        report = await drain_service(
+            service,
+            settings.drain.grace_seconds,
+            lambda grace_s: _stop_workers(workers, tasks, grace_s),
+        )
+        say(drained=report)
 
     try:
         asyncio.run(run())
     finally:
         stop_service()
-        del service
     return 0
 
 

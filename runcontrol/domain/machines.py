@@ -52,7 +52,12 @@ ATTEMPT_TRANSITIONS: Mapping[tuple[AttemptState, AttemptState], str] = {
     (A.LEASED, A.UNCERTAIN): "OutcomeReported",
     (A.LEASED, A.CANCELLED): "OutcomeReported",
     (A.LEASED, A.TIMED_OUT): "LeaseExpired",
-    # Invariant 6 surfaces an Uncertain attempt to an operator, who may settle it.
+}
+
+# Invariant 6 surfaces an Uncertain attempt to an operator, who may find out whether its side
+# effect happened. That is a correction of the attempt's record, not a move of its machine
+# (whose terminal states keep no exits): the only corrections there are.
+ATTEMPT_RESOLUTIONS: Mapping[tuple[AttemptState, AttemptState], str] = {
     (A.UNCERTAIN, A.SUCCEEDED): "OperatorResolved",
     (A.UNCERTAIN, A.FAILED): "OperatorResolved",
 }

@@ -21,6 +21,7 @@ from . import errors
 from .hashing import canonical_hash, is_hash
 from .machines import (
     APPROVAL_TRANSITIONS,
+    ATTEMPT_RESOLUTIONS,
     ATTEMPT_TRANSITIONS,
     RUN_TRANSITIONS,
     STEP_TRANSITIONS,
@@ -1780,7 +1781,10 @@ class RunAggregate:
             and step.state is StepState.PENDING
             and self.attempts_of(step)[-1].attempt_id == attempt_id
         )
-        self._move_attempt(ctx, attempt, outcome.attempt_state, "OperatorResolved")
+        cause = check("Attempt", ATTEMPT_RESOLUTIONS, attempt.state, outcome.attempt_state)
+        attempt.state = outcome.attempt_state
+        self._changes.attempts[attempt.attempt_id] = attempt
+        self._journal(ctx, "Attempt", attempt_id, AttemptState.UNCERTAIN, attempt.state, cause)
         attempt.outcome = outcome
         attempt.failure_class = _failure_class_for(outcome, None)
         self._control_event(

@@ -151,8 +151,9 @@ async def resume_run(
     responses=CONTROL_RESPONSES,
     summary="Dispatch a new attempt now of a step waiting for its retry.",
     description=ROLES + " The step's last attempt Failed, TimedOut or settled Uncertain and "
-    "the run is Running and not suspended; a finished run is rerun instead (409 "
-    "`run-terminal`). The new attempt's lease carries a new fencing token.",
+    "the run is Running; a finished run is rerun instead (409 `run-terminal`). The new "
+    "attempt (its lease carries a new fencing token) is dispatched now, or by the resume of a "
+    "suspended run.",
 )
 async def retry_step(
     caller: RunOperator,

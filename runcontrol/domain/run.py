@@ -1717,7 +1717,8 @@ class RunAggregate:
     def retry_step(self, ctx: CommandContext, step_id: UUID, reason: str) -> Step:
         """Dispatch a new attempt of a step whose last attempt Failed, TimedOut or settled
         Uncertain and which waits for its retry: the backoff is skipped. The attempt is
-        dispatched by the same command (the grain); its lease carries a new fencing token."""
+        dispatched by the same command (the grain), or, while the run is suspended, by the
+        resume; its lease carries a new fencing token."""
         reason = _control_reason(reason)
         step = self.step(step_id)
         self._controllable("retry a step of")
@@ -1725,8 +1726,6 @@ class RunAggregate:
             raise errors.IllegalTransition(
                 f"no retry while the run is {self.run.state}", run_state=str(self.run.state)
             )
-        if self.run.suspended_at is not None:
-            raise errors.RunSuspended("the run is suspended: resume it to retry a step")
         previous = self.attempts_of(step)
         last = previous[-1] if previous else None
         retryable = (AttemptState.FAILED, AttemptState.TIMED_OUT, AttemptState.UNCERTAIN)

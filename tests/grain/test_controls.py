@@ -187,17 +187,28 @@ def test_retry_dispatches_a_new_attempt_now_whose_lease_has_a_higher_token(h: Ha
     assert event.payload["requestedBy"] == OPERATOR
 
 
-def test_retry_refuses_a_finished_run_a_busy_step_and_a_suspended_run(h: Harness):
+def test_a_retry_while_suspended_is_dispatched_by_the_resume(h: Harness):
+    h.env.rng = CeilingRandom()
+    grain, first = h.start_run(StepSpec("only", "agent-a", max_attempts=3))
+    control(h, grain, SuspendRun)
+    report(grain, first, AttemptOutcome.FAILED, failure_class=FailureClass.TRANSIENT)
+    step_id = h.load(grain.run_id).steps[0].step_id
+
+    answer = control(h, grain, RetryStep, step_id=step_id)
+
+    assert (answer.suspended, answer.attempt_id) == (True, None)
+    assert h.open_attempts(grain.run_id) == []
+    control(h, grain, ResumeRun)  # the backoff was skipped: due at once
+    assert h.lease(grain).fencing_token > first.fencing_token
+
+
+def test_retry_refuses_a_finished_run_and_a_busy_step(h: Harness):
     grain, first = h.start_run(
         StepSpec("only", "agent-a", max_attempts=3, side_effect_class=SideEffectClass.SHARED_WRITE)
     )
     step_id = h.load(grain.run_id).steps[0].step_id
     with pytest.raises(errors.IllegalTransition):  # its attempt is still leased
         control(h, grain, RetryStep, step_id=step_id)
-    control(h, grain, SuspendRun)
-    with pytest.raises(errors.RunSuspended):
-        control(h, grain, RetryStep, step_id=step_id)
-    control(h, grain, ResumeRun)
     with pytest.raises(errors.StepNotFound):
         control(h, grain, RetryStep, step_id=uuid.uuid4())
     report(grain, first, AttemptOutcome.UNCERTAIN)  # shared-write: the run fails (inv. 6)

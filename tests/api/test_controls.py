@@ -84,9 +84,9 @@ def test_suspend_and_resume(t: TenantView, db: Database) -> None:
     assert resumed.json()["suspended"] is False and not t.run(run_id)["suspended"]
     assert audits(db, t, run_id, "run-resumed")[0].actor == "wanda"
     assert len(events(t, run_id, "RunResumed")) == 1
+    assert_problem(post(admin, f"{path}/resume"), 409, "run-not-suspended")
     t.succeed(t.claim(run_id))
     t.wait_state(run_id, "Completed")
-    assert_problem(post(admin, f"{path}/resume"), 409, "run-not-suspended")
     assert_problem(post(admin, f"{path}/suspend"), 409, "run-terminal")
 
 
@@ -117,7 +117,7 @@ def test_retry_a_step_while_suspended_then_resume(t: TenantView, db: Database) -
     t.succeed(second)
     t.wait_state(run_id, "Completed")
     assert_problem(post(operator(t), f"{path}/steps/{step_id}/retry"), 409, "run-terminal")
-    assert_problem(post(operator(t), f"{path}/steps/{uuid.uuid4()}/retry"), 409, "run-terminal")
+    assert_problem(post(operator(t), f"{path}/steps/{uuid.uuid4()}/retry"), 404, "step-not-found")
 
 
 def test_resolve_an_uncertain_attempt_and_rerun_the_failed_run(t: TenantView, db: Database):

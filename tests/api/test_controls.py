@@ -212,3 +212,22 @@ def test_a_reason_is_required_and_unknown_runs_are_404(t: TenantView) -> None:
     assert_problem(post(operator(t), f"/factory/runs/{uuid.uuid4()}/rerun"), 404)
     platform = t.user("pat", Role.PLATFORM_ADMIN)
     assert post(platform, f"{path}/suspend").json()["suspended"] is True
+
+
+def test_malformed_input_is_a_422_problem_and_changes_nothing(t: TenantView) -> None:
+    t.publish()
+    run_id = t.submit()
+    path = f"/factory/runs/{run_id}"
+    http = operator(t)
+    for url, body in (
+        ("/factory/runs/not-a-uuid/suspend", {"reason": REASON}),
+        (f"{path}/steps/not-a-uuid/retry", {"reason": REASON}),
+        (f"{path}/suspend", {"reason": "x" * 2001}),
+        (f"{path}/suspend", {"reason": "nul \x00 inside"}),
+        (f"{path}/suspend", {"reason": 42}),
+        (f"{path}/rerun", {"reason": REASON, "release": "newest"}),
+        (f"{path}/rerun", {"reason": REASON, "releaseAlias": ""}),
+        (f"{path}/attempts/{uuid.uuid4()}/resolve", {"reason": REASON, "outcome": "Uncertain"}),
+    ):
+        assert_problem(http.post(url, json=body), 422)
+    assert not t.run(run_id)["suspended"]

@@ -16,7 +16,7 @@ from ..store.commit import EVENTS_CHANNEL
 from ..store.notify import Listener
 from ..store.webhooks import FEED_CHANNEL
 from ..telemetry import tracing
-from . import approvals, events, feed, health, policies, problems, runs, webhooks
+from . import approvals, controls, events, feed, health, policies, problems, runs, webhooks
 from .auth import TokenVerifier
 from .context import HostProbe, Services
 from .limits import BodyLimit, TenantRateLimiter
@@ -82,4 +82,5 @@ def create_app(
     for module in (runs, events, feed, approvals, webhooks, policies, health):
         app.include_router(module.router)
     app.include_router(approvals.runs_router)
+    app.include_router(controls.router)  # operator controls (issue 14)
     return app

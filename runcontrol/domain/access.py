@@ -30,6 +30,7 @@ APPROVALS_DECIDE = "factory.approvals.decide"
 RUNTIME = "factory.runtime"
 WEBHOOKS_MANAGE = "factory.webhooks.manage"
 POLICIES_MANAGE = "factory.policies.manage"
+RUNS_OPERATE = "factory.runs.operate"
 ALL_SCOPES = (
     RUNS_READ,
     RUNS_WRITE,
@@ -38,6 +39,7 @@ ALL_SCOPES = (
     RUNTIME,
     WEBHOOKS_MANAGE,
     POLICIES_MANAGE,
+    RUNS_OPERATE,
 )
 
 
@@ -53,6 +55,9 @@ class Operation(StrEnum):
     MANAGE_WEBHOOKS = "ManageWebhooks"
     # Approval policy revisions (who approves what, quorum, expiry): the workspace's admins.
     MANAGE_POLICY = "ManagePolicy"
+    # Run controls (suspend, resume, retry a step, resolve an attempt, rerun): the roles that
+    # run the platform, which span the tenant.
+    OPERATE_RUNS = "OperateRuns"
 
 
 # The scope each operation needs (the spec's operations table).
@@ -65,6 +70,7 @@ OPERATION_SCOPE: Mapping[Operation, str] = {
     Operation.RUNTIME: RUNTIME,
     Operation.MANAGE_WEBHOOKS: WEBHOOKS_MANAGE,
     Operation.MANAGE_POLICY: POLICIES_MANAGE,
+    Operation.OPERATE_RUNS: RUNS_OPERATE,
 }
 
 _READ = frozenset({Operation.READ_RUNS, Operation.READ_APPROVALS})
@@ -74,6 +80,7 @@ _ADMIN = _READ | {
     Operation.DECIDE_APPROVAL,
     Operation.MANAGE_WEBHOOKS,
     Operation.MANAGE_POLICY,
+    Operation.OPERATE_RUNS,
 }
 
 # The published table (README "Roles and scopes"). Deciding also needs the policy's approver
@@ -83,7 +90,8 @@ ROLE_OPERATIONS: Mapping[Role, frozenset[Operation]] = {
     Role.OBSERVER: _READ,
     Role.REQUESTER: _READ | {Operation.SUBMIT_RUN, Operation.CANCEL_RUN},
     Role.REVIEWER: _READ | {Operation.DECIDE_APPROVAL},
-    Role.OPERATOR: _READ | {Operation.CANCEL_RUN, Operation.MANAGE_WEBHOOKS},
+    Role.OPERATOR: _READ
+    | {Operation.CANCEL_RUN, Operation.MANAGE_WEBHOOKS, Operation.OPERATE_RUNS},
     Role.WORKSPACE_ADMIN: _ADMIN,
     Role.PLATFORM_ADMIN: _ADMIN,
     Role.WORKER: frozenset({Operation.RUNTIME}),

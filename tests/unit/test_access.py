@@ -11,6 +11,7 @@ from runcontrol.domain.access import (
     APPROVALS_READ,
     POLICIES_MANAGE,
     ROLE_OPERATIONS,
+    RUNS_OPERATE,
     RUNS_READ,
     RUNS_WRITE,
     RUNTIME,
@@ -45,8 +46,8 @@ def test_every_role_has_a_row() -> None:
         ),
         (
             Role.OPERATOR,
-            {Op.READ_RUNS, Op.READ_APPROVALS, Op.CANCEL_RUN, Op.MANAGE_WEBHOOKS},
-            {RUNS_READ, RUNS_WRITE, APPROVALS_READ, WEBHOOKS_MANAGE},
+            {Op.READ_RUNS, Op.READ_APPROVALS, Op.CANCEL_RUN, Op.MANAGE_WEBHOOKS, Op.OPERATE_RUNS},
+            {RUNS_READ, RUNS_WRITE, APPROVALS_READ, WEBHOOKS_MANAGE, RUNS_OPERATE},
         ),
         (Role.WORKER, {Op.RUNTIME}, {RUNTIME}),
         (
@@ -59,6 +60,7 @@ def test_every_role_has_a_row() -> None:
                 Op.DECIDE_APPROVAL,
                 Op.MANAGE_WEBHOOKS,
                 Op.MANAGE_POLICY,
+                Op.OPERATE_RUNS,
             },
             {
                 RUNS_READ,
@@ -67,6 +69,7 @@ def test_every_role_has_a_row() -> None:
                 APPROVALS_DECIDE,
                 WEBHOOKS_MANAGE,
                 POLICIES_MANAGE,
+                RUNS_OPERATE,
             },
         ),
     ],

@@ -14,6 +14,7 @@ import itertools
 import logging
 import pickle
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from uuid import UUID
@@ -161,9 +162,15 @@ class HostRouter:
         return handle
 
     async def call_named(self, name: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        return await self._call(lambda: name, method, *args, **kwargs)
+
+    async def _call(self, pick: Callable[[], str], method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call ``method`` on the actor ``pick()`` names, retrying (``pick`` again) while the
+        actor is restarting, dead or not yet registered."""
         delay = 0.05
         last: BaseException | None = None
         for _ in range(RETRIES):
+            name = pick()
             try:
                 handle = self._handle(name)
                 return await getattr(handle, method).remote(*args, **kwargs)
@@ -181,7 +188,9 @@ class HostRouter:
         return await self.call_named(self.name_for(run_id), method, *args, **kwargs)
 
     async def call_any(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return await self.call_named(host_name(next(self._round_robin)), method, *args, **kwargs)
+        """``method`` on any host (a claim): a host that does not answer is passed over for the
+        next, so a claim resent after its host died is answered at once by another."""
+        return await self._call(lambda: host_name(next(self._round_robin)), method, *args, **kwargs)
 
     async def send(self, command: Command[R]) -> R:
         """One grain command, sent to the run's host in a batch with its neighbours."""

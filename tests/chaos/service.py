@@ -111,9 +111,14 @@ class RecordingClient:
         self._record(stale, "accepted", zombie=True)
 
     async def claim(
-        self, agent_ids: list[str], holder: str | WorkerIdentity, timeout_s: float = 30.0
+        self,
+        agent_ids: list[str],
+        holder: str | WorkerIdentity,
+        timeout_s: float = 30.0,
+        *,
+        claim_id: str | None = None,
     ) -> Claim | None:
-        return await self.inner.claim(agent_ids, holder, timeout_s)
+        return await self.inner.claim(agent_ids, holder, timeout_s, claim_id=claim_id)
 
     def watch(
         self, tenant_id: str, run_id: UUID, after_seq: int = 0, *, wait_s: float = 20.0

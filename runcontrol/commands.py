@@ -258,6 +258,15 @@ class DecideApproval(Command[ApprovalRequest]):
     reason: str | None = None
 
 
+# ---------------------------------------------------------------------- operations
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SettleRestoredLeases(Command[list[str]]):
+    """restore-check, after the store was restored from a backup: revoke the run's open
+    leases and settle their attempts Uncertain; answers the ids of the attempts settled."""
+
+
 __all__ = [
     "AcquireLease",
     "CancelRun",
@@ -271,6 +280,7 @@ __all__ = [
     "ReportOutcome",
     "ReportProgress",
     "RequestApproval",
+    "SettleRestoredLeases",
     "StartRun",
     "SubmitRequest",
     "SubmitResult",

@@ -42,6 +42,7 @@ from .commands import (
     ReportOutcome,
     ReportProgress,
     RequestApproval,
+    SettleRestoredLeases,
     StartRun,
     SubmitResult,
     SubmitRun,
@@ -64,6 +65,7 @@ from .domain import (
     canonical_hash,
     errors,
 )
+from .domain.run import RESTORE_CHECK
 from .ports import Budget, Capacity, PolicyStore, ReleaseRegistry
 from .store.commit import (
     DuplicateSubmission,
@@ -698,3 +700,15 @@ class RunGrain:
         return await self.env.policies.revision(
             self.tenant_id, run.policy.policy_id, run.policy.revision
         )
+
+    # ------------------------------------------------------------------ restore from backup
+
+    @handles(SettleRestoredLeases)
+    async def _settle_restored(self, command: SettleRestoredLeases) -> list[str]:
+        """restore-check: the run's open leases revoked, their attempts Uncertain."""
+        options = self.env.options
+
+        def decide(a: RunAggregate, c: CommandContext) -> list[str]:
+            return [str(attempt) for attempt in a.settle_restored_leases(c, options)]
+
+        return await self._run(Plan(decide, RESTORE_CHECK), command)

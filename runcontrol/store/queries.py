@@ -350,6 +350,14 @@ def expired_leases(
     return [(r.tenant_id, r.run_id) for r in rows]
 
 
+def runs_with_open_leases(conn: Connection) -> list[RunKey]:
+    """Runs holding a current lease, whatever its expiry (restore-check, after a restore)."""
+    rows = conn.execute(
+        select(leases.c.tenant_id, leases.c.run_id).where(leases.c.released_at.is_(None)).distinct()
+    )
+    return [(r.tenant_id, r.run_id) for r in rows]
+
+
 def expired_approvals(conn: Connection, now: datetime, limit: int = 500) -> list[RunKey]:
     """Runs with a Pending approval past expiresAt (ApprovalExpiryReconciler)."""
     t = approval_requests

@@ -18,7 +18,6 @@ import asyncio
 import os
 import signal
 import uuid
-from collections.abc import Iterator
 from typing import Any
 from uuid import UUID
 
@@ -29,47 +28,11 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
 from actors.placement import NAMESPACE, host_name
-from actors.run_host import ensure_hosts, host_config, make_router
+from actors.run_host import make_router
 from runcontrol.client import Claim, RunControlClient
 from runcontrol.commands import ReportOutcome, SubmitRun
-from runcontrol.config import Settings
 from runcontrol.domain import AttemptOutcome, WorkerIdentity, canonical_hash, errors
 from runcontrol.worker import Backoff, EchoExecutor, ReferenceWorker
-
-LEASE_S = 120
-
-
-def _replace_hosts(runtime: Any, settings: Settings) -> None:
-    """Stop the session's hosts for good and start them again with ``settings``."""
-    for handle in runtime.hosts:
-        ray.kill(handle, no_restart=True)
-    for k in range(settings.grains.host_count):
-        _wait_name_free(host_name(k))
-    runtime.hosts = ensure_hosts(settings, runtime.owner_url)
-
-
-def _wait_name_free(name: str) -> None:
-    async def free() -> bool:
-        try:
-            ray.get_actor(name, namespace=NAMESPACE)
-        except ValueError:
-            return True
-        return False
-
-    run_async(poll(free, f"{name} to be gone", timeout=30), timeout=40)
-
-
-@pytest.fixture(scope="module")
-def long_leases(ray_runtime: Any) -> Iterator[dict[str, Any]]:
-    """The hosts grant ``LEASE_S`` leases while this module runs; the host config to use."""
-    raw = ray_runtime.settings.model_dump(mode="json")
-    raw["leases"]["duration_seconds"] = LEASE_S
-    settings = Settings.model_validate(raw)
-    _replace_hosts(ray_runtime, settings)
-    try:
-        yield host_config(settings, ray_runtime.owner_url)
-    finally:
-        _replace_hosts(ray_runtime, ray_runtime.settings)
 
 
 class RecordingClient:

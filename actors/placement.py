@@ -193,9 +193,15 @@ class HostRouter:
         return handle
 
     async def call_named(self, name: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        return await self._call(lambda: name, method, *args, **kwargs)
+
+    async def _call(self, pick: Callable[[], str], method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call ``method`` on the actor ``pick()`` names, retrying (``pick`` again) while the
+        actor is restarting, dead or not yet registered."""
         delay = 0.05
         last: BaseException | None = None
         for _ in range(RETRIES):
+            name = pick()
             try:
                 handle = self._handle(name)
                 return await getattr(handle, method).remote(*args, **kwargs)
@@ -216,6 +222,9 @@ class HostRouter:
         return await self._call_serving(lambda: self.name_for(run_id), method, *args, **kwargs)
 
     async def call_any(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``method`` on any host (a claim): a host that does not answer is passed over for the
+        next, so a claim resent after its host died is answered at once by another; so is one
+        that refuses as draining."""
         return await self._call_serving(
             lambda: self._serving(next(self._round_robin)), method, *args, **kwargs
         )
@@ -223,12 +232,12 @@ class HostRouter:
     async def _call_serving(
         self, pick: Callable[[], str], method: str, *args: Any, **kwargs: Any
     ) -> Any:
-        """``call_named`` on the host ``pick`` names; a draining one's refusal sends the call
-        to the host ``pick`` names next (each refusal marks its host)."""
+        """``_call`` on the host ``pick`` names; a draining one's refusal sends the call to the
+        host ``pick`` names next (each refusal marks its host)."""
         refused: errors.Draining | None = None
         for _ in range(self.host_count):
             try:
-                return await self.call_named(pick(), method, *args, **kwargs)
+                return await self._call(pick, method, *args, **kwargs)
             except errors.Draining as exc:
                 refused = exc
         assert refused is not None

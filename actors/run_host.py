@@ -26,11 +26,12 @@ import ray
 from sqlalchemy import exc as sa_exc
 
 from runcontrol.bootstrap import build, build_database
-from runcontrol.commands import AcquireLease, Command
+from runcontrol.commands import AcquireLease, Command, new_command_id
 from runcontrol.config import Settings
 from runcontrol.domain import LeaseGrant, errors
 from runcontrol.drain import Drain
 from runcontrol.grain import RunGrain
+from runcontrol.store import answers
 from runcontrol.store import queries as q
 from runcontrol.store.commit import CONFIG_CHANNEL, DISPATCH_CHANNEL, EVENTS_CHANNEL
 from runcontrol.store.notify import Listener
@@ -210,26 +211,44 @@ class RunHost:
         holder: str,
         timeout_s: float = 30.0,
         tenant_id: str | None = None,
+        claim_id: str | None = None,
     ) -> dict[str, Any] | None:
         """Pull the oldest dispatched attempt for these agents and lease it (long-poll);
         with ``tenant_id``, only that tenant's (read under its row-level security).
+
+        ``claim_id`` is the claim's request id, made once by the worker and resent until
+        answered; it is the command id of the claim's ``AcquireLease``. A resend whose first
+        send was granted a lease (its answer lost: this host died after the commit) gets that
+        lease back, while it is current, instead of leaving it to expire unworked. The run's
+        input is read before the grant, so no failing read can strand a granted lease.
 
         A draining host refuses a new claim and ends a long poll with None (at its next
         wake-up, within 2 s); a claim granting a lease finishes first (the drain waits for it:
         a grant whose answer is lost leaves an attempt nobody works until its lease expires)."""
         self._drain.check("a claim")
         with self._drain.track():
-            return await self._claim(agent_ids, holder, timeout_s, tenant_id)
+            return await self._claim(
+                agent_ids, holder, timeout_s, tenant_id, claim_id or new_command_id()
+            )
 
     async def _claim(
-        self, agent_ids: list[str], holder: str, timeout_s: float, tenant_id: str | None
+        self,
+        agent_ids: list[str],
+        holder: str,
+        timeout_s: float,
+        tenant_id: str | None,
+        claim_id: str,
     ) -> dict[str, Any] | None:
         deadline = time.monotonic() + max(timeout_s, 0.0)
         payloads = tuple(agent_ids)
+        held = await self._in_thread(self._claimed, claim_id, holder, tenant_id)
+        if held is not None:
+            return held
         while not self._drain.draining:
             since = self._listener.generation(DISPATCH_CHANNEL, payloads)
             candidates = await self._in_thread(self._claimable, agent_ids, tenant_id)
             for run_tenant, run_id, attempt_id in candidates:
+                input = await self._in_thread(self._run_input, run_tenant, run_id)
                 try:
                     grant: LeaseGrant = await self._router.send(
                         AcquireLease(
@@ -237,12 +256,15 @@ class RunHost:
                             run_id=run_id,
                             attempt_id=attempt_id,
                             holder=holder,
+                            command_id=claim_id,
                         )
                     )
-                except (errors.LeaseHeld, errors.LeaseRejected):
-                    continue  # another worker won it, or the run moved on
-                run = await self._in_thread(self._run_view, run_tenant, run_id)
-                return {"grant": grant, "tenant_id": run_tenant, "input": (run or {}).get("input")}
+                except (errors.LeaseHeld, errors.LeaseRejected, errors.IdempotencyConflict):
+                    # Another worker won it, or the run moved on (nothing stored); or this
+                    # claim was granted a lease of this run before, since gone: a claim with
+                    # a new id takes the attempt.
+                    continue
+                return {"grant": grant, "tenant_id": run_tenant, "input": input}
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
@@ -255,6 +277,24 @@ class RunHost:
         scope = self._db.tenant(tenant_id) if tenant_id else self._db.system_tx()
         with scope as conn:
             return q.claimable(conn, agent_ids, limit=8)
+
+    def _claimed(self, claim_id: str, holder: str, tenant_id: str | None) -> dict[str, Any] | None:
+        """The current lease claim ``claim_id`` was granted, as ``claim`` answers it."""
+        scope = self._db.tenant(tenant_id) if tenant_id else self._db.system_tx()
+        with scope as conn:
+            found = q.claimed(conn, claim_id)
+        if found is None:
+            return None
+        run_tenant, _, stored, input = found
+        grant = answers.decode(stored)
+        if not isinstance(grant, LeaseGrant) or grant.holder != holder:
+            # Another holder's claim id: its lease is not this caller's to take.
+            raise errors.IdempotencyConflict("this claim id was already used by another holder")
+        return {"grant": grant, "tenant_id": run_tenant, "input": input}
+
+    def _run_input(self, tenant_id: str, run_id: UUID) -> dict[str, Any] | None:
+        with self._db.tenant(tenant_id) as conn:
+            return q.run_input(conn, run_id)
 
     # ------------------------------------------------------------------ reads
 

@@ -78,18 +78,23 @@ def start_service(
     *,
     app_settings: dict[str, Any] | None = None,
     grpc_port: int = 9000,
+    host_options: Callable[[int], dict[str, Any]] | None = None,
+    proxy_location: str | None = None,
 ) -> Service:
     """Deploy hosts, the scheduler and the HTTP + gRPC app; return once all of them answer.
 
-    ``app_settings`` override the HTTP app's settings (over its ``RUNCONTROL_*`` environment)."""
+    ``app_settings`` override the HTTP app's settings (over its ``RUNCONTROL_*`` environment).
+    ``host_options`` places the run hosts (``ensure_hosts``); ``proxy_location`` is Serve's
+    (``HeadOnly`` for several nodes on one machine, whose proxies would share one port)."""
     os.environ["RUNCONTROL_DATABASE_URL"] = owner_url
-    hosts = ensure_hosts(settings, owner_url)
+    hosts = ensure_hosts(settings, owner_url, host_options=host_options)
     scheduler = ensure_scheduler(settings, owner_url)
     from grpc_ingress import grpc_options
     from serve_app import RunControlApi
 
     # Serve's gRPC proxy listens on every interface ([::]:port) whatever ``host`` is.
     serve.start(
+        proxy_location=proxy_location,
         http_options={"host": host, "port": port},
         grpc_options=grpc_options(grpc_port),
         logging_config=ACCESS_LOG_OFF,

@@ -408,6 +408,39 @@ def _cmd_policy(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_restore_check(args: argparse.Namespace) -> int:
+    """After a restore from a backup: settle the open leases it holds (docs/operations.md)."""
+    from .restore import restore_check
+
+    container = build(Settings())
+
+    async def main() -> list[Any]:
+        try:
+            return await restore_check(container)
+        finally:
+            await container.store.close()
+
+    try:
+        settled = asyncio.run(main())
+    finally:
+        container.db.dispose()
+    for run in settled:
+        print(
+            json.dumps(
+                {
+                    "tenantId": run.tenant_id,
+                    "runId": str(run.run_id),
+                    "settledUncertain": run.attempts,
+                    "runState": run.run_state,
+                }
+            ),
+            flush=True,
+        )
+    attempts = sum(len(run.attempts) for run in settled)
+    _say(f"restore-check: {attempts} open lease(s) of {len(settled)} run(s) settled Uncertain")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(
@@ -507,6 +540,10 @@ def main(argv: list[str] | None = None) -> int:
     policy.add_argument("file")
     policy.add_argument("--tenant", required=True)
     policy.set_defaults(func=_cmd_policy)
+    sub.add_parser(
+        "restore-check",
+        help="after restoring the database from a backup: settle its open leases as Uncertain",
+    ).set_defaults(func=_cmd_restore_check)
 
     ops_cli.add_commands(sub)
 

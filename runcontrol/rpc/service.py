@@ -162,7 +162,7 @@ class RunControlRpc:
             worker = await self._worker(context, request.worker_instance_id)
             target = request.WhichOneof("target")
             if target == "claim_next":
-                return await self._claim_next(worker, request.claim_next)
+                return await self._claim_next(worker, request.claim_next, request.command_id)
             if target == "attempt":
                 return await self._named(worker, request.attempt, request.command_id)
             raise errors.ValidationFailed("name claim_next or attempt", field="target")
@@ -170,14 +170,14 @@ class RunControlRpc:
         return await self._answer(context, pb.AcquireLeaseResponse(), work)
 
     async def _claim_next(
-        self, worker: WorkerIdentity, claim_next: pb.ClaimNext
+        self, worker: WorkerIdentity, claim_next: pb.ClaimNext, claim_id: str
     ) -> pb.AcquireLeaseResponse:
         agent_ids = [a for a in claim_next.agent_ids if a]
         if not agent_ids:
             raise errors.ValidationFailed("claim_next needs agent_ids", field="agent_ids")
         self._drain.check("AcquireLease")
         wait_s = min(max(claim_next.wait_seconds, 0.0), MAX_CLAIM_WAIT_S)
-        claim = await self._client.claim(agent_ids, worker, wait_s)
+        claim = await self._client.claim(agent_ids, worker, wait_s, claim_id=claim_id or None)
         if claim is None:
             return pb.AcquireLeaseResponse(granted=False)
         lease = convert.lease_message(claim.grant, claim.tenant_id, claim.input)

@@ -12,6 +12,10 @@ injects faults of five kinds:
     serve-replica  ray.kill of the API replica (Serve starts another)
     postgres       pg_ctl stop -m immediate (a crash), an outage of a few seconds, start
     service        SIGTERM of the whole service (workers drain, Serve and Ray stop), start again
+    node           (``nodes=2``) removal of the second Ray node, which hosts run host 1
+
+``nodes=2`` runs the service on two Ray nodes of this machine (``service.py``, ``TwoNodes``)
+and adds the sixth kind; every invariant is the same.
 
 ``mode="each"``: one fault of each kind, in a random order, spread over the submissions.
 ``mode="random"``: a random kind after a random gap, until every run has been submitted.
@@ -49,6 +53,7 @@ from sqlalchemy.pool import NullPool
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 KINDS = ("run-host", "scheduler", "serve-replica", "postgres", "service")
+NODE_KINDS = (*KINDS, "node")  # two nodes: the second one is removed too
 PROJECT = "chaos"
 SECRET = "chaos-" + "0123456789abcdef" * 4
 
@@ -86,7 +91,15 @@ class ChaosOptions:
     zombie_rate: float = 0.02
     work_s: float = 0.05
     workers: int = 2
-    kinds: tuple[str, ...] = KINDS  # the fault kinds injected
+    nodes: int = 1  # 2: a second Ray node, removed as a sixth kind of fault
+    # The fault kinds injected (default: every kind the node count allows).
+    only_kinds: tuple[str, ...] | None = None
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        if self.only_kinds is not None:
+            return self.only_kinds
+        return NODE_KINDS if self.nodes == 2 else KINDS
 
 
 @dataclass
@@ -137,6 +150,7 @@ class ServiceProcess:
         self.proc: subprocess.Popen[str] | None = None
         self._log: IO[str] | None = None
         self.drained: dict[str, Any] | None = None  # the last drain's report
+        self.ready: list[dict[str, Any]] = []  # each start's ready line (where things landed)
 
     def start(self, timeout_s: float = 240.0) -> float:
         """Start it and wait for its ready line; answer the seconds that took."""
@@ -157,6 +171,7 @@ class ServiceProcess:
         answer = self._answer(timeout_s)
         if not answer.get("ready"):
             raise RuntimeError(f"the service did not start: {answer}; see {self.log_path}")
+        self.ready.append(answer)
         return time.monotonic() - began
 
     @staticmethod
@@ -264,6 +279,7 @@ class Chaos:
                 "CHAOS_ZOMBIE_RATE": str(options.zombie_rate),
                 "CHAOS_WORK_SECONDS": str(options.work_s),
                 "CHAOS_WORKERS": str(options.workers),
+                "CHAOS_NODES": str(options.nodes),
             }
         )
         http_port = free_port()
@@ -474,7 +490,14 @@ class Chaos:
                 await asyncio.sleep(self.rng.uniform(*o.gap_s))
                 if self.submitted >= o.runs - 1:
                     break
-                await self._fault(http, self.rng.choice(o.kinds))
+                await self._fault(http, self._random_kind())
+
+    def _random_kind(self) -> str:
+        """A random kind; the second node only while it is up (a service restart brings it
+        back), and once per service start."""
+        removed = sum(f.kind == "node" for f in self.faults) >= len(self.service.ready)
+        kinds = [k for k in self.options.kinds if not (k == "node" and removed)]
+        return self.rng.choice(kinds)
 
     async def _fault(self, http: httpx.AsyncClient, kind: str) -> None:
         completed = self.tally.completed
@@ -487,6 +510,8 @@ class Chaos:
             fault.detail = await asyncio.to_thread(self.service.inject, "kill-scheduler")
         elif kind == "serve-replica":
             fault.detail = await asyncio.to_thread(self.service.inject, "kill-replica")
+        elif kind == "node":
+            fault.detail = await asyncio.to_thread(self.service.inject, "kill-node")
         elif kind == "postgres":
             await asyncio.to_thread(self.pg.crash)
             outage = self.rng.uniform(*self.options.pg_outage_s)
@@ -687,7 +712,7 @@ def check(engine: Engine, tenant: str, accepted: dict[str, str], refusals: Path)
 
 def summary(chaos: Chaos, outcome: dict[str, Any], found: dict[str, Any]) -> dict[str, Any]:
     by_kind: dict[str, Any] = {}
-    for kind in KINDS:
+    for kind in chaos.options.kinds:
         mine = [f for f in chaos.faults if f.kind == kind]
         times = [f.recovered_s for f in mine if f.recovered_s is not None]
         by_kind[kind] = {
@@ -707,6 +732,7 @@ def summary(chaos: Chaos, outcome: dict[str, Any], found: dict[str, Any]) -> dic
         "faults_by_kind": by_kind,
         "faults": [asdict(f) for f in chaos.faults],
         "service_startups_s": [round(s, 1) for s in chaos.startups],
+        "service_ready": chaos.service.ready,
         "submit_resends": chaos.tally.submit_resends,
         "submit_draining": chaos.tally.submit_draining,
         "submit_refused": chaos.tally.submit_refused,

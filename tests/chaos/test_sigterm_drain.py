@@ -18,7 +18,7 @@ from chaos import ChaosOptions, breaches, run
 
 @pytest.mark.slow
 def test_sigterm_under_load_drains_and_loses_no_run() -> None:
-    options = ChaosOptions(runs=60, mode="each", kinds=("service",))
+    options = ChaosOptions(runs=60, mode="each", only_kinds=("service",))
     # Short path: PostgreSQL's unix socket lives in it (socket paths are limited to ~100 bytes).
     root = Path(tempfile.mkdtemp(prefix="rc-drain-", dir="/tmp"))
     report = run(options, root)

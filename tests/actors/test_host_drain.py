@@ -59,8 +59,8 @@ async def submit(h: RayHarness, run_id: UUID) -> None:
 
 
 async def parked(h: RayHarness, run_id: UUID, holder: str) -> tuple[Claim, Any]:
-    """Run ``run_id``'s gated step leased to ``holder`` and waiting for approval (its lease is
-    suspended while the approval is pending, so no lease runs out during the test)."""
+    """Run ``run_id``'s gated step leased to ``holder`` and waiting for approval (the attempt
+    is parked, its lease released, so no lease runs out during the test)."""
     claim = await h.claim("apply", holder=holder)
     assert claim.run_id == run_id, "claimed another run of this test's agent"
     approval = await h.client.send(RequestApproval(**claim.fenced(), proposal_hash=proposal_hash()))
@@ -127,8 +127,8 @@ def test_a_drained_host_finishes_its_commands_and_its_runs_move_on_at_once(
 
             await poll(draining, "the host to drain")
             # B's commands go to the other host at once: while the drained host still waits
-            # for A's commit, B's decision and its holder's report (with the token it was
-            # granted before the drain) are served.
+            # for A's commit, B's decision, the claim of its resumed attempt and the new
+            # holder's report are served.
             decided_b = await h.decide(
                 h.reviewer(),
                 approval_b.approval_id,
@@ -137,6 +137,8 @@ def test_a_drained_host_finishes_its_commands_and_its_runs_move_on_at_once(
                 approval_b.proposal_hash,
             )
             assert str(decided_b.state) == "Approved"
+            claim_b = await h.claim("apply", holder="w-b2")
+            assert claim_b.run_id == b
             reported_b = await h.client.send(
                 ReportOutcome(
                     **claim_b.fenced(),
@@ -150,9 +152,11 @@ def test_a_drained_host_finishes_its_commands_and_its_runs_move_on_at_once(
             tx.rollback()
             lock.close()
 
-        # The drain waited for A's decision, which committed; A's holder reports (at once: the
-        # approval resumed its short test lease) to the other host with the token it holds.
+        # The drain waited for A's decision, which committed; A's resumed attempt is claimed
+        # and reported through the other host.
         assert str((await decide_a).state) == "Approved"
+        claim_a = await h.claim("apply", holder="w-a2")
+        assert claim_a.run_id == a
         reported_a = await h.client.send(
             ReportOutcome(
                 **claim_a.fenced(), outcome=AttemptOutcome.SUCCEEDED, outcome_hash=outcome_hash()

@@ -44,34 +44,46 @@ class Replica:
 
         return asyncio.run_coroutine_threadsafe(call(), self.loop).result(timeout=120)
 
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join()
+
+@pytest.fixture(scope="session")
+def session_replica(api: Any) -> Replica:
+    """One helper (and its event loop) for the session: the handle belongs to that loop, and
+    a loop closed under it, or dropped unclosed, warns later in another test."""
+    return Replica()
 
 
 @pytest.fixture
-def replica(api: Any) -> Iterator[Replica]:
+def replica(session_replica: Replica) -> Iterator[Replica]:
     """The session's replica; its drain is called off after the test, whatever happened (the
     other tests share it)."""
-    found = Replica()
     try:
-        yield found
+        yield session_replica
     finally:
-        found.call("resume")
-        found.close()
+        session_replica.call("resume")
 
 
 def test_a_draining_api_refuses_new_work_and_keeps_accepted_work_going(
     g: GrpcTenant, t: TenantView, channel: grpc.Channel, replica: Replica
 ) -> None:
     t.publish(gate="approval")
+    plain_workflow = f"{t.workflow}-plain"
+    t.publish(workflow_id=plain_workflow)
     run_id = t.submit()
     worker = g.worker()
     lease = worker.claimed([t.agent], run_id)
     asked = worker.request_approval(worker.approval_request(lease, proposal()))
-    assert asked.required  # the lease is suspended while the approval is pending
+    assert asked.required  # the attempt is parked (its lease released) until the decision
     view = t.wait_state(run_id, "WaitingForApproval")
     (pending,) = view["pendingApprovals"]
+    # A second run whose attempt a worker holds through the drain.
+    submitted = t.requester().post(
+        "/factory/runs",
+        json=t.body(workflowId=plain_workflow),
+        headers={"Idempotency-Key": f"held-{uuid.uuid4().hex}"},
+    )
+    assert submitted.status_code == 202, submitted.text
+    held_run = submitted.json()["runId"]
+    held = worker.claimed([t.agent], held_run)
 
     report = replica.call("drain", 0.0)  # begins; nothing of this test in flight
     assert report["idle"], report
@@ -92,10 +104,11 @@ def test_a_draining_api_refuses_new_work_and_keeps_accepted_work_going(
     assert claim.status == grpc.StatusCode.UNAVAILABLE and claim.reason == "draining"
     assert claim.info is not None and claim.info.metadata["retryable"] == "true"
     listed = t.requester().get("/factory/runs", params={"limit": 50}).json()["items"]
-    assert [r["runId"] for r in listed] == [run_id]
+    assert {r["runId"] for r in listed} == {run_id, held_run}
 
     # Readiness tells load balancers to send new work elsewhere.
-    ready = t.api.client().get("/health/ready")
+    with t.api.client() as anonymous:
+        ready = anonymous.get("/health/ready")
     assert_problem(ready, 503, "not-ready")
     assert ready.json()["checks"]["drain"].startswith("draining")
     health = health_pb2_grpc.HealthStub(channel)  # type: ignore[no-untyped-call]
@@ -108,12 +121,19 @@ def test_a_draining_api_refuses_new_work_and_keeps_accepted_work_going(
         f"/factory/approvals/{pending['approvalId']}/decision", json=decision(pending)
     )
     assert decided.status_code == 200, decided.text
-    attempt = worker.report(worker.report_request(lease))
+    attempt = worker.report(worker.report_request(held))
     assert attempt.state == "Succeeded"
-    assert t.wait_state(run_id, "Completed")["state"] == "Completed"
+    assert t.wait_state(held_run, "Completed")["state"] == "Completed"
+    # The decision resumed the parked attempt; nobody claims it while the edge drains.
+    assert t.wait_state(run_id, "Running")["state"] == "Running"
 
     # Called off: the refused submission, sent again with its key, creates its run.
     replica.call("resume")
     again = t.requester().post("/factory/runs", json=t.body(), headers={"Idempotency-Key": key})
     assert again.status_code == 202, again.text
-    assert t.api.client().get("/health/ready").status_code == 200
+    with t.api.client() as anonymous:
+        assert anonymous.get("/health/ready").status_code == 200
+    resumed = worker.claimed([t.agent], run_id)  # the oldest dispatched: the approved attempt
+    assert resumed.approved_proposal_hash == proposal()
+    assert worker.report(worker.report_request(resumed)).state == "Succeeded"
+    assert t.wait_state(run_id, "Completed")["state"] == "Completed"

@@ -99,8 +99,7 @@ def _seed(scope: Scope) -> None:
         assert approval is not None
         scope.approvals.append(str(approval.approval_id))
         approved = submit()
-        claim = t.claim(approved)
-        granted = t.request_approval(claim)
+        granted = t.request_approval(t.claim(approved))
         decided = http.post(
             f"/factory/approvals/{granted.approval_id}/decision",
             json={
@@ -115,7 +114,7 @@ def _seed(scope: Scope) -> None:
         )
         assert decided.status_code == 200, decided.text
         scope.approvals.append(str(granted.approval_id))
-        t.succeed(claim)
+        t.succeed(t.claim(approved))  # the decision resumed the parked attempt
         cancelled = submit()
         stopped = http.post(f"/factory/runs/{cancelled}/cancel", json={"reason": "seeded"})
         assert stopped.status_code == 202, stopped.text

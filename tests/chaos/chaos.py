@@ -624,7 +624,7 @@ def check(engine: Engine, tenant: str, accepted: dict[str, str], refusals: Path)
         # Invariant 5: one accepted outcome per attempt, seen three ways.
         double_journal = rows(
             "SELECT entity_id, count(*) FROM recovery_journal WHERE tenant_id = :t "
-            "AND entity = 'Attempt' AND to_state NOT IN ('Dispatched', 'Leased') "
+            "AND entity = 'Attempt' AND to_state NOT IN ('Dispatched', 'Leased', 'Parked') "
             "GROUP BY entity_id HAVING count(*) > 1"
         )
         double_events = rows(

@@ -72,7 +72,9 @@ def service_db(owner_url: str) -> Iterator[Database]:
 
 def service_environment(db: Database, otlp: OtlpReceiver) -> dict[str, str]:
     """What an operator would set: the documented variables, short times for a test."""
-    env = dict(os.environ)
+    # Not this session's Ray variables: its HAProxy's stats and metrics ports and its replica
+    # port windows are taken; the service's own Ray picks free ones (actors/ingress.py).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env.update(
         {
             "RUNCONTROL_DATABASE_URL": db.owner_url,

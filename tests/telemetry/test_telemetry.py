@@ -85,7 +85,9 @@ def script(service: Any) -> Iterator[Script]:
                     assert answer.status_code == 200, answer.text
                     facts.times["A.decided.after"] = time.time()
                     gated.wait_state(run_id, "Running")
-                    worker.report(worker.report_request(lease))
+                    # the decision resumed the parked attempt: claim it again and report
+                    resumed = worker.claimed([gated.agent], run_id)
+                    worker.report(worker.report_request(resumed))
                     gated.wait_state(run_id, "Completed")
             run_c = plain.submit()
             facts.runs["C"] = run_c

@@ -288,7 +288,7 @@ async function runsPage(main, params, signal) {
     h("tr", { dataset: { runId: run.runId, state: run.state } },
       h("td", {}, h("a", { class: "mono run-link", href: `#/runs/${run.runId}` }, short(run.runId))),
       h("td", {}, run.workflowId),
-      h("td", {}, badge(run.state)),
+      h("td", {}, badge(run.state), run.suspended ? [" ", badge("Suspended")] : null),
       h("td", {}, run.requestedBy),
       h("td", {}, run.projectId),
       h("td", {}, when(run.createdAt)),
@@ -369,12 +369,25 @@ function eventRow(e) {
     h("td", { class: "payload mono" }, payload.length > 300 ? `${payload.slice(0, 300)}…` : payload));
 }
 
-// The operator's controls: each sends the run's command with a reason; the server decides.
-function controls(run, reload) {
-  const out = h("div", { id: "control-result" });
-  const reason = h("input", { id: "control-reason", placeholder: "why (required)", size: 40 });
-  const release = h("input", { id: "rerun-release", placeholder: "release id (default: the run's)", size: 28 });
-  const send = (path, extra = {}) => async () => {
+// The operator's controls (suspend, resume, cancel, retry, resolve, rerun): each sends the
+// run's command with a reason. Which buttons are enabled follows the run as shown; the server
+// decides, and its refusal is shown as it gives it.
+const RETRY_AFTER = new Set(["Failed", "TimedOut", "Uncertain"]);
+const TERMINAL_RUN = new Set(["Completed", "Failed", "Cancelled"]);
+
+// The inputs and the last answer outlive the redraws the run's events cause.
+function controlInputs() {
+  return {
+    out: h("div", { id: "control-result" }),
+    reason: h("input", { id: "control-reason", placeholder: "why (required, audited)", size: 40 }),
+    release: h("select", { id: "rerun-release" },
+      h("option", { value: "pinned" }, "the release it ran"),
+      h("option", { value: "current" }, "the current release")),
+  };
+}
+
+function controls(run, reload, { out, reason, release }) {
+  const send = (path, extra = () => ({})) => async () => {
     out.replaceChildren();
     if (!reason.value.trim()) {
       out.replaceChildren(h("div", { class: "problem" }, "Give a reason: every control is recorded with one."));
@@ -382,32 +395,37 @@ function controls(run, reload) {
     }
     try {
       const answer = await api(`../factory/runs/${run.runId}/${path}`, { method: "POST", body: { reason: reason.value.trim(), ...extra() } });
-      out.replaceChildren(h("div", { class: "notice" }, `${path}: accepted${answer && answer.state ? ` (state ${answer.state})` : ""}`));
+      const what = path.split("/").pop();
+      out.replaceChildren(
+        answer && answer.rerunOf
+          ? h("div", { class: "notice" }, "rerun: new run ", h("a", { class: "mono", id: "rerun-link", href: `#/runs/${answer.runId}` }, answer.runId))
+          : h("div", { class: "notice" }, `${what}: done${answer && answer.state ? ` (run ${answer.state}${answer.suspended ? ", suspended" : ""})` : ""}`));
       reload();
     } catch (error) {
       if (error instanceof Problem) out.replaceChildren(problemBox(error.body));
     }
   };
-  const stepButtons = run.steps
-    .filter((s) => s.state === "Failed" || s.state === "Cancelled")
-    .map((s) => h("button", { class: "secondary", dataset: { stepId: s.stepId }, onclick: send(`steps/${s.stepId}/retry`, () => ({})) }, `Retry ${s.name}`));
-  const uncertain = run.steps.flatMap((s) => s.attempts.filter((a) => a.state === "Uncertain").map((a) => ({ step: s, attempt: a })));
-  const resolveRows = uncertain.map(({ step, attempt }) => {
-    const outcome = h("select", {}, ["Succeeded", "Failed"].map((o) => h("option", { value: o }, o)));
-    return h("div", { class: "row" },
-      `${step.name} attempt ${attempt.number} is Uncertain: resolve as `, outcome,
-      h("button", { class: "secondary", onclick: send(`attempts/${attempt.attemptId}/resolve`, () => ({ outcome: outcome.value })) }, "Resolve"));
-  });
+  const ended = TERMINAL_RUN.has(run.state);
+  const retry = run.steps
+    .filter((s) => !["Succeeded", "Failed", "Cancelled"].includes(s.state) && s.attempts.length && RETRY_AFTER.has(s.attempts[s.attempts.length - 1].state))
+    .map((s) => h("button", { class: "secondary retry", dataset: { stepId: s.stepId }, onclick: send(`steps/${s.stepId}/retry`) }, `Retry ${s.name} now`));
+  const resolve = run.steps.flatMap((s) =>
+    s.attempts.filter((a) => a.state === "Uncertain").map((a) => {
+      const outcome = h("select", {}, ["Succeeded", "Failed"].map((o) => h("option", { value: o }, o)));
+      return h("div", { class: "row resolve", dataset: { attemptId: a.attemptId } },
+        `${s.name}, attempt ${a.number} is Uncertain: resolve as `, outcome,
+        h("button", { class: "secondary", onclick: send(`attempts/${a.attemptId}/resolve`, () => ({ outcome: outcome.value })) }, "Resolve"));
+    }));
   return h("div", { class: "card controls", id: "controls" },
     h("div", { class: "row" },
       h("label", { class: "field" }, "Reason", reason),
-      h("button", { id: "suspend", class: "secondary", onclick: send("suspend", () => ({})) }, "Suspend"),
-      h("button", { id: "resume", class: "secondary", onclick: send("resume", () => ({})) }, "Resume"),
-      h("button", { id: "cancel", class: "danger", onclick: send("cancel", () => ({})) }, "Cancel run"),
-      h("label", { class: "field" }, "Rerun from release", release),
-      h("button", { id: "rerun", class: "secondary", onclick: send("rerun", () => (release.value.trim() ? { release: release.value.trim() } : {})) }, "Rerun")),
-    stepButtons.length ? h("div", { class: "row" }, stepButtons) : null,
-    resolveRows,
+      h("button", { id: "suspend", class: "secondary", disabled: ended || run.suspended, onclick: send("suspend") }, "Suspend"),
+      h("button", { id: "resume", class: "secondary", disabled: ended || run.suspended === false, onclick: send("resume") }, "Resume"),
+      h("button", { id: "cancel", class: "danger", disabled: ended, onclick: send("cancel") }, "Cancel run"),
+      h("label", { class: "field" }, "Rerun with", release),
+      h("button", { id: "rerun", class: "secondary", disabled: !ended, onclick: send("rerun", () => ({ release: release.value })) }, "Rerun")),
+    retry.length ? h("div", { class: "row" }, retry) : null,
+    resolve,
     out);
 }
 
@@ -419,6 +437,7 @@ async function runPage(main, runId, signal) {
   const approvals = h("div");
   const control = h("div");
   const events = h("tbody");
+  const inputs = controlInputs();
   let lastSeq = 0;
 
   const load = async () => {
@@ -431,10 +450,15 @@ async function runPage(main, runId, signal) {
       return null;
     }
     head.replaceChildren(
-      h("h1", {}, "Run ", h("span", { class: "mono", id: "run-id" }, run.runId), " ", h("span", { id: "run-state", dataset: { state: run.state } }, badge(run.state)), " ", status),
+      h("h1", {}, "Run ", h("span", { class: "mono", id: "run-id" }, run.runId), " ",
+        h("span", { id: "run-state", dataset: { state: run.state, suspended: String(Boolean(run.suspended)) } },
+          badge(run.state), run.suspended ? [" ", badge("Suspended")] : null),
+        " ", status),
       h("dl", { class: "facts card" },
         h("dt", {}, "Workflow"), h("dd", {}, `${run.workflowId} · release ${run.releaseId} · policy ${run.policyRevision}`),
         h("dt", {}, "Requested by"), h("dd", {}, `${run.requestedBy} · project ${run.projectId}`),
+        run.rerunOf ? [h("dt", {}, "Rerun of"), h("dd", {}, h("a", { class: "mono", href: `#/runs/${run.rerunOf}` }, run.rerunOf))] : null,
+        run.suspended ? [h("dt", {}, "Suspended"), h("dd", {}, `since ${when(run.suspendedAt)}: nothing new starts until resumed`)] : null,
         h("dt", {}, "Model profile"), h("dd", {}, run.modelProfileId),
         h("dt", {}, "Limits"), h("dd", {}, `cost ${run.limits.maxCostUsd ?? "-"} USD · ${run.limits.maxMinutes ?? "-"} min`),
         h("dt", {}, "Created / updated"), h("dd", {}, `${when(run.createdAt)} / ${when(run.updatedAt)} · version ${run.version}`),
@@ -445,7 +469,7 @@ async function runPage(main, runId, signal) {
         ? [h("h2", {}, "Pending approvals"),
            ...run.pendingApprovals.map((a) => h("p", { class: "card" }, `${a.actionClass} on step ${short(a.stepId)}: proposal `, h("span", { class: "hash" }, a.proposalHash), " — ", h("a", { href: "#/approvals" }, "decide in the inbox")))]
         : []));
-    control.replaceChildren(h("h2", {}, "Operator controls"), controls(run, reloadSoon));
+    control.replaceChildren(h("h2", {}, "Operator controls"), controls(run, reloadSoon, inputs));
     return run;
   };
   const reloadSoon = debounce(load, REFRESH_MS);
@@ -499,10 +523,12 @@ async function approvalsPage(main, params, signal) {
   const problem = h("div");
   const stateSelect = h("select", { id: "filter-approval-state", onchange: () => { location.hash = `#/approvals?state=${stateSelect.value}`; } },
     APPROVAL_STATES.map((s) => h("option", { value: s, selected: s === state }, s)));
-  const results = new Map(); // approvalId -> the last answer shown on its card, kept across reloads
+  // approvalId -> the last answer shown on its card / the reason typed: kept across reloads
+  const results = new Map();
+  const reasons = new Map();
 
   const card = (a) => {
-    const reason = h("input", { class: "decision-reason", placeholder: "reason (optional)" });
+    const reason = h("input", { class: "decision-reason", placeholder: "reason (optional)", value: reasons.get(a.approvalId), oninput: () => reasons.set(a.approvalId, reason.value) });
     const result = h("div", { class: "decision-result" }, results.get(a.approvalId) || null);
     const decide = (decision) => async () => {
       result.replaceChildren();

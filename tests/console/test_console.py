@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import pytest
 from console_harness import Console, Service
 from oauth_provider import ProviderServer
 
@@ -27,10 +28,38 @@ def run_state(browser: Console) -> str | None:
     return found[0].get_attribute("data-state") if found else None
 
 
+def suspended(browser: Console) -> str | None:
+    found = browser.all("#run-state")
+    return found[0].get_attribute("data-suspended") if found else None
+
+
+def step_state(browser: Console, title: str) -> str | None:
+    for step in browser.all("#timeline > li"):
+        if step.find_element("css selector", "strong").text == title:
+            return str(step.get_attribute("data-state"))
+    return None
+
+
 def pending_approval(service: Service, token: str, run_id: str) -> dict[str, Any]:
     page = service.get("/factory/approvals?state=Pending", token)
     (approval,) = [a for a in page["items"] if a["runId"] == run_id]
     return approval
+
+
+def approve_over_api(service: Service, token: str, run_id: str) -> None:
+    """The reviewer's decision, sent by another client than the browser."""
+    approval = pending_approval(service, token, run_id)
+    decided = httpx.post(
+        f"{service.url}/factory/approvals/{approval['approvalId']}/decision",
+        json={
+            "decision": "approve",
+            "version": approval["version"],
+            "proposalHash": approval["proposalHash"],
+        },
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=60,
+    )
+    assert decided.status_code == 200, decided.text
 
 
 def select(browser: Console, selector: str, value: str) -> None:
@@ -116,18 +145,7 @@ def test_runs_list_filters_and_a_run_moving_live(service: Service, browser: Cons
 
     # The reviewer approves (over the API): the page follows the run to its end by itself.
     browser.mark_page()
-    approval = pending_approval(service, bob, run_id)
-    decided = httpx.post(
-        f"{service.url}/factory/approvals/{approval['approvalId']}/decision",
-        json={
-            "decision": "approve",
-            "version": approval["version"],
-            "proposalHash": approval["proposalHash"],
-        },
-        headers={"Authorization": f"Bearer {bob}"},
-        timeout=60,
-    )
-    assert decided.status_code == 200, decided.text
+    approve_over_api(service, bob, run_id)
     browser.wait(lambda: run_state(browser) == "Completed", "the run completed, live")
     browser.wait(
         lambda: browser.all('#events tr[data-type="RunCompleted"]'), "RunCompleted in the events"
@@ -220,3 +238,35 @@ def test_sign_in_with_the_oauth2_provider_and_pkce(
     assert authorize["code_challenge_method"] == "S256"
     assert authorize["redirect_uri"] == f"{service.url}/console/"
     assert ("token", 200) in seen  # the provider checked the code verifier against it
+
+
+def test_operator_suspends_and_resumes(service: Service, browser: Console) -> None:
+    routes = httpx.get(f"{service.url}/openapi.json", timeout=60).json()["paths"]
+    if "/factory/runs/{runId}/suspend" not in routes:
+        pytest.skip("this build has no run controls (branch `controls` not merged)")
+    alice, bob = service.printed["REQUESTER_TOKEN"], service.printed["REVIEWER_TOKEN"]
+    run_id = service.submit(alice)
+    browser.sign_in(service.token("olga", "Operator"))
+    browser.open(f"#/runs/{run_id}")
+    browser.wait(lambda: run_state(browser) == "WaitingForApproval", "the run waiting")
+    browser.mark_page()
+
+    browser.css("#control-reason").send_keys("freeze for the audit")
+    browser.css("#suspend").click()
+    browser.wait(lambda: suspended(browser) == "true", "the run suspended")
+    browser.shot("run-suspended")
+    assert service.get(f"/factory/runs/{run_id}", alice)["suspended"] is True
+
+    # The lease in hand may finish (the apply step is approved and succeeds); nothing new
+    # starts: the report step gets no attempt while the run is suspended.
+    approve_over_api(service, bob, run_id)
+    browser.wait(lambda: step_state(browser, "2. apply") == "Succeeded", "apply succeeded")
+    report = service.get(f"/factory/runs/{run_id}", alice)["steps"][2]
+    assert report["attempts"] == []
+
+    browser.css("#resume").click()
+    browser.wait(lambda: suspended(browser) == "false", "the run resumed")
+    browser.wait(lambda: run_state(browser) == "Completed", "the resumed run completed")
+    assert browser.same_page()
+    types = [e["type"] for e in service.get(f"/factory/runs/{run_id}/events/history", alice)]
+    assert types.index("RunSuspended") < types.index("RunResumed") < types.index("RunCompleted")

@@ -270,6 +270,7 @@ async function runsPage(main, params, signal) {
   const state = params.get("state") || "";
   const workflow = params.get("workflow") || "";
   const status = h("span", { class: "live", id: "live" }, "live");
+  const freshness = h("span", { class: "muted", id: "as-of" });
   const body = h("tbody");
   const more = h("p");
   const problem = h("div");
@@ -305,6 +306,7 @@ async function runsPage(main, params, signal) {
       for (let page = 0; page < pages; page++) {
         if (cursor) q.set("cursor", cursor);
         const answer = await api(`../factory/runs?${q}`, { signal });
+        if (page === 0) freshness.textContent = `as of ${new Date(answer.asOf).toLocaleTimeString()}`;
         rows.push(...answer.items);
         cursor = answer.nextCursor;
         if (!cursor) break;
@@ -323,7 +325,8 @@ async function runsPage(main, params, signal) {
     h("form", { class: "toolbar", id: "run-filters", onsubmit: (event) => { event.preventDefault(); go(); } },
       h("label", {}, "State", stateSelect),
       h("label", {}, "Workflow", workflowInput),
-      h("button", { type: "submit", class: "secondary" }, "Filter")),
+      h("button", { type: "submit", class: "secondary" }, "Filter"),
+      freshness),
     problem,
     h("table", { id: "runs" },
       h("thead", {}, h("tr", {}, ["Run", "Workflow", "State", "Requested by", "Project", "Created", "Updated"].map((c) => h("th", {}, c)))),

@@ -270,3 +270,16 @@ def test_operator_suspends_and_resumes(service: Service, browser: Console) -> No
     assert browser.same_page()
     types = [e["type"] for e in service.get(f"/factory/runs/{run_id}/events/history", alice)]
     assert types.index("RunSuspended") < types.index("RunResumed") < types.index("RunCompleted")
+
+
+def test_a_bad_token_is_refused_with_the_servers_reason(browser: Console) -> None:
+    browser.open("#/login")
+    browser.driver.execute_script("sessionStorage.clear()")
+    browser.driver.refresh()
+    browser.wait(lambda: browser.css("#token-input"), "the login form").send_keys("not.a.token")
+    browser.css("#use-token").click()
+    refusal = browser.wait(lambda: browser.css(".login .problem"), "the refusal")
+    assert refusal.text.startswith("the token is invalid")
+    assert (
+        browser.driver.execute_script("return sessionStorage.getItem('runcontrol.token')") is None
+    )

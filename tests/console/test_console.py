@@ -240,7 +240,7 @@ def test_sign_in_with_the_oauth2_provider_and_pkce(
     assert ("token", 200) in seen  # the provider checked the code verifier against it
 
 
-def test_operator_suspends_and_resumes(service: Service, browser: Console) -> None:
+def test_operator_suspends_resumes_and_reruns(service: Service, browser: Console) -> None:
     routes = httpx.get(f"{service.url}/openapi.json", timeout=60).json()["paths"]
     if "/factory/runs/{runId}/suspend" not in routes:
         pytest.skip("this build has no run controls (branch `controls` not merged)")
@@ -270,6 +270,19 @@ def test_operator_suspends_and_resumes(service: Service, browser: Console) -> No
     assert browser.same_page()
     types = [e["type"] for e in service.get(f"/factory/runs/{run_id}/events/history", alice)]
     assert types.index("RunSuspended") < types.index("RunResumed") < types.index("RunCompleted")
+
+    # The finished run is rerun (the release it ran): a new run, linked back to this one.
+    reason = browser.css("#control-reason")
+    reason.clear()
+    reason.send_keys("rerun after the audit")
+    browser.css("#rerun").click()
+    link = browser.wait(lambda: browser.css("#rerun-link"), "the new run's link")
+    rerun_id = link.text
+    assert rerun_id != run_id
+    link.click()
+    browser.wait(lambda: browser.css("#run-id").text == rerun_id, "the new run's page")
+    assert service.get(f"/factory/runs/{rerun_id}", alice)["rerunOf"] == run_id
+    browser.wait(lambda: browser.all(f'a[href="#/runs/{run_id}"]'), "the link to the rerun run")
 
 
 def test_a_bad_token_is_refused_with_the_servers_reason(browser: Console) -> None:

@@ -18,7 +18,7 @@ import dataclasses
 import hashlib
 import uuid
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Any, Generic, TypeVar
 from uuid import UUID
 
@@ -258,12 +258,84 @@ class DecideApproval(Command[ApprovalRequest]):
     reason: str | None = None
 
 
+# ---------------------------------------------------------------------- operator controls
+
+
+@dataclass(frozen=True, slots=True)
+class ControlResult:
+    """What an operator control answers: the run as the control left it."""
+
+    run_id: UUID
+    state: str
+    suspended: bool
+    step_id: UUID | None = None
+    attempt_id: UUID | None = None  # retry: the new attempt (if dispatched); resolve: its own
+    attempt_state: str | None = None
+    attempt_number: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SuspendRun(Command[ControlResult]):
+    """Hold the run: nothing new is dispatched or leased; leases in hand may finish."""
+
+    principal: Principal
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResumeRun(Command[ControlResult]):
+    """Lift a suspension and dispatch what is due."""
+
+    principal: Principal
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryStep(Command[ControlResult]):
+    """Dispatch a new attempt now of a step waiting for its retry (a live run only)."""
+
+    principal: Principal
+    reason: str
+    step_id: UUID
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResolveAttempt(Command[ControlResult]):
+    """Settle an Uncertain attempt as Succeeded or Failed."""
+
+    principal: Principal
+    reason: str
+    attempt_id: UUID
+    outcome: AttemptOutcome
+
+
+class RerunRelease(StrEnum):
+    """Which release a rerun runs: the one the finished run pinned, or what the alias names now."""
+
+    PINNED = "pinned"
+    CURRENT = "current"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RerunRun(Command[SubmitResult]):
+    """Submit a new run (``run_id``, the new id) with the input of the finished run
+    ``rerun_of``, linked to it. ``release``: the old run's pinned release, or the one
+    ``release_alias`` names now. Idempotent on the command id (it makes the new run's key)."""
+
+    principal: Principal
+    reason: str
+    rerun_of: UUID
+    release: RerunRelease = RerunRelease.PINNED
+    release_alias: str = "latest"
+
+
 __all__ = [
     "AcquireLease",
     "CancelRun",
     "ClaimToolCall",
     "Command",
     "CompleteToolCall",
+    "ControlResult",
     "DecideApproval",
     "DispatchRun",
     "OpenAttempts",
@@ -271,10 +343,16 @@ __all__ = [
     "ReportOutcome",
     "ReportProgress",
     "RequestApproval",
+    "RerunRelease",
+    "RerunRun",
+    "ResolveAttempt",
+    "ResumeRun",
+    "RetryStep",
     "StartRun",
     "SubmitRequest",
     "SubmitResult",
     "SubmitRun",
+    "SuspendRun",
     "WakeResult",
     "WakeRun",
     "fingerprint",

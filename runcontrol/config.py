@@ -274,8 +274,8 @@ class ConsoleOptions(BaseModel):
     oauth_token_url: str | None = Field(None, description="The provider's token URL.")
     oauth_client_id: str | None = Field(None, description="The console's client id there.")
     oauth_scope: str = Field(
-        "openid factory.runs.read factory.runs.write factory.approvals.read "
-        "factory.approvals.decide",
+        "openid factory.runs.read factory.runs.write factory.runs.operate "
+        "factory.approvals.read factory.approvals.decide",
         description="Scopes the console asks for (the token's roles still bound them).",
     )
     oauth_audience: str | None = Field(

@@ -19,6 +19,7 @@ effect.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import random
 import uuid
@@ -35,6 +36,7 @@ from .commands import (
     ClaimToolCall,
     Command,
     CompleteToolCall,
+    ControlResult,
     DecideApproval,
     DispatchRun,
     OpenAttempts,
@@ -42,9 +44,16 @@ from .commands import (
     ReportOutcome,
     ReportProgress,
     RequestApproval,
+    RerunRelease,
+    RerunRun,
+    ResolveAttempt,
+    ResumeRun,
+    RetryStep,
     StartRun,
+    SubmitRequest,
     SubmitResult,
     SubmitRun,
+    SuspendRun,
     WakeResult,
     WakeRun,
     fingerprint,
@@ -346,6 +355,12 @@ class RunGrain:
     async def _submit(self, command: SubmitRun) -> SubmitResult:
         """Accept the run (idempotent on tenant + project + key), reserve its budget and
         dispatch its first step: one statement."""
+        return await self._accept(command)
+
+    async def _accept(
+        self, command: SubmitRun, also: Callable[[RunAggregate, CommandContext], None] | None = None
+    ) -> SubmitResult:
+        """``_submit``'s statement; ``also`` records more on the new run before it commits."""
         principal, request = command.principal, command.request
         if principal.tenant_id != self.tenant_id:
             raise errors.Forbidden("the grain's tenant differs from the caller's")
@@ -386,6 +401,8 @@ class RunGrain:
         self._may_dispatch = True
         while True:
             agg = RunAggregate.accept(submission, release, policy, self.env.options, ctx)
+            if also is not None:
+                also(agg, ctx)
             reserve: Reservation | None = None
             if denied is None:
                 reserve = self._reservation(agg, ctx.now)
@@ -697,4 +714,111 @@ class RunGrain:
         run = (await self._load_cached()).run
         return await self.env.policies.revision(
             self.tenant_id, run.policy.policy_id, run.policy.revision
+        )
+
+    # ------------------------------------------------------------------ operator controls
+
+    def _control_result(
+        self, agg: RunAggregate, attempt: Attempt | None = None, step_id: UUID | None = None
+    ) -> ControlResult:
+        run = agg.run
+        return ControlResult(
+            run_id=run.run_id,
+            state=str(run.state),
+            suspended=run.suspended_at is not None,
+            step_id=attempt.step_id if attempt is not None else step_id,
+            attempt_id=attempt.attempt_id if attempt is not None else None,
+            attempt_state=str(attempt.state) if attempt is not None else None,
+            attempt_number=attempt.number if attempt is not None else None,
+        )
+
+    def _operator(self, principal_tenant: str) -> None:
+        if principal_tenant != self.tenant_id:
+            raise errors.RunNotFound(f"run {self.run_id} not found")
+
+    @handles(SuspendRun)
+    async def _suspend(self, c: SuspendRun) -> ControlResult:
+        self._operator(c.principal.tenant_id)
+
+        def decide(a: RunAggregate, x: CommandContext) -> ControlResult:
+            a.suspend(x, c.reason)
+            return self._control_result(a)
+
+        return await self._run(Plan(decide, c.principal.subject), c)
+
+    @handles(ResumeRun)
+    async def _resume(self, c: ResumeRun) -> ControlResult:
+        """Lift the suspension and dispatch what is due, in one statement."""
+        self._operator(c.principal.tenant_id)
+
+        def decide(a: RunAggregate, x: CommandContext) -> ControlResult:
+            a.resume(x, c.reason)
+            self._dispatch_due(a, x)
+            return self._control_result(a)
+
+        return await self._run(Plan(decide, c.principal.subject), c)
+
+    @handles(RetryStep)
+    async def _retry_step(self, c: RetryStep) -> ControlResult:
+        """Skip the step's backoff and dispatch its new attempt, in one statement (past the
+        tenant's capacity cap the step stays Pending, due now, for the dispatcher)."""
+        self._operator(c.principal.tenant_id)
+
+        def decide(a: RunAggregate, x: CommandContext) -> ControlResult:
+            step = a.retry_step(x, c.step_id, c.reason)
+            attempt = self._dispatch_due(a, x)
+            return self._control_result(a, attempt, step.step_id)
+
+        return await self._run(Plan(decide, c.principal.subject), c)
+
+    @handles(ResolveAttempt)
+    async def _resolve_attempt(self, c: ResolveAttempt) -> ControlResult:
+        self._operator(c.principal.tenant_id)
+        options = self.env.options
+
+        def decide(a: RunAggregate, x: CommandContext) -> ControlResult:
+            attempt = a.resolve_attempt(x, c.attempt_id, c.outcome, c.reason, options)
+            self._dispatch_due(a, x)
+            return self._control_result(a, attempt)
+
+        return await self._run(Plan(decide, c.principal.subject), c)
+
+    @handles(RerunRun)
+    async def _rerun(self, c: RerunRun) -> SubmitResult:
+        """Accept the new run (this grain's) with the finished run's input, linked to it: the
+        SubmitRun of the old run's project, keyed by this command's id (a resend answers the
+        same run). The old run is read, never written."""
+        self._operator(c.principal.tenant_id)
+        if not c.reason or not c.reason.strip():
+            raise errors.ValidationFailed("an operator control needs a reason")
+        old, _ = await self.env.store.load(self.tenant_id, c.rerun_of, self.env.clock.now())
+        run = old.run
+        if not run.state.terminal:
+            raise errors.RunNotFinished(
+                f"run {run.run_id} is {run.state}: only a finished run can be rerun",
+                run_state=str(run.state),
+            )
+        pinned = c.release is RerunRelease.PINNED
+        request = SubmitRequest(
+            project_id=run.project_id,
+            idempotency_key=f"rerun:{run.run_id}:{c.command_id}",
+            workflow_id=run.workflow_id,
+            model_profile_id=run.model_profile_id,
+            input=dict(run.input or {}),
+            release_alias=None if pinned else c.release_alias,
+            release_id=run.release_id if pinned else None,
+            limits=run.limits,
+            environment_id=run.environment_id,
+            correlation_id=run.correlation_id,
+        )
+        principal = dataclasses.replace(c.principal, project_id=run.project_id)
+        submit = SubmitRun(
+            tenant_id=self.tenant_id,
+            run_id=self.run_id,
+            command_id=c.command_id,
+            principal=principal,
+            request=request,
+        )
+        return await self._accept(
+            submit, lambda a, x: a.record_rerun(x, run.run_id, str(c.release), c.reason)
         )

@@ -694,3 +694,88 @@ def add_commands(sub: Any) -> None:
     p = _command(e, "tail", events_tail, "follow every event you may see (resumes)")
     p.add_argument("--after", type=int, default=None, help="start after this feed position")
     p.add_argument("--count", type=int, default=None, help="stop after this many events")
+    _add_ops(sub)
+
+
+# ---------------------------------------------------------------------- operator controls
+
+
+def _control(path: str) -> Handler:
+    """A run control: POST ``path`` (formatted with the args) with the reason, print the run's
+    state as the control left it."""
+
+    def handler(api: Api, args: argparse.Namespace, out: TextIO) -> None:
+        headers = {"Idempotency-Key": args.key} if args.key else {}
+        payload = {"reason": args.reason}
+        if getattr(args, "outcome", None):
+            payload["outcome"] = args.outcome
+        answer = api.call("POST", path.format(**vars(args)), json=payload, headers=headers)
+        if args.json:
+            emit_json(answer, out)
+            return
+        line = f"run {answer['runId']} is {answer['state']}"
+        if answer.get("suspended"):
+            line += " (suspended)"
+        if answer.get("attemptId"):
+            line += (
+                f"; attempt {answer['attemptId']} (#{answer['attemptNumber']}) is "
+                f"{answer['attemptState']}"
+            )
+        print(line, file=out)
+
+    return handler
+
+
+def ops_rerun(api: Api, args: argparse.Namespace, out: TextIO) -> None:
+    headers = {"Idempotency-Key": args.key} if args.key else {}
+    answer = api.call(
+        "POST",
+        f"/factory/runs/{args.run_id}/rerun",
+        json={"reason": args.reason, "release": args.release, "releaseAlias": args.release_alias},
+        headers=headers,
+    )
+    if args.json:
+        emit_json(answer, out)
+    else:
+        print(
+            f"run {answer['runId']} reruns {answer['rerunOf']} on release {answer['releaseId']} "
+            f"({answer['release']}); it is {answer['state']}",
+            file=out,
+        )
+
+
+def _add_ops(sub: Any) -> None:
+    """``runcontrol ops suspend|resume|retry|resolve|rerun`` (Operator, WorkspaceAdmin,
+    PlatformAdmin; every control needs ``--reason``, audited with the caller)."""
+    ops = sub.add_parser("ops", help="run controls for operators (suspend, resume, retry, ...)")
+    o = ops.add_subparsers(dest="ops_command", required=True)
+
+    def control(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
+        p = _command(o, name, handler, help_text)
+        p.add_argument("run_id")
+        p.add_argument("--reason", required=True, help="why (audited with the caller)")
+        p.add_argument("--key", default=None, help="Idempotency-Key: a retry gets the first answer")
+        return p
+
+    control(
+        "suspend",
+        _control("/factory/runs/{run_id}/suspend"),
+        "hold a run: nothing new starts; leases in hand may finish",
+    )
+    control("resume", _control("/factory/runs/{run_id}/resume"), "resume a suspended run")
+    p = control(
+        "retry",
+        _control("/factory/runs/{run_id}/steps/{step_id}/retry"),
+        "dispatch a new attempt now of a step waiting for its retry",
+    )
+    p.add_argument("step_id")
+    p = control(
+        "resolve",
+        _control("/factory/runs/{run_id}/attempts/{attempt_id}/resolve"),
+        "settle an Uncertain attempt as Succeeded or Failed",
+    )
+    p.add_argument("attempt_id")
+    p.add_argument("--outcome", required=True, choices=("Succeeded", "Failed"))
+    p = control("rerun", ops_rerun, "rerun a finished run as a new run linked to it")
+    p.add_argument("--release", choices=("pinned", "current"), default="pinned")
+    p.add_argument("--release-alias", default="latest", help="the alias `current` resolves")

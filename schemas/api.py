@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -128,6 +128,11 @@ class RunSummary(ResponseModel):
     last_event_seq: int
     created_at: datetime
     updated_at: datetime
+    suspended: bool = Field(
+        False, description="An operator suspended the run: nothing new starts until resumed."
+    )
+    suspended_at: datetime | None = None
+    rerun_of: UUID | None = Field(None, description="The finished run this run reruns.")
 
 
 class LeaseView(ResponseModel):
@@ -321,3 +326,43 @@ class RedeliverResponse(ResponseModel):
 class Health(ResponseModel):
     status: str
     checks: dict[str, str] = Field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------- operator controls
+
+
+class ControlRequest(RequestModel):
+    """Suspend, resume, retry: the reason is required (it is audited with the caller)."""
+
+    reason: Reason
+
+
+class ResolveRequest(ControlRequest):
+    outcome: Literal["Succeeded", "Failed"]
+
+
+class RerunRequest(ControlRequest):
+    release: Literal["pinned", "current"] = Field(
+        "pinned",
+        description="`pinned`: the release the finished run ran; `current`: the release "
+        "`releaseAlias` names now.",
+    )
+    release_alias: Name = Field("latest", description="The alias `current` resolves.")
+
+
+class ControlResponse(ResponseModel):
+    run_id: UUID
+    state: str
+    suspended: bool
+    step_id: UUID | None = None
+    attempt_id: UUID | None = Field(
+        None, description="retry: the new attempt (when dispatched); resolve: the attempt."
+    )
+    attempt_state: str | None = None
+    attempt_number: int | None = None
+
+
+class RerunResponse(SubmitRunResponse):
+    rerun_of: UUID
+    release: str = Field(description="`pinned` or `current`: which release the rerun runs.")
+    created: bool = Field(description="False when this Idempotency-Key already made the rerun.")

@@ -13,7 +13,7 @@ from ..store import Database
 from ..store.commit import EVENTS_CHANNEL
 from ..store.notify import Listener
 from ..store.webhooks import FEED_CHANNEL
-from . import approvals, console, events, feed, health, problems, runs, webhooks
+from . import approvals, console, controls, events, feed, health, problems, runs, webhooks
 from .auth import TokenVerifier
 from .context import HostProbe, Services
 from .limits import BodyLimit, TenantRateLimiter
@@ -65,5 +65,6 @@ def create_app(
     app.add_middleware(BodyLimit, max_bytes=settings.api.max_body_bytes)
     for module in (runs, events, feed, approvals, webhooks, health):
         app.include_router(module.router)
+    app.include_router(controls.router)  # operator controls (issue 14)
     app.include_router(console.router)  # the web console's static files (runcontrol/console/)
     return app

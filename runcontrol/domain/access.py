@@ -29,7 +29,16 @@ APPROVALS_READ = "factory.approvals.read"
 APPROVALS_DECIDE = "factory.approvals.decide"
 RUNTIME = "factory.runtime"
 WEBHOOKS_MANAGE = "factory.webhooks.manage"
-ALL_SCOPES = (RUNS_READ, RUNS_WRITE, APPROVALS_READ, APPROVALS_DECIDE, RUNTIME, WEBHOOKS_MANAGE)
+RUNS_OPERATE = "factory.runs.operate"
+ALL_SCOPES = (
+    RUNS_READ,
+    RUNS_WRITE,
+    APPROVALS_READ,
+    APPROVALS_DECIDE,
+    RUNTIME,
+    WEBHOOKS_MANAGE,
+    RUNS_OPERATE,
+)
 
 
 class Operation(StrEnum):
@@ -42,6 +51,9 @@ class Operation(StrEnum):
     # Webhook subscriptions: they receive every event of the tenant, so only roles that
     # span the tenant manage them.
     MANAGE_WEBHOOKS = "ManageWebhooks"
+    # Run controls (suspend, resume, retry a step, resolve an attempt, rerun): the roles that
+    # run the platform, which span the tenant.
+    OPERATE_RUNS = "OperateRuns"
 
 
 # The scope each operation needs (the spec's operations table).
@@ -53,6 +65,7 @@ OPERATION_SCOPE: Mapping[Operation, str] = {
     Operation.DECIDE_APPROVAL: APPROVALS_DECIDE,
     Operation.RUNTIME: RUNTIME,
     Operation.MANAGE_WEBHOOKS: WEBHOOKS_MANAGE,
+    Operation.OPERATE_RUNS: RUNS_OPERATE,
 }
 
 _READ = frozenset({Operation.READ_RUNS, Operation.READ_APPROVALS})
@@ -61,6 +74,7 @@ _ADMIN = _READ | {
     Operation.CANCEL_RUN,
     Operation.DECIDE_APPROVAL,
     Operation.MANAGE_WEBHOOKS,
+    Operation.OPERATE_RUNS,
 }
 
 # The published table (README "Roles and scopes"). Deciding also needs the policy's approver
@@ -70,7 +84,8 @@ ROLE_OPERATIONS: Mapping[Role, frozenset[Operation]] = {
     Role.OBSERVER: _READ,
     Role.REQUESTER: _READ | {Operation.SUBMIT_RUN, Operation.CANCEL_RUN},
     Role.REVIEWER: _READ | {Operation.DECIDE_APPROVAL},
-    Role.OPERATOR: _READ | {Operation.CANCEL_RUN, Operation.MANAGE_WEBHOOKS},
+    Role.OPERATOR: _READ
+    | {Operation.CANCEL_RUN, Operation.MANAGE_WEBHOOKS, Operation.OPERATE_RUNS},
     Role.WORKSPACE_ADMIN: _ADMIN,
     Role.PLATFORM_ADMIN: _ADMIN,
     Role.WORKER: frozenset({Operation.RUNTIME}),

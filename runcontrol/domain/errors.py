@@ -202,3 +202,22 @@ class Unavailable(RunControlError):
 
     code = "unavailable"
     retryable = True
+
+
+# ---------------------------------------------------------------------- operator controls
+
+
+class RunSuspended(Conflict):
+    """The run is suspended: it dispatches nothing new until an operator resumes it."""
+
+    code = "run-suspended"
+
+
+class RunNotSuspended(Conflict):
+    code = "run-not-suspended"
+
+
+class RunNotFinished(Conflict):
+    """A rerun repeats a finished run only (Completed, Failed or Cancelled)."""
+
+    code = "run-not-finished"

@@ -39,6 +39,8 @@ STEP_TRANSITIONS: Mapping[tuple[StepState, StepState], str] = {
     (St.RUNNING, St.FAILED): "AttemptFailedTerminally",
     (St.RUNNING, St.CANCELLED): "RunCancelled",
     (St.PENDING, St.CANCELLED): "RunEnded",
+    # An operator resolved the Uncertain attempt the step awaited its retry after as Succeeded.
+    (St.PENDING, St.SUCCEEDED): "OperatorResolved",
 }
 
 A = AttemptState
@@ -50,6 +52,14 @@ ATTEMPT_TRANSITIONS: Mapping[tuple[AttemptState, AttemptState], str] = {
     (A.LEASED, A.UNCERTAIN): "OutcomeReported",
     (A.LEASED, A.CANCELLED): "OutcomeReported",
     (A.LEASED, A.TIMED_OUT): "LeaseExpired",
+}
+
+# Invariant 6 surfaces an Uncertain attempt to an operator, who may find out whether its side
+# effect happened. That is a correction of the attempt's record, not a move of its machine
+# (whose terminal states keep no exits): the only corrections there are.
+ATTEMPT_RESOLUTIONS: Mapping[tuple[AttemptState, AttemptState], str] = {
+    (A.UNCERTAIN, A.SUCCEEDED): "OperatorResolved",
+    (A.UNCERTAIN, A.FAILED): "OperatorResolved",
 }
 
 Ap = ApprovalState

@@ -71,6 +71,10 @@ class Run:
     event_seq: int = 0
     journal_seq: int = 0
     fencing_seq: int = 0
+    # Operator controls: when an operator suspended the run (None: not suspended), and the
+    # finished run this one reruns.
+    suspended_at: datetime | None = None
+    rerun_of: UUID | None = None
 
     @property
     def release_id(self) -> str:
@@ -305,4 +309,10 @@ TOPICS: dict[str, str] = {
     "ToolCallClaimed": "run-control.tool-calls.v1.tool-call-claimed",
     "ToolCallCompleted": "run-control.tool-calls.v1.tool-call-completed",
     "ToolCallExpired": "run-control.tool-calls.v1.tool-call-expired",
+    # operator controls
+    "RunSuspended": "run-control.runs.v1.run-suspended",
+    "RunResumed": "run-control.runs.v1.run-resumed",
+    "StepRetryRequested": "run-control.steps.v1.step-retry-requested",
+    "AttemptOutcomeResolved": "run-control.attempts.v1.attempt-outcome-resolved",
+    "RunRerun": "run-control.runs.v1.run-rerun",
 }

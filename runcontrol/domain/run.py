@@ -21,6 +21,7 @@ from . import errors
 from .hashing import canonical_hash, is_hash
 from .machines import (
     APPROVAL_TRANSITIONS,
+    ATTEMPT_RESOLUTIONS,
     ATTEMPT_TRANSITIONS,
     RUN_TRANSITIONS,
     STEP_TRANSITIONS,
@@ -322,6 +323,8 @@ class RunAggregate:
         current = self.run.state
         spec_cause = check("Run", RUN_TRANSITIONS, current, target)
         self.run.state = target
+        if target.terminal:
+            self.run.suspended_at = None  # a suspension ends with the run
         self._journal(ctx, "Run", self.run.run_id, current, target, cause or spec_cause)
         self._emit(
             ctx,
@@ -411,7 +414,7 @@ class RunAggregate:
                 times.append(stop)
         elif state is not RunState.WAITING_FOR_APPROVAL:  # a human's wait has its own expiry
             times.append(self.deadline(options))
-        if state is RunState.RUNNING:
+        if state is RunState.RUNNING and self.run.suspended_at is None:
             step = self._first_open_step()
             if step is not None and step.state is StepState.PENDING:
                 times.append(step.not_before or self.run.updated_at)
@@ -536,6 +539,8 @@ class RunAggregate:
         """The next step to dispatch now, if the run may dispatch at all (invariant 4)."""
         if self.run.state not in (RunState.ACCEPTED, RunState.RUNNING):
             return None
+        if self.run.suspended_at is not None:
+            return None  # an operator suspended the run: nothing new starts
         step = self._first_open_step()  # steps run in order
         if step is None or step.state is not StepState.PENDING:
             return None
@@ -612,6 +617,8 @@ class RunAggregate:
             raise errors.LeaseRejected(
                 f"no lease while the run is {self.run.state}", run_state=str(self.run.state)
             )
+        if self.run.suspended_at is not None:
+            raise errors.LeaseRejected("no new lease while the run is suspended", suspended=True)
         self.run.fencing_seq += 1
         if self.run.deadline_at is None and self.run.limits.max_minutes:
             # The wall-clock budget runs from the first lease grant: work starts there.
@@ -1669,6 +1676,202 @@ class RunAggregate:
             step_id=attempt.step_id,
             attempt_id=call.attempt_id,
         )
+
+    # ---- operator controls
+    #
+    # Suspend, resume, retry a step, resolve an Uncertain attempt (issue 14). Each records its
+    # journal entry, its outbox event and an audit record naming the caller (``ctx.actor``) and
+    # the required reason, in the command's one transaction. A finished run (Completed, Failed,
+    # Cancelled) is terminal: no control reopens it, a rerun repeats it as a new run
+    # (``runcontrol.grain``); resolving an attempt of a finished run corrects the attempt's
+    # record only.
+
+    def suspend(self, ctx: CommandContext, reason: str) -> None:
+        """Hold the run: no step is dispatched and no dispatched attempt leased until it is
+        resumed. Leases in hand may still renew, request approval and report."""
+        reason = _control_reason(reason)
+        self._controllable("suspend")
+        if self.run.state is RunState.ACCEPTED:
+            raise errors.IllegalTransition(
+                "the run has not started: cancel it, or suspend it once it runs",
+                run_state=str(self.run.state),
+            )
+        if self.run.suspended_at is not None:
+            raise errors.RunSuspended("the run is already suspended")
+        self.run.suspended_at = ctx.now
+        self._journal(ctx, "Run", self.run.run_id, "Active", "Suspended", "SuspendRequested")
+        self._control_event(ctx, "RunSuspended", reason)
+        self._audit(ctx, "run-suspended", reason=reason, run_state=str(self.run.state))
+
+    def resume(self, ctx: CommandContext, reason: str) -> None:
+        """Lift the suspension; what is due is dispatched by the same command (the grain)."""
+        reason = _control_reason(reason)
+        self._controllable("resume")
+        if self.run.suspended_at is None:
+            raise errors.RunNotSuspended("the run is not suspended")
+        self.run.suspended_at = None
+        self._journal(ctx, "Run", self.run.run_id, "Suspended", "Active", "ResumeRequested")
+        self._control_event(ctx, "RunResumed", reason)
+        self._audit(ctx, "run-resumed", reason=reason, run_state=str(self.run.state))
+
+    def retry_step(self, ctx: CommandContext, step_id: UUID, reason: str) -> Step:
+        """Dispatch a new attempt of a step whose last attempt Failed, TimedOut or settled
+        Uncertain and which waits for its retry: the backoff is skipped. The attempt is
+        dispatched by the same command (the grain), or, while the run is suspended, by the
+        resume; its lease carries a new fencing token."""
+        reason = _control_reason(reason)
+        step = self.step(step_id)
+        self._controllable("retry a step of")
+        if self.run.state is not RunState.RUNNING:
+            raise errors.IllegalTransition(
+                f"no retry while the run is {self.run.state}", run_state=str(self.run.state)
+            )
+        previous = self.attempts_of(step)
+        last = previous[-1] if previous else None
+        retryable = (AttemptState.FAILED, AttemptState.TIMED_OUT, AttemptState.UNCERTAIN)
+        if step.state is not StepState.PENDING or last is None or last.state not in retryable:
+            raise errors.IllegalTransition(
+                f"step {step.name!r} is {step.state}: only a step waiting for its retry after "
+                "a Failed, TimedOut or Uncertain attempt can be retried",
+                step_id=str(step_id),
+                step_state=str(step.state),
+            )
+        step.not_before = None
+        self._changes.steps[step.step_id] = step
+        self._journal(ctx, "Step", step.step_id, step.state, step.state, "RetryRequested")
+        self._control_event(
+            ctx,
+            "StepRetryRequested",
+            reason,
+            stepId=str(step.step_id),
+            nextAttemptNumber=last.number + 1,
+            step_id=step.step_id,
+        )
+        self._audit(ctx, "step-retry", reason=reason, step_id=step.step_id, after=last.number)
+        return step
+
+    def resolve_attempt(
+        self,
+        ctx: CommandContext,
+        attempt_id: UUID,
+        outcome: AttemptOutcome,
+        reason: str,
+        options: Options,
+    ) -> Attempt:
+        """Settle an Uncertain attempt as Succeeded or Failed, the operator having found out
+        whether its side effect happened. When its step waits for the retry this attempt
+        scheduled (a live run), the step settles as the normal path would: Succeeded moves the
+        run on (the next step, or Completed); Failed keeps the scheduled retry. Otherwise (a
+        finished run, or a later attempt already carries the step) only the attempt's record
+        changes."""
+        reason = _control_reason(reason)
+        if outcome not in (AttemptOutcome.SUCCEEDED, AttemptOutcome.FAILED):
+            raise errors.ValidationFailed("an Uncertain attempt resolves as Succeeded or Failed")
+        attempt = self.attempt(attempt_id)
+        if attempt.state is not AttemptState.UNCERTAIN:
+            raise errors.IllegalTransition(
+                f"the attempt is {attempt.state}: only an Uncertain attempt can be resolved",
+                attempt_id=str(attempt_id),
+                attempt_state=str(attempt.state),
+            )
+        step = self.step(attempt.step_id)
+        awaited = (
+            self.run.state is RunState.RUNNING
+            and step.state is StepState.PENDING
+            and self.attempts_of(step)[-1].attempt_id == attempt_id
+        )
+        cause = check("Attempt", ATTEMPT_RESOLUTIONS, attempt.state, outcome.attempt_state)
+        attempt.state = outcome.attempt_state
+        self._changes.attempts[attempt.attempt_id] = attempt
+        self._journal(ctx, "Attempt", attempt_id, AttemptState.UNCERTAIN, attempt.state, cause)
+        attempt.outcome = outcome
+        attempt.failure_class = _failure_class_for(outcome, None)
+        self._control_event(
+            ctx,
+            "AttemptOutcomeResolved",
+            reason,
+            stepId=str(step.step_id),
+            attemptId=str(attempt_id),
+            fromOutcome=str(AttemptOutcome.UNCERTAIN),
+            outcome=str(outcome),
+            step_id=step.step_id,
+            attempt_id=attempt_id,
+        )
+        self._audit(
+            ctx, "attempt-resolved", reason=reason, attempt_id=attempt_id, outcome=str(outcome)
+        )
+        if awaited and outcome is AttemptOutcome.SUCCEEDED:
+            step.not_before = None
+            self._after_settled(ctx, attempt, options)
+        return attempt
+
+    def _controllable(self, what: str) -> None:
+        if self.run.state.terminal:
+            raise errors.RunTerminal(
+                f"cannot {what} a {self.run.state} run: rerun it instead",
+                run_state=str(self.run.state),
+            )
+        if self.run.state is RunState.CANCELLING:
+            raise errors.IllegalTransition(
+                f"cannot {what} a run being cancelled", run_state=str(self.run.state)
+            )
+
+    def _control_event(
+        self,
+        ctx: CommandContext,
+        event_type: str,
+        reason: str,
+        *,
+        step_id: UUID | None = None,
+        attempt_id: UUID | None = None,
+        **payload: Any,
+    ) -> None:
+        self._emit(
+            ctx,
+            event_type,
+            {
+                "runId": str(self.run.run_id),
+                "tenantId": self.run.tenant_id,
+                "state": str(self.run.state),
+                "suspended": self.run.suspended_at is not None,
+                **payload,
+                "requestedBy": ctx.actor,
+                "reason": reason,
+            },
+            step_id=step_id,
+            attempt_id=attempt_id,
+        )
+
+    def record_rerun(self, ctx: CommandContext, rerun_of: UUID, release: str, reason: str) -> None:
+        """On a new run: it reruns the finished run ``rerun_of`` (``release``: ``pinned`` or
+        ``current``, the release it was given). Recorded on the new run, in its accepting
+        statement: the finished run is never written again."""
+        reason = _control_reason(reason)
+        self.run.rerun_of = rerun_of
+        self._changes.run_dirty = True
+        self._journal(ctx, "Run", self.run.run_id, None, self.run.state, "RerunRequested")
+        self._control_event(
+            ctx,
+            "RunRerun",
+            reason,
+            rerunOf=str(rerun_of),
+            release=release,
+            releaseId=self.run.release_id,
+        )
+        self._audit(
+            ctx,
+            "run-rerun",
+            reason=reason,
+            rerun_of=rerun_of,
+            release=release,
+            release_id=self.run.release_id,
+        )
+
+
+def _control_reason(reason: str) -> str:
+    if not reason or not reason.strip():
+        raise errors.ValidationFailed("an operator control needs a reason")
+    return reason
 
 
 def _claim_answer(call: ToolCall, now: datetime) -> ToolCallClaim:

@@ -88,6 +88,8 @@ RUN_SUMMARY = _fields(
         "event_seq",
         "created_at",
         "updated_at",
+        "rerun_of",
+        "suspended_at",
     ),
     {"event_seq": "lastEventSeq"},
 )
@@ -131,6 +133,7 @@ EVENT = _fields(
 def run_summary(m: Any) -> dict[str, Any]:
     view = _view(m, RUN_SUMMARY)
     view["limits"] = _view(m, LIMITS)
+    view["suspended"] = m["suspended_at"] is not None
     return view
 
 
@@ -368,9 +371,13 @@ def claimable(
     condition = attempts.c.state == "Dispatched"
     if agent_ids:
         condition = and_(condition, attempts.c.agent_id.in_(list(agent_ids)))
+    # A suspended run's attempts wait for its resumption (they would only be refused).
+    suspended = select(runs.c.run_id).where(
+        runs.c.run_id == attempts.c.run_id, runs.c.suspended_at.is_not(None)
+    )
     rows = conn.execute(
         select(attempts.c.tenant_id, attempts.c.run_id, attempts.c.attempt_id)
-        .where(condition)
+        .where(condition, ~suspended.exists())
         .order_by(attempts.c.dispatched_at)
         .limit(limit)
     )

@@ -60,6 +60,9 @@ runs = Table(
     Column("next_due_at", TZ),
     Column("created_at", TZ, nullable=False),
     Column("updated_at", TZ, nullable=False),
+    # operator controls (0011): set while suspended; the finished run this one reruns
+    Column("suspended_at", TZ),
+    Column("rerun_of", UUID(as_uuid=True)),
     UniqueConstraint("tenant_id", "project_id", "idempotency_key", name="uq_runs_idempotency"),
     Index("ix_runs_list", "tenant_id", "created_at", "run_id"),
     Index("ix_runs_state", "tenant_id", "state", "created_at"),

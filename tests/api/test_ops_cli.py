@@ -132,3 +132,27 @@ def test_approvals_list_show_approve_and_reject(t, env, capsys, monkeypatch) -> 
         capsys, monkeypatch, reviewer, "approvals", "reject", second["approvalId"], "--reason", "no"
     )
     assert code == 0 and "Rejected" in out
+
+
+def test_ops_suspend_and_resume_round_trip(t, env, capsys, monkeypatch) -> None:
+    t.publish()
+    run_id = t.submit()
+    token = t.token("olga", Role.OPERATOR)
+
+    code, out, err = cli(
+        capsys, monkeypatch, token, "ops", "suspend", run_id, "--reason", "incident 42"
+    )
+    assert code == 0, err
+    assert out.strip() == f"run {run_id} is Running (suspended)"
+    assert t.run(run_id)["suspended"] is True
+    code, out, err = cli(capsys, monkeypatch, token, "ops", "suspend", run_id, "--reason", "again")
+    assert code == 1 and out == "" and "409" in err and "run-suspended" in err
+    requester = t.token("alice", Role.REQUESTER)
+    code, _, err = cli(capsys, monkeypatch, requester, "ops", "resume", run_id, "--reason", "r")
+    assert code == 1 and "403" in err
+
+    code, out, err = cli(
+        capsys, monkeypatch, token, "ops", "resume", run_id, "--reason", "over", "--json"
+    )
+    assert code == 0, err
+    assert json.loads(out)["suspended"] is False and t.run(run_id)["suspended"] is False

@@ -97,6 +97,8 @@ def everything(tenant: str) -> Changes:
         event_seq=3,
         journal_seq=5,
         fencing_seq=2,
+        suspended_at=at(8),
+        rerun_of=uuid.uuid4(),
     )
     step = Step(
         step_id=step_id,

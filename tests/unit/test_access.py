@@ -10,6 +10,7 @@ from runcontrol.domain.access import (
     APPROVALS_DECIDE,
     APPROVALS_READ,
     ROLE_OPERATIONS,
+    RUNS_OPERATE,
     RUNS_READ,
     RUNS_WRITE,
     RUNTIME,
@@ -44,8 +45,8 @@ def test_every_role_has_a_row() -> None:
         ),
         (
             Role.OPERATOR,
-            {Op.READ_RUNS, Op.READ_APPROVALS, Op.CANCEL_RUN, Op.MANAGE_WEBHOOKS},
-            {RUNS_READ, RUNS_WRITE, APPROVALS_READ, WEBHOOKS_MANAGE},
+            {Op.READ_RUNS, Op.READ_APPROVALS, Op.CANCEL_RUN, Op.MANAGE_WEBHOOKS, Op.OPERATE_RUNS},
+            {RUNS_READ, RUNS_WRITE, APPROVALS_READ, WEBHOOKS_MANAGE, RUNS_OPERATE},
         ),
         (Role.WORKER, {Op.RUNTIME}, {RUNTIME}),
         (
@@ -57,8 +58,16 @@ def test_every_role_has_a_row() -> None:
                 Op.CANCEL_RUN,
                 Op.DECIDE_APPROVAL,
                 Op.MANAGE_WEBHOOKS,
+                Op.OPERATE_RUNS,
             },
-            {RUNS_READ, RUNS_WRITE, APPROVALS_READ, APPROVALS_DECIDE, WEBHOOKS_MANAGE},
+            {
+                RUNS_READ,
+                RUNS_WRITE,
+                APPROVALS_READ,
+                APPROVALS_DECIDE,
+                WEBHOOKS_MANAGE,
+                RUNS_OPERATE,
+            },
         ),
     ],
 )

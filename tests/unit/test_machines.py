@@ -109,6 +109,7 @@ def test_step_and_attempt_machines_are_the_designed_tables():
         (St.RUNNING, St.FAILED),
         (St.RUNNING, St.CANCELLED),
         (St.PENDING, St.CANCELLED),
+        (St.PENDING, St.SUCCEEDED),  # an operator resolved the attempt it awaited a retry after
     }
     assert set(ATTEMPT_TRANSITIONS) == {
         (A.DISPATCHED, A.LEASED),

@@ -1,0 +1,260 @@
+"""Run controls for operators: suspend, resume, retry a step, resolve an Uncertain attempt,
+rerun a finished run.
+
+Scope ``factory.runs.operate``; roles Operator, WorkspaceAdmin, PlatformAdmin (all span the
+tenant). Each route sends one typed command (``runcontrol.commands``) carrying the caller and
+the required reason; the grain commits the change with its journal entry, outbox event and an
+audit record in the run's one transaction. An ``Idempotency-Key`` makes a retry get the first
+answer, as for cancels. Routes translate HTTP to commands and back, nothing more.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from uuid import UUID, uuid4
+
+from fastapi import APIRouter, Depends, Path, Request, Response
+
+from schemas.api import (
+    ControlRequest,
+    ControlResponse,
+    RerunRequest,
+    RerunResponse,
+    ResolveRequest,
+)
+
+from ..commands import (
+    Command,
+    ControlResult,
+    RerunRelease,
+    RerunRun,
+    ResolveAttempt,
+    ResumeRun,
+    RetryStep,
+    SuspendRun,
+)
+from ..domain import AttemptOutcome, errors
+from ..domain.access import Operation
+from ..store import queries as q
+from .auth import Caller, require
+from .context import Services, Svc
+from .limits import TenantRateLimiter
+from .problems import responses
+from .runs import RetryKey, RunIdPath, command_id, location
+
+router = APIRouter(prefix="/factory/runs", tags=["run controls"])
+
+ROLES = "Scope `factory.runs.operate`; roles Operator, WorkspaceAdmin, PlatformAdmin."
+
+
+async def _operator(
+    caller: Annotated[Caller, Depends(require(Operation.OPERATE_RUNS))], request: Request
+) -> Caller:
+    limiter: TenantRateLimiter = request.app.state.rate_limiter
+    limiter.check(caller.tenant_id)
+    return caller
+
+
+RunOperator = Annotated[Caller, Depends(_operator)]
+StepIdPath = Annotated[UUID, Path(alias="stepId")]
+AttemptIdPath = Annotated[UUID, Path(alias="attemptId")]
+CONTROL_RESPONSES = responses(401, 403, 404, 409, 413, 422, 429, 503)
+
+
+async def _visible(svc: Services, caller: Caller, run_id: UUID) -> None:
+    """Another project's run answers as an unknown one (every operating role spans the
+    tenant today; this keeps the rule if one ever does not)."""
+    project = caller.project_scope
+    if project is not None and not await svc.read(
+        caller.tenant_id,
+        lambda conn: q.run_visible(conn, run_id, project_id=project),
+        project_id=project,
+    ):
+        raise errors.RunNotFound(f"run {run_id} not found")
+
+
+async def _control(svc: Services, caller: Caller, command: Command[ControlResult]) -> Any:
+    await _visible(svc, caller, command.run_id)
+    result = await svc.send(command)
+    return {
+        "runId": result.run_id,
+        "state": result.state,
+        "suspended": result.suspended,
+        "stepId": result.step_id,
+        "attemptId": result.attempt_id,
+        "attemptState": result.attempt_state,
+        "attemptNumber": result.attempt_number,
+    }
+
+
+@router.post(
+    "/{runId}/suspend",
+    operation_id="SuspendRun",
+    response_model=ControlResponse,
+    responses=CONTROL_RESPONSES,
+    summary="Suspend a run: nothing new is dispatched or leased; leases in hand may finish.",
+    description=ROLES + " 409 when the run has ended, is being cancelled, has not started or "
+    "is suspended already.",
+)
+async def suspend_run(
+    caller: RunOperator,
+    svc: Svc,
+    body: ControlRequest,
+    run_id: RunIdPath,
+    idempotency_key: RetryKey = None,
+) -> Any:
+    return await _control(
+        svc,
+        caller,
+        SuspendRun(
+            tenant_id=caller.tenant_id,
+            run_id=run_id,
+            command_id=command_id(caller, "SuspendRun", run_id, idempotency_key),
+            principal=caller.principal,
+            reason=body.reason,
+        ),
+    )
+
+
+@router.post(
+    "/{runId}/resume",
+    operation_id="ResumeRun",
+    response_model=ControlResponse,
+    responses=CONTROL_RESPONSES,
+    summary="Resume a suspended run and dispatch what is due.",
+    description=ROLES + " 409 `run-not-suspended` when it is not suspended.",
+)
+async def resume_run(
+    caller: RunOperator,
+    svc: Svc,
+    body: ControlRequest,
+    run_id: RunIdPath,
+    idempotency_key: RetryKey = None,
+) -> Any:
+    return await _control(
+        svc,
+        caller,
+        ResumeRun(
+            tenant_id=caller.tenant_id,
+            run_id=run_id,
+            command_id=command_id(caller, "ResumeRun", run_id, idempotency_key),
+            principal=caller.principal,
+            reason=body.reason,
+        ),
+    )
+
+
+@router.post(
+    "/{runId}/steps/{stepId}/retry",
+    operation_id="RetryStep",
+    response_model=ControlResponse,
+    responses=CONTROL_RESPONSES,
+    summary="Dispatch a new attempt now of a step waiting for its retry.",
+    description=ROLES + " The step's last attempt Failed, TimedOut or settled Uncertain and "
+    "the run is Running; a finished run is rerun instead (409 `run-terminal`). The new "
+    "attempt (its lease carries a new fencing token) is dispatched now, or by the resume of a "
+    "suspended run.",
+)
+async def retry_step(
+    caller: RunOperator,
+    svc: Svc,
+    body: ControlRequest,
+    run_id: RunIdPath,
+    step_id: StepIdPath,
+    idempotency_key: RetryKey = None,
+) -> Any:
+    return await _control(
+        svc,
+        caller,
+        RetryStep(
+            tenant_id=caller.tenant_id,
+            run_id=run_id,
+            command_id=command_id(caller, f"RetryStep:{step_id}", run_id, idempotency_key),
+            principal=caller.principal,
+            reason=body.reason,
+            step_id=step_id,
+        ),
+    )
+
+
+@router.post(
+    "/{runId}/attempts/{attemptId}/resolve",
+    operation_id="ResolveAttempt",
+    response_model=ControlResponse,
+    responses=CONTROL_RESPONSES,
+    summary="Resolve an Uncertain attempt as Succeeded or Failed.",
+    description=ROLES + " When its step waits for the retry it scheduled, Succeeded settles the "
+    "step and the run moves on; otherwise (a finished run, a later attempt) the attempt's "
+    "record alone changes. 409 unless the attempt is Uncertain.",
+)
+async def resolve_attempt(
+    caller: RunOperator,
+    svc: Svc,
+    body: ResolveRequest,
+    run_id: RunIdPath,
+    attempt_id: AttemptIdPath,
+    idempotency_key: RetryKey = None,
+) -> Any:
+    return await _control(
+        svc,
+        caller,
+        ResolveAttempt(
+            tenant_id=caller.tenant_id,
+            run_id=run_id,
+            command_id=command_id(caller, f"ResolveAttempt:{attempt_id}", run_id, idempotency_key),
+            principal=caller.principal,
+            reason=body.reason,
+            attempt_id=attempt_id,
+            outcome=AttemptOutcome(body.outcome),
+        ),
+    )
+
+
+@router.post(
+    "/{runId}/rerun",
+    operation_id="RerunRun",
+    status_code=201,
+    response_model=RerunResponse,
+    responses=CONTROL_RESPONSES,
+    summary="Rerun a finished run as a new run linked to it (same input).",
+    description=ROLES + " `release`: `pinned` (default) runs the release the finished run "
+    "pinned, `current` the one `releaseAlias` (default `latest`) names now. 201 with the new "
+    "run and its Location; the new run shows `rerunOf`. 409 `run-not-finished` while the run "
+    "has not ended.",
+)
+async def rerun_run(
+    caller: RunOperator,
+    svc: Svc,
+    body: RerunRequest,
+    run_id: RunIdPath,
+    response: Response,
+    idempotency_key: RetryKey = None,
+) -> Any:
+    await _visible(svc, caller, run_id)
+    release = RerunRelease(body.release)
+    result = await svc.send(
+        RerunRun(
+            tenant_id=caller.tenant_id,
+            run_id=uuid4(),
+            command_id=command_id(caller, "RerunRun", run_id, idempotency_key),
+            principal=caller.principal,
+            reason=body.reason,
+            rerun_of=run_id,
+            release=release,
+            release_alias=body.release_alias,
+        )
+    )
+    response.headers["Location"] = location(result.run_id)
+    return {
+        "runId": result.run_id,
+        "state": result.state,
+        "releaseId": result.release_id,
+        "policyRevision": result.policy_revision,
+        "snapshotId": result.snapshot_id,
+        "rerunOf": run_id,
+        "release": str(release),
+        "created": result.created,
+    }
+
+
+__all__ = ["router"]

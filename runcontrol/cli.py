@@ -12,13 +12,15 @@ import secrets
 import signal
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import embedded, ops_cli
 from .bootstrap import build, build_database, database_url
 from .config import AuthNotConfigured, Settings
-from .domain import Role, WorkerIdentity, WorkflowDefinition
+from .domain import Role, WorkerIdentity, WorkflowDefinition, errors
+from .ports.policy import DEFAULT_POLICY_ID, document_from_dict, document_to_dict, publish_policy
 
 if TYPE_CHECKING:
     from .worker import ReferenceWorker
@@ -352,6 +354,32 @@ def _cmd_release(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_policy(args: argparse.Namespace) -> int:
+    """Publish an approval policy revision (the JSON of ``POST /factory/policies``)."""
+    try:
+        with open(args.file, encoding="utf-8") as fh:
+            data = json.load(fh)
+        doc = document_from_dict(DEFAULT_POLICY_ID, "", data)
+    except (OSError, json.JSONDecodeError, errors.ValidationFailed) as exc:
+        print(f"runcontrol policy: {exc}", file=sys.stderr)
+        return 2
+    db = build_database(Settings())
+    try:
+        published = publish_policy(db, args.tenant, doc, datetime.now(UTC))
+    finally:
+        db.dispose()
+    print(
+        json.dumps(
+            {
+                "policyId": published.policy_id,
+                "revision": published.revision,
+                "document": document_to_dict(published),
+            }
+        )
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(
@@ -430,6 +458,13 @@ def main(argv: list[str] | None = None) -> int:
     release.add_argument("--publisher", default="cli")
     release.add_argument("--alias", action="append", default=None)
     release.set_defaults(func=_cmd_release)
+
+    policy = sub.add_parser(
+        "policy", help="publish an approval policy revision (JSON) for a tenant"
+    )
+    policy.add_argument("file")
+    policy.add_argument("--tenant", required=True)
+    policy.set_defaults(func=_cmd_policy)
 
     ops_cli.add_commands(sub)
 

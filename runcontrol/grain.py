@@ -621,6 +621,9 @@ class RunGrain:
             await self._start(StartRun(tenant_id=self.tenant_id, run_id=self.run_id))
             return WakeResult(started=True)
         options = self.env.options
+        now = self.env.clock.now()
+        due = any(ap.expires_at <= now for ap in agg.pending_approvals())
+        policy = await self._pinned_policy() if due else None  # for its expiry action
 
         def decide(a: RunAggregate, c: CommandContext) -> WakeResult:
             calls = a.expire_tool_calls(c)
@@ -630,9 +633,13 @@ class RunGrain:
             leases = sum(
                 1 for attempt_id in list(a.leases) if a.expire_lease(c, attempt_id, options)
             )
-            approvals = sum(
-                1 for ap in a.pending_approvals() if a.expire_approval(c, ap.approval_id)
-            )
+            approvals = 0
+            if policy is not None:
+                approvals = sum(
+                    1
+                    for ap in a.pending_approvals()
+                    if a.expire_approval(c, ap.approval_id, policy, options)
+                )
             dispatched = self._dispatch_due(a, c) is not None
             return WakeResult(False, leases, approvals, dispatched, stopped, calls)
 

@@ -309,12 +309,9 @@ class ReferenceWorker:
         except Exception as exc:  # renewals still carry cancel_requested
             log.warning("attempt %s: watching its run failed: %r", claim.attempt_id, exc)
 
-    async def _follow(
-        self, claim: Claim, lease: _Lease | None = None
-    ) -> AsyncIterator[dict[str, Any]]:
+    async def _follow(self, claim: Claim) -> AsyncIterator[dict[str, Any]]:
         """The run's events in order, until its terminal event: a transient failure resumes
-        from the last event seen, after a backoff; with ``lease``, ``LeaseGone`` once the
-        lease is certainly gone."""
+        from the last event seen, after a backoff."""
         cursor = failures = 0
         while True:
             try:
@@ -326,8 +323,6 @@ class ReferenceWorker:
                 if not transient(exc):
                     raise
                 failures += 1
-                if lease is not None and self.clock.now() > lease.expires_at + self.lease_grace:
-                    raise LeaseGone(f"the run's events went unanswered ({exc!r})") from exc
                 await self.backoff.sleep(self.backoff.delay(failures))
 
     async def _send(self, command: Command[R], lease: _Lease) -> R:
@@ -359,28 +354,27 @@ class ReferenceWorker:
                 await self.backoff.sleep(delay)
 
     async def _approved(self, claim: Claim, lease: _Lease, executor: Executor) -> bool:
-        """Ask for approval of the exact proposal; wait for the decision; re-propose on Stale."""
-        while True:
-            proposal = await executor.propose(claim.input)
-            approval = await self._send(
-                RequestApproval(**claim.fenced(), proposal_hash=canonical_hash(proposal)), lease
+        """Ask for approval of the exact proposal. Approved (by policy, or before: a resumed
+        attempt's grant carries the approved hash, and the same proposal asked again answers
+        that approval) -> execute. Pending -> the control plane parked the attempt and
+        released the lease: this slot is free, and any worker resumes it after the decision."""
+        proposal = await executor.propose(claim.input)
+        proposal_hash = canonical_hash(proposal)
+        approved = claim.grant.approved_proposal_hash
+        if approved is not None and approved != proposal_hash:
+            log.warning(
+                "attempt %s: the proposal changed since it was approved; asking again",
+                claim.attempt_id,
             )
-            if approval is None or approval.state is ApprovalState.APPROVED:
-                return True
-            state = await self._decision(claim, lease, str(approval.approval_id))
-            if state == ApprovalState.APPROVED:
-                return True
-            if state == ApprovalState.CANCELLED:
-                raise _Stopped  # the run was cancelled: report Cancelled
-            if state != ApprovalState.STALE:
-                return False  # rejected or expired: the run settles the attempt
-
-    async def _decision(self, claim: Claim, lease: _Lease, approval_id: str) -> str:
-        async for event in self._follow(claim, lease):
-            payload = event["payload"]
-            if event["type"] == "ApprovalDecided" and payload.get("approvalId") == approval_id:
-                return str(payload["state"])
-        return "Cancelled"
+        approval = await self._send(
+            RequestApproval(**claim.fenced(), proposal_hash=proposal_hash), lease
+        )
+        if approval is None or approval.state is ApprovalState.APPROVED:
+            return True
+        log.info(
+            "attempt %s parked until approval %s is decided", claim.attempt_id, approval.approval_id
+        )
+        return False
 
     async def _renew(self, claim: Claim, lease: _Lease, stop: asyncio.Event) -> None:
         while True:

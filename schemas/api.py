@@ -219,6 +219,36 @@ class ApprovalPage(ResponseModel):
     as_of: datetime
 
 
+# ---------------------------------------------------------------------- policy
+
+
+class PolicyRequest(RequestModel):
+    """An approval policy revision (``runcontrol policy FILE`` takes the same JSON)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, extra="forbid", allow_inf_nan=False)
+
+    approval_required_for: list[str] = Field(
+        default=["shared-write", "external-irreversible"],
+        description="Side-effect classes that need a decision (a step's `gate` adds its own).",
+    )
+    approver_roles: list[str] = Field(default=["Reviewer", "WorkspaceAdmin"], min_length=1)
+    required_approvals: int = Field(default=1, ge=1, le=20, description="Distinct approvers.")
+    assignees: list[Name] = Field(
+        default=[], max_length=100, description="When set, only these subjects decide."
+    )
+    expiry_hours: float | None = Field(default=None, gt=0, le=24 * 365)
+    expiry_action: str = Field(
+        default="fail", description="fail | reject | auto-approve | re-request"
+    )
+    max_re_requests: int = Field(default=3, ge=0, le=100)
+
+
+class PolicyView(ResponseModel):
+    policy_id: str
+    revision: str
+    document: dict[str, Any]
+
+
 # ---------------------------------------------------------------------- events
 
 

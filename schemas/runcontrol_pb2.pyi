@@ -58,7 +58,7 @@ class AcquireLeaseRequest(_message.Message):
     def __init__(self, worker_instance_id: _Optional[str] = ..., claim_next: _Optional[_Union[ClaimNext, _Mapping]] = ..., attempt: _Optional[_Union[NamedAttempt, _Mapping]] = ..., command_id: _Optional[str] = ...) -> None: ...
 
 class Lease(_message.Message):
-    __slots__ = ("tenant_id", "run_id", "step_id", "attempt_id", "lease_id", "fencing_token", "holder", "expires_at", "agent_id", "skill_id", "attempt_number", "side_effect_class", "gate", "cancel_requested", "input_json")
+    __slots__ = ("tenant_id", "run_id", "step_id", "attempt_id", "lease_id", "fencing_token", "holder", "expires_at", "agent_id", "skill_id", "attempt_number", "side_effect_class", "gate", "cancel_requested", "input_json", "approved_proposal_hash")
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_ID_FIELD_NUMBER: _ClassVar[int]
@@ -74,6 +74,7 @@ class Lease(_message.Message):
     GATE_FIELD_NUMBER: _ClassVar[int]
     CANCEL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     INPUT_JSON_FIELD_NUMBER: _ClassVar[int]
+    APPROVED_PROPOSAL_HASH_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     run_id: str
     step_id: str
@@ -89,7 +90,8 @@ class Lease(_message.Message):
     gate: str
     cancel_requested: bool
     input_json: str
-    def __init__(self, tenant_id: _Optional[str] = ..., run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., holder: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., agent_id: _Optional[str] = ..., skill_id: _Optional[str] = ..., attempt_number: _Optional[int] = ..., side_effect_class: _Optional[str] = ..., gate: _Optional[str] = ..., cancel_requested: _Optional[bool] = ..., input_json: _Optional[str] = ...) -> None: ...
+    approved_proposal_hash: str
+    def __init__(self, tenant_id: _Optional[str] = ..., run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., holder: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., agent_id: _Optional[str] = ..., skill_id: _Optional[str] = ..., attempt_number: _Optional[int] = ..., side_effect_class: _Optional[str] = ..., gate: _Optional[str] = ..., cancel_requested: _Optional[bool] = ..., input_json: _Optional[str] = ..., approved_proposal_hash: _Optional[str] = ...) -> None: ...
 
 class AcquireLeaseResponse(_message.Message):
     __slots__ = ("granted", "lease")

@@ -13,7 +13,18 @@ from ..store import Database
 from ..store.commit import EVENTS_CHANNEL
 from ..store.notify import Listener
 from ..store.webhooks import FEED_CHANNEL
-from . import approvals, console, controls, events, feed, health, problems, runs, webhooks
+from . import (
+    approvals,
+    console,
+    controls,
+    events,
+    feed,
+    health,
+    policies,
+    problems,
+    runs,
+    webhooks,
+)
 from .auth import TokenVerifier
 from .context import HostProbe, Services
 from .limits import BodyLimit, TenantRateLimiter
@@ -63,8 +74,9 @@ def create_app(
     app.state.rate_limiter = TenantRateLimiter(settings.api)
     problems.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.api.max_body_bytes)
-    for module in (runs, events, feed, approvals, webhooks, health):
+    for module in (runs, events, feed, approvals, webhooks, policies, health):
         app.include_router(module.router)
+    app.include_router(approvals.runs_router)
     app.include_router(controls.router)  # operator controls (issue 14)
     app.include_router(console.router)  # the web console's static files (runcontrol/console/)
     return app

@@ -20,13 +20,15 @@ from ..commands import DecideApproval
 from ..domain import ApprovalState, errors
 from ..domain.access import approvals_visible_only_to
 from ..store import queries as q
-from .auth import ApprovalsReader
-from .context import Svc, check_cursor
+from .auth import ApprovalsReader, Caller
+from .context import Services, Svc, check_cursor
 from .limits import MeteredDecider
 from .problems import responses
 from .runs import RetryKey, command_id
 
 router = APIRouter(prefix="/factory/approvals", tags=["approvals"])
+# The approvals of one run, under the run's path.
+runs_router = APIRouter(prefix="/factory/runs", tags=["approvals"])
 
 
 @router.post(
@@ -93,8 +95,20 @@ async def list_approvals(
     caller: ApprovalsReader,
     svc: Svc,
     state: Annotated[list[ApprovalState] | None, Query()] = None,
+    run_id: Annotated[UUID | None, Query(alias="runId")] = None,
     cursor: Annotated[str | None, Query(max_length=1000)] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> dict[str, Any]:
+    return await _approvals_page(caller, svc, state, run_id, cursor, limit)
+
+
+async def _approvals_page(
+    caller: Caller,
+    svc: Services,
+    state: list[ApprovalState] | None,
+    run_id: UUID | None,
+    cursor: str | None,
+    limit: int,
 ) -> dict[str, Any]:
     check_cursor(cursor)
     states = [str(s) for s in state or ()]
@@ -106,6 +120,7 @@ async def list_approvals(
             project_id=caller.project_scope,
             states=states,
             requested_by=requested_by,
+            run_id=run_id,
             cursor=cursor,
             limit=limit,
         )
@@ -113,6 +128,33 @@ async def list_approvals(
     as_of = datetime.now(UTC)
     items, next_cursor = await svc.read(caller.tenant_id, page, project_id=caller.project_scope)
     return {"items": items, "nextCursor": next_cursor, "asOf": as_of}
+
+
+@runs_router.get(
+    "/{runId}/approvals",
+    operation_id="ListRunApprovals",
+    response_model=ApprovalPage,
+    responses=responses(400, 401, 403, 404, 422),
+    summary="The approval requests of one run (every state), newest first; paged.",
+    description="Scope `factory.approvals.read`; the visibility of ListApprovals. A run the "
+    "caller may not see answers 404.",
+)
+async def list_run_approvals(
+    caller: ApprovalsReader,
+    svc: Svc,
+    run_id: Annotated[UUID, Path(alias="runId")],
+    state: Annotated[list[ApprovalState] | None, Query()] = None,
+    cursor: Annotated[str | None, Query(max_length=1000)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> dict[str, Any]:
+    project = caller.project_scope
+    if not await svc.read(
+        caller.tenant_id,
+        lambda conn: q.run_visible(conn, run_id, project_id=project),
+        project_id=project,
+    ):
+        raise errors.RunNotFound(f"run {run_id} not found")
+    return await _approvals_page(caller, svc, state, run_id, cursor, limit)
 
 
 @router.get(

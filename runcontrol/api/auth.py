@@ -230,6 +230,7 @@ RunCanceller = Annotated[Caller, Depends(require(Operation.CANCEL_RUN))]
 ApprovalsReader = Annotated[Caller, Depends(require(Operation.READ_APPROVALS))]
 ApprovalsDecider = Annotated[Caller, Depends(require(Operation.DECIDE_APPROVAL))]
 WebhooksManager = Annotated[Caller, Depends(require(Operation.MANAGE_WEBHOOKS))]
+PolicyManager = Annotated[Caller, Depends(require(Operation.MANAGE_POLICY))]
 
 
 def mint_dev_token(

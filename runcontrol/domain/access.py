@@ -29,6 +29,7 @@ APPROVALS_READ = "factory.approvals.read"
 APPROVALS_DECIDE = "factory.approvals.decide"
 RUNTIME = "factory.runtime"
 WEBHOOKS_MANAGE = "factory.webhooks.manage"
+POLICIES_MANAGE = "factory.policies.manage"
 RUNS_OPERATE = "factory.runs.operate"
 ALL_SCOPES = (
     RUNS_READ,
@@ -37,6 +38,7 @@ ALL_SCOPES = (
     APPROVALS_DECIDE,
     RUNTIME,
     WEBHOOKS_MANAGE,
+    POLICIES_MANAGE,
     RUNS_OPERATE,
 )
 
@@ -51,6 +53,8 @@ class Operation(StrEnum):
     # Webhook subscriptions: they receive every event of the tenant, so only roles that
     # span the tenant manage them.
     MANAGE_WEBHOOKS = "ManageWebhooks"
+    # Approval policy revisions (who approves what, quorum, expiry): the workspace's admins.
+    MANAGE_POLICY = "ManagePolicy"
     # Run controls (suspend, resume, retry a step, resolve an attempt, rerun): the roles that
     # run the platform, which span the tenant.
     OPERATE_RUNS = "OperateRuns"
@@ -65,6 +69,7 @@ OPERATION_SCOPE: Mapping[Operation, str] = {
     Operation.DECIDE_APPROVAL: APPROVALS_DECIDE,
     Operation.RUNTIME: RUNTIME,
     Operation.MANAGE_WEBHOOKS: WEBHOOKS_MANAGE,
+    Operation.MANAGE_POLICY: POLICIES_MANAGE,
     Operation.OPERATE_RUNS: RUNS_OPERATE,
 }
 
@@ -74,6 +79,7 @@ _ADMIN = _READ | {
     Operation.CANCEL_RUN,
     Operation.DECIDE_APPROVAL,
     Operation.MANAGE_WEBHOOKS,
+    Operation.MANAGE_POLICY,
     Operation.OPERATE_RUNS,
 }
 

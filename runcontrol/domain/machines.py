@@ -52,6 +52,9 @@ ATTEMPT_TRANSITIONS: Mapping[tuple[AttemptState, AttemptState], str] = {
     (A.LEASED, A.UNCERTAIN): "OutcomeReported",
     (A.LEASED, A.CANCELLED): "OutcomeReported",
     (A.LEASED, A.TIMED_OUT): "LeaseExpired",
+    (A.LEASED, A.PARKED): "ParkedForApproval",
+    (A.PARKED, A.DISPATCHED): "ApprovalDecided",
+    (A.PARKED, A.CANCELLED): "CancelledWhileParked",
 }
 
 # Invariant 6 surfaces an Uncertain attempt to an operator, who may find out whether its side

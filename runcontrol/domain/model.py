@@ -300,6 +300,8 @@ TOPICS: dict[str, str] = {
     "CancellationRequested": "run-control.runs.v1.cancellation-requested",
     "AttemptDispatched": "run-control.attempts.v1.attempt-dispatched",
     "LeaseGranted": "run-control.leases.v1.lease-granted",
+    "AttemptParked": "run-control.attempts.v1.attempt-parked",
+    "AttemptResumed": "run-control.attempts.v1.attempt-resumed",
     "AttemptOutcomeRecorded": "run-control.attempts.v1.attempt-outcome-recorded",
     "StepRetryScheduled": "run-control.steps.v1.step-retry-scheduled",
     "LeaseExpired": "run-control.leases.v1.lease-expired",

@@ -54,6 +54,7 @@ from .states import (
     AttemptOutcome,
     AttemptState,
     Decision,
+    ExpiryAction,
     FailureClass,
     Role,
     RunState,
@@ -63,6 +64,9 @@ from .states import (
     ToolCallStatus,
 )
 from .workflow import PolicyDocument, Release
+
+# Who decides an approval that expired (``decided_by``): the reconciler, on the policy's behalf.
+APPROVAL_EXPIRY = "approval-expiry-reconciler"
 
 WORKER_OUTCOMES = frozenset(
     {
@@ -195,6 +199,9 @@ class LeaseGrant:
     side_effect_class: SideEffectClass
     gate: str = "none"
     cancel_requested: bool = False
+    # Set when the attempt resumes after a human approved this exact proposal: a holder whose
+    # proposal hashes the same may execute at once (asking again answers the same approval).
+    approved_proposal_hash: str | None = None
 
 
 class RunAggregate:
@@ -444,7 +451,16 @@ class RunAggregate:
             side_effect_class=step.side_effect_class,
             gate=step.gate,
             cancel_requested=self.run.state is RunState.CANCELLING,
+            approved_proposal_hash=self._approved_hash(attempt),
         )
+
+    def _approved_hash(self, attempt: Attempt) -> str | None:
+        approved = [
+            a
+            for a in self.approvals.values()
+            if a.attempt_id == attempt.attempt_id and a.state is ApprovalState.APPROVED
+        ]
+        return max(approved, key=lambda a: a.created_at).proposal_hash if approved else None
 
     # ------------------------------------------------------------------ SubmitRun
 
@@ -612,6 +628,10 @@ class RunAggregate:
         if attempt.state.terminal:
             raise errors.LeaseRejected(
                 f"the attempt is settled ({attempt.state})", attempt_id=str(attempt_id)
+            )
+        if attempt.state is AttemptState.PARKED:
+            raise errors.LeaseRejected(
+                "the attempt waits for an approval decision", attempt_id=str(attempt_id)
             )
         if self.run.state is not RunState.RUNNING:
             raise errors.LeaseRejected(
@@ -955,8 +975,14 @@ class RunAggregate:
         )
 
     def _cancel_unleased(self, ctx: CommandContext, attempt: Attempt) -> None:
-        """An attempt nobody leased cannot have run: it settles as Cancelled at once."""
-        self._move_attempt(ctx, attempt, AttemptState.CANCELLED, "CancelledBeforeLease")
+        """An attempt nobody holds settles as Cancelled at once: a Dispatched one never ran; a
+        Parked one stopped before its side effect, which waited for the decision."""
+        cause = (
+            "CancelledWhileParked"
+            if attempt.state is AttemptState.PARKED
+            else "CancelledBeforeLease"
+        )
+        self._move_attempt(ctx, attempt, AttemptState.CANCELLED, cause)
         attempt.outcome = AttemptOutcome.CANCELLED
         attempt.failure_class = FailureClass.CANCELLATION
         attempt.settled_at = ctx.now
@@ -965,7 +991,7 @@ class RunAggregate:
     def _close_remaining(self, ctx: CommandContext, failure_class: FailureClass) -> None:
         """On a terminal run: settle open attempts, cancel pending approvals and steps."""
         for attempt in self.open_attempts():
-            if attempt.state is AttemptState.DISPATCHED:
+            if attempt.state is not AttemptState.LEASED:
                 self._cancel_unleased(ctx, attempt)
             else:
                 self._settle(
@@ -1093,13 +1119,35 @@ class RunAggregate:
                 ApprovalState.PENDING,
                 ApprovalState.APPROVED,
             ):
-                return existing  # the same proposal asked again: same request
+                # The same proposal asked again: the same request. Approved: the holder goes
+                # on to execute. Pending: the attempt parks until the decision.
+                if existing.state is ApprovalState.PENDING:
+                    self._park(ctx, attempt, existing)
+                return existing
         for existing in same_step:
             if existing.state is ApprovalState.PENDING:
                 # Invariant 7: a regenerated proposal makes the pending request Stale.
                 self._move_approval(ctx, existing, ApprovalState.STALE, "ProposalChanged")
                 existing.reason = "proposal regenerated"
                 self._emit_approval_decided(ctx, existing)
+        approval = self._open_approval(
+            ctx, step, attempt_id, action, proposal_hash, policy, options
+        )
+        if self.run.state is RunState.RUNNING:
+            self._move_run(ctx, RunState.WAITING_FOR_APPROVAL)
+        self._park(ctx, attempt, approval)
+        return approval
+
+    def _open_approval(
+        self,
+        ctx: CommandContext,
+        step: Step,
+        attempt_id: UUID,
+        action: SideEffectClass,
+        proposal_hash: str,
+        policy: PolicyDocument,
+        options: Options,
+    ) -> ApprovalRequest:
         expiry_hours = policy.expiry_hours or options.approval_expiry_hours
         approval = ApprovalRequest(
             approval_id=ctx.new_id(),
@@ -1142,9 +1190,53 @@ class RunAggregate:
             step_id=step.step_id,
             attempt_id=attempt_id,
         )
-        if self.run.state is RunState.RUNNING:
-            self._move_run(ctx, RunState.WAITING_FOR_APPROVAL)
         return approval
+
+    def _park(self, ctx: CommandContext, attempt: Attempt, approval: ApprovalRequest) -> None:
+        """A human's wait holds no worker: the lease is released (its holder's later reports
+        are refused as stale) and the attempt waits, unclaimable, for the decision."""
+        lease = self._release_lease(ctx, attempt, "ParkedForApproval")
+        self._move_attempt(ctx, attempt, AttemptState.PARKED, "ParkedForApproval")
+        self._emit(
+            ctx,
+            "AttemptParked",
+            {
+                "runId": str(self.run.run_id),
+                "stepId": str(attempt.step_id),
+                "attemptId": str(attempt.attempt_id),
+                "approvalId": str(approval.approval_id),
+                "leaseId": str(lease.lease_id) if lease else None,
+                "fencingToken": lease.fencing_token if lease else None,
+                "holder": lease.holder if lease else None,
+            },
+            step_id=attempt.step_id,
+            attempt_id=attempt.attempt_id,
+        )
+
+    def _resume_parked(
+        self, ctx: CommandContext, attempt: Attempt, approval: ApprovalRequest
+    ) -> None:
+        """After the decision any worker may claim the attempt again (a new lease, a new
+        fencing token); an approval's grant carries the approved proposal hash."""
+        self._move_attempt(ctx, attempt, AttemptState.DISPATCHED, "ApprovalDecided")
+        attempt.dispatched_at = ctx.now
+        step = self.step(attempt.step_id)
+        self._emit(
+            ctx,
+            "AttemptResumed",
+            {
+                "runId": str(self.run.run_id),
+                "stepId": str(step.step_id),
+                "attemptId": str(attempt.attempt_id),
+                "approvalId": str(approval.approval_id),
+                "approvalState": str(approval.state),
+                "agentId": step.agent_id,
+                "skillId": step.skill_id,
+                "attemptNumber": attempt.number,
+            },
+            step_id=step.step_id,
+            attempt_id=attempt.attempt_id,
+        )
 
     def _emit_approval_decided(self, ctx: CommandContext, approval: ApprovalRequest) -> None:
         self._emit(
@@ -1186,9 +1278,11 @@ class RunAggregate:
         if principal.subject == self.run.requested_by:
             raise errors.SeparationOfDuties("the requester of a run may never decide its approvals")
         break_glass = False
-        if not (principal.roles & policy.approver_roles):
+        if not policy.may_decide(principal.subject, principal.roles):
             if Role.PLATFORM_ADMIN not in principal.roles:
-                raise errors.Forbidden(f"deciding needs one of the roles: {approval.approver_rule}")
+                raise errors.Forbidden(
+                    f"deciding needs to match the rule: {approval.approver_rule}"
+                )
             if not (reason and reason.strip()):
                 raise errors.BreakGlassReasonRequired("break-glass decisions require a reason")
             break_glass = True
@@ -1271,28 +1365,90 @@ class RunAggregate:
                 else "ChangesRequested"
             )
             self._move_run(ctx, RunState.RUNNING, cause)
+        attempt = self.attempts.get(approval.attempt_id)
+        if (
+            attempt is not None
+            and attempt.state is AttemptState.PARKED
+            and self.run.state is RunState.RUNNING
+        ):
+            self._resume_parked(ctx, attempt, approval)
         lease = self.leases.get(approval.attempt_id)
         if lease is not None:
             # The lease was suspended while a human decided: give the holder a full term.
             lease.expires_at = ctx.now + timedelta(seconds=options.lease_seconds)
             self._changes.leases[lease.lease_id] = lease
 
-    def expire_approval(self, ctx: CommandContext, approval_id: UUID) -> bool:
-        """ApprovalExpiryReconciler: a Pending request past expiresAt becomes Expired."""
+    def expire_approval(
+        self,
+        ctx: CommandContext,
+        approval_id: UUID,
+        policy: PolicyDocument,
+        options: Options,
+    ) -> bool:
+        """ApprovalExpiryReconciler: a Pending request past expiresAt gets its policy's expiry
+        action (the run's pinned policy revision): ``fail`` (Expired, run Failed),
+        ``reject`` (Rejected, run Failed policy-denied), ``auto-approve`` (Approved, the
+        attempt resumes), ``re-request`` (Expired and asked again, up to
+        ``maxReRequests`` times, then ``fail``). Each is audited as the reconciler's act."""
         approval = self.approvals.get(approval_id)
         if approval is None or approval.state is not ApprovalState.PENDING:
             return False
         if ctx.now < approval.expires_at:
             return False
-        self._move_approval(ctx, approval, ApprovalState.EXPIRED, "ExpiryReminder")
+        action = policy.expiry_action
+        if action is ExpiryAction.RE_REQUEST and self._re_requests(approval) >= (
+            policy.max_re_requests
+        ):
+            action = ExpiryAction.FAIL
+        self._audit(ctx, "approval-expired", approval_id=approval_id, action=str(action))
         approval.decided_at = ctx.now
+        approval.decided_by = APPROVAL_EXPIRY
+        if action is ExpiryAction.AUTO_APPROVE:
+            approval.reason = "expired without a decision: approved by policy"
+            self._move_approval(ctx, approval, ApprovalState.APPROVED, "ExpiryReminder")
+            self._emit_approval_decided(ctx, approval)
+            self._resume_after_approval(ctx, approval, options)
+            return True
+        if action is ExpiryAction.REJECT:
+            approval.reason = "expired without a decision: rejected by policy"
+            self._move_approval(ctx, approval, ApprovalState.REJECTED, "ExpiryReminder")
+            self._emit_approval_decided(ctx, approval)
+            if self.run.state is RunState.WAITING_FOR_APPROVAL:
+                self._fail_run(
+                    ctx,
+                    FailureClass.POLICY_DENIED,
+                    "approval expired; the policy rejects it",
+                    cause="ApprovalExpired",
+                )
+            return True
         approval.reason = "expired without a decision"
+        self._move_approval(ctx, approval, ApprovalState.EXPIRED, "ExpiryReminder")
         self._emit_approval_decided(ctx, approval)
-        if self.run.state is RunState.WAITING_FOR_APPROVAL:
-            self._fail_run(
-                ctx, FailureClass.CANCELLATION, "approval expired", cause="ApprovalExpired"
+        if self.run.state is not RunState.WAITING_FOR_APPROVAL:
+            return True
+        if action is ExpiryAction.RE_REQUEST:
+            self._open_approval(
+                ctx,
+                self.step(approval.step_id),
+                approval.attempt_id,
+                approval.action_class,
+                approval.proposal_hash,
+                policy,
+                options,
             )
+            return True
+        self._fail_run(ctx, FailureClass.CANCELLATION, "approval expired", cause="ApprovalExpired")
         return True
+
+    def _re_requests(self, approval: ApprovalRequest) -> int:
+        """How many times this attempt's proposal was asked again after an expiry."""
+        return sum(
+            1
+            for a in self.approvals.values()
+            if a.attempt_id == approval.attempt_id
+            and a.proposal_hash == approval.proposal_hash
+            and a.state is ApprovalState.EXPIRED
+        )
 
     # ------------------------------------------------------------------ deadlines
 
@@ -1334,7 +1490,7 @@ class RunAggregate:
         if stop is None or ctx.now < stop:
             return None
         for attempt in self.open_attempts():
-            if attempt.state is AttemptState.DISPATCHED:
+            if attempt.state is not AttemptState.LEASED:
                 self._cancel_unleased(ctx, attempt)
                 self._move_step(
                     ctx, self.step(attempt.step_id), StepState.CANCELLED, "RunCancelled"
@@ -1399,8 +1555,8 @@ class RunAggregate:
             self._move_approval(ctx, approval, ApprovalState.CANCELLED, "RunCancelled")
             self._emit_approval_decided(ctx, approval)
         for attempt in self.open_attempts():
-            if attempt.state is AttemptState.DISPATCHED:
-                # Never leased: nothing can have run, so it settles at once.
+            if attempt.state is not AttemptState.LEASED:
+                # Not held (never leased, or parked before its side effect): it settles at once.
                 self._cancel_unleased(ctx, attempt)
                 self._move_step(
                     ctx, self.step(attempt.step_id), StepState.CANCELLED, "RunCancelled"

@@ -37,6 +37,9 @@ class StepState(StrEnum):
 class AttemptState(StrEnum):
     DISPATCHED = "Dispatched"
     LEASED = "Leased"
+    # Waiting for a human decision on its proposal: no lease, no worker capacity held; the
+    # decision puts it back to Dispatched for any worker to claim (docs/approvals.md).
+    PARKED = "Parked"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     TIMED_OUT = "TimedOut"
@@ -45,7 +48,7 @@ class AttemptState(StrEnum):
 
     @property
     def terminal(self) -> bool:
-        return self not in (AttemptState.DISPATCHED, AttemptState.LEASED)
+        return self not in (AttemptState.DISPATCHED, AttemptState.LEASED, AttemptState.PARKED)
 
 
 class AttemptOutcome(StrEnum):
@@ -94,6 +97,16 @@ class ToolCallStatus(StrEnum):
     IN_PROGRESS = "in-progress"  # claimed before and still without a result: do not execute
     COMPLETED = "completed"  # executed before: use the stored result hash, do not execute
     EXPIRED = "expired"  # closed without a result: never execute
+
+
+class ExpiryAction(StrEnum):
+    """What the control plane does when an approval request expires without a decision
+    (per policy revision)."""
+
+    FAIL = "fail"  # the request Expired, the run Failed (the default)
+    REJECT = "reject"  # the request Rejected by the reconciler, the run Failed policy-denied
+    AUTO_APPROVE = "auto-approve"  # the request Approved by the reconciler, the run resumes
+    RE_REQUEST = "re-request"  # the request Expired and asked again (up to a limit), then fail
 
 
 class Decision(StrEnum):

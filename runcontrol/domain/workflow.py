@@ -7,7 +7,7 @@ from typing import Any
 
 from .errors import ValidationFailed
 from .hashing import canonical_hash
-from .states import Role, SideEffectClass
+from .states import ExpiryAction, Role, SideEffectClass
 
 GATES = ("none", "approval")
 
@@ -111,14 +111,45 @@ class PolicyDocument:
         {SideEffectClass.SHARED_WRITE, SideEffectClass.EXTERNAL_IRREVERSIBLE}
     )
     approver_roles: frozenset[Role] = frozenset({Role.REVIEWER, Role.WORKSPACE_ADMIN})
+    # Distinct approvers needed (one reject settles the request whatever the quorum).
     required_approvals: int = 1
+    # When not empty, only these subjects decide (still needing an approver role); a
+    # PlatformAdmin may break glass, with a reason, as always.
+    assignees: frozenset[str] = frozenset()
     expiry_hours: float | None = None
+    expiry_action: ExpiryAction = ExpiryAction.FAIL
+    # With ``re-request``: how many times an expired request is asked again before failing.
+    max_re_requests: int = 3
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.required_approvals < 1:
+            raise ValidationFailed("requiredApprovals must be at least 1")
+        if self.expiry_hours is not None and self.expiry_hours <= 0:
+            raise ValidationFailed("expiryHours must be positive")
+        if self.max_re_requests < 0:
+            raise ValidationFailed("maxReRequests must not be negative")
+        if not self.approver_roles:
+            raise ValidationFailed("approverRoles must name at least one role")
+        if self.assignees and len(self.assignees) < self.required_approvals:
+            raise ValidationFailed(
+                f"{len(self.assignees)} assignees can never reach a quorum of "
+                f"{self.required_approvals}"
+            )
 
     @property
     def approver_rule(self) -> str:
         roles = "|".join(sorted(str(r) for r in self.approver_roles))
-        return f"roles:{roles};not-requester;quorum:{self.required_approvals}"
+        rule = f"roles:{roles};not-requester;quorum:{self.required_approvals}"
+        if self.assignees:
+            rule += ";assignees:" + ",".join(sorted(self.assignees))
+        return rule
+
+    def may_decide(self, subject: str, roles: frozenset[Role]) -> bool:
+        """Whether this caller is one of the policy's approvers (break-glass aside)."""
+        if not roles & self.approver_roles:
+            return False
+        return not self.assignees or subject in self.assignees
 
     def needs_approval(self, action_class: SideEffectClass, gate: str) -> bool:
         return gate == "approval" or action_class in self.approval_required_for

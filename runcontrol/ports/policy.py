@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Protocol
 
-from sqlalchemy import func, select
+from sqlalchemy import Connection, func, select, text
 
-from ..domain import PolicyDocument, Role, SideEffectClass, errors
+from ..domain import ExpiryAction, PolicyDocument, Role, SideEffectClass, errors
 from ..store.commit import Store
 from ..store.database import Database
 from ..store.notify import Listener
@@ -29,26 +29,107 @@ def document_to_dict(doc: PolicyDocument) -> dict[str, Any]:
         "approvalRequiredFor": sorted(str(c) for c in doc.approval_required_for),
         "approverRoles": sorted(str(r) for r in doc.approver_roles),
         "requiredApprovals": doc.required_approvals,
+        "assignees": sorted(doc.assignees),
         "expiryHours": doc.expiry_hours,
+        "expiryAction": str(doc.expiry_action),
+        "maxReRequests": doc.max_re_requests,
     }
 
 
+# A field a document leaves out takes the built-in policy's value.
+_DEFAULTS = document_to_dict(PolicyDocument("x", "0"))
+FIELDS = frozenset(_DEFAULTS)
+
+
 def document_from_dict(policy_id: str, revision: str, data: dict[str, Any]) -> PolicyDocument:
+    """A policy document from its JSON form (a file, a request body, a stored revision);
+    anything malformed is ``ValidationFailed`` naming the field."""
+    if not isinstance(data, dict):
+        raise errors.ValidationFailed("a policy document is a JSON object")
+    unknown = sorted(set(data) - FIELDS)
+    if unknown:
+        raise errors.ValidationFailed(
+            f"unknown policy fields: {', '.join(unknown)} (known: {', '.join(sorted(FIELDS))})"
+        )
     try:
+        assignees = data.get("assignees") or []
+        if not isinstance(assignees, list) or not all(
+            isinstance(a, str) and a.strip() for a in assignees
+        ):
+            raise ValueError("assignees must be a list of subjects")
+        expiry_hours = data.get("expiryHours")
+        if expiry_hours is not None and (
+            isinstance(expiry_hours, bool) or not isinstance(expiry_hours, int | float)
+        ):
+            raise ValueError("expiryHours must be a number")
         return PolicyDocument(
             policy_id=policy_id,
             revision=revision,
             approval_required_for=frozenset(
-                SideEffectClass(c) for c in data.get("approvalRequiredFor", [])
+                SideEffectClass(c)
+                for c in data.get("approvalRequiredFor", _DEFAULTS["approvalRequiredFor"])
             ),
             approver_roles=frozenset(
-                Role(r) for r in data.get("approverRoles", ["Reviewer", "WorkspaceAdmin"])
+                Role(r) for r in data.get("approverRoles", _DEFAULTS["approverRoles"])
             ),
-            required_approvals=int(data.get("requiredApprovals", 1)),
-            expiry_hours=data.get("expiryHours"),
+            required_approvals=_count(data, "requiredApprovals", 1),
+            assignees=frozenset(assignees),
+            expiry_hours=expiry_hours,
+            expiry_action=ExpiryAction(data.get("expiryAction", "fail")),
+            max_re_requests=_count(data, "maxReRequests", 3),
         )
     except (ValueError, TypeError) as exc:
         raise errors.ValidationFailed(f"invalid policy document: {exc}") from None
+
+
+def _count(data: dict[str, Any], name: str, default: int) -> int:
+    value = data.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer")
+    return value
+
+
+def publish_policy(
+    db: Database, tenant_id: str, doc: PolicyDocument, now: datetime
+) -> PolicyDocument:
+    """Store ``doc`` as the tenant's next revision of its policy (revisions are immutable;
+    runs keep the revision they were accepted with). Every process's cache hears of it by
+    NOTIFY (migration 0007)."""
+    with db.tenant(tenant_id) as conn:
+        conn.execute(
+            text("SELECT pg_advisory_xact_lock(hashtext(:key))"), {"key": f"policy:{tenant_id}"}
+        )
+        latest = conn.execute(
+            select(func.max(policies.c.revision)).where(policies.c.policy_id == doc.policy_id)
+        ).scalar()
+        revision = (latest or 0) + 1
+        conn.execute(
+            policies.insert().values(
+                tenant_id=tenant_id,
+                policy_id=doc.policy_id,
+                revision=revision,
+                document=document_to_dict(doc),
+                created_at=now,
+            )
+        )
+    return document_from_dict(doc.policy_id, str(revision), document_to_dict(doc))
+
+
+def current_policy(conn: Connection, builtin: PolicyDocument | None = None) -> PolicyDocument:
+    """The tenant's current revision (``conn`` is in the tenant), or the built-in one."""
+    row = (
+        conn.execute(
+            select(policies.c.policy_id, policies.c.revision, policies.c.document)
+            .where(policies.c.policy_id == DEFAULT_POLICY_ID)
+            .order_by(policies.c.revision.desc())
+            .limit(1)
+        )
+        .mappings()
+        .first()
+    )
+    if row is None:
+        return builtin or PolicyDocument(DEFAULT_POLICY_ID, BUILTIN_REVISION)
+    return _document(dict(row))
 
 
 def _document(row: dict[str, Any]) -> PolicyDocument:
@@ -81,22 +162,9 @@ class EmbeddedPolicyStore:
         self._revisions: Immutable[PolicyDocument] = Immutable()
 
     def publish(self, tenant_id: str, doc: PolicyDocument, now: datetime) -> PolicyDocument:
-        with self._db.tenant(tenant_id) as conn:
-            latest = conn.execute(
-                select(func.max(policies.c.revision)).where(policies.c.policy_id == doc.policy_id)
-            ).scalar()
-            revision = (latest or 0) + 1
-            conn.execute(
-                policies.insert().values(
-                    tenant_id=tenant_id,
-                    policy_id=doc.policy_id,
-                    revision=revision,
-                    document=document_to_dict(doc),
-                    created_at=now,
-                )
-            )
+        published = publish_policy(self._db, tenant_id, doc, now)
         self._current.forget(tenant_id)  # other processes hear it (NOTIFY, migration 0007)
-        return document_from_dict(doc.policy_id, str(revision), document_to_dict(doc))
+        return published
 
     async def current(self, tenant_id: str) -> PolicyDocument:
         async def fetch() -> PolicyDocument:

@@ -111,6 +111,7 @@ def lease_message(grant: LeaseGrant, tenant_id: str, input: Any = None) -> pb.Le
         gate=grant.gate,
         cancel_requested=grant.cancel_requested,
         input_json=_json_text(input),
+        approved_proposal_hash=grant.approved_proposal_hash or "",
     )
 
 
@@ -129,6 +130,7 @@ def lease_grant(message: pb.Lease) -> LeaseGrant:
         side_effect_class=SideEffectClass(message.side_effect_class),
         gate=message.gate or "none",
         cancel_requested=message.cancel_requested,
+        approved_proposal_hash=message.approved_proposal_hash or None,
     )
 
 

@@ -162,13 +162,16 @@ def prepare(
         # Wake event watchers, and long-polling claimers of a dispatched agent; NOTIFY is
         # delivered only on commit.
         doc["notify_run"] = str(changes.run.run_id)
-        agents = {
+        dispatched = {
             e.payload["agentId"] for e in changes.events if e.event_type == "AttemptDispatched"
         }
-        if agents:
-            doc["notify_agents"] = sorted(agents)
-            if max_open_attempts is not None:
-                doc["capacity"] = max_open_attempts
+        # A resumed attempt (after an approval decision) wakes claimers too, but is not a new
+        # admission: the tenant's cap was checked when it was first dispatched.
+        resumed = {e.payload["agentId"] for e in changes.events if e.event_type == "AttemptResumed"}
+        if dispatched | resumed:
+            doc["notify_agents"] = sorted(dispatched | resumed)
+        if dispatched and max_open_attempts is not None:
+            doc["capacity"] = max_open_attempts
     if changes.journal:
         doc["journal"] = [rows.journal_to_row(j) for j in changes.journal]
     if changes.audits:

@@ -232,12 +232,15 @@ def list_approvals(
     project_id: str | None,
     states: Sequence[str] = (),
     requested_by: str | None = None,
+    run_id: UUID | None = None,
     cursor: str | None = None,
     limit: int = 50,
 ) -> tuple[list[dict[str, Any]], str | None]:
-    """Newest first, keyset-paged on (created_at, approval_id)."""
+    """Newest first, keyset-paged on (created_at, approval_id); ``run_id``: one run's."""
     t = approval_requests
     conditions: list[ColumnElement[bool]] = []
+    if run_id is not None:
+        conditions.append(t.c.run_id == run_id)
     if project_id is not None:
         in_project = select(runs.c.run_id).where(runs.c.project_id == project_id)
         conditions.append(t.c.run_id.in_(in_project))

@@ -60,7 +60,7 @@ runs = Table(
     Column("next_due_at", TZ),
     Column("created_at", TZ, nullable=False),
     Column("updated_at", TZ, nullable=False),
-    # operator controls (0011): set while suspended; the finished run this one reruns
+    # operator controls (0012): set while suspended; the finished run this one reruns
     Column("suspended_at", TZ),
     Column("rerun_of", UUID(as_uuid=True)),
     UniqueConstraint("tenant_id", "project_id", "idempotency_key", name="uq_runs_idempotency"),
@@ -122,7 +122,7 @@ attempts = Table(
         "uq_attempts_open_per_step",
         "step_id",
         unique=True,
-        postgresql_where=text("state IN ('Dispatched', 'Leased')"),
+        postgresql_where=text("state IN ('Dispatched', 'Leased', 'Parked')"),
     ),
     Index(
         "ix_attempts_claimable",

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
+from uuid import UUID
 
 from actor_harness import RayHarness, run_async
 
 from runcontrol.commands import CancelRun
+from runcontrol.domain import Decision
 from runcontrol.worker import Backoff, ReferenceWorker
 
 
@@ -91,27 +93,48 @@ def test_a_cancel_stops_the_holders_executor_and_the_holder_reports_cancelled(
 
 
 def test_runs_waiting_for_approval_do_not_starve_the_others(h: RayHarness) -> None:
-    """Ten runs wait for a human decision; with two reference workers (eight slots each) an
-    eleventh run, which needs no approval, still completes."""
+    """Ten runs wait for a human decision while two reference workers have one slot each: the
+    waits hold no slot (each attempt is parked and its lease released), so an eleventh run,
+    which needs no approval, still completes; and an approved run is resumed by whichever
+    worker claims it, with a new lease, and completes."""
     h.publish({"name": "apply", "agentId": "gated", "sideEffectClass": "shared-write"})
     h.publish({"name": "read", "agentId": "free"}, workflow_id="plain")
     executors = {h.agent("gated"): Quick(), h.agent("free"): Quick()}
-    workers = [worker(h, f"w{n}", executors) for n in (1, 2)]
+    workers = [worker(h, f"w{n}", executors, concurrency=1) for n in (1, 2)]
 
     async def scenario() -> None:
         tasks = [asyncio.create_task(w.run()) for w in workers]
         try:
             gated = [await h.submit(h.request(input={"n": i})) for i in range(10)]
-            for run in gated:
-                await h.wait_type(run.run_id, "ApprovalRequested", timeout=60)
+            requested = [await h.wait_type(r.run_id, "AttemptParked", timeout=60) for r in gated]
             plain = await h.submit(h.request(workflow_id="plain"))
             await h.wait_type(plain.run_id, "RunCompleted", timeout=60)
             assert all(h.run_row(r.run_id).state == "WaitingForApproval" for r in gated)
+            assert all(not [x for x in h.leases(r.run_id) if x.released_at is None] for r in gated)
+
+            first = gated[0].run_id
+            (approval,) = [
+                e["payload"] for e in h.outbox_events(first) if e["type"] == "ApprovalRequested"
+            ]
+            await h.decide(
+                h.reviewer(),
+                UUID(approval["approvalId"]),
+                Decision.APPROVE,
+                1,
+                approval["proposalHash"],
+            )
+            await h.wait_type(first, "RunCompleted", timeout=60)
         finally:
-            # Not a drain: twenty slots wait for humans who never come. The runs keep waiting
-            # (the approvals expire in their own time); nothing else in this tenant runs.
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            for w in workers:
+                w.stop()
+            await asyncio.wait_for(asyncio.gather(*tasks), 30)
+        (attempt,) = h.attempts(first)
+        leases = sorted(h.leases(first), key=lambda x: x.fencing_token)
+        assert [x.release_cause for x in leases][0] == "ParkedForApproval"
+        assert len(leases) == 2 and leases[1].fencing_token > leases[0].fencing_token
+        assert attempt.state == "Succeeded" and attempt.settled_by == leases[1].holder
+        assert requested[0]["payload"]["holder"] == leases[0].holder
+        # The other nine still wait, parked, and hold nothing.
+        assert {a.state for r in gated[1:] for a in h.attempts(r.run_id)} == {"Parked"}
 
     run_async(scenario(), timeout=150)

@@ -52,7 +52,7 @@ def test_approve_resumes_the_run_and_a_second_decision_is_409(t: TenantView) -> 
     second = decide(t, approval, decision(decided), who=t.reviewer(SECOND_REVIEWER))
     assert_problem(second, 409, "approval-already-decided")
 
-    t.succeed(claim)
+    t.succeed(t.claim(run_id))  # the approval resumed the parked attempt: claim it again
     assert t.wait_state(run_id, "Completed")["state"] == "Completed"
 
 
@@ -70,7 +70,7 @@ def test_a_decision_retried_with_its_idempotency_key_gets_its_answer(t: TenantVi
     assert again.json() == first.json()
     changed = http.post(url, json=decision(approval, "reject", reason="no"), headers=key)
     assert_problem(changed, 409, "idempotency-conflict")
-    t.succeed(claim)
+    t.succeed(t.claim(run_id))  # the approval resumed the parked attempt: claim it again
     assert t.wait_state(run_id, "Completed")["state"] == "Completed"
 
 

@@ -89,7 +89,7 @@ def test_reconnecting_with_last_event_id_has_no_gap_and_no_duplicate(t: TenantVi
     t.reviewer().post(
         f"/factory/approvals/{pending['approvalId']}/decision", json=decision(pending)
     ).raise_for_status()
-    t.succeed(claim)
+    t.succeed(t.claim(run_id))  # the approval resumed the parked attempt
 
     with stream(t, run_id, **{"Last-Event-ID": str(seen[-1].id)}) as response:
         tail = SseReader(response).read()

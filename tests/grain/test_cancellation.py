@@ -140,10 +140,11 @@ def test_cancel_while_waiting_for_approval(h: Harness):
                 tenant_id=grain.tenant_id, run_id=grain.run_id, requested_by="ops", reason="stop"
             )
         )
-        == "Cancelling"
+        == "Cancelled"  # nobody holds the parked attempt: it settles with the run at once
     )
     agg = h.load(grain.run_id)
     assert agg.approvals[approval.approval_id].state is ApprovalState.CANCELLED
+    assert agg.attempts[grant.attempt_id].state is AttemptState.CANCELLED
     with pytest.raises(errors.ApprovalAlreadyDecided):
         grain.execute(
             DecideApproval(
@@ -156,17 +157,18 @@ def test_cancel_while_waiting_for_approval(h: Harness):
                 proposal_hash=proposal(),
             )
         )
-    # The holder acknowledges the interruption: only now is the run Cancelled.
-    grain.execute(
-        ReportOutcome(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            attempt_id=grant.attempt_id,
-            holder=WORKER,
-            fencing_token=grant.fencing_token,
-            outcome=AttemptOutcome.CANCELLED,
+    # The holder before the park reports late: refused (and audited).
+    with pytest.raises(errors.StaleFencingToken):
+        grain.execute(
+            ReportOutcome(
+                tenant_id=grain.tenant_id,
+                run_id=grain.run_id,
+                attempt_id=grant.attempt_id,
+                holder=WORKER,
+                fencing_token=grant.fencing_token,
+                outcome=AttemptOutcome.CANCELLED,
+            )
         )
-    )
     assert h.load(grain.run_id).run.state is RunState.CANCELLED
 
 

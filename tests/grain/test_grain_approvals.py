@@ -5,6 +5,9 @@ expired or stale is gone (410); wrong tenant is not found (404); the requester m
 
 from __future__ import annotations
 
+import dataclasses
+from datetime import timedelta
+
 import pytest
 from grain_harness import REQUESTER, SHARED, WORKER, Harness, proposal
 from support import race_async
@@ -12,7 +15,10 @@ from support import race_async
 from runcontrol.commands import DecideApproval, DispatchRun, RequestApproval, WakeResult
 from runcontrol.domain import (
     ApprovalState,
+    AttemptState,
     Decision,
+    ExpiryAction,
+    FailureClass,
     PolicyDocument,
     Principal,
     Role,
@@ -92,32 +98,61 @@ def test_decision_authorises_exactly_its_proposal_hash(h: Harness):
         ("rita", proposal())
     ]
     assert h.load(grain.run_id).run.state is RunState.RUNNING
-    h.succeed(grain, grant)
+    # The approval parked the attempt: a new claim resumes it with the approved hash.
+    resumed = h.lease(grain, "worker-2")
+    assert resumed.fencing_token > grant.fencing_token
+    assert resumed.approved_proposal_hash == proposal()
+    with pytest.raises(errors.StaleFencingToken):  # the holder before the park
+        h.succeed(grain, grant)
+    h.succeed(grain, resumed)
     assert h.load(grain.run_id).run.state is RunState.COMPLETED
 
 
-def test_regenerated_proposal_makes_the_pending_request_stale(h: Harness):
+def test_a_resent_request_gets_its_answer_and_a_new_one_is_refused(h: Harness):
+    """The request parked the attempt and released its lease: the same command resent (its
+    answer was lost) gets the stored answer; a new request from the old holder is stale."""
+    grain, grant = h.start_run(StepSpec("write", "agent-a", side_effect_class=SHARED))
+    command = RequestApproval(
+        tenant_id=grain.tenant_id,
+        run_id=grain.run_id,
+        attempt_id=grant.attempt_id,
+        holder=WORKER,
+        fencing_token=grant.fencing_token,
+        proposal_hash=proposal(),
+    )
+    first = grain.execute(command)
+    assert first.state is ApprovalState.PENDING
+    assert grain.execute(command).approval_id == first.approval_id
+    with pytest.raises(errors.StaleFencingToken):
+        grain.execute(dataclasses.replace(command, command_id="another"))
+    assert len(h.load(grain.run_id).approvals) == 1
+
+
+def test_changes_requested_then_a_regenerated_proposal(h: Harness):
+    """Request-changes makes the request Stale and resumes the attempt; its next holder
+    regenerates the proposal, which opens a new request; only that one can be decided."""
     grain, grant, first = waiting(h)
-    # Asking again for the same proposal is the same request.
-    same = grain.execute(
-        RequestApproval(
+    grain.execute(
+        DecideApproval(
             tenant_id=grain.tenant_id,
             run_id=grain.run_id,
-            attempt_id=grant.attempt_id,
-            holder=WORKER,
-            fencing_token=grant.fencing_token,
+            approval_id=first.approval_id,
+            principal=h.principal("sam", Role.REVIEWER),
+            decision=Decision.REQUEST_CHANGES,
+            version=first.version,
             proposal_hash=proposal(),
+            reason="smaller change please",
         )
     )
-    assert same.approval_id == first.approval_id
-
+    regrant = h.lease(grain, "worker-2")
+    assert regrant.approved_proposal_hash is None
     second = grain.execute(
         RequestApproval(
             tenant_id=grain.tenant_id,
             run_id=grain.run_id,
-            attempt_id=grant.attempt_id,
-            holder=WORKER,
-            fencing_token=grant.fencing_token,
+            attempt_id=regrant.attempt_id,
+            holder="worker-2",
+            fencing_token=regrant.fencing_token,
             proposal_hash=proposal(2),
         )
     )
@@ -151,7 +186,10 @@ def test_regenerated_proposal_makes_the_pending_request_stale(h: Harness):
         )
     )
     assert h.load(grain.run_id).run.state is RunState.RUNNING
-    assert [d.proposal_hash for d in decisions(h, grain.run_id)] == [proposal(2)]
+    assert [(d.decided_by, d.proposal_hash) for d in decisions(h, grain.run_id)] == [
+        ("sam", proposal()),
+        ("rita", proposal(2)),
+    ]
 
 
 def test_requester_may_never_decide(h: Harness):
@@ -421,3 +459,116 @@ def test_quorum_needs_distinct_approvers(h: Harness):
     assert done.state is ApprovalState.APPROVED
     assert len(decisions(h, grain.run_id)) == 2
     assert h.load(grain.run_id).run.state is RunState.RUNNING
+
+
+def decide(h: Harness, grain, approval, principal: Principal, decision: Decision = APPROVE):
+    return grain.execute(
+        DecideApproval(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            approval_id=approval.approval_id,
+            principal=principal,
+            decision=decision,
+            version=h.load(grain.run_id).approvals[approval.approval_id].version,
+            proposal_hash=approval.proposal_hash,
+        )
+    )
+
+
+def test_assignees_decide_and_reach_the_quorum(h: Harness):
+    """With assignees, a reviewer who is not one is refused; two distinct assignees approve."""
+    h.c.policies.publish(
+        h.tenant,
+        PolicyDocument(
+            "default",
+            "",
+            frozenset({SHARED}),
+            required_approvals=2,
+            assignees=frozenset({"ann", "bob"}),
+        ),
+        h.clock.now(),
+    )
+    grain, _, approval = waiting(h)
+    assert approval.approver_rule.endswith(";assignees:ann,bob")
+    with pytest.raises(errors.Forbidden, match="assignees:ann,bob"):
+        decide(h, grain, approval, h.reviewer("rita"))
+    assert decide(h, grain, approval, h.reviewer("ann")).state is ApprovalState.PENDING
+    with pytest.raises(errors.ApprovalAlreadyDecided):
+        decide(h, grain, approval, h.reviewer("ann"))
+    assert decide(h, grain, approval, h.reviewer("bob")).state is ApprovalState.APPROVED
+    assert [d.decided_by for d in decisions(h, grain.run_id)] == ["ann", "bob"]
+    assert h.load(grain.run_id).run.state is RunState.RUNNING
+
+
+def expiring(h: Harness, action: ExpiryAction, **kw) -> tuple:
+    h.c.policies.publish(
+        h.tenant,
+        PolicyDocument(
+            "default", "", frozenset({SHARED}), expiry_hours=1, expiry_action=action, **kw
+        ),
+        h.clock.now(),
+    )
+    grain, grant, approval = waiting(h)
+    h.clock.advance(3600)
+    return grain, grant, approval
+
+
+def test_expiry_action_fail(h: Harness):
+    grain, _, approval = expiring(h, ExpiryAction.FAIL)
+    assert h.wake(grain).approvals_expired == 1
+    agg = h.load(grain.run_id)
+    assert agg.approvals[approval.approval_id].state is ApprovalState.EXPIRED
+    assert agg.run.state is RunState.FAILED
+    assert {a.state for a in agg.attempts.values()} == {AttemptState.CANCELLED}
+    (audit,) = h.audits(grain.run_id, "approval-expired")
+    assert audit.detail["action"] == "fail"
+
+
+def test_expiry_action_reject(h: Harness):
+    grain, _, approval = expiring(h, ExpiryAction.REJECT)
+    assert h.wake(grain).approvals_expired == 1
+    agg = h.load(grain.run_id)
+    expired = agg.approvals[approval.approval_id]
+    assert expired.state is ApprovalState.REJECTED
+    assert expired.decided_by == "approval-expiry-reconciler"
+    assert agg.run.state is RunState.FAILED
+    assert agg.run.failure_class is FailureClass.POLICY_DENIED
+
+
+def test_expiry_action_auto_approve_resumes_the_attempt(h: Harness):
+    grain, grant, approval = expiring(h, ExpiryAction.AUTO_APPROVE)
+    assert h.wake(grain).approvals_expired == 1
+    agg = h.load(grain.run_id)
+    approved = agg.approvals[approval.approval_id]
+    assert approved.state is ApprovalState.APPROVED
+    assert approved.decided_by == "approval-expiry-reconciler"
+    assert decisions(h, grain.run_id) == []  # nobody voted: the policy approved
+    assert agg.run.state is RunState.RUNNING
+    resumed = h.lease(grain, "worker-2")
+    assert resumed.approved_proposal_hash == approval.proposal_hash
+    h.succeed(grain, resumed)
+    assert h.load(grain.run_id).run.state is RunState.COMPLETED
+
+
+def test_expiry_action_re_request_asks_again_up_to_the_limit(h: Harness):
+    grain, _, first = expiring(h, ExpiryAction.RE_REQUEST, max_re_requests=2)
+    assert h.wake(grain).approvals_expired == 1
+    agg = h.load(grain.run_id)
+    assert agg.approvals[first.approval_id].state is ApprovalState.EXPIRED
+    (second,) = agg.pending_approvals()
+    assert second.proposal_hash == first.proposal_hash
+    assert second.attempt_id == first.attempt_id
+    assert second.expires_at == h.clock.now() + timedelta(hours=1)
+    assert agg.run.state is RunState.WAITING_FOR_APPROVAL
+    # The second request can be decided as usual; here it expires too, and so does a third.
+    h.clock.advance(3600)
+    h.wake(grain)
+    (third,) = h.load(grain.run_id).pending_approvals()
+    h.clock.advance(3600)
+    h.wake(grain)
+    agg = h.load(grain.run_id)
+    assert agg.approvals[third.approval_id].state is ApprovalState.EXPIRED
+    assert agg.pending_approvals() == []
+    assert agg.run.state is RunState.FAILED  # two re-requests were the limit
+    actions = [a.detail["action"] for a in h.audits(grain.run_id, "approval-expired")]
+    assert actions == ["re-request", "re-request", "fail"]

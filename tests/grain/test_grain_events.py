@@ -90,7 +90,8 @@ def test_full_run_has_gap_free_events_and_one_journal_entry_per_transition(h: Ha
             proposal_hash=proposal(),
         )
     )
-    h.succeed(grain, write, 2)
+    resumed = h.lease(grain, "worker-3")  # the approval parked the attempt; any worker resumes
+    h.succeed(grain, resumed, 2)
 
     agg = h.load(run_id)
     assert agg.run.state is RunState.COMPLETED
@@ -139,8 +140,10 @@ def test_full_run_has_gap_free_events_and_one_journal_entry_per_transition(h: Ha
     # Attempt transitions: one LeaseGranted / AttemptOutcomeRecorded event per journal entry.
     attempt_moves = [(j.from_state, j.to_state) for j in journal if j.entity == "Attempt"]
     types = [e.event_type for e in events]
-    assert attempt_moves.count(("Dispatched", "Leased")) == types.count("LeaseGranted") == 3
-    assert sum(1 for f, _ in attempt_moves if f == "Leased") == types.count(
+    assert attempt_moves.count(("Dispatched", "Leased")) == types.count("LeaseGranted") == 4
+    assert attempt_moves.count(("Leased", "Parked")) == types.count("AttemptParked") == 1
+    assert attempt_moves.count(("Parked", "Dispatched")) == types.count("AttemptResumed") == 1
+    assert sum(1 for f, t in attempt_moves if f == "Leased" and t != "Parked") == types.count(
         "AttemptOutcomeRecorded"
     )
     assert attempt_moves.count((None, "Dispatched")) == types.count("AttemptDispatched") == 3

@@ -173,8 +173,8 @@ def test_pins_survive_a_moved_alias_and_a_new_policy_revision(h: Harness):
             proposal_hash=proposal(),
         )
     )
-    # ... and its release's single step: one success completes it.
-    h.succeed(grain, grant)
+    # ... and its release's single step: one success (by the resumed holder) completes it.
+    h.succeed(grain, h.lease(grain))
     run = h.load(grain.run_id).run
     assert run.state is RunState.COMPLETED
     assert (run.release_id, run.release.hash) == (

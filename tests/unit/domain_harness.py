@@ -245,7 +245,7 @@ class Harness:
 
     def expire_approval(self, approval: Any) -> bool:
         done = self.agg.expire_approval(
-            self.ctx("approval-expiry-reconciler"), approval.approval_id
+            self.ctx("approval-expiry-reconciler"), approval.approval_id, self.policy, self.options
         )
         self.commit()
         return done

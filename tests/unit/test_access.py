@@ -9,6 +9,7 @@ from runcontrol.domain.access import (
     ALL_SCOPES,
     APPROVALS_DECIDE,
     APPROVALS_READ,
+    POLICIES_MANAGE,
     ROLE_OPERATIONS,
     RUNS_OPERATE,
     RUNS_READ,
@@ -58,6 +59,7 @@ def test_every_role_has_a_row() -> None:
                 Op.CANCEL_RUN,
                 Op.DECIDE_APPROVAL,
                 Op.MANAGE_WEBHOOKS,
+                Op.MANAGE_POLICY,
                 Op.OPERATE_RUNS,
             },
             {
@@ -66,6 +68,7 @@ def test_every_role_has_a_row() -> None:
                 APPROVALS_READ,
                 APPROVALS_DECIDE,
                 WEBHOOKS_MANAGE,
+                POLICIES_MANAGE,
                 RUNS_OPERATE,
             },
         ),

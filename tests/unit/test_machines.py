@@ -87,7 +87,7 @@ def test_every_pair_is_legal_or_raises(name, table, current, target, legal):
 
 def test_pair_enumeration_is_complete():
     expected = sum(len(enum) ** 2 for enum, _, _ in MACHINES.values())
-    assert len(ALL_PAIRS) == expected == 7 * 7 + 5 * 5 + 7 * 7 + 6 * 6
+    assert len(ALL_PAIRS) == expected == 7 * 7 + 5 * 5 + 8 * 8 + 6 * 6
     legal = sum(1 for p in ALL_PAIRS if p.values[-1])
     assert legal == sum(len(t) for _, t, _ in MACHINES.values())
 
@@ -119,9 +119,13 @@ def test_step_and_attempt_machines_are_the_designed_tables():
         (A.LEASED, A.UNCERTAIN),
         (A.LEASED, A.CANCELLED),
         (A.LEASED, A.TIMED_OUT),
+        # Parked while a human decides (no lease), back to Dispatched after the decision.
+        (A.LEASED, A.PARKED),
+        (A.PARKED, A.DISPATCHED),
+        (A.PARKED, A.CANCELLED),
     }
     # The attempt can reach every outcome a worker or reconciler records, and nothing else.
-    assert {t for (_, t) in ATTEMPT_TRANSITIONS} == set(AttemptState) - {A.DISPATCHED}
+    assert {t for (_, t) in ATTEMPT_TRANSITIONS} == set(AttemptState)
 
 
 @pytest.mark.parametrize("name", list(MACHINES))
@@ -158,7 +162,7 @@ def test_no_self_loops(name):
 def test_terminal_vocabularies():
     assert {s for s in RunState if s.terminal} == {R.COMPLETED, R.FAILED, R.CANCELLED}
     assert {s for s in StepState if s.terminal} == {St.SUCCEEDED, St.FAILED, St.CANCELLED}
-    assert {s for s in AttemptState if not s.terminal} == {A.DISPATCHED, A.LEASED}
+    assert {s for s in AttemptState if not s.terminal} == {A.DISPATCHED, A.LEASED, A.PARKED}
     assert {s for s in ApprovalState if not s.terminal} == {Ap.PENDING}
 
 

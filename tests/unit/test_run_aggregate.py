@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 from uuid import UUID
 
 import pytest
@@ -153,10 +154,10 @@ class TestAccept:
         pinned = (h.run.release, h.run.policy, h.run.snapshot_id, h.run.model_profile_id)
         _, g = h.start(0)
         h.report(g)
-        _, g = h.start(1)
+        attempt, g = h.start(1)
         approval = h.request_approval(g, proposal(1))
         h.decide(approval)
-        h.report(g)
+        h.report(h.lease(attempt, "worker-2"))
         assert h.run.state is RunState.COMPLETED
         assert (h.run.release, h.run.policy, h.run.snapshot_id, h.run.model_profile_id) == pinned
 
@@ -708,19 +709,22 @@ class TestLeaseExpiry:
         h.advance(1)
         assert h.expire_lease(attempt)
 
-    def test_not_while_waiting_for_approval(self):
+    def test_a_parked_attempt_has_no_lease_to_expire(self):
         h = Harness([GATED_READ_STEP])
         attempt, grant = h.start(0)
         approval = h.request_approval(grant, proposal(1))
         h.advance(24 * 3600)
         assert not h.expire_lease(attempt)
-        assert attempt.state is AttemptState.LEASED
-        # The holder's lease is suspended, not expired: it may still renew.
-        h.agg.renew_lease(h.ctx(), attempt.attempt_id, "worker-1", 1, h.options)
-        h.commit()
+        assert attempt.state is AttemptState.PARKED
+        assert attempt.attempt_id not in h.agg.leases
+        # The old holder holds nothing: its renewal is refused and audited.
+        with pytest.raises(errors.StaleFencingToken):
+            h.agg.renew_lease(h.ctx(), attempt.attempt_id, "worker-1", 1, h.options)
+        assert_refused_cleanly(h, "lease-rejected")
         h.decide(approval)
-        # Approval gives the holder a fresh full term from the decision time.
-        assert h.agg.leases[attempt.attempt_id].expires_at == h.now + timedelta(seconds=LEASE)
+        # After the decision a claim gets a full term from the claim's time.
+        grant = h.lease(attempt, "worker-2")
+        assert grant.expires_at == h.now + timedelta(seconds=LEASE)
         h.advance(LEASE + GRACE)
         assert not h.expire_lease(attempt)
         h.report(grant)
@@ -735,6 +739,20 @@ class TestLeaseExpiry:
 
 
 # ============================================================================ approvals
+
+
+def legacy_holder_waiting(h: Harness, attempt: Any) -> None:
+    """Put back the state a run written before parking (migration 0011) loads with: the holder
+    kept its lease while a human decided."""
+    lease = next(
+        x
+        for b in reversed(h.batches)
+        for x in b.leases.values()
+        if x.attempt_id == attempt.attempt_id
+    )
+    lease.released_at = lease.release_cause = None
+    attempt.state = AttemptState.LEASED
+    h.agg.leases[attempt.attempt_id] = lease
 
 
 def approval_harness(**kwargs) -> tuple[Harness, object, object, object]:
@@ -756,8 +774,24 @@ class TestApprovals:
         assert approval.expires_at == T0 + timedelta(hours=72)
         assert h.run.state is RunState.WAITING_FOR_APPROVAL
         batch = h.batches[-1]
-        assert [e.event_type for e in batch.events] == ["ApprovalRequested", "RunStateChanged"]
+        assert [e.event_type for e in batch.events] == [
+            "ApprovalRequested",
+            "RunStateChanged",
+            "AttemptParked",
+        ]
         assert batch.events[0].payload["proposalHash"] == proposal(1)
+        # The wait holds no worker: the lease is released and the attempt is parked.
+        assert attempt.state is AttemptState.PARKED
+        assert attempt.attempt_id not in h.agg.leases
+        (released,) = batch.leases.values()
+        assert released.released_at == h.now and released.release_cause == "ParkedForApproval"
+        parked = batch.events[2].payload
+        assert parked["approvalId"] == str(approval.approval_id)
+        assert parked["fencingToken"] == 1 and parked["holder"] == "worker-1"
+        # Parked is not claimable until the decision.
+        with pytest.raises(errors.LeaseRejected, match="approval"):
+            h.lease(attempt, "worker-2")
+        assert_refused_cleanly(h)
 
     def test_policy_expiry_overrides_the_default(self):
         h, _, _, approval = approval_harness(
@@ -791,14 +825,30 @@ class TestApprovals:
             )
         assert_refused_cleanly(h)
 
-    def test_the_same_proposal_asked_again_is_the_same_request(self):
+    def test_the_parked_holder_cannot_ask_again(self):
+        """Its lease was released when it parked: a second request with the same or another
+        proposal is refused and audited (a resend of the same command gets the stored answer
+        from the grain instead, tests/grain)."""
         h, _, grant, approval = approval_harness()
+        for hashed in (proposal(1), proposal(2)):
+            with pytest.raises(errors.StaleFencingToken):
+                h.request_approval(grant, hashed)
+            assert_refused_cleanly(h, "lease-rejected")
+        assert list(h.agg.approvals.values()) == [approval]
+
+    def test_a_holder_that_kept_its_lease_asks_the_same_proposal_again(self):
+        """A run written before parking (migration 0011) may have a holder that kept its lease
+        while a human decided: the same proposal asked again is the same request, and parks."""
+        h, attempt, grant, approval = approval_harness()
+        legacy_holder_waiting(h, attempt)
         assert h.request_approval(grant, proposal(1)) is approval
-        assert h.batches[-1].empty
+        assert [e.event_type for e in h.batches[-1].events] == ["AttemptParked"]
+        assert attempt.state is AttemptState.PARKED
         assert len(h.agg.approvals) == 1
 
     def test_a_regenerated_proposal_makes_the_pending_request_stale(self):
-        h, _, grant, old = approval_harness()
+        h, attempt, grant, old = approval_harness()
+        legacy_holder_waiting(h, attempt)
         new = h.request_approval(grant, proposal(2))
         assert new is not old
         assert old.state is ApprovalState.STALE and old.version == 2
@@ -806,7 +856,11 @@ class TestApprovals:
         assert new.state is ApprovalState.PENDING and new.proposal_hash == proposal(2)
         assert h.run.state is RunState.WAITING_FOR_APPROVAL
         batch = h.batches[-1]
-        assert [e.event_type for e in batch.events] == ["ApprovalDecided", "ApprovalRequested"]
+        assert [e.event_type for e in batch.events] == [
+            "ApprovalDecided",
+            "ApprovalRequested",
+            "AttemptParked",
+        ]
         assert batch.events[0].payload["state"] == "Stale"
         # A decision on the old proposal can never apply.
         with pytest.raises(errors.ApprovalGone):
@@ -814,6 +868,7 @@ class TestApprovals:
         assert_refused_cleanly(h)
         h.decide(new)
         assert new.state is ApprovalState.APPROVED
+        assert h.lease(attempt, "worker-2").approved_proposal_hash == proposal(2)
 
     def test_approve_resumes_the_run_and_the_worker_completes(self):
         h, attempt, grant, approval = approval_harness()
@@ -824,23 +879,39 @@ class TestApprovals:
         assert approval.reason == "looks right" and approval.version == 2
         assert h.run.state is RunState.RUNNING
         batch = h.batches[-1]
-        assert [e.event_type for e in batch.events] == ["ApprovalDecided", "RunStateChanged"]
+        assert [e.event_type for e in batch.events] == [
+            "ApprovalDecided",
+            "RunStateChanged",
+            "AttemptResumed",
+        ]
         assert batch.events[1].payload["cause"] == "ApprovalGranted"
+        resumed = batch.events[2].payload
+        assert resumed["approvalState"] == "Approved" and resumed["agentId"] == "writer"
         (vote,) = batch.decisions
         assert vote.decision is Decision.APPROVE and not vote.break_glass
         assert vote.proposal_hash == proposal(1)
-        assert h.agg.leases[attempt.attempt_id].expires_at == h.now + timedelta(seconds=LEASE)
-        # Asking again for the approved proposal returns the approved request.
-        assert h.request_approval(grant, proposal(1)) is approval
-        h.report(grant)
+        # The attempt is claimable again, by any worker, with a new lease and fencing token.
+        assert attempt.state is AttemptState.DISPATCHED and attempt.dispatched_at == h.now
+        resumed_grant = h.lease(attempt, "worker-2")
+        assert resumed_grant.fencing_token == grant.fencing_token + 1
+        assert resumed_grant.approved_proposal_hash == proposal(1)
+        assert resumed_grant.attempt_number == grant.attempt_number
+        # Asking again for the approved proposal returns the approved request, changing nothing.
+        assert h.request_approval(resumed_grant, proposal(1)) is approval
+        assert h.batches[-1].empty
+        # The holder before the park is refused, and audited.
+        with pytest.raises(errors.StaleFencingToken):
+            h.report(grant)
+        assert_refused_cleanly(h, "stale-fencing-token")
+        h.report(resumed_grant)
         assert h.run.state is RunState.COMPLETED
 
     def test_the_worker_cannot_report_while_its_approval_is_pending(self):
         h, attempt, grant, _ = approval_harness()
-        with pytest.raises(errors.IllegalTransition, match="approval"):
+        with pytest.raises(errors.StaleFencingToken):
             h.report(grant)
-        assert_refused_cleanly(h)
-        assert attempt.state is AttemptState.LEASED
+        assert_refused_cleanly(h, "lease-rejected")
+        assert attempt.state is AttemptState.PARKED
 
     def test_decision_bound_to_the_proposal_hash(self):
         h, _, _, approval = approval_harness()
@@ -948,7 +1019,7 @@ class TestApprovals:
 
     def test_quorum_of_two(self):
         policy = PolicyDocument(policy_id="p", revision="9", required_approvals=2)
-        h, _, grant, approval = approval_harness(policy=policy)
+        h, attempt, grant, approval = approval_harness(policy=policy)
         assert approval.required_approvals == 2
         h.decide(approval, "rita")
         assert approval.state is ApprovalState.PENDING
@@ -967,7 +1038,7 @@ class TestApprovals:
         assert approval.decided_by == "sam"
         assert [v.decided_by for v in h.agg.decisions[approval.approval_id]] == ["rita", "sam"]
         assert h.run.state is RunState.RUNNING
-        h.report(grant)
+        h.report(h.lease(attempt))
         assert h.run.state is RunState.COMPLETED
 
     def test_one_reject_settles_a_quorum_request(self):
@@ -1042,19 +1113,21 @@ class TestApprovals:
         assert approval.state is ApprovalState.STALE
         assert approval.reason == "rename the branch"
         assert h.run.state is RunState.RUNNING
-        changed = h.batches[-1].events[-1]
+        changed = h.batches[-1].events[-2]
         assert changed.event_type == "RunStateChanged"
         assert changed.payload["cause"] == "ChangesRequested"
-        # The holder got a fresh term and regenerates its proposal.
-        assert h.agg.leases[attempt.attempt_id].expires_at == h.now + timedelta(seconds=LEASE)
+        # The attempt is claimable again; its next holder regenerates the proposal.
+        assert attempt.state is AttemptState.DISPATCHED
         with pytest.raises(errors.ApprovalGone):
             h.decide(approval, "sam")
         assert_refused_cleanly(h)
+        grant = h.lease(attempt, "worker-2")
+        assert grant.approved_proposal_hash is None  # changes were requested, nothing approved
         new = h.request_approval(grant, proposal(2))
         assert new.state is ApprovalState.PENDING
         assert h.run.state is RunState.WAITING_FOR_APPROVAL
         h.decide(new, "sam")
-        h.report(grant)
+        h.report(h.lease(attempt, "worker-3"))
         assert h.run.state is RunState.COMPLETED
 
 
@@ -1170,24 +1243,33 @@ class TestCancel:
         assert attempt.state is AttemptState.UNCERTAIN
         assert h.run.state is RunState.CANCELLED
 
-    def test_waiting_for_approval_moves_to_cancelling_and_cancels_the_request(self):
+    def test_waiting_for_approval_is_cancelled_at_once(self):
+        """Nobody holds a parked attempt: the cancel settles it and the run in one command."""
         h, attempt, grant, approval = approval_harness()
+        h.advance(6 * 3600)
         assert h.cancel(REQUESTER, "abort")
-        assert h.run.state is RunState.CANCELLING
+        assert h.run.state is RunState.CANCELLED
         assert approval.state is ApprovalState.CANCELLED
+        assert attempt.state is AttemptState.CANCELLED
+        assert attempt.settled_by == "run-control"
         decided = [e for e in h.batches[-1].events if e.event_type == "ApprovalDecided"]
         assert [e.payload["state"] for e in decided] == ["Cancelled"]
+        journal = [j for j in h.batches[-1].journal if j.entity == "Attempt"]
+        assert [j.cause for j in journal] == ["CancelledWhileParked"]
         with pytest.raises(errors.ApprovalAlreadyDecided):
             h.decide(approval)
         assert_refused_cleanly(h)
-        h.report(grant, AttemptOutcome.CANCELLED)
-        assert attempt.state is AttemptState.CANCELLED
-        assert h.run.state is RunState.CANCELLED
+        # The holder before the park reports late: refused and audited.
+        with pytest.raises(errors.StaleFencingToken):
+            h.report(grant, AttemptOutcome.CANCELLED)
+        assert_refused_cleanly(h, "stale-fencing-token")
 
-    def test_cancel_after_a_long_approval_wait_lets_the_holder_settle(self):
+    def test_a_holder_that_kept_its_lease_settles_a_cancel_itself(self):
         h, attempt, grant, _ = approval_harness()
+        legacy_holder_waiting(h, attempt)
         h.advance(6 * 3600)  # far past the original lease term, but the lease was suspended
         h.cancel()
+        assert h.run.state is RunState.CANCELLING
         h.report(grant, AttemptOutcome.CANCELLED)
         assert attempt.state is AttemptState.CANCELLED
         assert h.run.state is RunState.CANCELLED
@@ -1228,14 +1310,15 @@ class TestSequences:
         h.now = h.step(0).not_before
         _, grant = h.start(0)
         h.report(grant)
-        _, grant = h.start(1)
+        gated, grant = h.start(1)
         first = h.request_approval(grant, proposal(1))
-        second = h.request_approval(grant, proposal(2))
+        h.decide(first, "rita", Decision.REQUEST_CHANGES)
         with pytest.raises(errors.ApprovalGone):
             h.decide(first)
-        h.decide(second, "rita", Decision.REQUEST_CHANGES)
-        third = h.request_approval(grant, proposal(3))
-        h.decide(third)
+        grant = h.lease(gated, "worker-2")
+        second = h.request_approval(grant, proposal(2))
+        h.decide(second)
+        grant = h.lease(gated, "worker-3")
         h.report(grant)
         _, grant = h.start(2)
         h.cancel()

@@ -18,6 +18,7 @@ from runcontrol.domain import (
     AttemptOutcome,
     AttemptState,
     Decision,
+    ExpiryAction,
     FailureClass,
     Options,
     PolicyDocument,
@@ -34,6 +35,7 @@ from runcontrol.domain.machines import (
     RUN_TRANSITIONS,
     STEP_TRANSITIONS,
 )
+from runcontrol.domain.run import APPROVAL_EXPIRY
 
 LOCAL_STEP = {"name": "local", "agentId": "editor", "sideEffectClass": "local-write"}
 TABLES = {
@@ -260,7 +262,9 @@ class Walk:
                 h.agg.expire_lease(h.ctx("lease-expiry-reconciler"), attempt_id, h.options)
         elif kind == "expire-approvals":
             for approval_id in list(h.agg.approvals):
-                h.agg.expire_approval(h.ctx("approval-expiry-reconciler"), approval_id)
+                h.agg.expire_approval(
+                    h.ctx("approval-expiry-reconciler"), approval_id, h.policy, h.options
+                )
         elif kind == "cancel":
             h.agg.cancel(h.ctx(REQUESTER), REQUESTER, "walk cancelled")
 
@@ -330,9 +334,16 @@ class Walk:
         for approval in agg.approvals.values():
             if approval.state is ApprovalState.APPROVED:
                 votes = agg.decisions.get(approval.approval_id, [])
-                assert votes, "approved without a vote"
+                if not votes:  # only the policy's auto-approval on expiry approves alone
+                    assert h.policy.expiry_action is ExpiryAction.AUTO_APPROVE
+                    assert approval.decided_by == APPROVAL_EXPIRY
+                    assert approval.decided_at >= approval.expires_at
+                assert all(v.decided_by != REQUESTER for v in votes)
                 assert all(v.decided_by != REQUESTER for v in votes)
                 assert all(v.proposal_hash == approval.proposal_hash for v in votes)
+        # A human's wait holds no lease: a parked attempt is one with a pending request.
+        parked = {a.attempt_id for a in agg.attempts.values() if a.state is AttemptState.PARKED}
+        assert parked == {a.attempt_id for a in pending}
         # 8 and terminal runs: nothing left open.
         if h.run.state.terminal:
             assert not agg.open_attempts()
@@ -371,6 +382,15 @@ SCENARIOS = {
         [WRITE_STEP, READ_STEP],
         PolicyDocument("pol-1", "9", approval_required_for=frozenset()),
     ),
+    # Each expiry action (the others expire with the default, fail).
+    **{
+        f"expiry-{action}": (
+            [WRITE_STEP, LOCAL_STEP],
+            PolicyDocument("pol-1", "10", expiry_hours=1, expiry_action=action, max_re_requests=2),
+        )
+        for action in ExpiryAction
+        if action is not ExpiryAction.FAIL
+    },
 }
 
 

@@ -2,9 +2,9 @@
 and ``runs.rerun_of`` (the finished run a rerun repeats), and ``runcontrol_apply`` restated
 whole to write both.
 
-The SQL is ``0011_operator_controls.sql`` beside ``0001_schema.sql``, whole; its header says why.
+The SQL is ``0012_operator_controls.sql`` beside ``0001_schema.sql``, whole; its header says why.
 
-Revision ID: 0011
+Revision ID: 0012
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from pathlib import Path
 
 from alembic import op
 
-revision = "0011"
-down_revision = "0010"
+revision = "0012"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 
-SQL = Path(__file__).resolve().parent.parent / "0011_operator_controls.sql"
+SQL = Path(__file__).resolve().parent.parent / "0012_operator_controls.sql"
 
 
 def upgrade() -> None:
@@ -26,4 +26,4 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    raise NotImplementedError("0011 has no downgrade: restore from a backup taken before it")
+    raise NotImplementedError("0012 has no downgrade: restore from a backup taken before it")

@@ -1,4 +1,4 @@
--- Migration 0011: operator controls (issue 14, item 1).
+-- Migration 0012: operator controls (issue 14, item 1).
 --
 -- runs.suspended_at: set while an operator holds the run suspended (no new dispatch and no new
 -- lease; leases in hand may finish and report); NULL otherwise. The claim query skips the

@@ -338,7 +338,22 @@ async function runsPage(main, params, signal) {
 
 // ------------------------------------------------------------------ one run
 
-function timeline(run) {
+// What happened to each attempt's lease, from the run's events (the run itself shows only the
+// current lease): granted (holder, fencing token), expired, parked for an approval, resumed.
+const LEASE_EVENTS = new Set(["LeaseGranted", "LeaseExpired", "AttemptParked", "AttemptResumed"]);
+
+function leaseLine(e) {
+  const p = e.payload;
+  const text = {
+    LeaseGranted: () => [`lease ${short(p.leaseId)} granted to `, h("code", {}, p.holder), ` · fencing token ${p.fencingToken}`],
+    LeaseExpired: () => [`lease ${short(p.leaseId)} expired`],
+    AttemptParked: () => ["parked for an approval: lease released"],
+    AttemptResumed: () => ["resumed: dispatched again"],
+  }[e.type]();
+  return h("div", { class: "lease", dataset: { type: e.type } }, when(e.occurredAt), " · ", ...text);
+}
+
+function timeline(run, attemptEvents) {
   return h("ol", { class: "timeline", id: "timeline" },
     run.steps.map((step) =>
       h("li", { class: step.state, dataset: { stepId: step.stepId, state: step.state } },
@@ -354,10 +369,11 @@ function timeline(run) {
               a.settledAt ? h("span", { class: "muted" }, ` · settled ${when(a.settledAt)}`) : null,
               a.outcome ? h("span", {}, ` · outcome ${a.outcome}`) : null,
               a.failureClass ? h("span", {}, ` (${a.failureClass})`) : null,
+              (attemptEvents.get(a.attemptId) || []).map(leaseLine),
               a.lease
-                ? h("div", { class: "lease" },
-                    `lease ${short(a.lease.leaseId)} held by `, h("code", {}, a.lease.holder),
-                    ` · fencing token ${a.lease.fencingToken} · expires ${when(a.lease.expiresAt)}`)
+                ? h("div", { class: "lease current" },
+                    `now held by `, h("code", {}, a.lease.holder),
+                    ` · lease ${short(a.lease.leaseId)} · fencing token ${a.lease.fencingToken} · expires ${when(a.lease.expiresAt)}`)
                 : null))))));
 }
 
@@ -441,7 +457,12 @@ async function runPage(main, runId, signal) {
   const control = h("div");
   const events = h("tbody");
   const inputs = controlInputs();
+  const attemptEvents = new Map(); // attemptId -> its lease events, in seq order
+  let shown = null; // the run as last read
   let lastSeq = 0;
+  const drawTimeline = () => {
+    if (shown) steps.replaceChildren(h("h2", {}, "Steps, attempts and leases"), timeline(shown, attemptEvents));
+  };
 
   const load = async () => {
     let run;
@@ -466,7 +487,8 @@ async function runPage(main, runId, signal) {
         h("dt", {}, "Limits"), h("dd", {}, `cost ${run.limits.maxCostUsd ?? "-"} USD · ${run.limits.maxMinutes ?? "-"} min`),
         h("dt", {}, "Created / updated"), h("dd", {}, `${when(run.createdAt)} / ${when(run.updatedAt)} · version ${run.version}`),
         run.failureClass ? [h("dt", {}, "Failure"), h("dd", {}, `${run.failureClass}: ${run.failureReason || ""}`)] : null));
-    steps.replaceChildren(h("h2", {}, "Steps, attempts and leases"), timeline(run));
+    shown = run;
+    drawTimeline();
     approvals.replaceChildren(
       ...(run.pendingApprovals.length
         ? [h("h2", {}, "Pending approvals"),
@@ -481,6 +503,10 @@ async function runPage(main, runId, signal) {
     if (e.seq <= lastSeq) return;
     lastSeq = e.seq;
     events.prepend(eventRow(e));
+    const attemptId = e.attemptId || e.payload.attemptId;
+    if (attemptId && LEASE_EVENTS.has(e.type)) {
+      attemptEvents.set(attemptId, [...(attemptEvents.get(attemptId) || []), e]);
+    }
   };
 
   main.replaceChildren(
@@ -500,6 +526,7 @@ async function runPage(main, runId, signal) {
     if (error instanceof Problem) problem.replaceChildren(problemBox(error.body));
     return;
   }
+  drawTimeline();
   follow(`../factory/runs/${runId}/events`, {
     after: lastSeq,
     signal,

@@ -33,13 +33,6 @@ def suspended(browser: Console) -> str | None:
     return found[0].get_attribute("data-suspended") if found else None
 
 
-def step_state(browser: Console, title: str) -> str | None:
-    for step in browser.all("#timeline > li"):
-        if step.find_element("css selector", "strong").text == title:
-            return str(step.get_attribute("data-state"))
-    return None
-
-
 def pending_approval(service: Service, token: str, run_id: str) -> dict[str, Any]:
     page = service.get("/factory/approvals?state=Pending", token)
     (approval,) = [a for a in page["items"] if a["runId"] == run_id]
@@ -137,8 +130,11 @@ def test_runs_list_filters_and_a_run_moving_live(service: Service, browser: Cons
         "3. report",
     ]
     assert steps[0].get_attribute("data-state") == "Succeeded"
-    lease = browser.wait(lambda: browser.css("#timeline .lease"), "the apply attempt's lease")
-    assert "demo-worker/worker-" in lease.text and "fencing token" in lease.text
+    # The apply attempt was leased, then parked for the approval (its lease released).
+    apply = '#timeline > li:nth-child(2) li[data-attempt-id][data-state="Parked"]'
+    browser.wait(lambda: browser.css(f'{apply} .lease[data-type="AttemptParked"]'), "parked")
+    (granted,) = browser.all(f'{apply} .lease[data-type="LeaseGranted"]')
+    assert "granted to demo-worker/worker-" in granted.text and "fencing token" in granted.text
     history = [r.get_attribute("data-type") for r in browser.all("#events tr[data-seq]")]
     assert history[-1] == "RunAccepted" and "ApprovalRequested" in history
     browser.shot("run")
@@ -155,6 +151,10 @@ def test_runs_list_filters_and_a_run_moving_live(service: Service, browser: Cons
     assert [s.get_attribute("data-state") for s in browser.all("#timeline > li")] == [
         "Succeeded"
     ] * 3
+    # Resumed by the decision, the apply attempt was leased again, under a newer fencing token.
+    grants = browser.all('#timeline > li:nth-child(2) .lease[data-type="LeaseGranted"]')
+    tokens = [int(g.text.rsplit("fencing token ", 1)[1]) for g in grants]
+    assert len(tokens) == 2 and tokens[1] > tokens[0]
     browser.shot("run-completed")
 
 
@@ -257,19 +257,22 @@ def test_operator_suspends_resumes_and_reruns(service: Service, browser: Console
     browser.shot("run-suspended")
     assert service.get(f"/factory/runs/{run_id}", alice)["suspended"] is True
 
-    # The lease in hand may finish (the apply step is approved and succeeds); nothing new
-    # starts: the report step gets no attempt while the run is suspended.
+    # Approved while suspended, the parked apply attempt is dispatched again, but no worker
+    # gets a lease on it until the run is resumed.
     approve_over_api(service, bob, run_id)
-    browser.wait(lambda: step_state(browser, "2. apply") == "Succeeded", "apply succeeded")
-    report = service.get(f"/factory/runs/{run_id}", alice)["steps"][2]
-    assert report["attempts"] == []
+    apply = '#timeline > li:nth-child(2) li[data-attempt-id][data-state="Dispatched"]'
+    browser.wait(lambda: browser.css(f'{apply} .lease[data-type="AttemptResumed"]'), "resumed")
 
     browser.css("#resume").click()
     browser.wait(lambda: suspended(browser) == "false", "the run resumed")
     browser.wait(lambda: run_state(browser) == "Completed", "the resumed run completed")
     assert browser.same_page()
-    types = [e["type"] for e in service.get(f"/factory/runs/{run_id}/events/history", alice)]
-    assert types.index("RunSuspended") < types.index("RunResumed") < types.index("RunCompleted")
+    history = service.get(f"/factory/runs/{run_id}/events/history?limit=500", alice)
+    types = [e["type"] for e in history]
+    suspended_at, resumed_at = types.index("RunSuspended"), types.index("RunResumed")
+    assert suspended_at < types.index("AttemptResumed") < resumed_at
+    assert "LeaseGranted" not in types[suspended_at:resumed_at]
+    assert resumed_at < types.index("RunCompleted")
 
     # The finished run is rerun (the release it ran): a new run, linked back to this one.
     reason = browser.css("#control-reason")

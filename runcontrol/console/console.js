@@ -251,7 +251,12 @@ async function loginPage(main, params) {
       if (error instanceof Problem) problem.replaceChildren(problemBox(error.body));
     }
   };
-  const signIn = oauth ? h("a", { id: "sign-in", class: "button", href: await authorizeUrl() }, "Sign in") : null;
+  let signIn = null;
+  if (oauth) {
+    signIn = crypto.subtle
+      ? h("a", { id: "sign-in", class: "button", href: await authorizeUrl() }, "Sign in")
+      : h("span", { class: "problem" }, "Signing in with the provider needs https (PKCE uses the browser's crypto.subtle)");
+  }
   main.replaceChildren(
     h("div", { class: "login" },
       h("h1", {}, "Sign in"),

@@ -19,8 +19,12 @@ from ray.serve.config import gRPCOptions
 
 from runcontrol.client import RunControlClient
 from runcontrol.config import Settings
-from runcontrol.rpc.service import RunControlRpc
+from runcontrol.drain import Drain
+from runcontrol.rpc.service import SERVICE_NAME, RunControlRpc
 from runcontrol.store import Database
+from runcontrol.telemetry import rpc_span
+
+HEALTH_SERVICE = "grpc.health.v1.Health"
 
 # Imported by every Serve proxy (the modules must be importable on every node).
 SERVICER_FUNCTIONS = [
@@ -37,51 +41,64 @@ def grpc_options(port: int) -> gRPCOptions:
 
 class GrpcIngress:
     """The gRPC methods of the ingress deployment (a mixin: the class provides the client,
-    the database, the settings and ``ping_hosts``)."""
+    the database, the settings, the replica's drain and ``ping_hosts``)."""
 
     client: RunControlClient
     db: Database
     settings: Settings
+    edge_drain: Drain
 
     async def ping_hosts(self) -> None:
         raise NotImplementedError
 
     @cached_property
     def _rpc(self) -> RunControlRpc:
-        return RunControlRpc(self.client, self.db, self.settings, host_probe=self.ping_hosts)
+        return RunControlRpc(
+            self.client, self.db, self.settings, host_probe=self.ping_hosts, drain=self.edge_drain
+        )
 
     # runcontrol.v1.RunControl
 
     async def AcquireLease(self, request: Any, grpc_context: Any) -> Any:
-        return await self._rpc.acquire_lease(request, grpc_context)
+        with rpc_span(SERVICE_NAME, "AcquireLease", grpc_context):
+            return await self._rpc.acquire_lease(request, grpc_context)
 
     async def ReportAttemptOutcome(self, request: Any, grpc_context: Any) -> Any:
-        return await self._rpc.report_attempt_outcome(request, grpc_context)
+        with rpc_span(SERVICE_NAME, "ReportAttemptOutcome", grpc_context):
+            return await self._rpc.report_attempt_outcome(request, grpc_context)
 
     async def RequestApproval(self, request: Any, grpc_context: Any) -> Any:
-        return await self._rpc.request_approval(request, grpc_context)
+        with rpc_span(SERVICE_NAME, "RequestApproval", grpc_context):
+            return await self._rpc.request_approval(request, grpc_context)
 
     async def WatchRun(self, request: Any, grpc_context: Any) -> AsyncIterator[Any]:
-        async for event in self._rpc.watch_run(request, grpc_context):
-            yield event
+        with rpc_span(SERVICE_NAME, "WatchRun", grpc_context, stream=True):
+            async for event in self._rpc.watch_run(request, grpc_context):
+                yield event
 
     async def ReportProgress(self, request: Any, grpc_context: Any) -> Any:
-        return await self._rpc.report_progress(request, grpc_context)
+        with rpc_span(SERVICE_NAME, "ReportProgress", grpc_context):
+            return await self._rpc.report_progress(request, grpc_context)
 
     async def ClaimToolCall(self, request: Any, grpc_context: Any) -> Any:
-        return await self._rpc.claim_tool_call(request, grpc_context)
+        with rpc_span(SERVICE_NAME, "ClaimToolCall", grpc_context):
+            return await self._rpc.claim_tool_call(request, grpc_context)
 
     async def CompleteToolCall(self, request: Any, grpc_context: Any) -> Any:
-        return await self._rpc.complete_tool_call(request, grpc_context)
+        with rpc_span(SERVICE_NAME, "CompleteToolCall", grpc_context):
+            return await self._rpc.complete_tool_call(request, grpc_context)
 
     # grpc.health.v1.Health
 
     async def Check(self, request: Any, grpc_context: Any) -> Any:
-        return await self._rpc.health_check(request, grpc_context)
+        with rpc_span(HEALTH_SERVICE, "Check", grpc_context):
+            return await self._rpc.health_check(request, grpc_context)
 
     async def List(self, request: Any, grpc_context: Any) -> Any:
-        return await self._rpc.health_list(request, grpc_context)
+        with rpc_span(HEALTH_SERVICE, "List", grpc_context):
+            return await self._rpc.health_list(request, grpc_context)
 
     async def Watch(self, request: Any, grpc_context: Any) -> AsyncIterator[Any]:
-        async for status in self._rpc.health_watch(request, grpc_context):
-            yield status
+        with rpc_span(HEALTH_SERVICE, "Watch", grpc_context, stream=True):
+            async for status in self._rpc.health_watch(request, grpc_context):
+                yield status

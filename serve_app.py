@@ -8,6 +8,7 @@ to the run hosts, and the FastAPI app from ``runcontrol.api``. The database URL 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 from fastapi import FastAPI
@@ -22,6 +23,8 @@ from runcontrol.api import create_app
 from runcontrol.bootstrap import build_database
 from runcontrol.client import RunControlClient
 from runcontrol.config import Settings
+from runcontrol.drain import Drain
+from runcontrol.telemetry import configure
 
 
 @serve.deployment(
@@ -43,19 +46,38 @@ class RunControlApi(GrpcIngress):  # + the gRPC methods (grpc_ingress.py)
     ) -> None:
         self.settings = Settings(**(settings or {}))
         self.settings.auth.check()  # no way to verify tokens: refuse to start, and say why
+        configure(self.settings.telemetry, "api")
         url = database_url or self.settings.database_url
         if not url:
             raise RuntimeError("set RUNCONTROL_DATABASE_URL to the database's owner URL")
         self.db = build_database(self.settings, owner_url=url, migrate=False)
         self.router = make_router(host_config(self.settings, url))
         self.client = RunControlClient(self.router)
+        # One drain for the replica's HTTP routes and gRPC methods (runcontrol/drain.py).
+        self.edge_drain = Drain(self.settings.drain.retry_after_seconds)
 
     async def ping_hosts(self) -> None:
         names = [host_name(k) for k in range(self.router.host_count)]
         await asyncio.gather(*(self.router.call_named(name, "ping") for name in names))
 
     def __serve_build_asgi_app__(self) -> FastAPI:
-        return create_app(self.client, self.db, self.settings, host_probe=self.ping_hosts)
+        return create_app(
+            self.client, self.db, self.settings, host_probe=self.ping_hosts, drain=self.edge_drain
+        )
+
+    # Called through the app's handle (``actors.service.drain_service``), not routed: Serve
+    # gives a replica no hook when its own stop begins (``__del__`` runs after its requests
+    # drained), so whoever stops the service drains the edge first.
+
+    async def drain(self, grace_s: float | None = None) -> dict[str, Any]:
+        """Refuse new work from now on (503 ``draining``) and wait for the commands in flight,
+        at most ``grace_s`` (default ``drain.grace_seconds``)."""
+        grace = self.settings.drain.grace_seconds if grace_s is None else grace_s
+        return dataclasses.asdict(await self.edge_drain.wait(grace))
+
+    async def resume(self) -> None:
+        """Call a drain off: take new work again."""
+        self.edge_drain.resume()
 
 
 app = RunControlApi.bind()  # type: ignore[attr-defined]

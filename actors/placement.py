@@ -13,7 +13,9 @@ import hashlib
 import itertools
 import logging
 import pickle
+import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from uuid import UUID
@@ -24,6 +26,7 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError,
 
 from runcontrol.commands import Command
 from runcontrol.domain import errors
+from runcontrol.telemetry import Carrier, current_carrier
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -110,11 +113,19 @@ def unpack(payload: bytes) -> Any:
 # instead of one per command (measured: docs/benchmarks.md).
 MAX_IN_FLIGHT = 2
 MAX_BATCH = 64
+# A host that answered ``errors.Draining`` gets no commands from this router for this long;
+# then one is tried again (the host may have been replaced by then, or called its drain off).
+DRAINING_RECHECK_S = 5.0
+
+
+# A queued command: the command, its caller's future, and (tracing on) the caller's trace
+# context, so the host's command span is the child of the span that sent it.
+_Entry = tuple[Command[Any], asyncio.Future[Any], Carrier | None]
 
 
 @dataclass
 class _HostQueue:
-    pending: list[tuple[Command[Any], asyncio.Future[Any]]] = field(default_factory=list)
+    pending: list[_Entry] = field(default_factory=list)
     in_flight: int = 0
     scheduled: bool = False
 
@@ -125,6 +136,12 @@ class HostRouter:
     A command keeps its ``command_id`` when repeated after ``ActorUnavailableError`` ("unknown
     whether it ran"): the grain answers a repeat of a committed command with the stored answer
     (DESIGN 9.5), so a batch is repeated whole safely.
+
+    A draining host refuses new commands with ``errors.Draining`` (having done nothing): its
+    runs then go to the next host of the ring (``host_index + 1``, ...) at once, for
+    ``DRAINING_RECHECK_S``. Two activations of a run on two hosts are harmless (every commit is
+    guarded by the run's version), and leases live in the database, so the other host serves a
+    lease holder's report without waiting for the lease to expire.
     """
 
     def __init__(
@@ -139,6 +156,7 @@ class HostRouter:
         self._dedicated_factory = dedicated_factory
         self._handles: dict[str, Any] = {}
         self._round_robin = itertools.cycle(range(host_count))
+        self._draining: dict[str, float] = {}  # host name -> when it last answered Draining
         self.batches_sent = 0  # command_batch actor calls made (benchmarks report the ratio)
         # Per event loop (a process may run several, one after another): host name -> queue.
         self._queues: weakref.WeakKeyDictionary[
@@ -148,7 +166,21 @@ class HostRouter:
     def name_for(self, run_id: UUID) -> str:
         if self.placement == "dedicated":
             return dedicated_name(run_id)
-        return host_name(host_index(run_id, self.host_count))
+        return self._serving(host_index(run_id, self.host_count))
+
+    def _serving(self, index: int) -> str:
+        """Host ``index``, or the next of the ring not known to be draining (all draining:
+        host ``index``, whose refusal then reaches the caller)."""
+        now = time.monotonic()
+        for step in range(self.host_count):
+            name = host_name((index + step) % self.host_count)
+            since = self._draining.get(name)
+            if since is None or now - since > DRAINING_RECHECK_S:
+                return name
+        return host_name(index)
+
+    def _drained(self, name: str) -> None:
+        self._draining[name] = time.monotonic()
 
     def _handle(self, name: str) -> Any:
         handle = self._handles.get(name)
@@ -161,14 +193,23 @@ class HostRouter:
         return handle
 
     async def call_named(self, name: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        return await self._call(lambda: name, method, *args, **kwargs)
+
+    async def _call(self, pick: Callable[[], str], method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call ``method`` on the actor ``pick()`` names, retrying (``pick`` again) while the
+        actor is restarting, dead or not yet registered."""
         delay = 0.05
         last: BaseException | None = None
         for _ in range(RETRIES):
+            name = pick()
             try:
                 handle = self._handle(name)
                 return await getattr(handle, method).remote(*args, **kwargs)
             except RayTaskError as exc:
-                raise _unwrap(exc) from None
+                error = _unwrap(exc)
+                if isinstance(error, errors.Draining):
+                    self._drained(name)
+                raise error from None
             except (ActorUnavailableError, ActorDiedError, RayActorError, ValueError) as exc:
                 # Restarting, dead or not yet registered: look the name up again and retry.
                 last = exc
@@ -178,10 +219,29 @@ class HostRouter:
         raise errors.Unavailable(f"{name} did not answer: {last}") from last
 
     async def call(self, run_id: UUID, method: str, *args: Any, **kwargs: Any) -> Any:
-        return await self.call_named(self.name_for(run_id), method, *args, **kwargs)
+        return await self._call_serving(lambda: self.name_for(run_id), method, *args, **kwargs)
 
     async def call_any(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return await self.call_named(host_name(next(self._round_robin)), method, *args, **kwargs)
+        """``method`` on any host (a claim): a host that does not answer is passed over for the
+        next, so a claim resent after its host died is answered at once by another; so is one
+        that refuses as draining."""
+        return await self._call_serving(
+            lambda: self._serving(next(self._round_robin)), method, *args, **kwargs
+        )
+
+    async def _call_serving(
+        self, pick: Callable[[], str], method: str, *args: Any, **kwargs: Any
+    ) -> Any:
+        """``_call`` on the host ``pick`` names; a draining one's refusal sends the call to the
+        host ``pick`` names next (each refusal marks its host)."""
+        refused: errors.Draining | None = None
+        for _ in range(self.host_count):
+            try:
+                return await self._call(pick, method, *args, **kwargs)
+            except errors.Draining as exc:
+                refused = exc
+        assert refused is not None
+        raise refused
 
     async def send(self, command: Command[R]) -> R:
         """One grain command, sent to the run's host in a batch with its neighbours."""
@@ -189,7 +249,7 @@ class HostRouter:
         host = self.name_for(command.run_id)
         queue = self._queues.setdefault(loop, {}).setdefault(host, _HostQueue())
         future: asyncio.Future[R] = loop.create_future()
-        entry: tuple[Command[Any], asyncio.Future[Any]] = (command, future)
+        entry: _Entry = (command, future, current_carrier())
         queue.pending.append(entry)
         self._schedule(loop, host, queue)
         try:
@@ -239,29 +299,51 @@ class HostRouter:
         loop: asyncio.AbstractEventLoop,
         host: str,
         queue: _HostQueue,
-        batch: list[tuple[Command[Any], asyncio.Future[Any]]],
+        batch: list[_Entry],
     ) -> None:
         self.batches_sent += 1
         try:
-            items = [item for item, _ in batch]
-            answers = unpack(await self.call_named(host, "command_batch_packed", pack(items)))
+            items = [item for item, _, _ in batch]
+            carriers = [carrier for _, _, carrier in batch]
+            args: tuple[Any, ...] = (pack(items),)
+            if any(carriers):  # tracing off: nothing more travels
+                args += (carriers,)
+            answers = unpack(await self.call_named(host, "command_batch_packed", *args))
         except asyncio.CancelledError:  # the loop is shutting down
-            for _, future in batch:
+            for _, future, _ in batch:
                 future.cancel()
             raise
         except Exception as exc:  # the whole batch failed: every caller gets the error
-            for _, future in batch:
+            for _, future, _ in batch:
                 if not future.done():
                     future.set_exception(exc)
         else:
-            for (_, future), (ok, value) in zip(batch, answers, strict=True):
+            for (command, future, _), (ok, value) in zip(batch, answers, strict=True):
                 if future.done():
                     continue  # the caller gave up (cancelled)
                 if ok:
                     future.set_result(value)
+                elif isinstance(value, errors.Draining) and self._rerouted(host, command):
+                    loop.create_task(self._resend(command, future))
                 else:
                     future.set_exception(value)
         finally:
             queue.in_flight -= 1
             self._schedule(loop, host, queue)
             self._forget_if_idle(loop, host, queue)
+
+    def _rerouted(self, host: str, command: Command[Any]) -> bool:
+        """``host`` refused ``command`` as draining: whether another host will take it."""
+        self._drained(host)
+        return self.name_for(command.run_id) != host
+
+    async def _resend(self, command: Command[Any], future: asyncio.Future[Any]) -> None:
+        """The same command (same id) to the run's next host; its answer is the caller's."""
+        try:
+            result = await self.send(command)
+        except Exception as exc:  # noqa: BLE001 - the caller's error
+            if not future.done():
+                future.set_exception(exc)
+        else:
+            if not future.done():
+                future.set_result(result)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import time
@@ -25,13 +26,16 @@ import ray
 from sqlalchemy import exc as sa_exc
 
 from runcontrol.bootstrap import build, build_database
-from runcontrol.commands import AcquireLease, Command
+from runcontrol.commands import AcquireLease, Command, new_command_id
 from runcontrol.config import Settings
 from runcontrol.domain import LeaseGrant, errors
+from runcontrol.drain import Drain
 from runcontrol.grain import RunGrain
+from runcontrol.store import answers
 from runcontrol.store import queries as q
 from runcontrol.store.commit import CONFIG_CHANNEL, DISPATCH_CHANNEL, EVENTS_CHANNEL
 from runcontrol.store.notify import Listener
+from runcontrol.telemetry import Carrier, configure
 
 from .metrics import HostMetrics, command_span
 from .placement import HostRouter, get_or_create, pack_answers, unpack
@@ -96,6 +100,7 @@ class RunHost:
     def __init__(self, config: dict[str, Any]) -> None:
         self._config = config
         self.settings = Settings.model_validate(config["settings"])
+        configure(self.settings.telemetry, "host")
         db = build_database(
             self.settings, owner_url=config["owner_url"], migrate=False, require_current_schema=True
         )
@@ -112,6 +117,9 @@ class RunHost:
         self._router = make_router(config)
         self._started = time.monotonic()
         self._commands = 0
+        # Once draining, every new command and claim is refused (``errors.Draining``: the
+        # router re-routes it to another host at once); those in flight finish (``drain``).
+        self._drain = Drain(self.settings.drain.retry_after_seconds)
         self._reaper = asyncio.get_running_loop().create_task(self._reap())
 
     # ------------------------------------------------------------------ activations
@@ -145,14 +153,23 @@ class RunHost:
                 log.warning("a read met a lost database connection (%r); retrying", exc)
         raise AssertionError("unreachable")
 
-    async def command(self, command: Command[T]) -> T:
-        """Run one grain command in the run's mailbox (strictly in order per run)."""
+    async def command(self, command: Command[T], carrier: Carrier | None = None) -> T:
+        """Run one grain command in the run's mailbox (strictly in order per run); its span
+        is the child of the span that sent it when ``carrier`` holds that span's context."""
+        self._drain.check(f"{type(command).__name__} for run {command.run_id}")
         run_id = command.run_id
         act = self._activation(command.tenant_id, run_id)
+        with self._drain.track():
+            return await self._in_mailbox(act, command, carrier)
+
+    async def _in_mailbox(
+        self, act: Activation, command: Command[T], carrier: Carrier | None = None
+    ) -> T:
+        run_id = command.run_id
         async with act.mailbox():
             self._commands += 1
             try:
-                with command_span(command) as span:
+                with command_span(command, carrier) as span:
                     result = await act.grain.execute(command)
                     step_id = getattr(result, "step_id", None)
                     if step_id is not None:
@@ -162,24 +179,29 @@ class RunHost:
                 if not act.grain.active and self._activations.get(run_id) is act:
                     del self._activations[run_id]  # terminal: nothing left to serialise
 
-    async def command_batch(self, items: list[Command[Any]]) -> list[tuple[bool, Any]]:
+    async def command_batch(
+        self, items: list[Command[Any]], carriers: list[Carrier | None] | None = None
+    ) -> list[tuple[bool, Any]]:
         """Several commands in one actor call (``HostRouter.send`` batches them), each
         answered ``(ok, result or error)`` as if sent alone: one run's commands in the order
         listed (across batches, no order: DESIGN 9.6). They all start in this turn of the
         loop, each in its run's mailbox, so the commits they reach together share one
-        statement (``GroupCommit``)."""
+        statement (``GroupCommit``). ``carriers`` (tracing on): each item's trace context."""
 
-        async def one(item: Command[Any]) -> tuple[bool, Any]:
+        async def one(item: Command[Any], carrier: Carrier | None) -> tuple[bool, Any]:
             try:
-                return True, await self.command(item)
+                return True, await self.command(item, carrier)
             except Exception as exc:  # noqa: BLE001 - answered to its caller, not raised here
                 return False, exc
 
-        return list(await asyncio.gather(*(one(item) for item in items)))
+        contexts = carriers or [None] * len(items)
+        return list(await asyncio.gather(*map(one, items, contexts)))
 
-    async def command_batch_packed(self, payload: bytes) -> bytes:
+    async def command_batch_packed(
+        self, payload: bytes, carriers: list[Carrier | None] | None = None
+    ) -> bytes:
         """``command_batch`` as the router sends it: items and answers each one pickle."""
-        return pack_answers(await self.command_batch(unpack(payload)))
+        return pack_answers(await self.command_batch(unpack(payload), carriers))
 
     # ------------------------------------------------------------------ claims
 
@@ -189,15 +211,44 @@ class RunHost:
         holder: str,
         timeout_s: float = 30.0,
         tenant_id: str | None = None,
+        claim_id: str | None = None,
     ) -> dict[str, Any] | None:
         """Pull the oldest dispatched attempt for these agents and lease it (long-poll);
-        with ``tenant_id``, only that tenant's (read under its row-level security)."""
+        with ``tenant_id``, only that tenant's (read under its row-level security).
+
+        ``claim_id`` is the claim's request id, made once by the worker and resent until
+        answered; it is the command id of the claim's ``AcquireLease``. A resend whose first
+        send was granted a lease (its answer lost: this host died after the commit) gets that
+        lease back, while it is current, instead of leaving it to expire unworked. The run's
+        input is read before the grant, so no failing read can strand a granted lease.
+
+        A draining host refuses a new claim and ends a long poll with None (at its next
+        wake-up, within 2 s); a claim granting a lease finishes first (the drain waits for it:
+        a grant whose answer is lost leaves an attempt nobody works until its lease expires)."""
+        self._drain.check("a claim")
+        with self._drain.track():
+            return await self._claim(
+                agent_ids, holder, timeout_s, tenant_id, claim_id or new_command_id()
+            )
+
+    async def _claim(
+        self,
+        agent_ids: list[str],
+        holder: str,
+        timeout_s: float,
+        tenant_id: str | None,
+        claim_id: str,
+    ) -> dict[str, Any] | None:
         deadline = time.monotonic() + max(timeout_s, 0.0)
         payloads = tuple(agent_ids)
-        while True:
+        held = await self._in_thread(self._claimed, claim_id, holder, tenant_id)
+        if held is not None:
+            return held
+        while not self._drain.draining:
             since = self._listener.generation(DISPATCH_CHANNEL, payloads)
             candidates = await self._in_thread(self._claimable, agent_ids, tenant_id)
             for run_tenant, run_id, attempt_id in candidates:
+                input = await self._in_thread(self._run_input, run_tenant, run_id)
                 try:
                     grant: LeaseGrant = await self._router.send(
                         AcquireLease(
@@ -205,16 +256,20 @@ class RunHost:
                             run_id=run_id,
                             attempt_id=attempt_id,
                             holder=holder,
+                            command_id=claim_id,
                         )
                     )
-                except (errors.LeaseHeld, errors.LeaseRejected):
-                    continue  # another worker won it, or the run moved on
-                run = await self._in_thread(self._run_view, run_tenant, run_id)
-                return {"grant": grant, "tenant_id": run_tenant, "input": (run or {}).get("input")}
+                except (errors.LeaseHeld, errors.LeaseRejected, errors.IdempotencyConflict):
+                    # Another worker won it, or the run moved on (nothing stored); or this
+                    # claim was granted a lease of this run before, since gone: a claim with
+                    # a new id takes the attempt.
+                    continue
+                return {"grant": grant, "tenant_id": run_tenant, "input": input}
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
             await self._listener.wait(DISPATCH_CHANNEL, payloads, since, min(remaining, 2.0))
+        return None
 
     def _claimable(
         self, agent_ids: list[str], tenant_id: str | None
@@ -222,6 +277,24 @@ class RunHost:
         scope = self._db.tenant(tenant_id) if tenant_id else self._db.system_tx()
         with scope as conn:
             return q.claimable(conn, agent_ids, limit=8)
+
+    def _claimed(self, claim_id: str, holder: str, tenant_id: str | None) -> dict[str, Any] | None:
+        """The current lease claim ``claim_id`` was granted, as ``claim`` answers it."""
+        scope = self._db.tenant(tenant_id) if tenant_id else self._db.system_tx()
+        with scope as conn:
+            found = q.claimed(conn, claim_id)
+        if found is None:
+            return None
+        run_tenant, _, stored, input = found
+        grant = answers.decode(stored)
+        if not isinstance(grant, LeaseGrant) or grant.holder != holder:
+            # Another holder's claim id: its lease is not this caller's to take.
+            raise errors.IdempotencyConflict("this claim id was already used by another holder")
+        return {"grant": grant, "tenant_id": run_tenant, "input": input}
+
+    def _run_input(self, tenant_id: str, run_id: UUID) -> dict[str, Any] | None:
+        with self._db.tenant(tenant_id) as conn:
+            return q.run_input(conn, run_id)
 
     # ------------------------------------------------------------------ reads
 
@@ -235,7 +308,9 @@ class RunHost:
     async def events(
         self, tenant_id: str, run_id: UUID, after_seq: int, wait_s: float = 0.0
     ) -> list[dict[str, Any]]:
-        """Committed events after ``after_seq``; waits up to ``wait_s`` for new ones."""
+        """Committed events after ``after_seq``; waits up to ``wait_s`` for new ones (a
+        draining host refuses, and ends a wait at once: the caller asks another host)."""
+        self._drain.check("a watch")
         deadline = time.monotonic() + max(wait_s, 0.0)
         key = (str(run_id),)
         while True:
@@ -247,7 +322,7 @@ class RunHost:
 
             found = await self._in_thread(read)
             remaining = deadline - time.monotonic()
-            if found or remaining <= 0:
+            if found or remaining <= 0 or self._drain.draining:
                 return found
             await self._listener.wait(EVENTS_CHANNEL, key, since, min(remaining, 2.0))
 
@@ -276,7 +351,29 @@ class RunHost:
             "commit_documents": self._store.documents_sent,
             "rss_bytes": rss_kb * 1024,
             "uptime_s": time.monotonic() - self._started,
+            "in_flight": self._drain.in_flight,
+            "draining": self._drain.draining,
         }
+
+    @ray.method(concurrency_group="control")
+    async def drain(self, grace_s: float | None = None) -> dict[str, Any]:
+        """Stop taking commands and claims (each refused with ``errors.Draining``, which the
+        router re-routes to another host at once), wait for those in flight to commit, at most
+        ``grace_s`` (default ``drain.grace_seconds``), then release every grain. The runs'
+        truth is in the database (leases included), so another host serves their next
+        commands at once, with no wait for a lease to expire. The host stays up, refusing,
+        until it is stopped or replaced (``resume`` calls the drain off)."""
+        grace = self.settings.drain.grace_seconds if grace_s is None else grace_s
+        report = await self._drain.wait(grace)
+        released = len(self._activations)
+        self._activations.clear()
+        if not report.idle:
+            log.warning("drain: %d commands still in flight after %.1fs", report.in_flight, grace)
+        return {**dataclasses.asdict(report), "released": released}
+
+    @ray.method(concurrency_group="control")
+    async def resume(self) -> None:
+        self._drain.resume()
 
     @ray.method(concurrency_group="control")
     async def activation_bytes(self) -> dict[str, float]:

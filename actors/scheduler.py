@@ -22,9 +22,10 @@ from runcontrol.config import Settings
 from runcontrol.store.commit import EVENTS_CHANNEL
 from runcontrol.store.notify import Listener
 from runcontrol.store.queries import RunKey
+from runcontrol.telemetry import configure
 from runcontrol.webhooks import Deliverer, HttpTransport
 
-from .metrics import SchedulerMetrics
+from .metrics import SchedulerMetrics, job_span
 from .placement import SCHEDULER_NAME, get_or_create
 from .run_host import make_router
 
@@ -41,6 +42,7 @@ SCHEDULER_OPTIONS: dict[str, Any] = {
 class Scheduler:
     def __init__(self, config: dict[str, Any]) -> None:
         self.settings = Settings.model_validate(config["settings"])
+        configure(self.settings.telemetry, "scheduler")
         db = build_database(
             self.settings, owner_url=config["owner_url"], migrate=False, require_current_schema=True
         )
@@ -72,7 +74,7 @@ class Scheduler:
             (self.outbox_relay, s.outbox_relay_interval, "OutboxRelay"),
             (self.retention, s.retention_interval, "RetentionCleanup"),
             (self.webhook_delivery, s.webhook_delivery_interval, "WebhookDelivery"),
-            (self.sample_active_runs, 15.0, "ActiveRunsSampler"),
+            (self.sample_gauges, s.metrics_sample_interval, "MetricsSampler"),
         ]
         for fn, seconds, name in jobs:
             self._aps.add_job(
@@ -112,7 +114,8 @@ class Scheduler:
             except Exception:
                 log.warning("%s could not wake run %s", job, run_id, exc_info=True)
 
-        await asyncio.gather(*(one(k) for k in keys))
+        with job_span(job, len(keys)):
+            await asyncio.gather(*(one(k) for k in keys))
         self.counters[job] = self.counters.get(job, 0) + len(keys)
         return len(keys)
 
@@ -153,7 +156,7 @@ class Scheduler:
         if report is None or report.published == 0:
             return 0
         self.last_outbox_lag = report.max_lag_seconds
-        self._metrics.outbox_lag.observe(report.max_lag_seconds, {"host": "scheduler"})
+        self._metrics.observe_relay(report.lags)
         self.counters["OutboxRelay"] = self.counters.get("OutboxRelay", 0) + report.published
         asyncio.get_running_loop().create_task(self.webhook_delivery())  # at once, not next tick
         return int(report.published)
@@ -171,11 +174,14 @@ class Scheduler:
                 self.counters[name] = self.counters.get(name, 0) + n
         return int(report.delivered)
 
-    async def sample_active_runs(self) -> int:
-        counts = await self._locked("ActiveRunsSampler", lambda: reconcilers.active_runs(self._db))
-        for (tenant, state), n in (counts or {}).items():
-            self._metrics.runs_active.set(n, {"tenant": tenant, "state": state})
-        return len(counts or {})
+    async def sample_gauges(self) -> int:
+        sample = await self._locked(
+            "MetricsSampler", lambda: reconcilers.sample_gauges(self._db, self._clock.now())
+        )
+        if sample is None:
+            return 0
+        self._metrics.sample(sample)
+        return len(sample.runs_active)
 
     async def retention(self) -> int:
         removed = await self._locked(
@@ -208,6 +214,7 @@ class Scheduler:
             "OutboxRelay": self.outbox_relay,
             "RetentionCleanup": self.retention,
             "WebhookDelivery": self.webhook_delivery,
+            "MetricsSampler": self.sample_gauges,
         }[job]
         result: int = await fn()
         return result

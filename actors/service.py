@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +16,7 @@ from ray import serve
 from runcontrol.config import Settings
 
 from .ingress import ACCESS_LOG_OFF, use_fast_ingress
-from .placement import NAMESPACE
+from .placement import NAMESPACE, host_name
 from .run_host import ensure_hosts
 from .scheduler import ensure_scheduler
 
@@ -30,9 +33,18 @@ class Service:
     grpc_target: str
 
 
-def start_ray(num_cpus: int | None = None, address: str | None = None) -> None:
+def start_ray(
+    num_cpus: int | None = None,
+    address: str | None = None,
+    *,
+    metrics_export_port: int | None = None,
+) -> None:
     """Join the cluster at ``address``, or start a local one with Serve's fast ingress
-    (``ingress.py``); a cluster started by ``ray start`` must have had it set there."""
+    (``ingress.py``); a cluster started by ``ray start`` must have had it set there.
+
+    ``metrics_export_port``: where the local node's metrics agent serves Prometheus (the
+    spec's metrics, ``actors/metrics.py``); a cluster takes ``ray start --metrics-export-port``.
+    """
     os.environ.setdefault("RAY_worker_maximum_startup_concurrency", "4")
     if ray.is_initialized():
         return
@@ -47,6 +59,7 @@ def start_ray(num_cpus: int | None = None, address: str | None = None) -> None:
             namespace=NAMESPACE,
             log_to_driver=False,
             configure_logging=False,
+            _metrics_export_port=metrics_export_port,  # None: Ray picks one
         )
 
 
@@ -65,26 +78,34 @@ def start_service(
     *,
     app_settings: dict[str, Any] | None = None,
     grpc_port: int = 9000,
+    host_options: Callable[[int], dict[str, Any]] | None = None,
+    proxy_location: str | None = None,
 ) -> Service:
     """Deploy hosts, the scheduler and the HTTP + gRPC app; return once all of them answer.
 
-    ``app_settings`` override the HTTP app's settings (over its ``RUNCONTROL_*`` environment)."""
+    ``app_settings`` override the HTTP app's settings (over its ``RUNCONTROL_*`` environment).
+    ``host_options`` places the run hosts (``ensure_hosts``); ``proxy_location`` is Serve's
+    (``HeadOnly`` for several nodes on one machine, whose proxies would share one port)."""
     os.environ["RUNCONTROL_DATABASE_URL"] = owner_url
-    hosts = ensure_hosts(settings, owner_url)
+    hosts = ensure_hosts(settings, owner_url, host_options=host_options)
     scheduler = ensure_scheduler(settings, owner_url)
     from grpc_ingress import grpc_options
     from serve_app import RunControlApi
 
     # Serve's gRPC proxy listens on every interface ([::]:port) whatever ``host`` is.
     serve.start(
+        proxy_location=proxy_location,
         http_options={"host": host, "port": port},
         grpc_options=grpc_options(grpc_port),
         logging_config=ACCESS_LOG_OFF,
     )
     serve.run(
-        RunControlApi.bind(  # type: ignore[attr-defined]
-            database_url=owner_url, settings=app_settings
-        ),
+        # Serve's own stop of a replica (a replacement, `serve shutdown`) lets the requests in
+        # flight finish within the same grace as our drain; an idle replica stops at once.
+        RunControlApi.options(  # type: ignore[attr-defined]
+            graceful_shutdown_timeout_s=max(settings.drain.grace_seconds, 1.0),
+            graceful_shutdown_wait_loop_s=0.5,
+        ).bind(database_url=owner_url, settings=app_settings),
         name=APP_NAME,
         route_prefix="/",
     )
@@ -96,3 +117,48 @@ def stop_service() -> None:
         serve.shutdown()  # type: ignore[no-untyped-call]
     finally:
         ray.shutdown()
+
+
+async def drain_service(
+    service: Service, grace_s: float, stop_workers: Callable[[float], Awaitable[None]]
+) -> dict[str, Any]:
+    """Drain in order, all within ``grace_s``: the edge refuses new submissions and claims
+    (503 ``draining``) at once; ``stop_workers(remaining_s)`` stops the workers' claims and
+    lets the attempts in hand finish and report (through the edge's gRPC or the hosts, both
+    still taking the commands of accepted work); the edge's commands in flight finish; then
+    each run host finishes its commands in flight and releases its grains. What is left once
+    the grace is spent is what a crash would leave: leases expire, the reconcilers resume."""
+    deadline = time.monotonic() + grace_s
+
+    def remaining() -> float:
+        return max(deadline - time.monotonic(), 0.0)
+
+    report: dict[str, Any] = {}
+    try:
+        api = serve.get_app_handle(APP_NAME)
+        await api.drain.remote(0.0)  # begin: refuse new work now, wait below
+    except Exception as exc:  # noqa: BLE001 - the edge may be gone already; drain the rest
+        log.warning("drain: the HTTP app did not answer (%r)", exc)
+        api = None
+    await stop_workers(remaining())
+    if api is not None:
+        try:
+            report["api"] = await api.drain.remote(remaining())
+        except Exception as exc:  # noqa: BLE001
+            log.warning("drain: the HTTP app did not answer (%r)", exc)
+    answers = await asyncio.gather(
+        *(host.drain.remote(remaining()) for host in service.hosts), return_exceptions=True
+    )
+    report["hosts"] = [a if isinstance(a, dict) else repr(a) for a in answers]
+    return report
+
+
+async def replace_host(index: int, grace_s: float) -> dict[str, Any]:
+    """Replace run host ``index`` without waiting for lease expiry: drain it (its runs go to
+    the other hosts at once, its commands in flight commit, at most ``grace_s``), then kill it
+    so Ray restarts it under its name (``max_restarts=-1``): the new process re-runs the
+    constructor and serves again. Answers the drain's report."""
+    handle = ray.get_actor(host_name(index), namespace=NAMESPACE)
+    report: dict[str, Any] = await handle.drain.remote(grace_s)
+    ray.kill(handle, no_restart=False)
+    return report

@@ -21,6 +21,7 @@ from .bootstrap import build, build_database, database_url
 from .config import AuthNotConfigured, Settings
 from .domain import Role, WorkerIdentity, WorkflowDefinition, errors
 from .ports.policy import DEFAULT_POLICY_ID, document_from_dict, document_to_dict, publish_policy
+from .telemetry import configure as configure_telemetry
 
 if TYPE_CHECKING:
     from .worker import ReferenceWorker
@@ -119,41 +120,51 @@ def _demo_executors(seconds: float) -> dict[str, Any]:
     return {s["agentId"]: EchoExecutor(s["agentId"], seconds) for s in DEMO_WORKFLOW["steps"]}
 
 
-async def _supervise_workers(workers: list[ReferenceWorker], stop: asyncio.Event) -> None:
+async def _supervise_workers(
+    workers: list[ReferenceWorker], stop: asyncio.Event, grace_s: float = 30.0
+) -> None:
     """Run each worker under supervision (a loop that dies anyway is logged and restarted)
-    until ``stop``; then drain: attempts in hand finish first, for up to 30 s."""
-    tasks = [asyncio.create_task(w.run_supervised(), name=f"worker {w.holder}") for w in workers]
+    until ``stop``; then drain: attempts in hand finish first, for up to ``grace_s``."""
+    tasks = _start_workers(workers)
     await stop.wait()
+    await _stop_workers(workers, tasks, grace_s)
+
+
+def _start_workers(workers: list[ReferenceWorker]) -> list[asyncio.Task[None]]:
+    return [asyncio.create_task(w.run_supervised(), name=f"worker {w.holder}") for w in workers]
+
+
+async def _stop_workers(
+    workers: list[ReferenceWorker], tasks: list[asyncio.Task[None]], grace_s: float
+) -> None:
+    """Stop claiming; wait up to ``grace_s`` for the attempts in hand to finish and report."""
     for w in workers:
         w.stop()
     if not tasks:
         return
-    done, pending = await asyncio.wait(tasks, timeout=30)
+    done, pending = await asyncio.wait(tasks, timeout=grace_s)
     for task in pending:
-        log.warning("%s did not drain within 30 s; cancelling it", task.get_name())
+        log.warning("%s did not drain within %.0f s; cancelling it", task.get_name(), grace_s)
         task.cancel()
     for task in done:
         if not task.cancelled() and task.exception() is not None:
             log.error("%s ended with an error", task.get_name(), exc_info=task.exception())
 
 
-async def _run_workers(
-    client: Any, holders: list[WorkerIdentity], stop: asyncio.Event, settings: Settings
-) -> None:
+def _workers(client: Any, holders: list[WorkerIdentity], settings: Settings) -> list[Any]:
     from .worker import ReferenceWorker
 
     renew = max(settings.leases.duration_seconds / 3, 0.5)
     grace = settings.leases.renewal_grace_seconds + 5.0
-    workers = [
+    return [
         ReferenceWorker(client, h, _demo_executors(0.5), renew_every_s=renew, lease_grace_s=grace)
         for h in holders
     ]
-    await _supervise_workers(workers, stop)
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
     from actors.run_host import host_config, make_router
-    from actors.service import start_ray, start_service, stop_service
+    from actors.service import drain_service, start_ray, start_service, stop_service
 
     from .client import RunControlClient
 
@@ -177,7 +188,10 @@ def _cmd_up(args: argparse.Namespace) -> int:
         )
         _say(f"demo release {release.release_id} published for tenant 'demo'")
     _say("starting Ray, run hosts, scheduler and the HTTP app (Ray Serve) ...")
-    start_ray(address=args.address)
+    if args.metrics_export_port is not None:
+        settings.telemetry.metrics_export_port = args.metrics_export_port
+    configure_telemetry(settings.telemetry, "worker")  # the demo workers' process
+    start_ray(address=args.address, metrics_export_port=settings.telemetry.metrics_export_port)
     service = start_service(
         settings,
         owner_url,
@@ -217,7 +231,7 @@ curl -sS -X POST $RC/factory/runs -H "Authorization: Bearer $REQUESTER_TOKEN" \\
   -d '{body}'
 
 Then follow README.md: watch events, approve as the reviewer, see it complete.
-Ctrl-C stops everything.
+Ctrl-C (or SIGTERM) drains within {settings.drain.grace_seconds:g} s and stops everything.
 """,
         flush=True,
     )
@@ -231,21 +245,35 @@ Ctrl-C stops everything.
             WorkerIdentity(DEMO_TENANT, "demo-worker", f"worker-{n}")
             for n in ((1, 2) if not args.no_workers else ())
         ]
-        await _run_workers(client, holders, stop, settings)
+        workers = _workers(client, holders, settings)
+        tasks = _start_workers(workers)
+        await stop.wait()
+        _say(f"draining (at most {settings.drain.grace_seconds:g} s) ...")
+        report = await drain_service(
+            service,
+            settings.drain.grace_seconds,
+            lambda grace_s: _stop_workers(workers, tasks, grace_s),
+        )
+        _say(f"drained: {json.dumps(report, default=str)}")
 
     try:
         asyncio.run(main())
     finally:
-        _say("stopping (draining workers, Serve, Ray) ...")
+        _say("stopping Serve and Ray ...")
         stop_service()
         db.dispose()
     return 0
 
 
 def _cmd_hosts(args: argparse.Namespace) -> int:
-    from actors.service import start_hosts, start_ray
+    from actors.service import replace_host, start_hosts, start_ray
 
     settings = Settings()
+    if args.replace is not None:
+        start_ray(address=args.address)
+        report = asyncio.run(replace_host(args.replace, settings.drain.grace_seconds))
+        _say(f"run host {args.replace} drained ({json.dumps(report)}) and restarting")
+        return 0
     owner_url = database_url(settings)
     build_database(settings, owner_url=owner_url).dispose()  # migrates
     start_ray(address=args.address)
@@ -256,6 +284,7 @@ def _cmd_hosts(args: argparse.Namespace) -> int:
 
 def _cmd_worker(args: argparse.Namespace) -> int:
     settings = Settings()
+    configure_telemetry(settings.telemetry, "worker")
     if args.transport == "grpc":
         return _grpc_worker(args, settings)
     from actors.run_host import host_config, make_router
@@ -312,7 +341,7 @@ def _run_worker(
             claim_timeout_s=args.claim_seconds,
         )
         try:
-            await _supervise_workers([worker], stop)
+            await _supervise_workers([worker], stop, settings.drain.grace_seconds)
         finally:
             close = getattr(client, "close", None)
             if close is not None:
@@ -380,6 +409,39 @@ def _cmd_policy(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_restore_check(args: argparse.Namespace) -> int:
+    """After a restore from a backup: settle the open leases it holds (docs/operations.md)."""
+    from .restore import restore_check
+
+    container = build(Settings())
+
+    async def main() -> list[Any]:
+        try:
+            return await restore_check(container)
+        finally:
+            await container.store.close()
+
+    try:
+        settled = asyncio.run(main())
+    finally:
+        container.db.dispose()
+    for run in settled:
+        print(
+            json.dumps(
+                {
+                    "tenantId": run.tenant_id,
+                    "runId": str(run.run_id),
+                    "settledUncertain": run.attempts,
+                    "runState": run.run_state,
+                }
+            ),
+            flush=True,
+        )
+    attempts = sum(len(run.attempts) for run in settled)
+    _say(f"restore-check: {attempts} open lease(s) of {len(settled)} run(s) settled Uncertain")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(
@@ -395,6 +457,13 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--no-workers", action="store_true", help="do not run the reference workers")
     up.add_argument("--no-demo", action="store_true", help="do not publish the demo workflow")
     up.add_argument(
+        "--metrics-export-port",
+        type=int,
+        default=None,
+        help="Prometheus endpoint of the local Ray node's metrics agent (default: "
+        "RUNCONTROL_TELEMETRY__METRICS_EXPORT_PORT, else a port Ray picks)",
+    )
+    up.add_argument(
         "--dev",
         action="store_true",
         help="local development: with no token key configured, sign tokens with a random "
@@ -408,6 +477,13 @@ def main(argv: list[str] | None = None) -> int:
         "(for a Serve app deployed apart: serve deploy, KubeRay RayService)",
     )
     hosts.add_argument("--address", default="auto")
+    hosts.add_argument(
+        "--replace",
+        type=int,
+        default=None,
+        metavar="K",
+        help="instead: drain run host K (its runs move to the other hosts at once) and restart it",
+    )
     hosts.set_defaults(func=_cmd_hosts)
 
     worker = sub.add_parser("worker", help="run a reference worker (Ray client or gRPC)")
@@ -465,6 +541,10 @@ def main(argv: list[str] | None = None) -> int:
     policy.add_argument("file")
     policy.add_argument("--tenant", required=True)
     policy.set_defaults(func=_cmd_policy)
+    sub.add_parser(
+        "restore-check",
+        help="after restoring the database from a backup: settle its open leases as Uncertain",
+    ).set_defaults(func=_cmd_restore_check)
 
     ops_cli.add_commands(sub)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
-from .commands import Command
+from .commands import Command, new_command_id
 from .domain import LeaseGrant, WorkerIdentity, errors
 
 R = TypeVar("R")
@@ -103,19 +103,34 @@ class RunControlClient:
     # ------------------------------------------------------------------ workers
 
     async def claim(
-        self, agent_ids: list[str], holder: str | WorkerIdentity, timeout_s: float = 30.0
+        self,
+        agent_ids: list[str],
+        holder: str | WorkerIdentity,
+        timeout_s: float = 30.0,
+        *,
+        claim_id: str | None = None,
     ) -> Claim | None:
         """Long-poll for the next dispatched attempt of these agents and lease it.
 
         A ``WorkerIdentity`` claims only its tenant's attempts and holds the lease as
         ``subject/instance`` (what the gRPC surface does for a worker's token); a plain
-        ``holder`` string is the trusted in-cluster form, across tenants."""
+        ``holder`` string is the trusted in-cluster form, across tenants. ``claim_id``: the
+        claim's request id; a claim resent with it after a lost answer gets the lease the
+        first send was granted (made here when not given, so the router's resends are alike)."""
+        claim_id = claim_id or new_command_id()
         if isinstance(holder, WorkerIdentity):
             found = await self._router.call_any(
-                "claim", list(agent_ids), holder.holder, timeout_s, tenant_id=holder.tenant_id
+                "claim",
+                list(agent_ids),
+                holder.holder,
+                timeout_s,
+                tenant_id=holder.tenant_id,
+                claim_id=claim_id,
             )
         else:
-            found = await self._router.call_any("claim", list(agent_ids), holder, timeout_s)
+            found = await self._router.call_any(
+                "claim", list(agent_ids), holder, timeout_s, claim_id=claim_id
+            )
         if found is None:
             return None
         return Claim(found["grant"], found["tenant_id"], found["input"])

@@ -329,6 +329,15 @@ class RerunRun(Command[SubmitResult]):
     release_alias: str = "latest"
 
 
+# ---------------------------------------------------------------------- operations
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SettleRestoredLeases(Command[list[str]]):
+    """restore-check, after the store was restored from a backup: revoke the run's open
+    leases and settle their attempts Uncertain; answers the ids of the attempts settled."""
+
+
 __all__ = [
     "AcquireLease",
     "CancelRun",
@@ -348,6 +357,7 @@ __all__ = [
     "ResolveAttempt",
     "ResumeRun",
     "RetryStep",
+    "SettleRestoredLeases",
     "StartRun",
     "SubmitRequest",
     "SubmitResult",

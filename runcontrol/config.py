@@ -97,6 +97,12 @@ class SchedulerOptions(BaseModel):
     outbox_relay_interval: float = Field(1, gt=0)
     retention_interval: float = Field(86400, gt=0)
     webhook_delivery_interval: float = Field(1, gt=0)
+    metrics_sample_interval: float = Field(
+        15,
+        gt=0,
+        description="How often the gauges read from the database (runs active, oldest pending "
+        "approval, oldest unpublished event) are sampled.",
+    )
 
 
 class OutboxOptions(BaseModel):
@@ -129,6 +135,28 @@ class WebhookOptions(BaseModel):
         False,
         description="Allow receivers on loopback, private and link-local addresses. Off: a "
         "tenant cannot make the control plane call into its own network.",
+    )
+
+
+class TelemetryOptions(BaseModel):
+    """Traces over OTLP and Ray's Prometheus endpoint (``runcontrol/telemetry.py``)."""
+
+    otlp_endpoint: str | None = Field(
+        None,
+        description="Base URL of an OTLP/HTTP receiver (spans go to <url>/v1/traces). Unset: "
+        "OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT if set, else no "
+        "spans are exported.",
+    )
+    service_name: str | None = Field(
+        None, description="The resource's service.name; unset: OTEL_SERVICE_NAME or runcontrol."
+    )
+    metrics_export_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description="Port of the Prometheus endpoint of a Ray runtime `runcontrol up` starts "
+        "(ray.init's metrics export port); unset: Ray picks one. A cluster started with `ray "
+        "start` takes --metrics-export-port instead.",
     )
 
 
@@ -264,6 +292,22 @@ class ApiOptions(BaseModel):
     )
 
 
+class DrainOptions(BaseModel):
+    """Graceful drain (SIGTERM to ``runcontrol up``, a run host or an API replica replaced):
+    new submissions and claims are refused with 503 ``draining``, commands in flight finish."""
+
+    grace_seconds: float = Field(
+        30,
+        ge=0,
+        description="Drain:GraceSeconds: how long commands and attempts in flight may take to "
+        "finish once a drain starts; then the process stops anyway (a lease not reported by "
+        "then is settled by its expiry, as after a crash).",
+    )
+    retry_after_seconds: int = Field(
+        5, ge=1, description="The Retry-After of a refusal by a draining process."
+    )
+
+
 class ConsoleOptions(BaseModel):
     """The web console (``/console``). With ``oauth_authorize_url``, ``oauth_token_url`` and
     ``oauth_client_id`` set, it signs in with the authorization-code flow and PKCE (a public
@@ -322,6 +366,8 @@ class Settings(BaseSettings):
     webhooks: WebhookOptions = WebhookOptions()
     auth: AuthOptions = AuthOptions()
     api: ApiOptions = ApiOptions()
+    telemetry: TelemetryOptions = TelemetryOptions()
+    drain: DrainOptions = DrainOptions()
     console: ConsoleOptions = ConsoleOptions()
 
     def options(self) -> Options:

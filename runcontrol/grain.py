@@ -49,6 +49,7 @@ from .commands import (
     ResolveAttempt,
     ResumeRun,
     RetryStep,
+    SettleRestoredLeases,
     StartRun,
     SubmitRequest,
     SubmitResult,
@@ -73,6 +74,7 @@ from .domain import (
     canonical_hash,
     errors,
 )
+from .domain.run import RESTORE_CHECK
 from .ports import Budget, Capacity, PolicyStore, ReleaseRegistry
 from .store.commit import (
     DuplicateSubmission,
@@ -829,3 +831,15 @@ class RunGrain:
         return await self._accept(
             submit, lambda a, x: a.record_rerun(x, run.run_id, str(c.release), c.reason)
         )
+
+    # ------------------------------------------------------------------ restore from backup
+
+    @handles(SettleRestoredLeases)
+    async def _settle_restored(self, command: SettleRestoredLeases) -> list[str]:
+        """restore-check: the run's open leases revoked, their attempts Uncertain."""
+        options = self.env.options
+
+        def decide(a: RunAggregate, c: CommandContext) -> list[str]:
+            return [str(attempt) for attempt in a.settle_restored_leases(c, options)]
+
+        return await self._run(Plan(decide, RESTORE_CHECK), command)

@@ -59,10 +59,33 @@ def due_dispatches(db: Database, now: datetime) -> list[q.RunKey]:
         return q.due_runs(conn, now)
 
 
-def active_runs(db: Database) -> dict[tuple[str, str], int]:
-    """Non-terminal runs by (tenant, state), for the runs.active gauge."""
+@dataclass(frozen=True)
+class GaugeSample:
+    """What the scheduler's gauges show, read in one transaction: non-terminal runs by
+    (tenant, state); per tenant, pending approvals and the oldest one's age (s); committed
+    events not yet published and the oldest one's age (s, 0 when none)."""
+
+    runs_active: dict[tuple[str, str], int]
+    approvals_pending: dict[str, tuple[int, float]]
+    outbox_unpublished: int
+    outbox_oldest_age: float
+
+
+def sample_gauges(db: Database, now: datetime) -> GaugeSample:
     with db.system_tx() as conn:
-        return q.active_run_counts(conn)
+        pending = q.pending_approvals_by_tenant(conn)
+        unpublished, oldest = q.unpublished_backlog(conn)
+        runs_active = q.active_run_counts(conn)
+
+    def age(since: datetime | None) -> float:
+        return 0.0 if since is None else max((now - since).total_seconds(), 0.0)
+
+    return GaugeSample(
+        runs_active,
+        {tenant: (n, age(first)) for tenant, (n, first) in pending.items()},
+        unpublished,
+        age(oldest),
+    )
 
 
 class Sink(Protocol):
@@ -95,6 +118,7 @@ class JsonLinesSink:
 class RelayReport:
     published: int
     max_lag_seconds: float
+    lags: tuple[float, ...] = ()  # commit-to-publication of each event published (s)
 
 
 def relay_outbox(
@@ -116,8 +140,8 @@ def relay_outbox(
             sink.publish(events)
         q.mark_published(conn, [r["id"] for r in rows], now)
         feed.publish(conn, rows, now)
-    lag = max((now - r["occurred_at"]).total_seconds() for r in rows)
-    return RelayReport(len(rows), max(lag, 0.0))
+    lags = tuple(max((now - r["occurred_at"]).total_seconds(), 0.0) for r in rows)
+    return RelayReport(len(rows), max(lags), lags)
 
 
 def retention(

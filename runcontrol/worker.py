@@ -25,7 +25,7 @@ from uuid import UUID
 
 from .client import Claim
 from .clock import Clock, SystemClock
-from .commands import Command, RenewLease, ReportOutcome, RequestApproval
+from .commands import Command, RenewLease, ReportOutcome, RequestApproval, new_command_id
 from .domain import (
     ApprovalState,
     AttemptOutcome,
@@ -52,7 +52,12 @@ class WorkerClient(Protocol):
     async def send(self, command: Command[R]) -> R: ...
 
     async def claim(
-        self, agent_ids: list[str], holder: str | WorkerIdentity, timeout_s: float = 30.0
+        self,
+        agent_ids: list[str],
+        holder: str | WorkerIdentity,
+        timeout_s: float = 30.0,
+        *,
+        claim_id: str | None = None,
     ) -> Claim | None: ...
 
     def watch(
@@ -201,9 +206,15 @@ class ReferenceWorker:
 
     async def _slot(self, holder: str | WorkerIdentity) -> None:
         failures = 0
+        # The claim id of a claim left unanswered by a transient failure: its next send is a
+        # resend, which gets the lease the first send may have been granted (its answer lost).
+        unanswered: str | None = None
         while not self._stop.is_set():
+            claim_id = unanswered or new_command_id()
             try:
-                claim = await self._claim(holder)
+                unanswered = claim_id
+                claim = await self._claim(holder, claim_id)
+                unanswered = None
                 if claim is not None:
                     await self.work(claim)
                 failures = 0
@@ -213,19 +224,37 @@ class ReferenceWorker:
                 if transient(exc):
                     log.warning("worker %s: %r; claiming again in %.2fs", self.holder, exc, delay)
                 else:
+                    unanswered = None  # refused: nothing was granted to it
                     log.exception("worker %s failed; claiming again in %.2fs", self.holder, delay)
                 await self._pause(delay, self.backoff)
+        if unanswered is not None:
+            await self._claim_unanswered(holder, unanswered)
 
-    async def _claim(self, holder: str | WorkerIdentity) -> Claim | None:
-        """The next claim, or None when nothing came or the worker is stopping.
+    async def _claim(
+        self, holder: str | WorkerIdentity, claim_id: str, timeout_s: float | None = None
+    ) -> Claim | None:
+        """The next claim, or None when nothing came.
 
         A claim already asked for when the worker stops is awaited (one long poll, at most
         ``claim_timeout_s``) and then worked, not abandoned: the host may grant it anyway, and
         a lease nobody works expires, which settles a shared-write attempt Uncertain although
         it never ran (the chaos suite's SIGTERM of the service did this to claims in flight)."""
-        if self._stop.is_set():
-            return None
-        return await self.client.claim(list(self.executors), holder, self.claim_timeout_s)
+        return await self.client.claim(
+            list(self.executors),
+            holder,
+            self.claim_timeout_s if timeout_s is None else timeout_s,
+            claim_id=claim_id,
+        )
+
+    async def _claim_unanswered(self, holder: str | WorkerIdentity, claim_id: str) -> None:
+        """Stopping with a claim unanswered: resend it once, without waiting for new work, and
+        work what it was granted (if anything), for the same reason as a claim in flight."""
+        try:
+            claim = await self._claim(holder, claim_id, timeout_s=0.0)
+            if claim is not None:
+                await self.work(claim)
+        except Exception as exc:  # noqa: BLE001 - stopping: its lease, if any, will expire
+            log.warning("worker %s: a claim left unanswered at stop: %r", self.holder, exc)
 
     async def _pause(self, seconds: float, backoff: Backoff) -> None:
         """Sleep ``seconds`` (through the backoff's sleep), cut short by ``stop()``."""

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
-from support import Faults
+from support import Faults, new_database
 
 from runcontrol import embedded
 from runcontrol.store import Database
@@ -122,15 +122,7 @@ def ray_db(owner_url: str) -> Iterator[Database]:
     The session's scheduler sweeps every tenant of its database with the real clock; tests
     driven by a ManualClock (grain, store) must not share a database with it.
     """
-    name = f"runcontrol_ray_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(owner_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f"CREATE DATABASE {name}"))
-    admin.dispose()
-    database = Database(
-        make_url(owner_url).set(database=name).render_as_string(hide_password=False), pool_size=8
-    )
-    database.migrate()
+    database = new_database(owner_url, "runcontrol_ray")
     yield database
     database.dispose()
 

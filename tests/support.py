@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
+import uuid
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 from uuid import UUID
 
-from sqlalchemy import Engine, select, text
+import pytest
+from sqlalchemy import Engine, create_engine, select, text
+from sqlalchemy.engine import make_url
 
 from runcontrol.commands import Command
 from runcontrol.grain import RunGrain
@@ -170,3 +175,34 @@ class Faults:
 
 def _trigger(checkpoint: str) -> str:
     return "test_fault_" + checkpoint.replace("-", "_")
+
+
+# ---------------------------------------------------------------------- suites and databases
+
+
+def skip_slow_unless_selected(
+    config: pytest.Config, items: list[pytest.Item], folder: Path
+) -> None:
+    """Skip the tests marked ``slow`` below ``folder`` unless slow tests are selected
+    (``-m slow``, or RUNCONTROL_RUN_SLOW=1 as ``make test`` sets): a conftest's
+    ``pytest_collection_modifyitems``."""
+    if "slow" in (config.getoption("-m") or "") or os.environ.get("RUNCONTROL_RUN_SLOW"):
+        return
+    skip = pytest.mark.skip(reason="slow: select with -m slow")
+    for item in items:
+        if item.get_closest_marker("slow") and folder in Path(str(item.path)).resolve().parents:
+            item.add_marker(skip)
+
+
+def new_database(owner_url: str, prefix: str) -> Database:
+    """A fresh, migrated database on the session's server, for a runtime of its own."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(owner_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    admin.dispose()
+    database = Database(
+        make_url(owner_url).set(database=name).render_as_string(hide_password=False), pool_size=8
+    )
+    database.migrate()
+    return database

@@ -6,13 +6,16 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.telemetry import TelemetryConfig
 
 from ..client import RunControlClient
 from ..config import Settings
+from ..drain import Drain
 from ..store import Database
 from ..store.commit import EVENTS_CHANNEL
 from ..store.notify import Listener
 from ..store.webhooks import FEED_CHANNEL
+from ..telemetry import tracing
 from . import (
     approvals,
     console,
@@ -36,11 +39,14 @@ def create_app(
     settings: Settings | None = None,
     *,
     host_probe: HostProbe | None = None,
+    drain: Drain | None = None,
 ) -> FastAPI:
     """The HTTP API over ``client`` (commands) and ``db`` (tenant-scoped reads, and the event
     feed: one LISTEN connection for all of this app's streams).
 
-    ``host_probe`` is awaited by ``/health/ready``: it should ping every run host.
+    ``host_probe`` is awaited by ``/health/ready``: it should ping every run host. ``drain``
+    is the replica's (shared with its gRPC methods); while it drains, submissions answer 503
+    ``draining`` and readiness 503.
     """
     settings = settings or Settings()
     services = Services(
@@ -53,6 +59,7 @@ def create_app(
             application_name=events.FEED_APPLICATION_NAME,
         ),
         host_probe,
+        drain=drain or Drain(settings.drain.retry_after_seconds),
     )
 
     @asynccontextmanager
@@ -68,6 +75,15 @@ def create_app(
         openapi_url="/openapi.json",
         docs_url="/docs",
         redoc_url=None,
+        # FastAPI's own server span per request, only when this process exports spans; no
+        # operation spans, metrics or logs (runcontrol/telemetry.py says why)
+        telemetry=TelemetryConfig(
+            tracing=tracing(),
+            operation_spans=False,
+            metrics=False,
+            logs=False,
+            auto_configure=False,
+        ),
     )
     app.state.services = services
     app.state.verifier = TokenVerifier(settings.auth)  # AuthNotConfigured: refuse to start

@@ -38,6 +38,7 @@ from ..domain.access import (
     project_scope,
     scopes_of,
 )
+from ..telemetry import annotate
 from .problems import InsufficientScope, Unauthorized
 
 __all__ = [
@@ -186,8 +187,11 @@ class TokenVerifier:
 
     async def verify_async(self, token: str) -> Caller:
         if self.fetches_keys:
-            return await asyncio.to_thread(self.verify, token)
-        return self.verify(token)
+            caller = await asyncio.to_thread(self.verify, token)
+        else:
+            caller = self.verify(token)
+        annotate(tenant_id=caller.tenant_id)  # the edge span's tenant (HTTP and gRPC)
+        return caller
 
 
 async def get_verifier(request: Request) -> TokenVerifier:

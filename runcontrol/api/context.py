@@ -16,6 +16,7 @@ from ..client import RunControlClient
 from ..commands import Command
 from ..config import Settings
 from ..domain import errors
+from ..drain import Drain
 from ..store import Database
 from ..store import queries as q
 from ..store.notify import Listener
@@ -54,17 +55,22 @@ class Services:
     host_probe: HostProbe | None = None
     streams: Streams = field(default_factory=Streams)
     in_flight: InFlight = field(default_factory=InFlight)
+    drain: Drain = field(default_factory=Drain)
 
     async def send(self, command: Command[R]) -> R:
         """Send a command to its run's host, unless this replica already waits on
         ``api.max_commands_in_flight`` of them: then shed it (503 ``overloaded``, Retry-After)
-        before it does anything, so the client may retry, here or on another replica."""
+        before it does anything, so the client may retry, here or on another replica. While
+        the replica drains, new work (a submission) is refused the same way (503
+        ``draining``); commands of work already accepted go on, and the drain waits for them."""
+        self.drain.admit(command)
         limit = self.settings.api.max_commands_in_flight
         if self.in_flight.commands >= limit:
             raise Overloaded(f"this replica is waiting on {limit} commands already; retry")
         self.in_flight.commands += 1
         try:
-            return await self.client.send(command)
+            with self.drain.track():
+                return await self.client.send(command)
         finally:
             self.in_flight.commands -= 1
 

@@ -4,7 +4,7 @@ Ready means this replica can serve: the database answers ``SELECT 1`` and every 
 answers a ping, each within ``api.readiness_timeout_seconds``; and work is being taken: no
 agent's dispatched attempts have waited over ``api.dispatch_stall_seconds`` while none of that
 agent's attempts was claimed (after a database restart that dropped every worker, this is what
-says so; the process itself looks healthy).
+says so; the process itself looks healthy). A draining replica is not ready (``checks.drain``).
 """
 
 from __future__ import annotations
@@ -84,7 +84,12 @@ async def ready(svc: Svc) -> Any:
     async def database() -> None:
         await asyncio.get_running_loop().run_in_executor(_probe_threads, select_one)
 
+    async def draining() -> str:
+        return "draining: this replica takes no new work"
+
     probes: dict[str, Probe] = {"database": database}
+    if svc.drain.draining:  # a load balancer should send new work elsewhere
+        probes["drain"] = draining
     if svc.host_probe is not None:
         probes["runHosts"] = svc.host_probe
     stall = svc.settings.api.dispatch_stall_seconds

@@ -132,6 +132,7 @@ STATUS_BY_CODE: Mapping[str, int] = {
     errors.BudgetReservationDenied.code: 409,
     errors.CapacityDenied.code: 429,
     errors.Unavailable.code: 503,
+    errors.Draining.code: 503,
     errors.RunControlError.code: 500,
 }
 
@@ -185,7 +186,7 @@ def problem(
 
 
 def _headers(error: errors.RunControlError) -> dict[str, str]:
-    if isinstance(error, RateLimited):
+    if isinstance(error, RateLimited | errors.Draining) and "retry_after" in error.details:
         return {"Retry-After": str(error.details["retry_after"])}
     return _www_authenticate(error)
 
@@ -214,7 +215,7 @@ def _safe_details(details: Mapping[str, Any]) -> dict[str, Any]:
 
 def from_error(error: errors.RunControlError) -> JSONResponse:
     status = status_for(error)
-    if status >= 500 and not isinstance(error, errors.Unavailable):
+    if status >= 500 and not isinstance(error, errors.Unavailable | errors.Draining):
         log.error("unmapped error %s: %s", error.code, error)
     return problem(
         status,

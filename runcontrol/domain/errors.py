@@ -204,6 +204,15 @@ class Unavailable(RunControlError):
     retryable = True
 
 
+class Draining(RunControlError):
+    """This process is draining (shutting down or being replaced): it takes no new work and
+    did nothing with this command. Send it again after ``retry_after`` seconds: elsewhere, or
+    here once the replacement answers (a router re-routes it at once)."""
+
+    code = "draining"
+    retryable = True
+
+
 # ---------------------------------------------------------------------- operator controls
 
 

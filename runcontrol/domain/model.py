@@ -305,6 +305,7 @@ TOPICS: dict[str, str] = {
     "AttemptOutcomeRecorded": "run-control.attempts.v1.attempt-outcome-recorded",
     "StepRetryScheduled": "run-control.steps.v1.step-retry-scheduled",
     "LeaseExpired": "run-control.leases.v1.lease-expired",
+    "LeaseRevoked": "run-control.leases.v1.lease-revoked",
     "ApprovalRequested": "run-control.approvals.v1.approval-requested",
     "ApprovalDecided": "run-control.approvals.v1.approval-decided",
     "ProgressReported": "run-control.attempts.v1.progress-reported",

@@ -111,6 +111,8 @@ CLAIM_TIMED_OUT = "no result before the claim timeout; never executed"
 WALL_CLOCK_EXCEEDED = "wall-clock-exceeded"
 LIFETIME_EXCEEDED = "lifetime-exceeded"
 RUN_CONTROL = "run-control"  # the actor of what the reminder does on its own
+RESTORED_FROM_BACKUP = "restored-from-backup"  # why restore-check settles a lease
+RESTORE_CHECK = "restore-check"  # the actor of that settlement
 
 
 @dataclass(slots=True)
@@ -2022,6 +2024,60 @@ class RunAggregate:
             release=release,
             release_id=self.run.release_id,
         )
+
+    # ------------------------------------------------------------------ restore from backup
+
+    def settle_restored_leases(self, ctx: CommandContext, options: Options) -> list[UUID]:
+        """After the store was restored from a backup (spec, failure and recovery: "runs with
+        open leases are reconciled as Uncertain and surfaced to operators"): a lease open in
+        the backup may have been acted on after it was taken, by transitions the restore lost.
+        Each such lease is revoked and audited, and its attempt settles ``Uncertain`` (cause
+        ``restored-from-backup``); the run then goes on by its rules (invariant 6: a
+        shared-write step is not retried, it fails the run for an operator). A pending approval
+        of the attempt is cancelled with it. Answers the attempts settled (none: no change)."""
+        settled: list[UUID] = []
+        for attempt_id, lease in list(self.leases.items()):
+            attempt = self.attempts.get(attempt_id)
+            if self.run.state.terminal or attempt is None:
+                break
+            if attempt.state is not AttemptState.LEASED:
+                continue
+            detail = {
+                "attemptId": str(attempt_id),
+                "leaseId": str(lease.lease_id),
+                "holder": lease.holder,
+                "fencingToken": lease.fencing_token,
+                "reason": RESTORED_FROM_BACKUP,
+            }
+            self._audit(
+                ctx,
+                RESTORED_FROM_BACKUP,
+                attempt_id=attempt_id,
+                lease_id=lease.lease_id,
+                holder=lease.holder,
+                fencing_token=lease.fencing_token,
+            )
+            self._emit(ctx, "LeaseRevoked", detail, step_id=attempt.step_id, attempt_id=attempt_id)
+            for approval in self.pending_approvals():
+                if approval.attempt_id == attempt_id:
+                    self._move_approval(
+                        ctx, approval, ApprovalState.CANCELLED, RESTORED_FROM_BACKUP
+                    )
+                    self._emit_approval_decided(ctx, approval)
+            if self.run.state is RunState.WAITING_FOR_APPROVAL and not self.pending_approvals():
+                self._move_run(ctx, RunState.RUNNING, RESTORED_FROM_BACKUP)
+            self._settle(
+                ctx,
+                attempt,
+                AttemptOutcome.UNCERTAIN,
+                FailureClass.UNCERTAIN,
+                None,
+                settled_by=RESTORE_CHECK,
+                cause=RESTORED_FROM_BACKUP,
+            )
+            self._after_settled(ctx, attempt, options)
+            settled.append(attempt_id)
+        return settled
 
 
 def _control_reason(reason: str) -> str:

@@ -34,6 +34,7 @@ from ..commands import (
     RequestApproval,
 )
 from ..domain import WorkerIdentity, errors
+from ..telemetry import current_carrier
 from . import convert
 from .status import error_from_rpc
 
@@ -75,8 +76,10 @@ class GrpcWorkerClient:
         await self.close()
 
     async def _unary(self, method: Any, request: Any, timeout: float | None = None) -> Any:
+        # tracing on: the worker's current span becomes the parent of the RPC's server span
+        metadata = self._metadata + tuple((current_carrier() or {}).items())
         try:
-            return await method(request, metadata=self._metadata, timeout=timeout or self._timeout)
+            return await method(request, metadata=metadata, timeout=timeout or self._timeout)
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc) from None
 
@@ -180,15 +183,22 @@ class GrpcWorkerClient:
     # ------------------------------------------------------------------ claims and events
 
     async def claim(
-        self, agent_ids: list[str], holder: str | WorkerIdentity = "", timeout_s: float = 30.0
+        self,
+        agent_ids: list[str],
+        holder: str | WorkerIdentity = "",
+        timeout_s: float = 30.0,
+        *,
+        claim_id: str | None = None,
     ) -> Claim | None:
         """Long-poll for the next dispatched attempt of these agents in the token's tenant.
-        ``holder`` is not sent: the server makes it from the token and ``instance_id``."""
+        ``holder`` is not sent: the server makes it from the token and ``instance_id``.
+        ``claim_id`` travels as the request's ``command_id``: a resend gets the first grant."""
         response = await self._unary(
             self._stub.AcquireLease,
             pb.AcquireLeaseRequest(
                 worker_instance_id=self.instance_id,
                 claim_next=pb.ClaimNext(agent_ids=list(agent_ids), wait_seconds=timeout_s),
+                command_id=claim_id or "",
             ),
             timeout=timeout_s + CLAIM_MARGIN_S,
         )

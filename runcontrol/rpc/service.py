@@ -41,6 +41,7 @@ from ..commands import (
 )
 from ..config import Settings
 from ..domain import FailureClass, Role, RunState, SideEffectClass, WorkerIdentity, errors
+from ..drain import Drain
 from ..store import Database
 from ..store import queries as q
 from ..store.tables import runs
@@ -102,12 +103,16 @@ class RunControlRpc:
         *,
         verifier: TokenVerifier | None = None,
         host_probe: HostProbe | None = None,
+        drain: Drain | None = None,
     ) -> None:
         self._client = client
         self._db = db
         self._settings = settings
         self._verifier = verifier or TokenVerifier(settings.auth)
         self._host_probe = host_probe
+        # The replica's drain (shared with its HTTP app): no new leases while it drains; the
+        # fenced calls of leases already held go on, and the drain waits for them.
+        self._drain = drain or Drain(settings.drain.retry_after_seconds)
 
     # ------------------------------------------------------------------ identity
 
@@ -142,7 +147,8 @@ class RunControlRpc:
 
     async def _answer(self, context: RpcContext, empty: M, work: Callable[[], Awaitable[M]]) -> M:
         try:
-            return await work()
+            with self._drain.track():
+                return await work()
         except errors.RunControlError as exc:
             refuse(context, exc)
             return empty
@@ -156,7 +162,7 @@ class RunControlRpc:
             worker = await self._worker(context, request.worker_instance_id)
             target = request.WhichOneof("target")
             if target == "claim_next":
-                return await self._claim_next(worker, request.claim_next)
+                return await self._claim_next(worker, request.claim_next, request.command_id)
             if target == "attempt":
                 return await self._named(worker, request.attempt, request.command_id)
             raise errors.ValidationFailed("name claim_next or attempt", field="target")
@@ -164,13 +170,14 @@ class RunControlRpc:
         return await self._answer(context, pb.AcquireLeaseResponse(), work)
 
     async def _claim_next(
-        self, worker: WorkerIdentity, claim_next: pb.ClaimNext
+        self, worker: WorkerIdentity, claim_next: pb.ClaimNext, claim_id: str
     ) -> pb.AcquireLeaseResponse:
         agent_ids = [a for a in claim_next.agent_ids if a]
         if not agent_ids:
             raise errors.ValidationFailed("claim_next needs agent_ids", field="agent_ids")
+        self._drain.check("AcquireLease")
         wait_s = min(max(claim_next.wait_seconds, 0.0), MAX_CLAIM_WAIT_S)
-        claim = await self._client.claim(agent_ids, worker, wait_s)
+        claim = await self._client.claim(agent_ids, worker, wait_s, claim_id=claim_id or None)
         if claim is None:
             return pb.AcquireLeaseResponse(granted=False)
         lease = convert.lease_message(claim.grant, claim.tenant_id, claim.input)
@@ -198,7 +205,9 @@ class RunControlRpc:
             )
             lease = convert.lease_message(grant, worker.tenant_id)
         else:
-            grant = await self._client.send(AcquireLease(**common))
+            acquire = AcquireLease(**common)
+            self._drain.admit(acquire)
+            grant = await self._client.send(acquire)
             lease = convert.lease_message(
                 grant, worker.tenant_id, await self._read(worker.tenant_id, _input(run_id))
             )
@@ -326,6 +335,9 @@ class RunControlRpc:
     # ------------------------------------------------------------------ grpc.health.v1
 
     async def _serving(self) -> bool:
+        if self._drain.draining:
+            return False
+
         def select_one() -> None:
             with self._db.app.connect() as conn:
                 conn.scalar(text("SELECT 1"))

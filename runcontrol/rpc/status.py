@@ -69,6 +69,7 @@ STATUS_BY_CODE: Mapping[str, grpc.StatusCode] = {
     errors.BudgetReservationDenied.code: _S.FAILED_PRECONDITION,
     errors.CapacityDenied.code: _S.RESOURCE_EXHAUSTED,
     errors.Unavailable.code: _S.UNAVAILABLE,
+    errors.Draining.code: _S.UNAVAILABLE,  # did nothing; retry (metadata.retry_after seconds)
     errors.RunControlError.code: _S.INTERNAL,
 }
 

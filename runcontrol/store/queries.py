@@ -17,11 +17,12 @@ from enum import Enum
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import ColumnElement, Connection, and_, func, select, tuple_, update
+from sqlalchemy import ColumnElement, Connection, and_, cast, func, select, tuple_, update
 
 from .tables import (
     approval_requests,
     attempts,
+    command_answers,
     leases,
     outbox,
     recovery_journal,
@@ -355,6 +356,14 @@ def expired_leases(
     return [(r.tenant_id, r.run_id) for r in rows]
 
 
+def runs_with_open_leases(conn: Connection) -> list[RunKey]:
+    """Runs holding a current lease, whatever its expiry (restore-check, after a restore)."""
+    rows = conn.execute(
+        select(leases.c.tenant_id, leases.c.run_id).where(leases.c.released_at.is_(None)).distinct()
+    )
+    return [(r.tenant_id, r.run_id) for r in rows]
+
+
 def expired_approvals(conn: Connection, now: datetime, limit: int = 500) -> list[RunKey]:
     """Runs with a Pending approval past expiresAt (ApprovalExpiryReconciler)."""
     t = approval_requests
@@ -385,6 +394,33 @@ def claimable(
         .limit(limit)
     )
     return [(r.tenant_id, r.run_id, r.attempt_id) for r in rows]
+
+
+def run_input(conn: Connection, run_id: UUID) -> dict[str, Any] | None:
+    """The run's input (what a claim hands its worker with the lease)."""
+    found = conn.execute(select(runs.c.input).where(runs.c.run_id == run_id)).first()
+    return None if found is None else found.input
+
+
+def claimed(conn: Connection, claim_id: str) -> tuple[str, UUID, dict[str, Any], Any] | None:
+    """What the claim ``claim_id`` was granted, if its lease is still current: (tenant, run,
+    stored ``AcquireLease`` answer, run input). A claim's ``AcquireLease`` commands carry the
+    claim id as their command id, whichever run they found (index of migration 0011)."""
+    a = command_answers
+    lease_id = a.c.answer["value"]["lease_id"].astext
+    row = conn.execute(
+        select(a.c.tenant_id, a.c.run_id, a.c.answer, runs.c.input)
+        .join(runs, runs.c.run_id == a.c.run_id)
+        .join(leases, leases.c.lease_id == cast(lease_id, leases.c.lease_id.type))
+        .where(
+            a.c.command_id == claim_id,
+            a.c.command == "AcquireLease",
+            leases.c.released_at.is_(None),
+        )
+        .order_by(a.c.created_at.desc())
+        .limit(1)
+    ).first()
+    return None if row is None else (row.tenant_id, row.run_id, row.answer, row.input)
 
 
 def stalled_agents(
@@ -444,3 +480,23 @@ def active_run_counts(conn: Connection) -> dict[tuple[str, str], int]:
         .group_by(runs.c.tenant_id, runs.c.state)
     )
     return {(r[0], r[1]): int(r[2]) for r in rows}
+
+
+def pending_approvals_by_tenant(conn: Connection) -> dict[str, tuple[int, datetime]]:
+    """Per tenant: how many approval requests are pending, and when the oldest was made."""
+    rows = conn.execute(
+        select(
+            approval_requests.c.tenant_id, func.count(), func.min(approval_requests.c.created_at)
+        )
+        .where(approval_requests.c.state == "Pending")
+        .group_by(approval_requests.c.tenant_id)
+    )
+    return {r[0]: (int(r[1]), r[2]) for r in rows}
+
+
+def unpublished_backlog(conn: Connection) -> tuple[int, datetime | None]:
+    """How many committed events wait for the outbox relay, and the oldest one's commit."""
+    row = conn.execute(
+        select(func.count(), func.min(outbox.c.occurred_at)).where(outbox.c.published_at.is_(None))
+    ).one()
+    return int(row[0]), row[1]

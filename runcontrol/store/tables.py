@@ -292,6 +292,12 @@ command_answers = Table(
     Column("fingerprint", Text),  # what the command asked (commands.fingerprint); 0007
     PrimaryKeyConstraint("tenant_id", "run_id", "command_id"),
     Index("ix_command_answers_created", "created_at"),
+    # a resent claim finds the lease it granted by its claim id alone (migration 0013)
+    Index(
+        "ix_command_answers_claims",
+        "command_id",
+        postgresql_where=text("command = 'AcquireLease'"),
+    ),
 )
 
 audit_log = Table(

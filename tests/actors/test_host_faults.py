@@ -56,6 +56,10 @@ def test_killed_host_between_lease_and_outcome_records_the_outcome_once(h: RayHa
             approval.proposal_hash,
         )
         assert str(decided.state) == "Approved"
+        # The request parked the attempt; the decision resumed it: the worker claims it again.
+        parked = claim
+        claim = await h.claim("apply", holder="w-apply")
+        assert claim.grant.fencing_token > parked.grant.fencing_token
         first = await h.client.send(
             ReportOutcome(
                 **claim.fenced(),

@@ -121,19 +121,20 @@ def test_other_tenant_and_unknown_approvals_are_404(t: TenantView) -> None:
 
 def test_stale_requests_are_410(t: TenantView) -> None:
     # request-changes makes the request Stale: any later decision on it is gone.
-    run_id, claim, approval = t.waiting_for_approval()
+    run_id, _, approval = t.waiting_for_approval()
     changes = decide(t, approval, decision(approval, "request-changes", reason="rename it"))
     assert changes.status_code == 200, changes.text
     assert changes.json()["state"] == "Stale"
     late = decide(t, approval, decision(changes.json()), who=t.reviewer(SECOND_REVIEWER))
     assert_problem(late, 410, "approval-gone")
 
-    # A regenerated proposal makes the pending request Stale too.
-    regenerated = t.request_approval(claim, 2)
+    # The decision resumed the parked attempt; its next holder regenerates the proposal,
+    # which is a new request; the stale one stays gone.
+    regenerated = t.request_approval(t.claim(run_id), 2)
     fresh = t.wait_state(run_id, "WaitingForApproval")["pendingApprovals"][0]
-    assert fresh["approvalId"] == str(regenerated.approval_id)
-    t.request_approval(claim, 3)
-    assert_problem(decide(t, fresh, decision(fresh)), 410, "approval-gone")
+    assert fresh["approvalId"] == str(regenerated.approval_id) != approval["approvalId"]
+    assert fresh["proposalHash"] != approval["proposalHash"]
+    assert_problem(decide(t, approval, decision(changes.json())), 410, "approval-gone")
 
 
 def test_expired_requests_are_410(t: TenantView) -> None:
@@ -191,6 +192,7 @@ def test_invalid_decisions_are_422(t: TenantView) -> None:
 def test_list_approvals_filters_and_pages(t: TenantView) -> None:
     first_run, _, first = t.waiting_for_approval()
     decide(t, first, decision(first)).raise_for_status()
+    t.succeed(t.claim(first_run))  # the decision resumed it; finish it before the next claim
     _, _, second = t.waiting_for_approval()
     reader = t.user("olga", Role.OBSERVER, scopes=[APPROVALS_READ, RUNS_READ])
 

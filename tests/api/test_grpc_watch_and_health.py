@@ -61,7 +61,12 @@ def test_watch_run_resumes_after_a_dropped_stream_without_gap_or_duplicate(
         f"/factory/approvals/{pending['approvalId']}/decision", json=decision(pending)
     )
     assert decided.status_code == 200, decided.text
-    assert worker.report(worker.report_request(lease)).state == "Succeeded"
+    # The request parked the attempt; the decision resumed it: claim it again (a new lease,
+    # carrying the approved hash) and report.
+    resumed_lease = worker.claimed([g.view.agent], run_id)
+    assert resumed_lease.fencing_token > lease.fencing_token
+    assert resumed_lease.approved_proposal_hash == proposal
+    assert worker.report(worker.report_request(resumed_lease)).state == "Succeeded"
 
     # Resumed from the last seq seen (the worker's own token may watch too): the rest, once.
     resumed = list(worker.watch(run_id, after_seq=seen[-1].seq))

@@ -237,3 +237,35 @@ def test_progress_and_tool_calls_over_grpc(g: GrpcTenant) -> None:
     ]
     types = [e.type for e in events]
     assert types.count("ToolCallClaimed") == types.count("ToolCallCompleted") == 1
+
+
+def test_a_claim_resent_with_its_command_id_gets_the_same_lease(g: GrpcTenant) -> None:
+    """``command_id`` with ``claim_next`` is the claim id: a resend after a lost answer gets
+    the lease the first send was granted (not a second attempt, not nothing), to the same
+    worker instance only."""
+    g.view.publish()
+    run_id = g.view.submit()
+    worker = g.worker("inst-1")
+
+    def claim(instance: str) -> pb.AcquireLeaseRequest:
+        return pb.AcquireLeaseRequest(
+            worker_instance_id=instance,
+            claim_next=pb.ClaimNext(agent_ids=[g.view.agent], wait_seconds=15.0),
+            command_id=claim_id,
+        )
+
+    claim_id = str(uuid.uuid4())
+    first = worker._call("AcquireLease", claim("inst-1"))
+    assert first.granted and first.lease.run_id == run_id
+    again = worker._call("AcquireLease", claim("inst-1"))
+    assert again.granted
+    assert (again.lease.lease_id, again.lease.fencing_token) == (
+        first.lease.lease_id,
+        first.lease.fencing_token,
+    )
+    assert json.loads(again.lease.input_json) == g.view.body()["input"]
+    refusal = g.worker("inst-2").refused("AcquireLease", claim("inst-2"))
+    assert (refusal.status, refusal.reason) == (
+        grpc.StatusCode.ALREADY_EXISTS,
+        "idempotency-conflict",
+    )

@@ -1,6 +1,6 @@
 """The API is served through Serve's fast ingress (actors/ingress.py): HAProxy owns the HTTP
-port and forwards to the replica's own HTTP server (direct ingress), and Server-Sent Events
-still stream through it frame by frame."""
+and gRPC ports and forwards to the replica's own servers (direct ingress), and Server-Sent
+Events and gRPC server streams still stream through it as events are committed."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 
 import psutil
 from api_harness import SseReader, TenantView
+from grpc_harness import GrpcTenant
 
 
 def _listeners(port: int) -> set[int]:
@@ -83,4 +84,23 @@ def test_events_stream_through_haproxy_as_they_are_committed(t: TenantView) -> N
     assert rest.ended
     assert rest.events[-1].event == "RunCompleted"
     seqs = [e.id for e in first.events + rest.events]
+    assert seqs == list(range(1, len(seqs) + 1))
+
+
+def test_grpc_server_streaming_goes_through_haproxy(grpc_port: int, g: GrpcTenant) -> None:
+    """The gRPC port is HAProxy's as well, and WatchRun (server streaming) delivers each event
+    as it is committed through it: the first frames while the run is still open."""
+    assert {psutil.Process(pid).name() for pid in _listeners(grpc_port)} == {"haproxy"}
+    g.view.publish()
+    run_id = g.view.submit()
+    worker, bff = g.worker(), g.reader()
+    stream = bff.watch(run_id)
+    first = next(stream)
+    assert first.type == "RunAccepted"
+    assert g.view.run(run_id)["state"] != "Completed"  # streamed while the run is open
+    lease = worker.claimed([g.view.agent], run_id)
+    assert worker.report(worker.report_request(lease)).state == "Succeeded"
+    rest = list(stream)  # the stream ends by itself after the terminal event
+    assert rest and rest[-1].type == "RunCompleted"
+    seqs = [e.seq for e in [first, *rest]]
     assert seqs == list(range(1, len(seqs) + 1))

@@ -123,6 +123,7 @@ def test_approvals_list_show_approve_and_reject(t, env, capsys, monkeypatch) -> 
     code, out, err = cli(capsys, monkeypatch, reviewer, "approvals", "approve", aid, "--json")
     assert code == 0, err
     assert json.loads(out)["state"] == "Approved"
+    t.succeed(t.claim(run_id))  # the decision resumed it; finish it before the next claim
 
     _, _, second = t.waiting_for_approval(2)
     with pytest.raises(SystemExit) as usage:  # argparse: rejecting needs a reason

@@ -12,6 +12,10 @@ injects faults of five kinds:
     serve-replica  ray.kill of the API replica (Serve starts another)
     postgres       pg_ctl stop -m immediate (a crash), an outage of a few seconds, start
     service        SIGTERM of the whole service (workers drain, Serve and Ray stop), start again
+    node           (``nodes=2``) removal of the second Ray node, which hosts run host 1
+
+``nodes=2`` runs the service on two Ray nodes of this machine (``service.py``, ``TwoNodes``)
+and adds the sixth kind; every invariant is the same.
 
 ``mode="each"``: one fault of each kind, in a random order, spread over the submissions.
 ``mode="random"``: a random kind after a random gap, until every run has been submitted.
@@ -49,6 +53,7 @@ from sqlalchemy.pool import NullPool
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 KINDS = ("run-host", "scheduler", "serve-replica", "postgres", "service")
+NODE_KINDS = (*KINDS, "node")  # two nodes: the second one is removed too
 PROJECT = "chaos"
 SECRET = "chaos-" + "0123456789abcdef" * 4
 
@@ -86,6 +91,15 @@ class ChaosOptions:
     zombie_rate: float = 0.02
     work_s: float = 0.05
     workers: int = 2
+    nodes: int = 1  # 2: a second Ray node, removed as a sixth kind of fault
+    # The fault kinds injected (default: every kind the node count allows).
+    only_kinds: tuple[str, ...] | None = None
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        if self.only_kinds is not None:
+            return self.only_kinds
+        return NODE_KINDS if self.nodes == 2 else KINDS
 
 
 @dataclass
@@ -101,6 +115,7 @@ class Fault:
 class Tally:
     accepted: dict[str, str] = field(default_factory=dict)  # idempotency key -> run id
     submit_resends: int = 0
+    submit_draining: int = 0  # of them, answered 503 draining (a service stopping)
     submit_refused: list[str] = field(default_factory=list)
     decided: int = 0
     decide_refused: dict[str, int] = field(default_factory=dict)
@@ -134,6 +149,8 @@ class ServiceProcess:
         self.log_path = log
         self.proc: subprocess.Popen[str] | None = None
         self._log: IO[str] | None = None
+        self.drained: dict[str, Any] | None = None  # the last drain's report
+        self.ready: list[dict[str, Any]] = []  # each start's ready line (where things landed)
 
     def start(self, timeout_s: float = 240.0) -> float:
         """Start it and wait for its ready line; answer the seconds that took."""
@@ -154,6 +171,7 @@ class ServiceProcess:
         answer = self._answer(timeout_s)
         if not answer.get("ready"):
             raise RuntimeError(f"the service did not start: {answer}; see {self.log_path}")
+        self.ready.append(answer)
         return time.monotonic() - began
 
     @staticmethod
@@ -184,16 +202,23 @@ class ServiceProcess:
         return self._answer(60.0)
 
     def terminate(self, timeout_s: float = 120.0) -> int:
-        """SIGTERM, as an orchestrator stops it; SIGKILL of the group if it hangs."""
+        """SIGTERM, as an orchestrator stops it; SIGKILL of the group if it hangs. The drain's
+        report, if the service printed one, is kept in ``drained``."""
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)
         try:
-            return self.proc.wait(timeout_s)
+            code = self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
             self.kill()
             return -9
         finally:
             self._close()
+        while True:
+            answer = self._answer(5.0)
+            if "drained" in answer:
+                self.drained = answer["drained"]
+            if "exited" in answer or "timeout" in answer:
+                return code
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -254,6 +279,7 @@ class Chaos:
                 "CHAOS_ZOMBIE_RATE": str(options.zombie_rate),
                 "CHAOS_WORK_SECONDS": str(options.work_s),
                 "CHAOS_WORKERS": str(options.workers),
+                "CHAOS_NODES": str(options.nodes),
             }
         )
         http_port = free_port()
@@ -354,6 +380,8 @@ class Chaos:
                 # Only the app's own answers (JSON, problem+json) are final: while the app is
                 # being deployed, Serve's proxy answers 404 in plain text.
                 ours = r is not None and "json" in r.headers.get("content-type", "")
+                if ours and r is not None and r.status_code == 503:
+                    self.tally.submit_draining += r.json().get("code") == "draining"
                 if ours and r is not None and r.status_code not in (429, 500, 502, 503, 504):
                     self.tally.submit_refused.append(f"{key}: {r.status_code} {r.text[:300]}")
                     self.say(f"submission refused: {self.tally.submit_refused[-1]}")
@@ -449,7 +477,7 @@ class Chaos:
     async def _inject_faults(self, http: httpx.AsyncClient) -> None:
         o = self.options
         if o.mode == "each":
-            kinds = list(KINDS)
+            kinds = list(o.kinds)
             self.rng.shuffle(kinds)
             for n, kind in enumerate(kinds):
                 threshold = (n + 1) * o.runs // (len(kinds) + 1)
@@ -462,7 +490,14 @@ class Chaos:
                 await asyncio.sleep(self.rng.uniform(*o.gap_s))
                 if self.submitted >= o.runs - 1:
                     break
-                await self._fault(http, self.rng.choice(KINDS))
+                await self._fault(http, self._random_kind())
+
+    def _random_kind(self) -> str:
+        """A random kind; the second node only while it is up (a service restart brings it
+        back), and once per service start."""
+        removed = sum(f.kind == "node" for f in self.faults) >= len(self.service.ready)
+        kinds = [k for k in self.options.kinds if not (k == "node" and removed)]
+        return self.rng.choice(kinds)
 
     async def _fault(self, http: httpx.AsyncClient, kind: str) -> None:
         completed = self.tally.completed
@@ -475,6 +510,8 @@ class Chaos:
             fault.detail = await asyncio.to_thread(self.service.inject, "kill-scheduler")
         elif kind == "serve-replica":
             fault.detail = await asyncio.to_thread(self.service.inject, "kill-replica")
+        elif kind == "node":
+            fault.detail = await asyncio.to_thread(self.service.inject, "kill-node")
         elif kind == "postgres":
             await asyncio.to_thread(self.pg.crash)
             outage = self.rng.uniform(*self.options.pg_outage_s)
@@ -490,6 +527,7 @@ class Chaos:
                 "exit_code": code,
                 "stop_s": round(stop_s, 1),
                 "start_s": round(startup, 1),
+                "drained": self.service.drained,
             }
         self.faults.append(fault)
         self.say(f"fault {kind}: {fault.detail}")
@@ -674,7 +712,7 @@ def check(engine: Engine, tenant: str, accepted: dict[str, str], refusals: Path)
 
 def summary(chaos: Chaos, outcome: dict[str, Any], found: dict[str, Any]) -> dict[str, Any]:
     by_kind: dict[str, Any] = {}
-    for kind in KINDS:
+    for kind in chaos.options.kinds:
         mine = [f for f in chaos.faults if f.kind == kind]
         times = [f.recovered_s for f in mine if f.recovered_s is not None]
         by_kind[kind] = {
@@ -694,7 +732,9 @@ def summary(chaos: Chaos, outcome: dict[str, Any], found: dict[str, Any]) -> dic
         "faults_by_kind": by_kind,
         "faults": [asdict(f) for f in chaos.faults],
         "service_startups_s": [round(s, 1) for s in chaos.startups],
+        "service_ready": chaos.service.ready,
         "submit_resends": chaos.tally.submit_resends,
+        "submit_draining": chaos.tally.submit_draining,
         "submit_refused": chaos.tally.submit_refused,
         "decided": chaos.tally.decided,
         "decide_refused": chaos.tally.decide_refused,

@@ -11,9 +11,17 @@ line back:
     kill-host K      ray.kill of run host K (it restarts: max_restarts=-1)
     kill-scheduler   ray.kill of the scheduler actor (it restarts)
     kill-replica     ray.kill of the Serve replica (Serve's controller starts another)
+    kill-node        (CHAOS_NODES=2) removal of the second Ray node, with run host 1 on it
 
-SIGTERM stops it as it stops ``runcontrol up``: workers drain, then Serve and Ray shut down.
-End of stdin (the driver died) stops it too.
+With ``CHAOS_NODES=2`` the Ray runtime is a two-node ``ray.cluster_utils.Cluster`` on this
+machine (as ``tests/actors/two_node_cluster.py`` starts it): run host 0, the scheduler and
+Serve's proxy on the head, run host 1 on the second node; after the second node is removed,
+Ray restarts host 1 on the head (its slot there is free once the service is up).
+
+SIGTERM stops it as it stops ``runcontrol up`` (``actors.service.drain_service``): the edge
+refuses new work, workers finish the attempts in hand, the edge and the hosts their commands in
+flight, within ``drain.grace_seconds``; then Serve and Ray shut down. It prints the drain's
+report as ``{"drained": ...}``. End of stdin (the driver died) stops it too.
 
 The workers' client records every fenced command refused as stale (``CHAOS_REFUSALS``, one JSON
 line each) so the driver can find each in the audit, and, with probability
@@ -41,8 +49,8 @@ import ray
 
 from actors.placement import NAMESPACE, SCHEDULER_NAME, host_name
 from actors.run_host import host_config, make_router
-from actors.service import start_ray, start_service, stop_service
-from runcontrol.cli import DEMO_WORKFLOW, _supervise_workers
+from actors.service import drain_service, start_ray, start_service, stop_service
+from runcontrol.cli import DEMO_WORKFLOW, _start_workers, _stop_workers
 from runcontrol.client import Claim, RunControlClient
 from runcontrol.commands import Command, ReportOutcome, new_command_id
 from runcontrol.config import Settings
@@ -111,9 +119,14 @@ class RecordingClient:
         self._record(stale, "accepted", zombie=True)
 
     async def claim(
-        self, agent_ids: list[str], holder: str | WorkerIdentity, timeout_s: float = 30.0
+        self,
+        agent_ids: list[str],
+        holder: str | WorkerIdentity,
+        timeout_s: float = 30.0,
+        *,
+        claim_id: str | None = None,
     ) -> Claim | None:
-        return await self.inner.claim(agent_ids, holder, timeout_s)
+        return await self.inner.claim(agent_ids, holder, timeout_s, claim_id=claim_id)
 
     def watch(
         self, tenant_id: str, run_id: UUID, after_seq: int = 0, *, wait_s: float = 20.0
@@ -121,11 +134,84 @@ class RecordingClient:
         return self.inner.watch(tenant_id, run_id, after_seq, wait_s=wait_s)
 
 
+class TwoNodes:
+    """A head and a second node on this machine; run host 1 lives on the second."""
+
+    def __init__(self) -> None:
+        from ray.cluster_utils import Cluster
+
+        from actors.ingress import use_fast_ingress
+
+        os.environ.setdefault("RAY_worker_maximum_startup_concurrency", "4")
+        use_fast_ingress(local_ports=True)  # before the nodes start: they inherit it
+        self.cluster = Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": os.cpu_count() or 2,
+                "include_dashboard": False,
+                "resources": {"head": 1, "hostnode": 1},
+            },
+        )
+        self.second: Any = self.cluster.add_node(num_cpus=1, resources={"hostnode": 1})
+        ray.init(
+            address=self.cluster.address,
+            namespace=NAMESPACE,
+            log_to_driver=False,
+            configure_logging=False,
+        )
+        self.cluster.wait_for_nodes()
+
+        # Host 1 needs the one "hostnode" slot of a node; a placeholder holds the head's while
+        # the hosts are created, so host 1 can only land on the second node. Its removal then
+        # lets host 1 restart on the head.
+        @ray.remote(num_cpus=0, resources={"head": 0.01, "hostnode": 1})
+        class Placeholder:
+            def ready(self) -> bool:
+                return True
+
+        self._placeholder = Placeholder.remote()  # type: ignore[attr-defined]
+        ray.get(self._placeholder.ready.remote(), timeout=120)
+
+    @staticmethod
+    def host_options(k: int) -> dict[str, Any]:
+        return {"resources": {"head": 0.01} if k == 0 else {"hostnode": 1}}
+
+    def placed(self) -> None:
+        ray.kill(self._placeholder)
+
+    def node_of(self, name: str) -> str:
+        import ray._private.state as ray_state
+
+        handle = ray.get_actor(name, namespace=NAMESPACE)
+        node = ray_state.actors(handle._actor_id.hex())["Address"]["NodeID"]
+        head = self.cluster.head_node.node_id
+        return "head" if node == head else "second"
+
+    def kill_second(self) -> dict[str, Any]:
+        if self.second is None:
+            return {"ok": False, "error": "the second node is already gone"}
+        placed = self.node_of(host_name(1))
+        self.cluster.remove_node(self.second)
+        self.second = None
+        return {"ok": True, "host_1_was_on": placed}
+
+    def shutdown(self) -> None:
+        self.cluster.shutdown()
+
+
+NODES: TwoNodes | None = None
+
+
 def inject(line: str) -> dict[str, Any]:
-    """One fault from the driver: kill an actor, answer what was killed."""
+    """One fault from the driver: kill an actor (or a node), answer what was killed."""
     started = time.monotonic()
     parts = line.split()
     kind = parts[0] if parts else ""
+    if kind == "kill-node":
+        if NODES is None:
+            return {"fault": kind, "ok": False, "error": "one node only (CHAOS_NODES=1)"}
+        done = NODES.kill_second()
+        return {"fault": kind, **done, "s": round(time.monotonic() - started, 3)}
     if kind == "kill-host":
         name, namespace = host_name(int(parts[1])), NAMESPACE
     elif kind == "kill-scheduler":
@@ -160,10 +246,30 @@ def main(http_port: int, grpc_port: int) -> int:
     settings = Settings()
     owner_url = os.environ["RUNCONTROL_DATABASE_URL"]
     started = time.monotonic()
-    start_ray()
+    global NODES
+    if os.environ.get("CHAOS_NODES", "1") == "2":
+        NODES = TwoNodes()
+    else:
+        start_ray()
     # Kept for the process's life: the hosts and the scheduler are not detached, and Ray
     # destroys an actor once the last handle to it is gone.
-    service = start_service(settings, owner_url, "127.0.0.1", http_port, grpc_port=grpc_port)
+    service = start_service(
+        settings,
+        owner_url,
+        "127.0.0.1",
+        http_port,
+        grpc_port=grpc_port,
+        host_options=NODES.host_options if NODES else None,
+        proxy_location="HeadOnly" if NODES else None,
+    )
+    placement: dict[str, Any] = {}
+    if NODES is not None:
+        NODES.placed()
+        placement = {
+            "nodes": 2,
+            "hosts": [NODES.node_of(host_name(k)) for k in range(settings.grains.host_count)],
+            "scheduler": NODES.node_of(SCHEDULER_NAME),
+        }
     client = RecordingClient(
         RunControlClient(make_router(host_config(settings, owner_url))),
         os.environ["CHAOS_REFUSALS"],
@@ -191,14 +297,27 @@ def main(http_port: int, grpc_port: int) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         threading.Thread(target=read_faults, args=(loop, stop), daemon=True).start()
-        say(ready=True, pid=os.getpid(), startup_s=round(time.monotonic() - started, 1))
-        await _supervise_workers(workers, stop)
+        say(
+            ready=True,
+            pid=os.getpid(),
+            startup_s=round(time.monotonic() - started, 1),
+            **placement,
+        )
+        tasks = _start_workers(workers)
+        await stop.wait()
+        report = await drain_service(
+            service,
+            settings.drain.grace_seconds,
+            lambda grace_s: _stop_workers(workers, tasks, grace_s),
+        )
+        say(drained=report)
 
     try:
         asyncio.run(run())
     finally:
         stop_service()
-        del service
+        if NODES is not None:
+            NODES.shutdown()
     return 0
 
 

@@ -4,6 +4,8 @@ service are killed; then every invariant is checked (``chaos.py``).
 By default the CI size: 80 runs and one fault of each kind (about two minutes). ``make chaos``
 runs the long one: RUNCONTROL_CHAOS_RUNS=2000 RUNCONTROL_CHAOS_MODE=random; it writes its
 figures as JSON to RUNCONTROL_CHAOS_REPORT when set (``docs/reliability.md`` quotes them).
+RUNCONTROL_CHAOS_NODES=2 (``make chaos-two-node``) runs the service on two Ray nodes and
+removes the second one as a sixth kind of fault; not in ``make test`` (it takes minutes).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ def test_no_run_is_lost_and_every_invariant_holds_under_faults() -> None:
     options = ChaosOptions(
         runs=int(os.environ.get("RUNCONTROL_CHAOS_RUNS", "80")),
         mode=os.environ.get("RUNCONTROL_CHAOS_MODE", "each"),
+        nodes=int(os.environ.get("RUNCONTROL_CHAOS_NODES", "1")),
     )
     if "RUNCONTROL_CHAOS_SEED" in os.environ:
         options.seed = int(os.environ["RUNCONTROL_CHAOS_SEED"])

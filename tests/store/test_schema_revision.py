@@ -38,7 +38,7 @@ def fresh_url(owner_url: str, db: Database) -> Iterator[str]:
         admin.dispose()
 
 
-HEAD = "0012"
+HEAD = "0013"
 
 
 @pytest.mark.parametrize("revision", ("0003", "0005"))

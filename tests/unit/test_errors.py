@@ -123,4 +123,5 @@ def test_retryable_flags():
         errors.LeaseHeld,
         errors.CapacityDenied,
         errors.Unavailable,
+        errors.Draining,
     }

@@ -40,6 +40,7 @@ class FakeHosts:
         self.fail_reports = fail_reports
         self.failure: Exception = errors.Unavailable("the database restarted")
         self.claim_failures: list[Exception] = []
+        self.claim_ids: list[str] = []
         self.sent: list[Command[Any]] = []
         self.answers: dict[str, Any] = {}
         self.outcomes: dict[UUID, list[str]] = {}  # attempt -> command ids that took effect
@@ -80,6 +81,7 @@ class FakeHosts:
 
     async def call_any(self, method: str, *args: Any, **kwargs: Any) -> Any:
         assert method == "claim"
+        self.claim_ids.append(kwargs["claim_id"])
         if self.claim_failures:
             raise self.claim_failures.pop(0)
         if not self.to_claim:
@@ -232,6 +234,25 @@ def test_the_claim_loop_survives_any_failure() -> None:
     worker = worker_for(hosts, pauses)
     run(run_until(worker, lambda: worker.completed == 1))
     assert pauses.ceilings == [0.5, 1.0]
+
+
+def test_a_claim_left_unanswered_is_resent_with_its_claim_id() -> None:
+    """A claim that met a transient failure may have been granted a lease (its answer lost):
+    the resend carries the same claim id, so the host answers with that lease. An answered
+    claim, or one refused for good, is not resent: the next claim has an id of its own."""
+    clock = ManualClock(T0)
+    hosts = FakeHosts(clock, attempts=2)
+    hosts.claim_failures = [
+        errors.Unavailable("the host died after the grant"),
+        RuntimeError("a bug"),
+    ]
+    worker = worker_for(hosts, Pauses(clock))
+    run(run_until(worker, lambda: worker.completed == 2))
+    first, resent, after_refusal, after_answer, *_ = hosts.claim_ids
+    assert resent == first
+    assert after_refusal != resent
+    assert after_answer != after_refusal
+    assert len(set(hosts.claim_ids)) == len(hosts.claim_ids) - 1
 
 
 def test_a_supervised_worker_is_restarted_when_its_loop_dies() -> None:

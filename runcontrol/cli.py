@@ -216,6 +216,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
     print(
         f"""
 runcontrol is up at {service.url}  (OpenAPI: {service.url}/docs)
+web console: {service.url}/console/  (paste one of the tokens below)
 gRPC (runcontrol.v1.RunControl, health, reflection) at {service.grpc_target}
 two reference workers are claiming attempts of agents planner, applier, reporter.
 

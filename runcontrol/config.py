@@ -308,6 +308,29 @@ class DrainOptions(BaseModel):
     )
 
 
+class ConsoleOptions(BaseModel):
+    """The web console (``/console``). With ``oauth_authorize_url``, ``oauth_token_url`` and
+    ``oauth_client_id`` set, it signs in with the authorization-code flow and PKCE (a public
+    client: no secret); otherwise only with a pasted token. The provider must issue tokens the
+    ``auth`` section verifies and allow the console's origin on its token endpoint (CORS)."""
+
+    oauth_authorize_url: str | None = Field(None, description="The provider's authorize URL.")
+    oauth_token_url: str | None = Field(None, description="The provider's token URL.")
+    oauth_client_id: str | None = Field(None, description="The console's client id there.")
+    oauth_scope: str = Field(
+        "openid factory.runs.read factory.runs.write factory.runs.operate "
+        "factory.approvals.read factory.approvals.decide",
+        description="Scopes the console asks for (the token's roles still bound them).",
+    )
+    oauth_audience: str | None = Field(
+        None, description="Sent as `audience` when the provider needs it (e.g. Auth0)."
+    )
+
+    @property
+    def oauth_configured(self) -> bool:
+        return bool(self.oauth_authorize_url and self.oauth_token_url and self.oauth_client_id)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="RUNCONTROL_", env_nested_delimiter="__", extra="ignore"
@@ -345,6 +368,7 @@ class Settings(BaseSettings):
     api: ApiOptions = ApiOptions()
     telemetry: TelemetryOptions = TelemetryOptions()
     drain: DrainOptions = DrainOptions()
+    console: ConsoleOptions = ConsoleOptions()
 
     def options(self) -> Options:
         return Options(

@@ -16,7 +16,18 @@ from ..store.commit import EVENTS_CHANNEL
 from ..store.notify import Listener
 from ..store.webhooks import FEED_CHANNEL
 from ..telemetry import tracing
-from . import approvals, controls, events, feed, health, policies, problems, runs, webhooks
+from . import (
+    approvals,
+    console,
+    controls,
+    events,
+    feed,
+    health,
+    policies,
+    problems,
+    runs,
+    webhooks,
+)
 from .auth import TokenVerifier
 from .context import HostProbe, Services
 from .limits import BodyLimit, TenantRateLimiter
@@ -83,4 +94,5 @@ def create_app(
         app.include_router(module.router)
     app.include_router(approvals.runs_router)
     app.include_router(controls.router)  # operator controls (issue 14)
+    app.include_router(console.router)  # the web console's static files (runcontrol/console/)
     return app

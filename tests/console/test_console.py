@@ -1,0 +1,301 @@
+"""The web console against the service as ``make run`` starts it, in headless Chromium.
+
+Each test signs in as a person of the demo tenant (tokens printed by ``runcontrol up --dev`` or
+minted by ``runcontrol token``), submits runs as any API client would, and checks what the
+console shows and what the service then holds. "Live" means the page shows a change without
+being loaded again (``Console.same_page``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from console_harness import Console, Service
+from oauth_provider import ProviderServer
+
+from runcontrol.api.console import ASSETS
+
+
+def row_state(browser: Console, run_id: str) -> str | None:
+    rows = browser.all(f'#runs tr[data-run-id="{run_id}"]')
+    return rows[0].get_attribute("data-state") if rows else None
+
+
+def run_state(browser: Console) -> str | None:
+    found = browser.all("#run-state")
+    return found[0].get_attribute("data-state") if found else None
+
+
+def suspended(browser: Console) -> str | None:
+    found = browser.all("#run-state")
+    return found[0].get_attribute("data-suspended") if found else None
+
+
+def pending_approval(service: Service, token: str, run_id: str) -> dict[str, Any]:
+    page = service.get("/factory/approvals?state=Pending", token)
+    (approval,) = [a for a in page["items"] if a["runId"] == run_id]
+    return approval
+
+
+def approve_over_api(service: Service, token: str, run_id: str) -> None:
+    """The reviewer's decision, sent by another client than the browser."""
+    approval = pending_approval(service, token, run_id)
+    decided = httpx.post(
+        f"{service.url}/factory/approvals/{approval['approvalId']}/decision",
+        json={
+            "decision": "approve",
+            "version": approval["version"],
+            "proposalHash": approval["proposalHash"],
+        },
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=60,
+    )
+    assert decided.status_code == 200, decided.text
+
+
+def select(browser: Console, selector: str, value: str) -> None:
+    from selenium.webdriver.support.select import Select
+
+    Select(browser.css(selector)).select_by_value(value)
+
+
+# ---------------------------------------------------------------------- the assets (no browser)
+
+
+def test_console_is_served_without_a_token_and_keeps_to_its_origin(service: Service) -> None:
+    with httpx.Client(base_url=service.url, timeout=60) as http:
+        moved = http.get("/console")
+        assert moved.status_code == 308
+        assert moved.headers["location"].endswith("/console/")
+        for path in ("/console/", *(f"/console/{name}" for name in ASSETS)):
+            answer = http.get(path)
+            assert answer.status_code == 200, path
+            csp = answer.headers["content-security-policy"]
+            assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp
+        index = http.get("/console/").text
+        assert 'src="console.js"' in index and "http" not in index.replace("http-equiv", "")
+        # the provider's token endpoint is the one other origin the page may call
+        token_url = http.get("/console/config.json").json()["oauth"]["tokenUrl"]
+        origin = token_url.rsplit("/", 1)[0]
+        assert (
+            f"connect-src 'self' {origin}"
+            in http.get("/console/").headers["content-security-policy"]
+        )
+        missing = http.get("/console/secrets.txt")
+        assert missing.status_code == 404
+        assert missing.headers["content-type"] == "application/problem+json"
+        assert missing.json()["code"] == "not-found"
+
+
+# ---------------------------------------------------------------------- the pages
+
+
+def test_runs_list_filters_and_a_run_moving_live(service: Service, browser: Console) -> None:
+    alice, bob = service.printed["REQUESTER_TOKEN"], service.printed["REVIEWER_TOKEN"]
+    browser.sign_in(alice)
+    browser.mark_page()
+    run_id = service.submit(alice)
+
+    # The new run appears, then moves to WaitingForApproval, with no reload (the tenant feed).
+    browser.wait(lambda: row_state(browser, run_id), "the submitted run in the list")
+    browser.wait(
+        lambda: row_state(browser, run_id) == "WaitingForApproval", "the run waiting for approval"
+    )
+    assert browser.same_page()
+    assert "alice" in browser.css("#whoami").text
+    browser.shot("runs")
+
+    # Filters: state and workflow go to the API's query.
+    select(browser, "#filter-state", "Completed")
+    browser.wait(lambda: browser.css("#filter-state").get_attribute("value") == "Completed", "")
+    browser.wait(lambda: row_state(browser, run_id) is None, "the filtered list without the run")
+    select(browser, "#filter-state", "WaitingForApproval")
+    browser.wait(lambda: row_state(browser, run_id), "the run under its state's filter")
+    browser.css("#filter-workflow").send_keys("no-such-workflow\n")
+    browser.wait(lambda: "No runs." in browser.css("#runs tbody").text, "an empty list")
+    workflow = browser.css("#filter-workflow")  # the page was drawn again for the new filter
+    workflow.clear()
+    workflow.send_keys("demo-review\n")
+    browser.wait(lambda: row_state(browser, run_id), "the run under its workflow's filter")
+
+    # Open it: its steps, attempts and the lease of the attempt waiting for the approval.
+    browser.css(f'#runs tr[data-run-id="{run_id}"] a.run-link').click()
+    browser.wait(lambda: run_state(browser) == "WaitingForApproval", "the run page")
+    steps = browser.all("#timeline > li")
+    assert [s.find_element("css selector", "strong").text for s in steps] == [
+        "1. plan",
+        "2. apply",
+        "3. report",
+    ]
+    assert steps[0].get_attribute("data-state") == "Succeeded"
+    # The apply attempt was leased, then parked for the approval (its lease released).
+    apply = '#timeline > li:nth-child(2) li[data-attempt-id][data-state="Parked"]'
+    browser.wait(lambda: browser.css(f'{apply} .lease[data-type="AttemptParked"]'), "parked")
+    (granted,) = browser.all(f'{apply} .lease[data-type="LeaseGranted"]')
+    assert "granted to demo-worker/worker-" in granted.text and "fencing token" in granted.text
+    history = [r.get_attribute("data-type") for r in browser.all("#events tr[data-seq]")]
+    assert history[-1] == "RunAccepted" and "ApprovalRequested" in history
+    browser.shot("run")
+
+    # The reviewer approves (over the API): the page follows the run to its end by itself.
+    browser.mark_page()
+    approve_over_api(service, bob, run_id)
+    browser.wait(lambda: run_state(browser) == "Completed", "the run completed, live")
+    browser.wait(
+        lambda: browser.all('#events tr[data-type="RunCompleted"]'), "RunCompleted in the events"
+    )
+    assert browser.same_page()
+    assert browser.css("#live").text == "ended"
+    assert [s.get_attribute("data-state") for s in browser.all("#timeline > li")] == [
+        "Succeeded"
+    ] * 3
+    # Resumed by the decision, the apply attempt was leased again, under a newer fencing token.
+    grants = browser.all('#timeline > li:nth-child(2) .lease[data-type="LeaseGranted"]')
+    tokens = [int(g.text.rsplit("fencing token ", 1)[1]) for g in grants]
+    assert len(tokens) == 2 and tokens[1] > tokens[0]
+    browser.shot("run-completed")
+
+
+def test_reviewer_approves_and_the_requester_is_refused(service: Service, browser: Console) -> None:
+    # carol may review, but she requested this run: the server refuses her decision.
+    carol = service.token("carol", "Requester,Reviewer")
+    bob = service.printed["REVIEWER_TOKEN"]
+    run_id = service.submit(carol)
+    browser.sign_in(carol)
+    browser.open("#/approvals")
+    card_css = f'.approval[data-run-id="{run_id}"]'
+    card = browser.wait(lambda: browser.css(card_css), "the run's approval request")
+    expected = pending_approval(service, bob, run_id)
+    assert card.find_element("css selector", ".proposal-hash").text == expected["proposalHash"]
+
+    card.find_element("css selector", "button.approve").click()
+    refusal = browser.wait(
+        lambda: browser.css(f'{card_css} .problem[data-code="separation-of-duties"]'),
+        "the server's refusal",
+    )
+    # the server's own words, as its problem+json gives them
+    assert refusal.text.startswith("403 Separation of duties (separation-of-duties): the requester")
+    browser.shot("approvals-refused")
+    assert pending_approval(service, bob, run_id)["state"] == "Pending"  # nothing changed
+
+    browser.sign_in(bob)
+    browser.open("#/approvals")
+    card = browser.wait(lambda: browser.css(card_css), "the request in bob's inbox")
+    browser.shot("approvals")
+    card.find_element("css selector", ".decision-reason").send_keys("diff reviewed")
+    card.find_element("css selector", "button.approve").click()
+    browser.wait(lambda: not browser.all(card_css), "the request gone from the pending inbox")
+
+    select(browser, "#filter-approval-state", "Approved")
+    card = browser.wait(lambda: browser.css(card_css), "the request among the approved")
+    assert "bob" in card.text and "diff reviewed" in card.text
+    browser.open(f"#/runs/{run_id}")
+    browser.wait(lambda: run_state(browser) == "Completed", "the approved run completed")
+    approvals = service.get(f"/factory/approvals/{expected['approvalId']}", bob)
+    assert (approvals["state"], approvals["decidedBy"]) == ("Approved", "bob")
+
+
+def test_operator_cancels_a_run_with_a_reason(service: Service, browser: Console) -> None:
+    alice = service.printed["REQUESTER_TOKEN"]
+    run_id = service.submit(alice)
+    browser.sign_in(service.token("olga", "Operator"))
+    browser.open(f"#/runs/{run_id}")
+    browser.wait(lambda: run_state(browser) == "WaitingForApproval", "the run waiting")
+
+    browser.css("#cancel").click()  # no reason: nothing is sent
+    browser.wait(lambda: "Give a reason" in browser.css("#control-result").text, "the hint")
+    assert service.get(f"/factory/runs/{run_id}", alice)["state"] == "WaitingForApproval"
+
+    browser.mark_page()
+    browser.css("#control-reason").send_keys("wrong revision")
+    browser.css("#cancel").click()
+    browser.wait(lambda: run_state(browser) == "Cancelled", "the run cancelled, live")
+    assert browser.same_page()
+    run = service.get(f"/factory/runs/{run_id}", alice)
+    assert run["state"] == "Cancelled"
+    events = service.get(f"/factory/runs/{run_id}/events/history?limit=500", alice)
+    requested = [e for e in events if e["type"] == "CancellationRequested"]
+    assert requested and requested[0]["payload"].get("reason") == "wrong revision"
+
+
+def test_sign_in_with_the_oauth2_provider_and_pkce(
+    service: Service, browser: Console, oauth_provider: ProviderServer
+) -> None:
+    browser.open("#/login")
+    browser.driver.execute_script("sessionStorage.clear()")
+    browser.driver.refresh()
+    link = browser.wait(lambda: browser.css("#sign-in"), "the Sign in link")
+    assert link.get_attribute("href").startswith(f"{oauth_provider.url}/authorize?")
+    browser.shot("login")
+    link.click()
+    browser.wait(lambda: browser.all("table#runs"), "the runs list after the provider's sign-in")
+    assert browser.css("#whoami").text.startswith("dana · Reviewer")
+    assert "code=" not in browser.driver.current_url  # the one-time code left the address bar
+    seen = oauth_provider.provider.seen
+    authorize = [params for kind, params in seen if kind == "authorize"][-1]
+    assert authorize["code_challenge_method"] == "S256"
+    assert authorize["redirect_uri"] == f"{service.url}/console/"
+    assert ("token", 200) in seen  # the provider checked the code verifier against it
+
+
+def test_operator_suspends_resumes_and_reruns(service: Service, browser: Console) -> None:
+    routes = httpx.get(f"{service.url}/openapi.json", timeout=60).json()["paths"]
+    if "/factory/runs/{runId}/suspend" not in routes:
+        pytest.skip("this build has no run controls (branch `controls` not merged)")
+    alice, bob = service.printed["REQUESTER_TOKEN"], service.printed["REVIEWER_TOKEN"]
+    run_id = service.submit(alice)
+    browser.sign_in(service.token("olga", "Operator"))
+    browser.open(f"#/runs/{run_id}")
+    browser.wait(lambda: run_state(browser) == "WaitingForApproval", "the run waiting")
+    browser.mark_page()
+
+    browser.css("#control-reason").send_keys("freeze for the audit")
+    browser.css("#suspend").click()
+    browser.wait(lambda: suspended(browser) == "true", "the run suspended")
+    browser.shot("run-suspended")
+    assert service.get(f"/factory/runs/{run_id}", alice)["suspended"] is True
+
+    # Approved while suspended, the parked apply attempt is dispatched again, but no worker
+    # gets a lease on it until the run is resumed.
+    approve_over_api(service, bob, run_id)
+    apply = '#timeline > li:nth-child(2) li[data-attempt-id][data-state="Dispatched"]'
+    browser.wait(lambda: browser.css(f'{apply} .lease[data-type="AttemptResumed"]'), "resumed")
+
+    browser.css("#resume").click()
+    browser.wait(lambda: suspended(browser) == "false", "the run resumed")
+    browser.wait(lambda: run_state(browser) == "Completed", "the resumed run completed")
+    assert browser.same_page()
+    history = service.get(f"/factory/runs/{run_id}/events/history?limit=500", alice)
+    types = [e["type"] for e in history]
+    suspended_at, resumed_at = types.index("RunSuspended"), types.index("RunResumed")
+    assert suspended_at < types.index("AttemptResumed") < resumed_at
+    assert "LeaseGranted" not in types[suspended_at:resumed_at]
+    assert resumed_at < types.index("RunCompleted")
+
+    # The finished run is rerun (the release it ran): a new run, linked back to this one.
+    reason = browser.css("#control-reason")
+    reason.clear()
+    reason.send_keys("rerun after the audit")
+    browser.css("#rerun").click()
+    link = browser.wait(lambda: browser.css("#rerun-link"), "the new run's link")
+    rerun_id = link.text
+    assert rerun_id != run_id
+    link.click()
+    browser.wait(lambda: browser.css("#run-id").text == rerun_id, "the new run's page")
+    assert service.get(f"/factory/runs/{rerun_id}", alice)["rerunOf"] == run_id
+    browser.wait(lambda: browser.all(f'a[href="#/runs/{run_id}"]'), "the link to the rerun run")
+
+
+def test_a_bad_token_is_refused_with_the_servers_reason(browser: Console) -> None:
+    browser.open("#/login")
+    browser.driver.execute_script("sessionStorage.clear()")
+    browser.driver.refresh()
+    browser.wait(lambda: browser.css("#token-input"), "the login form").send_keys("not.a.token")
+    browser.css("#use-token").click()
+    refusal = browser.wait(lambda: browser.css(".login .problem"), "the refusal")
+    assert refusal.text.startswith("the token is invalid")
+    assert (
+        browser.driver.execute_script("return sessionStorage.getItem('runcontrol.token')") is None
+    )

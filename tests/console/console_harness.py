@@ -51,7 +51,11 @@ class Service:
 
     def __init__(self, port: int, grpc_port: int, env: dict[str, str] | None = None) -> None:
         self.root = tempfile.mkdtemp(prefix="rc-console-", dir="/tmp")  # short: PG's socket
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("RUNCONTROL_")}
+        # Neither this session's settings nor its Ray's ports (HAProxy's stats and metrics
+        # listeners, replica port windows): `make run` picks free ones (actors/ingress.py).
+        self.env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("RUNCONTROL_", "RAY_"))
+        }
         self.env.update(env or {})
         self.env["RUNCONTROL_DATA_DIR"] = os.path.join(self.root, "pg")
         self.url = f"http://127.0.0.1:{port}"

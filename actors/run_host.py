@@ -112,6 +112,7 @@ class RunHost:
         self._router = make_router(config)
         self._started = time.monotonic()
         self._commands = 0
+        self._reads = 0  # claims, run views, event pages: host calls that are not commands
         self._reaper = asyncio.get_running_loop().create_task(self._reap())
 
     # ------------------------------------------------------------------ activations
@@ -192,6 +193,7 @@ class RunHost:
     ) -> dict[str, Any] | None:
         """Pull the oldest dispatched attempt for these agents and lease it (long-poll);
         with ``tenant_id``, only that tenant's (read under its row-level security)."""
+        self._reads += 1
         deadline = time.monotonic() + max(timeout_s, 0.0)
         payloads = tuple(agent_ids)
         while True:
@@ -230,12 +232,14 @@ class RunHost:
             return q.get_run(conn, run_id)
 
     async def get_run(self, tenant_id: str, run_id: UUID) -> dict[str, Any] | None:
+        self._reads += 1
         return await self._in_thread(self._run_view, tenant_id, run_id)
 
     async def events(
         self, tenant_id: str, run_id: UUID, after_seq: int, wait_s: float = 0.0
     ) -> list[dict[str, Any]]:
         """Committed events after ``after_seq``; waits up to ``wait_s`` for new ones."""
+        self._reads += 1
         deadline = time.monotonic() + max(wait_s, 0.0)
         key = (str(run_id),)
         while True:
@@ -271,6 +275,7 @@ class RunHost:
             "pid": os.getpid(),
             "activations": len(self._activations),
             "commands": self._commands,
+            "reads": self._reads,  # claim, get_run and events calls
             # commit statements sent (each a group: store/commit.py) and the documents in them
             "commit_groups": self._store.statements_sent,
             "commit_documents": self._store.documents_sent,

@@ -47,6 +47,9 @@ def main() -> int:
     parser.add_argument("--e2e-runs", type=int, default=2000)
     parser.add_argument("--e2e-workers", type=int, default=1, help="worker processes")
     parser.add_argument("--e2e-worker-concurrency", type=int, default=32)
+    parser.add_argument(
+        "--e2e-in-flight", type=int, default=64, help="submitted runs not yet ended, at most"
+    )
     parser.add_argument("--sse-streams", type=int, default=1000)
     parser.add_argument("--sse-runs", type=int, default=100)
     parser.add_argument("--sse-seconds", type=float, default=20.0)
@@ -187,6 +190,7 @@ def main() -> int:
                     concurrency=args.concurrency,
                     workers=args.e2e_workers,
                     worker_concurrency=args.e2e_worker_concurrency,
+                    in_flight=args.e2e_in_flight,
                 )
                 results["e2e"] = {"pgbench_tps": ceiling, **figures}
                 e2e.report(figures, ceiling)

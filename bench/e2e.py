@@ -1,7 +1,9 @@
 """End to end: runs submitted over HTTP, completed by in-cluster reference workers.
 
 ``python -m bench --only e2e``: N runs of 3 steps (no gate) are submitted through the real
-ingress (HAProxy direct ingress, the API replica) by ``concurrency`` connections, while
+ingress (HAProxy direct ingress, the API replica) by ``concurrency`` connections, with at most
+``in_flight`` submitted runs not yet ended (a backlog of every run at once would measure
+its own queue), while
 ``runcontrol worker`` processes (the ``ReferenceWorker``, ``EchoExecutor`` doing no work, over
 ``RunControlClient`` on actor handles) claim and complete every step, with the scheduler
 running as in the product. Completion is read from the database (each run's terminal
@@ -90,18 +92,48 @@ def _terminal(engine: Any, tenant: str) -> dict[str, tuple[str, float]]:
     return {str(r[0]): (str(r[1]), float(r[2])) for r in rows}
 
 
+def _ended(engine: Any, tenant: str) -> int:
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                text(
+                    "SELECT count(*) FROM runs WHERE tenant_id = :t "
+                    "AND state IN ('Completed', 'Failed', 'Cancelled')"
+                ),
+                {"t": tenant},
+            ).scalar_one()
+        )
+
+
 async def _submit(
-    stack: Stack, runs: int, concurrency: int, sent: dict[str, float], errors: list[int]
+    stack: Stack,
+    runs: int,
+    concurrency: int,
+    sent: dict[str, float],
+    errors: list[int],
+    *,
+    engine: Any = None,
+    in_flight: int = 0,
 ) -> None:
     """Submit ``runs`` runs over HTTP from ``concurrency`` connections; ``sent`` gets each
-    accepted run's send time (epoch seconds)."""
+    accepted run's send time (epoch seconds). With ``in_flight``, a submission waits while
+    that many submitted runs have not ended (the count read from the database every 0.1 s),
+    so the latency measured is the path's, not that of a backlog of every run at once."""
     body = {"workflowId": stack.workflow_id, "releaseAlias": "latest", "modelProfileId": "m"}
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     counter = iter(range(runs))
+    ended_before = _ended(engine, stack.tenant) if in_flight else 0
+    ended = ended_before
+    issued = 0
     async with httpx.AsyncClient(base_url=stack.base, limits=limits, timeout=60) as client:
 
         async def connection() -> None:
+            nonlocal ended, issued
             for i in counter:
+                while in_flight and issued - (ended - ended_before) >= in_flight:
+                    await asyncio.sleep(0.1)
+                    ended = await asyncio.to_thread(_ended, engine, stack.tenant)
+                issued += 1
                 started = time.time()
                 response = await client.post(
                     "/factory/runs",
@@ -140,6 +172,7 @@ def run(
     workers: int = 1,
     worker_concurrency: int = 32,
     warmup: int = 50,
+    in_flight: int = 64,
 ) -> dict[str, Any]:
     roots = cpu.own_processes(owner_url)
     engine = create_engine(owner_url)
@@ -156,7 +189,11 @@ def run(
                 sent: dict[str, float] = {}
                 errors: list[int] = []
                 started = time.time()
-                asyncio.run(_submit(stack, runs, concurrency, sent, errors))
+                asyncio.run(
+                    _submit(
+                        stack, runs, concurrency, sent, errors, engine=engine, in_flight=in_flight
+                    )
+                )
                 submitted = time.time()
                 done = _wait_terminal(engine, stack.tenant, set(sent), patience_s=60)
                 cpu_after = cpu.cpu_by_kind(os.getpid(), pids, roots)
@@ -179,6 +216,7 @@ def run(
         "connections": concurrency,
         "worker_processes": workers,
         "worker_concurrency": worker_concurrency,
+        "max_runs_in_flight": in_flight,
         "submitted": len(sent),
         "submit_errors": len(errors),
         "completed": len(completed),
@@ -202,7 +240,8 @@ def report(figures: dict[str, Any], ceiling: float) -> None:
         f"end to end: {figures['completed']} of {figures['runs']} runs x {STEPS} steps completed "
         f"({figures['not_completed']} not, {figures['submit_errors']} submissions refused); "
         f"{figures['connections']} HTTP connections, {figures['worker_processes']} worker "
-        f"process(es) x {figures['worker_concurrency']} slots; load average "
+        f"process(es) x {figures['worker_concurrency']} slots, at most "
+        f"{figures['max_runs_in_flight']} runs in flight; load average "
         f"{' / '.join(f'{x:.2f}' for x in figures['load_average'])}"
     )
     print(f"{'figure':<44}{'value':>14}{'ceiling':>14}{'ratio':>8}")

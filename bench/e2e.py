@@ -125,14 +125,23 @@ async def _submit(
     ended_before = _ended(engine, stack.tenant) if in_flight else 0
     ended = ended_before
     issued = 0
+    polling: asyncio.Task[None] | None = None
+
+    async def poll() -> None:  # one count for all the connections waiting
+        nonlocal ended, polling
+        await asyncio.sleep(0.1)
+        ended = await asyncio.to_thread(_ended, engine, stack.tenant)
+        polling = None
+
     async with httpx.AsyncClient(base_url=stack.base, limits=limits, timeout=60) as client:
 
         async def connection() -> None:
-            nonlocal ended, issued
+            nonlocal issued, polling
             for i in counter:
                 while in_flight and issued - (ended - ended_before) >= in_flight:
-                    await asyncio.sleep(0.1)
-                    ended = await asyncio.to_thread(_ended, engine, stack.tenant)
+                    if polling is None:
+                        polling = asyncio.create_task(poll())
+                    await asyncio.shield(polling)
                 issued += 1
                 started = time.time()
                 response = await client.post(

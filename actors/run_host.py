@@ -113,7 +113,8 @@ class RunHost:
         self._started = time.monotonic()
         self._commands = 0
         self._reads = 0  # claims, run views, event pages: host calls that are not commands
-        self._acquiring: set[UUID] = set()  # attempts a claim on this host is leasing now
+        # attempt -> holder, while a claim on this host is leasing it
+        self._acquiring: dict[UUID, str] = {}
         self._reaper = asyncio.get_running_loop().create_task(self._reap())
 
     # ------------------------------------------------------------------ activations
@@ -201,11 +202,12 @@ class RunHost:
             since = self._listener.generation(DISPATCH_CHANNEL, payloads)
             candidates = await self._in_thread(self._claimable, agent_ids, tenant_id)
             for run_tenant, run_id, attempt_id in candidates:
-                if attempt_id in self._acquiring:
-                    # Another claim on this host is leasing it (one NOTIFY wakes them all):
-                    # it would only be refused, and each refusal reloads the run.
+                if self._acquiring.get(attempt_id, holder) != holder:
+                    # Another holder's claim on this host is leasing it (one NOTIFY wakes them
+                    # all): it would only be refused, and each refusal reloads the run. The
+                    # same holder's claim (a retry) goes on: it is answered the same lease.
                     continue
-                self._acquiring.add(attempt_id)
+                self._acquiring[attempt_id] = holder
                 try:
                     grant: LeaseGrant = await self._router.send(
                         AcquireLease(
@@ -218,7 +220,8 @@ class RunHost:
                 except (errors.LeaseHeld, errors.LeaseRejected):
                     continue  # another worker won it, or the run moved on
                 finally:
-                    self._acquiring.discard(attempt_id)
+                    if self._acquiring.get(attempt_id) == holder:
+                        del self._acquiring[attempt_id]
                 run = await self._in_thread(self._run_view, run_tenant, run_id)
                 return {"grant": grant, "tenant_id": run_tenant, "input": (run or {}).get("input")}
             remaining = deadline - time.monotonic()

@@ -62,10 +62,13 @@ KINDS = (
 )
 
 
-def cpu_by_kind(
+Snapshot = dict[int, tuple[str, float]]  # pid -> (kind, CPU seconds so far)
+
+
+def cpu_by_process(
     driver: int, workers: Collection[int] = (), roots: Collection[int] | None = None
-) -> collections.Counter[str]:
-    """CPU seconds so far of every live process, summed by kind (``workers``: the pids of
+) -> Snapshot:
+    """CPU seconds so far of every live process, with its kind (``workers``: the pids of
     worker processes, counted apart). With ``roots``, only those processes and their
     descendants: on a shared machine, other people's processes are not ours to count."""
     stats: dict[int, tuple[int, float]] = {}  # pid -> (parent, CPU seconds)
@@ -77,12 +80,22 @@ def cpu_by_kind(
         except (OSError, IndexError, ValueError):
             continue  # it exited meanwhile
     wanted = set(stats) if roots is None else _descendants(stats, roots)
-    totals: collections.Counter[str] = collections.Counter()
+    found: Snapshot = {}
     for pid in wanted:
         try:
-            totals[_kind(str(pid), driver, workers)] += stats[pid][1]
+            found[pid] = (_kind(str(pid), driver, workers), stats[pid][1])
         except OSError:
             continue
+    return found
+
+
+def cpu_by_kind(
+    driver: int, workers: Collection[int] = (), roots: Collection[int] | None = None
+) -> collections.Counter[str]:
+    """``cpu_by_process`` summed by kind."""
+    totals: collections.Counter[str] = collections.Counter()
+    for kind, seconds in cpu_by_process(driver, workers, roots).values():
+        totals[kind] += seconds
     return totals
 
 
@@ -119,12 +132,14 @@ def own_processes(owner_url: str) -> tuple[int, int]:
     return os.getpid(), postmaster_pid(owner_url)
 
 
-def ms_per_unit(
-    before: collections.Counter[str], after: collections.Counter[str], units: float
-) -> dict[str, float]:
+def ms_per_unit(before: Snapshot, after: Snapshot, units: float) -> dict[str, float]:
     """CPU milliseconds per unit of work (a submission, a completed run) by process kind,
-    between two ``cpu_by_kind`` snapshots, with their sum as ``all``."""
-    used = {kind: after[kind] - before.get(kind, 0.0) for kind in after}
+    between two ``cpu_by_process`` snapshots, with their sum as ``all``. A process that
+    exited in between is left out (its CPU in the window is unknown); one that started in
+    between counts whole."""
+    used: collections.Counter[str] = collections.Counter()
+    for pid, (kind, seconds) in after.items():
+        used[kind] += seconds - before.get(pid, (kind, 0.0))[1]
     out = {k: 1000 * v / max(units, 1) for k, v in sorted(used.items(), key=lambda kv: -kv[1])}
     out["all"] = sum(out.values())
     return out

@@ -194,7 +194,7 @@ def run(
                 asyncio.run(_submit(stack, warmup, min(concurrency, warmup), warm, []))
                 _wait_terminal(engine, stack.tenant, set(warm), patience_s=120)
                 hosts_before = stack.host_stats()
-                cpu_before = cpu.cpu_by_kind(os.getpid(), pids, roots)
+                cpu_before = cpu.cpu_by_process(os.getpid(), pids, roots)
                 sent: dict[str, float] = {}
                 errors: list[int] = []
                 started = time.time()
@@ -205,7 +205,7 @@ def run(
                 )
                 submitted = time.time()
                 done = _wait_terminal(engine, stack.tenant, set(sent), patience_s=60)
-                cpu_after = cpu.cpu_by_kind(os.getpid(), pids, roots)
+                cpu_after = cpu.cpu_by_process(os.getpid(), pids, roots)
                 hosts_after = stack.host_stats()
         finally:
             ray.kill(scheduler)

@@ -160,10 +160,10 @@ def run(
         cpu_ms: dict[str, dict[str, float]] = {}
 
         def measured(name: str, load: Callable[[], Any], count: Callable[[Any], float]) -> Any:
-            before = cpu.cpu_by_kind(driver, roots=roots)
+            before = cpu.cpu_by_process(driver, roots=roots)
             result = load()
             cpu_ms[name] = cpu.ms_per_unit(
-                before, cpu.cpu_by_kind(driver, roots=roots), count(result)
+                before, cpu.cpu_by_process(driver, roots=roots), count(result)
             )
             return result
 

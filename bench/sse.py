@@ -178,7 +178,7 @@ def run(
                 await client.all_open.wait()
                 open_s = time.perf_counter() - opened_at
                 hosts_before = stack.host_stats()
-                cpu_before = cpu.cpu_by_kind(os.getpid(), roots=roots)
+                cpu_before = cpu.cpu_by_process(os.getpid(), roots=roots)
                 client.measuring_since = time.time()
                 sent = await _drive(stack, claims, events, rate)
                 # Every report goes to every stream of its run: wait for them all, or for
@@ -192,7 +192,7 @@ def run(
                         await asyncio.wait_for(client.changed.wait(), 15)
                     except TimeoutError:
                         break
-                cpu_after = cpu.cpu_by_kind(os.getpid(), roots=roots)
+                cpu_after = cpu.cpu_by_process(os.getpid(), roots=roots)
                 hosts_after = stack.host_stats()
                 for task in tasks:
                     task.cancel()

@@ -39,10 +39,13 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
+# `make bench` takes the short variants (a few minutes); `make bench BENCH_ARGS=` the full ones
+# (docs/benchmarks.md).
+BENCH_ARGS ?= --short
 bench: $(STAMP)
 	@command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null 2>&1 \
 		|| echo "wrk is not installed: the HTTP figures use the (slower) httpx load generator"
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 # The gRPC stubs are generated from schemas/runcontrol.proto and checked in: run this after
 # changing the .proto and commit the result.

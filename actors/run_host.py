@@ -120,6 +120,9 @@ class RunHost:
         # Once draining, every new command and claim is refused (``errors.Draining``: the
         # router re-routes it to another host at once); those in flight finish (``drain``).
         self._drain = Drain(self.settings.drain.retry_after_seconds)
+        self._reads = 0  # claims, run views, event pages: host calls that are not commands
+        # attempt -> holder, while a claim on this host is leasing it
+        self._acquiring: dict[UUID, str] = {}
         self._reaper = asyncio.get_running_loop().create_task(self._reap())
 
     # ------------------------------------------------------------------ activations
@@ -226,6 +229,7 @@ class RunHost:
         wake-up, within 2 s); a claim granting a lease finishes first (the drain waits for it:
         a grant whose answer is lost leaves an attempt nobody works until its lease expires)."""
         self._drain.check("a claim")
+        self._reads += 1
         with self._drain.track():
             return await self._claim(
                 agent_ids, holder, timeout_s, tenant_id, claim_id or new_command_id()
@@ -248,8 +252,14 @@ class RunHost:
             since = self._listener.generation(DISPATCH_CHANNEL, payloads)
             candidates = await self._in_thread(self._claimable, agent_ids, tenant_id)
             for run_tenant, run_id, attempt_id in candidates:
-                input = await self._in_thread(self._run_input, run_tenant, run_id)
+                if self._acquiring.get(attempt_id, holder) != holder:
+                    # Another holder's claim on this host is leasing it (one NOTIFY wakes them
+                    # all): it would only be refused, and each refusal reloads the run. The
+                    # same holder's claim (a retry) goes on: it is answered the same lease.
+                    continue
+                self._acquiring[attempt_id] = holder
                 try:
+                    input = await self._in_thread(self._run_input, run_tenant, run_id)
                     grant: LeaseGrant = await self._router.send(
                         AcquireLease(
                             tenant_id=run_tenant,
@@ -264,6 +274,9 @@ class RunHost:
                     # claim was granted a lease of this run before, since gone: a claim with
                     # a new id takes the attempt.
                     continue
+                finally:
+                    if self._acquiring.get(attempt_id) == holder:
+                        del self._acquiring[attempt_id]
                 return {"grant": grant, "tenant_id": run_tenant, "input": input}
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -303,6 +316,7 @@ class RunHost:
             return q.get_run(conn, run_id)
 
     async def get_run(self, tenant_id: str, run_id: UUID) -> dict[str, Any] | None:
+        self._reads += 1
         return await self._in_thread(self._run_view, tenant_id, run_id)
 
     async def events(
@@ -311,6 +325,7 @@ class RunHost:
         """Committed events after ``after_seq``; waits up to ``wait_s`` for new ones (a
         draining host refuses, and ends a wait at once: the caller asks another host)."""
         self._drain.check("a watch")
+        self._reads += 1
         deadline = time.monotonic() + max(wait_s, 0.0)
         key = (str(run_id),)
         while True:
@@ -346,6 +361,7 @@ class RunHost:
             "pid": os.getpid(),
             "activations": len(self._activations),
             "commands": self._commands,
+            "reads": self._reads,  # claim, get_run and events calls
             # commit statements sent (each a group: store/commit.py) and the documents in them
             "commit_groups": self._store.statements_sent,
             "commit_documents": self._store.documents_sent,

@@ -1,6 +1,7 @@
 """`make bench`: every figure beside its ceiling measured in the same run.
 
-Usage: python -m bench [--runs N] [--concurrency C] [--only transitions|http|reads]
+Usage: python -m bench [--runs N] [--concurrency C] [--only transitions,http,reads,e2e,sse]
+       [--short] (small N everywhere: a few minutes in all)
 """
 
 from __future__ import annotations
@@ -16,7 +17,17 @@ import ray
 
 from actors.ingress import use_fast_ingress
 
-from . import common, inprocess, reads, transitions
+from . import common, e2e, inprocess, reads, sse, transitions
+
+PARTS = ("transitions", "reads", "http", "e2e", "sse")
+
+
+def _parts(value: str) -> set[str]:
+    parts = {p.strip() for p in value.split(",") if p.strip()}
+    unknown = parts - set(PARTS)
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown parts {sorted(unknown)}; known: {PARTS}")
+    return parts
 
 
 def main() -> int:
@@ -25,13 +36,38 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--dedicated-runs", type=int, default=6)
     parser.add_argument("--pgbench-seconds", type=int, default=10)
-    parser.add_argument("--only", choices=["transitions", "http", "reads"], default=None)
+    parser.add_argument(
+        "--only",
+        type=_parts,
+        default=None,
+        help=f"comma-separated, of {','.join(PARTS)} (default: all)",
+    )
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--http-seconds", type=int, default=15, help="wrk's duration per route")
+    parser.add_argument("--e2e-runs", type=int, default=2000)
+    parser.add_argument("--e2e-workers", type=int, default=1, help="worker processes")
+    parser.add_argument("--e2e-worker-concurrency", type=int, default=32)
+    parser.add_argument(
+        "--e2e-in-flight", type=int, default=64, help="submitted runs not yet ended, at most"
+    )
+    parser.add_argument("--sse-streams", type=int, default=1000)
+    parser.add_argument("--sse-runs", type=int, default=100)
+    parser.add_argument("--sse-seconds", type=float, default=20.0)
+    parser.add_argument("--sse-rate", type=float, default=50.0, help="progress events/s")
+    parser.add_argument(
+        "--short", action="store_true", help="small N everywhere (a few minutes in all)"
+    )
     args = parser.parse_args()
+    if args.short:
+        args.runs, args.dedicated_runs, args.pgbench_seconds = 300, 2, 5
+        args.http_seconds, args.e2e_runs = 5, 200
+        args.sse_streams, args.sse_runs, args.sse_seconds = 200, 20, 5.0
+    sse.raise_fd_limit()  # before ray.init: Ray's processes inherit it
 
     results: dict[str, object] = {
         "when": time.strftime("%Y-%m-%d %H:%M:%S"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "load_average_at_start": os.getloadavg(),
     }
     os.environ.setdefault("RAY_worker_maximum_startup_concurrency", "4")
     # The same Serve ingress as `make run`: it must be in the environment before ray.init.
@@ -45,7 +81,7 @@ def main() -> int:
             configure_logging=False,
         )
         try:
-            if args.only in (None, "transitions"):
+            if args.only is None or "transitions" in args.only:
                 print("pgbench (UPDATE run + INSERT outbox, 8 clients) ...", flush=True)
                 ceiling = common.pgbench_tps(url, seconds=args.pgbench_seconds)
                 print(
@@ -131,22 +167,58 @@ def main() -> int:
                     f"{'memory per run (dedicated, actor RSS)':<44}"
                     f"{dedicated['bytes_per_run'] / 2**20:>11.1f} MiB"
                 )
-            if args.only in (None, "reads"):
+            if args.only is None or "reads" in args.only:
                 print("API replica reads: to_thread vs async on the loop ...", flush=True)
                 results["reads"] = reads.run(url, concurrency=args.concurrency)
-            if args.only in (None, "http"):
+            if args.only is None or "http" in args.only:
                 try:
                     from . import http
                 except ImportError:
                     print("(http benchmark not available)")
                 else:
-                    results["http"] = http.run(url, concurrency=32)
+                    results["http"] = http.run(url, concurrency=32, seconds=args.http_seconds)
+            if args.only is None or "e2e" in args.only:
+                ceiling = _ceiling(results, url, args.pgbench_seconds)
+                print(
+                    f"end to end: {args.e2e_runs} runs x {e2e.STEPS} steps over HTTP, "
+                    f"{args.e2e_workers} worker process(es) x {args.e2e_worker_concurrency} ...",
+                    flush=True,
+                )
+                figures = e2e.run(
+                    url,
+                    runs=args.e2e_runs,
+                    concurrency=args.concurrency,
+                    workers=args.e2e_workers,
+                    worker_concurrency=args.e2e_worker_concurrency,
+                    in_flight=args.e2e_in_flight,
+                )
+                results["e2e"] = {"pgbench_tps": ceiling, **figures}
+                e2e.report(figures, ceiling)
+            if args.only is None or "sse" in args.only:
+                print(f"SSE: {args.sse_streams} streams over {args.sse_runs} runs ...", flush=True)
+                results["sse"] = sse.run(
+                    url,
+                    streams=args.sse_streams,
+                    runs=args.sse_runs,
+                    seconds=args.sse_seconds,
+                    rate=args.sse_rate,
+                )
+                sse.report(results["sse"])
         finally:
             ray.shutdown()
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(results, fh, indent=2, default=str)
     return 0
+
+
+def _ceiling(results: dict[str, object], url: str, seconds: int) -> float:
+    """pgbench's tx/s from this run: the one already measured, or measured now."""
+    measured = results.get("transitions")
+    if isinstance(measured, dict):
+        return float(measured["pgbench_tps"])
+    print("pgbench (UPDATE run + INSERT outbox, 8 clients) ...", flush=True)
+    return common.pgbench_tps(url, seconds=seconds)
 
 
 if __name__ == "__main__":

@@ -118,3 +118,9 @@ def pgbench_tps(owner_url: str, clients: int = 8, seconds: int = 10) -> float:
     if not match:
         raise RuntimeError(f"pgbench printed no tps:\n{out}")
     return float(match.group(1))
+
+
+def load_average() -> str:
+    """The machine's load average (1, 5, 15 min): the machine is shared, so every figure is
+    printed beside it."""
+    return " / ".join(f"{x:.2f}" for x in os.getloadavg())

@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 
 import psycopg
 
@@ -33,29 +34,121 @@ print(transitions.run(sys.argv[1], runs=int(sys.argv[2]), concurrency=32), flush
 """
 
 
-def _kind(pid: str, driver: int) -> str:
+def _kind(pid: str, driver: int, workers: Collection[int] = ()) -> str:
     if int(pid) == driver:  # first: its command line names the database URL
         return "driver (load generator)"
+    if int(pid) in workers:
+        return "workers"
     with open(f"/proc/{pid}/cmdline", "rb") as fh:
         cmd = fh.read().replace(b"\0", b" ").decode(errors="replace")
     if "postgres" in cmd:
         return "postgres"
     if "RunHost" in cmd:
         return "run hosts"
+    for marker, kind in KINDS:
+        if marker in cmd:
+            return kind
     return "ray and the rest"
 
 
-def cpu_by_kind(driver: int) -> collections.Counter[str]:
-    """CPU seconds so far of every live process, summed by kind."""
-    totals: collections.Counter[str] = collections.Counter()
+# Ray names an actor's process after its class (``ray::ServeReplica:app:Deployment``).
+KINDS = (
+    ("ServeReplica:runcontrol", "API replica"),
+    ("ServeReplica", "other Serve replicas"),
+    ("Scheduler", "scheduler"),
+    ("haproxy", "ingress (HAProxy)"),
+    ("ProxyActor", "ingress (Serve proxy)"),
+    ("wrk", "driver (load generator)"),
+)
+
+
+Snapshot = dict[int, tuple[str, float]]  # pid -> (kind, CPU seconds so far)
+
+
+def cpu_by_process(
+    driver: int, workers: Collection[int] = (), roots: Collection[int] | None = None
+) -> Snapshot:
+    """CPU seconds so far of every live process, with its kind (``workers``: the pids of
+    worker processes, counted apart). With ``roots``, only those processes and their
+    descendants: on a shared machine, other people's processes are not ours to count."""
+    stats: dict[int, tuple[int, float]] = {}  # pid -> (parent, CPU seconds)
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
                 fields = fh.read().rsplit(")", 1)[1].split()
-            totals[_kind(pid, driver)] += (int(fields[11]) + int(fields[12])) / HZ
+            stats[int(pid)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / HZ)
         except (OSError, IndexError, ValueError):
             continue  # it exited meanwhile
+    wanted = set(stats) if roots is None else _descendants(stats, roots)
+    found: Snapshot = {}
+    for pid in wanted:
+        try:
+            found[pid] = (_kind(str(pid), driver, workers), stats[pid][1])
+        except OSError:
+            continue
+    return found
+
+
+def cpu_by_kind(
+    driver: int, workers: Collection[int] = (), roots: Collection[int] | None = None
+) -> collections.Counter[str]:
+    """``cpu_by_process`` summed by kind."""
+    totals: collections.Counter[str] = collections.Counter()
+    for kind, seconds in cpu_by_process(driver, workers, roots).values():
+        totals[kind] += seconds
     return totals
+
+
+def _descendants(stats: dict[int, tuple[int, float]], roots: Collection[int]) -> set[int]:
+    children: dict[int, list[int]] = collections.defaultdict(list)
+    for pid, (parent, _) in stats.items():
+        children[parent].append(pid)
+    found, todo = set(), [r for r in roots if r in stats]
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children[pid])
+    return found
+
+
+def postmaster_pid(owner_url: str) -> int:
+    """The pid of the PostgreSQL server behind ``owner_url`` (the parent of its backends)."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(owner_url)
+    try:
+        with engine.connect() as conn:
+            backend = int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
+            with open(f"/proc/{backend}/stat", encoding="ascii") as fh:  # while it lives
+                return int(fh.read().rsplit(")", 1)[1].split()[1])
+    finally:
+        engine.dispose()
+
+
+def own_processes(owner_url: str) -> tuple[int, int]:
+    """The roots of this benchmark's processes: itself (Ray, Serve, wrk are its descendants)
+    and its embedded PostgreSQL server."""
+    return os.getpid(), postmaster_pid(owner_url)
+
+
+def ms_per_unit(before: Snapshot, after: Snapshot, units: float) -> dict[str, float]:
+    """CPU milliseconds per unit of work (a submission, a completed run) by process kind,
+    between two ``cpu_by_process`` snapshots, with their sum as ``all``. A process that
+    exited in between is left out (its CPU in the window is unknown); one that started in
+    between counts whole."""
+    used: collections.Counter[str] = collections.Counter()
+    for pid, (kind, seconds) in after.items():
+        used[kind] += seconds - before.get(pid, (kind, 0.0))[1]
+    out = {k: 1000 * v / max(units, 1) for k, v in sorted(used.items(), key=lambda kv: -kv[1])}
+    out["all"] = sum(out.values())
+    return out
+
+
+def print_ms_per_unit(title: str, figures: dict[str, float]) -> None:
+    print(f"{title:<44}{'CPU ms':>14}")
+    for kind, ms in figures.items():
+        print(f"{'  ' + kind:<44}{ms:>14.2f}")
 
 
 def journal_entries(socket_dir: str) -> int:

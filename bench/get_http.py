@@ -9,6 +9,7 @@ approvals; no run host involved).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import shutil
 import uuid
@@ -48,7 +49,8 @@ def main() -> int:
             container.env.clock.now(),
         )
         grain = RunGrain(container.env, tenant, uuid.uuid4())
-        _submit(grain, Principal("bench-user", tenant, "bench", frozenset({Role.REQUESTER})))
+        principal = Principal("bench-user", tenant, "bench", frozenset({Role.REQUESTER}))
+        asyncio.run(_submit(grain, principal))  # the grain's store is async
         ray.init(
             address="local",
             num_cpus=2,

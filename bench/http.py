@@ -10,51 +10,27 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import secrets
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import httpx
-from fastapi import FastAPI
-from ray import serve
 
-from actors.ingress import ACCESS_LOG_OFF, haproxy_enabled
-from actors.run_host import ensure_hosts
-from runcontrol.api.auth import mint_dev_token
-from runcontrol.bootstrap import build, build_database
-from runcontrol.config import Settings
-from runcontrol.domain import WorkflowDefinition
+from actors.ingress import free_port, haproxy_enabled
 
+from . import common, cpu
 from .common import percentile
+from .stack import Trivial, api_stack
 
-trivial_app = FastAPI()
-
-
-@trivial_app.get("/")
-async def trivial() -> dict[str, bool]:
-    return {"ok": True}
+__all__ = ["Trivial", "run"]
 
 
-@serve.deployment(
-    num_replicas=1,
-    ray_actor_options={"num_cpus": 0},
-    max_ongoing_requests=256,
-    logging_config=ACCESS_LOG_OFF,
-)
-@serve.ingress(trivial_app)
-class Trivial:
-    pass
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _free_port() -> int:  # kept for bench.get_http
+    return free_port()
 
 
 async def _load(
@@ -93,13 +69,20 @@ def _figures(
     return out
 
 
+# Every submission gets an Idempotency-Key of its own: this run's salt, the wrk thread, a
+# counter. (A key made of os.time() and an unseeded math.random() was the same in both
+# threads, so half the submissions were answered as replays of the other thread's.)
 WRK_SCRIPT = """
 local counter = 0
-local thread_salt = math.random(1, 1000000000)
+local threads = 0
+function setup(thread)
+  thread:set("tid", threads)
+  threads = threads + 1
+end
 request = function()
   counter = counter + 1
   if wrk.body ~= nil and wrk.body ~= "" then
-    wrk.headers["Idempotency-Key"] = string.format("wrk-%d-%d-%d", os.time(), thread_salt, counter)
+    wrk.headers["Idempotency-Key"] = string.format("wrk-%s-%d-%d", SALT, tid, counter)
   end
   return wrk.format(nil, nil, nil, wrk.body)
 end
@@ -118,7 +101,7 @@ def _wrk(
 ) -> dict[str, float]:
     """Drive ``url`` with wrk (C, so the generator does not eat the CPU it measures)."""
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as fh:
-        script = WRK_SCRIPT
+        script = f'local SALT = "{uuid.uuid4().hex}"\n' + WRK_SCRIPT
         if body is not None:
             script = f'wrk.method = "POST"\nwrk.body = {json.dumps(body)}\n' + script
         fh.write(script)
@@ -141,85 +124,101 @@ def _wrk(
     }
 
 
+def runs_created(owner_url: str, tenant: str) -> int:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(owner_url)
+    try:
+        with engine.connect() as conn:
+            query = text("SELECT count(*) FROM runs WHERE tenant_id = :t")
+            return int(conn.execute(query, {"t": tenant}).scalar_one())
+    finally:
+        engine.dispose()
+
+
 def run(
     owner_url: str, *, concurrency: int = 32, total: int = 3000, seconds: int = 15
 ) -> dict[str, Any]:
-    from serve_app import RunControlApi
+    """Both routes under the same ingress, one after the other, each with the process CPU it
+    used per request (``bench.cpu``: this process and its descendants, and PostgreSQL)."""
+    roots = cpu.own_processes(owner_url)
+    driver = os.getpid()
+    with api_stack(owner_url) as stack:
+        body = {"workflowId": "bench", "releaseAlias": "latest", "modelProfileId": "m", "input": {}}
 
-    settings = Settings()
-    db = build_database(settings, owner_url=owner_url)
-    container = build(settings, db=db, migrate=False)
-    tenant = f"bench-{uuid.uuid4().hex[:8]}"
-    container.releases.publish(
-        tenant,
-        WorkflowDefinition.from_dict({"workflowId": "bench", "steps": [{"agentId": "a"}]}),
-        "bench",
-        container.env.clock.now(),
-    )
-    hosts = ensure_hosts(settings, owner_url)
-    port = _free_port()
-    os.environ["RUNCONTROL_DATABASE_URL"] = owner_url
-    serve.start(http_options={"host": "127.0.0.1", "port": port}, logging_config=ACCESS_LOG_OFF)
-    serve.run(Trivial.bind(), name="trivial", route_prefix="/trivial")
-    secret = secrets.token_urlsafe(48)  # this run's own: there is no built-in secret
-    serve.run(
-        RunControlApi.bind(database_url=owner_url, settings={"auth": {"hs256_secret": secret}}),
-        name="runcontrol",
-        route_prefix="/",
-    )
-    token = mint_dev_token(secret, tenant, "bench", "bench-user", ["Requester"])
-    headers = {"Authorization": f"Bearer {token}"}
-    body = {"workflowId": "bench", "releaseAlias": "latest", "modelProfileId": "m", "input": {}}
+        async def get_trivial(client: httpx.AsyncClient, i: int) -> httpx.Response:
+            return await client.get("/trivial/")
 
-    async def get_trivial(client: httpx.AsyncClient, i: int) -> httpx.Response:
-        return await client.get("/trivial/")
+        async def submit(client: httpx.AsyncClient, i: int) -> httpx.Response:
+            return await client.post(
+                "/factory/runs",
+                json={**body, "input": {"i": i}},
+                headers={**stack.headers, "Idempotency-Key": f"bench-{uuid.uuid4()}"},
+            )
 
-    async def submit(client: httpx.AsyncClient, i: int) -> httpx.Response:
-        return await client.post(
-            "/factory/runs",
-            json={**body, "input": {"i": i}},
-            headers={**headers, "Idempotency-Key": f"bench-{uuid.uuid4()}"},
-        )
+        base = stack.base
+        cpu_ms: dict[str, dict[str, float]] = {}
 
-    base = f"http://127.0.0.1:{port}"
+        def measured(name: str, load: Callable[[], Any], count: Callable[[Any], float]) -> Any:
+            before = cpu.cpu_by_process(driver, roots=roots)
+            result = load()
+            cpu_ms[name] = cpu.ms_per_unit(
+                before, cpu.cpu_by_process(driver, roots=roots), count(result)
+            )
+            return result
 
-    async def warm() -> None:
-        await _load(base, get_trivial, 200, concurrency)
-        await _load(base, submit, 200, concurrency)
+        async def warm() -> None:
+            await _load(base, get_trivial, 200, concurrency)
+            await _load(base, submit, 200, concurrency)
 
-    async def scenario() -> dict[str, Any]:
-        await warm()
-        t_rate, t_lat, t_err = await _load(base, get_trivial, total, concurrency)
-        s_rate, s_lat, s_err = await _load(base, submit, total, concurrency)
-        return _figures("httpx", concurrency, total, (t_rate, t_lat, t_err), (s_rate, s_lat, s_err))
+        def scenario() -> dict[str, Any]:
+            asyncio.run(warm())
+            trivial = measured(
+                "trivial",
+                lambda: asyncio.run(_load(base, get_trivial, total, concurrency)),
+                lambda _: total,
+            )
+            submitted = measured(
+                "submit",
+                lambda: asyncio.run(_load(base, submit, total, concurrency)),
+                lambda _: total,
+            )
+            return _figures("httpx", concurrency, total, trivial, submitted)
 
-    def with_wrk() -> dict[str, Any]:
-        asyncio.run(warm())
-        trivial_run = _wrk(f"{base}/trivial/", concurrency, seconds, None, {})
-        submit_run = _wrk(
-            f"{base}/factory/runs",
-            concurrency,
-            seconds,
-            json.dumps(body),
-            {**headers, "Content-Type": "application/json"},
-        )
-        return {
-            "generator": "wrk",
-            "connections": concurrency,
-            "seconds": seconds,
-            **{f"trivial_{k}": v for k, v in trivial_run.items()},
-            **{f"submit_{k}": v for k, v in submit_run.items()},
-        }
+        def with_wrk() -> dict[str, Any]:
+            asyncio.run(warm())
+            trivial_run = measured(
+                "trivial",
+                lambda: _wrk(f"{base}/trivial/", concurrency, seconds, None, {}),
+                lambda r: r["rps"] * seconds,
+            )
+            submit_run = measured(
+                "submit",
+                lambda: _wrk(
+                    f"{base}/factory/runs",
+                    concurrency,
+                    seconds,
+                    json.dumps(body),
+                    {**stack.headers, "Content-Type": "application/json"},
+                ),
+                lambda r: r["rps"] * seconds,
+            )
+            return {
+                "generator": "wrk",
+                "connections": concurrency,
+                "seconds": seconds,
+                **{f"trivial_{k}": v for k, v in trivial_run.items()},
+                **{f"submit_{k}": v for k, v in submit_run.items()},
+            }
 
-    try:
-        figures = with_wrk() if shutil.which("wrk") else asyncio.run(scenario())
-    finally:
-        serve.shutdown()
-        del hosts
-        db.dispose()
+        figures = with_wrk() if shutil.which("wrk") else scenario()
+        # Runs created, beside the submissions answered: equal unless keys repeated (replays).
+        figures["runs_created"] = runs_created(owner_url, stack.tenant)
+    figures["cpu_ms_per_request"] = cpu_ms
     figures["ingress"] = "HAProxy direct ingress" if haproxy_enabled() else "Serve's Python proxy"
+    figures["load_average"] = os.getloadavg()
     print()
-    print(f"Serve ingress: {figures['ingress']}")
+    print(f"Serve ingress: {figures['ingress']}; load average {common.load_average()}")
     title = f"figure ({figures['generator']}, {concurrency} connections)"
     print(f"{title:<44}{'value':>14}{'ceiling':>14}{'ratio':>8}")
     print(
@@ -235,4 +234,8 @@ def run(
         f"{'errors (submit / trivial)':<44}{figures['submit_errors']:>14}"
         f"{figures['trivial_errors']:>14}"
     )
+    print(f"{'runs created (all submissions, warm-up too)':<44}{figures['runs_created']:>14}")
+    print(f"{'CPU ms per request, by process':<44}{'submit':>14}{'trivial':>14}")
+    for kind, ms in cpu_ms["submit"].items():
+        print(f"{'  ' + kind:<44}{ms:>14.2f}{cpu_ms['trivial'].get(kind, 0.0):>14.2f}")
     return figures

@@ -69,8 +69,6 @@ def run(
     figures: dict[str, Any] = {"concurrency": concurrency, "reads": total}
     try:
         grains = [RunGrain(container.env, tenant, uuid.uuid4()) for _ in range(runs)]
-        for grain in grains:
-            _submit(grain, principal)
         run_ids = [g.run_id for g in grains]
 
         def sync_read(run_id: uuid.UUID) -> Any:
@@ -81,6 +79,8 @@ def run(
             return await asyncio.to_thread(sync_read, run_id)
 
         async def both() -> None:
+            for grain in grains:  # the grain's store is async: on this loop
+                await _submit(grain, principal)
             url = make_url(db.app_url).set(drivername="postgresql+psycopg")
             engine = create_async_engine(
                 url.render_as_string(hide_password=False),

@@ -11,6 +11,7 @@ lost). The stream ends after the run's terminal event.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
@@ -106,6 +107,28 @@ def _events_after(run_id: UUID, after: int) -> Callable[[Connection], list[dict[
     return lambda conn: q.events_after(conn, run_id, after, REPLAY_BATCH)
 
 
+# Reads in flight, each shared by the streams of one run woken by the same notification at the
+# same cursor (a replica's streams of a run all receive the same events).
+_SHARED_READS: dict[tuple[Any, ...], asyncio.Future[list[dict[str, Any]]]] = {}
+
+
+async def _shared_read(
+    svc: Services, tenant_id: str, project_id: str | None, run_id: UUID, after: int, since: int
+) -> list[dict[str, Any]]:
+    """The run's events after ``after``, read once for all of this replica's streams of the
+    run that ask at feed generation ``since``: a read started at ``since`` sees every commit
+    notified up to it, so a stream may share it."""
+    key = (id(svc), tenant_id, project_id, run_id, after, since)
+    read = _SHARED_READS.get(key)
+    if read is None:
+        read = asyncio.ensure_future(
+            svc.read(tenant_id, _events_after(run_id, after), project_id=project_id)
+        )
+        _SHARED_READS[key] = read
+        read.add_done_callback(lambda _: _SHARED_READS.pop(key, None))
+    return await asyncio.shield(read)
+
+
 async def _live(
     svc: Services,
     tenant_id: str,
@@ -132,7 +155,7 @@ async def _live(
             if not await svc.feed.wait(EVENTS_CHANNEL, key, since, heartbeat_s):
                 yield ": heartbeat\n\n"
             since = svc.feed.generation(EVENTS_CHANNEL, key)
-        batch = await svc.read(tenant_id, _events_after(run_id, after), project_id=project_id)
+        batch = await _shared_read(svc, tenant_id, project_id, run_id, after, since)
 
 
 async def counted(streams: Streams, frames: AsyncIterator[str]) -> AsyncIterator[str]:

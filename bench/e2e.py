@@ -1,0 +1,269 @@
+"""End to end: runs submitted over HTTP, completed by in-cluster reference workers.
+
+``python -m bench --only e2e``: N runs of 3 steps (no gate) are submitted through the real
+ingress (HAProxy direct ingress, the API replica) by ``concurrency`` connections, with at most
+``in_flight`` submitted runs not yet ended (a backlog of every run at once would measure
+its own queue), while
+``runcontrol worker`` processes (the ``ReferenceWorker``, ``EchoExecutor`` doing no work, over
+``RunControlClient`` on actor handles) claim and complete every step, with the scheduler
+running as in the product. Completion is read from the database (each run's terminal
+``updated_at``), never by polling runs over HTTP. Reported: completed runs/s beside the
+pgbench ceiling of the same run, submit->completed p50/p99 (the client's send time to the
+run's terminal timestamp) and the CPU each completed run cost, by process kind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import ray
+from sqlalchemy import create_engine, text
+
+from actors.scheduler import ensure_scheduler
+
+from . import common, cpu
+from .stack import Stack, api_stack
+
+STEPS = 3
+WORKER = "from runcontrol.cli import main; raise SystemExit(main())"
+
+
+@contextmanager
+def reference_workers(
+    stack: Stack, owner_url: str, processes: int, concurrency: int
+) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """``runcontrol worker --transport ray`` processes joining this Ray cluster, claiming the
+    stack's agents with ``concurrency`` slots each; stopped with SIGTERM (they drain)."""
+    address = ray.get_runtime_context().gcs_address
+    env = dict(os.environ, RUNCONTROL_DATABASE_URL=owner_url)
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                WORKER,
+                "worker",
+                "--transport=ray",
+                f"--address={address}",
+                f"--holder=bench-w{k}",
+                "--work-seconds=0",
+                f"--concurrency={concurrency}",
+                "--claim-seconds=5",
+                "--agents",
+                *stack.agents,
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+        )
+        for k in range(processes)
+    ]
+    try:
+        yield procs
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _terminal(engine: Any, tenant: str) -> dict[str, tuple[str, float]]:
+    """Each of the tenant's terminal runs: (state, epoch seconds of its terminal commit)."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT run_id, state, extract(epoch FROM updated_at) FROM runs "
+                "WHERE tenant_id = :t AND state IN ('Completed', 'Failed', 'Cancelled')"
+            ),
+            {"t": tenant},
+        ).all()
+    return {str(r[0]): (str(r[1]), float(r[2])) for r in rows}
+
+
+def _ended(engine: Any, tenant: str) -> int:
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                text(
+                    "SELECT count(*) FROM runs WHERE tenant_id = :t "
+                    "AND state IN ('Completed', 'Failed', 'Cancelled')"
+                ),
+                {"t": tenant},
+            ).scalar_one()
+        )
+
+
+async def _submit(
+    stack: Stack,
+    runs: int,
+    concurrency: int,
+    sent: dict[str, float],
+    errors: list[int],
+    *,
+    engine: Any = None,
+    in_flight: int = 0,
+) -> None:
+    """Submit ``runs`` runs over HTTP from ``concurrency`` connections; ``sent`` gets each
+    accepted run's send time (epoch seconds). With ``in_flight``, a submission waits while
+    that many submitted runs have not ended (the count read from the database every 0.1 s),
+    so the latency measured is the path's, not that of a backlog of every run at once."""
+    body = {"workflowId": stack.workflow_id, "releaseAlias": "latest", "modelProfileId": "m"}
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    counter = iter(range(runs))
+    ended_before = _ended(engine, stack.tenant) if in_flight else 0
+    ended = ended_before
+    issued = 0
+    polling: asyncio.Task[None] | None = None
+
+    async def poll() -> None:  # one count for all the connections waiting
+        nonlocal ended, polling
+        await asyncio.sleep(0.1)
+        ended = await asyncio.to_thread(_ended, engine, stack.tenant)
+        polling = None
+
+    async with httpx.AsyncClient(base_url=stack.base, limits=limits, timeout=60) as client:
+
+        async def connection() -> None:
+            nonlocal issued, polling
+            for i in counter:
+                while in_flight and issued - (ended - ended_before) >= in_flight:
+                    if polling is None:
+                        polling = asyncio.create_task(poll())
+                    await asyncio.shield(polling)
+                issued += 1
+                started = time.time()
+                response = await client.post(
+                    "/factory/runs",
+                    json={**body, "input": {"i": i}},
+                    headers={**stack.headers, "Idempotency-Key": f"e2e-{uuid.uuid4()}"},
+                )
+                if response.status_code == 202:
+                    sent[response.json()["runId"]] = started
+                else:
+                    errors.append(response.status_code)
+
+        await asyncio.gather(*(connection() for _ in range(concurrency)))
+
+
+def _wait_terminal(engine: Any, tenant: str, expected: set[str], patience_s: float) -> dict:
+    """Read the terminal runs every half second until ``expected`` are all terminal or no run
+    has ended for ``patience_s`` (then what ended is reported, and the rest as missing)."""
+    last_count, last_change = -1, time.monotonic()
+    while True:
+        done = _terminal(engine, tenant)
+        finished = expected.intersection(done)
+        if len(finished) == len(expected):
+            return done
+        if len(finished) != last_count:
+            last_count, last_change = len(finished), time.monotonic()
+        elif time.monotonic() - last_change > patience_s:
+            return done
+        time.sleep(0.5)
+
+
+def run(
+    owner_url: str,
+    *,
+    runs: int = 2000,
+    concurrency: int = 32,
+    workers: int = 1,
+    worker_concurrency: int = 32,
+    warmup: int = 50,
+    in_flight: int = 64,
+) -> dict[str, Any]:
+    roots = cpu.own_processes(owner_url)
+    engine = create_engine(owner_url)
+    with api_stack(owner_url, steps=STEPS) as stack:
+        scheduler = ensure_scheduler(stack.settings, owner_url)
+        try:
+            with reference_workers(stack, owner_url, workers, worker_concurrency) as procs:
+                pids = {p.pid for p in procs}
+                warm: dict[str, float] = {}
+                asyncio.run(_submit(stack, warmup, min(concurrency, warmup), warm, []))
+                _wait_terminal(engine, stack.tenant, set(warm), patience_s=120)
+                hosts_before = stack.host_stats()
+                cpu_before = cpu.cpu_by_process(os.getpid(), pids, roots)
+                sent: dict[str, float] = {}
+                errors: list[int] = []
+                started = time.time()
+                asyncio.run(
+                    _submit(
+                        stack, runs, concurrency, sent, errors, engine=engine, in_flight=in_flight
+                    )
+                )
+                submitted = time.time()
+                done = _wait_terminal(engine, stack.tenant, set(sent), patience_s=60)
+                cpu_after = cpu.cpu_by_process(os.getpid(), pids, roots)
+                hosts_after = stack.host_stats()
+        finally:
+            ray.kill(scheduler)
+    engine.dispose()
+    ended = {r: done[r] for r in sent if r in done}
+    completed = [r for r, (state, _) in ended.items() if state == "Completed"]
+    finished_at = max((t for _, t in ended.values()), default=submitted)
+    latencies = [1000 * (ended[r][1] - sent[r]) for r in completed]
+
+    def host_delta(key: str) -> int:
+        return sum(a[key] - b[key] for a, b in zip(hosts_after, hosts_before, strict=True))
+
+    per_run = max(len(completed), 1)
+    return {
+        "runs": runs,
+        "steps": STEPS,
+        "connections": concurrency,
+        "worker_processes": workers,
+        "worker_concurrency": worker_concurrency,
+        "max_runs_in_flight": in_flight,
+        "submitted": len(sent),
+        "submit_errors": len(errors),
+        "completed": len(completed),
+        "not_completed": len(sent) - len(completed),
+        "seconds": finished_at - started,
+        "submissions_per_s": len(sent) / (submitted - started),
+        "completed_runs_per_s": len(completed) / max(finished_at - started, 1e-9),
+        "submit_to_completed_p50_ms": common.percentile(latencies, 50),
+        "submit_to_completed_p99_ms": common.percentile(latencies, 99),
+        "host_commands_per_run": host_delta("commands") / per_run,
+        "host_reads_per_run": host_delta("reads") / per_run,
+        "cpu_ms_per_completed_run": cpu.ms_per_unit(cpu_before, cpu_after, len(completed)),
+        "load_average": os.getloadavg(),
+    }
+
+
+def report(figures: dict[str, Any], ceiling: float) -> None:
+    rate = figures["completed_runs_per_s"]
+    print()
+    print(
+        f"end to end: {figures['completed']} of {figures['runs']} runs x {STEPS} steps completed "
+        f"({figures['not_completed']} not, {figures['submit_errors']} submissions refused); "
+        f"{figures['connections']} HTTP connections, {figures['worker_processes']} worker "
+        f"process(es) x {figures['worker_concurrency']} slots, at most "
+        f"{figures['max_runs_in_flight']} runs in flight; load average "
+        f"{' / '.join(f'{x:.2f}' for x in figures['load_average'])}"
+    )
+    print(f"{'figure':<44}{'value':>14}{'ceiling':>14}{'ratio':>8}")
+    print(f"{'completed 3-step runs/s vs pgbench':<44}{rate:>14.1f}{ceiling:>14.0f}", end="")
+    print(f"{rate / ceiling:>8.3f}")
+    print(f"{'  submissions/s meanwhile':<44}{figures['submissions_per_s']:>14.1f}")
+    print(
+        f"{'submit->completed p50 / p99 ms':<44}"
+        f"{figures['submit_to_completed_p50_ms']:>7.0f} / "
+        f"{figures['submit_to_completed_p99_ms']:<6.0f}"
+    )
+    print(
+        f"{'host commands / host reads per run':<44}"
+        f"{figures['host_commands_per_run']:>7.1f} / {figures['host_reads_per_run']:<6.1f}"
+    )
+    cpu.print_ms_per_unit("CPU per completed run, by process", figures["cpu_ms_per_completed_run"])

@@ -1,0 +1,103 @@
+"""The user-facing benchmarks run end to end in their tiny variants, so they do not rot.
+
+``python -m bench --only http,e2e,sse`` with small N, in a child process (its own embedded
+PostgreSQL, Ray runtime, Serve with the fast ingress, worker processes), then its JSON report is
+checked for every figure. No figure is compared with a threshold: only that each was measured,
+that every submitted run completed and every event reached every stream, and that the
+streams made no host call.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not os.environ.get("RUNCONTROL_RUN_SLOW"), reason="slow: set RUNCONTROL_RUN_SLOW=1"
+    ),
+]
+
+
+def _measured(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value) and value > 0
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("bench") / "bench.json"
+    env = {k: v for k, v in os.environ.items() if k != "RUNCONTROL_DATABASE_URL"}
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--only=http,e2e,sse",
+            "--pgbench-seconds=2",
+            "--http-seconds=2",
+            "--e2e-runs=20",
+            "--e2e-worker-concurrency=4",
+            "--sse-streams=30",
+            "--sse-runs=3",
+            "--sse-seconds=2",
+            "--sse-rate=5",
+            f"--json={out}",
+        ],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        timeout=900,
+    )
+    figures: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+    return figures
+
+
+def test_http_reports_submissions_beside_the_trivial_route(report: dict[str, Any]) -> None:
+    http = report["http"]
+    for route in ("submit", "trivial"):
+        assert _measured(http[f"{route}_rps"])
+        for p in (50, 95, 99):
+            assert _measured(http[f"{route}_p{p}_ms"])
+        assert _measured(http["cpu_ms_per_request"][route]["all"])
+    submit_cpu = http["cpu_ms_per_request"]["submit"]
+    for kind in ("API replica", "run hosts", "postgres"):
+        assert _measured(submit_cpu[kind]), kind
+
+
+def test_e2e_completes_every_run_and_reports_its_figures(report: dict[str, Any]) -> None:
+    e2e = report["e2e"]
+    assert e2e["submitted"] == e2e["completed"] == 20
+    assert e2e["submit_errors"] == 0
+    for key in (
+        "pgbench_tps",
+        "completed_runs_per_s",
+        "submit_to_completed_p50_ms",
+        "submit_to_completed_p99_ms",
+        "host_commands_per_run",
+    ):
+        assert _measured(e2e[key]), key
+    cpu = e2e["cpu_ms_per_completed_run"]
+    for kind in ("API replica", "run hosts", "scheduler", "workers", "postgres", "all"):
+        assert _measured(cpu[kind]), kind
+
+
+def test_sse_delivers_every_event_to_every_stream_without_host_calls(
+    report: dict[str, Any],
+) -> None:
+    sse = report["sse"]
+    assert sse["streams_open"] == sse["streams"] == 30
+    assert sse["streams_refused"] == 0
+    assert sse["deliveries"] == sse["deliveries_expected"] == 10 * sse["events_sent"]
+    assert _measured(sse["delivery_p50_ms"]) and _measured(sse["delivery_p99_ms"])
+    assert sse["host_reads"] == 0
+    assert sse["host_calls_by_streams"] == 0

@@ -144,7 +144,8 @@ class Service:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
-        shutil.rmtree(self.root, ignore_errors=True)
+        if not os.environ.get("RUNCONTROL_CONSOLE_KEEP"):
+            shutil.rmtree(self.root, ignore_errors=True)
 
 
 class Console:
@@ -185,6 +186,15 @@ class Console:
                 return None
 
         return WebDriverWait(self.driver, WAIT_S).until(check, f"the console never showed {what}")
+
+    def click(self, selector: str) -> None:
+        """Click what ``selector`` names, found again when a live redraw replaced it."""
+
+        def clicked() -> bool:
+            self.css(selector).click()
+            return True
+
+        self.wait(clicked, f"{selector} to click")
 
     def css(self, selector: str) -> Any:
         from selenium.webdriver.common.by import By

@@ -121,7 +121,7 @@ def test_runs_list_filters_and_a_run_moving_live(service: Service, browser: Cons
     browser.wait(lambda: row_state(browser, run_id), "the run under its workflow's filter")
 
     # Open it: its steps, attempts and the lease of the attempt waiting for the approval.
-    browser.css(f'#runs tr[data-run-id="{run_id}"] a.run-link').click()
+    browser.click(f'#runs tr[data-run-id="{run_id}"] a.run-link')
     browser.wait(lambda: run_state(browser) == "WaitingForApproval", "the run page")
     steps = browser.all("#timeline > li")
     assert [s.find_element("css selector", "strong").text for s in steps] == [
@@ -166,11 +166,15 @@ def test_reviewer_approves_and_the_requester_is_refused(service: Service, browse
     browser.sign_in(carol)
     browser.open("#/approvals")
     card_css = f'.approval[data-run-id="{run_id}"]'
-    card = browser.wait(lambda: browser.css(card_css), "the run's approval request")
+    browser.wait(lambda: browser.css(card_css), "the run's approval request")
     expected = pending_approval(service, bob, run_id)
-    assert card.find_element("css selector", ".proposal-hash").text == expected["proposalHash"]
+    shown = browser.wait(
+        lambda: browser.css(f"{card_css} .proposal-hash").text, "the proposal hash"
+    )
+    assert shown == expected["proposalHash"]
 
-    card.find_element("css selector", "button.approve").click()
+    # The inbox redraws itself on live events: an action is retried on a redrawn card.
+    browser.click(f"{card_css} button.approve")
     refusal = browser.wait(
         lambda: browser.css(f'{card_css} .problem[data-code="separation-of-duties"]'),
         "the server's refusal",
@@ -182,17 +186,30 @@ def test_reviewer_approves_and_the_requester_is_refused(service: Service, browse
 
     browser.sign_in(bob)
     browser.open("#/approvals")
-    card = browser.wait(lambda: browser.css(card_css), "the request in bob's inbox")
+    browser.wait(lambda: browser.css(card_css), "the request in bob's inbox")
     browser.shot("approvals")
-    card.find_element("css selector", ".decision-reason").send_keys("diff reviewed")
-    card.find_element("css selector", "button.approve").click()
+
+    def approve() -> bool:
+        card = browser.css(card_css)
+        reason = card.find_element("css selector", ".decision-reason")
+        reason.clear()
+        reason.send_keys("diff reviewed")
+        card.find_element("css selector", "button.approve").click()
+        return True
+
+    browser.wait(approve, "bob's approval sent")
     browser.wait(lambda: not browser.all(card_css), "the request gone from the pending inbox")
 
     select(browser, "#filter-approval-state", "Approved")
     card = browser.wait(lambda: browser.css(card_css), "the request among the approved")
     assert "bob" in card.text and "diff reviewed" in card.text
+    # (Following a run live is test_a_run_moves_live's; here the page shows where it ended.)
+    browser.wait(
+        lambda: service.get(f"/factory/runs/{run_id}", bob)["state"] == "Completed",
+        "the approved run completed",
+    )
     browser.open(f"#/runs/{run_id}")
-    browser.wait(lambda: run_state(browser) == "Completed", "the approved run completed")
+    browser.wait(lambda: run_state(browser) == "Completed", "the run page showing Completed")
     approvals = service.get(f"/factory/approvals/{expected['approvalId']}", bob)
     assert (approvals["state"], approvals["decidedBy"]) == ("Approved", "bob")
 

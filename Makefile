@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench chaos chaos-two-node proto clean
+.PHONY: run test lint bench bench-check chaos chaos-two-node proto clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,11 @@ bench: $(STAMP)
 	@command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null 2>&1 \
 		|| echo "wrk is not installed: the HTTP figures use the (slower) httpx load generator"
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+# The benches in their tiny variants, checked for every figure (no thresholds): CI runs it
+# beside `make test`, so the benches cannot rot (about three minutes).
+bench-check: $(STAMP)
+	RUNCONTROL_RUN_BENCH=1 $(BIN)/python -m pytest -q tests/unit/test_benches.py
 
 # The gRPC stubs are generated from schemas/runcontrol.proto and checked in: run this after
 # changing the .proto and commit the result.

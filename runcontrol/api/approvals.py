@@ -24,7 +24,7 @@ from .auth import ApprovalsReader, Caller
 from .context import Services, Svc, check_cursor
 from .limits import MeteredDecider
 from .problems import responses
-from .runs import RetryKey, command_id
+from .runs import RetryKey, command_id, require_visible
 
 router = APIRouter(prefix="/factory/approvals", tags=["approvals"])
 # The approvals of one run, under the run's path.
@@ -147,13 +147,7 @@ async def list_run_approvals(
     cursor: Annotated[str | None, Query(max_length=1000)] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> dict[str, Any]:
-    project = caller.project_scope
-    if not await svc.read(
-        caller.tenant_id,
-        lambda conn: q.run_visible(conn, run_id, project_id=project),
-        project_id=project,
-    ):
-        raise errors.RunNotFound(f"run {run_id} not found")
+    await require_visible(svc, caller, run_id, tenant_wide_too=True)
     return await _approvals_page(caller, svc, state, run_id, cursor, limit)
 
 

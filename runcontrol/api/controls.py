@@ -33,14 +33,13 @@ from ..commands import (
     RetryStep,
     SuspendRun,
 )
-from ..domain import AttemptOutcome, errors
+from ..domain import AttemptOutcome
 from ..domain.access import Operation
-from ..store import queries as q
 from .auth import Caller, require
 from .context import Services, Svc
 from .limits import TenantRateLimiter
 from .problems import responses
-from .runs import RetryKey, RunIdPath, command_id, location
+from .runs import RetryKey, RunIdPath, command_id, location, require_visible
 
 router = APIRouter(prefix="/factory/runs", tags=["run controls"])
 
@@ -61,20 +60,8 @@ AttemptIdPath = Annotated[UUID, Path(alias="attemptId")]
 CONTROL_RESPONSES = responses(401, 403, 404, 409, 413, 422, 429, 503)
 
 
-async def _visible(svc: Services, caller: Caller, run_id: UUID) -> None:
-    """Another project's run answers as an unknown one (every operating role spans the
-    tenant today; this keeps the rule if one ever does not)."""
-    project = caller.project_scope
-    if project is not None and not await svc.read(
-        caller.tenant_id,
-        lambda conn: q.run_visible(conn, run_id, project_id=project),
-        project_id=project,
-    ):
-        raise errors.RunNotFound(f"run {run_id} not found")
-
-
 async def _control(svc: Services, caller: Caller, command: Command[ControlResult]) -> Any:
-    await _visible(svc, caller, command.run_id)
+    await require_visible(svc, caller, command.run_id)
     result = await svc.send(command)
     return {
         "runId": result.run_id,
@@ -230,7 +217,7 @@ async def rerun_run(
     response: Response,
     idempotency_key: RetryKey = None,
 ) -> Any:
-    await _visible(svc, caller, run_id)
+    await require_visible(svc, caller, run_id)
     release = RerunRelease(body.release)
     result = await svc.send(
         RerunRun(

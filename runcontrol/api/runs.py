@@ -26,7 +26,7 @@ from ..commands import CancelRun, SubmitRequest, SubmitRun, new_command_id
 from ..domain import Limits, RunState, errors
 from ..store import queries as q
 from .auth import Caller, RunsReader
-from .context import Svc, check_cursor
+from .context import Services, Svc, check_cursor
 from .limits import MeteredCanceller, MeteredSubmitter
 from .problems import IdempotencyKeyRequired, responses
 
@@ -62,6 +62,22 @@ def command_id(caller: Caller, operation: str, target: UUID, key: str | None) ->
 
 
 CorrelationId = Annotated[str | None, Header(alias="X-Correlation-Id", max_length=200)]
+
+
+async def require_visible(
+    svc: Services, caller: Caller, run_id: UUID, *, tenant_wide_too: bool = False
+) -> None:
+    """Before a command (or a read by run) on ``run_id``: another project's run answers as an
+    unknown one does (a run's project never changes, so this cannot go stale before the
+    command lands). For a caller whose roles span the tenant a command finds out itself
+    whether the run exists; a read asks (``tenant_wide_too``)."""
+    project = caller.project_scope
+    if (project is not None or tenant_wide_too) and not await svc.read(
+        caller.tenant_id,
+        lambda conn: q.run_visible(conn, run_id, project_id=project),
+        project_id=project,
+    ):
+        raise errors.RunNotFound(f"run {run_id} not found")
 
 
 def location(run_id: UUID) -> str:
@@ -202,15 +218,7 @@ async def cancel_run(
     run_id: RunIdPath,
     idempotency_key: RetryKey = None,
 ) -> dict[str, Any]:
-    project = caller.project_scope
-    if project is not None and not await svc.read(
-        caller.tenant_id,
-        lambda conn: q.run_visible(conn, run_id, project_id=project),
-        project_id=project,
-    ):
-        # Another project's run answers as an unknown one does (a run's project never
-        # changes, so this check cannot go stale before the command lands).
-        raise errors.RunNotFound(f"run {run_id} not found")
+    await require_visible(svc, caller, run_id)
     state = await svc.send(
         CancelRun(
             tenant_id=caller.tenant_id,

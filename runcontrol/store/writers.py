@@ -131,9 +131,7 @@ def _insert(table: Table, source: str) -> str:
 
 def _run_units(runs: Table) -> list[Unit]:
     key = next(
-        c
-        for c in runs.constraints
-        if isinstance(c, UniqueConstraint) and c.name == RUN_IDEMPOTENCY
+        c for c in runs.constraints if isinstance(c, UniqueConstraint) and c.name == RUN_IDEMPOTENCY
     )
     conflict = ", ".join(str(c.name) for c in key.columns)
     insert = _function(

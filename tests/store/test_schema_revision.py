@@ -38,7 +38,7 @@ def fresh_url(owner_url: str, db: Database) -> Iterator[str]:
         admin.dispose()
 
 
-HEAD = "0013"
+HEAD = "0014"
 
 
 @pytest.mark.parametrize("revision", ("0003", "0005"))

@@ -4,13 +4,14 @@
 -- The writers (runcontrol_insert_runs, runcontrol_update_runs, runcontrol_write_<table>) are
 -- rendered from runcontrol/store/tables.py and frozen in 0014_writers.sql, which runs first.
 -- A later migration that adds a column adds its ALTER and the one writer `make sql` renders
--- again into its own NNNN_writers.sql; this function stays as it is. What is left here by hand
--- is what is not a column list: the run's guards (a used idempotency key, RC001; a lost
--- version race, RC409), the budget reservation (RC402) and release, the tenant's capacity
--- (RC429) and the notifications. The document is 0012's, unchanged; so are the clauses' order
--- (rows before the rows that refer to them; the capacity check after the attempts) and every
--- error they raise. The run's update no longer names its pinned columns, and the trigger
--- runs_keep_pins (rendered beside the writers) refuses their change from any statement.
+-- again into its own NNNN_writers.sql; this file stays as it is. What is kept here by hand is
+-- what is not a column list: the run's guards (a used idempotency key, RC001; a lost version
+-- race, RC409), the budget reservation (RC402) and its release, the tenant's capacity (RC429)
+-- and the notifications, the middle three as small functions of their own. The document is
+-- 0012's, unchanged; so are the clauses' order (rows before the rows that refer to them, the
+-- capacity check after the attempts) and every error they raise. The run's update no longer
+-- names its pinned columns, and the trigger runs_keep_pins (rendered beside the writers)
+-- refuses their change from any statement.
 
 -- The run's budget reservation, made by its own statement (idempotent per run). With a tenant
 -- limit, the reservations of one tenant are serialised so two cannot both squeeze under it.
@@ -38,6 +39,32 @@ END $fn$;
 REVOKE ALL ON FUNCTION runcontrol_reserve_budget(text, uuid, jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION runcontrol_reserve_budget(text, uuid, jsonb) TO runcontrol_app;
 
+-- A document that dispatched under a cap on the tenant's open attempts: the check is serialised
+-- per tenant and counts the document's own rows (RC429 rolls back this document only; the grain
+-- decides again without the dispatch).
+CREATE OR REPLACE FUNCTION runcontrol_check_capacity(tenant text, cap int)
+RETURNS void LANGUAGE plpgsql AS $fn$
+DECLARE
+    open_attempts bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('capacity:' || tenant));
+    SELECT count(*) INTO open_attempts FROM attempts WHERE state IN ('Dispatched', 'Leased');
+    IF open_attempts > cap THEN
+        RAISE EXCEPTION 'tenant capacity exhausted: at most % open attempts', cap
+            USING ERRCODE = 'RC429';
+    END IF;
+END $fn$;
+REVOKE ALL ON FUNCTION runcontrol_check_capacity(text, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION runcontrol_check_capacity(text, int) TO runcontrol_app;
+
+-- The run's budget reservation released (its terminal transition): once.
+CREATE OR REPLACE FUNCTION runcontrol_release_budget(run uuid, released timestamptz)
+RETURNS void LANGUAGE sql AS $fn$
+    UPDATE budget_reservations SET released_at = released WHERE run_id = run AND released_at IS NULL;
+$fn$;
+REVOKE ALL ON FUNCTION runcontrol_release_budget(uuid, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION runcontrol_release_budget(uuid, timestamptz) TO runcontrol_app;
+
 CREATE OR REPLACE FUNCTION runcontrol_apply(doc jsonb) RETURNS void
 LANGUAGE plpgsql AS $fn$
 BEGIN
@@ -58,15 +85,8 @@ BEGIN
     END IF;
     IF doc ? 'steps' THEN PERFORM runcontrol_write_steps(doc->'steps'); END IF;
     IF doc ? 'attempts' THEN PERFORM runcontrol_write_attempts(doc->'attempts'); END IF;
-    -- A dispatch under a tenant cap: serialised per tenant, counting this document's own rows
-    -- (RC429 rolls back this document only; the grain decides again without the dispatch).
     IF doc ? 'capacity' THEN
-        PERFORM pg_advisory_xact_lock(hashtext('capacity:' || (doc->>'tenant')));
-        IF (SELECT count(*) FROM attempts WHERE state IN ('Dispatched', 'Leased'))
-                > (doc->>'capacity')::int THEN
-            RAISE EXCEPTION 'tenant capacity exhausted: at most % open attempts',
-                doc->>'capacity' USING ERRCODE = 'RC429';
-        END IF;
+        PERFORM runcontrol_check_capacity(doc->>'tenant', (doc->>'capacity')::int);
     END IF;
     IF doc ? 'leases' THEN PERFORM runcontrol_write_leases(doc->'leases'); END IF;
     IF doc ? 'tool_calls' THEN PERFORM runcontrol_write_tool_calls(doc->'tool_calls'); END IF;
@@ -86,14 +106,13 @@ BEGIN
         PERFORM runcontrol_write_command_answers(jsonb_build_array(doc->'answer'));
     END IF;
     IF doc ? 'release_budget' THEN
-        UPDATE budget_reservations SET released_at = (doc->>'release_budget')::timestamptz
-            WHERE run_id = (doc->'run'->>'run_id')::uuid AND released_at IS NULL;
+        PERFORM runcontrol_release_budget((doc->'run'->>'run_id')::uuid,
+                                          (doc->>'release_budget')::timestamptz);
     END IF;
+    -- Delivered on commit: to the claimers of each agent dispatched to, the run's watchers.
     IF doc ? 'notify_agents' THEN
-        PERFORM pg_notify('runcontrol_dispatch', a)
-            FROM jsonb_array_elements_text(doc->'notify_agents') a;
+        PERFORM pg_notify('runcontrol_dispatch', agent)
+            FROM jsonb_array_elements_text(doc->'notify_agents') agent;
     END IF;
-    IF doc ? 'notify_run' THEN
-        PERFORM pg_notify('runcontrol_events', doc->>'notify_run');
-    END IF;
+    PERFORM pg_notify('runcontrol_events', doc->>'notify_run') WHERE doc ? 'notify_run';
 END $fn$;

@@ -10,14 +10,18 @@ rows to that table's writer, rendered here:
   answering whether it wrote the row. The update leaves out the columns ``tables.py`` marks
   pinned (invariant 2), and ``runcontrol_keep_run_pins`` (a trigger) refuses a change of one.
 - ``runcontrol_write_<table>(rows)``: an upsert on the primary key, or a plain insert for the
-  tables the write path only adds to (``tables.APPENDED_TABLES``).
+  tables the write path only adds to (``tables.APPENDED_TABLES``), answering whether it wrote.
 
 Every writer is static SQL in plpgsql: its plans are cached per session, as the old whole
-function's were. A migration freezes the writers as ``NNNN_writers.sql`` beside its own SQL;
-``make sql`` (``python -m runcontrol.store.writers``) writes into the newest migration's file the
-writers that differ from the ones frozen before it, and ``tests/store/test_writers.py`` fails
-until it has been run. Adding a stored column is therefore: the field, the ``Column``, a
-migration with the ``ALTER`` that executes its ``NNNN_writers.sql``, and ``make sql``.
+function's were. Each answers a value so that ``runcontrol_apply`` calls it as an expression
+(``wrote := ...``), which plpgsql evaluates without starting an executor; ``PERFORM`` would
+start one per call and cost measurably more server CPU per document.
+
+A migration freezes the writers as ``NNNN_writers.sql`` beside its own SQL. ``make sql``
+(``python -m runcontrol.store.writers``) writes into the newest migration's file the writers
+that differ from the ones frozen before it, and ``tests/store/test_writers.py`` fails until it
+has been run. Adding a stored column is therefore: the field, the ``Column``, a migration with
+the ``ALTER`` that executes its ``NNNN_writers.sql``, and ``make sql``.
 """
 
 from __future__ import annotations
@@ -182,7 +186,9 @@ def _table_unit(table: Table) -> Unit:
             f"\n        ON CONFLICT ({', '.join(keys)}) DO UPDATE SET"
             f"{_wrap(f'{c} = EXCLUDED.{c}' for c in changed)}"
         )
-    return _function(f"runcontrol_write_{table.name}", "doc jsonb", "void", statement + ";")
+    return _function(
+        f"runcontrol_write_{table.name}", "doc jsonb", "boolean", statement + ";\n    RETURN FOUND;"
+    )
 
 
 def render(target: MetaData = metadata) -> list[Unit]:

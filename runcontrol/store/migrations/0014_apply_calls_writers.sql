@@ -67,6 +67,8 @@ GRANT EXECUTE ON FUNCTION runcontrol_release_budget(uuid, timestamptz) TO runcon
 
 CREATE OR REPLACE FUNCTION runcontrol_apply(doc jsonb) RETURNS void
 LANGUAGE plpgsql AS $fn$
+DECLARE
+    wrote boolean;  -- a writer called as an expression: no executor started per call
 BEGIN
     PERFORM set_config('runcontrol.tenant_id', doc->>'tenant', true);
     -- Nested, not ANDed: SQL does not promise to evaluate the mode before the writer.
@@ -83,27 +85,27 @@ BEGIN
         PERFORM runcontrol_reserve_budget(doc->>'tenant', (doc->'run'->>'run_id')::uuid,
                                           doc->'reserve');
     END IF;
-    IF doc ? 'steps' THEN PERFORM runcontrol_write_steps(doc->'steps'); END IF;
-    IF doc ? 'attempts' THEN PERFORM runcontrol_write_attempts(doc->'attempts'); END IF;
+    IF doc ? 'steps' THEN wrote := runcontrol_write_steps(doc->'steps'); END IF;
+    IF doc ? 'attempts' THEN wrote := runcontrol_write_attempts(doc->'attempts'); END IF;
     IF doc ? 'capacity' THEN
         PERFORM runcontrol_check_capacity(doc->>'tenant', (doc->>'capacity')::int);
     END IF;
-    IF doc ? 'leases' THEN PERFORM runcontrol_write_leases(doc->'leases'); END IF;
-    IF doc ? 'tool_calls' THEN PERFORM runcontrol_write_tool_calls(doc->'tool_calls'); END IF;
+    IF doc ? 'leases' THEN wrote := runcontrol_write_leases(doc->'leases'); END IF;
+    IF doc ? 'tool_calls' THEN wrote := runcontrol_write_tool_calls(doc->'tool_calls'); END IF;
     IF doc ? 'approvals' THEN
-        PERFORM runcontrol_write_approval_requests(doc->'approvals');
+        wrote := runcontrol_write_approval_requests(doc->'approvals');
     END IF;
     IF doc ? 'decisions' THEN
-        PERFORM runcontrol_write_approval_decisions(doc->'decisions');
+        wrote := runcontrol_write_approval_decisions(doc->'decisions');
     END IF;
     IF doc ? 'intents' THEN
-        PERFORM runcontrol_write_cancellation_intents(doc->'intents');
+        wrote := runcontrol_write_cancellation_intents(doc->'intents');
     END IF;
-    IF doc ? 'outbox' THEN PERFORM runcontrol_write_outbox(doc->'outbox'); END IF;
-    IF doc ? 'journal' THEN PERFORM runcontrol_write_recovery_journal(doc->'journal'); END IF;
-    IF doc ? 'audits' THEN PERFORM runcontrol_write_audit_log(doc->'audits'); END IF;
+    IF doc ? 'outbox' THEN wrote := runcontrol_write_outbox(doc->'outbox'); END IF;
+    IF doc ? 'journal' THEN wrote := runcontrol_write_recovery_journal(doc->'journal'); END IF;
+    IF doc ? 'audits' THEN wrote := runcontrol_write_audit_log(doc->'audits'); END IF;
     IF doc ? 'answer' THEN
-        PERFORM runcontrol_write_command_answers(jsonb_build_array(doc->'answer'));
+        wrote := runcontrol_write_command_answers(jsonb_build_array(doc->'answer'));
     END IF;
     IF doc ? 'release_budget' THEN
         PERFORM runcontrol_release_budget((doc->'run'->>'run_id')::uuid,

@@ -69,7 +69,7 @@ CREATE OR REPLACE TRIGGER runs_keep_pins BEFORE UPDATE
 
 -- writer: runcontrol_write_steps
 CREATE OR REPLACE FUNCTION runcontrol_write_steps(doc jsonb)
-RETURNS void LANGUAGE plpgsql AS $fn$
+RETURNS boolean LANGUAGE plpgsql AS $fn$
 BEGIN
     INSERT INTO steps (
             step_id, tenant_id, run_id, ordinal, name, agent_id, skill_id, state, max_attempts,
@@ -84,13 +84,14 @@ BEGIN
             state = EXCLUDED.state, max_attempts = EXCLUDED.max_attempts, gate = EXCLUDED.gate,
             side_effect_class = EXCLUDED.side_effect_class, not_before = EXCLUDED.not_before,
             failure_class = EXCLUDED.failure_class, outcome_hash = EXCLUDED.outcome_hash;
+    RETURN FOUND;
 END $fn$;
 REVOKE ALL ON FUNCTION runcontrol_write_steps(jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION runcontrol_write_steps(jsonb) TO runcontrol_app;
 
 -- writer: runcontrol_write_attempts
 CREATE OR REPLACE FUNCTION runcontrol_write_attempts(doc jsonb)
-RETURNS void LANGUAGE plpgsql AS $fn$
+RETURNS boolean LANGUAGE plpgsql AS $fn$
 BEGIN
     INSERT INTO attempts (
             attempt_id, tenant_id, step_id, run_id, agent_id, number, state, lease_id,
@@ -109,13 +110,14 @@ BEGIN
             outcome_hash = EXCLUDED.outcome_hash, failure_class = EXCLUDED.failure_class,
             dispatched_at = EXCLUDED.dispatched_at, settled_at = EXCLUDED.settled_at,
             settled_by = EXCLUDED.settled_by, progress_seq = EXCLUDED.progress_seq;
+    RETURN FOUND;
 END $fn$;
 REVOKE ALL ON FUNCTION runcontrol_write_attempts(jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION runcontrol_write_attempts(jsonb) TO runcontrol_app;
 
 -- writer: runcontrol_write_leases
 CREATE OR REPLACE FUNCTION runcontrol_write_leases(doc jsonb)
-RETURNS void LANGUAGE plpgsql AS $fn$
+RETURNS boolean LANGUAGE plpgsql AS $fn$
 BEGIN
     INSERT INTO leases (
             lease_id, tenant_id, attempt_id, run_id, holder, fencing_token, granted_at, expires_at,
@@ -130,13 +132,14 @@ BEGIN
             fencing_token = EXCLUDED.fencing_token, granted_at = EXCLUDED.granted_at,
             expires_at = EXCLUDED.expires_at, released_at = EXCLUDED.released_at,
             release_cause = EXCLUDED.release_cause;
+    RETURN FOUND;
 END $fn$;
 REVOKE ALL ON FUNCTION runcontrol_write_leases(jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION runcontrol_write_leases(jsonb) TO runcontrol_app;
 
 -- writer: runcontrol_write_tool_calls
 CREATE OR REPLACE FUNCTION runcontrol_write_tool_calls(doc jsonb)
-RETURNS void LANGUAGE plpgsql AS $fn$
+RETURNS boolean LANGUAGE plpgsql AS $fn$
 BEGIN
     INSERT INTO tool_calls (
             tool_call_id, tenant_id, run_id, call_id, attempt_id, request_hash, claimed_by,
@@ -152,13 +155,14 @@ BEGIN
             claimed_at = EXCLUDED.claimed_at, expires_at = EXCLUDED.expires_at,
             state = EXCLUDED.state, result_hash = EXCLUDED.result_hash,
             completed_at = EXCLUDED.completed_at, error = EXCLUDED.error;
+    RETURN FOUND;
 END $fn$;
 REVOKE ALL ON FUNCTION runcontrol_write_tool_calls(jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION runcontrol_write_tool_calls(jsonb) TO runcontrol_app;
 
 -- writer: runcontrol_write_approval_requests
 CREATE OR REPLACE FUNCTION runcontrol_write_approval_requests(doc jsonb)
-RETURNS void LANGUAGE plpgsql AS $fn$
+RETURNS boolean LANGUAGE plpgsql AS $fn$
 BEGIN
     INSERT INTO approval_requests (
             approval_id, tenant_id, run_id, step_id, attempt_id, action_class, proposal_hash,
@@ -178,13 +182,14 @@ BEGIN
             created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at,
             state = EXCLUDED.state, decided_by = EXCLUDED.decided_by,
             decided_at = EXCLUDED.decided_at, reason = EXCLUDED.reason, version = EXCLUDED.version;
+    RETURN FOUND;
 END $fn$;
 REVOKE ALL ON FUNCTION runcontrol_write_approval_requests(jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION runcontrol_write_approval_requests(jsonb) TO runcontrol_app;
 
 -- writer: runcontrol_write_approval_decisions
 CREATE OR REPLACE FUNCTION runcontrol_write_approval_decisions(doc jsonb)
-RETURNS void LANGUAGE plpgsql AS $fn$
+RETURNS boolean LANGUAGE plpgsql AS $fn$
 BEGIN
     INSERT INTO approval_decisions (
             approval_id, decided_by, tenant_id, run_id, decision, proposal_hash, reason,
@@ -193,26 +198,28 @@ BEGIN
             approval_id, decided_by, tenant_id, run_id, decision, proposal_hash, reason,
             break_glass, decided_at
         FROM jsonb_populate_recordset(NULL::approval_decisions, doc);
+    RETURN FOUND;
 END $fn$;
 REVOKE ALL ON FUNCTION runcontrol_write_approval_decisions(jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION runcontrol_write_approval_decisions(jsonb) TO runcontrol_app;
 
 -- writer: runcontrol_write_cancellation_intents
 CREATE OR REPLACE FUNCTION runcontrol_write_cancellation_intents(doc jsonb)
-RETURNS void LANGUAGE plpgsql AS $fn$
+RETURNS boolean LANGUAGE plpgsql AS $fn$
 BEGIN
     INSERT INTO cancellation_intents (
             intent_id, tenant_id, run_id, requested_by, reason, requested_at)
         SELECT
             intent_id, tenant_id, run_id, requested_by, reason, requested_at
         FROM jsonb_populate_recordset(NULL::cancellation_intents, doc);
+    RETURN FOUND;
 END $fn$;
 REVOKE ALL ON FUNCTION runcontrol_write_cancellation_intents(jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION runcontrol_write_cancellation_intents(jsonb) TO runcontrol_app;
 
 -- writer: runcontrol_write_outbox
 CREATE OR REPLACE FUNCTION runcontrol_write_outbox(doc jsonb)
-RETURNS void LANGUAGE plpgsql AS $fn$
+RETURNS boolean LANGUAGE plpgsql AS $fn$
 BEGIN
     INSERT INTO outbox (
             event_id, tenant_id, project_id, run_id, seq, topic, event_type, step_id, attempt_id,
@@ -223,13 +230,14 @@ BEGIN
             correlation_id, causation_id, producer, schema_version, payload, occurred_at,
             published_at
         FROM jsonb_populate_recordset(NULL::outbox, doc);
+    RETURN FOUND;
 END $fn$;
 REVOKE ALL ON FUNCTION runcontrol_write_outbox(jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION runcontrol_write_outbox(jsonb) TO runcontrol_app;
 
 -- writer: runcontrol_write_recovery_journal
 CREATE OR REPLACE FUNCTION runcontrol_write_recovery_journal(doc jsonb)
-RETURNS void LANGUAGE plpgsql AS $fn$
+RETURNS boolean LANGUAGE plpgsql AS $fn$
 BEGIN
     INSERT INTO recovery_journal (
             tenant_id, run_id, sequence, entity, entity_id, from_state, to_state, cause, actor,
@@ -238,32 +246,35 @@ BEGIN
             tenant_id, run_id, sequence, entity, entity_id, from_state, to_state, cause, actor,
             occurred_at
         FROM jsonb_populate_recordset(NULL::recovery_journal, doc);
+    RETURN FOUND;
 END $fn$;
 REVOKE ALL ON FUNCTION runcontrol_write_recovery_journal(jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION runcontrol_write_recovery_journal(jsonb) TO runcontrol_app;
 
 -- writer: runcontrol_write_audit_log
 CREATE OR REPLACE FUNCTION runcontrol_write_audit_log(doc jsonb)
-RETURNS void LANGUAGE plpgsql AS $fn$
+RETURNS boolean LANGUAGE plpgsql AS $fn$
 BEGIN
     INSERT INTO audit_log (
             tenant_id, run_id, kind, actor, detail, occurred_at)
         SELECT
             tenant_id, run_id, kind, actor, detail, occurred_at
         FROM jsonb_populate_recordset(NULL::audit_log, doc);
+    RETURN FOUND;
 END $fn$;
 REVOKE ALL ON FUNCTION runcontrol_write_audit_log(jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION runcontrol_write_audit_log(jsonb) TO runcontrol_app;
 
 -- writer: runcontrol_write_command_answers
 CREATE OR REPLACE FUNCTION runcontrol_write_command_answers(doc jsonb)
-RETURNS void LANGUAGE plpgsql AS $fn$
+RETURNS boolean LANGUAGE plpgsql AS $fn$
 BEGIN
     INSERT INTO command_answers (
             tenant_id, run_id, command_id, command, answer, created_at, fingerprint)
         SELECT
             tenant_id, run_id, command_id, command, answer, created_at, fingerprint
         FROM jsonb_populate_recordset(NULL::command_answers, doc);
+    RETURN FOUND;
 END $fn$;
 REVOKE ALL ON FUNCTION runcontrol_write_command_answers(jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION runcontrol_write_command_answers(jsonb) TO runcontrol_app;

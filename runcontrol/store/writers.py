@@ -14,8 +14,8 @@ rows to that table's writer, rendered here:
 
 Every writer is static SQL in plpgsql: its plans are cached per session, as the old whole
 function's were. Each answers a value so that ``runcontrol_apply`` calls it as an expression
-(``wrote := ...``), which plpgsql evaluates without starting an executor; ``PERFORM`` would
-start one per call and cost measurably more server CPU per document.
+(``wrote := ...``), which plpgsql evaluates as a simple expression, without the executor
+start-up a ``PERFORM`` (a whole query) pays per call.
 
 A migration freezes the writers as ``NNNN_writers.sql`` beside its own SQL. ``make sql``
 (``python -m runcontrol.store.writers``) writes into the newest migration's file the writers

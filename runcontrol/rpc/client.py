@@ -88,7 +88,7 @@ class GrpcWorkerClient:
             )
         request = rpc.to_request(command, self.instance_id)
         response = await self._unary(getattr(self._stub, rpc.method), request)
-        return cast(R, rpc.result(response, command))
+        return cast(R, rpc.result(response))
 
     # ------------------------------------------------------------------ claims and events
 

@@ -39,7 +39,15 @@ from ..store import queries as q
 from ..store.tables import runs
 from .codec import Codec, uuid_field
 from .status import DETAILS_KEY, rich_status
-from .table import NAMED_ACQUIRE, NAMED_RENEW, RPCS, Rpc, event_message, lease_message
+from .table import (
+    NAMED_ACQUIRE,
+    NAMED_RENEW,
+    RPCS,
+    Rpc,
+    event_message,
+    identity,
+    lease_message,
+)
 
 M = TypeVar("M", bound=Message)
 T = TypeVar("T")
@@ -191,7 +199,7 @@ class RunControlRpc:
         self, worker: WorkerIdentity, named: pb.NamedAttempt, command_id: str
     ) -> pb.AcquireLeaseResponse:
         codec: Codec[Any] = NAMED_RENEW if named.fencing_token else NAMED_ACQUIRE
-        supplied = {"tenant_id": worker.tenant_id, "holder": worker.holder}
+        supplied = identity(worker)
         if command_id:
             supplied["command_id"] = command_id
         command = codec.decode(named, **supplied)

@@ -14,6 +14,7 @@ from typing import Any
 from uuid import UUID
 
 from google.protobuf.message import Message
+from google.protobuf.message_factory import GetMessageClass
 
 from schemas import runcontrol_pb2 as pb
 
@@ -69,7 +70,7 @@ NAMED_ACQUIRE = Codec(
 NAMED_RENEW = Codec(RenewLease, pb.NamedAttempt, supplied=(*_FROM_TOKEN, "command_id"))
 
 
-def _identity(worker: WorkerIdentity) -> dict[str, str]:
+def identity(worker: WorkerIdentity) -> dict[str, str]:
     return {"tenant_id": worker.tenant_id, "holder": worker.holder}
 
 
@@ -78,17 +79,18 @@ def _identity(worker: WorkerIdentity) -> dict[str, str]:
 ToCommand = Callable[[Any, WorkerIdentity], Command[Any]]
 ToRequest = Callable[[Any, str], Message]  # (command, worker_instance_id)
 Answer = Callable[[Any], Message]  # the command's answer -> the response
-Result = Callable[[Any, Any], Any]  # (response, command) -> the command's answer
+Result = Callable[[Any], Any]  # the response -> the command's answer
 
 
 @dataclass(frozen=True, slots=True)
 class Rpc:
     """One method of ``runcontrol.v1.RunControl``.
 
-    A row with a ``codec`` is served generically: the request is its command (plus the
+    A row with ``to_command`` is served generically: the request is its command (plus the
     caller's identity), sent to the run's grain, and ``answer`` makes the response. A row
     without one is a method of ``RunControlRpc`` of the same name in snake case (a long-poll,
-    a stream). ``commands`` are those the worker's client sends through the method.
+    a stream). ``commands`` are those the worker's client sends through the method:
+    ``to_request`` makes the request, ``result`` reads the command's answer back.
     """
 
     method: str
@@ -108,27 +110,45 @@ class Rpc:
         return "".join("_" + c.lower() if c.isupper() else c for c in self.method).lstrip("_")
 
 
+_SERVICE = pb.DESCRIPTOR.services_by_name["RunControl"]
+
+
+def _messages(method: str) -> tuple[type[Message], type[Message]]:
+    """The request and response message of a method of the proto's service."""
+    m = _SERVICE.methods_by_name[method]
+    return GetMessageClass(m.input_type), GetMessageClass(m.output_type)
+
+
 def command_rpc(
     method: str,
     command: type[Command[Any]],
-    request: type[Message],
-    response: type[Message],
+    reply: Codec[Any] | tuple[Answer, Result],
     *,
-    answer: Answer,
-    result: Callable[[Any], Any],
+    inside: str | None = None,
 ) -> Rpc:
-    """A fenced worker command: its request message carries the command's fields by name."""
+    """A fenced worker command: its request message carries the command's fields by name.
+    ``reply``: the codec of the command's answer (the whole response, or its field
+    ``inside``), or how the answer becomes the response and back."""
+    request, response = _messages(method)
     codec = _fenced(command, request)
+    if isinstance(reply, tuple):
+        answer, result = reply
+    elif inside is None:
+        answer, result = reply.encode, reply.decode
+    else:
+        field, answers = inside, reply
+        answer = lambda value: response(**{field: answers.encode(value)})  # noqa: E731
+        result = lambda message: answers.decode(getattr(message, field))  # noqa: E731
     return Rpc(
         method,
         request,
         response,
         RUNTIME,
         commands=(command,),
-        to_command=lambda req, worker: codec.decode(req, **_identity(worker)),
+        to_command=lambda req, worker: codec.decode(req, **identity(worker)),
         to_request=lambda cmd, instance: codec.encode(cmd, worker_instance_id=instance),
         answer=answer,
-        result=lambda response, _: result(response),
+        result=result,
     )
 
 
@@ -156,70 +176,30 @@ RPCS: tuple[Rpc, ...] = (
     # Claim the next attempt (a long-poll, no command), or acquire / renew one attempt's lease.
     Rpc(
         "AcquireLease",
-        pb.AcquireLeaseRequest,
-        pb.AcquireLeaseResponse,
+        *_messages("AcquireLease"),
         RUNTIME,
         commands=(AcquireLease, RenewLease),
         to_request=_lease_request,
-        result=lambda response, _: LEASE.decode(response.lease),
+        result=lambda response: LEASE.decode(response.lease),
     ),
-    command_rpc(
-        "ReportAttemptOutcome",
-        ReportOutcome,
-        pb.ReportAttemptOutcomeRequest,
-        pb.ReportAttemptOutcomeResponse,
-        answer=lambda a: pb.ReportAttemptOutcomeResponse(attempt=ATTEMPT.encode(a)),
-        result=lambda response: ATTEMPT.decode(response.attempt),
-    ),
-    command_rpc(
-        "RequestApproval",
-        RequestApproval,
-        pb.RequestApprovalRequest,
-        pb.RequestApprovalResponse,
-        answer=_approval_response,
-        result=_approval,
-    ),
-    Rpc("WatchRun", pb.WatchRunRequest, pb.RunEvent, RUNS_READ, stream=True),
-    command_rpc(
-        "ReportProgress",
-        ReportProgress,
-        pb.ReportProgressRequest,
-        pb.ReportProgressResponse,
-        answer=PROGRESS_ACK.encode,
-        result=PROGRESS_ACK.decode,
-    ),
-    command_rpc(
-        "ClaimToolCall",
-        ClaimToolCall,
-        pb.ClaimToolCallRequest,
-        pb.ToolCallResponse,
-        answer=TOOL_CALL.encode,
-        result=TOOL_CALL.decode,
-    ),
-    command_rpc(
-        "CompleteToolCall",
-        CompleteToolCall,
-        pb.CompleteToolCallRequest,
-        pb.ToolCallResponse,
-        answer=TOOL_CALL.encode,
-        result=TOOL_CALL.decode,
-    ),
+    command_rpc("ReportAttemptOutcome", ReportOutcome, ATTEMPT, inside="attempt"),
+    command_rpc("RequestApproval", RequestApproval, (_approval_response, _approval)),
+    Rpc("WatchRun", *_messages("WatchRun"), RUNS_READ, stream=True),
+    command_rpc("ReportProgress", ReportProgress, PROGRESS_ACK),
+    command_rpc("ClaimToolCall", ClaimToolCall, TOOL_CALL),
+    command_rpc("CompleteToolCall", CompleteToolCall, TOOL_CALL),
 )
 
 BY_COMMAND: Mapping[type[Command[Any]], Rpc] = {c: r for r in RPCS for c in r.commands}
 
 
 def _check_service() -> None:
-    """Every method of the proto's service has a row, with its request and response."""
-    service = pb.DESCRIPTOR.services_by_name["RunControl"]
+    """Every method of the proto's service has one row, streaming as the proto says."""
     rows = {r.method: r for r in RPCS}
-    if set(rows) != set(service.methods_by_name):
-        raise TypeError(f"RPCS {sorted(rows)} != RunControl {sorted(service.methods_by_name)}")
-    for m in service.methods:
-        row = rows[m.name]
-        if (row.request.DESCRIPTOR, row.response.DESCRIPTOR) != (m.input_type, m.output_type):
-            raise TypeError(f"RPCS {m.name}: not {m.input_type.name} -> {m.output_type.name}")
-        if row.stream != m.server_streaming:
+    if sorted(rows) != sorted(_SERVICE.methods_by_name) or len(rows) != len(RPCS):
+        raise TypeError(f"RPCS {sorted(rows)} != RunControl {sorted(_SERVICE.methods_by_name)}")
+    for m in _SERVICE.methods:
+        if rows[m.name].stream != m.server_streaming:
             raise TypeError(f"RPCS {m.name}: streaming is {m.server_streaming}")
 
 

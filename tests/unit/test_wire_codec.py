@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import typing
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
 import pytest
 
+import runcontrol
 from runcontrol.commands import ReportOutcome, ReportProgress
 from runcontrol.domain import (
     ApprovalRequest,
@@ -284,3 +287,14 @@ def test_each_worker_command_has_one_rpc() -> None:
     }
     service = pb.DESCRIPTOR.services_by_name["RunControl"]
     assert [r.method for r in table.RPCS] == [m.name for m in service.methods]
+
+
+def test_neither_edge_imports_the_other() -> None:
+    """rpc/ and api/ share runcontrol.edge; neither reaches into the other."""
+    root = Path(runcontrol.__file__).parent
+    for edge, other in (("rpc", "api"), ("api", "rpc")):
+        for path in (root / edge).glob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and node.level == 2:
+                    module = node.module or ""
+                    assert module.split(".")[0] != other, f"{edge}/{path.name} imports ..{module}"

@@ -113,7 +113,13 @@ def _proto_enum(cls: type[Enum], fd: Any, where: str) -> tuple[Encode, Decode]:
     if missing:
         raise TypeError(f"{where}: the proto enum {fd.enum_type.name} lacks {missing}")
     by_number = {numbers[m.name].number: m for m in cls}
-    return (lambda v: numbers[v.name].number), by_number.__getitem__
+
+    def decode(number: int) -> Enum:
+        if number not in by_number:
+            raise errors.ValidationFailed(f"unknown {fd.name} {number}", field=fd.name)
+        return by_number[number]
+
+    return (lambda v: numbers[v.name].number), decode
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

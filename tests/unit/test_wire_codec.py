@@ -247,6 +247,7 @@ def test_an_empty_command_id_gets_a_new_one_and_bad_fields_are_the_callers_error
     bad: list[tuple[dict[str, Any], str]] = [
         ({"run_id": "not-a-uuid"}, "run_id must be a UUID"),
         ({"outcome": pb.ATTEMPT_OUTCOME_UNSPECIFIED}, "outcome is required"),
+        ({"outcome": 42}, "unknown outcome 42"),
         ({"failure_class": "bored"}, "unknown failure class 'bored'"),
     ]
     for change, message in bad:

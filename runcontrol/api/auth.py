@@ -13,19 +13,18 @@ from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ..domain import errors
-from ..domain.access import OPERATION_SCOPE, Operation, allows
-from ..edge.auth import (
+from ..domain.access import (
     ALL_SCOPES,
     APPROVALS_DECIDE,
     APPROVALS_READ,
+    OPERATION_SCOPE,
     RUNS_READ,
     RUNS_WRITE,
     RUNTIME,
-    Caller,
-    TokenVerifier,
-    jwks_document,
-    mint_dev_token,
+    Operation,
+    allows,
 )
+from ..edge.auth import Caller, TokenVerifier, jwks_document, mint_dev_token
 from ..edge.errors import InsufficientScope, Unauthorized
 
 __all__ = [

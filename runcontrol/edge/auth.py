@@ -24,27 +24,11 @@ import jwt
 
 from ..config import AuthOptions
 from ..domain import Principal, Role, errors
-from ..domain.access import (
-    ALL_SCOPES,
-    APPROVALS_DECIDE,
-    APPROVALS_READ,
-    RUNS_READ,
-    RUNS_WRITE,
-    RUNTIME,
-    effective_scopes,
-    project_scope,
-    scopes_of,
-)
+from ..domain.access import effective_scopes, project_scope, scopes_of
 from ..telemetry import annotate
 from .errors import Unauthorized
 
 __all__ = [
-    "ALL_SCOPES",
-    "APPROVALS_DECIDE",
-    "APPROVALS_READ",
-    "RUNS_READ",
-    "RUNS_WRITE",
-    "RUNTIME",
     "Caller",
     "TokenVerifier",
     "caller_from_claims",

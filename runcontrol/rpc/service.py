@@ -30,9 +30,10 @@ from schemas import runcontrol_pb2 as pb
 from ..client import TERMINAL_EVENTS, RunControlClient
 from ..config import Settings
 from ..domain import Role, RunState, WorkerIdentity, errors
+from ..domain.access import RUNS_READ, RUNTIME
 from ..drain import Drain
 from ..edge import reads
-from ..edge.auth import RUNS_READ, RUNTIME, Caller, TokenVerifier
+from ..edge.auth import Caller, TokenVerifier
 from ..edge.errors import InsufficientScope, Unauthorized
 from ..store import Database
 from ..store import queries as q

@@ -221,17 +221,22 @@ def _report_rpc() -> table.Rpc:
     return table.BY_COMMAND[ReportOutcome]
 
 
+def _fenced(fencing_token: int = 1) -> dict[str, Any]:
+    """A fenced command's fields: the caller's identity and an attempt."""
+    return {
+        "tenant_id": WORKER.tenant_id,
+        "holder": WORKER.holder,
+        "run_id": uuid4(),
+        "attempt_id": uuid4(),
+        "fencing_token": fencing_token,
+    }
+
+
 def test_a_request_is_its_command_with_the_callers_identity() -> None:
     rpc = _report_rpc()
     assert rpc.to_command is not None and rpc.to_request is not None
     sent = ReportOutcome(
-        tenant_id=WORKER.tenant_id,
-        run_id=uuid4(),
-        attempt_id=uuid4(),
-        holder=WORKER.holder,
-        fencing_token=4,
-        outcome=AttemptOutcome.UNCERTAIN,
-        failure_class=FailureClass.TRANSIENT,
+        **_fenced(4), outcome=AttemptOutcome.UNCERTAIN, failure_class=FailureClass.TRANSIENT
     )
     request = rpc.to_request(sent, WORKER.instance_id)
     assert request.outcome == pb.UNCERTAIN and request.worker_instance_id == "inst-1"
@@ -259,12 +264,7 @@ def test_progress_messages_cross_as_a_repeated_message() -> None:
     rpc = table.BY_COMMAND[ReportProgress]
     assert rpc.to_command is not None and rpc.to_request is not None
     sent = ReportProgress(
-        tenant_id=WORKER.tenant_id,
-        run_id=uuid4(),
-        attempt_id=uuid4(),
-        holder=WORKER.holder,
-        fencing_token=1,
-        messages=(ProgressMessage(1, "half", {"pct": 50}), ProgressMessage(2)),
+        **_fenced(), messages=(ProgressMessage(1, "half", {"pct": 50}), ProgressMessage(2))
     )
     assert rpc.to_command(rpc.to_request(sent, "inst-1"), WORKER) == sent
     listed = pb.ReportProgressRequest(

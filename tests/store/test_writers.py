@@ -21,7 +21,7 @@ from support import drive, new_database
 from test_schema_source import Prepared, everything
 
 from runcontrol.config import Settings
-from runcontrol.store import Database, Store, writers
+from runcontrol.store import Database, Store, rows, writers
 from runcontrol.store.commit import conclude, prepare
 from runcontrol.store.tables import RUN_PINS, metadata
 
@@ -73,6 +73,14 @@ def test_every_writer_is_frozen_once_and_the_database_runs_it(owner_engine):
     for unit in units:
         assert source.get(unit.name) == unit.body, f"{unit.name}: the migration did not run it"
     assert "runs_keep_pins" in triggers
+
+
+def test_every_table_a_document_writes_has_a_writer():
+    """One per row mapper (the run's are two) and the stored answers: a new table the write
+    path writes cannot be left to hand-written SQL."""
+    mapped = {m.table.name for m in rows.MAPPERS.values()}
+    assert {"runs", *writers.WRITTEN} == mapped | {"command_answers"}
+    assert len(writers.WRITTEN) == len(set(writers.WRITTEN))
 
 
 def test_writers_upsert_mutable_tables_and_only_insert_into_appended_ones():

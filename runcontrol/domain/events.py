@@ -480,6 +480,12 @@ EVENT_TYPES: Mapping[str, type[EventBody]] = _register(
 TOPICS: Mapping[str, str] = {name: cls.topic for name, cls in EVENT_TYPES.items()}
 
 
+# The events that end a run's stream: nothing follows them.
+TERMINAL_EVENTS: frozenset[str] = frozenset(
+    cls.event_type() for cls in (RunCompleted, RunFailed, RunCancelled)
+)
+
+
 def payload_schemas() -> dict[str, dict[str, Any]]:
     """Every event type's topic, schema version and payload schema, by type."""
     return {

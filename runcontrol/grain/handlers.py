@@ -43,6 +43,7 @@ from ..domain import (
     LeaseGrant,
     ProgressAck,
     RunAggregate,
+    RunState,
     ToolCallClaim,
     errors,
 )
@@ -61,7 +62,7 @@ Handler = Callable[["RunGrain", Any], Awaitable[Any]]
 
 async def dispatch(g: RunGrain, command: DispatchRun) -> Attempt | None:
     """RunDispatcher: dispatch the next due Pending step if capacity allows."""
-    if (await g.load_cached()).run.state.value == "Accepted":
+    if (await g.load_cached()).run.state is RunState.ACCEPTED:
         await submission.start(g, StartRun(tenant_id=g.tenant_id, run_id=g.run_id))
         return None
     return await decide(g, Plan(g.dispatch_due, "run-dispatcher"), command)
@@ -87,7 +88,7 @@ async def wake(g: RunGrain, command: WakeRun) -> WakeResult:
     agg = await g.load_cached()
     if agg.run.state.terminal:
         return WakeResult()
-    if agg.run.state.value == "Accepted":
+    if agg.run.state is RunState.ACCEPTED:
         await submission.start(g, StartRun(tenant_id=g.tenant_id, run_id=g.run_id))
         return WakeResult(started=True)
     options = g.env.options

@@ -18,7 +18,14 @@ from ..commands import (
     SubmitRun,
     fingerprint,
 )
-from ..domain import CommandContext, RunAggregate, Submission, canonical_hash, errors
+from ..domain import (
+    CommandContext,
+    RunAggregate,
+    RunState,
+    Submission,
+    canonical_hash,
+    errors,
+)
 from ..store.commit import DuplicateSubmission, Reservation, StoredAnswer
 from ..store.commit import prepare as prepare_commit
 from .env import Plan
@@ -170,7 +177,7 @@ async def start(grain: RunGrain, command: StartRun) -> None:
     again a run left Accepted (a run accepted before migration 0007, or a lost command).
     """
     agg = await grain.load_cached()
-    if agg.run.state.value != "Accepted":
+    if agg.run.state is not RunState.ACCEPTED:
         return
     if agg.run.budget_reservation_id is not None:
         await decide(grain, Plan(grain.dispatch_due, "run-dispatcher"), command)

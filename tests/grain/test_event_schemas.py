@@ -9,18 +9,24 @@ the stored form following (or the reverse) fails here.
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
-from grain_harness import REQUESTER, SHARED, WORKER, Harness, proposal
+from grain_harness import (
+    REQUESTER,
+    SHARED,
+    WORKER,
+    Harness,
+    control,
+    fenced,
+    proposal,
+    report,
+)
 from jsonschema import Draft202012Validator
-from support import SyncGrain
 
 from runcontrol.commands import (
     CancelRun,
     ClaimToolCall,
     CompleteToolCall,
     DecideApproval,
-    ReportOutcome,
     ReportProgress,
     RequestApproval,
     RerunRun,
@@ -34,10 +40,7 @@ from runcontrol.domain import (
     AttemptOutcome,
     Decision,
     FailureClass,
-    LeaseGrant,
-    Principal,
     ProgressMessage,
-    Role,
     StepSpec,
     canonical_hash,
 )
@@ -51,36 +54,6 @@ VALIDATORS = {
 }
 
 
-def fenced(grain: SyncGrain, grant: LeaseGrant) -> dict[str, Any]:
-    return {
-        "tenant_id": grain.tenant_id,
-        "run_id": grain.run_id,
-        "attempt_id": grant.attempt_id,
-        "holder": grant.holder,
-        "fencing_token": grant.fencing_token,
-    }
-
-
-def operator(h: Harness) -> Principal:
-    return Principal("olga", h.tenant, "ops", frozenset({Role.OPERATOR}))
-
-
-def control(h: Harness, grain: SyncGrain, kind: type[Any], **kw: Any) -> Any:
-    return grain.execute(
-        kind(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            principal=operator(h),
-            reason="checking",
-            **kw,
-        )
-    )
-
-
-def report(grain: SyncGrain, grant: LeaseGrant, outcome: AttemptOutcome, **kw: Any) -> Any:
-    return grain.execute(ReportOutcome(**fenced(grain, grant), outcome=outcome, **kw))
-
-
 def approved_run_with_progress_and_a_tool_call(h: Harness) -> None:
     """Accepted, dispatched, leased; progress; a tool call claimed and completed; an approval
     requested, the attempt parked, approved and resumed; completed."""
@@ -88,28 +61,29 @@ def approved_run_with_progress_and_a_tool_call(h: Harness) -> None:
     grain, _ = h.submit(h.request(workflow_id="gated"))
     grant = h.lease(grain)
     grain.execute(
-        ReportProgress(**fenced(grain, grant), messages=(ProgressMessage(1, "half", {"pct": 50}),))
+        ReportProgress(
+            **fenced(grant, h.tenant), messages=(ProgressMessage(1, "half", {"pct": 50}),)
+        )
     )
     request_hash = canonical_hash({"tool": "open-pr"})
-    grain.execute(ClaimToolCall(**fenced(grain, grant), call_id="c1", request_hash=request_hash))
+    grain.execute(ClaimToolCall(**fenced(grant, h.tenant), call_id="c1", request_hash=request_hash))
     grain.execute(
         CompleteToolCall(
-            **fenced(grain, grant), call_id="c1", result_hash=canonical_hash({"pr": 1})
+            **fenced(grant, h.tenant), call_id="c1", result_hash=canonical_hash({"pr": 1})
         )
     )
-    approval = grain.execute(RequestApproval(**fenced(grain, grant), proposal_hash=proposal()))
+    approval = grain.execute(RequestApproval(**fenced(grant, h.tenant), proposal_hash=proposal()))
     assert approval is not None
-    grain.execute(
-        DecideApproval(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            approval_id=approval.approval_id,
-            principal=h.reviewer(),
-            decision=Decision.APPROVE,
-            version=approval.version,
-            proposal_hash=proposal(),
-        )
+    approve = DecideApproval(
+        tenant_id=grain.tenant_id,
+        run_id=grain.run_id,
+        approval_id=approval.approval_id,
+        principal=h.reviewer(),
+        decision=Decision.APPROVE,
+        version=approval.version,
+        proposal_hash=proposal(),
     )
+    grain.execute(approve)
     h.succeed(grain, h.lease(grain))
 
 
@@ -155,7 +129,9 @@ def expired_tool_call(h: Harness) -> None:
     grain, _ = h.submit(h.request(workflow_id="orphan"))
     grant = h.lease(grain)
     grain.execute(
-        ClaimToolCall(**fenced(grain, grant), call_id="c2", request_hash=canonical_hash({"n": 2}))
+        ClaimToolCall(
+            **fenced(grant, h.tenant), call_id="c2", request_hash=canonical_hash({"n": 2})
+        )
     )
     h.clock.advance(3600)
     h.wake(grain)  # the claim and the lease expire; the run fails (one attempt allowed)

@@ -55,6 +55,12 @@ PUBLISHED_TOPICS = {
 CAMEL = re.compile(r"^[a-z][a-zA-Z]*$")
 
 
+def moved(current: RunState, target: RunState) -> RunStateChanged:
+    return RunStateChanged(
+        run_id=RUN_ID, tenant_id="t", from_state=current, to_state=target, cause="x"
+    )
+
+
 def test_topics_are_derived_from_the_classes_and_unchanged():
     assert dict(TOPICS) == PUBLISHED_TOPICS
     assert all(cls.event_type() == name for name, cls in EVENT_TYPES.items())
@@ -97,13 +103,7 @@ def test_a_payload_is_json_with_ids_times_and_enums_as_strings():
         "expiresAt": at.isoformat(),
     }
     assert json.loads(json.dumps(payload)) == payload
-    changed = RunStateChanged(
-        run_id=RUN_ID,
-        tenant_id="t",
-        from_state=RunState.ACCEPTED,
-        to_state=RunState.RUNNING,
-        cause="FirstAttemptDispatched",
-    ).to_payload()
+    changed = moved(RunState.ACCEPTED, RunState.RUNNING).to_payload()
     assert type(changed["fromState"]) is str and changed["toState"] == "Running"
     # A dispatch has no lease yet: its lease keys are present and null.
     dispatched = AttemptDispatched(
@@ -118,13 +118,7 @@ def test_a_payload_is_json_with_ids_times_and_enums_as_strings():
 
 
 def test_bodies_are_frozen_and_typed():
-    body = RunStateChanged(
-        run_id=RUN_ID,
-        tenant_id="t",
-        from_state=RunState.RUNNING,
-        to_state=RunState.FAILED,
-        cause="x",
-    )
+    body = moved(RunState.RUNNING, RunState.FAILED)
     with pytest.raises(dataclasses.FrozenInstanceError):
         body.cause = "y"  # type: ignore[misc]
     assert isinstance(body, EventBody)

@@ -157,17 +157,10 @@ class Harness:
         )
 
     def succeed(self, grain: SyncGrain, grant: LeaseGrant, n: int = 1) -> Attempt:
-        return grain.execute(
-            ReportOutcome(
-                tenant_id=grain.tenant_id,
-                run_id=grain.run_id,
-                attempt_id=grant.attempt_id,
-                holder=grant.holder,
-                fencing_token=grant.fencing_token,
-                outcome=AttemptOutcome.SUCCEEDED,
-                outcome_hash=outcome_hash(n),
-            )
+        attempt: Attempt = report(
+            grain, grant, AttemptOutcome.SUCCEEDED, outcome_hash=outcome_hash(n)
         )
+        return attempt
 
     def wake(self, grain: SyncGrain) -> WakeResult:
         """The reminder, as the scheduler sends it."""

@@ -74,16 +74,17 @@ def approved_run_with_progress_and_a_tool_call(h: Harness) -> None:
     )
     approval = grain.execute(RequestApproval(**fenced(grant, h.tenant), proposal_hash=proposal()))
     assert approval is not None
-    approve = DecideApproval(
-        tenant_id=grain.tenant_id,
-        run_id=grain.run_id,
-        approval_id=approval.approval_id,
-        principal=h.reviewer(),
-        decision=Decision.APPROVE,
-        version=approval.version,
-        proposal_hash=proposal(),
+    grain.execute(
+        DecideApproval(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            approval_id=approval.approval_id,
+            principal=h.reviewer(),
+            decision=Decision.APPROVE,
+            version=approval.version,
+            proposal_hash=approval.proposal_hash,
+        )
     )
-    grain.execute(approve)
     h.succeed(grain, h.lease(grain))
 
 

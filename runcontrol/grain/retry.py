@@ -12,9 +12,15 @@ import copy
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..commands import Command, fingerprint
-from ..domain import errors
-from ..store.commit import PendingCommit, Reservation, StoredAnswer, audits_document, conclude
-from ..store.commit import prepare as prepare_commit
+from ..domain import AuditRecord, errors
+from ..store.commit import (
+    PendingCommit,
+    Reservation,
+    StoredAnswer,
+    audits_document,
+    conclude,
+    prepare,
+)
 from .env import Plan
 
 if TYPE_CHECKING:
@@ -60,7 +66,7 @@ async def decide(
             fingerprint(command),
         )
         reserved = reserve if reserve is not None and grain.records(agg, reserve) else None
-        pending = prepare_commit(
+        pending = prepare(
             grain.tenant_id,
             agg,
             env.options,
@@ -92,7 +98,7 @@ async def commit(grain: RunGrain, pending: PendingCommit) -> None:
     conclude(pending, await grain.env.commits.commit(pending.doc, pending.key))
 
 
-async def commit_audits(grain: RunGrain, audits: list[Any]) -> None:
+async def commit_audits(grain: RunGrain, audits: list[AuditRecord]) -> None:
     """Commit a refused command's audit records (the refusal itself changes nothing)."""
     if audits:
         answer = await grain.env.commits.commit(

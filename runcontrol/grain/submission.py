@@ -26,8 +26,7 @@ from ..domain import (
     canonical_hash,
     errors,
 )
-from ..store.commit import DuplicateSubmission, Reservation, StoredAnswer
-from ..store.commit import prepare as prepare_commit
+from ..store.commit import DuplicateSubmission, Reservation, StoredAnswer, prepare
 from .env import Plan
 from .retry import commit, decide
 
@@ -106,7 +105,7 @@ async def accept(grain: RunGrain, command: SubmitRun, also: Also | None = None) 
         answer = StoredAnswer(
             command.command_id, type(command).__name__, result, ctx.now, fingerprint(command)
         )
-        pending = prepare_commit(
+        pending = prepare(
             grain.tenant_id,
             agg,
             env.options,

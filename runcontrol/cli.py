@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -228,6 +229,38 @@ class _Stop:
             signal.signal(sig, lambda *_: self.begin())
 
 
+async def _hint_workers(db: Any, stall_s: float | None, stop: asyncio.Event) -> None:
+    """Say once per (tenant, agent) how to start a worker for work nobody takes (a tenant
+    that published a workflow but runs no worker: the demo workers take tenant demo's only)."""
+    from .store import queries as q
+
+    if stall_s is None:
+        return
+    said: set[tuple[str, str]] = set()
+
+    def stalled() -> list[tuple[str, str, int, datetime]]:
+        with db.system_tx() as conn:
+            return q.stalled_attempts(conn, datetime.now(UTC), stall_s)
+
+    while not stop.is_set():
+        try:
+            found = await asyncio.to_thread(stalled)
+        except Exception as exc:  # noqa: BLE001 - a hint; the next look may work
+            log.warning("could not look for work nobody takes: %r", exc)
+            found = []
+        for tenant, agent, n, _ in found:
+            if (tenant, agent) not in said:
+                said.add((tenant, agent))
+                _say(
+                    f"tenant {tenant!r}: {n} attempt(s) of agent {agent!r} waiting over "
+                    f"{stall_s:g} s with no worker; start one: runcontrol worker --tenant "
+                    f"{tenant} --sub worker --agents {agent} (or over gRPC: --transport grpc "
+                    f"--token of role Worker for tenant {tenant})"
+                )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), min(stall_s, 30.0))
+
+
 def _exit_stopped() -> NoReturn:
     """Exit once everything is stopped: the exit handlers (the embedded PostgreSQL's stop
     among them) run, the interpreter's teardown does not. That teardown is Ray's client of a
@@ -364,7 +397,11 @@ within {settings.drain.grace_seconds + STOP_MARGIN_S:g} s; a second Ctrl-C stops
         ]
         workers = _workers(client, holders, settings)
         tasks = _start_workers(workers)
+        hints = asyncio.create_task(
+            _hint_workers(container.db, settings.api.dispatch_stall_seconds, stop)
+        )
         await stop.wait()
+        hints.cancel()
         _say(f"draining (at most {settings.drain.grace_seconds:g} s) ...")
         report = await drain_service(
             service,
@@ -389,7 +426,10 @@ within {settings.drain.grace_seconds + STOP_MARGIN_S:g} s; a second Ctrl-C stops
         timings = stop_service(serve_timeout_s=stopping.remaining() - 2.0)
         since = stopping.stage("serve_and_ray", since)
         db.dispose()
-        left = guard.reap_now(skip=("postgres",))  # PostgreSQL: the wheel's stop, at exit
+        if not settings.database_url:
+            embedded.stop(settings.data_dir or embedded.default_data_dir())
+        since = stopping.stage("database", since)
+        left = guard.reap_now()
         stopping.stage("leftovers", since)
         total = round(time.monotonic() - stopping.started, 2)
         _say(

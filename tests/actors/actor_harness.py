@@ -269,7 +269,7 @@ class RayHarness:
 
     def leases(self, run_id: UUID) -> list[Any]:
         """In the order they were granted (not by token: then "increasing" proves "unique")."""
-        return self.rows(leases, run_id, (leases.c.granted_at, leases.c.lease_id))
+        return self.rows(leases, run_id, leases.c.granted_at)
 
     def assert_consistent(self, run_id: UUID) -> Any:
         """The store invariants one run must keep, whatever raced on it."""

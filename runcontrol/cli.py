@@ -273,14 +273,22 @@ def _exit_stopped() -> NoReturn:
     os._exit(0)
 
 
-def _start_lifeline(settings: Settings) -> lifeline.Lifeline:
-    """Stop what a killed ``runcontrol up`` of this data dir left running (one line), refuse
-    to start beside a live one, and tie what this one starts to its life."""
+def _start_lifeline(settings: Settings, host: str, port: int) -> lifeline.Lifeline:
+    """Stop what a killed ``runcontrol up`` of this install left running (one line), refuse
+    to start beside a live one, and tie what this one starts to its life. An install is its
+    embedded data dir; with a configured database, that database and the HTTP address."""
     data_dir = Path(settings.data_dir or embedded.default_data_dir()).expanduser().resolve()
-    key, record = lifeline.key_for(data_dir), lifeline.record_path(data_dir)
+    if settings.database_url:
+        where = f"{host}:{port} with the configured database"
+        key = lifeline.key_of(f"{settings.database_url}|{where}")
+        record = data_dir.with_name(f"up-{key}.processes.json")
+    else:
+        where = str(data_dir)
+        key, record = lifeline.key_for(data_dir), lifeline.record_path(data_dir)
+    record.parent.mkdir(parents=True, exist_ok=True)
     running, owner, left = lifeline.leftovers(key, record)
     if running is not None:
-        raise SystemExit(f"runcontrol: runcontrol up (pid {running}) is running on {data_dir}")
+        raise SystemExit(f"runcontrol: runcontrol up (pid {running}) is running on {where}")
     if left:
         names = lifeline.reap(left)
         _say(f"stopped what a killed runcontrol up (pid {owner}) left: {lifeline.describe(names)}")
@@ -314,7 +322,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
         settings.auth.check()
     except AuthNotConfigured as exc:
         raise SystemExit(f"runcontrol: {exc}") from None
-    guard = _start_lifeline(settings)
+    guard = _start_lifeline(settings, args.host, args.port)
     if args.address is None:
         _check_ports(args.host, {"HTTP": args.port, "gRPC": args.grpc_port})
     _say("starting PostgreSQL " + ("(configured URL)" if settings.database_url else "(embedded)"))

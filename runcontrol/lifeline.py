@@ -47,8 +47,11 @@ TAG = "RUNCONTROL_UP"
 
 def key_for(data_dir: str | Path) -> str:
     """The key of one install: its data dir (what a leftover of an earlier run shares)."""
-    resolved = str(Path(data_dir).expanduser().resolve())
-    return hashlib.sha256(resolved.encode()).hexdigest()[:16]
+    return key_of(str(Path(data_dir).expanduser().resolve()))
+
+
+def key_of(identity: str) -> str:
+    return hashlib.sha256(identity.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

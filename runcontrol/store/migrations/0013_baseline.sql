@@ -223,7 +223,8 @@ CREATE INDEX ix_attempts_claimable ON attempts (agent_id, dispatched_at) WHERE s
 
 CREATE INDEX ix_attempts_run ON attempts (run_id);
 
-CREATE UNIQUE INDEX uq_attempts_open_per_step ON attempts (step_id) WHERE state IN ('Dispatched', 'Leased', 'Parked');
+CREATE UNIQUE INDEX uq_attempts_open_per_step ON attempts (step_id)
+	WHERE state IN ('Dispatched', 'Leased', 'Parked');
 
 CREATE TABLE approval_requests (
 	approval_id UUID NOT NULL,
@@ -256,7 +257,8 @@ CREATE INDEX ix_approvals_list ON approval_requests (tenant_id, state, created_a
 
 CREATE INDEX ix_approvals_run ON approval_requests (run_id);
 
-CREATE UNIQUE INDEX uq_approvals_pending_per_step ON approval_requests (step_id) WHERE state = 'Pending';
+CREATE UNIQUE INDEX uq_approvals_pending_per_step ON approval_requests (step_id)
+	WHERE state = 'Pending';
 
 CREATE TABLE leases (
 	lease_id UUID NOT NULL,
@@ -400,120 +402,25 @@ CREATE INDEX ix_webhook_deliveries_pending ON webhook_deliveries (subscription_i
 	WHERE state = 'Pending';
 CREATE INDEX ix_webhook_deliveries_position ON webhook_deliveries (position);
 
--- Row-level security: the tenant's rows only, for every role but the system role (BYPASSRLS).
-ALTER TABLE runs ENABLE ROW LEVEL SECURITY;
-ALTER TABLE runs FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON runs
-    USING (tenant_id = current_setting('runcontrol.tenant_id', true))
-    WITH CHECK (tenant_id = current_setting('runcontrol.tenant_id', true));
-
-ALTER TABLE steps ENABLE ROW LEVEL SECURITY;
-ALTER TABLE steps FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON steps
-    USING (tenant_id = current_setting('runcontrol.tenant_id', true))
-    WITH CHECK (tenant_id = current_setting('runcontrol.tenant_id', true));
-
-ALTER TABLE attempts ENABLE ROW LEVEL SECURITY;
-ALTER TABLE attempts FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON attempts
-    USING (tenant_id = current_setting('runcontrol.tenant_id', true))
-    WITH CHECK (tenant_id = current_setting('runcontrol.tenant_id', true));
-
-ALTER TABLE leases ENABLE ROW LEVEL SECURITY;
-ALTER TABLE leases FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON leases
-    USING (tenant_id = current_setting('runcontrol.tenant_id', true))
-    WITH CHECK (tenant_id = current_setting('runcontrol.tenant_id', true));
-
-ALTER TABLE approval_requests ENABLE ROW LEVEL SECURITY;
-ALTER TABLE approval_requests FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON approval_requests
-    USING (tenant_id = current_setting('runcontrol.tenant_id', true))
-    WITH CHECK (tenant_id = current_setting('runcontrol.tenant_id', true));
-
-ALTER TABLE approval_decisions ENABLE ROW LEVEL SECURITY;
-ALTER TABLE approval_decisions FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON approval_decisions
-    USING (tenant_id = current_setting('runcontrol.tenant_id', true))
-    WITH CHECK (tenant_id = current_setting('runcontrol.tenant_id', true));
-
-ALTER TABLE cancellation_intents ENABLE ROW LEVEL SECURITY;
-ALTER TABLE cancellation_intents FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON cancellation_intents
-    USING (tenant_id = current_setting('runcontrol.tenant_id', true))
-    WITH CHECK (tenant_id = current_setting('runcontrol.tenant_id', true));
-
-ALTER TABLE recovery_journal ENABLE ROW LEVEL SECURITY;
-ALTER TABLE recovery_journal FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON recovery_journal
-    USING (tenant_id = current_setting('runcontrol.tenant_id', true))
-    WITH CHECK (tenant_id = current_setting('runcontrol.tenant_id', true));
-
-ALTER TABLE outbox ENABLE ROW LEVEL SECURITY;
-ALTER TABLE outbox FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON outbox
-    USING (tenant_id = current_setting('runcontrol.tenant_id', true))
-    WITH CHECK (tenant_id = current_setting('runcontrol.tenant_id', true));
-
-ALTER TABLE audit_log ENABLE ROW LEVEL SECURITY;
-ALTER TABLE audit_log FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON audit_log
-    USING (tenant_id = current_setting('runcontrol.tenant_id', true))
-    WITH CHECK (tenant_id = current_setting('runcontrol.tenant_id', true));
-
-ALTER TABLE releases ENABLE ROW LEVEL SECURITY;
-ALTER TABLE releases FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON releases
-    USING (tenant_id = current_setting('runcontrol.tenant_id', true))
-    WITH CHECK (tenant_id = current_setting('runcontrol.tenant_id', true));
-
-ALTER TABLE release_aliases ENABLE ROW LEVEL SECURITY;
-ALTER TABLE release_aliases FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON release_aliases
-    USING (tenant_id = current_setting('runcontrol.tenant_id', true))
-    WITH CHECK (tenant_id = current_setting('runcontrol.tenant_id', true));
-
-ALTER TABLE policies ENABLE ROW LEVEL SECURITY;
-ALTER TABLE policies FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON policies
-    USING (tenant_id = current_setting('runcontrol.tenant_id', true))
-    WITH CHECK (tenant_id = current_setting('runcontrol.tenant_id', true));
-
-ALTER TABLE budget_reservations ENABLE ROW LEVEL SECURITY;
-ALTER TABLE budget_reservations FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON budget_reservations
-    USING (tenant_id = current_setting('runcontrol.tenant_id', true))
-    WITH CHECK (tenant_id = current_setting('runcontrol.tenant_id', true));
-
-ALTER TABLE command_answers ENABLE ROW LEVEL SECURITY;
-ALTER TABLE command_answers FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON command_answers
-    USING (tenant_id = current_setting('runcontrol.tenant_id', true))
-    WITH CHECK (tenant_id = current_setting('runcontrol.tenant_id', true));
-
-ALTER TABLE tool_calls ENABLE ROW LEVEL SECURITY;
-ALTER TABLE tool_calls FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON tool_calls
-    USING (tenant_id = current_setting('runcontrol.tenant_id', true))
-    WITH CHECK (tenant_id = current_setting('runcontrol.tenant_id', true));
-
-ALTER TABLE event_feed ENABLE ROW LEVEL SECURITY;
-ALTER TABLE event_feed FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON event_feed
-    USING (tenant_id = current_setting('runcontrol.tenant_id', true))
-    WITH CHECK (tenant_id = current_setting('runcontrol.tenant_id', true));
-
-ALTER TABLE webhook_subscriptions ENABLE ROW LEVEL SECURITY;
-ALTER TABLE webhook_subscriptions FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON webhook_subscriptions
-    USING (tenant_id = current_setting('runcontrol.tenant_id', true))
-    WITH CHECK (tenant_id = current_setting('runcontrol.tenant_id', true));
-
-ALTER TABLE webhook_deliveries ENABLE ROW LEVEL SECURITY;
-ALTER TABLE webhook_deliveries FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON webhook_deliveries
-    USING (tenant_id = current_setting('runcontrol.tenant_id', true))
-    WITH CHECK (tenant_id = current_setting('runcontrol.tenant_id', true));
+-- Row-level security on every table that carries tenant_id: the tenant's rows only, for every
+-- role but the system role (BYPASSRLS), the owner too (FORCE).
+DO $$
+DECLARE
+    t text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY[
+        'runs', 'steps', 'attempts', 'leases', 'approval_requests', 'approval_decisions',
+        'cancellation_intents', 'recovery_journal', 'outbox', 'audit_log', 'releases',
+        'release_aliases', 'policies', 'budget_reservations', 'command_answers', 'tool_calls',
+        'event_feed', 'webhook_subscriptions', 'webhook_deliveries'
+    ] LOOP
+        EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', t);
+        EXECUTE format('ALTER TABLE %I FORCE ROW LEVEL SECURITY', t);
+        EXECUTE format($p$CREATE POLICY tenant_isolation ON %I
+            USING (tenant_id = current_setting('runcontrol.tenant_id', true))
+            WITH CHECK (tenant_id = current_setting('runcontrol.tenant_id', true))$p$, t);
+    END LOOP;
+END $$;
 
 -- Project scope, for the app role's reads only (no write depends on it); unset, it restricts
 -- nothing and the tenant policy still applies.
@@ -532,39 +439,27 @@ CREATE POLICY retention_purge ON recovery_journal FOR DELETE
 GRANT USAGE ON SCHEMA public TO runcontrol_app, runcontrol_system;
 GRANT USAGE, SELECT ON SEQUENCE audit_log_id_seq, outbox_id_seq, recovery_journal_id_seq
     TO runcontrol_app;
-GRANT SELECT, INSERT, UPDATE ON runs TO runcontrol_app;
-GRANT SELECT ON runs TO runcontrol_system;
-GRANT SELECT, INSERT, UPDATE ON steps TO runcontrol_app;
-GRANT SELECT ON steps TO runcontrol_system;
-GRANT SELECT, INSERT, UPDATE ON attempts TO runcontrol_app;
-GRANT SELECT ON attempts TO runcontrol_system;
-GRANT SELECT, INSERT, UPDATE ON leases TO runcontrol_app;
-GRANT SELECT ON leases TO runcontrol_system;
-GRANT SELECT, INSERT, UPDATE ON approval_requests TO runcontrol_app;
-GRANT SELECT ON approval_requests TO runcontrol_system;
-GRANT SELECT, INSERT ON approval_decisions TO runcontrol_app;
-GRANT SELECT ON approval_decisions TO runcontrol_system;
-GRANT SELECT, INSERT ON cancellation_intents TO runcontrol_app;
-GRANT SELECT ON cancellation_intents TO runcontrol_system;
-GRANT SELECT, INSERT ON recovery_journal TO runcontrol_app;
-GRANT SELECT ON recovery_journal TO runcontrol_system;
-GRANT SELECT, INSERT, UPDATE ON outbox TO runcontrol_app;
-GRANT SELECT ON outbox TO runcontrol_system;
-GRANT SELECT, INSERT ON audit_log TO runcontrol_app;
-GRANT SELECT ON audit_log TO runcontrol_system;
-GRANT SELECT, INSERT, UPDATE ON releases TO runcontrol_app;
-GRANT SELECT ON releases TO runcontrol_system;
-GRANT SELECT, INSERT, UPDATE ON release_aliases TO runcontrol_app;
-GRANT SELECT ON release_aliases TO runcontrol_system;
-GRANT SELECT, INSERT, UPDATE ON policies TO runcontrol_app;
-GRANT SELECT ON policies TO runcontrol_system;
-GRANT SELECT, INSERT, UPDATE ON budget_reservations TO runcontrol_app;
-GRANT SELECT ON budget_reservations TO runcontrol_system;
+DO $$
+DECLARE
+    t text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY[
+        'runs', 'steps', 'attempts', 'leases', 'approval_requests', 'outbox', 'releases',
+        'release_aliases', 'policies', 'budget_reservations', 'tool_calls'
+    ] LOOP
+        EXECUTE format('GRANT SELECT, INSERT, UPDATE ON %I TO runcontrol_app', t);
+        EXECUTE format('GRANT SELECT ON %I TO runcontrol_system', t);
+    END LOOP;
+    FOREACH t IN ARRAY ARRAY[
+        'recovery_journal', 'audit_log', 'approval_decisions', 'cancellation_intents'
+    ] LOOP
+        EXECUTE format('GRANT SELECT, INSERT ON %I TO runcontrol_app', t);
+        EXECUTE format('GRANT SELECT ON %I TO runcontrol_system', t);
+    END LOOP;
+END $$;
 GRANT UPDATE (published_at), DELETE ON outbox TO runcontrol_system;
 GRANT SELECT, INSERT ON command_answers TO runcontrol_app;
 GRANT SELECT, DELETE ON command_answers TO runcontrol_system;
-GRANT SELECT, INSERT, UPDATE ON tool_calls TO runcontrol_app;
-GRANT SELECT ON tool_calls TO runcontrol_system;
 -- Deleting a subscription disables it (the app role deletes nothing); re-queueing deliveries is
 -- redelivery from a cursor. The relay and the delivery job write the feed and the deliveries.
 GRANT SELECT ON event_feed TO runcontrol_app;
@@ -593,25 +488,20 @@ BEGIN
         USING ERRCODE = 'insufficient_privilege';
 END $$;
 
-CREATE TRIGGER recovery_journal_append_only BEFORE UPDATE OR DELETE ON recovery_journal
-    FOR EACH ROW EXECUTE FUNCTION runcontrol_forbid_mutation();
-CREATE TRIGGER recovery_journal_no_truncate BEFORE TRUNCATE ON recovery_journal
-    FOR EACH STATEMENT EXECUTE FUNCTION runcontrol_forbid_mutation();
-
-CREATE TRIGGER audit_log_append_only BEFORE UPDATE OR DELETE ON audit_log
-    FOR EACH ROW EXECUTE FUNCTION runcontrol_forbid_mutation();
-CREATE TRIGGER audit_log_no_truncate BEFORE TRUNCATE ON audit_log
-    FOR EACH STATEMENT EXECUTE FUNCTION runcontrol_forbid_mutation();
-
-CREATE TRIGGER approval_decisions_append_only BEFORE UPDATE OR DELETE ON approval_decisions
-    FOR EACH ROW EXECUTE FUNCTION runcontrol_forbid_mutation();
-CREATE TRIGGER approval_decisions_no_truncate BEFORE TRUNCATE ON approval_decisions
-    FOR EACH STATEMENT EXECUTE FUNCTION runcontrol_forbid_mutation();
-
-CREATE TRIGGER cancellation_intents_append_only BEFORE UPDATE OR DELETE ON cancellation_intents
-    FOR EACH ROW EXECUTE FUNCTION runcontrol_forbid_mutation();
-CREATE TRIGGER cancellation_intents_no_truncate BEFORE TRUNCATE ON cancellation_intents
-    FOR EACH STATEMENT EXECUTE FUNCTION runcontrol_forbid_mutation();
+DO $$
+DECLARE
+    t text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY[
+        'recovery_journal', 'audit_log', 'approval_decisions', 'cancellation_intents'
+    ] LOOP
+        EXECUTE format('CREATE TRIGGER %I BEFORE UPDATE OR DELETE ON %I
+            FOR EACH ROW EXECUTE FUNCTION runcontrol_forbid_mutation()', t || '_append_only', t);
+        EXECUTE format('CREATE TRIGGER %I BEFORE TRUNCATE ON %I
+            FOR EACH STATEMENT EXECUTE FUNCTION runcontrol_forbid_mutation()',
+            t || '_no_truncate', t);
+    END LOOP;
+END $$;
 
 -- Retention's removal from the journal: owned by the schema owner, callable by the system
 -- role, deleting only entries older than the cutoff.

@@ -312,18 +312,26 @@ def next_pending(conn: Connection, subscription_id: UUID, run_id: UUID) -> dict[
     return None if row is None else dict(row._mapping)
 
 
+def _as_read(delivery: dict[str, Any]) -> tuple[ColumnElement[bool], ...]:
+    """The guard of an update to a delivery row as it was read: still pending, at the same
+    attempt (a redelivery in between resets it)."""
+    d = webhook_deliveries.c
+    return (
+        d.subscription_id == delivery["subscription_id"],
+        d.position == delivery["position"],
+        d.state == _PENDING,
+        d.attempts == delivery["attempts"],
+    )
+
+
 def claim(conn: Connection, delivery: dict[str, Any], until: datetime, now: datetime) -> bool:
     """Take the delivery for one attempt: a guarded UPDATE on what was read (a second
     delivery job, or a redelivery in between, makes it 0 rows and this one skips it)."""
-    d = webhook_deliveries.c
     found = conn.execute(
         update(webhook_deliveries)
         .where(
-            d.subscription_id == delivery["subscription_id"],
-            d.position == delivery["position"],
-            d.state == _PENDING,
-            d.attempts == delivery["attempts"],
-            d.next_attempt_at == delivery["next_attempt_at"],
+            *_as_read(delivery),
+            webhook_deliveries.c.next_attempt_at == delivery["next_attempt_at"],
         )
         .values(next_attempt_at=until, updated_at=now)
     )
@@ -350,18 +358,12 @@ def record(
     now: datetime,
 ) -> bool:
     """Record one attempt's result, unless a redelivery re-queued the row meanwhile."""
-    d = webhook_deliveries.c
     found = conn.execute(
         update(webhook_deliveries)
-        .where(
-            d.subscription_id == delivery["subscription_id"],
-            d.position == delivery["position"],
-            d.state == _PENDING,
-            d.attempts == delivery["attempts"],
-        )
+        .where(*_as_read(delivery))
         .values(
             state=state.value,
-            attempts=d.attempts + 1,
+            attempts=webhook_deliveries.c.attempts + 1,
             last_status=status,
             last_error=error,
             next_attempt_at=next_attempt_at,

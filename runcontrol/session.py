@@ -98,6 +98,10 @@ class SessionDown:
     backlog: Mapping[str, int] = field(default_factory=dict)
     # how many run hosts there are: the worker keeps one session with each
     hosts: int = 1
+    # the host is draining: it took none of the credits (offer them to another host) and
+    # refused the commands (``errors.Draining``: send them to another host); grants and
+    # cancels it still had come down as usual
+    draining: bool = False
 
 
 class SessionTransport(Protocol):

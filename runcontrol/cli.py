@@ -297,15 +297,14 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         return _grpc_worker(args, settings, app)
     from actors.run_host import host_config, make_router
     from actors.service import start_ray
-
-    from .client import RunControlClient
+    from actors.sessions import ActorSessionTransport
 
     start_ray(address=args.address or "auto")
-    client = RunControlClient(make_router(host_config(settings, settings.database_url or "")))
+    router = make_router(host_config(settings, settings.database_url or ""))
     holder: str | WorkerIdentity = args.holder
     if args.tenant:
         holder = WorkerIdentity(args.tenant, args.sub, args.holder)
-    _run_worker(args, settings, app, lambda: client, holder)
+    _run_worker(args, settings, app, lambda: ActorSessionTransport(router), holder)
     return 0
 
 

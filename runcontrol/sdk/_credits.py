@@ -59,6 +59,7 @@ class CreditBook:
     new_id: Callable[[], str] = new_command_id
     slots: list[Slot] = field(init=False)
     backlog: list[int] = field(init=False)
+    draining: set[int] = field(default_factory=set)
     stopping: bool = False
 
     def __post_init__(self) -> None:
@@ -126,18 +127,22 @@ class CreditBook:
         slot.state, slot.host, slot.target = SlotState.OFFERED, slot.target, None
         return Offer(slot.host, slot.credit)
 
-    def observe(self, host: int, backlog: Mapping[str, int]) -> None:
+    def observe(self, host: int, backlog: Mapping[str, int], draining: bool = False) -> None:
         self.backlog[host] = sum(backlog.get(a, 0) for a in self.agent_ids)
+        if draining:
+            self.draining.add(host)
+        else:
+            self.draining.discard(host)
 
     def rebalance(self) -> list[Move]:
         """Moves of idle credits from hosts with more credits than backlog to hosts with
         backlog beyond their credits."""
         if self.stopping:
             return []
-        moves: list[Move] = []
+        moves = self._off_draining()
         # A host's backlog already counts only what the credits waiting there did not take.
         deficit = {h: self.backlog[h] - self._moving_to(h) for h in range(self.hosts)}
-        for target in sorted(range(self.hosts), key=lambda h: -deficit[h]):
+        for target in sorted(self._open(), key=lambda h: -deficit[h]):
             while deficit[target] > 0:
                 source = self._spare(exclude=target)
                 if source is None:
@@ -174,6 +179,23 @@ class CreditBook:
             or (s.state is SlotState.MOVING and s.target == host)
         )
 
+    def _open(self) -> list[int]:
+        """The hosts that take credits: those not draining (all of them if every one is)."""
+        open_hosts = [h for h in range(self.hosts) if h not in self.draining]
+        return open_hosts or list(range(self.hosts))
+
+    def _off_draining(self) -> list[Move]:
+        """A draining host takes no credit: move every credit offered there elsewhere."""
+        moves = []
+        for slot in self.slots:
+            if slot.state is SlotState.OFFERED and slot.host in self.draining:
+                target = self._best_host(None)
+                if target in self.draining or slot.credit is None:
+                    continue
+                slot.state, slot.target = SlotState.MOVING, target
+                moves.append(Move(slot.credit.claim_id, slot.host, target))
+        return moves
+
     def _moving_to(self, host: int) -> int:
         return sum(1 for s in self.slots if s.state is SlotState.MOVING and s.target == host)
 
@@ -187,9 +209,9 @@ class CreditBook:
         return max(spare, key=lambda h: (spare[h], -h)) if spare else None
 
     def _best_host(self, last: int | None) -> int:
-        if last is not None and last < self.hosts:
+        if last is not None and last < self.hosts and last not in self.draining:
             return last
         return max(
-            range(self.hosts),
+            self._open(),
             key=lambda h: (self.backlog[h] - self._incoming(h), -self._incoming(h), -h),
         )

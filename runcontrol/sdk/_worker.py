@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 from ..clock import Clock, SystemClock
-from ..commands import RenewLease, ReportOutcome
+from ..commands import Command, RenewLease, ReportOutcome
 from ..domain import AttemptOutcome, FailureClass, WorkerIdentity, canonical_hash, errors
 from ..session import Credit, Grant, SessionDown, SessionTransport
 from ._backoff import Backoff
@@ -303,7 +303,7 @@ class _Loop:
     def answered(self, host: int, down: SessionDown) -> None:
         if down.hosts > len(self.sessions):
             self._grow(down.hosts)
-        self.book.observe(host, down.backlog)
+        self.book.observe(host, down.backlog, down.draining)
         for move in self.book.rebalance():
             self.sessions[move.source].withdraw(move.claim_id)
 
@@ -314,9 +314,21 @@ class _Loop:
 
     async def _work(self, slot: Slot, host: int, grant: Grant) -> None:
         lease = grant.lease
+        route = _Route(host)
+
+        async def send_once(command: Command[Any]) -> Any:
+            k = route.host
+            try:
+                return await self.sessions[k].send(command)
+            except errors.Draining:
+                # The host did nothing with it: the next host of the ring serves the run
+                # while this one drains (its leases live in the database).
+                route.host = (k + 1) % len(self.sessions)
+                raise
+
         attempt = AttemptContext(
             grant,
-            self.sessions[host].send,
+            send_once,
             clock=self.worker.clock,
             backoff=self.worker.backoff,
             lease_grace=self.worker.lease_grace,
@@ -375,6 +387,9 @@ class _Loop:
                 return await self._stopped(body, attempt, agent.is_async)
         finally:
             stopping.cancel()
+        if not agent.is_async and attempt.stop.is_set():
+            # A sync function that saw the flag ends as it likes: it stopped.
+            return await self._stopped(body, attempt, agent.is_async)
         return self._settled(body, attempt)
 
     async def _stopped(
@@ -442,6 +457,14 @@ class _Loop:
             attempt.expires_at = max(attempt.expires_at, grant.expires_at)
             if grant.cancel_requested:
                 attempt.request_stop("the run is being cancelled")
+
+
+@dataclass
+class _Route:
+    """Which host an attempt's commands go to: the one that granted it, the next one of
+    the ring while that one drains."""
+
+    host: int
 
 
 def _in_thread(

@@ -64,6 +64,8 @@ SESSION_TTL_S = MAX_WAIT_S + 30.0
 FOREIGN_AFTER_S = 5.0
 # ... and its own runs' attempts once they are this old (younger ones its book already has).
 OWN_AFTER_S = 0.5
+# An exchange answers once the leases it started are made (one commit each), at most this long.
+GRANT_WAIT_S = 0.5
 
 
 def host_config(settings: Settings, owner_url: str) -> dict[str, Any]:
@@ -134,6 +136,8 @@ class RunHost:
         # router re-routes it to another host at once); those in flight finish (``drain``).
         self._drain = Drain(self.settings.drain.retry_after_seconds)
         self._reads = 0  # claims, run views, event pages: host calls that are not commands
+        self._calls = 0  # actor calls served on the data path (batches, claims, reads, exchanges)
+        self._exchanges = 0
         # attempt -> holder, while a claim on this host is leasing it
         self._acquiring: dict[UUID, str] = {}
         # The worker sessions (DESIGN 10): credits, the attempts this host's commits dispatch,
@@ -142,6 +146,7 @@ class RunHost:
         self._wakes: dict[str, asyncio.Event] = {}
         self._generations: dict[str, int] = {}  # session -> exchanges seen (a newer supersedes)
         self._granting: dict[UUID, asyncio.Task[None]] = {}  # attempt -> its lease being made
+        self._session_granting: dict[str, set[asyncio.Task[None]]] = {}  # the same, by session
         self._sweep_now = asyncio.Event()
         self._index = _own_index(self.settings.grains.host_count)
         self._env.observers.append(self._observe_sessions)
@@ -232,6 +237,7 @@ class RunHost:
         self, payload: bytes, carriers: list[Carrier | None] | None = None
     ) -> bytes:
         """``command_batch`` as the router sends it: items and answers each one pickle."""
+        self._calls += 1
         return pack_answers(await self.command_batch(unpack(payload), carriers))
 
     # ------------------------------------------------------------------ worker sessions
@@ -242,6 +248,8 @@ class RunHost:
         then, with nothing to say yet, a wait of up to ``up.wait_s`` (at most ``MAX_WAIT_S``)
         for a grant or a cancel. A newer exchange of the session answers this one at once."""
         sid = up.session_id
+        self._calls += 1
+        self._exchanges += 1
         generation = self._generations.get(sid, 0) + 1
         self._generations[sid] = generation
         self._wake({sid})  # the exchange still waiting, if any, answers now
@@ -255,8 +263,13 @@ class RunHost:
             if self._book.waiting_credits():
                 self._sweep_now.set()
             answers = await asyncio.gather(*map(self._answer, up.commands))
-            # A credit left out while its lease was being made: its grant comes down now.
+            # A credit left out while its lease was being made: its grant comes down now. And
+            # the leases this exchange's own credits and commands started (a report whose next
+            # step went to the slot it freed) come down in this answer, not in the next.
             await self._granted(withdrawn)
+            started = self._session_granting.get(sid)
+            if started:
+                await asyncio.wait(set(started), timeout=GRANT_WAIT_S)
         if not answers and not self._book.has_news(sid):
             await self._wait(sid, generation, min(max(up.wait_s, 0.0), MAX_WAIT_S))
         return self._down(sid, answers)
@@ -344,11 +357,19 @@ class RunHost:
             attempt_id = match.offer.attempt_id
             task = loop.create_task(self._grant(match))
             self._granting[attempt_id] = task
-            task.add_done_callback(functools.partial(self._lease_done, attempt_id))
+            self._session_granting.setdefault(match.session_id, set()).add(task)
+            task.add_done_callback(
+                functools.partial(self._lease_done, attempt_id, match.session_id)
+            )
 
-    def _lease_done(self, attempt_id: UUID, task: asyncio.Task[None]) -> None:
+    def _lease_done(self, attempt_id: UUID, sid: str, task: asyncio.Task[None]) -> None:
         if self._granting.get(attempt_id) is task:
             del self._granting[attempt_id]
+        tasks = self._session_granting.get(sid)
+        if tasks is not None:
+            tasks.discard(task)
+            if not tasks:
+                del self._session_granting[sid]
 
     async def _grant(self, match: Match) -> None:
         """Lease the match's attempt to its credit, through the run's mailbox, the lease's
@@ -436,6 +457,7 @@ class RunHost:
         a grant whose answer is lost leaves an attempt nobody works until its lease expires)."""
         self._drain.check("a claim")
         self._reads += 1
+        self._calls += 1
         with self._drain.track():
             return await self._claim(
                 agent_ids, holder, timeout_s, tenant_id, claim_id or new_command_id()
@@ -523,6 +545,7 @@ class RunHost:
 
     async def get_run(self, tenant_id: str, run_id: UUID) -> dict[str, Any] | None:
         self._reads += 1
+        self._calls += 1
         return await self._in_thread(self._run_view, tenant_id, run_id)
 
     async def events(
@@ -532,6 +555,7 @@ class RunHost:
         draining host refuses, and ends a wait at once: the caller asks another host)."""
         self._drain.check("a watch")
         self._reads += 1
+        self._calls += 1
         deadline = time.monotonic() + max(wait_s, 0.0)
         key = (str(run_id),)
         while True:
@@ -568,6 +592,8 @@ class RunHost:
             "activations": len(self._activations),
             "commands": self._commands,
             "reads": self._reads,  # claim, get_run and events calls
+            "calls": self._calls,  # command batches, claims, reads and exchanges served
+            "exchanges": self._exchanges,
             # commit statements sent (each a group: store/commit.py) and the documents in them
             "commit_groups": self._store.statements_sent,
             "commit_documents": self._store.documents_sent,

@@ -4,14 +4,15 @@ Serve's gRPC proxy (``grpc_options``) hands each call to the method of the same 
 application's ingress deployment, and needs an ``application`` metadata entry once more than
 one application is deployed. So the RPCs live on the one ingress the HTTP API already has:
 ``serve_app.RunControlApi`` inherits ``GrpcIngress``, and a worker calls with nothing but its
-token. The methods are wiring only; the RPCs are ``runcontrol.rpc.service.RunControlRpc``.
+token. The methods are wiring only, one per row of ``runcontrol.rpc.table.RPCS`` (set below); the
+RPCs are ``runcontrol.rpc.service.RunControlRpc``.
 Server reflection is Serve's own (``gRPCOptions.enable_reflection``, on by default): it
 answers on the proxy itself for every service registered here.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from functools import cached_property
 from typing import Any
 
@@ -21,6 +22,7 @@ from runcontrol.client import RunControlClient
 from runcontrol.config import Settings
 from runcontrol.drain import Drain
 from runcontrol.rpc.service import SERVICE_NAME, RunControlRpc
+from runcontrol.rpc.table import RPCS, Rpc
 from runcontrol.store import Database
 from runcontrol.telemetry import rpc_span
 
@@ -57,37 +59,6 @@ class GrpcIngress:
             self.client, self.db, self.settings, host_probe=self.ping_hosts, drain=self.edge_drain
         )
 
-    # runcontrol.v1.RunControl
-
-    async def AcquireLease(self, request: Any, grpc_context: Any) -> Any:
-        with rpc_span(SERVICE_NAME, "AcquireLease", grpc_context):
-            return await self._rpc.acquire_lease(request, grpc_context)
-
-    async def ReportAttemptOutcome(self, request: Any, grpc_context: Any) -> Any:
-        with rpc_span(SERVICE_NAME, "ReportAttemptOutcome", grpc_context):
-            return await self._rpc.report_attempt_outcome(request, grpc_context)
-
-    async def RequestApproval(self, request: Any, grpc_context: Any) -> Any:
-        with rpc_span(SERVICE_NAME, "RequestApproval", grpc_context):
-            return await self._rpc.request_approval(request, grpc_context)
-
-    async def WatchRun(self, request: Any, grpc_context: Any) -> AsyncIterator[Any]:
-        with rpc_span(SERVICE_NAME, "WatchRun", grpc_context, stream=True):
-            async for event in self._rpc.watch_run(request, grpc_context):
-                yield event
-
-    async def ReportProgress(self, request: Any, grpc_context: Any) -> Any:
-        with rpc_span(SERVICE_NAME, "ReportProgress", grpc_context):
-            return await self._rpc.report_progress(request, grpc_context)
-
-    async def ClaimToolCall(self, request: Any, grpc_context: Any) -> Any:
-        with rpc_span(SERVICE_NAME, "ClaimToolCall", grpc_context):
-            return await self._rpc.claim_tool_call(request, grpc_context)
-
-    async def CompleteToolCall(self, request: Any, grpc_context: Any) -> Any:
-        with rpc_span(SERVICE_NAME, "CompleteToolCall", grpc_context):
-            return await self._rpc.complete_tool_call(request, grpc_context)
-
     # grpc.health.v1.Health
 
     async def Check(self, request: Any, grpc_context: Any) -> Any:
@@ -102,3 +73,28 @@ class GrpcIngress:
         with rpc_span(HEALTH_SERVICE, "Watch", grpc_context, stream=True):
             async for status in self._rpc.health_watch(request, grpc_context):
                 yield status
+
+
+def _method(rpc: Rpc) -> Callable[..., Any]:
+    """Serve calls the ingress method named as the RPC; a stream's is an async generator."""
+    if rpc.stream:
+
+        async def stream(self: GrpcIngress, request: Any, grpc_context: Any) -> AsyncIterator[Any]:
+            with rpc_span(SERVICE_NAME, rpc.method, grpc_context, stream=True):
+                async for message in getattr(self._rpc, rpc.attr)(request, grpc_context):
+                    yield message
+
+        method: Callable[..., Any] = stream
+    else:
+
+        async def unary(self: GrpcIngress, request: Any, grpc_context: Any) -> Any:
+            with rpc_span(SERVICE_NAME, rpc.method, grpc_context):
+                return await getattr(self._rpc, rpc.attr)(request, grpc_context)
+
+        method = unary
+    method.__name__ = method.__qualname__ = rpc.method
+    return method
+
+
+for _rpc in RPCS:
+    setattr(GrpcIngress, _rpc.method, _method(_rpc))

@@ -124,7 +124,7 @@ class ReportAttemptOutcomeRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., outcome: _Optional[_Union[AttemptOutcome, str]] = ..., failure_class: _Optional[str] = ..., outcome_hash: _Optional[str] = ..., command_id: _Optional[str] = ..., worker_instance_id: _Optional[str] = ...) -> None: ...
 
 class Attempt(_message.Message):
-    __slots__ = ("attempt_id", "step_id", "run_id", "tenant_id", "number", "state", "dispatched_at", "lease_id", "fencing_token", "holder", "outcome", "outcome_hash", "failure_class", "settled_at", "settled_by")
+    __slots__ = ("attempt_id", "step_id", "run_id", "tenant_id", "number", "state", "dispatched_at", "lease_id", "fencing_token", "holder", "outcome", "outcome_hash", "failure_class", "settled_at", "settled_by", "progress_seq")
     ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
@@ -140,6 +140,7 @@ class Attempt(_message.Message):
     FAILURE_CLASS_FIELD_NUMBER: _ClassVar[int]
     SETTLED_AT_FIELD_NUMBER: _ClassVar[int]
     SETTLED_BY_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_SEQ_FIELD_NUMBER: _ClassVar[int]
     attempt_id: str
     step_id: str
     run_id: str
@@ -155,7 +156,8 @@ class Attempt(_message.Message):
     failure_class: str
     settled_at: _timestamp_pb2.Timestamp
     settled_by: str
-    def __init__(self, attempt_id: _Optional[str] = ..., step_id: _Optional[str] = ..., run_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., number: _Optional[int] = ..., state: _Optional[str] = ..., dispatched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., holder: _Optional[str] = ..., outcome: _Optional[str] = ..., outcome_hash: _Optional[str] = ..., failure_class: _Optional[str] = ..., settled_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., settled_by: _Optional[str] = ...) -> None: ...
+    progress_seq: int
+    def __init__(self, attempt_id: _Optional[str] = ..., step_id: _Optional[str] = ..., run_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., number: _Optional[int] = ..., state: _Optional[str] = ..., dispatched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., holder: _Optional[str] = ..., outcome: _Optional[str] = ..., outcome_hash: _Optional[str] = ..., failure_class: _Optional[str] = ..., settled_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., settled_by: _Optional[str] = ..., progress_seq: _Optional[int] = ...) -> None: ...
 
 class ReportAttemptOutcomeResponse(_message.Message):
     __slots__ = ("attempt",)
@@ -302,14 +304,18 @@ class ReportProgressRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[ProgressMessage, _Mapping]]] = ..., command_id: _Optional[str] = ..., worker_instance_id: _Optional[str] = ...) -> None: ...
 
 class ReportProgressResponse(_message.Message):
-    __slots__ = ("acked_seq", "stored", "duplicates")
+    __slots__ = ("acked_seq", "stored", "duplicates", "attempt_id", "gap_at")
     ACKED_SEQ_FIELD_NUMBER: _ClassVar[int]
     STORED_FIELD_NUMBER: _ClassVar[int]
     DUPLICATES_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    GAP_AT_FIELD_NUMBER: _ClassVar[int]
     acked_seq: int
     stored: int
     duplicates: int
-    def __init__(self, acked_seq: _Optional[int] = ..., stored: _Optional[int] = ..., duplicates: _Optional[int] = ...) -> None: ...
+    attempt_id: str
+    gap_at: int
+    def __init__(self, acked_seq: _Optional[int] = ..., stored: _Optional[int] = ..., duplicates: _Optional[int] = ..., attempt_id: _Optional[str] = ..., gap_at: _Optional[int] = ...) -> None: ...
 
 class ClaimToolCallRequest(_message.Message):
     __slots__ = ("run_id", "attempt_id", "lease_id", "fencing_token", "call_id", "request_hash", "command_id", "worker_instance_id")

@@ -1,29 +1,18 @@
-"""OAuth2 bearer JWTs: who the caller is comes only from a verified token.
+"""The HTTP edge's authentication: FastAPI dependencies over ``runcontrol.edge.auth``.
 
-Tenant (``tid``), project (``pid``), subject (``sub``), roles (``roles``) and scopes (``scope``,
-space-separated) are read from the token after its signature, expiry, issuer and audience are
-checked. Nothing in a header or a body can change them. What the caller may then do is the
-role table's (``runcontrol.domain.access``): role *and* scope must both allow an operation.
+A route names the operation it performs (``RunsReader``, ``ApprovalsDecider`` ...) and gets the
+verified caller, or 401/403 before it runs.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
-import os
-import re
-import time
-import uuid
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
-from typing import Annotated, Any
+from collections.abc import Awaitable, Callable
+from typing import Annotated
 
-import jwt
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from ..config import AuthOptions
-from ..domain import Principal, Role, errors
+from ..domain import errors
 from ..domain.access import (
     ALL_SCOPES,
     APPROVALS_DECIDE,
@@ -34,12 +23,9 @@ from ..domain.access import (
     RUNTIME,
     Operation,
     allows,
-    effective_scopes,
-    project_scope,
-    scopes_of,
 )
-from ..telemetry import annotate
-from .problems import InsufficientScope, Unauthorized
+from ..edge.auth import Caller, TokenVerifier, jwks_document, mint_dev_token
+from ..edge.errors import InsufficientScope, Unauthorized
 
 __all__ = [
     "ALL_SCOPES",
@@ -50,148 +36,15 @@ __all__ = [
     "RUNTIME",
     "Caller",
     "TokenVerifier",
+    "jwks_document",
     "mint_dev_token",
 ]
-
-_RS_ALGORITHMS = ("RS256",)
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-_MAX_CLAIM = 200
 
 bearer = HTTPBearer(
     auto_error=False,
     bearerFormat="JWT",
     description="OAuth2 bearer JWT with claims tid, pid, sub, roles and scope.",
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Caller:
-    """The verified identity of one request; ``scopes`` are its effective scopes (those of
-    the token that its roles grant)."""
-
-    principal: Principal
-    scopes: frozenset[str]
-
-    @property
-    def tenant_id(self) -> str:
-        return self.principal.tenant_id
-
-    @property
-    def project_scope(self) -> str | None:
-        """The only project the caller may see and change; None: its whole tenant."""
-        return project_scope(self.principal)
-
-
-def _invalid(detail: str) -> Unauthorized:
-    return Unauthorized(detail, oauth_error="invalid_token")
-
-
-def _identity(claims: dict[str, Any], name: str) -> str:
-    value = claims.get(name)
-    if not isinstance(value, str) or not value or len(value) > _MAX_CLAIM:
-        raise _invalid(f"the token lacks a valid {name!r} claim")
-    if _UNSTORABLE.search(value):
-        raise _invalid(f"the token's {name!r} claim has invalid characters")
-    return value
-
-
-def _strings(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return value.split()
-    if isinstance(value, list):
-        return [v for v in value if isinstance(v, str)]
-    return []
-
-
-def caller_from_claims(claims: dict[str, Any]) -> Caller:
-    known_roles = {r.value: r for r in Role}
-    roles = frozenset(known_roles[r] for r in _strings(claims.get("roles")) if r in known_roles)
-    scopes = frozenset(_strings(claims.get("scope")) or _strings(claims.get("scp")))
-    principal = Principal(
-        subject=_identity(claims, "sub"),
-        tenant_id=_identity(claims, "tid"),
-        project_id=_identity(claims, "pid"),
-        roles=roles,
-    )
-    return Caller(principal, effective_scopes(roles, scopes))
-
-
-class TokenVerifier:
-    """Verifies RS256 tokens against a JWKS and, where allowed, HS256 tokens with the shared
-    secret. Built only from a configuration that can verify: ``AuthNotConfigured`` otherwise."""
-
-    def __init__(self, options: AuthOptions) -> None:
-        options.check()
-        self._options = options
-        self._secret = options.hs256_key()
-        self._jwks_client = (
-            jwt.PyJWKClient(options.jwks_url, cache_keys=True, lifespan=300)
-            if options.jwks_url
-            else None
-        )
-        self._jwks_file: tuple[float, jwt.PyJWKSet] | None = None
-
-    @property
-    def fetches_keys(self) -> bool:
-        """True when verification may do network I/O (a JWKS URL)."""
-        return self._jwks_client is not None
-
-    def _file_key(self, kid: str | None) -> Any:
-        path = self._options.jwks_file
-        assert path is not None
-        mtime = os.stat(path).st_mtime
-        if self._jwks_file is None or self._jwks_file[0] != mtime:
-            with open(path, encoding="utf-8") as fh:
-                self._jwks_file = (mtime, jwt.PyJWKSet.from_json(fh.read()))
-        keys = self._jwks_file[1].keys
-        for key in keys:
-            if (kid is None and len(keys) == 1) or key.key_id == kid:
-                return key.key
-        raise _invalid("the token's signing key is unknown")
-
-    def _key(self, token: str, header: dict[str, Any]) -> tuple[Any, str]:
-        alg = header.get("alg")
-        if alg == "HS256" and self._secret:
-            return self._secret, alg
-        if alg in _RS_ALGORITHMS:
-            if self._options.jwks_file:
-                return self._file_key(header.get("kid")), alg
-            if self._jwks_client is not None:
-                try:
-                    return self._jwks_client.get_signing_key_from_jwt(token).key, alg
-                except jwt.PyJWKClientConnectionError as exc:
-                    raise errors.Unavailable(f"the JWKS endpoint did not answer: {exc}") from None
-        raise _invalid(f"tokens signed with {alg!r} are not accepted")
-
-    def verify(self, token: str) -> Caller:
-        o = self._options
-        try:
-            header = jwt.get_unverified_header(token)
-            key, alg = self._key(token, header)
-            claims = jwt.decode(
-                token,
-                key,
-                algorithms=[alg],
-                audience=o.audience,
-                issuer=o.issuer,
-                leeway=o.leeway_seconds,
-                options={"require": ["exp"], "verify_aud": o.audience is not None},
-            )
-        except jwt.ExpiredSignatureError:
-            raise _invalid("the token has expired") from None
-        except jwt.PyJWTError as exc:
-            raise _invalid(f"the token is invalid: {exc}") from None
-        except (OSError, ValueError) as exc:
-            raise _invalid(f"the token cannot be verified: {exc}") from None
-        return caller_from_claims(claims)
-
-    async def verify_async(self, token: str) -> Caller:
-        if self.fetches_keys:
-            caller = await asyncio.to_thread(self.verify, token)
-        else:
-            caller = self.verify(token)
-        annotate(tenant_id=caller.tenant_id)  # the edge span's tenant (HTTP and gRPC)
-        return caller
 
 
 async def get_verifier(request: Request) -> TokenVerifier:
@@ -235,52 +88,3 @@ ApprovalsReader = Annotated[Caller, Depends(require(Operation.READ_APPROVALS))]
 ApprovalsDecider = Annotated[Caller, Depends(require(Operation.DECIDE_APPROVAL))]
 WebhooksManager = Annotated[Caller, Depends(require(Operation.MANAGE_WEBHOOKS))]
 PolicyManager = Annotated[Caller, Depends(require(Operation.MANAGE_POLICY))]
-
-
-def mint_dev_token(
-    secret: str,
-    tenant: str,
-    project: str,
-    subject: str,
-    roles: Iterable[str],
-    scopes: Iterable[str] | None = None,
-    ttl_s: int = 3600,
-    *,
-    issuer: str | None = None,
-    audience: str | None = None,
-) -> str:
-    """An HS256 token for local development (``runcontrol token``).
-
-    ``scopes=None`` grants the scopes of ``roles`` (the role table), and nothing else.
-    """
-    now = int(time.time())
-    roles = [str(r) for r in roles]
-    if scopes is None:
-        known = {r.value: r for r in Role}
-        scopes = sorted(scopes_of(known[r] for r in roles if r in known))
-    claims: dict[str, Any] = {
-        "sub": subject,
-        "tid": tenant,
-        "pid": project,
-        "roles": roles,
-        "scope": " ".join(scopes),
-        "iat": now,
-        "nbf": now,
-        "exp": now + int(ttl_s),
-        "jti": str(uuid.uuid4()),
-    }
-    if issuer is not None:
-        claims["iss"] = issuer
-    if audience is not None:
-        claims["aud"] = audience
-    return jwt.encode(claims, secret, algorithm="HS256")
-
-
-def jwks_document(public_keys: dict[str, Any]) -> str:
-    """A JWKS JSON document for ``{kid: public_key}`` (tests and local RS256 setups)."""
-    keys = []
-    for kid, key in public_keys.items():
-        jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key))
-        jwk.update({"kid": kid, "use": "sig", "alg": "RS256"})
-        keys.append(jwk)
-    return json.dumps({"keys": keys})

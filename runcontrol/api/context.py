@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar
@@ -10,17 +9,16 @@ from uuid import UUID
 
 from fastapi import Depends, Request
 from sqlalchemy import Connection
-from sqlalchemy import exc as sa_exc
 
 from ..client import RunControlClient
 from ..commands import Command
 from ..config import Settings
-from ..domain import errors
 from ..drain import Drain
+from ..edge import reads
+from ..edge.errors import InvalidCursor, Overloaded
 from ..store import Database
 from ..store import queries as q
 from ..store.notify import Listener
-from .problems import InvalidCursor, Overloaded
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -77,23 +75,9 @@ class Services:
     async def read(
         self, tenant_id: str, query: Callable[[Connection], T], *, project_id: str | None
     ) -> T:
-        """Run a read model query in the caller's tenant and, unless None, project (row-level
-        security on both), on a thread. Measured against async psycopg on the loop
-        (SQLAlchemy's async engine over the same queries), a thread was as fast or faster:
-        ``python -m bench --only reads``."""
-
-        def run() -> T:
-            with self.db.tenant(tenant_id, project_id=project_id) as conn:
-                return query(conn)
-
-        try:
-            return await asyncio.to_thread(run)
-        except (sa_exc.OperationalError, sa_exc.InterfaceError) as exc:
-            # The database is down or restarting: 503 and retry, not an internal error (the
-            # chaos suite's PostgreSQL crash met 500s here).
-            raise errors.Unavailable(
-                f"the database did not answer: {type(exc.orig).__name__}"
-            ) from exc
+        """A read model query in the caller's tenant and, unless None, project, on a thread
+        (``runcontrol.edge.reads``: a lost database answers 503)."""
+        return await reads.read(self.db, tenant_id, query, project_id=project_id)
 
 
 async def services(request: Request) -> Services:

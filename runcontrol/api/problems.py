@@ -1,8 +1,9 @@
-"""RFC 9457 problem details: the one place where error codes become HTTP statuses.
+"""RFC 9457 problem details: how an error leaves the HTTP edge.
 
 Every failure leaves the API as ``application/problem+json`` with a stable ``type`` URI built
-from the error's ``code``. Domain errors arrive typed (they cross the Ray boundary as
-themselves); the HTTP edge adds a few errors of its own (authentication, headers, cursors).
+from the error's ``code`` and the status of ``runcontrol.edge.errors.STATUS`` (the table both
+edges share). Domain errors arrive typed (they cross the Ray boundary as themselves); the edges
+add a few errors of their own (authentication, headers, cursors), re-exported here for routes.
 """
 
 from __future__ import annotations
@@ -19,6 +20,19 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..domain import errors
+from ..edge.errors import (
+    ApiError,
+    IdempotencyKeyRequired,
+    InsufficientScope,
+    InvalidCursor,
+    Overloaded,
+    PayloadTooLarge,
+    RateLimited,
+    RequestInvalid,
+    TooManySubscribers,
+    Unauthorized,
+    http_status,
+)
 
 log = logging.getLogger(__name__)
 
@@ -26,126 +40,30 @@ PROBLEM_BASE = "https://runcontrol.dev/problems/"
 MEDIA_TYPE = "application/problem+json"
 
 
-# ---------------------------------------------------------------------- errors of the HTTP edge
-
-
-class ApiError(errors.RunControlError):
-    """An error raised by the HTTP edge itself (never by the domain)."""
-
-    code = "bad-request"
-
-
-class Unauthorized(ApiError):
-    code = "unauthorized"
-
-
-class InsufficientScope(ApiError):
-    code = "insufficient-scope"
-
-
-class IdempotencyKeyRequired(ApiError):
-    code = "idempotency-key-required"
-
-
-class InvalidCursor(ApiError):
-    code = "invalid-cursor"
-
-
-class RequestInvalid(ApiError):
-    code = "request-invalid"
-
-
-class TooManySubscribers(ApiError):
-    """This replica already serves ``api.sse_max_streams`` live event streams."""
-
-    code = "too-many-subscribers"
-
-
-class PayloadTooLarge(ApiError):
-    """The request body is over ``api.max_body_bytes``."""
-
-    code = "payload-too-large"
-
-
-class RateLimited(ApiError):
-    """The tenant is over its command rate (``api.command_rate``) on this replica."""
-
-    code = "rate-limited"
-
-
-class Overloaded(ApiError):
-    """This replica already waits on ``api.max_commands_in_flight`` commands: shed, not queued
-    until the client times out (retry after the ``Retry-After`` seconds, maybe elsewhere)."""
-
-    code = "overloaded"
-
-
-# ---------------------------------------------------------------------- the table
-
-# Looked up along the error's MRO, so a subclass without a row inherits its parent's status.
-STATUS_BY_CODE: Mapping[str, int] = {
-    # the HTTP edge
-    ApiError.code: 400,
-    IdempotencyKeyRequired.code: 400,
-    InvalidCursor.code: 400,
-    Unauthorized.code: 401,
-    InsufficientScope.code: 403,
-    RequestInvalid.code: 422,
-    TooManySubscribers.code: 429,
-    PayloadTooLarge.code: 413,
-    RateLimited.code: 429,
-    Overloaded.code: 503,
-    # the domain
-    errors.ValidationFailed.code: 422,
-    errors.BreakGlassReasonRequired.code: 422,
-    errors.NotFound.code: 404,
-    errors.RunNotFound.code: 404,
-    errors.StepNotFound.code: 404,
-    errors.AttemptNotFound.code: 404,
-    errors.ApprovalNotFound.code: 404,
-    errors.WorkflowNotFound.code: 404,
-    errors.ReleaseNotFound.code: 404,
-    errors.WebhookNotFound.code: 404,
-    errors.InvalidWebhookUrl.code: 422,
-    errors.WebhookDisabled.code: 409,
-    errors.Conflict.code: 409,
-    errors.IllegalTransition.code: 409,
-    errors.IdempotencyConflict.code: 409,
-    errors.ConcurrencyConflict.code: 409,
-    errors.RunTerminal.code: 409,
-    errors.LeaseHeld.code: 409,
-    errors.LeaseRejected.code: 409,
-    errors.OutcomeAlreadyRecorded.code: 409,
-    errors.ApprovalVersionMismatch.code: 409,
-    errors.ApprovalAlreadyDecided.code: 409,
-    errors.ProposalHashMismatch.code: 409,
-    errors.ApprovalGone.code: 410,
-    errors.ToolCallNotFound.code: 404,
-    errors.ToolCallConflict.code: 409,
-    errors.ToolCallRefused.code: 409,
-    errors.ToolCallExpired.code: 410,  # the claim was closed: its result can never be stored
-    # A gap in a progress batch: what came before it is stored; resend from ackedSeq + 1.
-    errors.DataLoss.code: 409,
-    errors.ProgressGap.code: 409,
-    errors.Forbidden.code: 403,
-    errors.SeparationOfDuties.code: 403,
-    errors.BudgetReservationDenied.code: 409,
-    errors.CapacityDenied.code: 429,
-    errors.Unavailable.code: 503,
-    errors.Draining.code: 503,
-    errors.RunControlError.code: 500,
-}
+__all__ = [
+    "ApiError",
+    "IdempotencyKeyRequired",
+    "InsufficientScope",
+    "InvalidCursor",
+    "Overloaded",
+    "PayloadTooLarge",
+    "RateLimited",
+    "RequestInvalid",
+    "TooManySubscribers",
+    "Unauthorized",
+    "from_error",
+    "install",
+    "problem",
+    "responses",
+    "status_for",
+]
 
 # Statuses after which the same request may succeed later: tell the client when to retry.
 _RETRY_AFTER = {429: "1", 503: "1"}
 
 
 def status_for(error: errors.RunControlError) -> int:
-    for cls in type(error).__mro__:
-        code = getattr(cls, "code", None)
-        if isinstance(code, str) and code in STATUS_BY_CODE:
-            return STATUS_BY_CODE[code]
-    return 500
+    return http_status(error)
 
 
 def type_uri(code: str) -> str:

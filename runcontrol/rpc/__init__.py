@@ -1,9 +1,10 @@
 """The gRPC surface (``schemas/runcontrol.proto``, package ``runcontrol.v1``).
 
-``status``: the one table from error codes to gRPC status codes, with the typed detail;
-``convert``: domain objects to and from the wire messages; ``service``: the RPCs over a
-``RunControlClient`` (served by Ray Serve's gRPC ingress, ``grpc_ingress.py``);
-``client``: ``GrpcWorkerClient``, what a worker outside the cluster uses (no Ray needed).
-Only ``service`` needs the server's packages (PyJWT, FastAPI's auth); the rest needs the
-``grpc`` extra alone.
+``codec``: domain dataclasses to and from messages, field by name, checked at import;
+``table``: the codec of each message and ``RPCS``, the one table the servicer, the client and
+the ingress methods are built from; ``status``: errors as gRPC statuses (the edges' table,
+``runcontrol.edge.errors``) with the typed detail; ``service``: the RPCs over a
+``RunControlClient`` (served by Ray Serve's gRPC ingress, ``grpc_ingress.py``); ``client``:
+``GrpcWorkerClient``, what a worker outside the cluster uses (no Ray needed). Only ``service``
+needs the server's packages (PyJWT, SQLAlchemy); the rest needs the ``grpc`` extra alone.
 """

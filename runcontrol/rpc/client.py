@@ -23,20 +23,12 @@ from schemas import runcontrol_pb2 as pb
 from schemas import runcontrol_pb2_grpc as pb_grpc
 
 from ..client import Claim
-from ..commands import (
-    AcquireLease,
-    ClaimToolCall,
-    Command,
-    CompleteToolCall,
-    RenewLease,
-    ReportOutcome,
-    ReportProgress,
-    RequestApproval,
-)
+from ..commands import Command
 from ..domain import WorkerIdentity, errors
 from ..telemetry import current_carrier
-from . import convert
+from .codec import json_object
 from .status import error_from_rpc
+from .table import BY_COMMAND, LEASE, event_view
 
 R = TypeVar("R")
 
@@ -86,99 +78,17 @@ class GrpcWorkerClient:
     # ------------------------------------------------------------------ commands
 
     async def send(self, command: Command[R]) -> R:
-        """A worker command as its RPC; answers what the in-cluster client would."""
-        result: Any
-        if isinstance(command, AcquireLease | RenewLease):
-            token = command.fencing_token if isinstance(command, RenewLease) else 0
-            lease_id = command.lease_id if isinstance(command, RenewLease) else None
-            response = await self._unary(
-                self._stub.AcquireLease,
-                pb.AcquireLeaseRequest(
-                    worker_instance_id=self.instance_id,
-                    attempt=pb.NamedAttempt(
-                        run_id=str(command.run_id),
-                        attempt_id=str(command.attempt_id),
-                        fencing_token=token,
-                        lease_id="" if lease_id is None else str(lease_id),
-                    ),
-                    command_id=command.command_id,
-                ),
-            )
-            result = convert.lease_grant(response.lease)
-        elif isinstance(command, ReportOutcome):
-            response = await self._unary(
-                self._stub.ReportAttemptOutcome,
-                pb.ReportAttemptOutcomeRequest(
-                    **self._fenced(command),
-                    outcome=convert.OUTCOME_NUMBERS[command.outcome],
-                    failure_class=str(command.failure_class or ""),
-                    outcome_hash=command.outcome_hash or "",
-                ),
-            )
-            result = convert.attempt(response.attempt)
-        elif isinstance(command, RequestApproval):
-            response = await self._unary(
-                self._stub.RequestApproval,
-                pb.RequestApprovalRequest(
-                    **self._fenced(command),
-                    proposal_hash=command.proposal_hash,
-                    action_class=str(command.action_class or ""),
-                ),
-            )
-            result = convert.approval(response.approval) if response.required else None
-        elif isinstance(command, ReportProgress):
-            response = await self._unary(
-                self._stub.ReportProgress,
-                pb.ReportProgressRequest(
-                    **self._fenced(command),
-                    messages=[convert.progress_message(m) for m in command.messages],
-                ),
-            )
-            result = convert.progress_ack(command.attempt_id, response)
-        elif isinstance(command, ClaimToolCall):
-            response = await self._unary(
-                self._stub.ClaimToolCall,
-                pb.ClaimToolCallRequest(
-                    **self._fenced(command),
-                    call_id=command.call_id,
-                    request_hash=command.request_hash,
-                ),
-            )
-            result = convert.tool_call_claim(response)
-        elif isinstance(command, CompleteToolCall):
-            response = await self._unary(
-                self._stub.CompleteToolCall,
-                pb.CompleteToolCallRequest(
-                    **self._fenced(command),
-                    call_id=command.call_id,
-                    result_hash=command.result_hash,
-                ),
-            )
-            result = convert.tool_call_claim(response)
-        else:
+        """A worker command as its RPC (``table.RPCS``); answers what the in-cluster client
+        would."""
+        rpc = BY_COMMAND.get(type(command))
+        if rpc is None or rpc.to_request is None or rpc.result is None:
+            names = ", ".join(c.__name__ for c in BY_COMMAND)
             raise errors.ValidationFailed(
-                f"{type(command).__name__} is not a worker command (the gRPC surface takes "
-                "AcquireLease, RenewLease, ReportOutcome, RequestApproval, ReportProgress, "
-                "ClaimToolCall and CompleteToolCall)"
+                f"{type(command).__name__} is not a worker command (the gRPC surface takes {names})"
             )
-        return cast(R, result)
-
-    def _fenced(
-        self,
-        command: ReportOutcome
-        | RequestApproval
-        | ReportProgress
-        | ClaimToolCall
-        | CompleteToolCall,
-    ) -> dict[str, Any]:
-        return {
-            "run_id": str(command.run_id),
-            "attempt_id": str(command.attempt_id),
-            "lease_id": "" if command.lease_id is None else str(command.lease_id),
-            "fencing_token": command.fencing_token,
-            "command_id": command.command_id,
-            "worker_instance_id": self.instance_id,
-        }
+        request = rpc.to_request(command, self.instance_id)
+        response = await self._unary(getattr(self._stub, rpc.method), request)
+        return cast(R, rpc.result(response))
 
     # ------------------------------------------------------------------ claims and events
 
@@ -205,7 +115,7 @@ class GrpcWorkerClient:
         if not response.granted:
             return None
         lease = response.lease
-        return Claim(convert.lease_grant(lease), lease.tenant_id, convert.lease_input(lease))
+        return Claim(LEASE.decode(lease), lease.tenant_id, json_object(lease.input_json))
 
     async def watch(
         self, tenant_id: str, run_id: UUID, after_seq: int = 0, *, wait_s: float = 20.0
@@ -217,7 +127,7 @@ class GrpcWorkerClient:
         )
         try:
             async for message in call:
-                yield convert.event(message)
+                yield event_view(message)
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc) from None
         finally:

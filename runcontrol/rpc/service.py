@@ -21,34 +21,36 @@ from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
 import grpc
+from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2
 from sqlalchemy import Connection, select, text
 
 from schemas import runcontrol_pb2 as pb
 
-from ..api.auth import RUNS_READ, RUNTIME, Caller, TokenVerifier
-from ..api.problems import InsufficientScope, Unauthorized
 from ..client import TERMINAL_EVENTS, RunControlClient
-from ..commands import (
-    AcquireLease,
-    ClaimToolCall,
-    CompleteToolCall,
-    RenewLease,
-    ReportOutcome,
-    ReportProgress,
-    RequestApproval,
-    new_command_id,
-)
 from ..config import Settings
-from ..domain import FailureClass, Role, RunState, SideEffectClass, WorkerIdentity, errors
+from ..domain import Role, RunState, WorkerIdentity, errors
+from ..domain.access import RUNS_READ, RUNTIME
 from ..drain import Drain
+from ..edge import reads
+from ..edge.auth import Caller, TokenVerifier
+from ..edge.errors import InsufficientScope, Unauthorized
 from ..store import Database
 from ..store import queries as q
 from ..store.tables import runs
-from . import convert
+from .codec import Codec, uuid_field
 from .status import DETAILS_KEY, rich_status
+from .table import (
+    NAMED_ACQUIRE,
+    NAMED_RENEW,
+    RPCS,
+    Rpc,
+    event_message,
+    identity,
+    lease_message,
+)
 
-M = TypeVar("M")
+M = TypeVar("M", bound=Message)
 T = TypeVar("T")
 
 SERVICE_NAME = "runcontrol.v1.RunControl"
@@ -119,12 +121,14 @@ class RunControlRpc:
     async def _caller(self, context: RpcContext) -> Caller:
         return await self._verifier.verify_async(_bearer(context))
 
-    async def _worker(self, context: RpcContext, instance_id: str) -> WorkerIdentity:
+    async def _worker(
+        self, context: RpcContext, instance_id: str, scope: str = RUNTIME
+    ) -> WorkerIdentity:
         caller = await self._caller(context)
         if Role.WORKER not in caller.principal.roles:
             raise errors.Forbidden("this call needs a token with the role Worker", role="Worker")
-        if RUNTIME not in caller.scopes:
-            raise InsufficientScope(f"the token lacks the scope {RUNTIME}", scope=RUNTIME)
+        if scope not in caller.scopes:
+            raise InsufficientScope(f"the token lacks the scope {scope}", scope=scope)
         return WorkerIdentity(caller.tenant_id, caller.principal.subject, instance_id)
 
     async def _watcher(self, context: RpcContext) -> Caller:
@@ -139,11 +143,7 @@ class RunControlRpc:
         )
 
     async def _read(self, tenant_id: str, query: Callable[[Connection], T]) -> T:
-        def run() -> T:
-            with self._db.tenant(tenant_id) as conn:
-                return query(conn)
-
-        return await asyncio.to_thread(run)
+        return await reads.read(self._db, tenant_id, query, project_id=None)
 
     async def _answer(self, context: RpcContext, empty: M, work: Callable[[], Awaitable[M]]) -> M:
         try:
@@ -154,6 +154,19 @@ class RunControlRpc:
             return empty
 
     # ------------------------------------------------------------------ RunControl
+
+    async def command(self, rpc: Rpc, request: Any, context: RpcContext) -> Any:
+        """A worker command of the table: the request's fields, the caller's identity."""
+        to_command, answer = rpc.to_command, rpc.answer
+        assert to_command is not None and answer is not None
+
+        async def work() -> Message:
+            worker = await self._worker(context, request.worker_instance_id, rpc.scope)
+            command = to_command(request, worker)
+            self._drain.admit(command)
+            return answer(await self._client.send(command))
+
+        return await self._answer(context, rpc.response(), work)
 
     async def acquire_lease(
         self, request: pb.AcquireLeaseRequest, context: RpcContext
@@ -180,125 +193,25 @@ class RunControlRpc:
         claim = await self._client.claim(agent_ids, worker, wait_s, claim_id=claim_id or None)
         if claim is None:
             return pb.AcquireLeaseResponse(granted=False)
-        lease = convert.lease_message(claim.grant, claim.tenant_id, claim.input)
+        lease = lease_message(claim.grant, claim.tenant_id, claim.input)
         return pb.AcquireLeaseResponse(granted=True, lease=lease)
 
     async def _named(
         self, worker: WorkerIdentity, named: pb.NamedAttempt, command_id: str
     ) -> pb.AcquireLeaseResponse:
-        run_id = convert.uuid_field(named.run_id, "run_id")
-        attempt_id = convert.uuid_field(named.attempt_id, "attempt_id")
-        common: dict[str, Any] = {
-            "tenant_id": worker.tenant_id,
-            "run_id": run_id,
-            "command_id": command_id or new_command_id(),
-            "attempt_id": attempt_id,
-            "holder": worker.holder,
-        }
-        if named.fencing_token:
-            grant = await self._client.send(
-                RenewLease(
-                    **common,
-                    fencing_token=named.fencing_token,
-                    lease_id=convert.optional_uuid(named.lease_id, "lease_id"),
-                )
-            )
-            lease = convert.lease_message(grant, worker.tenant_id)
-        else:
-            acquire = AcquireLease(**common)
-            self._drain.admit(acquire)
-            grant = await self._client.send(acquire)
-            lease = convert.lease_message(
-                grant, worker.tenant_id, await self._read(worker.tenant_id, _input(run_id))
-            )
-        return pb.AcquireLeaseResponse(granted=True, lease=lease)
-
-    async def report_attempt_outcome(
-        self, request: pb.ReportAttemptOutcomeRequest, context: RpcContext
-    ) -> pb.ReportAttemptOutcomeResponse:
-        async def work() -> pb.ReportAttemptOutcomeResponse:
-            worker = await self._worker(context, request.worker_instance_id)
-            outcome = convert.OUTCOMES.get(request.outcome)
-            if outcome is None:
-                raise errors.ValidationFailed("outcome is required", field="outcome")
-            attempt = await self._client.send(
-                ReportOutcome(
-                    **_fenced(worker, request),
-                    outcome=outcome,
-                    failure_class=_failure_class(request.failure_class),
-                    outcome_hash=request.outcome_hash or None,
-                )
-            )
-            return pb.ReportAttemptOutcomeResponse(attempt=convert.attempt_message(attempt))
-
-        return await self._answer(context, pb.ReportAttemptOutcomeResponse(), work)
-
-    async def request_approval(
-        self, request: pb.RequestApprovalRequest, context: RpcContext
-    ) -> pb.RequestApprovalResponse:
-        async def work() -> pb.RequestApprovalResponse:
-            worker = await self._worker(context, request.worker_instance_id)
-            approval = await self._client.send(
-                RequestApproval(
-                    **_fenced(worker, request),
-                    proposal_hash=request.proposal_hash,
-                    action_class=_action_class(request.action_class),
-                )
-            )
-            if approval is None:
-                return pb.RequestApprovalResponse(required=False)
-            return pb.RequestApprovalResponse(
-                required=True, approval=convert.approval_message(approval)
-            )
-
-        return await self._answer(context, pb.RequestApprovalResponse(), work)
-
-    async def report_progress(
-        self, request: pb.ReportProgressRequest, context: RpcContext
-    ) -> pb.ReportProgressResponse:
-        async def work() -> pb.ReportProgressResponse:
-            worker = await self._worker(context, request.worker_instance_id)
-            ack = await self._client.send(
-                ReportProgress(
-                    **_fenced(worker, request),
-                    messages=convert.progress_messages(request.messages),
-                )
-            )
-            return convert.progress_response(ack)
-
-        return await self._answer(context, pb.ReportProgressResponse(), work)
-
-    async def claim_tool_call(
-        self, request: pb.ClaimToolCallRequest, context: RpcContext
-    ) -> pb.ToolCallResponse:
-        async def work() -> pb.ToolCallResponse:
-            worker = await self._worker(context, request.worker_instance_id)
-            claim = await self._client.send(
-                ClaimToolCall(
-                    **_fenced(worker, request),
-                    call_id=request.call_id,
-                    request_hash=request.request_hash,
-                )
-            )
-            return convert.tool_call_message(claim)
-
-        return await self._answer(context, pb.ToolCallResponse(), work)
-
-    async def complete_tool_call(
-        self, request: pb.CompleteToolCallRequest, context: RpcContext
-    ) -> pb.ToolCallResponse:
-        async def work() -> pb.ToolCallResponse:
-            worker = await self._worker(context, request.worker_instance_id)
-            claim = await self._client.send(
-                CompleteToolCall(
-                    **_fenced(worker, request),
-                    call_id=request.call_id,
-                    result_hash=request.result_hash,
-                )
-            )
-            return convert.tool_call_message(claim)
-
-        return await self._answer(context, pb.ToolCallResponse(), work)
+        codec: Codec[Any] = NAMED_RENEW if named.fencing_token else NAMED_ACQUIRE
+        supplied = identity(worker)
+        if command_id:
+            supplied["command_id"] = command_id
+        command = codec.decode(named, **supplied)
+        self._drain.admit(command)
+        grant = await self._client.send(command)
+        input = None
+        if not named.fencing_token:  # an acquisition answers the run's input; a renewal not
+            input = await self._read(worker.tenant_id, _input(command.run_id))
+        return pb.AcquireLeaseResponse(
+            granted=True, lease=lease_message(grant, worker.tenant_id, input)
+        )
 
     async def watch_run(
         self, request: pb.WatchRunRequest, context: RpcContext
@@ -307,7 +220,7 @@ class RunControlRpc:
         live; ends after the terminal event (at once for a finished run already seen)."""
         try:
             caller = await self._watcher(context)
-            run_id = convert.uuid_field(request.run_id, "run_id")
+            run_id = uuid_field(request.run_id, "run_id")
             cursor = max(request.after_seq, 0)
             run, batch = await self._read(caller.tenant_id, _run_and_events(run_id, cursor))
             if run is None:
@@ -321,7 +234,7 @@ class RunControlRpc:
         while True:
             for event in batch:
                 cursor = event["seq"]
-                yield convert.event_message(event)
+                yield event_message(event)
                 if event["type"] in TERMINAL_EVENTS:
                     return
             if len(batch) < REPLAY_BATCH:
@@ -330,7 +243,7 @@ class RunControlRpc:
         if run is not None and RunState(run["state"]).terminal:
             return  # the terminal event is at or before the cursor: nothing more will come
         async for event in self._client.watch(tenant_id, run_id, cursor, wait_s=WATCH_POLL_S):
-            yield convert.event_message(event)
+            yield event_message(event)
 
     # ------------------------------------------------------------------ grpc.health.v1
 
@@ -398,41 +311,6 @@ class RunControlRpc:
 # ---------------------------------------------------------------------- helpers
 
 
-FencedRequest = (
-    pb.ReportAttemptOutcomeRequest
-    | pb.RequestApprovalRequest
-    | pb.ReportProgressRequest
-    | pb.ClaimToolCallRequest
-    | pb.CompleteToolCallRequest
-)
-
-
-def _fenced(worker: WorkerIdentity, request: FencedRequest) -> dict[str, Any]:
-    return {
-        "tenant_id": worker.tenant_id,
-        "run_id": convert.uuid_field(request.run_id, "run_id"),
-        "command_id": request.command_id or new_command_id(),
-        "attempt_id": convert.uuid_field(request.attempt_id, "attempt_id"),
-        "holder": worker.holder,
-        "fencing_token": request.fencing_token,
-        "lease_id": convert.optional_uuid(request.lease_id, "lease_id"),
-    }
-
-
-def _failure_class(value: str) -> FailureClass | None:
-    try:
-        return FailureClass(value) if value else None
-    except ValueError:
-        raise errors.ValidationFailed(f"unknown failure class {value!r}") from None
-
-
-def _action_class(value: str) -> SideEffectClass | None:
-    try:
-        return SideEffectClass(value) if value else None
-    except ValueError:
-        raise errors.ValidationFailed(f"unknown action class {value!r}") from None
-
-
 def _input(run_id: UUID) -> Callable[[Connection], Any]:
     def read(conn: Connection) -> Any:
         return conn.scalar(select(runs.c.input).where(runs.c.run_id == run_id))
@@ -453,3 +331,18 @@ def _run_and_events(run_id: UUID, after: int) -> Callable[[Connection], RunAndEv
         return {"state": state}, q.events_after(conn, run_id, after, REPLAY_BATCH)
 
     return read
+
+
+def _served(rpc: Rpc) -> Callable[..., Awaitable[Any]]:
+    async def serve(self: RunControlRpc, request: Any, context: RpcContext) -> Any:
+        return await self.command(rpc, request, context)
+
+    serve.__name__ = rpc.attr
+    return serve
+
+
+for _rpc in RPCS:
+    if _rpc.to_command is not None:
+        setattr(RunControlRpc, _rpc.attr, _served(_rpc))
+    elif not callable(getattr(RunControlRpc, _rpc.attr, None)):
+        raise TypeError(f"RPCS {_rpc.method}: RunControlRpc has no method {_rpc.attr}")

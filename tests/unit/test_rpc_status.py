@@ -9,6 +9,7 @@ import grpc
 import pytest
 
 from runcontrol.domain import errors
+from runcontrol.edge.errors import STATUS, Unauthorized, http_status
 from runcontrol.rpc.status import DETAILS_KEY, RpcFailed, error_from_rpc, rich_status, status_for
 
 
@@ -72,3 +73,38 @@ def test_a_status_without_detail_is_unknown_outcome_or_a_plain_failure() -> None
     back = error_from_rpc(FailedCall(grpc.StatusCode.UNAUTHENTICATED, "no token"))
     assert isinstance(back, RpcFailed) and back.details["status"] == "UNAUTHENTICATED"
     assert not back.retryable
+
+
+# ---------------------------------------------------------------------- the edges' one table
+
+
+def _inherited(cls: type[errors.RunControlError], protocol: str) -> int | str | None:
+    """What ``cls`` would get without its own row."""
+    for parent in cls.__mro__[1:]:
+        row = STATUS.get(parent)
+        value = None if row is None else getattr(row, protocol)
+        if value is not None:
+            found: int | str = value
+            return found
+    return None
+
+
+@pytest.mark.parametrize("cls", list(STATUS), ids=lambda c: c.__name__)
+def test_a_row_only_says_what_differs_from_its_family(cls: type[errors.RunControlError]) -> None:
+    row = STATUS[cls]
+    for protocol in ("http", "grpc"):
+        value = getattr(row, protocol)
+        if value is not None:
+            assert value != _inherited(cls, protocol), f"{cls.__name__}.{protocol} repeats"
+    assert row.grpc is None or row.grpc in grpc.StatusCode.__members__
+
+
+def test_both_edges_read_the_one_table() -> None:
+    error = errors.OutcomeAlreadyRecorded("again")
+    assert (http_status(error), status_for(error)) == (409, grpc.StatusCode.ALREADY_EXISTS)
+    gap = errors.ProgressGap("gap", acked_seq=3)
+    assert (http_status(gap), status_for(gap)) == (409, grpc.StatusCode.DATA_LOSS)
+    assert (http_status(Unauthorized()), status_for(Unauthorized())) == (
+        401,
+        grpc.StatusCode.UNAUTHENTICATED,
+    )

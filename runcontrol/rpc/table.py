@@ -1,0 +1,245 @@
+"""The gRPC surface as data: the codec of each message and the one table of RPCs.
+
+The servicer (``service.RunControlRpc``), the worker's client (``client.GrpcWorkerClient``)
+and Serve's ingress methods (``grpc_ingress.GrpcIngress``) are built from ``RPCS``: a worker
+command over gRPC is a message in the proto, its codec and a row here. A codec is checked when
+this module loads (``codec.Codec``): a field of a domain type the proto lacks fails the import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from google.protobuf.message import Message
+from google.protobuf.message_factory import GetMessageClass
+
+from schemas import runcontrol_pb2 as pb
+
+from ..commands import (
+    AcquireLease,
+    ClaimToolCall,
+    Command,
+    CompleteToolCall,
+    RenewLease,
+    ReportOutcome,
+    ReportProgress,
+    RequestApproval,
+)
+from ..domain import (
+    ApprovalRequest,
+    Attempt,
+    Event,
+    LeaseGrant,
+    ProgressAck,
+    ToolCallClaim,
+    WorkerIdentity,
+)
+from ..domain.access import RUNS_READ, RUNTIME
+from .codec import Codec, json_text
+
+# ---------------------------------------------------------------------- the answers
+
+LEASE = Codec(LeaseGrant, pb.Lease, extra=("tenant_id", "input_json"))
+ATTEMPT = Codec(Attempt, pb.Attempt)
+APPROVAL = Codec(ApprovalRequest, pb.Approval)
+PROGRESS_ACK = Codec(ProgressAck, pb.ReportProgressResponse)
+TOOL_CALL = Codec(ToolCallClaim, pb.ToolCallResponse)
+EVENT = Codec(Event, pb.RunEvent, rename={"event_type": "type"})
+
+# ---------------------------------------------------------------------- the requests
+
+# Who the caller is comes from its token, never from the request: the tenant, and the lease
+# holder (the token's subject plus the request's worker_instance_id).
+_FROM_TOKEN = ("tenant_id", "holder")
+
+
+def _fenced(command: type[Any], request: type[Message]) -> Codec[Any]:
+    return Codec(command, request, supplied=_FROM_TOKEN, extra=("worker_instance_id",))
+
+
+# AcquireLease names its attempt in a oneof beside claim_next; command_id is the request's.
+NAMED_ACQUIRE = Codec(
+    AcquireLease,
+    pb.NamedAttempt,
+    supplied=(*_FROM_TOKEN, "command_id"),
+    extra=("fencing_token", "lease_id"),
+)
+NAMED_RENEW = Codec(RenewLease, pb.NamedAttempt, supplied=(*_FROM_TOKEN, "command_id"))
+
+
+def identity(worker: WorkerIdentity) -> dict[str, str]:
+    return {"tenant_id": worker.tenant_id, "holder": worker.holder}
+
+
+# ---------------------------------------------------------------------- the table
+
+ToCommand = Callable[[Any, WorkerIdentity], Command[Any]]
+ToRequest = Callable[[Any, str], Message]  # (command, worker_instance_id)
+Answer = Callable[[Any], Message]  # the command's answer -> the response
+Result = Callable[[Any], Any]  # the response -> the command's answer
+
+
+@dataclass(frozen=True, slots=True)
+class Rpc:
+    """One method of ``runcontrol.v1.RunControl``.
+
+    A row with ``to_command`` is served generically: the request is its command (plus the
+    caller's identity), sent to the run's grain, and ``answer`` makes the response. A row
+    without one is a method of ``RunControlRpc`` of the same name in snake case (a long-poll,
+    a stream). ``commands`` are those the worker's client sends through the method:
+    ``to_request`` makes the request, ``result`` reads the command's answer back.
+    """
+
+    method: str
+    request: type[Message]
+    response: type[Message]
+    scope: str  # with role Worker; WatchRun also takes factory.runs.read alone
+    commands: tuple[type[Command[Any]], ...] = ()
+    to_command: ToCommand | None = None
+    to_request: ToRequest | None = None
+    answer: Answer | None = None
+    result: Result | None = None
+    stream: bool = False
+
+    @property
+    def attr(self) -> str:
+        """The servicer's method name (``ReportAttemptOutcome`` -> ``report_attempt_outcome``)."""
+        return "".join("_" + c.lower() if c.isupper() else c for c in self.method).lstrip("_")
+
+
+_SERVICE = pb.DESCRIPTOR.services_by_name["RunControl"]
+
+
+def _messages(method: str) -> tuple[type[Message], type[Message]]:
+    """The request and response message of a method of the proto's service."""
+    m = _SERVICE.methods_by_name[method]
+    return GetMessageClass(m.input_type), GetMessageClass(m.output_type)
+
+
+def command_rpc(
+    method: str,
+    command: type[Command[Any]],
+    reply: Codec[Any] | tuple[Answer, Result],
+    *,
+    inside: str | None = None,
+) -> Rpc:
+    """A fenced worker command: its request message carries the command's fields by name.
+    ``reply``: the codec of the command's answer (the whole response, or its field
+    ``inside``), or how the answer becomes the response and back."""
+    request, response = _messages(method)
+    codec = _fenced(command, request)
+    if isinstance(reply, tuple):
+        answer, result = reply
+    elif inside is None:
+        answer, result = reply.encode, reply.decode
+    else:
+        field, answers = inside, reply
+        answer = lambda value: response(**{field: answers.encode(value)})  # noqa: E731
+        result = lambda message: answers.decode(getattr(message, field))  # noqa: E731
+    return Rpc(
+        method,
+        request,
+        response,
+        RUNTIME,
+        commands=(command,),
+        to_command=lambda req, worker: codec.decode(req, **identity(worker)),
+        to_request=lambda cmd, instance: codec.encode(cmd, worker_instance_id=instance),
+        answer=answer,
+        result=result,
+    )
+
+
+def _lease_request(command: AcquireLease | RenewLease, instance: str) -> pb.AcquireLeaseRequest:
+    if isinstance(command, RenewLease):
+        named = NAMED_RENEW.encode(command)
+    else:
+        named = NAMED_ACQUIRE.encode(command)
+    return pb.AcquireLeaseRequest(
+        worker_instance_id=instance, attempt=named, command_id=command.command_id
+    )
+
+
+def _approval_response(approval: ApprovalRequest | None) -> pb.RequestApprovalResponse:
+    if approval is None:
+        return pb.RequestApprovalResponse(required=False)
+    return pb.RequestApprovalResponse(required=True, approval=APPROVAL.encode(approval))
+
+
+def _approval(response: pb.RequestApprovalResponse) -> ApprovalRequest | None:
+    return APPROVAL.decode(response.approval) if response.required else None
+
+
+RPCS: tuple[Rpc, ...] = (
+    # Claim the next attempt (a long-poll, no command), or acquire / renew one attempt's lease.
+    Rpc(
+        "AcquireLease",
+        *_messages("AcquireLease"),
+        RUNTIME,
+        commands=(AcquireLease, RenewLease),
+        to_request=_lease_request,
+        result=lambda response: LEASE.decode(response.lease),
+    ),
+    command_rpc("ReportAttemptOutcome", ReportOutcome, ATTEMPT, inside="attempt"),
+    command_rpc("RequestApproval", RequestApproval, (_approval_response, _approval)),
+    Rpc("WatchRun", *_messages("WatchRun"), RUNS_READ, stream=True),
+    command_rpc("ReportProgress", ReportProgress, PROGRESS_ACK),
+    command_rpc("ClaimToolCall", ClaimToolCall, TOOL_CALL),
+    command_rpc("CompleteToolCall", CompleteToolCall, TOOL_CALL),
+)
+
+BY_COMMAND: Mapping[type[Command[Any]], Rpc] = {c: r for r in RPCS for c in r.commands}
+
+
+def _check_service() -> None:
+    """Every method of the proto's service has one row, streaming as the proto says."""
+    rows = {r.method: r for r in RPCS}
+    if sorted(rows) != sorted(_SERVICE.methods_by_name) or len(rows) != len(RPCS):
+        raise TypeError(f"RPCS {sorted(rows)} != RunControl {sorted(_SERVICE.methods_by_name)}")
+    for m in _SERVICE.methods:
+        if rows[m.name].stream != m.server_streaming:
+            raise TypeError(f"RPCS {m.name}: streaming is {m.server_streaming}")
+
+
+_check_service()
+
+
+# ---------------------------------------------------------------------- events
+
+
+# A committed event as the read model (``store.queries.event_view``) and the HTTP history have
+# it: camelCase keys of Event's fields, ``type`` for event_type, ids and times as text.
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+_VIEW_KEY = {attr: "type" if attr == "event_type" else _camel(attr) for attr, _ in EVENT.fields}
+
+
+def event_message(view: Mapping[str, Any]) -> pb.RunEvent:
+    message: pb.RunEvent = EVENT.encode_values(
+        {attr: view.get(key) for attr, key in _VIEW_KEY.items()}, {}
+    )
+    return message
+
+
+def event_view(message: pb.RunEvent) -> dict[str, Any]:
+    """A RunEvent as the envelope the HTTP history answers with."""
+    event = EVENT.decode(message)
+    found: dict[str, Any] = {}
+    for attr, key in _VIEW_KEY.items():
+        value = getattr(event, attr)
+        if isinstance(value, UUID):
+            value = str(value)
+        elif hasattr(value, "isoformat"):
+            value = value.isoformat()
+        found[key] = value
+    return found
+
+
+def lease_message(grant: LeaseGrant, tenant_id: str, input: Any = None) -> pb.Lease:
+    message: pb.Lease = LEASE.encode(grant, tenant_id=tenant_id, input_json=json_text(input))
+    return message

@@ -347,7 +347,7 @@ class RunHost:
     def _observe_sessions(self, agg: RunAggregate, events: Sequence[Event]) -> None:
         """Every commit of this host: the run's leasable attempts to the book (matched to a
         waiting credit at once), its cancels to the holders' sessions."""
-        matches, woken = self._book.observe(view(agg, events))
+        matches, woken = self._book.observe(view(agg, events, self._env.options))
         self._lease(matches)
         self._wake(woken)
 

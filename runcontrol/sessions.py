@@ -29,7 +29,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from .domain import AttemptState, Event, LeaseGrant, RunAggregate, RunState
+from .domain import AttemptState, Event, LeaseGrant, Options, RunAggregate, RunState
 from .session import Credit, Grant
 
 
@@ -67,10 +67,15 @@ class RunView:
     new_leases: Mapping[UUID, UUID]
     # True while a leased attempt's holder must stop (the run is being cancelled)
     cancelling: bool
+    # when the control plane cancels the run (given ``options``)
+    deadline: datetime | None = None
 
 
 def view(
-    agg: RunAggregate, events: Sequence[Event] = (), results: Mapping[str, Any] | None = None
+    agg: RunAggregate,
+    events: Sequence[Event] = (),
+    options: Options | None = None,
+    results: Mapping[str, Any] | None = None,
 ) -> RunView:
     """The run as the book needs it, just after a commit whose ``events`` are given: its
     leasable attempts (Dispatched, run Running and not suspended: what ``acquire_lease``
@@ -100,7 +105,8 @@ def view(
         if e.event_type == "LeaseGranted" and e.attempt_id in leased
     }
     cancelling = run.state is RunState.CANCELLING
-    return RunView(run.run_id, tuple(offers), leased, new_leases, cancelling)
+    deadline = agg.deadline(options) if options is not None and new_leases else None
+    return RunView(run.run_id, tuple(offers), leased, new_leases, cancelling, deadline)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +129,7 @@ class SessionBook:
         self._by_run: dict[UUID, set[UUID]] = {}  # run -> its attempts waiting
         # attempt -> the match leasing it; the lease ids this host's commits created for them
         self._matching: dict[UUID, Match] = {}
-        self._fresh: dict[UUID, UUID] = {}
+        self._fresh: dict[UUID, tuple[UUID, datetime | None]] = {}  # (lease, run deadline)
         # session -> claim id -> grant, until acked
         self._grants: dict[str, dict[str, Grant]] = {}
         self._held: dict[UUID, _Held] = {}  # attempt -> who holds its lease
@@ -206,7 +212,7 @@ class SessionBook:
                 self._drop_offer(attempt_id)
         for attempt_id, lease_id in run.new_leases.items():
             if attempt_id in self._matching:
-                self._fresh[attempt_id] = lease_id
+                self._fresh[attempt_id] = (lease_id, run.deadline)
         for attempt_id in list(self._held_by_run.get(run.run_id, ())):
             held = self._held[attempt_id]
             current = run.leased.get(attempt_id)
@@ -233,6 +239,20 @@ class SessionBook:
                 matches.append(match)
         return matches
 
+    def reserve(self, offer: Offer) -> Match | None:
+        """The oldest waiting credit that accepts ``offer``, taken for it (or None): the
+        attempt is being dispatched and leased in one commit (a fused grant). Then
+        ``granted`` once the commit is observed, or ``refused`` if it failed."""
+        for (session_id, claim_id), credit in self._credits_by_agent.get(
+            offer.agent_id, {}
+        ).items():
+            if credit.tenant_id is None or credit.tenant_id == offer.tenant_id:
+                self._withdraw(session_id, claim_id)
+                match = Match(session_id, credit, offer)
+                self._matching[offer.attempt_id] = match
+                return match
+        return None
+
     def backlog(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         for offer in self._offers.values():
@@ -247,9 +267,9 @@ class SessionBook:
         the returned credit made and the sessions woken."""
         fresh = self._fresh.pop(match.offer.attempt_id, None)
         self._matching.pop(match.offer.attempt_id, None)
-        if fresh != lease.lease_id or lease.attempt_id in self._held:
+        if fresh is None or fresh[0] != lease.lease_id or lease.attempt_id in self._held:
             return False, *self._credit_back(match)
-        self._deliver(match.session_id, match.credit.claim_id, match.offer, lease)
+        self._deliver(match.session_id, match.credit.claim_id, match.offer, lease, fresh[1])
         return True, [], {match.session_id}
 
     def refused(self, match: Match) -> tuple[list[Match], set[str]]:
@@ -270,7 +290,7 @@ class SessionBook:
             grant.input,
             grant.results,
         )
-        self._deliver(session_id, claim_id, offer, grant.lease)
+        self._deliver(session_id, claim_id, offer, grant.lease, grant.deadline_at)
         return {session_id}
 
     def grants(self, session_id: str) -> list[Grant]:
@@ -295,8 +315,15 @@ class SessionBook:
 
     # ------------------------------------------------------------------ internals
 
-    def _deliver(self, session_id: str, claim_id: str, offer: Offer, lease: LeaseGrant) -> None:
-        grant = Grant(claim_id, offer.tenant_id, lease, offer.input, offer.results)
+    def _deliver(
+        self,
+        session_id: str,
+        claim_id: str,
+        offer: Offer,
+        lease: LeaseGrant,
+        deadline: datetime | None,
+    ) -> None:
+        grant = Grant(claim_id, offer.tenant_id, lease, offer.input, offer.results, deadline)
         self._grants.setdefault(session_id, {})[claim_id] = grant
         self._held[lease.attempt_id] = _Held(session_id, lease.run_id, lease.lease_id)
         self._held_by_run.setdefault(lease.run_id, set()).add(lease.attempt_id)
@@ -368,13 +395,9 @@ class SessionBook:
             return None
         if offer.attempt_id in self._held:
             return None
-        for key, credit in self._credits_by_agent.get(offer.agent_id, {}).items():
-            if credit.tenant_id is None or credit.tenant_id == offer.tenant_id:
-                session_id = key[0]
-                self._withdraw(session_id, credit.claim_id)
-                match = Match(session_id, credit, offer)
-                self._matching[offer.attempt_id] = match
-                return match
+        match = self.reserve(offer)
+        if match is not None:
+            return match
         self._offers[offer.attempt_id] = offer
         heap = self._heaps.setdefault(offer.agent_id, {}).setdefault(offer.tenant_id, [])
         heapq.heappush(heap, (offer.dispatched_at, next(self._order), offer.attempt_id))

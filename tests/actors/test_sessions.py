@@ -73,6 +73,7 @@ def test_one_session_completes_runs_each_attempt_granted_once_by_one_host(h: Ray
             for _, g in driver.grants
             if g.lease.run_id == r
         )
+        assert all(g.deadline_at is not None for _, g in driver.grants)
         answers = [a for rec in driver.received for a in rec.down.answers]
         assert answers and all(a.ok for a in answers), [a for a in answers if not a.ok]
         # no claim went through the old path: the hosts served no claim read
@@ -144,7 +145,7 @@ def test_a_cancel_reaches_the_holders_session_within_a_bound(h: RayHarness) -> N
 
 
 def test_a_new_exchange_supersedes_the_waiting_one(h: RayHarness) -> None:
-    t = transport(h)
+    t = h.client  # RunControlClient is a SessionTransport too (through its router)
 
     async def main() -> None:
         sid = f"s-{uuid.uuid4().hex[:8]}"

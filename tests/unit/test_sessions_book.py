@@ -87,11 +87,12 @@ def test_a_grant_is_delivered_only_for_a_lease_this_hosts_commit_made() -> None:
     (match,), _ = book.observe(view(run.agg, run.batches[-1].events))
     assert match.offer.input == run.agg.run.input and match.offer.tenant_id == TENANT
     lease = run.lease(attempt, "w-1")
-    book.observe(view(run.agg, run.batches[-1].events))
+    book.observe(view(run.agg, run.batches[-1].events, run.options))
     delivered, again, woken = book.granted(match, lease)
     assert delivered and woken == {"s"} and not again
     (grant,) = book.grants("s")
     assert grant.claim_id == c.claim_id and grant.lease == lease
+    assert grant.deadline_at == run.agg.deadline(run.options)
     assert book.grants("s") == [grant]  # sent again until acked
     book.ack("s", [c.claim_id])
     assert book.grants("s") == []

@@ -262,10 +262,11 @@ class _StepBase:
         return self._attempt.expires_at
 
     @property
-    def deadline(self) -> datetime:
-        """The latest the function can count on: the lease's expiry, moved on by each
-        renewal. (The run's own wall-clock deadline is not in the grant yet.)"""
-        return self._attempt.expires_at
+    def deadline(self) -> datetime | None:
+        """When Run Control cancels the run: its wall-clock budget (``maxMinutes``) or its
+        maximum lifetime, the earlier. None when the grant did not say (a grant found again
+        after its host restarted)."""
+        return self._attempt.grant.deadline_at
 
     @property
     def cancelled(self) -> bool:

@@ -10,8 +10,6 @@ from uuid import UUID
 
 from actor_harness import RayHarness, run_async
 
-from actors.run_host import make_router
-from actors.sessions import ActorSessionTransport
 from runcontrol.commands import CancelRun
 from runcontrol.domain import Decision
 from runcontrol.worker import Backoff, ReferenceWorker
@@ -47,7 +45,7 @@ class Quick:
 
 def worker(h: RayHarness, name: str, executors: dict[str, Any], **kw: Any) -> ReferenceWorker:
     return ReferenceWorker(
-        ActorSessionTransport(make_router(h.rt.config)),
+        h.client,
         name,
         executors,
         renew_every_s=kw.pop("renew_every_s", 0.5),
@@ -61,7 +59,7 @@ def worker(h: RayHarness, name: str, executors: dict[str, Any], **kw: Any) -> Re
 def test_a_cancel_stops_the_holders_executor_and_the_holder_reports_cancelled(
     h: RayHarness,
 ) -> None:
-    """The worker learns of the cancellation down its session (not from its lease
+    """The worker learns of the cancellation from the run's events (not from its lease
     expiring: renewals keep the lease alive), stops its executor, and settles its own
     attempt ``Cancelled``; the run ends ``Cancelled``."""
     h.publish({"name": "long", "agentId": "long"})

@@ -15,6 +15,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -71,9 +72,11 @@ def test_a_run_of_sdk_agents_completes(h: RayHarness) -> None:
     )
     worker = sdk_worker(concurrency=2)
     tool_runs: list[str] = []
+    deadlines: list[Any] = []
 
     @worker.agent(h.agent("plan"))
     async def plan(step: Step) -> dict[str, Any]:
+        deadlines.append(step.deadline)
         await step.progress("planning", {"n": step.input})
         return {"files": ["a.py", "b.py"]}
 
@@ -109,6 +112,8 @@ def test_a_run_of_sdk_agents_completes(h: RayHarness) -> None:
 
     run_async(serving(h, worker, scenario)(), timeout=120)
     assert worker.completed == 9
+    now = datetime.now(UTC)
+    assert len(deadlines) == 3 and all(d is not None and d > now for d in deadlines)
 
 
 def test_a_cancel_reaches_a_running_async_function_and_settles_it_cancelled_within_5s(

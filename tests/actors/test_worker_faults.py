@@ -20,8 +20,6 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import NullPool
 
-from actors.run_host import make_router
-from actors.sessions import ActorSessionTransport
 from runcontrol.commands import SubmitRun
 from runcontrol.store import Database
 from runcontrol.worker import Backoff, ReferenceWorker
@@ -73,7 +71,7 @@ def test_workers_survive_the_database_dropping_every_connection(
     h.publish({"name": "one", "agentId": "one"}, {"name": "two", "agentId": "two"})
     workers = [
         ReferenceWorker(
-            ActorSessionTransport(make_router(h.rt.config)),
+            h.client,
             f"worker-{n}",
             {h.agent("one"): Working(), h.agent("two"): Working()},
             renew_every_s=0.5,

@@ -47,6 +47,7 @@ from runcontrol.session import Answer, Credit, Grant, SessionDown, SessionUp
 
 T = TypeVar("T")
 TENANT = "t-1"
+DEADLINE = datetime(2031, 1, 1, tzinfo=UTC)
 
 
 @dataclass
@@ -173,6 +174,7 @@ class FakeHosts:
                     lease=self._lease(attempt, credit.holder),
                     input={"n": 1},
                     results={"plan": {"files": 2}},
+                    deadline_at=DEADLINE,
                 )
                 self.granted_claims[claim_id] = grant
                 self.unacked.setdefault(key, {})[claim_id] = grant
@@ -314,6 +316,7 @@ def test_agents_run_and_each_attempt_reports_its_result_hash_once() -> None:
     @worker.agent("planner")
     async def plan(step: Step) -> dict[str, Any]:
         seen.append((step.input, dict(step.results), step.attempt))
+        assert step.deadline == DEADLINE
         return {"planned": step.attempt_id.hex}
 
     @worker.agent("reporter")

@@ -121,16 +121,6 @@ def _demo_executors(seconds: float) -> dict[str, Any]:
     return {s["agentId"]: EchoExecutor(s["agentId"], seconds) for s in DEMO_WORKFLOW["steps"]}
 
 
-async def _supervise_workers(
-    workers: list[ReferenceWorker], stop: asyncio.Event, grace_s: float = 30.0
-) -> None:
-    """Run each worker under supervision (a loop that dies anyway is logged and restarted)
-    until ``stop``; then drain: attempts in hand finish first, for up to ``grace_s``."""
-    tasks = _start_workers(workers)
-    await stop.wait()
-    await _stop_workers(workers, tasks, grace_s)
-
-
 def _start_workers(workers: list[ReferenceWorker]) -> list[asyncio.Task[None]]:
     return [asyncio.create_task(w.run_supervised(), name=f"worker {w.holder}") for w in workers]
 

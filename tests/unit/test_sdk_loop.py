@@ -305,6 +305,17 @@ def scenario(
     asyncio.run(main())
 
 
+def run_one(worker: Worker, hosts: FakeHosts, attempt: FakeAttempt) -> ReportOutcome:
+    """Dispatch ``attempt``, run the worker until it reports, and answer its report."""
+
+    async def body() -> None:
+        hosts.dispatch(attempt)
+        await until(lambda: attempt.attempt_id in hosts.outcomes, "the outcome")
+
+    scenario(worker, hosts, body)
+    return hosts.outcome(attempt)
+
+
 # ---------------------------------------------------------------------- the happy path
 
 
@@ -391,13 +402,7 @@ def test_errors_map_to_the_failure_classes(
         raise raised
 
     attempt = FakeAttempt("a", host=0)
-
-    async def body() -> None:
-        hosts.dispatch(attempt)
-        await until(lambda: bool(hosts.outcomes), "an outcome")
-
-    scenario(worker, hosts, body)
-    report = hosts.outcome(attempt)
+    report = run_one(worker, hosts, attempt)
     assert (report.outcome, report.failure_class) == (outcome, failure_class)
 
 
@@ -470,12 +475,7 @@ def test_a_grant_is_acked_and_worked_once_though_resent() -> None:
         await asyncio.sleep(0.1)
 
     attempt = FakeAttempt("a", host=0)
-
-    async def body() -> None:
-        hosts.dispatch(attempt)
-        await until(lambda: bool(hosts.outcomes), "the outcome")
-
-    scenario(worker, hosts, body)
+    run_one(worker, hosts, attempt)
     assert calls == 1
     claim_id = next(iter(hosts.granted_claims))
     assert any(claim_id in u.acks for _, u in hosts.ups)
@@ -712,12 +712,7 @@ def test_progress_and_an_at_most_once_tool_call() -> None:
         await step.progress("done")
 
     attempt = FakeAttempt("a", host=0)
-
-    async def body() -> None:
-        hosts.dispatch(attempt)
-        await until(lambda: bool(hosts.outcomes), "the outcome")
-
-    scenario(worker, hosts, body)
+    run_one(worker, hosts, attempt)
     assert ran == ["open-pr"]
     assert repeats == [(False, ToolCallStatus.COMPLETED, canonical_hash({"pr": 7}))]
     seqs = [m.seq for c in hosts.commands if isinstance(c, ReportProgress) for m in c.messages]

@@ -310,17 +310,21 @@ def _worker_app(args: argparse.Namespace) -> Worker:
 
 
 def _grpc_worker(args: argparse.Namespace, settings: Settings, app: Worker) -> int:
-    """The worker over gRPC: no Ray in this process (the ``grpc`` extra)."""
+    """The worker over gRPC: no Ray in this process (the ``grpc`` extra). Its lease holders
+    are the token's subject and ``--holder`` (one instance per slot: ``HOLDER.k``)."""
     import os
 
-    from .rpc.client import GrpcWorkerClient
+    from .rpc.sessions import GrpcSessionTransport
+    from .sdk import token_identity
 
     token = args.token or os.environ.get("RUNCONTROL_WORKER_TOKEN")
     if not token:
         raise SystemExit("--transport grpc needs --token or RUNCONTROL_WORKER_TOKEN (role Worker)")
-    _run_worker(
-        args, settings, app, lambda: GrpcWorkerClient(args.target, token, args.holder), args.holder
-    )
+    try:
+        identity = token_identity(token, args.holder)
+    except errors.ValidationFailed as exc:
+        raise SystemExit(f"runcontrol worker: {exc}") from None
+    _run_worker(args, settings, app, lambda: GrpcSessionTransport(args.target, token), identity)
     return 0
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from ._app import AppNotFound, load_app
 from ._backoff import Backoff
 from ._errors import AgentError, Permanent, Transient, Uncertain
+from ._identity import token_identity
 from ._step import Approval, AsyncToolCall, LeaseGone, Step, SyncStep, SyncToolCall, ToolCall
 from ._worker import Agent, Worker
 
@@ -37,4 +38,5 @@ __all__ = [
     "Uncertain",
     "Worker",
     "load_app",
+    "token_identity",
 ]

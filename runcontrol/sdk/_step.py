@@ -248,6 +248,7 @@ class _StepBase:
         self.attempt_id: UUID = lease.attempt_id
         self.attempt: int = lease.attempt_number
         self.agent_id: str = lease.agent_id
+        self.holder: str = lease.holder  # who holds the lease: this worker's slot
         self.skill_id: str | None = lease.skill_id
         self.side_effect_class: SideEffectClass = lease.side_effect_class
         self.gate: str = lease.gate

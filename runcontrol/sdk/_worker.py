@@ -173,9 +173,9 @@ class Worker:
                 failures += 1
                 delay = self.restart_backoff.delay(failures)
                 log.error("worker %s left its loop unasked; restarting in %.1fs", self.name, delay)
-            await self.pause(delay, self.restart_backoff)
+            await self._pause(delay, self.restart_backoff)
 
-    async def pause(self, seconds: float, backoff: Backoff) -> None:
+    async def _pause(self, seconds: float, backoff: Backoff) -> None:
         """Sleep ``seconds`` (through the backoff's sleep), cut short by ``stop()``."""
         stopping = asyncio.ensure_future(self._stop.wait())
         sleeping = asyncio.ensure_future(backoff.sleep(seconds))
@@ -234,7 +234,16 @@ class _Loop:
             self._grow(hosts)
             for slot in self.book.slots:
                 self._offer(self.book.free(slot))
-            await self.worker._stop.wait()
+            stopping = asyncio.ensure_future(self.worker._stop.wait())
+            try:
+                await asyncio.wait(
+                    {stopping, *self.session_tasks}, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                stopping.cancel()
+            for task in self.session_tasks:
+                if task.done():  # a session ends only when closed: this is a bug, restart
+                    raise RuntimeError(f"{task.get_name()} ended") from task.exception()
             await self._drain()
         finally:
             for task in [*self.tasks, *self.session_tasks]:
@@ -293,6 +302,8 @@ class _Loop:
     def _ended(self, task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)
         self.changed.set()
+        if not task.cancelled() and task.exception() is not None:
+            log.error("an attempt's task failed", exc_info=task.exception())
 
     def cancelled(self, host: int, attempt_ids: list[Any]) -> None:
         for attempt_id in attempt_ids:
@@ -340,7 +351,8 @@ class _Loop:
         renewing = asyncio.create_task(self._renew(attempt))
         freed = False
         try:
-            result = await self._execute(self.worker._agents[lease.agent_id], attempt)
+            agent = self.worker._agents[lease.agent_id]  # a credit names only these
+            result = await self._execute(agent, attempt)
             renewing.cancel()
             # The slot's next credit rides with the report: the host may grant it the next
             # step in the same commit.
@@ -441,7 +453,8 @@ class _Loop:
             every = self.worker.renew_every_s
             if every is None:
                 left = (attempt.expires_at - self.worker.clock.now()).total_seconds()
-                every = max(left / 3, 0.2)
+                # a third of what is left, and not faster than 4/s should the clocks disagree
+                every = max(left / 3, 0.25)
             await asyncio.sleep(every)
             try:
                 grant = await attempt.send(RenewLease(**attempt.fenced()))

@@ -45,7 +45,7 @@ def test_sdk_agents_complete_runs_over_grpc(g: GrpcTenant, grpc_port: int) -> No
 
     @worker.agent(g.view.agent)
     async def only(step: Step) -> dict[str, Any]:
-        holders.append(step._attempt.lease.holder)
+        holders.append(step.holder)
         await step.progress("working", {"input": step.input})
         call = await step.tool_call("note", {"run": str(step.run_id)})
         if call.proceed:

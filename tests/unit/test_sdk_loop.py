@@ -365,7 +365,7 @@ def test_each_slot_holds_its_own_leases() -> None:
 
     @worker.agent("a")
     async def work(step: Step) -> None:
-        holders.append(step._attempt.lease.holder)
+        holders.append(step.holder)
         await release.wait()
 
     async def body() -> None:

@@ -84,6 +84,7 @@ class FakeHosts:
         self.faults: list[tuple[str, Exception]] = []
         self.changed = asyncio.Event()
         self.waiters: dict[tuple[int, str], asyncio.Event] = {}
+        self.draining: set[int] = set()
 
     # ------------------------------------------------------------------ the test's side
 
@@ -114,6 +115,12 @@ class FakeHosts:
             previous.set()  # superseded: the waiting exchange answers at once
         if self.faults and self.faults[0][0] == "before":
             raise self.faults.pop(0)[1]
+        if host in self.draining:  # takes no credit, does nothing with the commands
+            self.credits[key] = {}
+            refused = [
+                Answer(c.command_id, False, errors.Draining("draining")) for c in up.commands
+            ]
+            return SessionDown(answers=refused, hosts=self.hosts_count, draining=True)
         self.credits[key] = {c.claim_id: c for c in up.credits}
         unacked = self.unacked.setdefault(key, {})
         for claim_id in up.acks:
@@ -742,3 +749,30 @@ def test_a_lease_certainly_gone_is_given_up() -> None:
 
     scenario(worker, hosts, body)
     assert attempt.attempt_id not in hosts.outcomes
+
+
+def test_a_draining_host_sends_credits_and_commands_to_another_host() -> None:
+    hosts = FakeHosts(hosts=2)
+    worker = fast(concurrency=2)
+    release = asyncio.Event()
+
+    @worker.agent("a")
+    async def work(step: Step) -> None:
+        await release.wait()
+
+    first, later = FakeAttempt("a", host=0), FakeAttempt("a", host=1)
+
+    async def body() -> None:
+        hosts.dispatch(first)
+        await until(lambda: bool(hosts.granted_claims), "the grant")
+        hosts.draining.add(0)
+        release.set()
+        await until(lambda: first.attempt_id in hosts.outcomes, "the report, through host 1")
+        hosts.dispatch(later)
+        await until(lambda: later.attempt_id in hosts.outcomes, "host 1's attempt")
+
+    scenario(worker, hosts, body)
+    report = hosts.outcome(first)
+    assert [h for h, u in hosts.ups if report in u.commands][-1] == 1
+    # both slots ended up offered to host 1
+    assert max(len(u.credits) for h, u in hosts.ups if h == 1) == 2

@@ -289,11 +289,15 @@ class _Loop:
 
     # ------------------------------------------------------------------ SessionListener
 
-    def granted(self, host: int, grant: Grant, credit: Credit) -> None:
-        slot = self.book.granted(credit.claim_id, host)
+    def granted(self, host: int, grant: Grant) -> None:
+        slot = self.book.granted(grant.claim_id, host)
         if slot is None:
-            log.warning("a grant for claim %s that no slot offers; not worked", grant.claim_id)
+            log.warning(
+                "a grant for claim %s this worker never offered; not worked", grant.claim_id
+            )
             return
+        if slot.index < 0:
+            log.info("a late grant of claim %s, worked beyond the slots", grant.claim_id)
         task = asyncio.create_task(self._work(slot, host, grant))
         self.tasks.add(task)
         task.add_done_callback(self._ended)

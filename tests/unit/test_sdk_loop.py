@@ -94,6 +94,16 @@ class FakeHosts:
         self._wake()
         return attempt
 
+    def late_grant(self, host: int, claim_id: str, attempt: FakeAttempt) -> None:
+        """Grant a credit the worker already withdrew from ``host`` (an older exchange that
+        still carried it reached the host last)."""
+        key = (host, next(u.session_id for h, u in self.ups if h == host))
+        self.attempts[attempt.attempt_id] = attempt
+        grant = Grant(claim_id, TENANT, self._lease(attempt, "w-1"), {"n": 1})
+        self.granted_claims[claim_id] = grant
+        self.unacked.setdefault(key, {})[claim_id] = grant
+        self._wake()
+
     def cancel(self, attempt_id: UUID) -> None:
         self.cancelled.add(attempt_id)
         self._wake()
@@ -776,3 +786,25 @@ def test_a_draining_host_sends_credits_and_commands_to_another_host() -> None:
     assert [h for h, u in hosts.ups if report in u.commands][-1] == 1
     # both slots ended up offered to host 1
     assert max(len(u.credits) for h, u in hosts.ups if h == 1) == 2
+
+
+def test_a_late_grant_of_a_withdrawn_credit_is_worked_not_left_to_expire() -> None:
+    hosts = FakeHosts(hosts=2)
+    worker = fast(concurrency=1)
+
+    @worker.agent("a")
+    async def work(step: Step) -> None:
+        return None
+
+    moved, late = FakeAttempt("a", host=1), FakeAttempt("a", host=0)
+
+    async def body() -> None:
+        await until(lambda: any(h == 0 and u.credits for h, u in hosts.ups), "a credit at 0")
+        first = next(c.claim_id for h, u in hosts.ups if h == 0 for c in u.credits)
+        hosts.dispatch(moved)  # host 1's backlog: the credit moves there
+        await until(lambda: moved.attempt_id in hosts.outcomes, "the moved credit's attempt")
+        hosts.late_grant(0, first, late)
+        await until(lambda: late.attempt_id in hosts.outcomes, "the late grant worked")
+
+    scenario(worker, hosts, body)
+    assert hosts.outcome(late).outcome is AttemptOutcome.SUCCEEDED

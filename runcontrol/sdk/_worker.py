@@ -28,7 +28,7 @@ from ..commands import Command, RenewLease, ReportOutcome
 from ..domain import AttemptOutcome, FailureClass, WorkerIdentity, canonical_hash, errors
 from ..session import Credit, Grant, SessionDown, SessionTransport
 from ._backoff import Backoff
-from ._credits import CreditBook, Offer, Slot
+from ._credits import EXTRA, CreditBook, Offer, Slot
 from ._errors import outcome_of
 from ._session import HostSession
 from ._step import AttemptContext, LeaseGone, LeaseLost, Parked, Step, SyncStep
@@ -132,7 +132,8 @@ class Worker:
     # ------------------------------------------------------------------ running
 
     def stop(self) -> None:
-        """Stop taking attempts; ``run`` returns once those in hand have reported."""
+        """Stop taking attempts; ``run`` returns once those in hand have reported (for good:
+        a stopped worker does not run again)."""
         self._stop.set()
 
     @property
@@ -296,7 +297,7 @@ class _Loop:
                 "a grant for claim %s this worker never offered; not worked", grant.claim_id
             )
             return
-        if slot.index < 0:
+        if slot.index == EXTRA:
             log.info("a late grant of claim %s, worked beyond the slots", grant.claim_id)
         task = asyncio.create_task(self._work(slot, host, grant))
         self.tasks.add(task)

@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench bench-check chaos chaos-two-node proto clean
+.PHONY: run test lint bench bench-check chaos chaos-two-node proto sql clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -57,6 +57,12 @@ bench-check: $(STAMP)
 proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. \
 		schemas/runcontrol.proto
+
+# The per-table SQL writers are rendered from runcontrol/store/tables.py into the newest
+# migration's NNNN_writers.sql (those that differ from the ones frozen before it): run this after
+# changing a table and commit the result (tests/store/test_writers.py checks it).
+sql: $(STAMP)
+	$(BIN)/python -m runcontrol.store.writers
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

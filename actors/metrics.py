@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
-from uuid import UUID
 
 from opentelemetry import trace
 from ray.util.metrics import Counter, Gauge, Histogram
 
 from runcontrol.commands import Command
 from runcontrol.domain import Event, RunAggregate
+from runcontrol.domain.events import ApprovalDecided
 from runcontrol.reconcilers import GaugeSample
 from runcontrol.telemetry import Carrier, parent_context
 
@@ -73,8 +73,8 @@ class HostMetrics:
                             "outcome": str(attempt.outcome),
                         },
                     )
-            elif kind == "ApprovalDecided":
-                approval = agg.approvals.get(UUID(event.payload["approvalId"]))
+            elif isinstance(event.body, ApprovalDecided):
+                approval = agg.approvals.get(event.body.approval_id)
                 if approval is not None and approval.decided_at is not None:
                     self.approval_age.observe(
                         (approval.decided_at - approval.created_at).total_seconds(),

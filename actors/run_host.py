@@ -657,7 +657,7 @@ def _deep_size(obj: Any, seen: set[int]) -> int:
     if isinstance(obj, list | tuple | set | frozenset):
         return size + sum(_deep_size(item, seen) for item in obj)
     if isinstance(obj, RunGrain):
-        return size + _deep_size(obj._agg, seen)  # the cached aggregate, not the shared env
+        return size + _deep_size(obj.agg, seen)  # the cached aggregate, not the shared env
     fields = getattr(obj, "__dict__", None)
     if fields is not None:
         size += _deep_size(fields, seen)

@@ -17,10 +17,10 @@ from uuid import UUID
 
 from .commands import Command, new_command_id
 from .domain import LeaseGrant, WorkerIdentity, errors
+from .domain.events import TERMINAL_EVENTS as TERMINAL_EVENTS  # the streams end there
 from .session import SessionDown, SessionUp
 
 R = TypeVar("R")
-TERMINAL_EVENTS = frozenset({"RunCompleted", "RunFailed", "RunCancelled"})
 
 
 class Router(Protocol):

@@ -26,6 +26,7 @@ from . import (
     policies,
     problems,
     runs,
+    schemas,
     webhooks,
 )
 from .auth import TokenVerifier
@@ -90,7 +91,7 @@ def create_app(
     app.state.rate_limiter = TenantRateLimiter(settings.api)
     problems.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.api.max_body_bytes)
-    for module in (runs, events, feed, approvals, webhooks, policies, health):
+    for module in (runs, events, feed, approvals, webhooks, policies, schemas, health):
         app.include_router(module.router)
     app.include_router(approvals.runs_router)
     app.include_router(controls.router)  # operator controls (issue 14)

@@ -23,8 +23,8 @@ from sqlalchemy import Connection
 
 from schemas.api import EventEnvelope
 
-from ..client import TERMINAL_EVENTS
 from ..domain import RunState, errors
+from ..domain.events import TERMINAL_EVENTS
 from ..store import queries as q
 from ..store.commit import EVENTS_CHANNEL
 from .auth import RunsReader

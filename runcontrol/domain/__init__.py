@@ -1,6 +1,6 @@
 """The pure domain of Run Control: entities, state machines, rules, hashing, errors. No I/O."""
 
-from . import errors
+from . import errors, events
 from .hashing import canonical_hash, canonical_json
 from .model import (
     ApprovalDecision,
@@ -98,4 +98,5 @@ __all__ = [
     "canonical_hash",
     "canonical_json",
     "errors",
+    "events",
 ]

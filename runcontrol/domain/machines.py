@@ -1,16 +1,32 @@
-"""The state machines, as tables of legal (from, to) pairs with the cause the spec names.
+"""The state machines, as tables of legal (from, to) pairs with the cause the spec names, and
+which command a run's state admits.
 
-Anything not in a table is illegal and raises ``IllegalTransition``.
+Anything not in a transition table is illegal and raises ``IllegalTransition``; a command the
+run's state does not admit (``RUN_COMMANDS``) is refused with its table's error.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TypeVar
 
-from .errors import IllegalTransition
-from .states import ApprovalState, AttemptState, RunState, StepState, ToolCallState
+from .errors import (
+    IllegalTransition,
+    LeaseRejected,
+    RunControlError,
+    RunTerminal,
+    ToolCallRefused,
+)
+from .states import (
+    ApprovalState,
+    AttemptState,
+    RunState,
+    StepState,
+    Suspension,
+    ToolCallState,
+)
 
 S = TypeVar("S", bound=StrEnum)
 
@@ -41,6 +57,20 @@ STEP_TRANSITIONS: Mapping[tuple[StepState, StepState], str] = {
     (St.PENDING, St.CANCELLED): "RunEnded",
     # An operator resolved the Uncertain attempt the step awaited its retry after as Succeeded.
     (St.PENDING, St.SUCCEEDED): "OperatorResolved",
+}
+
+# An operator's retry skips the Pending step's backoff: the step stays Pending (a journaled
+# self-loop, kept out of the machine, which has none).
+STEP_CONTROLS: Mapping[tuple[StepState, StepState], str] = {
+    (St.PENDING, St.PENDING): "RetryRequested",
+}
+
+# An operator's suspension holds a live run in whatever state it is in (``Run.suspended_at``):
+# a machine of its own beside the run's.
+Su = Suspension
+SUSPENSION_TRANSITIONS: Mapping[tuple[Suspension, Suspension], str] = {
+    (Su.ACTIVE, Su.SUSPENDED): "SuspendRequested",
+    (Su.SUSPENDED, Su.ACTIVE): "ResumeRequested",
 }
 
 A = AttemptState
@@ -92,3 +122,123 @@ def check(entity: str, table: Mapping[tuple[S, S], str], current: S, target: S) 
             to_state=str(target),
         )
     return cause
+
+
+# ---------------------------------------------------------------------- commands by run state
+
+
+class RunCommand(StrEnum):
+    """What the aggregate's commands check against the run's state (``RUN_COMMANDS``)."""
+
+    DISPATCH = "DispatchRun"
+    ACQUIRE_LEASE = "AcquireLease"
+    REQUEST_APPROVAL = "RequestApproval"
+    CANCEL = "CancelRun"
+    SUSPEND = "SuspendRun"
+    RESUME = "ResumeRun"
+    RETRY_STEP = "RetryStep"
+    USE_TOOL_CALL = "ToolCall"  # claim or complete one
+    START_TOOL_CALL = "StartToolCall"  # the first claim of a call id: a new side effect
+    ENFORCE_DEADLINES = "EnforceDeadlines"  # the reminder
+    EXPIRE_LEASE = "ExpireLease"  # the reminder; also whether a lease's clock runs
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """How a command is refused: ``message`` is formatted with the run's ``{state}``;
+    ``detailed``: the error's details name the run's state."""
+
+    error: type[RunControlError]
+    message: str
+    detailed: bool = True
+
+    def __call__(self, state: RunState) -> RunControlError:
+        message = self.message.format(state=state)
+        return self.error(message, run_state=str(state)) if self.detailed else self.error(message)
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """The run states that admit a command; in any other, ``refusals[state]`` or ``refusal``.
+    A reminder's guard is only asked ``allows``: elsewhere it quietly does nothing."""
+
+    allowed: frozenset[RunState]
+    refusal: Refusal = Refusal(IllegalTransition, "not while the run is {state}")
+    refusals: Mapping[RunState, Refusal] = field(default_factory=dict)
+
+
+LIVE = frozenset(s for s in RunState if not s.terminal)
+
+
+def _control(verb: str) -> dict[RunState, Refusal]:
+    """An operator control: a finished run is rerun, never reopened; nor is a cancelling one."""
+    finished = Refusal(RunTerminal, f"cannot {verb} a {{state}} run: rerun it instead")
+    return {
+        **{s: finished for s in RunState if s.terminal},
+        R.CANCELLING: Refusal(IllegalTransition, f"cannot {verb} a run being cancelled"),
+    }
+
+
+RUN_COMMANDS: Mapping[RunCommand, Guard] = {
+    # Invariant 4: no dispatch while WaitingForApproval or Cancelling.
+    RunCommand.DISPATCH: Guard(
+        frozenset({R.ACCEPTED, R.RUNNING}),
+        Refusal(IllegalTransition, "no dispatch while the run is {state}"),
+    ),
+    RunCommand.ACQUIRE_LEASE: Guard(
+        frozenset({R.RUNNING}), Refusal(LeaseRejected, "no lease while the run is {state}")
+    ),
+    RunCommand.REQUEST_APPROVAL: Guard(
+        frozenset({R.RUNNING, R.WAITING_FOR_APPROVAL}),
+        Refusal(IllegalTransition, "no approval request while the run is {state}"),
+    ),
+    # Cancelling twice, or a finished run, records nothing (the answer is the state).
+    RunCommand.CANCEL: Guard(LIVE - {R.CANCELLING}),
+    RunCommand.SUSPEND: Guard(
+        frozenset({R.RUNNING, R.WAITING_FOR_APPROVAL}),
+        refusals={
+            **_control("suspend"),
+            R.ACCEPTED: Refusal(
+                IllegalTransition, "the run has not started: cancel it, or suspend it once it runs"
+            ),
+        },
+    ),
+    RunCommand.RESUME: Guard(
+        frozenset({R.ACCEPTED, R.RUNNING, R.WAITING_FOR_APPROVAL}), refusals=_control("resume")
+    ),
+    RunCommand.RETRY_STEP: Guard(
+        frozenset({R.RUNNING}),
+        Refusal(IllegalTransition, "no retry while the run is {state}"),
+        _control("retry a step of"),
+    ),
+    # After a hard stop nothing may execute, and no late result is recorded.
+    RunCommand.USE_TOOL_CALL: Guard(LIVE, Refusal(RunTerminal, "the run is {state}")),
+    RunCommand.START_TOOL_CALL: Guard(
+        LIVE - {R.CANCELLING},
+        Refusal(
+            ToolCallRefused, "the run is being cancelled: start no new side effect", detailed=False
+        ),
+    ),
+    # A human decision is never cut short by the run's clock, nor a suspended lease expired.
+    RunCommand.ENFORCE_DEADLINES: Guard(LIVE - {R.WAITING_FOR_APPROVAL}),
+    RunCommand.EXPIRE_LEASE: Guard(frozenset(RunState) - {R.WAITING_FOR_APPROVAL}),
+}
+
+
+def allows(command: RunCommand, state: RunState) -> bool:
+    return state in RUN_COMMANDS[command].allowed
+
+
+def refusal(command: RunCommand, state: RunState) -> RunControlError | None:
+    """The error refusing ``command`` in ``state``, or None when the state admits it."""
+    guard = RUN_COMMANDS[command]
+    if state in guard.allowed:
+        return None
+    return guard.refusals.get(state, guard.refusal)(state)
+
+
+def require(command: RunCommand, state: RunState) -> None:
+    """Raise the refusal of ``command`` in ``state``, if it is refused."""
+    error = refusal(command, state)
+    if error is not None:
+        raise error

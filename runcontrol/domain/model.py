@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from .events import PRODUCER, EventBody
 from .states import (
     ApprovalState,
     AttemptOutcome,
@@ -258,9 +259,17 @@ class RecoveryJournalEntry:
     occurred_at: datetime
 
 
+# A field held in memory only (``runcontrol.store.rows`` maps no column to it).
+UNSTORED: dict[str, bool] = {"stored": False}
+
+
 @dataclass(frozen=True, slots=True)
 class Event:
-    """An outbox event with the ADR-0014 envelope; ``seq`` is gap-free per run."""
+    """An outbox event with the ADR-0014 envelope; ``seq`` is gap-free per run.
+
+    ``body`` is the typed payload (``runcontrol.domain.events``) and ``payload`` its stored
+    JSON object; ``event``, a factory, makes both from the one body. ``body`` has no column:
+    the outbox stores ``payload``."""
 
     event_id: UUID
     run_id: UUID
@@ -275,8 +284,9 @@ class Event:
     attempt_id: UUID | None = None
     correlation_id: str | None = None
     causation_id: str | None = None
-    producer: str = "runcontrol"
+    producer: str = PRODUCER
     schema_version: int = 1
+    body: EventBody | None = field(default=None, compare=False, repr=False, metadata=UNSTORED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,33 +299,3 @@ class AuditRecord:
     actor: str
     detail: dict[str, Any]
     occurred_at: datetime
-
-
-TOPICS: dict[str, str] = {
-    "RunAccepted": "run-control.runs.v1.run-accepted",
-    "RunStateChanged": "run-control.runs.v1.run-state-changed",
-    "RunCompleted": "run-control.runs.v1.run-completed",
-    "RunFailed": "run-control.runs.v1.run-failed",
-    "RunCancelled": "run-control.runs.v1.run-cancelled",
-    "CancellationRequested": "run-control.runs.v1.cancellation-requested",
-    "AttemptDispatched": "run-control.attempts.v1.attempt-dispatched",
-    "LeaseGranted": "run-control.leases.v1.lease-granted",
-    "AttemptParked": "run-control.attempts.v1.attempt-parked",
-    "AttemptResumed": "run-control.attempts.v1.attempt-resumed",
-    "AttemptOutcomeRecorded": "run-control.attempts.v1.attempt-outcome-recorded",
-    "StepRetryScheduled": "run-control.steps.v1.step-retry-scheduled",
-    "LeaseExpired": "run-control.leases.v1.lease-expired",
-    "LeaseRevoked": "run-control.leases.v1.lease-revoked",
-    "ApprovalRequested": "run-control.approvals.v1.approval-requested",
-    "ApprovalDecided": "run-control.approvals.v1.approval-decided",
-    "ProgressReported": "run-control.attempts.v1.progress-reported",
-    "ToolCallClaimed": "run-control.tool-calls.v1.tool-call-claimed",
-    "ToolCallCompleted": "run-control.tool-calls.v1.tool-call-completed",
-    "ToolCallExpired": "run-control.tool-calls.v1.tool-call-expired",
-    # operator controls
-    "RunSuspended": "run-control.runs.v1.run-suspended",
-    "RunResumed": "run-control.runs.v1.run-resumed",
-    "StepRetryRequested": "run-control.steps.v1.step-retry-requested",
-    "AttemptOutcomeResolved": "run-control.attempts.v1.attempt-outcome-resolved",
-    "RunRerun": "run-control.runs.v1.run-rerun",
-}

@@ -22,6 +22,13 @@ class RunState(StrEnum):
 _TERMINAL_RUN = frozenset({RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED})
 
 
+class Suspension(StrEnum):
+    """Whether an operator holds a live run (``Run.suspended_at``), beside its state."""
+
+    ACTIVE = "Active"
+    SUSPENDED = "Suspended"
+
+
 class StepState(StrEnum):
     PENDING = "Pending"
     RUNNING = "Running"

@@ -1,7 +1,8 @@
 """Webhooks: what a delivery is signed with, when a failed one is retried, which URLs may
 receive one. Pure: resolving a host name and sending are the caller's.
 
-A delivery is the event envelope as JSON, POSTed with these headers:
+A delivery is the event envelope as JSON (its ``payload`` as the outbox stores it, valid
+against its event type's schema: ``GET /factory/schemas/events``), POSTed with these headers:
 
 - ``Runcontrol-Event-Id``: the event's id; receivers deduplicate on it (delivery is
   at-least-once: a lost answer, a retry or a redelivery sends the same event again);

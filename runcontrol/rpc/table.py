@@ -47,7 +47,8 @@ ATTEMPT = Codec(Attempt, pb.Attempt)
 APPROVAL = Codec(ApprovalRequest, pb.Approval)
 PROGRESS_ACK = Codec(ProgressAck, pb.ReportProgressResponse)
 TOOL_CALL = Codec(ToolCallClaim, pb.ToolCallResponse)
-EVENT = Codec(Event, pb.RunEvent, rename={"event_type": "type"})
+# Event.body, the typed payload, is memory only: the wire carries the payload it serialises to.
+EVENT = Codec(Event, pb.RunEvent, rename={"event_type": "type"}, supplied=("body",))
 
 # ---------------------------------------------------------------------- the requests
 

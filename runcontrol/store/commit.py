@@ -25,6 +25,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from sqlalchemy import Table
 
 from ..domain import AuditRecord, Options, RunAggregate, errors
+from ..domain.events import AttemptDispatched, AttemptResumed
 from . import answers, rows
 from .notify import libpq_url
 from .tables import (
@@ -162,12 +163,15 @@ def prepare(
         # Wake event watchers, and long-polling claimers of a dispatched agent; NOTIFY is
         # delivered only on commit.
         doc["notify_run"] = str(changes.run.run_id)
-        dispatched = {
-            e.payload["agentId"] for e in changes.events if e.event_type == "AttemptDispatched"
-        }
+        dispatched: set[str] = set()
         # A resumed attempt (after an approval decision) wakes claimers too, but is not a new
         # admission: the tenant's cap was checked when it was first dispatched.
-        resumed = {e.payload["agentId"] for e in changes.events if e.event_type == "AttemptResumed"}
+        resumed: set[str] = set()
+        for e in changes.events:
+            if isinstance(e.body, AttemptDispatched):
+                dispatched.add(e.body.agent_id)
+            elif isinstance(e.body, AttemptResumed):
+                resumed.add(e.body.agent_id)
         if dispatched | resumed:
             doc["notify_agents"] = sorted(dispatched | resumed)
         if dispatched and max_open_attempts is not None:

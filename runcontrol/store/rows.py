@@ -146,8 +146,11 @@ def _claim(paths: dict[str, str], column: str, path: str) -> None:
 
 
 def _fields(cls: type[Any]) -> list[tuple[str, Any]]:
+    """The stored fields of ``cls`` (``Event.body`` is memory only: its ``payload`` is stored)."""
     hints = typing.get_type_hints(cls)
-    return [(f.name, hints[f.name]) for f in dataclasses.fields(cls)]
+    return [
+        (f.name, hints[f.name]) for f in dataclasses.fields(cls) if f.metadata.get("stored", True)
+    ]
 
 
 MAPPERS: dict[type[Any], _Mapper] = {

@@ -25,6 +25,9 @@ from sqlalchemy.dialects.postgresql import JSONB, UUID
 metadata = MetaData()
 
 TZ = DateTime(timezone=True)
+# Invariant 2: what a run is pinned to at acceptance never changes. The run's writer leaves these
+# columns out of its UPDATE and a trigger refuses a change (both rendered by ``writers.py``).
+PIN = {"pinned": True}
 
 runs = Table(
     "runs",
@@ -35,14 +38,14 @@ runs = Table(
     Column("environment_id", Text),
     Column("idempotency_key", Text, nullable=False),
     Column("workflow_id", Text, nullable=False),
-    Column("release_id", Text, nullable=False),
+    Column("release_id", Text, nullable=False, info=PIN),
     Column("release_hash", Text, nullable=False),
     Column("policy_id", Text, nullable=False),
-    Column("policy_revision", Text, nullable=False),
-    Column("model_profile_id", Text, nullable=False),
+    Column("policy_revision", Text, nullable=False, info=PIN),
+    Column("model_profile_id", Text, nullable=False, info=PIN),
     Column("state", Text, nullable=False),
     Column("input_hash", Text, nullable=False),
-    Column("snapshot_id", UUID(as_uuid=True), nullable=False),
+    Column("snapshot_id", UUID(as_uuid=True), nullable=False, info=PIN),
     Column("budget_reservation_id", UUID(as_uuid=True)),
     Column("requested_by", Text, nullable=False),
     Column("max_cost_usd", Numeric),
@@ -430,10 +433,14 @@ webhook_deliveries = Table(
     Index("ix_webhook_deliveries_position", "position"),
 )
 
+RUN_PINS = tuple(str(c.name) for c in runs.columns if c.info.get("pinned"))
 TENANT_TABLES = tuple(metadata.tables)
 APPEND_ONLY_TABLES = ("recovery_journal", "audit_log", "approval_decisions", "cancellation_intents")
 # The app role adds rows to these and never changes them (command answers: the system role
 # prunes them past the resend window).
 INSERT_ONLY_TABLES = (*APPEND_ONLY_TABLES, "command_answers")
+# The write path only adds rows to these: their writers insert, never upsert (the relay marks
+# outbox rows published on the system path).
+APPENDED_TABLES = (*INSERT_ONLY_TABLES, "outbox")
 # The app role only reads these (the relay writes them on the system path).
 READ_ONLY_TABLES = ("event_feed",)

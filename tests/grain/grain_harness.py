@@ -157,17 +157,10 @@ class Harness:
         )
 
     def succeed(self, grain: SyncGrain, grant: LeaseGrant, n: int = 1) -> Attempt:
-        return grain.execute(
-            ReportOutcome(
-                tenant_id=grain.tenant_id,
-                run_id=grain.run_id,
-                attempt_id=grant.attempt_id,
-                holder=grant.holder,
-                fencing_token=grant.fencing_token,
-                outcome=AttemptOutcome.SUCCEEDED,
-                outcome_hash=outcome_hash(n),
-            )
+        attempt: Attempt = report(
+            grain, grant, AttemptOutcome.SUCCEEDED, outcome_hash=outcome_hash(n)
         )
+        return attempt
 
     def wake(self, grain: SyncGrain) -> WakeResult:
         """The reminder, as the scheduler sends it."""
@@ -204,3 +197,50 @@ class Harness:
 
 
 SHARED = SideEffectClass.SHARED_WRITE
+OPERATOR = "olga"
+
+
+def fenced(grant: LeaseGrant, tenant: str, **overrides: Any) -> dict[str, Any]:
+    """The fields every lease holder's command carries, from its grant."""
+    values: dict[str, Any] = {
+        "tenant_id": tenant,
+        "run_id": grant.run_id,
+        "attempt_id": grant.attempt_id,
+        "holder": grant.holder,
+        "fencing_token": grant.fencing_token,
+        "lease_id": grant.lease_id,
+    }
+    values.update(overrides)
+    return values
+
+
+def report(grain: SyncGrain, grant: LeaseGrant, outcome: AttemptOutcome, **kw: Any) -> Any:
+    """The lease holder reports ``outcome``."""
+    return grain.execute(
+        ReportOutcome(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            attempt_id=grant.attempt_id,
+            holder=grant.holder,
+            fencing_token=grant.fencing_token,
+            outcome=outcome,
+            **kw,
+        )
+    )
+
+
+def operator(h: Harness) -> Principal:
+    return Principal(OPERATOR, h.tenant, "ops-project", frozenset({Role.OPERATOR}))
+
+
+def control(h: Harness, grain: SyncGrain, kind: type[Any], reason: str = "checking", **kw: Any):
+    """An operator control (``kind``: SuspendRun, RetryStep, ...) with a reason."""
+    return grain.execute(
+        kind(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            principal=operator(h),
+            reason=reason,
+            **kw,
+        )
+    )

@@ -11,14 +11,22 @@ import uuid
 from typing import Any
 
 import pytest
-from grain_harness import PROJECT, WORKER, CeilingRandom, Harness, outcome_hash
-from support import SyncGrain
+from grain_harness import (
+    OPERATOR,
+    PROJECT,
+    WORKER,
+    CeilingRandom,
+    Harness,
+    control,
+    operator,
+    outcome_hash,
+    report,
+)
 
 from runcontrol.commands import (
     AcquireLease,
     CancelRun,
     ControlResult,
-    ReportOutcome,
     RerunRelease,
     RerunRun,
     ResolveAttempt,
@@ -30,9 +38,6 @@ from runcontrol.domain import (
     AttemptOutcome,
     AttemptState,
     FailureClass,
-    LeaseGrant,
-    Principal,
-    Role,
     RunState,
     SideEffectClass,
     StepSpec,
@@ -41,38 +46,7 @@ from runcontrol.domain import (
 )
 from runcontrol.store import queries as q
 
-OPERATOR = "olga"
 TWO_STEPS = (StepSpec("first", "agent-a"), StepSpec("second", "agent-a"))
-
-
-def operator(h: Harness) -> Principal:
-    return Principal(OPERATOR, h.tenant, "ops-project", frozenset({Role.OPERATOR}))
-
-
-def control(h: Harness, grain: SyncGrain, kind: type[Any], reason: str = "checking", **kw: Any):
-    return grain.execute(
-        kind(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            principal=operator(h),
-            reason=reason,
-            **kw,
-        )
-    )
-
-
-def report(grain: SyncGrain, grant: LeaseGrant, outcome: AttemptOutcome, **kw: Any) -> Any:
-    return grain.execute(
-        ReportOutcome(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            attempt_id=grant.attempt_id,
-            holder=grant.holder,
-            fencing_token=grant.fencing_token,
-            outcome=outcome,
-            **kw,
-        )
-    )
 
 
 def audited(h: Harness, run_id: uuid.UUID, kind: str) -> Any:

@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from grain_harness import WORKER, Harness
+from grain_harness import WORKER, Harness, fenced
 from support import race_async
 
 from runcontrol import reconcilers
@@ -36,19 +36,6 @@ from runcontrol.store.tables import audit_log, command_answers, runs, tool_calls
 
 REQUEST = canonical_hash({"tool": "open-pull-request", "branch": "fix"})
 RESULT = canonical_hash({"pullRequest": 17})
-
-
-def fenced(grant: LeaseGrant, tenant: str, **overrides: Any) -> dict[str, Any]:
-    values: dict[str, Any] = {
-        "tenant_id": tenant,
-        "run_id": grant.run_id,
-        "attempt_id": grant.attempt_id,
-        "holder": grant.holder,
-        "fencing_token": grant.fencing_token,
-        "lease_id": grant.lease_id,
-    }
-    values.update(overrides)
-    return values
 
 
 def report(h: Harness, grant: LeaseGrant, *seqs: int, **overrides: Any) -> ReportProgress:

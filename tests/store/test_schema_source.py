@@ -1,5 +1,6 @@
 """One schema source: every field of every entity survives the real write path, and the
-``runcontrol_apply`` function writes every column of every table it writes.
+``runcontrol_apply`` function (through the writers it calls, migration 0014) writes every column
+of every table it writes.
 
 The comparisons walk ``dataclasses.fields`` and the table metadata, so a field or column added
 later is covered without touching this file; ``test_every_optional_field_is_set`` makes the
@@ -51,12 +52,14 @@ from runcontrol.domain import (
 from runcontrol.store import Store, rows
 from runcontrol.store.commit import conclude, prepare
 from runcontrol.store.tables import (
+    RUN_PINS,
     audit_log,
     leases,
     metadata,
     outbox,
     recovery_journal,
 )
+from runcontrol.store.writers import written_columns
 
 T0 = datetime(2026, 3, 4, 5, 6, 7, 123456, tzinfo=UTC)
 
@@ -299,6 +302,8 @@ def test_every_optional_field_is_set(tenant):
     assert {type(e) for e in built} == set(rows.MAPPERS)
     for entity in built:
         for f in dataclasses.fields(entity):
+            if not f.metadata.get("stored", True):
+                continue  # memory only (Event.body): no column to round-trip
             if f.default is not dataclasses.MISSING:
                 default = f.default
             elif f.default_factory is not dataclasses.MISSING:
@@ -380,11 +385,6 @@ def test_a_field_or_column_without_its_pair_fails_when_the_mapper_is_built():
 # ---------------------------------------------------------------------- runcontrol_apply
 
 
-def written_columns(table: Table) -> list[str]:
-    """The columns a write names: all but the ones the database assigns (serial ids)."""
-    return [c.name for c in table.columns if not (c.primary_key and c.autoincrement is True)]
-
-
 def _names(text: str) -> list[str]:
     return [n.strip() for n in text.split(",")]
 
@@ -397,12 +397,12 @@ def _assigned(text: str) -> list[str]:
 def missing_columns(function: str, tables: list[Table]) -> list[str]:
     """Each column of ``tables`` that one of the function's column lists for it leaves out:
     the INSERT's, its SELECT's, and the SET of its upsert (or of the run's guarded UPDATE),
-    which names every column but the primary key."""
+    which names every column but the primary key (and, for the run's UPDATE, its pins)."""
     missing = []
     for table in tables:
         name, columns = table.name, written_columns(table)
         insert = re.search(
-            rf"INSERT INTO {name} \((?P<cols>[^)]*)\)\s+SELECT (?P<select>.*?) FROM "
+            rf"INSERT INTO {name} \((?P<cols>[^)]*)\)\s+SELECT\s(?P<select>.*?) FROM "
             rf"jsonb_populate_record(?:set)?\(NULL::{name}, [^)]*\)(?P<rest>[^;]*);",
             function,
             re.S,
@@ -411,14 +411,20 @@ def missing_columns(function: str, tables: list[Table]) -> list[str]:
             missing.append(f"{name} (no INSERT)")
             continue
         checks = {"INSERT": _names(insert["cols"]), "SELECT": _names(insert["select"])}
-        upsert = re.search(r"DO UPDATE SET (?P<set>.*)", insert["rest"], re.S)
+        upsert = re.search(r"DO UPDATE SET\s(?P<set>.*)", insert["rest"], re.S)
         if upsert is not None:
             checks["ON CONFLICT SET"] = _assigned(upsert["set"])
-        update = re.search(rf"UPDATE {name} SET (?P<set>.*?)\s+FROM ", function, re.S)
+        update = re.search(rf"UPDATE {name} SET\s(?P<set>.*?)\s+FROM ", function, re.S)
         if update is not None:
             checks["UPDATE SET"] = _assigned(update["set"])
         for where, listed in checks.items():
-            wanted = [c for c in columns if not (where.endswith("SET") and table.c[c].primary_key)]
+            column = table.c
+            wanted = [
+                c
+                for c in columns
+                if not (where.endswith("SET") and column[c].primary_key)
+                and not (where == "UPDATE SET" and column[c].info.get("pinned"))
+            ]
             missing += [f"{name}.{c} ({where})" for c in wanted if c not in listed]
     return missing
 
@@ -430,10 +436,14 @@ def apply_tables(target: MetaData = metadata) -> list[Table]:
 
 @pytest.fixture
 def apply_definition(owner_engine) -> str:
+    """The text of ``runcontrol_apply`` and of every function it can call (its writers)."""
     with owner_engine.connect() as conn:
-        return conn.exec_driver_sql(
-            "SELECT pg_get_functiondef('runcontrol_apply(jsonb)'::regprocedure)"
-        ).scalar_one()
+        return "\n".join(
+            conn.exec_driver_sql(
+                "SELECT pg_get_functiondef(oid) FROM pg_proc"
+                " WHERE proname LIKE 'runcontrol%%' AND prokind = 'f' ORDER BY proname"
+            ).scalars()
+        )
 
 
 def test_apply_function_names_every_column_it_writes(apply_definition):
@@ -454,3 +464,13 @@ def test_apply_function_check_is_not_vacuous(apply_definition):
         "outbox.added_later (INSERT)",
         "outbox.added_later (SELECT)",
     ]
+
+
+def test_the_run_update_leaves_the_pins_out(apply_definition):
+    """Invariant 2: the run's UPDATE names none of the pinned columns (a trigger refuses the
+    change of one from any other statement: ``test_writers``)."""
+    update = re.search(r"UPDATE runs SET\s(?P<set>.*?)\s+FROM ", apply_definition, re.S)
+    assert update is not None
+    assigned = set(_assigned(update["set"]))
+    assert assigned.isdisjoint(RUN_PINS)
+    assert RUN_PINS == ("release_id", "policy_revision", "model_profile_id", "snapshot_id")

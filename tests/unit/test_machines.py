@@ -1,4 +1,5 @@
-"""The four state machines: every legal pair is accepted, every other pair is refused."""
+"""The four state machines: every legal pair is accepted, every other pair is refused; and
+which command each run state admits (``RUN_COMMANDS``)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,18 @@ from runcontrol.domain import errors
 from runcontrol.domain.machines import (
     APPROVAL_TRANSITIONS,
     ATTEMPT_TRANSITIONS,
+    RUN_COMMANDS,
     RUN_TRANSITIONS,
+    STEP_CONTROLS,
     STEP_TRANSITIONS,
+    SUSPENSION_TRANSITIONS,
+    RunCommand,
+    allows,
     check,
+    refusal,
+    require,
 )
-from runcontrol.domain.states import ApprovalState, AttemptState, RunState, StepState
+from runcontrol.domain.states import ApprovalState, AttemptState, RunState, StepState, Suspension
 
 R, St, A, Ap = RunState, StepState, AttemptState, ApprovalState
 
@@ -215,3 +223,80 @@ def test_check_works_on_any_strenum_table():
     assert check("Light", table, Light.RED, Light.GREEN) == "Go"
     with pytest.raises(errors.IllegalTransition):
         check("Light", table, Light.GREEN, Light.RED)
+
+
+# ---------------------------------------------------------------------- commands by run state
+
+# Which run states admit each command, written out: a change to RUN_COMMANDS is a change here.
+LIVE = {R.ACCEPTED, R.RUNNING, R.WAITING_FOR_APPROVAL, R.CANCELLING}
+ADMITTED = {
+    RunCommand.DISPATCH: {R.ACCEPTED, R.RUNNING},  # invariant 4
+    RunCommand.ACQUIRE_LEASE: {R.RUNNING},
+    RunCommand.REQUEST_APPROVAL: {R.RUNNING, R.WAITING_FOR_APPROVAL},
+    RunCommand.CANCEL: {R.ACCEPTED, R.RUNNING, R.WAITING_FOR_APPROVAL},
+    RunCommand.SUSPEND: {R.RUNNING, R.WAITING_FOR_APPROVAL},
+    RunCommand.RESUME: {R.ACCEPTED, R.RUNNING, R.WAITING_FOR_APPROVAL},
+    RunCommand.RETRY_STEP: {R.RUNNING},
+    RunCommand.USE_TOOL_CALL: LIVE,
+    RunCommand.START_TOOL_CALL: LIVE - {R.CANCELLING},
+    RunCommand.ENFORCE_DEADLINES: LIVE - {R.WAITING_FOR_APPROVAL},
+    RunCommand.EXPIRE_LEASE: set(RunState) - {R.WAITING_FOR_APPROVAL},
+}
+
+
+def test_every_command_has_its_guard():
+    assert set(RUN_COMMANDS) == set(RunCommand) == set(ADMITTED)
+    assert {c: set(g.allowed) for c, g in RUN_COMMANDS.items()} == ADMITTED
+
+
+@pytest.mark.parametrize(
+    ("command", "state"), list(itertools.product(RunCommand, RunState)), ids=str
+)
+def test_a_command_is_admitted_or_refused_by_its_table(command, state):
+    admitted = state in ADMITTED[command]
+    assert allows(command, state) is admitted
+    error = refusal(command, state)
+    if admitted:
+        assert error is None
+        require(command, state)
+        return
+    assert isinstance(error, errors.RunControlError)
+    with pytest.raises(type(error)):
+        require(command, state)
+    # A refusal crosses process boundaries as itself.
+    clone = pickle.loads(pickle.dumps(error))
+    assert type(clone) is type(error) and clone.details == error.details
+
+
+@pytest.mark.parametrize("command", [RunCommand.SUSPEND, RunCommand.RESUME, RunCommand.RETRY_STEP])
+def test_an_operator_control_refuses_a_finished_run_as_terminal(command):
+    for state in RunState:
+        error = refusal(command, state)
+        if state.terminal:
+            assert isinstance(error, errors.RunTerminal), state
+            assert "rerun it instead" in str(error)
+        elif state is R.CANCELLING:
+            assert type(error) is errors.IllegalTransition
+            assert error.details == {"run_state": "Cancelling"}
+
+
+def test_refusals_name_the_state_they_refuse_in():
+    error = refusal(RunCommand.ACQUIRE_LEASE, R.WAITING_FOR_APPROVAL)
+    assert isinstance(error, errors.LeaseRejected)
+    assert str(error) == "no lease while the run is WaitingForApproval"
+    assert error.details == {"run_state": "WaitingForApproval"}
+    refused = refusal(RunCommand.START_TOOL_CALL, R.CANCELLING)
+    assert isinstance(refused, errors.ToolCallRefused) and refused.details == {}
+
+
+def test_the_tables_beside_the_machines():
+    """An operator's suspension is a machine of its own (Active <-> Suspended); a retry of a
+    Pending step is a journaled self-loop, kept out of the step machine (which has none)."""
+    assert dict(SUSPENSION_TRANSITIONS) == {
+        (Suspension.ACTIVE, Suspension.SUSPENDED): "SuspendRequested",
+        (Suspension.SUSPENDED, Suspension.ACTIVE): "ResumeRequested",
+    }
+    assert dict(STEP_CONTROLS) == {(St.PENDING, St.PENDING): "RetryRequested"}
+    assert not set(STEP_CONTROLS) & set(STEP_TRANSITIONS)
+    with pytest.raises(errors.IllegalTransition):
+        check("Run", SUSPENSION_TRANSITIONS, Suspension.SUSPENDED, Suspension.SUSPENDED)

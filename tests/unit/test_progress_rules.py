@@ -30,8 +30,8 @@ from runcontrol.domain import (
     ToolCallStatus,
     errors,
 )
+from runcontrol.domain.events import TOPICS
 from runcontrol.domain.machines import TOOL_CALL_TRANSITIONS, check
-from runcontrol.domain.model import TOPICS
 from runcontrol.rpc.status import status_for as grpc_status
 
 CLAIM_TIMEOUT = Options().tool_call_claim_timeout_seconds

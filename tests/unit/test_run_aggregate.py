@@ -40,13 +40,13 @@ from runcontrol.domain import (
     canonical_hash,
     errors,
 )
+from runcontrol.domain.events import TOPICS
 from runcontrol.domain.machines import (
     APPROVAL_TRANSITIONS,
     ATTEMPT_TRANSITIONS,
     RUN_TRANSITIONS,
     STEP_TRANSITIONS,
 )
-from runcontrol.domain.model import TOPICS
 
 LOCAL_STEP = {"name": "local", "agentId": "editor", "sideEffectClass": "local-write"}
 IRREVERSIBLE_STEP = {

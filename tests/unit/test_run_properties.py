@@ -135,6 +135,7 @@ class Walk:
         self.h = Harness(steps, policy=policy, options=options)
         self.grants = {}  # attempt_id -> latest LeaseGrant seen by a worker
         self.tokens_granted = []
+        self.pins = _pins(self.h.run)
 
     def _who(self, attempt, who):
         if who != "holder":
@@ -292,6 +293,9 @@ class Walk:
     def check(self):
         h = self.h
         agg = h.agg
+        # 2: what the run was pinned to at acceptance never changes (the store refuses it too:
+        # tests/store/test_writers.py).
+        assert _pins(h.run) == self.pins
         # 11: gap-free per-run event sequence; the journal likewise.
         assert [e.seq for e in h.events] == list(range(1, len(h.events) + 1))
         assert [j.sequence for j in h.journal] == list(range(1, len(h.journal) + 1))
@@ -356,6 +360,10 @@ class Walk:
             assert agg.intents
         if h.run.state in (RunState.ACCEPTED,):
             assert not agg.attempts
+
+
+def _pins(run):
+    return (run.release, run.policy, run.model_profile_id, run.snapshot_id)
 
 
 def _snapshot(h):

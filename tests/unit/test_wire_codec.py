@@ -53,7 +53,8 @@ def _attempt(**overrides: Any) -> Attempt:
 
 
 def _fields(cls: type[Any]) -> set[str]:
-    return {f.name for f in dataclasses.fields(cls)}
+    """The fields a domain type keeps beyond memory (``Event.body`` is serialised as payload)."""
+    return {f.name for f in dataclasses.fields(cls) if f.metadata.get("stored", True)}
 
 
 # ---------------------------------------------------------------------- the check at build time

@@ -1,0 +1,331 @@
+"""The aggregate's state and bookkeeping: the entities it holds, what a command records
+(changed rows, events, journal entries, audits), the guarded moves of each state machine, and
+the queries every concern shares."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from .. import errors
+from .. import events as ev
+from ..machines import (
+    APPROVAL_TRANSITIONS,
+    ATTEMPT_TRANSITIONS,
+    RUN_TRANSITIONS,
+    STEP_TRANSITIONS,
+    TOOL_CALL_TRANSITIONS,
+    check,
+)
+from ..model import (
+    ApprovalDecision,
+    ApprovalRequest,
+    Attempt,
+    AuditRecord,
+    CancellationIntent,
+    Event,
+    Lease,
+    RecoveryJournalEntry,
+    Run,
+    Step,
+    ToolCall,
+)
+from ..states import (
+    ApprovalState,
+    AttemptState,
+    RunState,
+    StepState,
+    ToolCallState,
+)
+from .values import (
+    LIFETIME_EXCEEDED,
+    WALL_CLOCK_EXCEEDED,
+    Changes,
+    CommandContext,
+    LeaseGrant,
+    Options,
+)
+
+
+class AggregateCore:
+    """The run's entities and what the current command recorded; every concern builds on it."""
+
+    def __init__(
+        self,
+        run: Run,
+        steps: Iterable[Step],
+        attempts: Iterable[Attempt] = (),
+        leases: Iterable[Lease] = (),
+        approvals: Iterable[ApprovalRequest] = (),
+        decisions: Iterable[ApprovalDecision] = (),
+        intents: Iterable[CancellationIntent] = (),
+        tool_calls: Iterable[ToolCall] = (),
+        *,
+        is_new: bool = False,
+    ) -> None:
+        self.run = run
+        self.steps: list[Step] = sorted(steps, key=lambda s: s.ordinal)
+        self.attempts: dict[UUID, Attempt] = {a.attempt_id: a for a in attempts}
+        self.leases: dict[UUID, Lease] = {}
+        for lease in leases:
+            if lease.current:
+                self.leases[lease.attempt_id] = lease
+        self.approvals: dict[UUID, ApprovalRequest] = {a.approval_id: a for a in approvals}
+        self.decisions: dict[UUID, list[ApprovalDecision]] = {}
+        for d in decisions:
+            self.decisions.setdefault(d.approval_id, []).append(d)
+        self.intents: list[CancellationIntent] = sorted(intents, key=lambda i: i.requested_at)
+        self.tool_calls: dict[str, ToolCall] = {t.call_id: t for t in tool_calls}
+        self._is_new = is_new
+        self._changes = self._fresh_changes()
+
+    def _fresh_changes(self) -> Changes:
+        expected = None if self._is_new else self.run.version
+        return Changes(run=self.run, expected_version=expected, run_dirty=self._is_new)
+
+    def take_changes(self) -> Changes:
+        """Hand the pending writes to the unit of work and start a new batch."""
+        changes = self._changes
+        if changes.run_dirty and not self._is_new:
+            self.run.version += 1
+        self._is_new = False
+        self._changes = self._fresh_changes()
+        return changes
+
+    def take_audits(self) -> list[AuditRecord]:
+        audits, self._changes.audits = self._changes.audits, []
+        return audits
+
+    def _touch(self, ctx: CommandContext) -> None:
+        self.run.updated_at = ctx.now
+        self._changes.run_dirty = True
+
+    def _emit(
+        self,
+        ctx: CommandContext,
+        body: ev.EventBody,
+        *,
+        step_id: UUID | None = None,
+        attempt_id: UUID | None = None,
+    ) -> None:
+        """Record ``body`` as the run's next event (its stored payload made once, here)."""
+        self.run.event_seq += 1
+        self._touch(ctx)
+        self._changes.events.append(
+            Event(
+                event_id=ctx.new_id(),
+                run_id=self.run.run_id,
+                tenant_id=self.run.tenant_id,
+                project_id=self.run.project_id,
+                seq=self.run.event_seq,
+                event_type=type(body).__name__,
+                topic=body.topic,
+                payload=body.to_payload(),
+                schema_version=body.schema_version,
+                body=body,
+                occurred_at=ctx.now,
+                step_id=step_id,
+                attempt_id=attempt_id,
+                correlation_id=self.run.correlation_id or str(self.run.run_id),
+                causation_id=ctx.command_id,
+            )
+        )
+
+    def _journal(
+        self,
+        ctx: CommandContext,
+        entity: str,
+        entity_id: UUID,
+        from_state: str | None,
+        to_state: str,
+        cause: str,
+    ) -> None:
+        self.run.journal_seq += 1
+        self._touch(ctx)
+        self._changes.journal.append(
+            RecoveryJournalEntry(
+                run_id=self.run.run_id,
+                tenant_id=self.run.tenant_id,
+                sequence=self.run.journal_seq,
+                entity=entity,
+                entity_id=entity_id,
+                from_state=from_state,
+                to_state=to_state,
+                cause=cause,
+                actor=ctx.actor,
+                occurred_at=ctx.now,
+            )
+        )
+
+    def _audit(self, ctx: CommandContext, kind: str, **detail: Any) -> None:
+        self._changes.audits.append(
+            AuditRecord(
+                tenant_id=self.run.tenant_id,
+                run_id=self.run.run_id,
+                kind=kind,
+                actor=ctx.actor,
+                detail={k: (str(v) if isinstance(v, UUID) else v) for k, v in detail.items()},
+                occurred_at=ctx.now,
+            )
+        )
+
+    def _move_run(self, ctx: CommandContext, target: RunState, cause: str | None = None) -> None:
+        current = self.run.state
+        spec_cause = check("Run", RUN_TRANSITIONS, current, target)
+        self.run.state = target
+        if target.terminal:
+            self.run.suspended_at = None  # a suspension ends with the run
+        self._journal(ctx, "Run", self.run.run_id, current, target, cause or spec_cause)
+        self._emit(
+            ctx,
+            ev.RunStateChanged(
+                run_id=self.run.run_id,
+                tenant_id=self.run.tenant_id,
+                from_state=current,
+                to_state=target,
+                cause=cause or spec_cause,
+            ),
+        )
+
+    def _move_step(self, ctx: CommandContext, step: Step, target: StepState, cause: str) -> None:
+        current = step.state
+        check("Step", STEP_TRANSITIONS, current, target)
+        step.state = target
+        self._changes.steps[step.step_id] = step
+        self._journal(ctx, "Step", step.step_id, current, target, cause)
+
+    def _move_attempt(
+        self, ctx: CommandContext, attempt: Attempt, target: AttemptState, cause: str
+    ) -> None:
+        current = attempt.state
+        check("Attempt", ATTEMPT_TRANSITIONS, current, target)
+        attempt.state = target
+        self._changes.attempts[attempt.attempt_id] = attempt
+        self._journal(ctx, "Attempt", attempt.attempt_id, current, target, cause)
+
+    def _move_approval(
+        self, ctx: CommandContext, approval: ApprovalRequest, target: ApprovalState, cause: str
+    ) -> None:
+        current = approval.state
+        check("ApprovalRequest", APPROVAL_TRANSITIONS, current, target)
+        approval.state = target
+        approval.version += 1
+        self._changes.approvals[approval.approval_id] = approval
+        self._journal(ctx, "ApprovalRequest", approval.approval_id, current, target, cause)
+
+    def _move_tool_call(self, ctx: CommandContext, call: ToolCall, target: ToolCallState) -> None:
+        current = call.state
+        cause = check("ToolCall", TOOL_CALL_TRANSITIONS, current, target)
+        call.state = target
+        self._changes.tool_calls[call.tool_call_id] = call
+        self._journal(ctx, "ToolCall", call.tool_call_id, current, target, cause)
+
+    def step(self, step_id: UUID) -> Step:
+        for step in self.steps:
+            if step.step_id == step_id:
+                return step
+        raise errors.StepNotFound(f"step {step_id} not found", step_id=str(step_id))
+
+    def attempt(self, attempt_id: UUID) -> Attempt:
+        try:
+            return self.attempts[attempt_id]
+        except KeyError:
+            raise errors.AttemptNotFound(
+                f"attempt {attempt_id} not found", attempt_id=str(attempt_id)
+            ) from None
+
+    def approval(self, approval_id: UUID) -> ApprovalRequest:
+        try:
+            return self.approvals[approval_id]
+        except KeyError:
+            raise errors.ApprovalNotFound(
+                f"approval {approval_id} not found", approval_id=str(approval_id)
+            ) from None
+
+    def attempts_of(self, step: Step) -> list[Attempt]:
+        return sorted(
+            (a for a in self.attempts.values() if a.step_id == step.step_id),
+            key=lambda a: a.number,
+        )
+
+    def open_attempts(self) -> list[Attempt]:
+        return [a for a in self.attempts.values() if not a.state.terminal]
+
+    def pending_approvals(self) -> list[ApprovalRequest]:
+        return [a for a in self.approvals.values() if a.state is ApprovalState.PENDING]
+
+    def open_tool_calls(self) -> list[ToolCall]:
+        return [t for t in self.tool_calls.values() if not t.state.terminal]
+
+    def next_due(self, options: Options) -> datetime | None:
+        """When this run next needs a command nobody will send (its durable reminder)."""
+        state = self.run.state
+        if state.terminal:
+            return None
+        if state is RunState.ACCEPTED:
+            return self.run.created_at  # budget and first dispatch are due at once
+        times: list[datetime] = []
+        if state is RunState.CANCELLING:
+            stop = self.stop_deadline(options)
+            if stop is not None:
+                times.append(stop)
+        elif state is not RunState.WAITING_FOR_APPROVAL:  # a human's wait has its own expiry
+            times.append(self.deadline(options))
+        if state is RunState.RUNNING and self.run.suspended_at is None:
+            step = self._first_open_step()
+            if step is not None and step.state is StepState.PENDING:
+                times.append(step.not_before or self.run.updated_at)
+        if state is not RunState.WAITING_FOR_APPROVAL:
+            grace = timedelta(seconds=options.renewal_grace_seconds)
+            times.extend(lease.expires_at + grace for lease in self.leases.values())
+        times.extend(a.expires_at for a in self.pending_approvals())
+        times.extend(t.expires_at for t in self.open_tool_calls())
+        return min(times) if times else None
+
+    def _first_open_step(self) -> Step | None:
+        return next((s for s in self.steps if not s.state.terminal), None)
+
+    def deadline(self, options: Options) -> datetime:
+        """When the control plane cancels the run: its wall-clock budget (``maxMinutes`` from
+        the first lease grant) or its maximum lifetime, whichever comes first."""
+        lifetime = self.run.created_at + timedelta(seconds=options.max_run_lifetime_seconds)
+        wall_clock = self.run.deadline_at
+        return lifetime if wall_clock is None else min(lifetime, wall_clock)
+
+    def stop_deadline(self, options: Options) -> datetime | None:
+        """While Cancelling: when the lease holders' time to stop and report runs out."""
+        if self.run.state is not RunState.CANCELLING or not self.intents:
+            return None
+        intent = max(self.intents, key=lambda i: i.requested_at)
+        own = intent.reason in (WALL_CLOCK_EXCEEDED, LIFETIME_EXCEEDED)
+        wait = options.cancel_grace_seconds if own else options.cancel_stop_timeout_seconds
+        return intent.requested_at + timedelta(seconds=wait)
+
+    def lease_grant(self, attempt: Attempt, lease: Lease) -> LeaseGrant:
+        step = self.step(attempt.step_id)
+        return LeaseGrant(
+            run_id=self.run.run_id,
+            step_id=step.step_id,
+            attempt_id=attempt.attempt_id,
+            lease_id=lease.lease_id,
+            fencing_token=lease.fencing_token,
+            holder=lease.holder,
+            expires_at=lease.expires_at,
+            agent_id=step.agent_id,
+            skill_id=step.skill_id,
+            attempt_number=attempt.number,
+            side_effect_class=step.side_effect_class,
+            gate=step.gate,
+            cancel_requested=self.run.state is RunState.CANCELLING,
+            approved_proposal_hash=self._approved_hash(attempt),
+        )
+
+    def _approved_hash(self, attempt: Attempt) -> str | None:
+        approved = [
+            a
+            for a in self.approvals.values()
+            if a.attempt_id == attempt.attempt_id and a.state is ApprovalState.APPROVED
+        ]
+        return max(approved, key=lambda a: a.created_at).proposal_hash if approved else None

@@ -1,0 +1,198 @@
+"""Leases: a worker's claim of an attempt, fenced by a token that strictly increases per run
+(invariant 5); a renewal extends it, and every command of a holder checks it first."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from uuid import UUID
+
+from .. import errors
+from .. import events as ev
+from ..machines import (
+    RunCommand,
+    allows,
+    require,
+)
+from ..model import (
+    Attempt,
+    Lease,
+)
+from ..states import (
+    AttemptState,
+)
+from .core import AggregateCore
+from .values import (
+    CommandContext,
+    LeaseGrant,
+    Options,
+)
+
+
+class Leases(AggregateCore):
+    def acquire_lease(
+        self, ctx: CommandContext, attempt_id: UUID, holder: str, options: Options
+    ) -> LeaseGrant:
+        attempt = self.attempt(attempt_id)
+        if not holder:
+            raise errors.ValidationFailed("a lease needs a holder identity")
+        if attempt.state is AttemptState.LEASED:
+            lease = self.leases[attempt_id]
+            if lease.holder == holder:
+                return self.lease_grant(attempt, lease)  # a retried claim: same lease
+            raise errors.LeaseHeld("the attempt is leased to another worker")
+        if attempt.state.terminal:
+            raise errors.LeaseRejected(
+                f"the attempt is settled ({attempt.state})", attempt_id=str(attempt_id)
+            )
+        if attempt.state is AttemptState.PARKED:
+            raise errors.LeaseRejected(
+                "the attempt waits for an approval decision", attempt_id=str(attempt_id)
+            )
+        require(RunCommand.ACQUIRE_LEASE, self.run.state)
+        if self.run.suspended_at is not None:
+            raise errors.LeaseRejected("no new lease while the run is suspended", suspended=True)
+        self.run.fencing_seq += 1
+        if self.run.deadline_at is None and self.run.limits.max_minutes:
+            # The wall-clock budget runs from the first lease grant: work starts there.
+            self.run.deadline_at = ctx.now + timedelta(minutes=self.run.limits.max_minutes)
+        lease = Lease(
+            lease_id=ctx.new_id(),
+            attempt_id=attempt_id,
+            run_id=self.run.run_id,
+            tenant_id=self.run.tenant_id,
+            holder=holder,
+            fencing_token=self.run.fencing_seq,
+            granted_at=ctx.now,
+            expires_at=ctx.now + timedelta(seconds=options.lease_seconds),
+        )
+        self._move_attempt(ctx, attempt, AttemptState.LEASED, "LeaseGranted")
+        attempt.lease_id = lease.lease_id
+        attempt.fencing_token = lease.fencing_token
+        attempt.holder = holder
+        self.leases[attempt_id] = lease
+        self._changes.leases[lease.lease_id] = lease
+        self._emit(
+            ctx,
+            ev.LeaseGranted(
+                run_id=self.run.run_id,
+                step_id=attempt.step_id,
+                attempt_id=attempt_id,
+                lease_id=lease.lease_id,
+                fencing_token=lease.fencing_token,
+                holder=holder,
+                expires_at=lease.expires_at,
+            ),
+            step_id=attempt.step_id,
+            attempt_id=attempt_id,
+        )
+        return self.lease_grant(attempt, lease)
+
+    def _held_lease(
+        self,
+        ctx: CommandContext,
+        attempt: Attempt,
+        holder: str,
+        token: int,
+        options: Options,
+        lease_id: UUID | None = None,
+    ) -> Lease:
+        """The caller's lease if it is the current one; otherwise audit and refuse (inv. 5).
+        ``lease_id``, when the caller names its lease, must be the current lease's id."""
+        lease = self.leases.get(attempt.attempt_id)
+        if lease is None or attempt.state is not AttemptState.LEASED:
+            self._audit(
+                ctx,
+                "lease-rejected",
+                attempt_id=attempt.attempt_id,
+                holder=holder,
+                fencing_token=token,
+                reason="no current lease",
+            )
+            raise errors.StaleFencingToken(
+                "the attempt has no current lease for this token",
+                attempt_id=str(attempt.attempt_id),
+            )
+        if token != lease.fencing_token:
+            self._audit(
+                ctx,
+                "stale-fencing-token",
+                attempt_id=attempt.attempt_id,
+                holder=holder,
+                fencing_token=token,
+                current_token=lease.fencing_token,
+            )
+            raise errors.StaleFencingToken(
+                f"fencing token {token} is stale (current {lease.fencing_token})",
+                attempt_id=str(attempt.attempt_id),
+            )
+        if lease_id is not None and lease_id != lease.lease_id:
+            self._audit(
+                ctx,
+                "lease-rejected",
+                attempt_id=attempt.attempt_id,
+                holder=holder,
+                fencing_token=token,
+                reason=f"lease {lease_id} is not the current lease",
+            )
+            raise errors.StaleFencingToken(
+                f"lease {lease_id} is not the attempt's current lease",
+                attempt_id=str(attempt.attempt_id),
+            )
+        if holder != lease.holder:
+            self._audit(
+                ctx,
+                "lease-not-held",
+                attempt_id=attempt.attempt_id,
+                holder=holder,
+                fencing_token=token,
+            )
+            raise errors.LeaseNotHeld("the caller does not hold this lease")
+        deadline = lease.expires_at + timedelta(seconds=options.renewal_grace_seconds)
+        if ctx.now > deadline and allows(RunCommand.EXPIRE_LEASE, self.run.state):
+            self._audit(
+                ctx,
+                "lease-expired",
+                attempt_id=attempt.attempt_id,
+                holder=holder,
+                fencing_token=token,
+            )
+            raise errors.LeaseExpired("the lease expired and is being reconciled")
+        return lease
+
+    def renew_lease(
+        self,
+        ctx: CommandContext,
+        attempt_id: UUID,
+        holder: str,
+        fencing_token: int,
+        options: Options,
+        *,
+        lease_id: UUID | None = None,
+    ) -> LeaseGrant:
+        attempt = self.attempt(attempt_id)
+        lease = self._held_lease(ctx, attempt, holder, fencing_token, options, lease_id)
+        stop = self.stop_deadline(options)
+        if stop is not None and ctx.now >= stop:
+            self._audit(
+                ctx,
+                "renewal-after-stop-timeout",
+                attempt_id=attempt_id,
+                holder=holder,
+                fencing_token=fencing_token,
+            )
+            raise errors.LeaseRejected(
+                "the run was cancelled and its stop timeout has passed",
+                attempt_id=str(attempt_id),
+            )
+        lease.expires_at = ctx.now + timedelta(seconds=options.lease_seconds)
+        self._changes.leases[lease.lease_id] = lease
+        self._touch(ctx)
+        return self.lease_grant(attempt, lease)
+
+    def _release_lease(self, ctx: CommandContext, attempt: Attempt, cause: str) -> Lease | None:
+        lease = self.leases.pop(attempt.attempt_id, None)
+        if lease is not None:
+            lease.released_at = ctx.now
+            lease.release_cause = cause
+            self._changes.leases[lease.lease_id] = lease
+        return lease

@@ -1,0 +1,190 @@
+"""What the aggregate's commands take and answer: options, the command context, the
+caller, the changes of one command, a submission and a lease grant; and the constants its
+rules name."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from .. import errors
+from ..model import (
+    ApprovalDecision,
+    ApprovalRequest,
+    Attempt,
+    AuditRecord,
+    CancellationIntent,
+    Event,
+    Lease,
+    Limits,
+    RecoveryJournalEntry,
+    Run,
+    Step,
+    ToolCall,
+)
+from ..states import AttemptOutcome, FailureClass, Role, SideEffectClass
+
+# Who decides an approval that expired (``decided_by``): the reconciler, on the policy's behalf.
+APPROVAL_EXPIRY = "approval-expiry-reconciler"
+
+WORKER_OUTCOMES = frozenset(
+    {
+        AttemptOutcome.SUCCEEDED,
+        AttemptOutcome.FAILED,
+        AttemptOutcome.UNCERTAIN,
+        AttemptOutcome.CANCELLED,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """The spec's RunControl options that the rules read (see ``runcontrol.config``)."""
+
+    lease_seconds: float = 120
+    renewal_grace_seconds: float = 30
+    default_max_attempts: int = 3
+    approval_expiry_hours: float = 72
+    retry_base_seconds: float = 1.0
+    retry_cap_seconds: float = 300.0
+    # How long a committed command's answer answers its resends (exactly-once window).
+    answer_retention_seconds: float = 86400.0
+    # How long the holders of a cancelled run's leases have to stop and report, before the
+    # reminder settles their attempts Uncertain (RunControl:Cancel:StopTimeoutSeconds).
+    cancel_stop_timeout_seconds: float = 120.0
+    # The same for a run the control plane itself cancels (wall clock, lifetime): cancelGrace.
+    cancel_grace_seconds: float = 30.0
+    # Every run is cancelled this long after it was accepted (RunControl:Runs:MaxLifetimeHours).
+    max_run_lifetime_seconds: float = 86400.0
+    # A claimed tool call without a result this long is closed by the reminder, never
+    # executed (RunControl:ToolCalls:ClaimTimeoutSeconds).
+    tool_call_claim_timeout_seconds: float = 300.0
+
+
+# At most this many progress messages per report (one transaction).
+PROGRESS_BATCH_MAX = 50
+MAX_CALL_ID = 200
+CLAIM_TIMED_OUT = "no result before the claim timeout; never executed"
+
+# Reasons of the cancellations the control plane itself records.
+WALL_CLOCK_EXCEEDED = "wall-clock-exceeded"
+LIFETIME_EXCEEDED = "lifetime-exceeded"
+RUN_CONTROL = "run-control"  # the actor of what the reminder does on its own
+RESTORED_FROM_BACKUP = "restored-from-backup"  # why restore-check settles a lease
+RESTORE_CHECK = "restore-check"  # the actor of that settlement
+
+
+@dataclass(slots=True)
+class CommandContext:
+    now: datetime
+    actor: str
+    command_id: str | None = None
+    new_id: Callable[[], UUID] = uuid.uuid4
+    uniform: Callable[[float, float], float] = random.uniform
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who issues a command, taken from a verified token (never from a request body)."""
+
+    subject: str
+    tenant_id: str
+    project_id: str
+    roles: frozenset[Role] = frozenset()
+
+
+@dataclass(slots=True)
+class Changes:
+    """What one command must persist, atomically."""
+
+    run: Run
+    expected_version: int | None
+    steps: dict[UUID, Step] = field(default_factory=dict)
+    attempts: dict[UUID, Attempt] = field(default_factory=dict)
+    leases: dict[UUID, Lease] = field(default_factory=dict)
+    approvals: dict[UUID, ApprovalRequest] = field(default_factory=dict)
+    decisions: list[ApprovalDecision] = field(default_factory=list)
+    intents: list[CancellationIntent] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    journal: list[RecoveryJournalEntry] = field(default_factory=list)
+    audits: list[AuditRecord] = field(default_factory=list)
+    tool_calls: dict[UUID, ToolCall] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return not (
+            self.steps
+            or self.attempts
+            or self.leases
+            or self.approvals
+            or self.decisions
+            or self.intents
+            or self.events
+            or self.journal
+            or self.tool_calls
+            or self.run_dirty
+        )
+
+    run_dirty: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    run_id: UUID
+    tenant_id: str
+    project_id: str
+    idempotency_key: str
+    workflow_id: str
+    model_profile_id: str
+    input_hash: str
+    snapshot_id: UUID
+    requested_by: str
+    environment_id: str | None = None
+    limits: Limits = Limits()
+    correlation_id: str | None = None
+    input: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseGrant:
+    run_id: UUID
+    step_id: UUID
+    attempt_id: UUID
+    lease_id: UUID
+    fencing_token: int
+    holder: str
+    expires_at: datetime
+    agent_id: str
+    skill_id: str | None
+    attempt_number: int
+    side_effect_class: SideEffectClass
+    gate: str = "none"
+    cancel_requested: bool = False
+    # Set when the attempt resumes after a human approved this exact proposal: a holder whose
+    # proposal hashes the same may execute at once (asking again answers the same approval).
+    approved_proposal_hash: str | None = None
+
+
+def control_reason(reason: str) -> str:
+    if not reason or not reason.strip():
+        raise errors.ValidationFailed("an operator control needs a reason")
+    return reason
+
+
+def failure_class_for(
+    outcome: AttemptOutcome, failure_class: FailureClass | None
+) -> FailureClass | None:
+    if outcome is AttemptOutcome.SUCCEEDED:
+        return None
+    if outcome is AttemptOutcome.UNCERTAIN:
+        return FailureClass.UNCERTAIN
+    if outcome is AttemptOutcome.CANCELLED:
+        return FailureClass.CANCELLATION
+    if outcome is AttemptOutcome.TIMED_OUT:
+        return FailureClass.TRANSIENT
+    return failure_class or FailureClass.TRANSIENT

@@ -1,0 +1,24 @@
+"""RunGrain: the serialised command handler of one run (load -> decide -> commit).
+
+The grain is a virtual actor in the Orleans sense: its memory is a cache of the run's rows and
+never the authority. Every command commits in one ``runcontrol_apply`` statement that writes the
+rows, the outbox events, the journal entries and the command's answer together, guarded by the
+run's ``version``. If another activation committed first the guard fails; the grain reloads
+and decides again, once, before answering ``ConcurrencyConflict`` (``retry``). A host must call
+one grain's commands one at a time.
+
+Commands are the typed messages of ``runcontrol.commands``; ``HANDLERS`` (``handlers``) maps
+each type to the grain's handler. Every handler is a coroutine on the caller's event loop:
+loads, port reads and commits are awaited (``runcontrol.store.commit``), and every commit joins
+the process's group commit, so the commands of many runs committing at the same moment share
+one statement. A committed command's answer is stored with its effect; a resend of its
+``command_id`` within the window (``RunControl:Commands:AnswerRetentionHours``) gets that
+answer, never a second effect (``memo``). Submission, duplicate submission and rerun are
+``submission``.
+"""
+
+from .env import GrainEnv, Observer, Plan
+from .grain import RunGrain
+from .handlers import HANDLERS, Handler
+
+__all__ = ["HANDLERS", "GrainEnv", "Handler", "Observer", "Plan", "RunGrain"]

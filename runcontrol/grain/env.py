@@ -1,0 +1,59 @@
+"""What a grain needs from the outside (``GrainEnv``), and what a command decides (``Plan``)."""
+
+from __future__ import annotations
+
+import logging
+import random
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+from uuid import UUID
+
+from ..clock import Clock
+from ..domain import CommandContext, Event, Options, RunAggregate
+from ..ports import Budget, Capacity, PolicyStore, ReleaseRegistry
+from ..store.commit import GroupCommit, Store
+
+log = logging.getLogger("runcontrol.grain")
+T = TypeVar("T")
+Observer = Callable[[RunAggregate, Sequence[Event]], None]
+
+
+@dataclass
+class GrainEnv:
+    """Everything a grain needs from the outside, built once by ``runcontrol.bootstrap``. Used
+    from one event loop (a host's): ``commits`` groups the commits made on it."""
+
+    store: Store
+    clock: Clock
+    options: Options
+    releases: ReleaseRegistry
+    policies: PolicyStore
+    budget: Budget
+    capacity: Capacity
+    new_id: Callable[[], UUID] = uuid.uuid4
+    rng: random.Random = field(default_factory=random.Random)
+    # Told of every commit's events, with the run as committed (a host's metrics).
+    observers: list[Observer] = field(default_factory=list)
+    commits: GroupCommit = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.commits = GroupCommit(self.store.send)
+
+    def context(self, actor: str, command_id: str | None = None) -> CommandContext:
+        return CommandContext(
+            now=self.clock.now(),
+            actor=actor,
+            command_id=command_id,
+            new_id=self.new_id,
+            uniform=self.rng.uniform,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Plan(Generic[T]):
+    """What a command decides on the run, and who asks."""
+
+    decide: Callable[[RunAggregate, CommandContext], T]
+    actor: str

@@ -1,0 +1,134 @@
+"""``RunGrain``: one activation of a run, and what its handlers share."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TypeVar
+from uuid import UUID
+
+from ..commands import Command, ControlResult
+from ..domain import (
+    Attempt,
+    CommandContext,
+    Event,
+    PolicyDocument,
+    RunAggregate,
+    errors,
+)
+from ..store.commit import Reservation
+from .env import GrainEnv, log
+from .handlers import HANDLERS
+from .memo import AnswerMemo
+
+T = TypeVar("T")
+
+
+class RunGrain:
+    def __init__(self, env: GrainEnv, tenant_id: str, run_id: UUID) -> None:
+        self.env = env
+        self.tenant_id = tenant_id
+        self.run_id = run_id
+        # The cached rows: None until loaded, and while a command decides on them.
+        self.agg: RunAggregate | None = None
+        self.memo = AnswerMemo(env.store, tenant_id, run_id, env.options.answer_retention_seconds)
+        # False while a command decides again after its dispatch met the tenant's capacity cap
+        # (checked by the statement, migration 0007): the step stays Pending for the sweep.
+        self.may_dispatch = True
+
+    @property
+    def active(self) -> bool:
+        """False once the cached run is terminal: the host may deactivate it."""
+        return self.agg is None or not self.agg.run.state.terminal
+
+    @property
+    def cached(self) -> bool:
+        """True while the activation holds the run's rows (its commands need no read)."""
+        return self.agg is not None
+
+    async def execute(self, command: Command[T]) -> T:
+        """Handle one command to its answer (a resend gets the answer stored for its id)."""
+        handler = HANDLERS.get(type(command))
+        if handler is None:
+            raise errors.ValidationFailed(f"{type(command).__name__} is not a grain command")
+        if command.tenant_id != self.tenant_id or command.run_id != self.run_id:
+            raise errors.ValidationFailed("the command is addressed to another run")
+        answer: T = await handler(self, command)
+        return answer
+
+    # ------------------------------------------------------------------ the rows
+
+    async def load(self, now: datetime) -> RunAggregate:
+        agg, answered = await self.env.store.load(
+            self.tenant_id, self.run_id, self.memo.window_start(now)
+        )
+        self.memo.loaded(answered)
+        return agg
+
+    async def load_cached(self) -> RunAggregate:
+        if self.agg is None:
+            self.agg = await self.load(self.env.clock.now())
+        return self.agg
+
+    async def version(self) -> int | None:
+        return await self.env.store.run_version(self.tenant_id, self.run_id)
+
+    async def pinned_policy(self) -> PolicyDocument:
+        run = (await self.load_cached()).run
+        return await self.env.policies.revision(
+            self.tenant_id, run.policy.policy_id, run.policy.revision
+        )
+
+    def observe(self, agg: RunAggregate, events: Sequence[Event]) -> None:
+        for observer in self.env.observers:
+            try:
+                observer(agg, events)
+            except Exception:  # noqa: BLE001 - an observer never fails a committed command
+                log.exception("observer %r failed", observer)
+
+    # ------------------------------------------------------------------ budget and capacity
+
+    def reservation(self, agg: RunAggregate, now: datetime) -> Reservation:
+        """A reservation of the run's cost limit, for its accepting or starting statement."""
+        amount = agg.run.limits.max_cost_usd or 0.0
+        return Reservation(self.env.new_id(), amount, self.env.budget.tenant_limit_usd, now)
+
+    @staticmethod
+    def records(agg: RunAggregate, reserve: Reservation) -> bool:
+        return agg.run.budget_reservation_id == reserve.reservation_id
+
+    @staticmethod
+    def release_at(agg: RunAggregate, ctx: CommandContext) -> datetime | None:
+        """When the run is terminal, the commit itself releases its reservation (at this time)."""
+        if agg.run.state.terminal and agg.run.budget_reservation_id is not None:
+            return ctx.now
+        return None
+
+    def dispatch_due(self, agg: RunAggregate, ctx: CommandContext) -> Attempt | None:
+        step = agg.dispatchable_step(ctx.now)
+        if step is None or agg.run.budget_reservation_id is None:
+            return None
+        if not self.may_dispatch:
+            return None  # denied capacity leaves the step Pending; the dispatcher retries
+        return agg.dispatch(ctx, step)
+
+    # ------------------------------------------------------------------ operator controls
+
+    def operator(self, principal_tenant: str) -> None:
+        if principal_tenant != self.tenant_id:
+            raise errors.RunNotFound(f"run {self.run_id} not found")
+
+    @staticmethod
+    def control_result(
+        agg: RunAggregate, attempt: Attempt | None = None, step_id: UUID | None = None
+    ) -> ControlResult:
+        run = agg.run
+        return ControlResult(
+            run_id=run.run_id,
+            state=str(run.state),
+            suspended=run.suspended_at is not None,
+            step_id=attempt.step_id if attempt is not None else step_id,
+            attempt_id=attempt.attempt_id if attempt is not None else None,
+            attempt_state=str(attempt.state) if attempt is not None else None,
+            attempt_number=attempt.number if attempt is not None else None,
+        )

@@ -1,0 +1,108 @@
+"""The retry loop: decide a command on the run and commit it with its answer.
+
+A lost race (the version guard, or a deadlock between two activations) decides again once, on
+fresh rows, before answering ``ConcurrencyConflict``; a refusal decided on the cache decides
+again on fresh rows only if the run changed since; a dispatch past the tenant's capacity cap
+decides again without the dispatch (the step stays Pending for the dispatcher's sweep).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..commands import Command, fingerprint
+from ..domain import AuditRecord, errors
+from ..store.commit import (
+    PendingCommit,
+    Reservation,
+    StoredAnswer,
+    audits_document,
+    conclude,
+    prepare,
+)
+from .env import Plan
+
+if TYPE_CHECKING:
+    from .grain import RunGrain
+
+T = TypeVar("T")
+
+
+async def decide(
+    grain: RunGrain, plan: Plan[T], command: Command[Any], *, reserve: Reservation | None = None
+) -> T:
+    """Decide ``plan`` on the run and commit it with its answer. ``reserve``: the budget
+    reservation the plan records, made by the same statement."""
+    env = grain.env
+    retries = 1  # a lost race (or a stale refusal) decides again once, on fresh rows
+    grain.may_dispatch = True
+    while True:
+        ctx = env.context(plan.actor, command.command_id)
+        cached = grain.agg is not None
+        agg = grain.agg if grain.agg is not None else await grain.load(ctx.now)
+        grain.agg = None  # trusted again only once this command has answered
+        found, stored = await grain.memo.recall(command, ctx.now)
+        if found:
+            grain.agg = agg
+            return stored  # type: ignore[no-any-return]
+        try:
+            result = plan.decide(agg, ctx)
+        except errors.RunControlError:
+            # Only a refusal decided on the cache may be stale: decide again on fresh rows
+            # (which also finds this command's answer if another activation committed
+            # it). A refusal decided on rows just loaded is the answer (re-checking those
+            # would loop whenever another activation keeps committing).
+            if cached and retries and await grain.version() != agg.run.version:
+                retries -= 1
+                continue
+            await commit_audits(grain, agg.take_audits())
+            raise
+        answer = StoredAnswer(
+            command.command_id,
+            type(command).__name__,
+            copy.copy(result),
+            ctx.now,
+            fingerprint(command),
+        )
+        reserved = reserve if reserve is not None and grain.records(agg, reserve) else None
+        pending = prepare(
+            grain.tenant_id,
+            agg,
+            env.options,
+            release_budget_at=grain.release_at(agg, ctx),
+            answer=answer,
+            reserve=reserved,
+            max_open_attempts=env.capacity.max_open_attempts_per_tenant,
+        )
+        if pending is not None:
+            try:
+                await commit(grain, pending)
+            except errors.ConcurrencyConflict:
+                if retries:
+                    retries -= 1
+                    continue
+                raise
+            except errors.CapacityDenied:
+                if not grain.may_dispatch:
+                    raise
+                grain.may_dispatch = False  # decide again without the dispatch
+                continue
+            grain.memo.remember(answer)
+            grain.observe(agg, pending.changes.events)
+        grain.agg = agg
+        return result
+
+
+async def commit(grain: RunGrain, pending: PendingCommit) -> None:
+    conclude(pending, await grain.env.commits.commit(pending.doc, pending.key))
+
+
+async def commit_audits(grain: RunGrain, audits: list[AuditRecord]) -> None:
+    """Commit a refused command's audit records (the refusal itself changes nothing)."""
+    if audits:
+        answer = await grain.env.commits.commit(
+            audits_document(grain.tenant_id, audits), str(grain.run_id)
+        )
+        if answer is not None:
+            raise errors.Unavailable(f"the refusal's audit was not stored: {answer[1]}")

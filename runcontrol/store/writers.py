@@ -1,0 +1,269 @@
+"""The per-table SQL writers, rendered from ``tables.py`` and frozen into migrations.
+
+``runcontrol_apply(jsonb)`` (migration 0014) is the one statement a group commit sends; it
+keeps by hand only what is not a table's column list (the version guard, the budget
+reservation, the capacity check, the budget release, the notifications) and hands each table's
+rows to that table's writer, rendered here:
+
+- ``runcontrol_insert_runs(doc)`` / ``runcontrol_update_runs(doc, expected_version)``: the
+  run's insert (a used idempotency key inserts nothing) and its version-guarded update, each
+  answering whether it wrote the row. The update leaves out the columns ``tables.py`` marks
+  pinned (invariant 2), and ``runcontrol_keep_run_pins`` (a trigger) refuses a change of one.
+- ``runcontrol_write_<table>(rows)``: an upsert on the primary key, or a plain insert for the
+  tables the write path only adds to (``tables.APPENDED_TABLES``), answering whether it wrote.
+
+Every writer is static SQL in plpgsql: its plans are cached per session, as the old whole
+function's were. Each answers a value so that ``runcontrol_apply`` calls it as an expression
+(``wrote := ...``), which plpgsql evaluates as a simple expression, without the executor
+start-up a ``PERFORM`` (a whole query) pays per call.
+
+A migration freezes the writers as ``NNNN_writers.sql`` beside its own SQL. ``make sql``
+(``python -m runcontrol.store.writers``) writes into the newest migration's file the writers
+that differ from the ones frozen before it, and ``tests/store/test_writers.py`` fails until it
+has been run. Adding a stored column is therefore: the field, the ``Column``, a migration with
+the ``ALTER`` that executes its ``NNNN_writers.sql``, and ``make sql``.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from alembic.config import Config
+from alembic.script import ScriptDirectory
+from sqlalchemy import Column, MetaData, Table, UniqueConstraint
+
+from .tables import APPENDED_TABLES, metadata
+
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+APP_ROLE = "runcontrol_app"
+HEADER = (
+    "-- Rendered from runcontrol/store/tables.py by `make sql` (runcontrol/store/writers.py):\n"
+    "-- do not edit. The writers this migration changes; each is frozen here as of this revision.\n"
+)
+_MARK = "-- writer: "
+# The tables the write path writes, in the order a document writes them. The runs table is
+# written by its own two functions; budget reservations by runcontrol_apply's own clauses.
+WRITTEN = (
+    "steps",
+    "attempts",
+    "leases",
+    "tool_calls",
+    "approval_requests",
+    "approval_decisions",
+    "cancellation_intents",
+    "outbox",
+    "recovery_journal",
+    "audit_log",
+    "command_answers",
+)
+RUN_IDEMPOTENCY = "uq_runs_idempotency"  # a second insert with the key inserts nothing
+RUN_VERSION = "version"  # the optimistic-concurrency guard of the run's update
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """One rendered function (and the trigger that calls it, for the pins)."""
+
+    name: str
+    signature: str  # its argument types, as GRANT names them: "jsonb", "jsonb, bigint"
+    sql: str  # the whole text, ending with its grants
+
+    @property
+    def body(self) -> str:
+        """What ``pg_proc.prosrc`` holds for it: the text between the dollar quotes."""
+        return self.sql.split("$fn$", 2)[1]
+
+
+# ---------------------------------------------------------------------- rendering
+
+
+def written_columns(table: Table) -> list[str]:
+    """The columns a writer names: all but those the database assigns (serial ids)."""
+    return [str(c.name) for c in table.columns if not _assigned(c)]
+
+
+def _assigned(column: Column[object]) -> bool:
+    return bool(column.primary_key and column.autoincrement is True)
+
+
+def _primary_key(table: Table) -> list[str]:
+    return [str(c.name) for c in table.primary_key.columns]
+
+
+def _pinned(table: Table) -> list[str]:
+    return [str(c.name) for c in table.columns if c.info.get("pinned")]
+
+
+def _wrap(items: Iterable[str], indent: int = 12) -> str:
+    """A comma-separated list on lines of its own, indented, broken between items before 100
+    columns."""
+    lines: list[str] = []
+    line = ""
+    for item in items:
+        if line and indent + len(line) + len(item) + 2 > 99:
+            lines.append(line + ",")
+            line = item
+        else:
+            line = f"{line}, {item}" if line else item
+    lines.append(line)
+    return "".join(f"\n{' ' * indent}{x}" for x in lines)
+
+
+def _function(name: str, args: str, returns: str, body: str) -> Unit:
+    signature = ", ".join(a.split()[1] for a in args.split(", "))
+    sql = (
+        f"CREATE OR REPLACE FUNCTION {name}({args})\n"
+        f"RETURNS {returns} LANGUAGE plpgsql AS $fn$\nBEGIN\n{body}\nEND $fn$;\n"
+        f"REVOKE ALL ON FUNCTION {name}({signature}) FROM PUBLIC;\n"
+        f"GRANT EXECUTE ON FUNCTION {name}({signature}) TO {APP_ROLE};\n"
+    )
+    return Unit(name, signature, sql)
+
+
+def _insert(table: Table, source: str) -> str:
+    columns = written_columns(table)
+    return (
+        f"    INSERT INTO {table.name} ({_wrap(columns)})\n"
+        f"        SELECT{_wrap(columns)}\n"
+        f"        FROM {source}(NULL::{table.name}, doc)"
+    )
+
+
+def _run_units(runs: Table) -> list[Unit]:
+    key = next(
+        c for c in runs.constraints if isinstance(c, UniqueConstraint) and c.name == RUN_IDEMPOTENCY
+    )
+    conflict = ", ".join(str(c.name) for c in key.columns)
+    insert = _function(
+        f"runcontrol_insert_{runs.name}",
+        "doc jsonb",
+        "boolean",
+        f"{_insert(runs, 'jsonb_populate_record')}\n"
+        f"        ON CONFLICT ({conflict}) DO NOTHING;\n    RETURN FOUND;",
+    )
+    keys, pins = _primary_key(runs), _pinned(runs)
+    changed = [c for c in written_columns(runs) if c not in keys and c not in pins]
+    match = " AND ".join(f"{runs.name}.{k} = r.{k}" for k in keys)
+    update = _function(
+        f"runcontrol_update_{runs.name}",
+        "doc jsonb, expected_version bigint",
+        "boolean",
+        f"    UPDATE {runs.name} SET{_wrap(f'{c} = r.{c}' for c in changed)}\n"
+        f"        FROM jsonb_populate_record(NULL::{runs.name}, doc) r\n"
+        f"        WHERE {match} AND {runs.name}.{RUN_VERSION} = expected_version;\n"
+        "    RETURN FOUND;",
+    )
+    return [insert, update, _pins_unit(runs, pins)]
+
+
+def _pins_unit(runs: Table, pins: Sequence[str]) -> Unit:
+    name = "runcontrol_keep_run_pins"
+    changed = "\n            OR ".join(f"NEW.{p} IS DISTINCT FROM OLD.{p}" for p in pins)
+    listed = ", ".join(pins)
+    sql = (
+        f"CREATE OR REPLACE FUNCTION {name}()\n"
+        "RETURNS trigger LANGUAGE plpgsql AS $fn$\nBEGIN\n"
+        f"    IF {changed} THEN\n"
+        "        RAISE EXCEPTION 'a run''s pins never change after acceptance (%)',\n"
+        f"            '{listed}'\n            USING ERRCODE = 'insufficient_privilege';\n"
+        "    END IF;\n    RETURN NEW;\nEND $fn$;\n"
+        f"CREATE OR REPLACE TRIGGER {runs.name}_keep_pins BEFORE UPDATE\n"
+        f"    OF {listed}\n    ON {runs.name} FOR EACH ROW EXECUTE FUNCTION {name}();\n"
+    )
+    return Unit(name, "", sql)
+
+
+def _table_unit(table: Table) -> Unit:
+    statement = _insert(table, "jsonb_populate_recordset")
+    if table.name not in APPENDED_TABLES:
+        keys = _primary_key(table)
+        changed = [c for c in written_columns(table) if c not in keys]
+        statement += (
+            f"\n        ON CONFLICT ({', '.join(keys)}) DO UPDATE SET"
+            f"{_wrap(f'{c} = EXCLUDED.{c}' for c in changed)}"
+        )
+    return _function(
+        f"runcontrol_write_{table.name}", "doc jsonb", "boolean", statement + ";\n    RETURN FOUND;"
+    )
+
+
+def render(target: MetaData = metadata) -> list[Unit]:
+    """Every writer, as the table definitions make it today."""
+    return [
+        *_run_units(target.tables["runs"]),
+        *(_table_unit(target.tables[name]) for name in WRITTEN),
+    ]
+
+
+# ---------------------------------------------------------------------- freezing
+
+
+def revisions() -> list[str]:
+    """The migrations' revisions, oldest first."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    return [s.revision for s in reversed(list(ScriptDirectory.from_config(cfg).walk_revisions()))]
+
+
+def frozen_path(revision: str) -> Path:
+    return MIGRATIONS / f"{revision}_writers.sql"
+
+
+def parse(text: str) -> dict[str, str]:
+    """A frozen file's units: name -> text."""
+    blocks = text.split(_MARK)[1:]
+    return {b.split("\n", 1)[0].strip(): b.split("\n", 1)[1].strip() + "\n" for b in blocks}
+
+
+def frozen(before: str | None = None) -> dict[str, str]:
+    """Each writer as last frozen (by the revisions before ``before``, or by all)."""
+    found: dict[str, str] = {}
+    for revision in revisions():
+        if revision == before:
+            break
+        path = frozen_path(revision)
+        if path.exists():
+            found.update(parse(path.read_text()))
+    return found
+
+
+def file_text(units: Sequence[Unit], before: dict[str, str]) -> str | None:
+    """The newest migration's frozen file: the writers that differ from ``before`` (None when
+    none does)."""
+    changed = [u for u in units if before.get(u.name) != u.sql]
+    if not changed:
+        return None
+    return HEADER + "".join(f"\n{_MARK}{u.name}\n{u.sql}" for u in changed)
+
+
+def expected(target: MetaData = metadata) -> tuple[Path, str | None]:
+    """Where ``make sql`` writes and what: the newest revision's file, as rendered today."""
+    head = revisions()[-1]
+    return frozen_path(head), file_text(render(target), frozen(before=head))
+
+
+def main(argv: Sequence[str]) -> int:
+    path, text = expected()
+    if text is None:
+        if path.exists():
+            path.unlink()
+            print(f"{path.name}: removed (no writer differs from the ones frozen before it)")
+        else:
+            print("no writer differs from the frozen ones")
+        return 0
+    names = sorted(re.findall(rf"^{_MARK}(\S+)$", text, re.M))
+    if path.exists() and path.read_text() == text:
+        print(f"{path.name}: up to date ({', '.join(names)})")
+        return 0
+    path.write_text(text)
+    print(f"{path.name}: wrote {', '.join(names)}")
+    print(f"the migration {path.name[:4]} must execute it: op.execute(<path>.read_text())")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

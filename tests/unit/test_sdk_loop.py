@@ -322,6 +322,18 @@ def scenario(
     asyncio.run(main())
 
 
+def noop_worker(**kw: Any) -> Worker:
+    """A one-slot worker whose agent ``a`` does nothing."""
+    kw.setdefault("concurrency", 1)
+    worker = fast(**kw)
+
+    @worker.agent("a")
+    async def noop(step: Step) -> None:
+        return None
+
+    return worker
+
+
 def run_one(worker: Worker, hosts: FakeHosts, attempt: FakeAttempt) -> ReportOutcome:
     """Dispatch ``attempt``, run the worker until it reports, and answer its report."""
 
@@ -458,11 +470,7 @@ def test_a_credit_carried_by_a_lost_exchange_is_resent_with_its_claim_id() -> No
     """The host may have granted the credit in the exchange whose answer was lost: the next
     exchange carries it again, ``resent``, with the same claim id, and gets the grant."""
     hosts = FakeHosts()
-    worker = fast(concurrency=1)
-
-    @worker.agent("a")
-    async def work(step: Step) -> None:
-        return None
+    worker = noop_worker()
 
     attempt = FakeAttempt("a", host=0)
 
@@ -500,11 +508,7 @@ def test_a_grant_is_acked_and_worked_once_though_resent() -> None:
 
 def test_a_refusal_for_good_is_not_resent() -> None:
     hosts = FakeHosts()
-    worker = fast(concurrency=1)
-
-    @worker.agent("a")
-    async def work(step: Step) -> None:
-        return None
+    worker = noop_worker()
 
     attempt = FakeAttempt("a", host=0)
     hosts.outcomes[attempt.attempt_id] = []  # placeholder: a second outcome is refused
@@ -530,11 +534,7 @@ def test_a_refusal_for_good_is_not_resent() -> None:
 
 def test_an_idle_credit_moves_to_the_host_with_a_backlog() -> None:
     hosts = FakeHosts(hosts=2)
-    worker = fast(concurrency=1)
-
-    @worker.agent("a")
-    async def work(step: Step) -> None:
-        return None
+    worker = noop_worker()
 
     attempts = [FakeAttempt("a", host=1), FakeAttempt("a", host=0), FakeAttempt("a", host=1)]
 
@@ -556,11 +556,7 @@ def test_an_idle_credit_moves_to_the_host_with_a_backlog() -> None:
 
 def test_a_stopping_worker_works_what_was_granted_meanwhile() -> None:
     hosts = FakeHosts()
-    worker = fast(concurrency=1)
-
-    @worker.agent("a")
-    async def work(step: Step) -> None:
-        return None
+    worker = noop_worker()
 
     attempt = FakeAttempt("a", host=0)
 
@@ -790,11 +786,7 @@ def test_a_draining_host_sends_credits_and_commands_to_another_host() -> None:
 
 def test_a_late_grant_of_a_withdrawn_credit_is_worked_not_left_to_expire() -> None:
     hosts = FakeHosts(hosts=2)
-    worker = fast(concurrency=1)
-
-    @worker.agent("a")
-    async def work(step: Step) -> None:
-        return None
+    worker = noop_worker()
 
     moved, late = FakeAttempt("a", host=1), FakeAttempt("a", host=0)
 

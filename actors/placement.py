@@ -248,12 +248,25 @@ class HostRouter:
         return self.host_count
 
     async def exchange(self, host: int, up: SessionUp) -> SessionDown:
-        """One worker-session exchange with host ``host`` (retried across its restarts: an
-        exchange is safe to repeat). A host refusing as draining answers ``draining=True``."""
+        """One worker-session exchange with host ``host``, tried once: a host that does not
+        answer raises ``errors.Unavailable``. Not retried here, because ``up`` is stale by
+        then: its host may have granted a credit and died before answering, and only the
+        worker knows which credits to resend as ``resent`` (the restarted host looks those up
+        by claim id) under a newer ``seq``. A host refusing as draining answers
+        ``draining=True``."""
+        name = host_name(host)
         try:
-            down: SessionDown = await self.call_named(host_name(host), "exchange", up)
-        except errors.Draining:
-            return SessionDown(hosts=self.host_count, draining=True)
+            handle = self._handle(name)
+            down: SessionDown = await handle.exchange.remote(up)
+        except RayTaskError as exc:
+            error = _unwrap(exc)
+            if isinstance(error, errors.Draining):
+                self._drained(name)
+                return SessionDown(hosts=self.host_count, draining=True)
+            raise error from None
+        except (ActorUnavailableError, ActorDiedError, RayActorError, ValueError) as exc:
+            self._handles.pop(name, None)
+            raise errors.Unavailable(f"{name} did not answer: {exc!r}") from exc
         return down
 
     async def send(self, command: Command[R]) -> R:

@@ -175,6 +175,7 @@ class RunHost:
         self._reads = 0  # claims, run views, event pages: host calls that are not commands
         self._calls = 0  # actor calls served on the data path (batches, claims, reads, exchanges)
         self._exchanges = 0
+        self._late_exchanges = 0  # arrived after a newer one of their session: credits ignored
         # attempt -> holder, while a claim on this host is leasing it
         self._acquiring: dict[UUID, str] = {}
         # The worker sessions (DESIGN 10): credits, the attempts this host's commits dispatch,
@@ -182,6 +183,7 @@ class RunHost:
         self._book = SessionBook()
         self._wakes: dict[str, asyncio.Event] = {}
         self._generations: dict[str, int] = {}  # session -> exchanges seen (a newer supersedes)
+        self._seqs: dict[str, int] = {}  # session -> the newest ``SessionUp.seq`` seen
         # attempt -> its lease being made (a grant task, or a fused grant's commit)
         self._granting: dict[UUID, asyncio.Future[None]] = {}
         self._session_granting: dict[str, set[asyncio.Future[None]]] = {}  # the same, by session
@@ -214,6 +216,7 @@ class RunHost:
             for session_id in gone:
                 self._wakes.pop(session_id, None)
                 self._generations.pop(session_id, None)
+                self._seqs.pop(session_id, None)
 
     async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
         """A synchronous read (claims, run views, event pages) off the loop. A read that met a
@@ -285,10 +288,18 @@ class RunHost:
         """One exchange of a worker session (``runcontrol.session``): its commands answered
         each as if sent alone, its credits offered (replacing the last set), its acks taken;
         then, with nothing to say yet, a wait of up to ``up.wait_s`` (at most ``MAX_WAIT_S``)
-        for a grant or a cancel. A newer exchange of the session answers this one at once."""
+        for a grant or a cancel. A newer exchange of the session answers this one at once.
+
+        An exchange older (``seq``) than the newest this host saw of its session arrived late
+        (exchanges are not delivered in order): its commands and acks count, its credits do not
+        (the newer one's replaced them, and may have withdrawn one it still carries), and it
+        is answered at once without superseding the newer one."""
         sid = up.session_id
         self._calls += 1
         self._exchanges += 1
+        if up.seq < self._seqs.get(sid, 0):
+            return await self._late_exchange(up)
+        self._seqs[sid] = up.seq
         generation = self._generations.get(sid, 0) + 1
         self._generations[sid] = generation
         self._wake({sid})  # the exchange still waiting, if any, answers now
@@ -322,6 +333,20 @@ class RunHost:
             hosts=self.settings.grains.host_count,
             draining=draining,
         )
+
+    async def _late_exchange(self, up: SessionUp) -> SessionDown:
+        sid = up.session_id
+        self._late_exchanges += 1
+        self._book.ack(sid, up.acks)
+        if self._drain.draining:
+            answers = [
+                Answer(c.command_id, False, self._drain.refuse(type(c).__name__))
+                for c in up.commands
+            ]
+            return self._down(sid, answers, draining=True)
+        with self._drain.track():
+            answers = await asyncio.gather(*map(self._answer, up.commands))
+        return self._down(sid, answers)
 
     async def _drained_exchange(self, up: SessionUp) -> SessionDown:
         """A draining host takes no credit and refuses every command (the worker offers them
@@ -634,6 +659,7 @@ class RunHost:
             "reads": self._reads,  # claim, get_run and events calls
             "calls": self._calls,  # command batches, claims, reads and exchanges served
             "exchanges": self._exchanges,
+            "late_exchanges": self._late_exchanges,
             # commit statements sent (each a group: store/commit.py) and the documents in them
             "commit_groups": self._store.statements_sent,
             "commit_documents": self._store.documents_sent,

@@ -2,9 +2,10 @@
 
 ``ActorSessionTransport`` is the ``runcontrol.session.SessionTransport`` of in-cluster workers
 (``RunControlClient`` is one too, through its router): ``exchange(k, up)`` calls
-``RunHost.exchange`` on ``runcontrol-host-{k}`` (retried across the host's restarts by the
-router: an exchange is safe to repeat, its commands carry their ids and its credits replace
-the last set); ``hosts()`` is the configured host count.
+``RunHost.exchange`` on ``runcontrol-host-{k}``, once: a host that does not answer (dead,
+restarting) raises ``errors.Unavailable`` and the worker sends a newer exchange, its credits
+``resent`` (the host may have granted one before dying) and its commands unchanged (they carry
+their ids); ``hosts()`` is the configured host count.
 """
 
 from __future__ import annotations

@@ -24,6 +24,11 @@ Rules both sides keep:
 - A grant is sent again in every answer until an exchange lists its claim id in ``acks``.
 - A new exchange of the same session supersedes the one still waiting (it is answered at once
   with what it has); exchanges of one session are otherwise independent.
+- Exchanges are not delivered in order (two in flight; Ray async actors and gRPC keep no
+  order). ``seq`` increases per session and host: an exchange older than the newest its host
+  saw is *late*; its commands and acks count, its credits do not (they would offer again a
+  credit the newer one withdrew). An exchange that failed is not retried with the same
+  ``seq``: the worker sends a newer one, the failed one's credits ``resent``.
 - Commands in ``commands`` are answered by ``command_id``, each as if sent alone (a refusal
   answers that command, not the exchange).
 - ``cancels``: attempts of this session's grants whose run is being cancelled; the worker
@@ -105,6 +110,8 @@ class SessionUp:
     commands: Sequence[Command[Any]] = ()
     acks: Sequence[str] = ()
     wait_s: float = 0.0
+    # increasing per session and host (0: the worker keeps no order, each up counts)
+    seq: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -442,20 +442,22 @@ class SessionGrant(_message.Message):
     def __init__(self, claim_id: _Optional[str] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., results_json: _Optional[str] = ..., deadline_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ExchangeRequest(_message.Message):
-    __slots__ = ("host", "session_id", "credits", "commands", "acks", "wait_seconds")
+    __slots__ = ("host", "session_id", "credits", "commands", "acks", "wait_seconds", "seq")
     HOST_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     CREDITS_FIELD_NUMBER: _ClassVar[int]
     COMMANDS_FIELD_NUMBER: _ClassVar[int]
     ACKS_FIELD_NUMBER: _ClassVar[int]
     WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
     host: int
     session_id: str
     credits: _containers.RepeatedCompositeFieldContainer[SessionCredit]
     commands: _containers.RepeatedCompositeFieldContainer[SessionCommand]
     acks: _containers.RepeatedScalarFieldContainer[str]
     wait_seconds: float
-    def __init__(self, host: _Optional[int] = ..., session_id: _Optional[str] = ..., credits: _Optional[_Iterable[_Union[SessionCredit, _Mapping]]] = ..., commands: _Optional[_Iterable[_Union[SessionCommand, _Mapping]]] = ..., acks: _Optional[_Iterable[str]] = ..., wait_seconds: _Optional[float] = ...) -> None: ...
+    seq: int
+    def __init__(self, host: _Optional[int] = ..., session_id: _Optional[str] = ..., credits: _Optional[_Iterable[_Union[SessionCredit, _Mapping]]] = ..., commands: _Optional[_Iterable[_Union[SessionCommand, _Mapping]]] = ..., acks: _Optional[_Iterable[str]] = ..., wait_seconds: _Optional[float] = ..., seq: _Optional[int] = ...) -> None: ...
 
 class ExchangeReply(_message.Message):
     __slots__ = ("answers", "grants", "cancels", "backlog", "hosts", "draining")

@@ -249,6 +249,7 @@ class RunControlRpc:
                 commands=tuple(commands.values()),
                 acks=tuple(request.acks),
                 wait_s=min(max(request.wait_seconds, 0.0), MAX_WAIT_S),
+                seq=request.seq,
             )
             reply = sessions.reply_message(await self._client.exchange(request.host, up), commands)
             reply.answers.extend(refused)

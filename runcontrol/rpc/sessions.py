@@ -176,6 +176,7 @@ def request_message(host: int, up: SessionUp) -> pb.ExchangeRequest:
         commands=commands,
         acks=list(up.acks),
         wait_seconds=up.wait_s,
+        seq=up.seq,
     )
 
 

@@ -8,11 +8,14 @@ host with the fewest. Idle credits move towards hosts whose ``backlog`` says the
 attempts that no credit has taken: a move is a withdrawal from one host, and an offer to the
 other once the first certainly did not grant it, under a new claim id.
 
-A host may still grant a credit after the worker took it back (exchanges are not delivered
-in order: an older exchange that still carried the credit can reach the host after the one
-that withdrew it). Such a late grant is never dropped: its lease would expire unworked and
-settle a side-effecting attempt Uncertain. It is worked on an extra slot, beyond the
-concurrency for as long as it runs; the claim ids a slot gave up are kept for that.
+Exchanges are not delivered in order, but an older one that still carries a withdrawn credit
+offers nothing: its ``seq`` is older than the newest its host saw (``runcontrol.session``).
+A host can still grant a credit after the worker took it back in one case: the exchange that
+withdrew it found the credit's lease being made and the lease took longer to commit than that
+exchange waits for it (``RunHost.exchange``, a stalled store); the grant then comes down in a
+later answer. Such a late grant is never dropped: its lease would expire unworked and settle
+a side-effecting attempt Uncertain. It is worked on an extra slot, beyond the concurrency for
+as long as it runs; the claim ids a slot gave up are kept for that.
 """
 
 from __future__ import annotations

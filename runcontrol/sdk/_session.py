@@ -219,6 +219,7 @@ class HostSession:
             commands=tuple(q.command for q in commands),
             acks=tuple(sorted(self._acks)),
             wait_s=wait,
+            seq=self._seq,
         )
         return _Sent(self._seq, up, commands)
 

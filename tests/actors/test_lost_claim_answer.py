@@ -88,11 +88,6 @@ def _waiting_on_lock(owner: Any) -> bool:
         )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SESSION_REQUESTS.md 6: HostRouter.call_named retries an exchange across the "
-    "host's restart with the same SessionUp, so the credit reaches the new host not resent",
-)
 def test_a_grant_lost_with_its_host_is_found_again_by_the_resent_credit(
     h: RayHarness, long_leases: dict[str, Any]
 ) -> None:

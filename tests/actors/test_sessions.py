@@ -162,3 +162,42 @@ def test_a_new_exchange_supersedes_the_waiting_one(h: RayHarness) -> None:
         assert newer.hosts == superseded.hosts == 2
 
     run_async(main(), timeout=30)
+
+
+def test_a_late_exchange_offers_no_credit_but_its_commands_count(h: RayHarness) -> None:
+    """Exchanges of a session are not delivered in order: one older (``seq``) than the newest
+    the host saw must not offer again a credit the newer one withdrew; its commands and acks
+    still count."""
+    h.publish({"name": "only", "agentId": "late-s"})
+    agents = (h.agent("late-s"),)
+    t = transport(h)
+
+    async def main() -> None:
+        run_id = (await h.submit()).run_id
+        k = h.host_of(run_id)
+        await h.wait_type(run_id, "AttemptDispatched")
+        before = (await host_stats())[k]["late_exchanges"]
+        sid = f"s-{uuid.uuid4().hex[:8]}"
+        given_up = Credit(str(uuid.uuid4()), "w-late", agents)
+        newer = await t.exchange(k, SessionUp(sid, seq=2))
+        late = await t.exchange(k, SessionUp(sid, credits=(given_up,), seq=1))
+        assert not newer.grants and not late.grants
+        quiet = await t.exchange(k, SessionUp(sid, seq=3, wait_s=1.0))
+        assert not quiet.grants and quiet.backlog.get(agents[0]) == 1
+        assert "LeaseGranted" not in [e["type"] for e in h.outbox_events(run_id)]
+
+        credit = Credit(str(uuid.uuid4()), "w-late", agents)
+        (grant,) = (await t.exchange(k, SessionUp(sid, credits=(credit,), seq=4, wait_s=10))).grants
+        assert grant.claim_id == credit.claim_id
+        # a late exchange's report is answered, and its ack taken
+        done = await t.exchange(
+            k, SessionUp(sid, commands=(report(grant),), acks=(credit.claim_id,), seq=1)
+        )
+        assert [a.ok for a in done.answers] == [True]
+        await h.wait_type(run_id, "RunCompleted")
+        after = await t.exchange(k, SessionUp(sid, seq=5))
+        assert not after.grants  # acked by the late exchange
+        assert (await host_stats())[k]["late_exchanges"] - before == 2
+        h.assert_consistent(run_id)
+
+    run_async(main(), timeout=60)

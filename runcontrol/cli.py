@@ -26,7 +26,7 @@ from .telemetry import configure as configure_telemetry
 
 if TYPE_CHECKING:
     from .sdk import Worker
-    from .worker import ReferenceWorker
+    from .session import SessionTransport
 
 log = logging.getLogger(__name__)
 
@@ -116,22 +116,24 @@ def _token(
     )
 
 
-def _demo_executors(seconds: float) -> dict[str, Any]:
-    from .worker import EchoExecutor
-
-    return {s["agentId"]: EchoExecutor(s["agentId"], seconds) for s in DEMO_WORKFLOW["steps"]}
+# A demo worker: an app of the SDK, the transport it runs over and its identity.
+_DemoWorker = tuple["Worker", "SessionTransport", WorkerIdentity]
 
 
-def _start_workers(workers: list[ReferenceWorker]) -> list[asyncio.Task[None]]:
-    return [asyncio.create_task(w.run_supervised(), name=f"worker {w.holder}") for w in workers]
+def _start_workers(workers: list[_DemoWorker]) -> list[asyncio.Task[None]]:
+    return [
+        asyncio.create_task(app.run_supervised(transport, who), name=f"worker {who.holder}")
+        for app, transport, who in workers
+    ]
 
 
 async def _stop_workers(
-    workers: list[ReferenceWorker], tasks: list[asyncio.Task[None]], grace_s: float
+    workers: list[_DemoWorker], tasks: list[asyncio.Task[None]], grace_s: float
 ) -> None:
-    """Stop claiming; wait up to ``grace_s`` for the attempts in hand to finish and report."""
-    for w in workers:
-        w.stop()
+    """Stop offering slots; wait up to ``grace_s`` for the attempts in hand to finish and
+    report (a stopping SDK worker withdraws its credits at once: no long poll to sit out)."""
+    for app, _, _ in workers:
+        app.stop()
     if not tasks:
         return
     done, pending = await asyncio.wait(tasks, timeout=grace_s)
@@ -143,28 +145,23 @@ async def _stop_workers(
             log.error("%s ended with an error", task.get_name(), exc_info=task.exception())
 
 
-# A stopping worker awaits the claim it has asked for (the host may grant it anyway), so the
-# claim's long poll bounds how long the demo workers take to stop: with the default 20 s, an
-# idle Ctrl-C spent 12.5 s there (issue 23). The host re-reads the claimable attempts every
-# 2 s of a long poll anyway, so a shorter poll costs an actor call, not a query.
-DEMO_CLAIM_SECONDS = 3.0
+def _workers(
+    transport: SessionTransport, holders: list[WorkerIdentity], settings: Settings
+) -> list[_DemoWorker]:
+    """The demo workers of ``runcontrol up``: the SDK's echo app (``runcontrol.sdk.echo``,
+    what ``runcontrol worker`` runs without ``--app``), one per holder, in this process."""
+    from .sdk.echo import echo_worker
 
-
-def _workers(client: Any, holders: list[WorkerIdentity], settings: Settings) -> list[Any]:
-    from .worker import ReferenceWorker
-
+    agents = [s["agentId"] for s in DEMO_WORKFLOW["steps"]]
     renew = max(settings.leases.duration_seconds / 3, 0.5)
     grace = settings.leases.renewal_grace_seconds + 5.0
     return [
-        ReferenceWorker(
-            client,
-            h,
-            _demo_executors(0.5),
-            renew_every_s=renew,
-            lease_grace_s=grace,
-            claim_timeout_s=DEMO_CLAIM_SECONDS,
+        (
+            echo_worker(agents, 0.5, renew_every_s=renew, lease_grace_s=grace),
+            transport,
+            who,
         )
-        for h in holders
+        for who in holders
     ]
 
 

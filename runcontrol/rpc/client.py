@@ -1,13 +1,21 @@
-"""``GrpcWorkerClient``: a worker's client of ``runcontrol.v1.RunControl`` (no Ray needed).
+"""``GrpcWorkerClient``: the unary RPCs of ``runcontrol.v1.RunControl``, one call per command.
 
-It offers what ``ReferenceWorker`` needs (``runcontrol.worker.WorkerClient``: ``send``,
-``claim``, ``watch``) over a gRPC channel, so the reference worker runs unchanged outside the
-cluster. Identity is the token's: every call carries it in the ``authorization`` metadata,
-and the server makes the lease holder from its subject and this client's ``instance_id`` (the
+A worker does not use this client: the worker SDK (``runcontrol.sdk``, ``runcontrol worker
+--transport grpc``) keeps one session per run host over ``Exchange``
+(``rpc.sessions.GrpcSessionTransport``, ``runcontrol.session``): its free slots go up as
+credits, the host pushes grants with the run's input and the dependencies' results, and
+reports, renewals, progress and tool calls travel batched in the same exchanges, cancels down
+them. This client is for a caller that wants the spec's unary surface: a tool, an operator's
+script, a language without a session client yet (``docs/workers.md`` walks through the same
+calls with ``grpcurl``), and the bench's figure of the old claim path (``claim`` is
+``AcquireLease`` with ``claim_next``, a long poll per claim).
+
+Identity is the token's: every call carries it in the ``authorization`` metadata, and the
+server makes the lease holder from its subject and this client's ``instance_id`` (the
 ``holder`` a command names is the server's answer, sent back as it came). A refusal arrives
 as the typed error it stands for (``status.error_from_rpc``); a call whose outcome is unknown
-(no connection, deadline) as ``errors.Unavailable``, so the worker resends the same command
-and its ``command_id`` gets the stored answer.
+(no connection, deadline) as ``errors.Unavailable``: resend the same command, and its
+``command_id`` gets the stored answer.
 """
 
 from __future__ import annotations

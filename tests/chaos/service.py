@@ -296,12 +296,13 @@ def main(http_port: int, grpc_port: int) -> int:
             startup_s=round(time.monotonic() - started, 1),
             **placement,
         )
-        tasks = _start_workers(workers)
+        running = [(w.worker, w.client, w.identity) for w in workers]
+        tasks = _start_workers(running)
         await stop.wait()
         report = await drain_service(
             service,
             settings.drain.grace_seconds,
-            lambda grace_s: _stop_workers(workers, tasks, grace_s),
+            lambda grace_s: _stop_workers(running, tasks, grace_s),
         )
         say(drained=report)
 

@@ -48,9 +48,11 @@ def main() -> int:
     parser.add_argument("--e2e-workers", type=int, default=1, help="worker processes")
     parser.add_argument(
         "--e2e-transport",
-        default="claim,session,grpc-session",
-        help="the e2e workers: claim (runcontrol worker, claims), session (worker sessions in "
-        "the cluster), grpc-session (worker sessions over gRPC, outside it)",
+        default=e2e.DEFAULT_TRANSPORTS,
+        help="the e2e workers, one measurement each: claim (the old claim path), session (the "
+        "hosts' session alone, in the cluster), sdk (runcontrol worker --transport ray), grpc "
+        "(runcontrol worker --transport grpc, outside the cluster), grpc-session (the hosts' "
+        "session over gRPC, no SDK)",
     )
     parser.add_argument("--e2e-worker-concurrency", type=int, default=32)
     parser.add_argument(

@@ -1,15 +1,26 @@
-"""End to end: runs submitted over HTTP, completed by in-cluster reference workers.
+"""End to end: runs submitted over HTTP, completed by worker processes doing no work.
 
 ``python -m bench --only e2e``: N runs of 3 steps (no gate) are submitted through the real
 ingress (HAProxy direct ingress, the API replica) by ``concurrency`` connections, with at most
 ``in_flight`` submitted runs not yet ended (a backlog of every run at once would measure
-its own queue), while
-``runcontrol worker`` processes (the ``ReferenceWorker``, ``EchoExecutor`` doing no work, over
-``RunControlClient`` on actor handles) claim and complete every step, with the scheduler
-running as in the product. Completion is read from the database (each run's terminal
-``updated_at``), never by polling runs over HTTP. Reported: completed runs/s beside the
-pgbench ceiling of the same run, submit->completed p50/p99 (the client's send time to the
-run's terminal timestamp) and the CPU each completed run cost, by process kind.
+its own queue), while worker processes complete every step, with the scheduler running as in
+the product. The workers, one kind per measurement (``TRANSPORTS``), each on a fresh stack:
+
+- ``claim``: the old claim path, the figure before (``bench.claim_worker``: a claim actor call
+  and a report per attempt, in the cluster);
+- ``session``: the host side of the worker session alone (``bench.session_worker``, in the
+  cluster, no SDK);
+- ``sdk``: the worker SDK's echo app in the cluster, as a user starts it
+  (``runcontrol worker --transport ray --work-seconds 0``);
+- ``grpc``: the same app outside the cluster, as a user starts it (``runcontrol worker
+  --transport grpc --target ... --token ...`` with a Worker token of the tenant);
+- ``grpc-session``: ``bench.session_worker`` over gRPC (the host side through Serve's gRPC
+  ingress, no SDK; not run by default).
+
+Completion is read from the database (each run's terminal ``updated_at``), never by polling
+runs over HTTP. Reported: completed runs/s beside the pgbench ceiling of the same run,
+submit->completed p50/p99 (the client's send time to the run's terminal timestamp), the CPU
+each completed run cost by process kind, and the per-run cost counted by the bench.
 """
 
 from __future__ import annotations
@@ -35,7 +46,8 @@ from .stack import Stack, api_stack
 
 STEPS = 3
 WORKER = "from runcontrol.cli import main; raise SystemExit(main())"
-TRANSPORTS = ("claim", "session", "grpc-session")
+TRANSPORTS = ("claim", "session", "sdk", "grpc", "grpc-session")
+DEFAULT_TRANSPORTS = "claim,session,sdk,grpc"
 
 
 @contextmanager
@@ -58,7 +70,6 @@ def grpc_session_workers(
     where = [
         f"--grpc={stack.grpc_target}",
         f"--token={stack.worker_token}",
-        "--application=runcontrol",  # the stack runs the trivial route's app beside it
     ]
     yield from _session_workers(where, "bench-worker/s", owner_url, processes, concurrency, stack)
 
@@ -71,26 +82,9 @@ def _session_workers(
     concurrency: int,
     stack: Stack,
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
-    env = dict(os.environ, RUNCONTROL_DATABASE_URL=owner_url)
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "bench.session_worker",
-                *where,
-                f"--holder={holder}{k}",
-                f"--concurrency={concurrency}",
-                "--agents",
-                *stack.agents,
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-        )
-        for k in range(processes)
-    ]
-    with _stopped_after(procs):
-        yield procs
+    yield from _workers(
+        ["-m", "bench.session_worker", *where], holder, owner_url, processes, concurrency, stack
+    )
 
 
 @contextmanager
@@ -154,26 +148,61 @@ def _transactions(engine: Any) -> int:
 
 
 @contextmanager
-def reference_workers(
+def claim_workers(
     stack: Stack, owner_url: str, processes: int, concurrency: int
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """``runcontrol worker --transport ray`` processes joining this Ray cluster, claiming the
-    stack's agents with ``concurrency`` slots each; stopped with SIGTERM (they drain)."""
+    """``bench.claim_worker`` processes joining this Ray cluster: the old claim path."""
     address = ray.get_runtime_context().gcs_address
+    args = ["-m", "bench.claim_worker", f"--address={address}"]
+    yield from _workers(args, "bench-c", owner_url, processes, concurrency, stack)
+
+
+@contextmanager
+def sdk_workers(
+    stack: Stack, owner_url: str, processes: int, concurrency: int
+) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """``runcontrol worker --transport ray`` processes joining this Ray cluster: the SDK's
+    echo app, doing no work."""
+    address = ray.get_runtime_context().gcs_address
+    args = ["-c", WORKER, "worker", "--transport=ray", f"--address={address}", "--work-seconds=0"]
+    yield from _workers(args, "bench-w", owner_url, processes, concurrency, stack)
+
+
+@contextmanager
+def grpc_workers(
+    stack: Stack, owner_url: str, processes: int, concurrency: int
+) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """``runcontrol worker --transport grpc --target ... --token ...`` processes, as a user
+    starts them outside the cluster (no Ray in them): the SDK's echo app, doing no work, with
+    a Worker token of the tenant (holders ``bench-worker/bench-g{k}.{slot}``)."""
+    args = [
+        "-c",
+        WORKER,
+        "worker",
+        "--transport=grpc",
+        f"--target={stack.grpc_target}",
+        f"--token={stack.worker_token}",
+        "--work-seconds=0",
+    ]
+    yield from _workers(args, "bench-g", owner_url, processes, concurrency, stack)
+
+
+def _workers(
+    args: list[str],
+    holder: str,
+    owner_url: str,
+    processes: int,
+    concurrency: int,
+    stack: Stack,
+) -> Iterator[list[subprocess.Popen[bytes]]]:
     env = dict(os.environ, RUNCONTROL_DATABASE_URL=owner_url)
     procs = [
         subprocess.Popen(
             [
                 sys.executable,
-                "-c",
-                WORKER,
-                "worker",
-                "--transport=ray",
-                f"--address={address}",
-                f"--holder=bench-w{k}",
-                "--work-seconds=0",
+                *args,
+                f"--holder={holder}{k}",
                 f"--concurrency={concurrency}",
-                "--claim-seconds=5",
                 "--agents",
                 *stack.agents,
             ],
@@ -291,14 +320,19 @@ def run(
     in_flight: int = 64,
     transport: str = "claim",
 ) -> dict[str, Any]:
+    """One measurement with ``transport``'s workers (``TRANSPORTS``) on a fresh stack."""
     roots = cpu.own_processes(owner_url)
     engine = create_engine(owner_url)
-    with api_stack(owner_url, steps=STEPS) as stack:
+    # No trivial route beside the API app: with one Serve application a gRPC worker needs no
+    # ``application`` metadata, as under ``runcontrol up``.
+    with api_stack(owner_url, steps=STEPS, trivial=False) as stack:
         scheduler = ensure_scheduler(stack.settings, owner_url)
         try:
             start_workers = {
-                "claim": reference_workers,
+                "claim": claim_workers,
                 "session": session_workers,
+                "sdk": sdk_workers,
+                "grpc": grpc_workers,
                 "grpc-session": grpc_session_workers,
             }[transport]
             with start_workers(stack, owner_url, workers, worker_concurrency) as procs:

@@ -68,9 +68,11 @@ def api_stack(
     steps: int = 1,
     settings: dict[str, Any] | None = None,
     api_settings: dict[str, Any] | None = None,
+    trivial: bool = True,
 ) -> Iterator[Stack]:
     """Hosts (with ``settings``), Serve with the API app at ``/`` (``api_settings`` merged into
-    its settings) and the trivial route at ``/trivial/``; all stopped afterwards."""
+    its settings) and (``trivial``) the trivial route at ``/trivial/``; all stopped
+    afterwards."""
     from serve_app import RunControlApi
 
     config = Settings(**(settings or {}))
@@ -94,7 +96,8 @@ def api_stack(
             grpc_options=grpc_options(grpc_port),
             logging_config=ACCESS_LOG_OFF,
         )
-        serve.run(Trivial.bind(), name="trivial", route_prefix="/trivial")
+        if trivial:
+            serve.run(Trivial.bind(), name="trivial", route_prefix="/trivial")
         secret = secrets.token_urlsafe(48)  # this run's own: there is no built-in secret
         app_settings = {**(api_settings or {}), "auth": {"hs256_secret": secret}}
         serve.run(

@@ -83,11 +83,12 @@ def test_http_reports_submissions_beside_the_trivial_route(report: dict[str, Any
         assert _measured(submit_cpu[kind]), kind
 
 
-@pytest.mark.parametrize("workers", ["e2e", "e2e_session", "e2e_grpc_session"])
+@pytest.mark.parametrize("workers", ["e2e", "e2e_session", "e2e_sdk", "e2e_grpc"])
 def test_e2e_completes_every_run_and_reports_its_figures(
     report: dict[str, Any], workers: str
 ) -> None:
-    """Claiming workers, session workers in the cluster, session workers over gRPC."""
+    """Claiming workers (the old path), the hosts' session alone, the SDK's `runcontrol worker`
+    in the cluster and over gRPC (separate processes, as a user starts them)."""
     e2e = report[workers]
     assert e2e["submitted"] == e2e["completed"] == 20
     assert e2e["submit_errors"] == 0

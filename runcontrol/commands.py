@@ -189,6 +189,11 @@ class RenewLease(Command[LeaseGrant]):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReportOutcome(Command[Attempt]):
+    """The attempt's one outcome. ``result``: what it produced, as JSON (at most
+    ``RunControl:Results:MaxInlineBytes`` of canonical JSON), or ``result_ref`` ``{uri,
+    sha256, bytes}`` for a larger artifact; the server hashes what it stores as the
+    ``outcome_hash`` (one sent must equal it). Neither: ``outcome_hash`` is the caller's."""
+
     attempt_id: UUID
     holder: str
     fencing_token: int
@@ -196,6 +201,8 @@ class ReportOutcome(Command[Attempt]):
     failure_class: FailureClass | None = None
     outcome_hash: str | None = None
     lease_id: UUID | None = None
+    result: Any = field(default=None, repr=False)  # data of the run: never in a log line
+    result_ref: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

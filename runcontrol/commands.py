@@ -37,6 +37,7 @@ from .domain import (
     ProgressMessage,
     SideEffectClass,
     ToolCallClaim,
+    canonical_hash,
 )
 
 R = TypeVar("R")
@@ -52,11 +53,20 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
+# A field holding any JSON value (a result): fingerprinted by its canonical hash (orjson cannot
+# write every JSON number, and the document would be as large as the value).
+JSON_VALUE: dict[str, bool] = {"json": True}
+
+
+def _fingerprinted(f: dataclasses.Field[Any], value: Any) -> Any:
+    return canonical_hash(value) if f.metadata.get("json") and value is not None else value
+
+
 def fingerprint(command: Command[Any]) -> str:
     """A hash of what the command asks (its type and fields, not its id): a command id reused
     for a different command is told apart from a resend of the same one."""
     fields = {
-        f.name: getattr(command, f.name)
+        f.name: _fingerprinted(f, getattr(command, f.name))
         for f in dataclasses.fields(command)
         if f.name != "command_id"
     }
@@ -201,7 +211,8 @@ class ReportOutcome(Command[Attempt]):
     failure_class: FailureClass | None = None
     outcome_hash: str | None = None
     lease_id: UUID | None = None
-    result: Any = field(default=None, repr=False)  # data of the run: never in a log line
+    # data of the run: never in a log line (repr) or a span
+    result: Any = field(default=None, repr=False, metadata=JSON_VALUE)
     result_ref: dict[str, Any] | None = None
 
 

@@ -48,8 +48,9 @@ def main() -> int:
     parser.add_argument("--e2e-workers", type=int, default=1, help="worker processes")
     parser.add_argument(
         "--e2e-transport",
-        default="claim,session",
-        help="the e2e workers: claim (runcontrol worker, claims), session (worker sessions)",
+        default="claim,session,grpc-session",
+        help="the e2e workers: claim (runcontrol worker, claims), session (worker sessions in "
+        "the cluster), grpc-session (worker sessions over gRPC, outside it)",
     )
     parser.add_argument("--e2e-worker-concurrency", type=int, default=32)
     parser.add_argument(
@@ -199,7 +200,7 @@ def main() -> int:
                         in_flight=args.e2e_in_flight,
                         transport=transport,
                     )
-                    key = "e2e" if transport == "claim" else f"e2e_{transport}"
+                    key = "e2e" if transport == "claim" else f"e2e_{transport.replace('-', '_')}"
                     results[key] = {"pgbench_tps": ceiling, **figures}
                     e2e.report(figures, ceiling)
             if args.only is None or "sse" in args.only:

@@ -35,7 +35,7 @@ from .stack import Stack, api_stack
 
 STEPS = 3
 WORKER = "from runcontrol.cli import main; raise SystemExit(main())"
-TRANSPORTS = ("claim", "session")
+TRANSPORTS = ("claim", "session", "grpc-session")
 
 
 @contextmanager
@@ -44,6 +44,33 @@ def session_workers(
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
     """``bench.session_worker`` processes (worker sessions, DESIGN 10) joining this cluster."""
     address = ray.get_runtime_context().gcs_address
+    yield from _session_workers(
+        [f"--address={address}"], "bench-s", owner_url, processes, concurrency, stack
+    )
+
+
+@contextmanager
+def grpc_session_workers(
+    stack: Stack, owner_url: str, processes: int, concurrency: int
+) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """``bench.session_worker`` processes outside the cluster: sessions over gRPC, with a
+    Worker token of the tenant (holders ``bench-worker/s{k}``)."""
+    where = [
+        f"--grpc={stack.grpc_target}",
+        f"--token={stack.worker_token}",
+        "--application=runcontrol",  # the stack runs the trivial route's app beside it
+    ]
+    yield from _session_workers(where, "bench-worker/s", owner_url, processes, concurrency, stack)
+
+
+def _session_workers(
+    where: list[str],
+    holder: str,
+    owner_url: str,
+    processes: int,
+    concurrency: int,
+    stack: Stack,
+) -> Iterator[list[subprocess.Popen[bytes]]]:
     env = dict(os.environ, RUNCONTROL_DATABASE_URL=owner_url)
     procs = [
         subprocess.Popen(
@@ -51,8 +78,8 @@ def session_workers(
                 sys.executable,
                 "-m",
                 "bench.session_worker",
-                f"--address={address}",
-                f"--holder=bench-s{k}",
+                *where,
+                f"--holder={holder}{k}",
                 f"--concurrency={concurrency}",
                 "--agents",
                 *stack.agents,
@@ -271,7 +298,11 @@ def run(
     with api_stack(owner_url, steps=STEPS) as stack:
         scheduler = ensure_scheduler(stack.settings, owner_url)
         try:
-            start_workers = session_workers if transport == "session" else reference_workers
+            start_workers = {
+                "claim": reference_workers,
+                "session": session_workers,
+                "grpc-session": grpc_session_workers,
+            }[transport]
             with start_workers(stack, owner_url, workers, worker_concurrency) as procs:
                 pids = {p.pid for p in procs}
                 warm: dict[str, float] = {}

@@ -1,7 +1,9 @@
 """A bench worker process on worker sessions (DESIGN 10): no work, just the session loop.
 
 ``python -m bench.session_worker --address A --holder H --concurrency N --agents ...``: joins
-the Ray cluster, keeps one session with each run host (``actors.sessions``), offers its slots
+the Ray cluster (or, with ``--grpc TARGET --token T``, reaches Serve's gRPC ingress as a worker
+outside it: ``rpc.sessions.GrpcSessionTransport``), keeps one session with each run host
+(``actors.sessions``), offers its slots
 as credits (split evenly over the hosts) and reports every grant ``Succeeded`` in the next
 exchange of the same session, with the freed slot's new credit. Bench only: the product's
 worker is the SDK (``runcontrol.sdk``, issue 20); this measures the host side apart from it.
@@ -20,8 +22,8 @@ from actors.service import start_ray
 from actors.sessions import ActorSessionTransport
 from runcontrol.commands import Command, ReportOutcome
 from runcontrol.config import Settings
-from runcontrol.domain import AttemptOutcome, canonical_hash
-from runcontrol.session import Credit, SessionDown, SessionUp
+from runcontrol.domain import AttemptOutcome, canonical_hash, errors
+from runcontrol.session import Credit, SessionDown, SessionTransport, SessionUp
 
 OUTCOME = canonical_hash({"ok": True})
 
@@ -87,10 +89,23 @@ class Session:
 
 
 async def main(args: argparse.Namespace) -> None:
-    settings = Settings()
-    start_ray(address=args.address)
-    transport = ActorSessionTransport(make_router(host_config(settings, "")))
-    hosts = await transport.hosts()
+    transport: SessionTransport
+    if args.grpc:
+        from runcontrol.rpc.sessions import GrpcSessionTransport
+
+        app = (("application", args.application),) if args.application else ()
+        transport = GrpcSessionTransport(args.grpc, args.token, metadata=app)
+    else:
+        start_ray(address=args.address)
+        transport = ActorSessionTransport(make_router(host_config(Settings(), "")))
+    for _ in range(60):  # the ingress may still be starting
+        try:
+            hosts = await transport.hosts()
+            break
+        except errors.RunControlError:
+            await asyncio.sleep(0.5)
+    else:
+        raise SystemExit("no run host answered")
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     per_host = max(args.concurrency // hosts, 1)
@@ -102,7 +117,10 @@ async def main(args: argparse.Namespace) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--address", required=True)
+    parser.add_argument("--address")
+    parser.add_argument("--grpc", help="Serve's gRPC ingress (a worker outside the cluster)")
+    parser.add_argument("--token", help="the worker's bearer token (with --grpc)")
+    parser.add_argument("--application", help="Serve's application (with --grpc)")
     parser.add_argument("--holder", required=True)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--agents", nargs="+", required=True)

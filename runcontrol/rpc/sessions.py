@@ -233,9 +233,12 @@ class GrpcSessionTransport:
         *,
         channel: grpc.aio.Channel | None = None,
         options: list[tuple[str, Any]] | None = None,
+        metadata: tuple[tuple[str, str], ...] = (),
     ) -> None:
+        """``metadata``: more of it on every call (``("application", name)`` when Serve runs
+        several applications)."""
         self.target = target
-        self._metadata = (("authorization", f"Bearer {token}"),)
+        self._metadata = (("authorization", f"Bearer {token}"), *metadata)
         self._own_channel = channel is None
         self._channel = channel or grpc.aio.insecure_channel(target, options=options)
         self._stub = pb_grpc.RunControlStub(self._channel)  # type: ignore[no-untyped-call]

@@ -6,7 +6,13 @@ slot's last attempt came from (whose commit of that attempt's outcome may grant 
 to it at once), else the host whose backlog most exceeds the credits offered there, else the
 host with the fewest. Idle credits move towards hosts whose ``backlog`` says they dispatched
 attempts that no credit has taken: a move is a withdrawal from one host, and an offer to the
-other once the first certainly did not grant it.
+other once the first certainly did not grant it, under a new claim id.
+
+A host may still grant a credit after the worker took it back (exchanges are not delivered
+in order: an older exchange that still carried the credit can reach the host after the one
+that withdrew it). Such a late grant is never dropped: its lease would expire unworked and
+settle a side-effecting attempt Uncertain. It is worked on an extra slot, beyond the
+concurrency for as long as it runs; the claim ids a slot gave up are kept for that.
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ class SlotState(Enum):
     MOVING = "moving"  # withdrawn from ``host``, offered to ``target`` once confirmed
     BUSY = "busy"
     STOPPED = "stopped"
+
+
+EXTRA = -1  # the index of a slot made for a late grant
 
 
 @dataclass
@@ -61,6 +70,8 @@ class CreditBook:
     backlog: list[int] = field(init=False)
     draining: set[int] = field(default_factory=set)
     stopping: bool = False
+    # claim ids given up (withdrawn, or replaced by a move) -> the slot that offered them
+    retired: dict[str, Slot] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.slots = [Slot(k, h) for k, h in enumerate(self.holders)]
@@ -95,37 +106,49 @@ class CreditBook:
             self.hosts = hosts
 
     def free(self, slot: Slot) -> Offer | None:
-        """The slot is free: its new credit and the host to offer it to (None: stopping)."""
-        if self.stopping:
+        """The slot is free: its new credit and the host to offer it to (None: stopping, or
+        an extra slot, which ends with its attempt)."""
+        if self.stopping or slot.index == EXTRA:
             slot.state, slot.credit, slot.host = SlotState.STOPPED, None, None
             return None
         host = self._best_host(slot.last_host)
-        slot.credit = Credit(
+        slot.credit = self._credit(slot)
+        slot.state, slot.host, slot.target = SlotState.OFFERED, host, None
+        return Offer(host, slot.credit)
+
+    def granted(self, claim_id: str, host: int) -> Slot | None:
+        """The slot that works this grant: the one offering the credit, or an extra one for
+        a late grant of a credit given up. None: not a credit of this worker."""
+        slot = self.by_claim(claim_id)
+        if slot is not None and slot.state in (SlotState.OFFERED, SlotState.MOVING):
+            slot.state, slot.host, slot.target, slot.last_host = SlotState.BUSY, host, None, host
+            return slot
+        origin = self.retired.pop(claim_id, None)
+        if origin is None:
+            return None
+        return Slot(EXTRA, origin.holder, SlotState.BUSY, host=host, last_host=host)
+
+    def withdrawn(self, claim_id: str) -> Offer | None:
+        """A withdrawal is confirmed: offer the slot where it was moving, under a new claim
+        id (or stop it)."""
+        slot = self.by_claim(claim_id)
+        if slot is None or slot.state is not SlotState.MOVING or slot.credit is None:
+            return None
+        self.retired[claim_id] = slot
+        if self.stopping or slot.target is None:
+            slot.state, slot.credit, slot.host = SlotState.STOPPED, None, None
+            return None
+        slot.credit = self._credit(slot)
+        slot.state, slot.host, slot.target = SlotState.OFFERED, slot.target, None
+        return Offer(slot.host, slot.credit)
+
+    def _credit(self, slot: Slot) -> Credit:
+        return Credit(
             claim_id=self.new_id(),
             holder=slot.holder,
             agent_ids=self.agent_ids,
             tenant_id=self.tenant_id,
         )
-        slot.state, slot.host, slot.target = SlotState.OFFERED, host, None
-        return Offer(host, slot.credit)
-
-    def granted(self, claim_id: str, host: int) -> Slot | None:
-        slot = self.by_claim(claim_id)
-        if slot is None or slot.state not in (SlotState.OFFERED, SlotState.MOVING):
-            return None
-        slot.state, slot.host, slot.target, slot.last_host = SlotState.BUSY, host, None, host
-        return slot
-
-    def withdrawn(self, claim_id: str) -> Offer | None:
-        """A withdrawal is confirmed: offer the credit where it was moving (or stop it)."""
-        slot = self.by_claim(claim_id)
-        if slot is None or slot.state is not SlotState.MOVING or slot.credit is None:
-            return None
-        if self.stopping or slot.target is None:
-            slot.state, slot.credit, slot.host = SlotState.STOPPED, None, None
-            return None
-        slot.state, slot.host, slot.target = SlotState.OFFERED, slot.target, None
-        return Offer(slot.host, slot.credit)
 
     def observe(self, host: int, backlog: Mapping[str, int], draining: bool = False) -> None:
         self.backlog[host] = sum(backlog.get(a, 0) for a in self.agent_ids)

@@ -33,7 +33,7 @@ CLOSE_FAILURES = 3
 
 
 class SessionListener(Protocol):
-    def granted(self, host: int, grant: Grant, credit: Credit) -> None: ...
+    def granted(self, host: int, grant: Grant) -> None: ...
 
     def cancelled(self, host: int, attempt_ids: list[Any]) -> None: ...
 
@@ -88,6 +88,7 @@ class HostSession:
         self._closing_seq: int | None = None
         self._closed = asyncio.Event()
         self._done = False
+        self._delivered: set[str] = set()  # claim ids whose grant went to the listener
         self._withdraw_when_answered: set[str] = set()
         self.backlog: Mapping[str, int] = {}
 
@@ -241,14 +242,15 @@ class HostSession:
         self._uncertain.difference_update(c.claim_id for c in sent.up.credits)
         for grant in down.grants:
             self._acks.add(grant.claim_id)
-            offered = self.credits.pop(grant.claim_id, None)
-            if offered is None:
-                withdrawing = self._withdrawing.pop(grant.claim_id, None)
-                offered = withdrawing[0] if withdrawing is not None else None
-            if offered is None:
-                continue  # granted before (a resend of the grant), or not ours to work
+            if grant.claim_id in self._delivered:
+                continue  # a grant is resent until acked: worked once
+            self._delivered.add(grant.claim_id)
+            self.credits.pop(grant.claim_id, None)
+            self._withdrawing.pop(grant.claim_id, None)
+            self._withdraw_when_answered.discard(grant.claim_id)
             self._uncertain.discard(grant.claim_id)
-            self.listener.granted(self.host, grant, offered)
+            # also a credit given up already: the worker decides (a late grant is worked)
+            self.listener.granted(self.host, grant)
         if down.grants:
             self._kick.set()  # ack them now
         for claim_id, (credit, seq) in list(self._withdrawing.items()):

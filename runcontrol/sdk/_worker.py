@@ -28,7 +28,7 @@ from ..commands import Command, RenewLease, ReportOutcome
 from ..domain import AttemptOutcome, FailureClass, WorkerIdentity, canonical_hash, errors
 from ..session import Credit, Grant, SessionDown, SessionTransport
 from ._backoff import Backoff
-from ._credits import CreditBook, Offer, Slot
+from ._credits import EXTRA, CreditBook, Offer, Slot
 from ._errors import outcome_of
 from ._session import HostSession
 from ._step import AttemptContext, LeaseGone, LeaseLost, Parked, Step, SyncStep
@@ -133,7 +133,8 @@ class Worker:
     # ------------------------------------------------------------------ running
 
     def stop(self) -> None:
-        """Stop taking attempts; ``run`` returns once those in hand have reported."""
+        """Stop taking attempts; ``run`` returns once those in hand have reported (for good:
+        a stopped worker does not run again)."""
         self._stop.set()
 
     @property
@@ -290,11 +291,15 @@ class _Loop:
 
     # ------------------------------------------------------------------ SessionListener
 
-    def granted(self, host: int, grant: Grant, credit: Credit) -> None:
-        slot = self.book.granted(credit.claim_id, host)
+    def granted(self, host: int, grant: Grant) -> None:
+        slot = self.book.granted(grant.claim_id, host)
         if slot is None:
-            log.warning("a grant for claim %s that no slot offers; not worked", grant.claim_id)
+            log.warning(
+                "a grant for claim %s this worker never offered; not worked", grant.claim_id
+            )
             return
+        if slot.index == EXTRA:
+            log.info("a late grant of claim %s, worked beyond the slots", grant.claim_id)
         task = asyncio.create_task(self._work(slot, host, grant))
         self.tasks.add(task)
         task.add_done_callback(self._ended)

@@ -80,3 +80,18 @@ def test_stopping_withdraws_every_idle_credit_and_offers_nothing_new() -> None:
     assert b.withdrawn("c0") is None and b.withdrawn("c1") is None
     assert b.settled()
     assert b.free(busy) is None and busy.state is SlotState.STOPPED
+
+
+def test_a_late_grant_of_a_credit_given_up_is_worked_on_an_extra_slot() -> None:
+    b = book(hosts=2, slots=1)
+    offer_all(b)  # c0 -> host 0
+    b.observe(1, {"a": 1})
+    (move,) = b.rebalance()
+    arrived = b.withdrawn(move.claim_id)
+    assert arrived is not None and arrived.credit.claim_id == "c1"  # a new claim id
+    extra = b.granted("c0", host=0)  # host 0 granted c0 after all
+    assert extra is not None and extra.index < 0 and extra.holder == "w/0"
+    assert b.granted("c0", host=0) is None  # once
+    assert b.free(extra) is None  # an extra slot ends with its attempt
+    assert b.granted("c1", host=1) is not None
+    assert b.granted("nobody", host=1) is None

@@ -84,6 +84,7 @@ class FakeHosts:
         self.faults: list[tuple[str, Exception]] = []
         self.changed = asyncio.Event()
         self.waiters: dict[tuple[int, str], asyncio.Event] = {}
+        self.draining: set[int] = set()
 
     # ------------------------------------------------------------------ the test's side
 
@@ -92,6 +93,16 @@ class FakeHosts:
         self.attempts[attempt.attempt_id] = attempt
         self._wake()
         return attempt
+
+    def late_grant(self, host: int, claim_id: str, attempt: FakeAttempt) -> None:
+        """Grant a credit the worker already withdrew from ``host`` (an older exchange that
+        still carried it reached the host last)."""
+        key = (host, next(u.session_id for h, u in self.ups if h == host))
+        self.attempts[attempt.attempt_id] = attempt
+        grant = Grant(claim_id, TENANT, self._lease(attempt, "w-1"), {"n": 1})
+        self.granted_claims[claim_id] = grant
+        self.unacked.setdefault(key, {})[claim_id] = grant
+        self._wake()
 
     def cancel(self, attempt_id: UUID) -> None:
         self.cancelled.add(attempt_id)
@@ -114,6 +125,12 @@ class FakeHosts:
             previous.set()  # superseded: the waiting exchange answers at once
         if self.faults and self.faults[0][0] == "before":
             raise self.faults.pop(0)[1]
+        if host in self.draining:  # takes no credit, does nothing with the commands
+            self.credits[key] = {}
+            refused = [
+                Answer(c.command_id, False, errors.Draining("draining")) for c in up.commands
+            ]
+            return SessionDown(answers=refused, hosts=self.hosts_count, draining=True)
         self.credits[key] = {c.claim_id: c for c in up.credits}
         unacked = self.unacked.setdefault(key, {})
         for claim_id in up.acks:
@@ -305,6 +322,18 @@ def scenario(
     asyncio.run(main())
 
 
+def noop_worker(**kw: Any) -> Worker:
+    """A one-slot worker whose agent ``a`` does nothing."""
+    kw.setdefault("concurrency", 1)
+    worker = fast(**kw)
+
+    @worker.agent("a")
+    async def noop(step: Step) -> None:
+        return None
+
+    return worker
+
+
 def run_one(worker: Worker, hosts: FakeHosts, attempt: FakeAttempt) -> ReportOutcome:
     """Dispatch ``attempt``, run the worker until it reports, and answer its report."""
 
@@ -441,11 +470,7 @@ def test_a_credit_carried_by_a_lost_exchange_is_resent_with_its_claim_id() -> No
     """The host may have granted the credit in the exchange whose answer was lost: the next
     exchange carries it again, ``resent``, with the same claim id, and gets the grant."""
     hosts = FakeHosts()
-    worker = fast(concurrency=1)
-
-    @worker.agent("a")
-    async def work(step: Step) -> None:
-        return None
+    worker = noop_worker()
 
     attempt = FakeAttempt("a", host=0)
 
@@ -483,11 +508,7 @@ def test_a_grant_is_acked_and_worked_once_though_resent() -> None:
 
 def test_a_refusal_for_good_is_not_resent() -> None:
     hosts = FakeHosts()
-    worker = fast(concurrency=1)
-
-    @worker.agent("a")
-    async def work(step: Step) -> None:
-        return None
+    worker = noop_worker()
 
     attempt = FakeAttempt("a", host=0)
     hosts.outcomes[attempt.attempt_id] = []  # placeholder: a second outcome is refused
@@ -513,11 +534,7 @@ def test_a_refusal_for_good_is_not_resent() -> None:
 
 def test_an_idle_credit_moves_to_the_host_with_a_backlog() -> None:
     hosts = FakeHosts(hosts=2)
-    worker = fast(concurrency=1)
-
-    @worker.agent("a")
-    async def work(step: Step) -> None:
-        return None
+    worker = noop_worker()
 
     attempts = [FakeAttempt("a", host=1), FakeAttempt("a", host=0), FakeAttempt("a", host=1)]
 
@@ -539,11 +556,7 @@ def test_an_idle_credit_moves_to_the_host_with_a_backlog() -> None:
 
 def test_a_stopping_worker_works_what_was_granted_meanwhile() -> None:
     hosts = FakeHosts()
-    worker = fast(concurrency=1)
-
-    @worker.agent("a")
-    async def work(step: Step) -> None:
-        return None
+    worker = noop_worker()
 
     attempt = FakeAttempt("a", host=0)
 
@@ -742,3 +755,48 @@ def test_a_lease_certainly_gone_is_given_up() -> None:
 
     scenario(worker, hosts, body)
     assert attempt.attempt_id not in hosts.outcomes
+
+
+def test_a_draining_host_sends_credits_and_commands_to_another_host() -> None:
+    hosts = FakeHosts(hosts=2)
+    worker = fast(concurrency=2)
+    release = asyncio.Event()
+
+    @worker.agent("a")
+    async def work(step: Step) -> None:
+        await release.wait()
+
+    first, later = FakeAttempt("a", host=0), FakeAttempt("a", host=1)
+
+    async def body() -> None:
+        hosts.dispatch(first)
+        await until(lambda: bool(hosts.granted_claims), "the grant")
+        hosts.draining.add(0)
+        release.set()
+        await until(lambda: first.attempt_id in hosts.outcomes, "the report, through host 1")
+        hosts.dispatch(later)
+        await until(lambda: later.attempt_id in hosts.outcomes, "host 1's attempt")
+
+    scenario(worker, hosts, body)
+    report = hosts.outcome(first)
+    assert [h for h, u in hosts.ups if report in u.commands][-1] == 1
+    # both slots ended up offered to host 1
+    assert max(len(u.credits) for h, u in hosts.ups if h == 1) == 2
+
+
+def test_a_late_grant_of_a_withdrawn_credit_is_worked_not_left_to_expire() -> None:
+    hosts = FakeHosts(hosts=2)
+    worker = noop_worker()
+
+    moved, late = FakeAttempt("a", host=1), FakeAttempt("a", host=0)
+
+    async def body() -> None:
+        await until(lambda: any(h == 0 and u.credits for h, u in hosts.ups), "a credit at 0")
+        first = next(c.claim_id for h, u in hosts.ups if h == 0 for c in u.credits)
+        hosts.dispatch(moved)  # host 1's backlog: the credit moves there
+        await until(lambda: moved.attempt_id in hosts.outcomes, "the moved credit's attempt")
+        hosts.late_grant(0, first, late)
+        await until(lambda: late.attempt_id in hosts.outcomes, "the late grant worked")
+
+    scenario(worker, hosts, body)
+    assert hosts.outcome(late).outcome is AttemptOutcome.SUCCEEDED

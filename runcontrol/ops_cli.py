@@ -647,9 +647,7 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--state", action="append", help="only runs in this state (repeatable)")
     p.add_argument("--workflow", default=None, help="only runs of this workflow id")
     p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
-    p = _command(
-        r, "show", runs_show, "a run with its result, steps, attempts and leases", ["get"]
-    )
+    p = _command(r, "show", runs_show, "a run with its result, steps, attempts and leases", ["get"])
     p.add_argument("run_id")
     p.add_argument("--result", action="store_true", help="print only the run's result (JSON)")
     p = _command(r, "submit", runs_submit, "submit a run (idempotent on --key)")

@@ -156,6 +156,6 @@ def test_a_worker_killed_during_analyse_and_restarted_completes_the_run(
     check_result(h, run_id, repository, revision)
     # plan, the killed analyse (expired), its retry (a retry granted to the dead worker's
     # session, still offered on its host, expires too: DESIGN 10), apply, report
-    analyse = [e for e in h.outbox_events(run_id) if e["type"] == "AttemptOutcomeRecorded"]
-    assert [e["payload"]["outcome"] for e in analyse][0] == "Succeeded"
+    recorded = [e for e in h.outbox_events(run_id) if e["type"] == "AttemptOutcomeRecorded"]
+    assert recorded[0]["payload"]["outcome"] == "Succeeded"  # plan
     assert len(outcomes_per_attempt(h, run_id)) >= 5

@@ -17,7 +17,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -111,6 +111,43 @@ class Activation:
             self.last_used = time.monotonic()
 
 
+class FusedGrants:
+    """The grains' ``Credits`` port on a run host (``runcontrol.grain.env``): a dispatch takes
+    a waiting credit from the session book and leases its attempt in the same commit. The
+    matching is the book's; this only wakes the sessions and lets an exchange wait for the
+    commit (a credit withdrawn meanwhile is answered its grant, never offered twice)."""
+
+    def __init__(self, host: RunHost) -> None:
+        self._host = host
+        self._making: dict[UUID, asyncio.Future[None]] = {}
+
+    def reserve(self, offer: Offer) -> Match | None:
+        host = self._host
+        if host._drain.draining:
+            return None
+        match = host._book.reserve(offer)
+        if match is not None:
+            making: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._making[offer.attempt_id] = making
+            host._track(match, making)
+        return match
+
+    def granted(self, match: Match, lease: LeaseGrant, results: Mapping[str, Any]) -> None:
+        _, matches, woken = self._host._book.granted(match, lease, results)
+        self._settled(match, matches, woken)
+
+    def refused(self, match: Match) -> None:
+        matches, woken = self._host._book.refused(match)
+        self._settled(match, matches, woken)
+
+    def _settled(self, match: Match, matches: list[Match], woken: set[str]) -> None:
+        making = self._making.pop(match.offer.attempt_id, None)
+        if making is not None and not making.done():
+            making.set_result(None)
+        self._host._lease(matches)
+        self._host._wake(woken)
+
+
 class RunHost:
     def __init__(self, config: dict[str, Any]) -> None:
         self._config = config
@@ -145,11 +182,13 @@ class RunHost:
         self._book = SessionBook()
         self._wakes: dict[str, asyncio.Event] = {}
         self._generations: dict[str, int] = {}  # session -> exchanges seen (a newer supersedes)
-        self._granting: dict[UUID, asyncio.Task[None]] = {}  # attempt -> its lease being made
-        self._session_granting: dict[str, set[asyncio.Task[None]]] = {}  # the same, by session
+        # attempt -> its lease being made (a grant task, or a fused grant's commit)
+        self._granting: dict[UUID, asyncio.Future[None]] = {}
+        self._session_granting: dict[str, set[asyncio.Future[None]]] = {}  # the same, by session
         self._sweep_now = asyncio.Event()
         self._index = _own_index(self.settings.grains.host_count)
         self._env.observers.append(self._observe_sessions)
+        self._env.credits = FusedGrants(self)
         loop = asyncio.get_running_loop()
         self._reaper = loop.create_task(self._reap())
         self._sweeper = loop.create_task(self._sweep_sessions())
@@ -357,15 +396,16 @@ class RunHost:
     def _lease(self, matches: list[Match]) -> None:
         loop = asyncio.get_running_loop()
         for match in matches:
-            attempt_id = match.offer.attempt_id
-            task = loop.create_task(self._grant(match))
-            self._granting[attempt_id] = task
-            self._session_granting.setdefault(match.session_id, set()).add(task)
-            task.add_done_callback(
-                functools.partial(self._lease_done, attempt_id, match.session_id)
-            )
+            self._track(match, loop.create_task(self._grant(match)))
 
-    def _lease_done(self, attempt_id: UUID, sid: str, task: asyncio.Task[None]) -> None:
+    def _track(self, match: Match, making: asyncio.Future[None]) -> None:
+        """``making`` ends once the match's lease is made or refused (an exchange waits)."""
+        attempt_id = match.offer.attempt_id
+        self._granting[attempt_id] = making
+        self._session_granting.setdefault(match.session_id, set()).add(making)
+        making.add_done_callback(functools.partial(self._lease_done, attempt_id, match.session_id))
+
+    def _lease_done(self, attempt_id: UUID, sid: str, task: asyncio.Future[None]) -> None:
         if self._granting.get(attempt_id) is task:
             del self._granting[attempt_id]
         tasks = self._session_granting.get(sid)

@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 # supersedes it. A third would only supersede the second.
 MAX_IN_FLIGHT = 2
 MAX_COMMANDS = 64
+# How long the acks of new grants wait for the new attempts' first commands.
+ACK_LINGER_S = 0.002
 # An exchange that fails this often while closing gives up (its leases, if any, expire).
 CLOSE_FAILURES = 3
 
@@ -161,7 +163,12 @@ class HostSession:
                     exc = task.exception()
                     if exc is None:
                         failures = 0
-                        self._answered(sent, task.result())
+                        down = task.result()
+                        self._answered(sent, down)
+                        if down.grants:
+                            # The acks wait a moment for what the new attempts say first (a
+                            # quick function's report): one exchange carries both.
+                            await asyncio.sleep(ACK_LINGER_S)
                         continue
                     failures += 1
                     self._failed(sent, exc)
@@ -252,7 +259,7 @@ class HostSession:
             # also a credit given up already: the worker decides (a late grant is worked)
             self.listener.granted(self.host, grant)
         if down.grants:
-            self._kick.set()  # ack them now
+            self._kick.set()  # ack them
         for claim_id, (credit, seq) in list(self._withdrawing.items()):
             if sent.seq > seq:
                 del self._withdrawing[claim_id]

@@ -96,3 +96,52 @@ def test_a_draining_host_takes_no_credit_and_another_host_grants_its_attempts(
             await draining.resume.remote()
 
     run_async(main(), timeout=120)
+
+
+def test_a_fused_first_grant_lost_with_its_host_is_found_by_claim_id(
+    h: RayHarness, long_leases: dict[str, Any]
+) -> None:
+    """The credit waits first: the submission's commit dispatches the first step and leases
+    it to the credit in one transaction (its answer stored under the claim id); the host dies
+    before the grant is acked; the resent credit finds the lease in the store."""
+    import asyncio
+
+    h.publish({"name": "only", "agentId": "fused-s"})
+    agents = (h.agent("fused-s"),)
+    t = ActorSessionTransport(make_router(long_leases))
+
+    async def main() -> None:
+        sid = f"s-{uuid.uuid4().hex[:8]}"
+        credit = Credit(str(uuid.uuid4()), "w-fused", agents)
+        waiting = asyncio.create_task(t.exchange(0, SessionUp(sid, credits=(credit,), wait_s=20)))
+        await asyncio.sleep(0.5)
+        run_id = await submit_on_host(h, 0)
+        (grant,) = (await asyncio.wait_for(waiting, 20)).grants
+        assert grant.lease.run_id == run_id
+        # one commit: the run's acceptance, its dispatch and the lease
+        (journal_tx,) = {j.occurred_at for j in h.journal(run_id)}
+        assert journal_tx is not None
+        host = ray.get_actor(host_name(0), namespace=NAMESPACE)
+        pid = (await host.stats.remote())["pid"]
+        ray.kill(host, no_restart=False)
+
+        async def restarted() -> bool:
+            try:
+                fresh = ray.get_actor(host_name(0), namespace=NAMESPACE)
+                return bool((await fresh.stats.remote())["pid"] != pid)
+            except Exception:  # noqa: BLE001 - still restarting
+                return False
+
+        await poll(restarted, "host 0 to restart", timeout=60, interval=0.2)
+        resent = Credit(credit.claim_id, "w-fused", agents, resent=True)
+        again = await t.exchange(0, SessionUp(sid, credits=(resent,), wait_s=5))
+        assert [g.lease for g in again.grants] == [grant.lease]
+        done = await t.exchange(
+            0, SessionUp(sid, commands=(report(grant),), acks=(credit.claim_id,))
+        )
+        assert [a.ok for a in done.answers] == [True], done.answers
+        await h.wait_type(run_id, "RunCompleted")
+        assert len(h.leases(run_id)) == 1
+        h.assert_consistent(run_id)
+
+    run_async(main(), timeout=120)

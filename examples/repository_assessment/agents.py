@@ -70,14 +70,16 @@ async def plan(step: Step) -> dict[str, Any]:
     return {"repository": repository, "revision": revision, "files": files}
 
 
-async def _ruff(path: str, text: str) -> list[dict[str, Any]]:
-    """ruff's findings on one file's content (read from stdin: the revision, not the tree)."""
+async def _ruff(repository: str, path: str, text: str) -> list[dict[str, Any]]:
+    """ruff's findings on one file's content (read from stdin: the revision, not the tree), run
+    in the repository (its own ruff configuration, if any, applies; not the worker's)."""
     ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
     proc = await asyncio.create_subprocess_exec(
         ruff, "check", "--no-cache", "--output-format", "json", "--stdin-filename", path, "-",
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
+        cwd=repository,
     )  # fmt: skip
     try:
         out, _ = await proc.communicate(text.encode())
@@ -100,7 +102,7 @@ async def analyse(step: Step) -> dict[str, Any]:
         text = await asyncio.to_thread(repo.content_at, repository, revision, path)
         lines = text.splitlines()
         todos = [i for i, line in enumerate(lines, 1) if "TODO" in line]
-        findings = await _ruff(path, text) if path.endswith(".py") else []
+        findings = await _ruff(repository, path, text) if path.endswith(".py") else []
         found[path] = {"lines": len(lines), "todos": todos, "ruff": findings}
         await step.progress(f"analysed {path}", {"file": n, "of": len(planned["files"])})
         if pause:

@@ -6,19 +6,16 @@ one outcome per attempt."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-import ray
 from actor_harness import RayHarness, poll, run_async
-from test_sdk import ROOT, WORKER_CLI, outcomes_per_attempt, serving
+from test_sdk import outcomes_per_attempt, serving, worker_process
 
 from examples.repository_assessment import agents
 from examples.repository_assessment.repository import SAMPLE, branch_head, content_at, make_sample
@@ -98,21 +95,10 @@ def test_the_example_assesses_a_repository_in_the_cluster(h: RayHarness, tmp_pat
 def start_worker(h: RayHarness, marks: Path, holder: str) -> subprocess.Popen[bytes]:
     """``runcontrol worker --app examples.repository_assessment.agents:worker`` for this
     tenant only (its agent ids are the app's own), ``analyse`` pausing 1 s per file."""
-    env = dict(
-        os.environ,
-        RUNCONTROL_DATABASE_URL=h.rt.owner_url,
-        RUNCONTROL_GRAINS__HOST_COUNT=str(h.rt.settings.grains.host_count),
-        RUNCONTROL_LEASES__DURATION_SECONDS=str(h.rt.settings.leases.duration_seconds),
-        RUNCONTROL_LEASES__RENEWAL_GRACE_SECONDS=str(h.rt.settings.leases.renewal_grace_seconds),
-        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        REPOSITORY_ASSESSMENT_PAUSE_S="1",
+    app = "examples.repository_assessment.agents:worker"
+    return worker_process(
+        h, marks, holder, app, f"--tenant={h.tenant}", REPOSITORY_ASSESSMENT_PAUSE_S="1"
     )
-    address = ray.get_runtime_context().gcs_address
-    cmd = [sys.executable, "-c", WORKER_CLI, "worker"]
-    cmd += ["--app", "examples.repository_assessment.agents:worker", f"--tenant={h.tenant}"]
-    cmd += [f"--address={address}", f"--holder={holder}", "--claim-seconds=2"]
-    with (marks / f"{holder}.log").open("wb") as log:
-        return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
 def test_a_worker_killed_during_analyse_and_restarted_completes_the_run(

@@ -89,8 +89,15 @@ def _session_workers(
         )
         for k in range(processes)
     ]
-    try:
+    with _stopped_after(procs):
         yield procs
+
+
+@contextmanager
+def _stopped_after(procs: list[subprocess.Popen[bytes]]) -> Iterator[None]:
+    """Stop the worker processes with SIGTERM (they drain), killing those that do not end."""
+    try:
+        yield
     finally:
         for proc in procs:
             proc.terminate()
@@ -175,17 +182,8 @@ def reference_workers(
         )
         for k in range(processes)
     ]
-    try:
+    with _stopped_after(procs):
         yield procs
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 def _terminal(engine: Any, tenant: str) -> dict[str, tuple[str, float]]:

@@ -55,17 +55,9 @@ class Session:
                 continue
             self.seen.add(grant.claim_id)
             self.credits.pop(grant.claim_id, None)
-            lease = grant.lease
             self.commands.append(
                 ReportOutcome(
-                    tenant_id=grant.tenant_id,
-                    run_id=lease.run_id,
-                    attempt_id=lease.attempt_id,
-                    holder=lease.holder,
-                    fencing_token=lease.fencing_token,
-                    lease_id=lease.lease_id,
-                    outcome=AttemptOutcome.SUCCEEDED,
-                    outcome_hash=OUTCOME,
+                    **grant.fenced(), outcome=AttemptOutcome.SUCCEEDED, outcome_hash=OUTCOME
                 )
             )
             fresh = self._credit()

@@ -75,6 +75,19 @@ class Grant:
     # claim id after its host restarted.
     deadline_at: datetime | None = None
 
+    def fenced(self) -> dict[str, Any]:
+        """The fields a fenced command takes from this grant's lease:
+        ``ReportOutcome(**grant.fenced(), outcome=..., outcome_hash=...)``."""
+        lease = self.lease
+        return {
+            "tenant_id": self.tenant_id,
+            "run_id": lease.run_id,
+            "attempt_id": lease.attempt_id,
+            "holder": lease.holder,
+            "fencing_token": lease.fencing_token,
+            "lease_id": lease.lease_id,
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class Answer:

@@ -130,7 +130,7 @@ def prepare(
     """The document committing what the aggregate recorded since its last commit, or None when
     it recorded nothing. ``release_budget_at``: the statement also releases the run's budget
     reservation (migration 0004); ``answer``: it stores the command's answer (0006), and
-    ``also_answers`` those of the grants the command made (fused grants: 0015);
+    ``also_answers`` those of the grants the command made (fused grants);
     ``reserve``: it makes the run's budget reservation (0007); ``max_open_attempts``: a
     dispatch it makes is refused (``CapacityDenied``) past the tenant's cap (0007)."""
     changes = agg.take_changes()

@@ -66,7 +66,7 @@ runs = Table(
     # operator controls (0012): set while suspended; the finished run this one reruns
     Column("suspended_at", TZ),
     Column("rerun_of", UUID(as_uuid=True)),
-    # the run's result, its final step's (0016): hash and size; the content is in attempt_results
+    # the run's result, its final step's (0015): hash and size; the content is in attempt_results
     Column("result_hash", Text),
     Column("result_bytes", BigInteger),
     UniqueConstraint("tenant_id", "project_id", "idempotency_key", name="uq_runs_idempotency"),
@@ -138,7 +138,7 @@ attempts = Table(
     ),
 )
 
-# What an attempt's outcome produced (0016): inserted once with the outcome, never rewritten.
+# What an attempt's outcome produced (0015): inserted once with the outcome, never rewritten.
 # ``result_json`` is the JSON's canonical text (text, not jsonb: jsonb would rewrite numbers such
 # as 1e+20, and the bytes a dependent step receives are the bytes hashed), or ``result_ref`` a
 # {uri, sha256, bytes} reference; ``outcome_hash`` is the canonical hash of the one stored.

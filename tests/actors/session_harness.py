@@ -100,14 +100,8 @@ class SessionDriver:
 
 
 def report(grant: Grant, n: int = 1) -> ReportOutcome:
-    lease = grant.lease
     return ReportOutcome(
-        tenant_id=grant.tenant_id,
-        run_id=lease.run_id,
-        attempt_id=lease.attempt_id,
-        holder=lease.holder,
-        fencing_token=lease.fencing_token,
-        lease_id=lease.lease_id,
+        **grant.fenced(),
         outcome=AttemptOutcome.SUCCEEDED,
         outcome_hash=canonical_hash({"outcome": n}),
     )

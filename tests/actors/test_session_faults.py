@@ -22,6 +22,22 @@ from runcontrol.domain import errors
 from runcontrol.session import Credit, SessionUp
 
 
+async def kill_and_restart(index: int) -> None:
+    """ray.kill host ``index`` (it restarts: ``max_restarts``) and wait for its new process."""
+    host = ray.get_actor(host_name(index), namespace=NAMESPACE)
+    pid = (await host.stats.remote())["pid"]
+    ray.kill(host, no_restart=False)
+
+    async def restarted() -> bool:
+        try:
+            fresh = ray.get_actor(host_name(index), namespace=NAMESPACE)
+            return bool((await fresh.stats.remote())["pid"] != pid)
+        except Exception:  # noqa: BLE001 - still restarting
+            return False
+
+    await poll(restarted, f"host {index} to restart", timeout=60, interval=0.2)
+
+
 def test_a_credit_resent_to_a_restarted_host_finds_its_lease(
     h: RayHarness, long_leases: dict[str, Any]
 ) -> None:
@@ -34,18 +50,7 @@ def test_a_credit_resent_to_a_restarted_host_finds_its_lease(
         sid = f"s-{uuid.uuid4().hex[:8]}"
         credit = Credit(str(uuid.uuid4()), "w-killed", agents)
         (grant,) = (await t.exchange(0, SessionUp(sid, credits=(credit,), wait_s=10))).grants
-        host = ray.get_actor(host_name(0), namespace=NAMESPACE)
-        pid = (await host.stats.remote())["pid"]
-        ray.kill(host, no_restart=False)  # the grant is outstanding (never acked)
-
-        async def restarted() -> bool:
-            try:
-                fresh = ray.get_actor(host_name(0), namespace=NAMESPACE)
-                return bool((await fresh.stats.remote())["pid"] != pid)
-            except Exception:  # noqa: BLE001 - still restarting
-                return False
-
-        await poll(restarted, "host 0 to restart", timeout=60, interval=0.2)
+        await kill_and_restart(0)  # the grant is outstanding (never acked)
         resent = Credit(credit.claim_id, "w-killed", agents, resent=True)
         again = await t.exchange(0, SessionUp(sid, credits=(resent,), wait_s=5))
         assert [g.lease for g in again.grants] == [grant.lease]
@@ -121,18 +126,7 @@ def test_a_fused_first_grant_lost_with_its_host_is_found_by_claim_id(
         # one commit: the run's acceptance, its dispatch and the lease
         (journal_tx,) = {j.occurred_at for j in h.journal(run_id)}
         assert journal_tx is not None
-        host = ray.get_actor(host_name(0), namespace=NAMESPACE)
-        pid = (await host.stats.remote())["pid"]
-        ray.kill(host, no_restart=False)
-
-        async def restarted() -> bool:
-            try:
-                fresh = ray.get_actor(host_name(0), namespace=NAMESPACE)
-                return bool((await fresh.stats.remote())["pid"] != pid)
-            except Exception:  # noqa: BLE001 - still restarting
-                return False
-
-        await poll(restarted, "host 0 to restart", timeout=60, interval=0.2)
+        await kill_and_restart(0)
         resent = Credit(credit.claim_id, "w-fused", agents, resent=True)
         again = await t.exchange(0, SessionUp(sid, credits=(resent,), wait_s=5))
         assert [g.lease for g in again.grants] == [grant.lease]

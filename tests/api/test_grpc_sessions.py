@@ -25,16 +25,10 @@ HOLDER = f"{WORKER_SUB}/inst-s"
 
 
 def report(grant: Grant, **overrides: Any) -> ReportOutcome:
-    lease = grant.lease
     command = ReportOutcome(
-        tenant_id=grant.tenant_id,
-        run_id=lease.run_id,
-        attempt_id=lease.attempt_id,
-        holder=lease.holder,
-        fencing_token=lease.fencing_token,
-        lease_id=lease.lease_id,
+        **grant.fenced(),
         outcome=AttemptOutcome.SUCCEEDED,
-        outcome_hash=canonical_hash({"done": str(lease.attempt_id)}),
+        outcome_hash=canonical_hash({"done": str(grant.lease.attempt_id)}),
     )
     return dataclasses.replace(command, **overrides)
 

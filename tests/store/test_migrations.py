@@ -137,24 +137,3 @@ def test_the_baseline_declares_the_write_function_and_0014_gives_it_its_body(fre
     finally:
         engine.dispose()
         database.dispose()
-
-
-def test_0015_restates_runcontrol_apply_with_only_the_answers_line_added() -> None:
-    """0015 restates the function whole (PL/pgSQL cannot add a statement): it must be 0014's
-    with exactly the one line that stores a document's ``answers`` added."""
-    from pathlib import Path
-
-    here = Path(__file__).resolve().parents[2] / "runcontrol/store/migrations"
-
-    def function(name: str) -> list[str]:
-        text = (here / name).read_text()
-        body = text[text.index("CREATE OR REPLACE FUNCTION runcontrol_apply(doc jsonb)") :]
-        return body[: body.index("END $fn$;")].splitlines()
-
-    before, after = function("0014_apply_calls_writers.sql"), function("0015_apply_answers.sql")
-    added = [line for line in after if line not in before]
-    assert [line for line in before if line not in after] == []
-    assert added == [
-        "    IF doc ? 'answers' THEN wrote := runcontrol_write_command_answers(doc->'answers');"
-        " END IF;"
-    ]

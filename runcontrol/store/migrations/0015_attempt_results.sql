@@ -1,8 +1,8 @@
--- Migration 0016: results (issue 20). An attempt's outcome stores what it produced in its own
+-- Migration 0015: results (issue 20). An attempt's outcome stores what it produced in its own
 -- insert-only table, attempt_results (its writer, rendered from tables.py, is in
--- 0016_writers.sql with the runs writers, which now carry the run's result hash and size).
+-- 0015_writers.sql with the runs writers, which now carry the run's result hash and size).
 --
--- runcontrol_apply writes the document's results: 0016_apply_writes_results.sql, run after
+-- runcontrol_apply writes the document's results: 0015_apply_writes_results.sql, run after
 -- the writers.
 --
 -- Results follow the event history's retention (RunControl:Outbox:RetentionDays): the

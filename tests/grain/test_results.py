@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from grain_harness import Harness, report
+from grain_harness import Harness, fenced, report
 from sqlalchemy import select
 
 from runcontrol.commands import ReportOutcome
@@ -64,13 +64,7 @@ def test_the_run_result_is_the_final_steps(h: Harness):
 def test_a_resent_report_stores_the_result_once(h: Harness):
     grain, grant = h.start_run(*TWO)
     command = ReportOutcome(
-        tenant_id=h.tenant,
-        run_id=grain.run_id,
-        attempt_id=grant.attempt_id,
-        holder=grant.holder,
-        fencing_token=grant.fencing_token,
-        outcome=AttemptOutcome.SUCCEEDED,
-        result=RESULT,
+        **fenced(grant, h.tenant), outcome=AttemptOutcome.SUCCEEDED, result=RESULT
     )
     first = grain.execute(command)
     assert grain.execute(command) == first  # the memo answers it

@@ -243,6 +243,7 @@ RUN_COLUMNS = (
     ("PROJECT", "projectId"),
     ("REQUESTED BY", "requestedBy"),
     ("CREATED", "createdAt"),
+    ("RESULT BYTES", "resultBytes"),
 )
 APPROVAL_COLUMNS = (
     ("APPROVAL", "approvalId"),
@@ -309,6 +310,10 @@ def runs_list(api: Api, args: argparse.Namespace, out: TextIO) -> None:
 
 def runs_show(api: Api, args: argparse.Namespace, out: TextIO) -> None:
     run = api.call("GET", f"/factory/runs/{args.run_id}")
+    if args.result:
+        # the result alone, as JSON (a reference when the result is stored elsewhere)
+        emit_json(run["resultRef"] if run.get("resultRef") is not None else run["result"], out)
+        return
     if args.json:
         emit_json(run, out)
         return
@@ -326,9 +331,14 @@ def runs_show(api: Api, args: argparse.Namespace, out: TextIO) -> None:
             ("created", "createdAt"),
             ("updated", "updatedAt"),
             ("last event seq", "lastEventSeq"),
+            ("result hash", "resultHash"),
+            ("result bytes", "resultBytes"),
         ),
         out,
     )
+    if run.get("result") is not None or run.get("resultRef") is not None:
+        print("\nresult:", file=out)
+        emit_json(run["resultRef"] if run.get("resultRef") is not None else run["result"], out)
     print("\nsteps:", file=out)
     rows = []
     for step in run["steps"]:
@@ -600,8 +610,10 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the API's JSON")
 
 
-def _command(group: Any, name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
-    parser: argparse.ArgumentParser = group.add_parser(name, help=help_text)
+def _command(
+    group: Any, name: str, handler: Handler, help_text: str, aliases: Sequence[str] = ()
+) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = group.add_parser(name, help=help_text, aliases=aliases)
     _common(parser)
     parser.set_defaults(func=lambda args: run(handler, args))
     return parser
@@ -635,8 +647,9 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--state", action="append", help="only runs in this state (repeatable)")
     p.add_argument("--workflow", default=None, help="only runs of this workflow id")
     p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
-    p = _command(r, "show", runs_show, "a run with its steps, attempts and leases")
+    p = _command(r, "show", runs_show, "a run with its result, steps, attempts and leases", ["get"])
     p.add_argument("run_id")
+    p.add_argument("--result", action="store_true", help="print only the run's result (JSON)")
     p = _command(r, "submit", runs_submit, "submit a run (idempotent on --key)")
     p.add_argument("--workflow", required=True)
     p.add_argument("--model-profile", required=True)

@@ -133,6 +133,15 @@ class RunSummary(ResponseModel):
     )
     suspended_at: datetime | None = None
     rerun_of: UUID | None = Field(None, description="The finished run this run reruns.")
+    result_hash: str | None = Field(
+        None,
+        description="The canonical hash of the run's result (its final step's), once Completed; "
+        "null when that step reported none.",
+    )
+    result_bytes: int | None = Field(
+        None,
+        description="The size of the run's result (canonical JSON, or the referenced artifact).",
+    )
 
 
 class LeaseView(ResponseModel):
@@ -193,6 +202,14 @@ class RunView(RunSummary):
     """GetRun: the run with its steps, attempts, current leases and pending approvals."""
 
     input: dict[str, Any] | None = None
+    result: Any = Field(
+        None,
+        description="The run's result (any JSON value), once Completed; kept as long as the "
+        "event history (RunControl:Outbox:RetentionDays), then null while resultHash stays.",
+    )
+    result_ref: dict[str, Any] | None = Field(
+        None, description="Instead of result: a reference {uri, sha256, bytes} to the artifact."
+    )
     steps: list[StepView]
     pending_approvals: list[ApprovalView]
 

@@ -491,7 +491,11 @@ async function runPage(main, runId, signal) {
         h("dt", {}, "Model profile"), h("dd", {}, run.modelProfileId),
         h("dt", {}, "Limits"), h("dd", {}, `cost ${run.limits.maxCostUsd ?? "-"} USD · ${run.limits.maxMinutes ?? "-"} min`),
         h("dt", {}, "Created / updated"), h("dd", {}, `${when(run.createdAt)} / ${when(run.updatedAt)} · version ${run.version}`),
-        run.failureClass ? [h("dt", {}, "Failure"), h("dd", {}, `${run.failureClass}: ${run.failureReason || ""}`)] : null));
+        run.failureClass ? [h("dt", {}, "Failure"), h("dd", {}, `${run.failureClass}: ${run.failureReason || ""}`)] : null,
+        run.resultHash ? [h("dt", {}, "Result"), h("dd", {},
+          h("span", { class: "hash", id: "result-hash" }, run.resultHash), ` · ${run.resultBytes} bytes`,
+          h("pre", { class: "mono", id: "run-result" },
+            JSON.stringify(run.resultRef ?? run.result, null, 2) ?? "(kept no longer: past the event history's retention)"))] : null));
     shown = run;
     drawTimeline();
     approvals.replaceChildren(

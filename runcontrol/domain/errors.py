@@ -34,6 +34,19 @@ class ValidationFailed(RunControlError):
     code = "validation-failed"
 
 
+class ResultTooLarge(ValidationFailed):
+    """An outcome's inline result is over ``RunControl:Results:MaxInlineBytes``: nothing is
+    stored and the attempt stays open, so its holder can report a ``result_ref`` instead."""
+
+    code = "result-too-large"
+
+
+class OutcomeHashMismatch(ValidationFailed):
+    """The ``outcomeHash`` sent is not the canonical hash of the result sent with it."""
+
+    code = "outcome-hash-mismatch"
+
+
 class NotFound(RunControlError):
     code = "not-found"
 

@@ -113,11 +113,13 @@ class RunStateChanged(RunEventBody):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunCompleted(RunEventBody):
-    """Every step succeeded; ``outcomeHash`` hashes the steps' outcome hashes in order."""
+    """Every step succeeded; ``outcomeHash`` hashes the steps' outcome hashes in order;
+    ``resultHash`` is the run's result's (its final step's), null when it sent none."""
 
     topic = "run-control.runs.v1.run-completed"
     tenant_id: str
     outcome_hash: str | None
+    result_hash: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import ValidationFailed
 from .hashing import canonical_hash
@@ -89,6 +90,28 @@ class WorkflowDefinition:
     @property
     def content_hash(self) -> str:
         return canonical_hash(self.to_dict())
+
+
+class Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+def dependencies(steps: Sequence[Named], step: str) -> tuple[str, ...]:
+    """The names of the steps whose results step ``step`` receives in its grant.
+
+    ``steps``: the workflow's steps in order (a definition's ``StepSpec``s, or a run's steps by
+    ordinal). Until steps declare ``dependsOn``, a step depends on the step before it (the
+    first on none). The one place that says so: a step graph changes only this function."""
+    names = [s.name for s in steps]
+    index = names.index(step)
+    return (names[index - 1],) if index > 0 else ()
+
+
+def final_step(steps: Sequence[Named]) -> str:
+    """The step whose result is the run's result: the last one (with ``dependsOn``, the one
+    step nothing depends on)."""
+    return steps[-1].name
 
 
 @dataclass(frozen=True, slots=True)

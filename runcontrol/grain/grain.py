@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 from uuid import UUID
 
 from ..commands import AcquireLease, Command, ControlResult, fingerprint
@@ -35,6 +35,7 @@ class Fused:
     match: Match
     lease: LeaseGrant
     answer: StoredAnswer
+    results: dict[str, Any]  # the dependencies' results the grant carries
 
 
 class RunGrain:
@@ -156,7 +157,7 @@ class RunGrain:
             command_id=claim_id,
         )
         answer = StoredAnswer(claim_id, "AcquireLease", lease, ctx.now, fingerprint(acquire))
-        self.fused.append(Fused(match, lease, answer))
+        self.fused.append(Fused(match, lease, answer, agg.grant_results(attempt.attempt_id)))
 
     def fused_answers(self) -> list[StoredAnswer]:
         return [f.answer for f in self.fused]
@@ -168,7 +169,7 @@ class RunGrain:
         for f in fused:
             self.memo.remember(f.answer)
             if credits is not None:
-                credits.granted(f.match, f.lease)
+                credits.granted(f.match, f.lease, f.results)
 
     def fused_dropped(self) -> None:
         """The command decides again, or failed: its fused grants' credits wait again."""

@@ -161,6 +161,8 @@ async def report_outcome(g: RunGrain, c: ReportOutcome) -> Attempt:
             failure_class=c.failure_class,
             outcome_hash=c.outcome_hash,
             lease_id=c.lease_id,
+            result=c.result,
+            result_ref=c.result_ref,
         )
         g.dispatch_due(a, x)
         return attempt

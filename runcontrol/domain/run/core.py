@@ -23,6 +23,7 @@ from ..model import (
     ApprovalDecision,
     ApprovalRequest,
     Attempt,
+    AttemptResult,
     AuditRecord,
     CancellationIntent,
     Event,
@@ -34,11 +35,13 @@ from ..model import (
 )
 from ..states import (
     ApprovalState,
+    AttemptOutcome,
     AttemptState,
     RunState,
     StepState,
     ToolCallState,
 )
+from ..workflow import dependencies, final_step
 from .values import (
     LIFETIME_EXCEEDED,
     WALL_CLOCK_EXCEEDED,
@@ -62,6 +65,7 @@ class AggregateCore:
         decisions: Iterable[ApprovalDecision] = (),
         intents: Iterable[CancellationIntent] = (),
         tool_calls: Iterable[ToolCall] = (),
+        results: Iterable[AttemptResult] = (),
         *,
         is_new: bool = False,
     ) -> None:
@@ -78,6 +82,8 @@ class AggregateCore:
             self.decisions.setdefault(d.approval_id, []).append(d)
         self.intents: list[CancellationIntent] = sorted(intents, key=lambda i: i.requested_at)
         self.tool_calls: dict[str, ToolCall] = {t.call_id: t for t in tool_calls}
+        # attempt -> its stored result: kept in the cache so a grant reads no row
+        self.results: dict[UUID, AttemptResult] = {r.attempt_id: r for r in results}
         self._is_new = is_new
         self._changes = self._fresh_changes()
 
@@ -249,6 +255,32 @@ class AggregateCore:
             (a for a in self.attempts.values() if a.step_id == step.step_id),
             key=lambda a: a.number,
         )
+
+    def step_result(self, step: Step) -> AttemptResult | None:
+        """The result of the step's succeeded attempt (None: none yet, or it sent none)."""
+        for attempt in reversed(self.attempts_of(step)):
+            if attempt.outcome is AttemptOutcome.SUCCEEDED:
+                return self.results.get(attempt.attempt_id)
+        return None
+
+    def dependency_results(self, step: Step) -> dict[str, Any]:
+        """What ``step``'s grant carries: the results of the steps it depends on, by name
+        (a dependency that sent no result has no key)."""
+        by_name = {s.name: s for s in self.steps}
+        found: dict[str, Any] = {}
+        for name in dependencies(self.steps, step.name):
+            result = self.step_result(by_name[name])
+            if result is not None:
+                found[name] = result.value
+        return found
+
+    def grant_results(self, attempt_id: UUID) -> dict[str, Any]:
+        return self.dependency_results(self.step(self.attempt(attempt_id).step_id))
+
+    def run_result(self) -> AttemptResult | None:
+        """The run's result: its final step's."""
+        name = final_step(self.steps)
+        return self.step_result(next(s for s in self.steps if s.name == name))
 
     def open_attempts(self) -> list[Attempt]:
         return [a for a in self.attempts.values() if not a.state.terminal]

@@ -12,6 +12,7 @@ from ..hashing import canonical_hash
 from ..model import (
     ApprovalRequest,
     Attempt,
+    AttemptResult,
     CancellationIntent,
 )
 from ..retry import backoff_delay
@@ -42,8 +43,12 @@ class Settlement(Leases):
         *,
         settled_by: str,
         cause: str = "OutcomeReported",
+        result: AttemptResult | None = None,
     ) -> None:
         self._move_attempt(ctx, attempt, outcome.attempt_state, cause)
+        if result is not None:
+            self.results[attempt.attempt_id] = result
+            self._changes.results.append(result)
         attempt.outcome = outcome
         attempt.failure_class = failure_class
         attempt.outcome_hash = outcome_hash
@@ -81,6 +86,9 @@ class Settlement(Leases):
             self._move_step(ctx, step, StepState.SUCCEEDED, "AttemptSucceeded")
             if all(s.state is StepState.SUCCEEDED for s in self.steps):
                 self.run.outcome_hash = canonical_hash([s.outcome_hash for s in self.steps])
+                result = self.run_result()
+                if result is not None:
+                    self.run.result_hash, self.run.result_bytes = result.outcome_hash, result.bytes
                 self._move_run(ctx, RunState.COMPLETED)
                 self._emit(
                     ctx,
@@ -88,6 +96,7 @@ class Settlement(Leases):
                         run_id=self.run.run_id,
                         tenant_id=self.run.tenant_id,
                         outcome_hash=self.run.outcome_hash,
+                        result_hash=self.run.result_hash,
                     ),
                 )
             return

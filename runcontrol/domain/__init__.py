@@ -48,7 +48,7 @@ from .states import (
     ToolCallStatus,
 )
 from .workers import WorkerIdentity
-from .workflow import PolicyDocument, Release, StepSpec, WorkflowDefinition
+from .workflow import PolicyDocument, Release, StepSpec, WorkflowDefinition, dependencies
 
 __all__ = [
     "LIFETIME_EXCEEDED",
@@ -97,6 +97,7 @@ __all__ = [
     "WorkflowDefinition",
     "canonical_hash",
     "canonical_json",
+    "dependencies",
     "errors",
     "events",
 ]

@@ -40,6 +40,9 @@ RUN_TRANSITIONS: Mapping[tuple[RunState, RunState], str] = {
     (R.RUNNING, R.CANCELLING): "CancelRequested",
     (R.WAITING_FOR_APPROVAL, R.CANCELLING): "CancelRequested",
     (R.CANCELLING, R.CANCELLED): "AllAttemptsSettled",
+    # Not in the spec's diagram: a graph's step failed terminally while siblings were held;
+    # they were asked to stop as for a cancel, and the run fails once they all settled.
+    (R.CANCELLING, R.FAILED): "SiblingsSettledAfterFailure",
     (R.RUNNING, R.COMPLETED): "LastStepSucceeded",
     (R.RUNNING, R.FAILED): "StepFailedTerminally",
     # Not drawn in the spec's diagram, but required by its BudgetReservationDenied handler

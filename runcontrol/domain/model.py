@@ -102,6 +102,9 @@ class Step:
     not_before: datetime | None = None
     failure_class: FailureClass | None = None
     outcome_hash: str | None = None
+    # The names of the steps this one waits for, resolved at acceptance (``workflow.
+    # dependencies``); None on a row stored before graphs (0016): the step before it.
+    depends_on: list[str] | None = None
 
 
 @dataclass(slots=True)

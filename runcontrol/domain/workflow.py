@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,9 +21,11 @@ class StepSpec:
     max_attempts: int | None = None
     gate: str = "none"
     side_effect_class: SideEffectClass = SideEffectClass.READ
+    # The names of the steps this one waits for; None (the key absent): the step before it.
+    depends_on: tuple[str, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "name": self.name,
             "agentId": self.agent_id,
             "skillId": self.skill_id,
@@ -30,6 +33,11 @@ class StepSpec:
             "gate": self.gate,
             "sideEffectClass": str(self.side_effect_class),
         }
+        # Absent rather than null: a release published before graphs keeps its content hash
+        # (and its release id) when it is published again.
+        if self.depends_on is not None:
+            out["dependsOn"] = list(self.depends_on)
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +87,10 @@ class WorkflowDefinition:
                     max_attempts=max_attempts,
                     gate=gate,
                     side_effect_class=side_effect,
+                    depends_on=_depends_on(i, raw),
                 )
             )
+        check_graph(steps)
         return cls(workflow_id=workflow_id, steps=tuple(steps))
 
     def to_dict(self) -> dict[str, Any]:
@@ -89,6 +99,76 @@ class WorkflowDefinition:
     @property
     def content_hash(self) -> str:
         return canonical_hash(self.to_dict())
+
+
+def _depends_on(i: int, raw: Mapping[str, Any]) -> tuple[str, ...] | None:
+    if "dependsOn" not in raw or raw["dependsOn"] is None:
+        return None
+    names = raw["dependsOn"]
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        raise ValidationFailed(f"steps[{i}]: dependsOn must be a list of step names")
+    if len(set(names)) != len(names):
+        raise ValidationFailed(f"steps[{i}]: dependsOn names a step twice")
+    return tuple(names)
+
+
+def dependencies(release: Release | WorkflowDefinition, step: str) -> tuple[str, ...]:
+    """The names of the steps ``step`` waits for: its ``dependsOn``, or the step before it
+    (none for the first), so a release without ``dependsOn`` runs its steps in order."""
+    definition = release.definition if isinstance(release, Release) else release
+    specs = definition.steps
+    for i, spec in enumerate(specs):
+        if spec.name == step:
+            return _resolved(specs, i)
+    raise ValidationFailed(f"the workflow has no step {step!r}", step=step)
+
+
+def _resolved(specs: Sequence[StepSpec], i: int) -> tuple[str, ...]:
+    explicit = specs[i].depends_on
+    if explicit is not None:
+        return explicit
+    return (specs[i - 1].name,) if i > 0 else ()
+
+
+def check_graph(specs: Sequence[StepSpec]) -> None:
+    """Publication's check of the graph: every dependency names a step of the workflow, and
+    no step depends on itself through any path (the error names the unknown step or the
+    cycle). Only explicit ``dependsOn`` can close a cycle: the default points backwards."""
+    names = {s.name for s in specs}
+    graph: dict[str, tuple[str, ...]] = {}
+    for i, spec in enumerate(specs):
+        deps = _resolved(specs, i)
+        for dep in deps:
+            if dep not in names:
+                raise ValidationFailed(
+                    f"step {spec.name!r} depends on {dep!r}, which is not a step of the workflow",
+                    step=spec.name,
+                    unknown=dep,
+                )
+        graph[spec.name] = deps
+    # Depth first without recursion (a long linear release is a deep path): a name met again
+    # on the current path closes a cycle.
+    done: set[str] = set()
+    for root in graph:
+        if root in done:
+            continue
+        path: list[str] = [root]
+        pending: list[list[str]] = [list(graph[root])]
+        while path:
+            if not pending[-1]:
+                done.add(path.pop())
+                pending.pop()
+                continue
+            dep = pending[-1].pop()
+            if dep in done:
+                continue
+            if dep in path:
+                cycle = [*path[path.index(dep) :], dep]
+                raise ValidationFailed(
+                    "the steps' dependencies form a cycle: " + " -> ".join(cycle), cycle=cycle
+                )
+            path.append(dep)
+            pending.append(list(graph[dep]))
 
 
 @dataclass(frozen=True, slots=True)

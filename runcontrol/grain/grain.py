@@ -105,12 +105,16 @@ class RunGrain:
         return None
 
     def dispatch_due(self, agg: RunAggregate, ctx: CommandContext) -> Attempt | None:
-        step = agg.dispatchable_step(ctx.now)
-        if step is None or agg.run.budget_reservation_id is None:
+        """Dispatch every step due now (a graph's fan-out, in one statement); answer the
+        first attempt. Past the tenant's capacity cap the statement dispatches none of them:
+        they stay Pending for the dispatcher."""
+        steps = agg.dispatchable_steps(ctx.now)
+        if not steps or agg.run.budget_reservation_id is None:
             return None
         if not self.may_dispatch:
             return None  # denied capacity leaves the step Pending; the dispatcher retries
-        return agg.dispatch(ctx, step)
+        attempts = [agg.dispatch(ctx, step) for step in steps]
+        return attempts[0]
 
     # ------------------------------------------------------------------ operator controls
 

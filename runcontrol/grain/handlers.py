@@ -258,11 +258,14 @@ async def complete_tool_call(g: RunGrain, c: CompleteToolCall) -> ToolCallClaim:
 
 
 async def decide_approval(g: RunGrain, c: DecideApproval) -> ApprovalRequest:
+    """Decide, and dispatch in the same statement what became ready while the run waited (a
+    sibling of the parked step that succeeded meanwhile readies its dependents)."""
     if c.principal.tenant_id != g.tenant_id:
         raise errors.ApprovalNotFound("approval not found")
     policy = await g.pinned_policy()
-    plan = Plan(
-        lambda a, x: a.decide_approval(
+
+    def decided(a: RunAggregate, x: CommandContext) -> ApprovalRequest:
+        approval = a.decide_approval(
             x,
             c.approval_id,
             c.principal,
@@ -272,10 +275,11 @@ async def decide_approval(g: RunGrain, c: DecideApproval) -> ApprovalRequest:
             c.reason,
             policy,
             g.env.options,
-        ),
-        c.principal.subject,
-    )
-    return await decide(g, plan, c)
+        )
+        g.dispatch_due(a, x)
+        return approval
+
+    return await decide(g, Plan(decided, c.principal.subject), c)
 
 
 # ---------------------------------------------------------------------- an operator's

@@ -94,6 +94,8 @@ steps = Table(
     Column("not_before", TZ),
     Column("failure_class", Text),
     Column("outcome_hash", Text),
+    # the names of the steps it waits for (0016); NULL before graphs: the step before it
+    Column("depends_on", JSONB),
     UniqueConstraint("run_id", "ordinal", name="uq_steps_ordinal"),
 )
 

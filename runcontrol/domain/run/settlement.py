@@ -26,6 +26,7 @@ from ..states import (
 )
 from .leases import Leases
 from .values import (
+    RUN_CONTROL,
     CommandContext,
     Options,
 )
@@ -139,19 +140,60 @@ class Settlement(Leases):
         *,
         cause: str | None = None,
     ) -> None:
-        self._move_run(ctx, RunState.FAILED, cause)
+        """The run fails. With attempts still held by workers (a graph's siblings) it fails
+        as a cancel settles: the intent is recorded, the run is Cancelling while the holders
+        are asked to stop, and it ends Failed once every attempt settled (``_finish_cancelling``
+        ; the stop timeout settles a silent holder Uncertain). Otherwise it fails at once."""
         self.run.failure_class = failure_class
         self.run.failure_reason = reason
+        held = any(a.state is AttemptState.LEASED for a in self.open_attempts())
+        if held and self.run.state in (RunState.RUNNING, RunState.WAITING_FOR_APPROVAL):
+            self._stop_siblings(ctx, reason, cause)
+            return
+        self._move_run(ctx, RunState.FAILED, cause)
         self._close_remaining(ctx, failure_class)
+        self._emit_failed(ctx)
+
+    def _emit_failed(self, ctx: CommandContext) -> None:
         self._emit(
             ctx,
             ev.RunFailed(
                 run_id=self.run.run_id,
                 tenant_id=self.run.tenant_id,
-                failure_class=failure_class,
-                reason=reason,
+                failure_class=self.run.failure_class or FailureClass.TRANSIENT,
+                reason=self.run.failure_reason or "",
             ),
         )
+
+    def _stop_siblings(self, ctx: CommandContext, reason: str, cause: str | None) -> None:
+        """A failing run's cancel of the attempts still running: intent first (invariant 8),
+        what nobody holds settles now, the holders' settlement is observed."""
+        intent = CancellationIntent(
+            intent_id=ctx.new_id(),
+            run_id=self.run.run_id,
+            tenant_id=self.run.tenant_id,
+            requested_by=RUN_CONTROL,
+            reason=reason,
+            requested_at=ctx.now,
+        )
+        self._changes.intents.append(intent)
+        self.intents.append(intent)
+        self._emit(
+            ctx,
+            ev.CancellationRequested(
+                run_id=self.run.run_id, requested_by=RUN_CONTROL, reason=reason
+            ),
+        )
+        self._move_run(ctx, RunState.CANCELLING, cause or "StepFailedTerminally")
+        for approval in self.pending_approvals():
+            self._move_approval(ctx, approval, ApprovalState.CANCELLED, "RunCancelled")
+            self._emit_approval_decided(ctx, approval)
+        for attempt in self.open_attempts():
+            if attempt.state is not AttemptState.LEASED:
+                self._cancel_unleased(ctx, attempt)
+                self._move_step(
+                    ctx, self.step(attempt.step_id), StepState.CANCELLED, "RunCancelled"
+                )
 
     def _cancel_unleased(self, ctx: CommandContext, attempt: Attempt) -> None:
         """An attempt nobody holds settles as Cancelled at once: a Dispatched one never ran; a
@@ -197,6 +239,10 @@ class Settlement(Leases):
         for step in self.steps:
             if step.state is StepState.PENDING:
                 self._move_step(ctx, step, StepState.CANCELLED, "RunEnded")
+        if self.run.failure_class is not None:  # a step failed: its siblings have settled
+            self._move_run(ctx, RunState.FAILED)
+            self._emit_failed(ctx)
+            return
         self._move_run(ctx, RunState.CANCELLED)
         self._emit_cancelled(ctx, self.intents[-1] if self.intents else None)
 

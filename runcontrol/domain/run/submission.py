@@ -28,7 +28,7 @@ from ..states import (
     RunState,
     StepState,
 )
-from ..workflow import PolicyDocument, Release
+from ..workflow import PolicyDocument, Release, dependencies
 from .settlement import Settlement
 from .values import (
     CommandContext,
@@ -85,6 +85,7 @@ class Submissions(Settlement):
                 max_attempts=spec.max_attempts or options.default_max_attempts,
                 gate=spec.gate,
                 side_effect_class=spec.side_effect_class,
+                depends_on=list(dependencies(release, spec.name)),
             )
             for i, spec in enumerate(release.definition.steps)
         ]
@@ -122,18 +123,20 @@ class Submissions(Settlement):
     def deny_budget(self, ctx: CommandContext, reason: str) -> None:
         self._fail_run(ctx, FailureClass.POLICY_DENIED, reason, cause="BudgetReservationDenied")
 
-    def dispatchable_step(self, now: datetime) -> Step | None:
-        """The next step to dispatch now, if the run may dispatch at all (invariant 4)."""
+    def dispatchable_steps(self, now: datetime) -> list[Step]:
+        """The steps to dispatch now (a fan-out is several), if the run may dispatch at all:
+        invariant 4 holds per run (no dispatch while WaitingForApproval or Cancelling) and
+        per step (a ready step is Pending, so it has no open attempt)."""
         if not allows(RunCommand.DISPATCH, self.run.state):
-            return None
+            return []
         if self.run.suspended_at is not None:
-            return None  # an operator suspended the run: nothing new starts
-        step = self._first_open_step()  # steps run in order
-        if step is None or step.state is not StepState.PENDING:
-            return None
-        if step.not_before is not None and step.not_before > now:
-            return None
-        return step
+            return []  # an operator suspended the run: nothing new starts
+        return [s for s in self.ready_steps() if s.not_before is None or s.not_before <= now]
+
+    def dispatchable_step(self, now: datetime) -> Step | None:
+        """The first of ``dispatchable_steps`` (in the release's order), or None."""
+        steps = self.dispatchable_steps(now)
+        return steps[0] if steps else None
 
     def dispatch(self, ctx: CommandContext, step: Step) -> Attempt:
         require(RunCommand.DISPATCH, self.run.state)

@@ -18,6 +18,7 @@ from ..store.webhooks import FEED_CHANNEL
 from ..telemetry import tracing
 from . import (
     approvals,
+    catalog,
     console,
     controls,
     events,
@@ -95,5 +96,7 @@ def create_app(
         app.include_router(module.router)
     app.include_router(approvals.runs_router)
     app.include_router(controls.router)  # operator controls (issue 14)
+    for router in (catalog.releases_router, catalog.workflows_router, catalog.graph_router):
+        app.include_router(router)  # the workflow catalog and run graphs (issue 22)
     app.include_router(console.router)  # the web console's static files (runcontrol/console/)
     return app

@@ -130,6 +130,18 @@ def _resolved(specs: Sequence[StepSpec], i: int) -> tuple[str, ...]:
     return (specs[i - 1].name,) if i > 0 else ()
 
 
+def graph(definition: WorkflowDefinition) -> dict[str, Any]:
+    """The release's steps as a graph: nodes in the release's order, each with its resolved
+    dependencies, and one edge per dependency (from the step waited for to the waiting one)."""
+    specs = definition.steps
+    nodes = [
+        {"name": s.name, "agentId": s.agent_id, "dependsOn": list(_resolved(specs, i))}
+        for i, s in enumerate(specs)
+    ]
+    edges = [{"from": dep, "to": n["name"]} for n in nodes for dep in n["dependsOn"]]
+    return {"nodes": nodes, "edges": edges}
+
+
 def check_graph(specs: Sequence[StepSpec]) -> None:
     """Publication's check of the graph: every dependency names a step of the workflow, and
     no step depends on itself through any path (the error names the unknown step or the

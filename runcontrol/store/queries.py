@@ -107,6 +107,7 @@ STEP = _fields(
         "gate",
         "side_effect_class",
         "not_before",
+        "depends_on",
     )
 )
 ATTEMPT = _fields(
@@ -119,6 +120,7 @@ ATTEMPT = _fields(
         "failure_class",
         "dispatched_at",
         "settled_at",
+        "holder",
     )
 )
 LEASE = _fields(("lease_id", "holder", "fencing_token", "expires_at"))

@@ -118,6 +118,7 @@ def everything(tenant: str) -> Changes:
         not_before=at(2),
         failure_class=FailureClass.PERMANENT,
         outcome_hash="sha256:step-outcome",
+        depends_on=["read", "plan"],
     )
     attempt = Attempt(
         attempt_id=attempt_id,

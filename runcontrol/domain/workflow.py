@@ -175,9 +175,10 @@ def check_graph(specs: Sequence[StepSpec]) -> None:
             if dep in done:
                 continue
             if dep in path:
-                cycle = [*path[path.index(dep) :], dep]
+                cycle = " -> ".join([*path[path.index(dep) :], dep])
+                # a string: the problem's extension members are scalars (api/problems.py)
                 raise ValidationFailed(
-                    "the steps' dependencies form a cycle: " + " -> ".join(cycle), cycle=cycle
+                    f"the steps' dependencies form a cycle: {cycle}", cycle=cycle
                 )
             path.append(dep)
             pending.append(list(graph[dep]))

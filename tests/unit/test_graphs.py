@@ -83,7 +83,7 @@ def test_an_unknown_dependency_is_refused_by_name():
 def test_a_cycle_is_refused_naming_it(steps, cycle):
     with pytest.raises(errors.ValidationFailed, match="cycle") as info:
         definition(steps)
-    assert info.value.details == {"cycle": cycle}
+    assert info.value.details == {"cycle": " -> ".join(cycle)}
     assert " -> ".join(cycle) in str(info.value)
 
 

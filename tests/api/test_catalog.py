@@ -4,12 +4,15 @@ nothing; a moved alias changes only later submissions; a run's graph; ``Prefer: 
 
 from __future__ import annotations
 
+import json
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
 from api_harness import TenantView, assert_problem
 
+from runcontrol import cli
 from runcontrol.domain import Role
 
 
@@ -169,3 +172,20 @@ def test_prefer_wait_answers_with_the_terminal_run_or_the_usual_202(t: TenantVie
     assert done.status_code == 200, done.text
     assert done.headers["Preference-Applied"] == "wait"
     assert done.json()["state"] == "Completed" and done.json()["runId"] == first.json()["runId"]
+
+
+def test_the_cli_publishes_through_the_api_with_url(
+    t: TenantView, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    file = tmp_path / "wf.json"
+    file.write_text(json.dumps(definition(t, {"name": "a"}, {"name": "b", "dependsOn": []})))
+    token = t.token("wanda", Role.WORKSPACE_ADMIN)
+    url = ["--url", t.api.base_url, "--token", token]
+    assert cli.main(["release", str(file), *url]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    workflow = t.requester().get(f"/factory/workflows/{t.workflow}").json()
+    assert workflow["aliases"] == {"latest": printed["releaseId"]}
+    refused = ["--url", t.api.base_url, "--token", t.token()]  # a Requester's
+    assert cli.main(["release", str(file), *refused]) == 1
+    err = capsys.readouterr().err
+    assert "403" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -104,13 +104,23 @@ def local_replica_ports() -> dict[str, str]:
     return chosen
 
 
+# A replica being stopped stays reachable for Serve's direct-ingress draining period (default
+# 30 s) so that load balancers in front can drop it first. On a local cluster the only one in
+# front is this node's HAProxy, which drops a replica at its next reload (about 0.5 s,
+# measured in the controller's log), and is itself stopped before the replicas when Serve shuts
+# down: 30 s there was 30 s of every stop of `runcontrol up` (issue 23).
+LOCAL_DRAINING_PERIOD_S = "2"
+
+
 def use_fast_ingress(*, local_ports: bool, **overrides: str) -> dict[str, str]:
     """Put the fast-ingress variables into this process's environment, for a Ray runtime this
     process is about to start; a variable already set wins (``RAY_SERVE_ENABLE_HA_PROXY=0``
-    opts out). ``local_ports`` gives HAProxy's stats and metrics listeners free ports and the
-    replicas port ranges of their own. Answers what is now in effect."""
+    opts out). ``local_ports`` gives HAProxy's stats and metrics listeners free ports, the
+    replicas port ranges of their own and the local draining period. Answers what is now in
+    effect."""
     wanted = {**FAST_INGRESS, **overrides}
     if local_ports:
+        wanted.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", LOCAL_DRAINING_PERIOD_S)
         wanted.update({name: str(free_port()) for name in PORT_VARIABLES})
         wanted.update(local_replica_ports())
     for name, value in wanted.items():

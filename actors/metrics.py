@@ -121,6 +121,14 @@ class SchedulerMetrics:
             description="Age of the oldest committed event not yet published (s); 0: none.",
             tag_keys=("host",),
         )
+        # Work no worker takes, per tenant and agent: readiness no longer says it (a tenant
+        # without workers made every replica unready for all tenants: issue 23).
+        self.dispatch_stalled = Gauge(
+            "runcontrol_dispatch_stalled_attempts",
+            description="Dispatched attempts waiting over api.dispatch_stall_seconds while no "
+            "attempt of that tenant's agent was claimed.",
+            tag_keys=("tenant", "agent"),
+        )
         self._sampled: dict[str, set[tuple[tuple[str, str], ...]]] = {}
 
     def observe_relay(self, lags: Sequence[float]) -> None:
@@ -147,6 +155,11 @@ class SchedulerMetrics:
             "approvals_pending_oldest",
             self.approvals_pending_oldest,
             {(("tenant", t),): age for t, (_, age) in pending.items()},
+        )
+        self._set(
+            "dispatch_stalled",
+            self.dispatch_stalled,
+            {(("tenant", t), ("agent", a)): n for (t, a), n in gauges.stalled.items()},
         )
         host = (("host", "scheduler"),)
         self.outbox_unpublished.set(gauges.outbox_unpublished, dict(host))

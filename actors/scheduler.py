@@ -176,7 +176,10 @@ class Scheduler:
 
     async def sample_gauges(self) -> int:
         sample = await self._locked(
-            "MetricsSampler", lambda: reconcilers.sample_gauges(self._db, self._clock.now())
+            "MetricsSampler",
+            lambda: reconcilers.sample_gauges(
+                self._db, self._clock.now(), self.settings.api.dispatch_stall_seconds
+            ),
         )
         if sample is None:
             return 0

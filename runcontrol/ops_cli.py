@@ -216,6 +216,19 @@ def emit_json(value: Any, out: TextIO) -> None:
     print(json.dumps(value, indent=2, sort_keys=False), file=out)
 
 
+def listing(
+    items: Sequence[dict[str, Any]],
+    columns: Sequence[tuple[str, str]],
+    args: argparse.Namespace,
+    out: TextIO,
+) -> None:
+    """A list command's answer: the items as JSON with ``--json``, else as a table."""
+    if args.json:
+        emit_json(items, out)
+    else:
+        table(items, columns, out)
+
+
 def fields(view: dict[str, Any], names: Sequence[tuple[str, str]], out: TextIO) -> None:
     width = max(len(label) for label, _ in names)
     for label, key in names:
@@ -291,10 +304,7 @@ def runs_list(api: Api, args: argparse.Namespace, out: TextIO) -> None:
     if args.workflow:
         params["workflowId"] = args.workflow
     items = _pages(api, "/factory/runs", params, args.limit)
-    if args.json:
-        emit_json(items, out)
-    else:
-        table(items, RUN_COLUMNS, out)
+    listing(items, RUN_COLUMNS, args, out)
 
 
 def runs_show(api: Api, args: argparse.Namespace, out: TextIO) -> None:
@@ -435,10 +445,7 @@ def approvals_list(api: Api, args: argparse.Namespace, out: TextIO) -> None:
     if args.state:
         params["state"] = args.state
     items = _pages(api, "/factory/approvals", params, args.limit)
-    if args.json:
-        emit_json(items, out)
-    else:
-        table(items, APPROVAL_COLUMNS, out)
+    listing(items, APPROVAL_COLUMNS, args, out)
 
 
 APPROVAL_FIELDS = (
@@ -521,10 +528,7 @@ def webhooks_create(api: Api, args: argparse.Namespace, out: TextIO) -> None:
 
 def webhooks_list(api: Api, args: argparse.Namespace, out: TextIO) -> None:
     items = api.call("GET", "/factory/webhooks")["items"]
-    if args.json:
-        emit_json(items, out)
-    else:
-        table(items, WEBHOOK_COLUMNS, out)
+    listing(items, WEBHOOK_COLUMNS, args, out)
 
 
 def webhooks_show(api: Api, args: argparse.Namespace, out: TextIO) -> None:

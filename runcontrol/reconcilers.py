@@ -12,7 +12,7 @@ import logging
 import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -63,19 +63,26 @@ def due_dispatches(db: Database, now: datetime) -> list[q.RunKey]:
 class GaugeSample:
     """What the scheduler's gauges show, read in one transaction: non-terminal runs by
     (tenant, state); per tenant, pending approvals and the oldest one's age (s); committed
-    events not yet published and the oldest one's age (s, 0 when none)."""
+    events not yet published and the oldest one's age (s, 0 when none); per (tenant, agent),
+    dispatched attempts no worker takes (``queries.stalled_attempts``)."""
 
     runs_active: dict[tuple[str, str], int]
     approvals_pending: dict[str, tuple[int, float]]
     outbox_unpublished: int
     outbox_oldest_age: float
+    stalled: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
-def sample_gauges(db: Database, now: datetime) -> GaugeSample:
+def sample_gauges(db: Database, now: datetime, stall_seconds: float | None = None) -> GaugeSample:
     with db.system_tx() as conn:
         pending = q.pending_approvals_by_tenant(conn)
         unpublished, oldest = q.unpublished_backlog(conn)
         runs_active = q.active_run_counts(conn)
+        stalled = (
+            {}
+            if stall_seconds is None
+            else {(t, a): n for t, a, n, _ in q.stalled_attempts(conn, now, stall_seconds)}
+        )
 
     def age(since: datetime | None) -> float:
         return 0.0 if since is None else max((now - since).total_seconds(), 0.0)
@@ -85,6 +92,7 @@ def sample_gauges(db: Database, now: datetime) -> GaugeSample:
         {tenant: (n, age(first)) for tenant, (n, first) in pending.items()},
         unpublished,
         age(oldest),
+        stalled,
     )
 
 

@@ -443,6 +443,23 @@ class Health(ResponseModel):
     checks: dict[str, str] = Field(default_factory=dict)
 
 
+class StalledAgent(ResponseModel):
+    """One agent of the caller's tenant whose dispatched attempts wait with no worker."""
+
+    agent_id: str
+    waiting: int
+    oldest_dispatched_at: datetime
+
+
+class WorkersHealth(ResponseModel):
+    """``stalled`` when an agent's attempts have waited over ``stallSeconds`` with none of
+    them claimed: no worker of that agent is taking the tenant's work."""
+
+    status: str
+    stall_seconds: float | None
+    stalled: list[StalledAgent] = Field(default_factory=list)
+
+
 # ---------------------------------------------------------------------- operator controls
 
 

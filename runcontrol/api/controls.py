@@ -60,9 +60,27 @@ AttemptIdPath = Annotated[UUID, Path(alias="attemptId")]
 CONTROL_RESPONSES = responses(401, 403, 404, 409, 413, 422, 429, 503)
 
 
-async def _control(svc: Services, caller: Caller, command: Command[ControlResult]) -> Any:
-    await require_visible(svc, caller, command.run_id)
-    result = await svc.send(command)
+async def _control(
+    svc: Services,
+    caller: Caller,
+    kind: type[Command[ControlResult]],
+    run_id: UUID,
+    idempotency_key: str | None,
+    *,
+    target: UUID | None = None,
+    **fields: Any,
+) -> Any:
+    """Send the control ``kind`` on ``run_id`` as the caller; ``target`` (the step or attempt
+    it names) scopes the ``Idempotency-Key`` beside the run."""
+    await require_visible(svc, caller, run_id)
+    operation = kind.__name__ if target is None else f"{kind.__name__}:{target}"
+    fields |= {
+        "tenant_id": caller.tenant_id,
+        "run_id": run_id,
+        "command_id": command_id(caller, operation, run_id, idempotency_key),
+        "principal": caller.principal,
+    }
+    result = await svc.send(kind(**fields))
     return {
         "runId": result.run_id,
         "state": result.state,
@@ -90,17 +108,7 @@ async def suspend_run(
     run_id: RunIdPath,
     idempotency_key: RetryKey = None,
 ) -> Any:
-    return await _control(
-        svc,
-        caller,
-        SuspendRun(
-            tenant_id=caller.tenant_id,
-            run_id=run_id,
-            command_id=command_id(caller, "SuspendRun", run_id, idempotency_key),
-            principal=caller.principal,
-            reason=body.reason,
-        ),
-    )
+    return await _control(svc, caller, SuspendRun, run_id, idempotency_key, reason=body.reason)
 
 
 @router.post(
@@ -118,17 +126,7 @@ async def resume_run(
     run_id: RunIdPath,
     idempotency_key: RetryKey = None,
 ) -> Any:
-    return await _control(
-        svc,
-        caller,
-        ResumeRun(
-            tenant_id=caller.tenant_id,
-            run_id=run_id,
-            command_id=command_id(caller, "ResumeRun", run_id, idempotency_key),
-            principal=caller.principal,
-            reason=body.reason,
-        ),
-    )
+    return await _control(svc, caller, ResumeRun, run_id, idempotency_key, reason=body.reason)
 
 
 @router.post(
@@ -153,14 +151,12 @@ async def retry_step(
     return await _control(
         svc,
         caller,
-        RetryStep(
-            tenant_id=caller.tenant_id,
-            run_id=run_id,
-            command_id=command_id(caller, f"RetryStep:{step_id}", run_id, idempotency_key),
-            principal=caller.principal,
-            reason=body.reason,
-            step_id=step_id,
-        ),
+        RetryStep,
+        run_id,
+        idempotency_key,
+        target=step_id,
+        reason=body.reason,
+        step_id=step_id,
     )
 
 
@@ -185,15 +181,13 @@ async def resolve_attempt(
     return await _control(
         svc,
         caller,
-        ResolveAttempt(
-            tenant_id=caller.tenant_id,
-            run_id=run_id,
-            command_id=command_id(caller, f"ResolveAttempt:{attempt_id}", run_id, idempotency_key),
-            principal=caller.principal,
-            reason=body.reason,
-            attempt_id=attempt_id,
-            outcome=AttemptOutcome(body.outcome),
-        ),
+        ResolveAttempt,
+        run_id,
+        idempotency_key,
+        target=attempt_id,
+        reason=body.reason,
+        attempt_id=attempt_id,
+        outcome=AttemptOutcome(body.outcome),
     )
 
 

@@ -1,10 +1,15 @@
-"""Liveness and readiness.
+"""Liveness, readiness, and the workers' health of the caller's tenant.
 
 Ready means this replica can serve: the database answers ``SELECT 1`` and every run host
-answers a ping, each within ``api.readiness_timeout_seconds``; and work is being taken: no
-agent's dispatched attempts have waited over ``api.dispatch_stall_seconds`` while none of that
-agent's attempts was claimed (after a database restart that dropped every worker, this is what
-says so; the process itself looks healthy). A draining replica is not ready (``checks.drain``).
+answers a ping, each within ``api.readiness_timeout_seconds``; a draining replica is not ready
+(``checks.drain``). Nothing else: readiness takes a replica out of the load balancer for every
+tenant, so it must not depend on what one tenant does. A tenant with a published workflow and no
+worker made every replica unready for all tenants, and a restart never became ready (issue 23).
+
+Work nobody takes is the tenant's to see: ``GET /health/workers`` (scope ``factory.runs.read``,
+the caller's tenant only) lists its agents whose dispatched attempts have waited over
+``api.dispatch_stall_seconds`` with none claimed; the scheduler exports the same per tenant and
+agent as ``runcontrol_dispatch_stalled_attempts`` (``actors/metrics.py``).
 """
 
 from __future__ import annotations
@@ -20,10 +25,11 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
-from schemas.api import Health
+from schemas.api import Health, WorkersHealth
 
 from ..store import queries as q
-from .context import Services, Svc
+from .auth import RunsReader
+from .context import Svc
 from .problems import problem, responses
 
 log = logging.getLogger(__name__)
@@ -57,24 +63,12 @@ async def _check(name: str, probe: Probe, timeout: float) -> str:
     return "ok"
 
 
-def _stalled(svc: Services, wait_seconds: float) -> str | None:
-    with svc.db.system_tx() as conn:
-        stalled = q.stalled_agents(conn, datetime.now(UTC), wait_seconds)
-    if not stalled:
-        return None
-    agents = "; ".join(
-        f"{agent}: {n} waiting since {oldest.isoformat(timespec='seconds')}"
-        for agent, n, oldest in stalled
-    )
-    return f"stalled: dispatched attempts unclaimed for over {wait_seconds:g}s ({agents})"
-
-
 @router.get(
     "/ready",
     operation_id="Ready",
     response_model=Health,
     responses=responses(503),
-    summary="Readiness: the database and every run host answer, and workers take the work.",
+    summary="Readiness: the database and every run host answer, and the replica is not draining.",
 )
 async def ready(svc: Svc) -> Any:
     def select_one() -> None:
@@ -92,15 +86,6 @@ async def ready(svc: Svc) -> Any:
         probes["drain"] = draining
     if svc.host_probe is not None:
         probes["runHosts"] = svc.host_probe
-    stall = svc.settings.api.dispatch_stall_seconds
-    if stall is not None:
-
-        async def workers() -> str | None:
-            return await asyncio.get_running_loop().run_in_executor(
-                _probe_threads, _stalled, svc, stall
-            )
-
-        probes["workers"] = workers
     timeout = svc.settings.api.readiness_timeout_seconds
     results = await asyncio.gather(*(_check(n, p, timeout) for n, p in probes.items()))
     checks = dict(zip(probes, results, strict=True))
@@ -111,3 +96,30 @@ async def ready(svc: Svc) -> Any:
         503, "not-ready", f"not ready: {failing}", title="Not ready", extensions={"checks": checks}
     )
     return response
+
+
+@router.get(
+    "/workers",
+    operation_id="WorkersHealth",
+    response_model=WorkersHealth,
+    responses=responses(401, 403),
+    summary="The caller's tenant: agents whose dispatched attempts no worker takes.",
+    description="Scope `factory.runs.read`; the caller's tenant (and project) only. 200 with "
+    "`status` `stalled` and the agents, or `ok`; for alerting, not for load balancing.",
+)
+async def workers(caller: RunsReader, svc: Svc) -> dict[str, Any]:
+    stall = svc.settings.api.dispatch_stall_seconds
+    if stall is None:
+        return {"status": "ok", "stall_seconds": None, "stalled": []}
+    now = datetime.now(UTC)
+    found = await svc.read(
+        caller.tenant_id,
+        lambda conn: q.stalled_attempts(conn, now, stall),
+        project_id=caller.project_scope,
+    )
+    stalled = [
+        {"agent_id": agent, "waiting": n, "oldest_dispatched_at": oldest}
+        for tenant, agent, n, oldest in found
+        if tenant == caller.tenant_id  # row-level security already; never another's anyway
+    ]
+    return {"status": "stalled" if stalled else "ok", "stall_seconds": stall, "stalled": stalled}

@@ -127,7 +127,7 @@ class Database:
 
     def schema_revision(self) -> str | None:
         """The database's schema revision, read as the system role; None when it cannot be read
-        (no schema yet, or one older than 0005, which made it readable)."""
+        (no schema yet)."""
         try:
             with self.system.connect() as conn:
                 return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
@@ -141,7 +141,7 @@ class Database:
         found = self.schema_revision()
         if found != needed:
             raise SchemaMismatch(
-                f"the database schema is at revision {found or 'unknown (older than 0005)'}, "
+                f"the database schema is at revision {found or 'unknown'}, "
                 f"and this release needs {needed}: migrate it first (`runcontrol db`)"
             )
 

@@ -425,14 +425,15 @@ def claimed(conn: Connection, claim_id: str) -> tuple[str, UUID, dict[str, Any],
     return None if row is None else (row.tenant_id, row.run_id, row.answer, row.input)
 
 
-def stalled_agents(
-    conn: Connection, now: datetime, wait_seconds: float, limit: int = 5
-) -> list[tuple[str, int, datetime]]:
-    """Agents with attempts dispatched more than ``wait_seconds`` ago and still unclaimed while
-    no attempt of that agent was leased in that time: (agent, attempts waiting, oldest
-    dispatch), oldest first. Claims take the oldest first, so a worker of the agent that
-    claimed at all would have taken one of these; a backlog still being worked is not stalled.
-    The recent claims come from the journal's time index (a range, not a scan of leases)."""
+def stalled_attempts(
+    conn: Connection, now: datetime, wait_seconds: float, limit: int = 500
+) -> list[tuple[str, str, int, datetime]]:
+    """Per (tenant, agent), attempts dispatched more than ``wait_seconds`` ago and still
+    unclaimed while no attempt of that tenant's agent was leased in that time: (tenant, agent,
+    attempts waiting, oldest dispatch), oldest first; what the connection's tenant may see.
+    Claims take the oldest first, so a worker of the agent that claimed at all would have
+    taken one of these; a backlog still being worked is not stalled. The recent claims come
+    from the journal's time index (a range, not a scan of leases)."""
     cutoff = now - timedelta(seconds=wait_seconds)
     claimed = attempts.alias("claimed")
     j = recovery_journal
@@ -443,19 +444,20 @@ def stalled_agents(
             j.c.occurred_at >= cutoff,
             j.c.entity == "Attempt",
             j.c.to_state == "Leased",
+            claimed.c.tenant_id == attempts.c.tenant_id,
             claimed.c.agent_id == attempts.c.agent_id,
         )
         .exists()
     )
     oldest = func.min(attempts.c.dispatched_at)
     rows = conn.execute(
-        select(attempts.c.agent_id, func.count(), oldest)
+        select(attempts.c.tenant_id, attempts.c.agent_id, func.count(), oldest)
         .where(attempts.c.state == "Dispatched", attempts.c.dispatched_at < cutoff, ~claimed_lately)
-        .group_by(attempts.c.agent_id)
+        .group_by(attempts.c.tenant_id, attempts.c.agent_id)
         .order_by(oldest)
         .limit(limit)
     )
-    return [(r[0], int(r[1]), r[2]) for r in rows]
+    return [(r[0], r[1], int(r[2]), r[3]) for r in rows]
 
 
 def unpublished(conn: Connection, limit: int = 500) -> list[dict[str, Any]]:

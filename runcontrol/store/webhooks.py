@@ -18,7 +18,19 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Connection, Integer, Text, func, insert, literal, select, text, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Integer,
+    Select,
+    Text,
+    func,
+    insert,
+    literal,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
@@ -36,6 +48,36 @@ _PENDING = DeliveryState.PENDING.value
 
 def _lock_feed(conn: Connection) -> None:
     conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": FEED_LOCK})
+
+
+# A delivery queued afresh: the columns it sets, in the order ``_queued`` selects them.
+_QUEUED = (
+    "subscription_id",
+    "position",
+    "tenant_id",
+    "run_id",
+    "seq",
+    "state",
+    "attempts",
+    "next_attempt_at",
+    "updated_at",
+)
+
+
+def _queued(subscription: ColumnElement[Any], now: datetime) -> Select[Any]:
+    """Each feed row's pending delivery to ``subscription``, due now (``_QUEUED``'s columns)."""
+    f = event_feed.c
+    return select(
+        subscription,
+        f.position,
+        f.tenant_id,
+        f.run_id,
+        f.seq,
+        literal(_PENDING, Text),
+        literal(0, Integer),
+        literal(now, TZ),
+        literal(now, TZ),
+    )
 
 
 # ---------------------------------------------------------------------- the relay (system)
@@ -67,37 +109,11 @@ def publish(conn: Connection, events: Sequence[dict[str, Any]], now: datetime) -
         )
     f, s = event_feed, webhook_subscriptions
     fan_out = (
-        select(
-            s.c.subscription_id,
-            f.c.position,
-            f.c.tenant_id,
-            f.c.run_id,
-            f.c.seq,
-            literal(_PENDING, Text),
-            literal(0, Integer),
-            literal(now, TZ),
-            literal(now, TZ),
-        )
+        _queued(s.c.subscription_id, now)
         .join(s, (s.c.tenant_id == f.c.tenant_id) & (f.c.position > s.c.starts_after))
         .where(s.c.disabled_at.is_(None), f.c.position.between(positions[0], positions[-1]))
     )
-    d = webhook_deliveries.c
-    conn.execute(
-        insert(webhook_deliveries).from_select(
-            [
-                d.subscription_id,
-                d.position,
-                d.tenant_id,
-                d.run_id,
-                d.seq,
-                d.state,
-                d.attempts,
-                d.next_attempt_at,
-                d.updated_at,
-            ],
-            fan_out,
-        )
-    )
+    conn.execute(insert(webhook_deliveries).from_select(_QUEUED, fan_out))
     for tenant in sorted({e["tenant_id"] for e in events}):
         conn.execute(text("SELECT pg_notify(:c, :t)"), {"c": FEED_CHANNEL, "t": tenant})
     return positions
@@ -237,31 +253,8 @@ def redeliver(conn: Connection, subscription_id: UUID, after: int, now: datetime
     subscription: delivered and dead-lettered ones start over, missing ones are added (events
     from before the subscription existed too). Answers how many were queued."""
     f, d = event_feed, webhook_deliveries
-    rows = select(
-        literal(subscription_id, PG_UUID(as_uuid=True)),
-        f.c.position,
-        f.c.tenant_id,
-        f.c.run_id,
-        f.c.seq,
-        literal(_PENDING, Text),
-        literal(0, Integer),
-        literal(now, TZ),
-        literal(now, TZ),
-    ).where(f.c.position > after)
-    stmt = pg_insert(d).from_select(
-        [
-            d.c.subscription_id,
-            d.c.position,
-            d.c.tenant_id,
-            d.c.run_id,
-            d.c.seq,
-            d.c.state,
-            d.c.attempts,
-            d.c.next_attempt_at,
-            d.c.updated_at,
-        ],
-        rows,
-    )
+    rows = _queued(literal(subscription_id, PG_UUID(as_uuid=True)), now)
+    stmt = pg_insert(d).from_select(_QUEUED, rows.where(f.c.position > after))
     stmt = stmt.on_conflict_do_update(
         index_elements=[d.c.subscription_id, d.c.position],
         set_={
@@ -319,18 +312,26 @@ def next_pending(conn: Connection, subscription_id: UUID, run_id: UUID) -> dict[
     return None if row is None else dict(row._mapping)
 
 
+def _as_read(delivery: dict[str, Any]) -> tuple[ColumnElement[bool], ...]:
+    """The guard of an update to a delivery row as it was read: still pending, at the same
+    attempt (a redelivery in between resets it)."""
+    d = webhook_deliveries.c
+    return (
+        d.subscription_id == delivery["subscription_id"],
+        d.position == delivery["position"],
+        d.state == _PENDING,
+        d.attempts == delivery["attempts"],
+    )
+
+
 def claim(conn: Connection, delivery: dict[str, Any], until: datetime, now: datetime) -> bool:
     """Take the delivery for one attempt: a guarded UPDATE on what was read (a second
     delivery job, or a redelivery in between, makes it 0 rows and this one skips it)."""
-    d = webhook_deliveries.c
     found = conn.execute(
         update(webhook_deliveries)
         .where(
-            d.subscription_id == delivery["subscription_id"],
-            d.position == delivery["position"],
-            d.state == _PENDING,
-            d.attempts == delivery["attempts"],
-            d.next_attempt_at == delivery["next_attempt_at"],
+            *_as_read(delivery),
+            webhook_deliveries.c.next_attempt_at == delivery["next_attempt_at"],
         )
         .values(next_attempt_at=until, updated_at=now)
     )
@@ -357,18 +358,12 @@ def record(
     now: datetime,
 ) -> bool:
     """Record one attempt's result, unless a redelivery re-queued the row meanwhile."""
-    d = webhook_deliveries.c
     found = conn.execute(
         update(webhook_deliveries)
-        .where(
-            d.subscription_id == delivery["subscription_id"],
-            d.position == delivery["position"],
-            d.state == _PENDING,
-            d.attempts == delivery["attempts"],
-        )
+        .where(*_as_read(delivery))
         .values(
             state=state.value,
-            attempts=d.attempts + 1,
+            attempts=webhook_deliveries.c.attempts + 1,
             last_status=status,
             last_error=error,
             next_attempt_at=next_attempt_at,

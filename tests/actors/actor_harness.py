@@ -268,7 +268,8 @@ class RayHarness:
         return self.rows(attempts, run_id, attempts.c.dispatched_at)
 
     def leases(self, run_id: UUID) -> list[Any]:
-        return self.rows(leases, run_id, leases.c.fencing_token)
+        """In the order they were granted (not by token: then "increasing" proves "unique")."""
+        return self.rows(leases, run_id, leases.c.granted_at)
 
     def assert_consistent(self, run_id: UUID) -> Any:
         """The store invariants one run must keep, whatever raced on it."""
@@ -279,7 +280,12 @@ class RayHarness:
         assert journal == list(range(1, run.journal_seq + 1)), f"journal not gap-free: {journal}"
         all_leases = self.leases(run_id)
         tokens = [x.fencing_token for x in all_leases]
-        assert tokens == sorted(set(tokens)), f"fencing tokens repeat: {tokens}"
+        assert len(tokens) == len(set(tokens)), f"fencing tokens repeat: {tokens}"
+        by_attempt: dict[UUID, list[int]] = {}
+        for lease in all_leases:  # granted later -> a larger token, per attempt
+            by_attempt.setdefault(lease.attempt_id, []).append(lease.fencing_token)
+        for granted in by_attempt.values():
+            assert granted == sorted(granted), f"a later lease has a smaller token: {granted}"
         assert not tokens or max(tokens) <= run.fencing_seq
         current: dict[UUID, int] = {}
         for lease in all_leases:

@@ -1,9 +1,10 @@
-"""Liveness and readiness, including a replica whose database does not answer (503) and work
-that no worker takes (503)."""
+"""Liveness and readiness, including a replica whose database does not answer (503); work
+that no worker takes is the tenant's ``/health/workers`` and a metric, never readiness."""
 
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -59,11 +60,12 @@ def test_not_ready_without_a_database_is_503(
     assert response.headers["retry-after"]
 
 
-def test_not_ready_while_dispatched_attempts_wait_with_no_claim(
+def test_a_tenant_without_workers_leaves_readiness_alone_and_sees_its_stall(
     api: Api, t: TenantView, ray_runtime: Any, tmp_path: Path
 ) -> None:
     from ray import serve
 
+    from runcontrol import reconcilers
     from serve_app import RunControlApi
 
     settings = api_settings(ray_runtime, tmp_path / "unused-jwks.json")
@@ -93,22 +95,33 @@ def test_not_ready_while_dispatched_attempts_wait_with_no_claim(
         )
         assert moved.rowcount == 2
     owner.dispose()
+    mine = {"Authorization": f"Bearer {t.token()}"}
+    other = {"Authorization": f"Bearer {api.token(f'other-{t.tenant}')}"}
     try:
         with httpx.Client(base_url=f"{api.base_url}/stall", timeout=30) as http:
-            stalled = http.get("/health/ready")
+            ready = http.get("/health/ready")
+            stalled = http.get("/health/workers", headers=mine)
+            elsewhere = http.get("/health/workers", headers=other)
+            anonymous = http.get("/health/workers")
+            sample = reconcilers.sample_gauges(ray_runtime.container.db, datetime.now(UTC), 60)
             # A worker of the agent claims one: the other still waits, but work is taken.
             claim = asyncio.run(ray_runtime.client.claim([t.agent], f"w-{t.tenant}", 15))
             assert claim is not None
-            after_claim = http.get("/health/ready")
+            after_claim = http.get("/health/workers", headers=mine)
     finally:
         serve.delete("stall")
-    body = assert_problem(stalled, 503, "not-ready")
-    assert body["checks"]["database"] == body["checks"]["runHosts"] == "ok"
-    assert body["checks"]["workers"].startswith("stalled:")
-    assert f"{t.agent}: 2 waiting" in body["checks"]["workers"]
-    assert "workers" in body["detail"]
-    # Other tests' leftovers in the session's database may still stall other agents.
-    checks = after_claim.json()["checks"]
-    assert t.agent not in checks["workers"], checks
-    if after_claim.status_code == 200:
-        assert checks["workers"] == "ok"
+    # Readiness is this replica's: its database, its run hosts, its drain; nothing else.
+    assert ready.status_code == 200, ready.text
+    assert ready.json()["checks"] == {"database": "ok", "runHosts": "ok"}
+    assert stalled.status_code == 200, stalled.text
+    body = stalled.json()
+    assert body["status"] == "stalled" and body["stallSeconds"] == 60, body
+    assert [(s["agentId"], s["waiting"]) for s in body["stalled"]] == [(t.agent, 2)], body
+    # Another tenant sees none of it (row-level security; its own leftovers, if any, aside).
+    assert elsewhere.status_code == 200
+    assert t.agent not in elsewhere.text, elsewhere.text
+    assert_problem(anonymous, 401, "unauthorized")
+    # The metric's sample (runcontrol_dispatch_stalled_attempts{tenant,agent}).
+    assert sample.stalled[(t.tenant, t.agent)] == 2, sample.stalled
+    assert all(tenant != t.tenant or a == t.agent for tenant, a in sample.stalled), sample
+    assert after_claim.json() == {"status": "ok", "stallSeconds": 60, "stalled": []}

@@ -770,9 +770,33 @@ def breaches(report: dict[str, Any]) -> list[str]:
     for f in report["faults"]:
         if f["recovered_s"] is None:
             found.append(f"no recovery after {f['kind']} at {f['at_s']}s: {f['detail']}")
+    if c.get("outbox_unpublished"):
+        found.append(f"{c['outbox_unpublished']} committed events never published")
+    if report["options"]["zombie_rate"] > 0 and not c["zombie_reports"]:
+        found.append("no zombie report was sent: the stale-token check proved nothing")
     if c["budget_reservations"] != c["accepted"]:
         found.append(f"{c['budget_reservations']} budget reservations for {c['accepted']} runs")
     return found
+
+
+def wait_published(engine: Engine, tenant: str, timeout_s: float) -> int:
+    """The tenant's outbox rows still unpublished once the relay had ``timeout_s`` to publish
+    them (publication is never proof: a relay killed mid-batch republishes it, and in the end
+    every committed event must be published)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with _conn(engine) as conn:
+            left = int(
+                conn.execute(
+                    text(
+                        "SELECT count(*) FROM outbox WHERE tenant_id = :t AND published_at IS NULL"
+                    ),
+                    {"t": tenant},
+                ).scalar_one()
+            )
+        if left == 0 or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
 
 
 def run(options: ChaosOptions, root: Path) -> dict[str, Any]:
@@ -780,6 +804,7 @@ def run(options: ChaosOptions, root: Path) -> dict[str, Any]:
     try:
         outcome = asyncio.run(chaos.run())
         found = check(chaos.owner, chaos.tenant, chaos.tally.accepted, chaos.refusals)
+        found["outbox_unpublished"] = wait_published(chaos.owner, chaos.tenant, 60.0)
     finally:
         chaos.close()
     return summary(chaos, outcome, found)

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from uuid import UUID
 
 import pytest
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import make_url
 from support import SyncGrain, drive
 
 from runcontrol.bootstrap import Container, build
@@ -37,6 +38,21 @@ def owner_engine(owner_url: str, db: Database) -> Iterator[Engine]:
     engine = create_engine(owner_url, pool_size=2)
     yield engine
     engine.dispose()
+
+
+@pytest.fixture
+def fresh_url(owner_url: str, db: Database) -> Iterator[str]:
+    """An empty database on the session's server (its roles exist already)."""
+    name = f"runcontrol_schema_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(owner_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    try:
+        yield make_url(owner_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        admin.dispose()
 
 
 @pytest.fixture

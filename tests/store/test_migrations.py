@@ -1,4 +1,5 @@
-"""Migrations: re-running them is harmless, and the migrated schema is what tables.py says.
+"""Migrations: re-running them is harmless, the migrated schema is what tables.py says, and the
+baseline (0013, the squashed 0001..0013) leaves the write path to 0014.
 
 The Alembic migrations are the authority on the schema; ``runcontrol/store/tables.py`` is what
 the code queries with. ``alembic.autogenerate.compare_metadata`` diffs the two: tables, columns,
@@ -10,15 +11,18 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Column, Integer
+from sqlalchemy import Column, Integer, create_engine
+from sqlalchemy.exc import DBAPIError
 
 from runcontrol.store import Database
 from runcontrol.store.database import MIGRATIONS
 from runcontrol.store.tables import metadata
+from runcontrol.store.writers import revisions
 
 CATALOG = {
     "policies": "SELECT count(*) FROM pg_policy",
@@ -99,3 +103,37 @@ def test_partial_indexes_match_metadata(owner_engine):
         ).all()
     assert {r.relname: r.indisunique for r in rows} == declared
     assert declared["uq_attempts_open_per_step"] and declared["uq_leases_current_per_attempt"]
+
+
+def test_the_baseline_is_the_root_and_0014_follows_it():
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    scripts = ScriptDirectory.from_config(cfg)
+    assert scripts.get_bases() == ["0013"]
+    assert revisions()[:2] == ["0013", "0014"]
+
+
+APPLY_ACL = (
+    "SELECT has_function_privilege('runcontrol_app', 'runcontrol_apply(jsonb)', 'EXECUTE'),"
+    " has_function_privilege('runcontrol_system', 'runcontrol_apply(jsonb)', 'EXECUTE')"
+)
+
+
+def test_the_baseline_declares_the_write_function_and_0014_gives_it_its_body(fresh_url):
+    # The baseline holds runcontrol_apply's grants, not the whole function 0014 replaces: at 0013
+    # it refuses every document, and 0014's CREATE OR REPLACE keeps the grants.
+    database = Database(fresh_url)
+    engine = create_engine(fresh_url)
+    try:
+        database.migrate("0013")
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql(APPLY_ACL).one() == (True, False)
+            with pytest.raises(DBAPIError, match="migrate the database to head"):
+                conn.exec_driver_sql("SELECT runcontrol_apply('{}'::jsonb)")
+        database.migrate()
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql(APPLY_ACL).one() == (True, False)
+            conn.exec_driver_sql('SELECT runcontrol_apply(\'{"tenant": "t"}\'::jsonb)')
+    finally:
+        engine.dispose()
+        database.dispose()

@@ -1,21 +1,17 @@
 """Processes that write but do not migrate (run hosts, the scheduler) refuse an older schema.
 
 A document written for this release's ``runcontrol_apply`` would lose, on an older function,
-whatever that one ignores (0004's budget release, for one). So they build their database with
-``require_current_schema``, which checks the revision, read as a service role (migration 0005
-lets it), and names the fix. (The API does not: it starts, and reports not-ready, without a
+whatever that one ignores (the baseline's refuses every document). So they build their database
+with ``require_current_schema``, which checks the revision, read as a service role (the baseline
+grants it), and names the fix. (The API does not: it starts, and reports not-ready, without a
 database.)
 """
 
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 
 from runcontrol.bootstrap import build_database
 from runcontrol.config import Settings
@@ -23,29 +19,12 @@ from runcontrol.store import Database
 from runcontrol.store.database import SchemaMismatch
 from runcontrol.store.writers import revisions
 
-
-@pytest.fixture
-def fresh_url(owner_url: str, db: Database) -> Iterator[str]:
-    """An empty database on the session's server (its roles exist already)."""
-    name = f"runcontrol_schema_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(owner_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f"CREATE DATABASE {name}"))
-    try:
-        yield make_url(owner_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        admin.dispose()
+BASELINE, *_, HEAD = revisions()  # the newest migration: a new one needs no edit here
 
 
-HEAD = revisions()[-1]  # the newest migration: a new one needs no edit here
-
-
-@pytest.mark.parametrize("revision", ("0003", "0005"))
-def test_a_process_that_does_not_migrate_refuses_an_older_schema(fresh_url: str, revision: str):
+def test_a_process_that_does_not_migrate_refuses_an_older_schema(fresh_url: str):
     older = Database(fresh_url)
-    older.migrate(revision)
+    older.migrate(BASELINE)
     older.dispose()
 
     with pytest.raises(SchemaMismatch, match="migrate it first") as refused:
@@ -70,7 +49,7 @@ def test_a_run_host_will_not_start_on_an_older_schema(fresh_url: str):
     from actors.run_host import RunHost, host_config
 
     older = Database(fresh_url)
-    older.migrate("0004")
+    older.migrate(BASELINE)
     older.dispose()
 
     async def start() -> None:

@@ -7,11 +7,14 @@ Every statement here is hand-written SQL without a tenant filter, run as the app
 
 from __future__ import annotations
 
+import json
+import re
 import uuid
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
-from sqlalchemy import create_engine
+from sqlalchemy import Connection, create_engine
 from sqlalchemy.exc import DBAPIError
 from support import drive
 
@@ -288,3 +291,150 @@ def test_identical_releases_of_two_tenants_stay_separate(container, tenant):
     assert drive(resolve(other, "shared-wf", alias="latest", release_id=None)) == theirs
     with pytest.raises(errors.ReleaseNotFound):
         drive(resolve(tenant, "shared-wf", alias=None, release_id=theirs.release_id))
+
+
+# ------------------------------------------------------- every tenant table, from the schema
+
+# The one predicate every tenant table's policy must have (pg_policies' normalised text).
+TENANT_PREDICATE = "(tenant_id = current_setting('runcontrol.tenant_id'::text, true))"
+
+
+def schema_tenant_tables(conn: Connection) -> list[str]:
+    """Every table of the schema with a ``tenant_id`` column: what isolation must cover,
+    read from the catalog, so a table added by a migration cannot be missed here."""
+    return list(
+        conn.exec_driver_sql(
+            "SELECT c.table_name FROM information_schema.columns c"
+            " JOIN information_schema.tables t USING (table_schema, table_name)"
+            " WHERE c.table_schema = 'public' AND c.column_name = 'tenant_id'"
+            "   AND t.table_type = 'BASE TABLE' ORDER BY c.table_name"
+        ).scalars()
+    )
+
+
+def _value(conn: Connection, table: str, column: Any, tenant: str, checks: list[str]) -> Any:
+    """A value a NOT NULL column without a default accepts: the first literal a CHECK on it
+    names (a state enumeration), else one of its type."""
+    name, kind = column.column_name, column.data_type
+    if name == "tenant_id":
+        return tenant
+    for check in checks:
+        if re.search(rf"\b{name}\b", check):
+            literal = re.search(r"'([^']*)'::text", check)
+            if literal:
+                return literal.group(1)
+    if kind == "uuid":
+        return str(uuid.uuid4())
+    if kind in ("integer", "bigint", "smallint", "numeric", "double precision", "real"):
+        return 1
+    if kind == "boolean":
+        return False
+    if kind.startswith("timestamp") or kind == "date":
+        return NOW
+    if kind in ("jsonb", "json"):
+        return "{}"
+    if kind == "bytea":
+        return b"\x00"
+    if kind == "ARRAY":
+        return []
+    return f"{table}-{name}-{uuid.uuid4().hex[:8]}"
+
+
+def synthesize_row(conn: Connection, table: str, tenant: str) -> None:
+    """One row of ``table`` for ``tenant``, built from the catalog alone (foreign keys and
+    triggers off: the caller's transaction has ``session_replication_role = replica``)."""
+    columns = conn.exec_driver_sql(
+        "SELECT column_name, data_type, is_nullable, column_default, is_identity,"
+        "       is_generated FROM information_schema.columns"
+        " WHERE table_schema = 'public' AND table_name = %s ORDER BY ordinal_position",
+        (table,),
+    ).all()
+    checks = list(
+        conn.exec_driver_sql(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+            " WHERE conrelid = %s::regclass AND contype = 'c'",
+            (table,),
+        ).scalars()
+    )
+    values = {
+        c.column_name: _value(conn, table, c, tenant, checks)
+        for c in columns
+        if c.column_name == "tenant_id"
+        or (
+            c.is_nullable == "NO"
+            and c.column_default is None
+            and c.is_identity == "NO"
+            and c.is_generated == "NEVER"
+        )
+    }
+    names = ", ".join(values)
+    marks = ", ".join(["%s"] * len(values))
+    conn.exec_driver_sql(
+        f"INSERT INTO {table} ({names}) VALUES ({marks})",
+        tuple(json.dumps(v) if isinstance(v, list) else v for v in values.values()),
+    )
+
+
+def test_every_tenant_table_in_the_schema_keeps_the_tenants_apart(owner_engine, tenant):
+    """Both tenants have a row in every tenant table the schema has (the fixture above leaves
+    half of them empty, where "sees none" passes on nothing); scoped to tenant A, the app
+    role sees none of B's and changes none. All in one transaction, rolled back: the rows
+    are synthetic, and the session's other tests never see them."""
+    a, b = tenant, f"{tenant}-b"
+    with owner_engine.connect() as conn, conn.begin() as tx:
+        tables = schema_tenant_tables(conn)
+        assert set(tables) == set(TENANT_TABLES), "tables.py and the schema disagree"
+        conn.exec_driver_sql("SET LOCAL session_replication_role = replica")
+        for table in tables:
+            for who in (a, b):
+                synthesize_row(conn, table, who)
+        conn.exec_driver_sql("SET LOCAL session_replication_role = DEFAULT")
+        conn.exec_driver_sql(f"SET LOCAL ROLE {APP_ROLE}")
+        conn.exec_driver_sql("SELECT set_config('runcontrol.tenant_id', %s, true)", (a,))
+        for table in tables:
+            seen = conn.exec_driver_sql(
+                f"SELECT tenant_id, count(*) FROM {table} WHERE tenant_id IN (%s, %s)"
+                " GROUP BY tenant_id",
+                (a, b),
+            ).all()
+            assert dict(seen) == {a: 1}, (table, seen)  # its own row, none of B's
+            if table in UPDATABLE:
+                changed = conn.exec_driver_sql(
+                    f"UPDATE {table} SET tenant_id = tenant_id WHERE tenant_id = %s", (b,)
+                )
+                assert changed.rowcount == 0, table
+        conn.exec_driver_sql("RESET ROLE")
+        for table in tables:  # B's rows are there: A saw none because of the policies
+            assert (
+                conn.exec_driver_sql(
+                    f"SELECT count(*) FROM {table} WHERE tenant_id = %s", (b,)
+                ).scalar_one()
+                == 1
+            ), table
+        tx.rollback()
+
+
+def test_every_tenant_table_has_the_tenant_policy_and_no_wider_one(owner_engine):
+    """The predicate, not only a count: a ``USING (true)`` in a later migration fails here."""
+    with owner_engine.connect() as conn:
+        tables = schema_tenant_tables(conn)
+        policies = conn.exec_driver_sql(
+            "SELECT tablename, policyname, permissive, cmd, qual, with_check FROM pg_policies"
+            " WHERE schemaname = 'public'"
+        ).all()
+    for table in tables:
+        mine = [p for p in policies if p.tablename == table]
+        isolation = [p for p in mine if p.policyname == "tenant_isolation"]
+        assert len(isolation) == 1, (table, mine)
+        (policy,) = isolation
+        assert (policy.permissive, policy.cmd) == ("PERMISSIVE", "ALL"), policy
+        assert policy.qual == policy.with_check == TENANT_PREDICATE, policy
+        # Any other permissive policy would widen what the tenant sees (policies OR together).
+        wider = [
+            p
+            for p in mine
+            if p.permissive == "PERMISSIVE"
+            and p.policyname != "tenant_isolation"
+            and not (table == "recovery_journal" and p.policyname == "retention_purge")
+        ]
+        assert not wider, (table, wider)

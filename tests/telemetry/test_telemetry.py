@@ -282,7 +282,9 @@ def test_the_specs_metrics_show_the_scripted_run(service: Any, script: Script) -
         return s if quiet and count == before[0] and backlog == 0 else None
 
     samples = poll(url, lag)
-    assert (value(samples, "connectsoft_factory_outbox_lag_sum", host="scheduler") or 0) >= 0
+    # Every event published so far was observed, each with a positive lag (commit to publish).
+    assert (value(samples, "connectsoft_factory_outbox_lag_count", host="scheduler") or 0) > 0
+    assert (value(samples, "connectsoft_factory_outbox_lag_sum", host="scheduler") or 0) > 0
     assert (
         value(samples, "connectsoft_factory_outbox_unpublished_oldest_age", host="scheduler") == 0
     )

@@ -343,7 +343,9 @@ class Walk:
                     assert approval.decided_by == APPROVAL_EXPIRY
                     assert approval.decided_at >= approval.expires_at
                 assert all(v.decided_by != REQUESTER for v in votes)
-                assert all(v.decided_by != REQUESTER for v in votes)
+                # One decision per decider (a second is 409), each on the approved proposal.
+                assert len({v.decided_by for v in votes}) == len(votes), votes
+                assert all(v.proposal_hash == approval.proposal_hash for v in votes), votes
                 assert all(v.proposal_hash == approval.proposal_hash for v in votes)
         # A human's wait holds no lease: a parked attempt is one with a pending request.
         parked = {a.attempt_id for a in agg.attempts.values() if a.state is AttemptState.PARKED}

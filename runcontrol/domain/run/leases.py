@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 from uuid import UUID
 
 from .. import errors
@@ -99,64 +100,55 @@ class Leases(AggregateCore):
         """The caller's lease if it is the current one; otherwise audit and refuse (inv. 5).
         ``lease_id``, when the caller names its lease, must be the current lease's id."""
         lease = self.leases.get(attempt.attempt_id)
-        if lease is None or attempt.state is not AttemptState.LEASED:
+
+        def refuse(
+            kind: str, error: errors.RunControlError, **detail: Any
+        ) -> errors.RunControlError:
             self._audit(
                 ctx,
-                "lease-rejected",
+                kind,
                 attempt_id=attempt.attempt_id,
                 holder=holder,
                 fencing_token=token,
+                **detail,
+            )
+            return error
+
+        attempt_key = str(attempt.attempt_id)
+        if lease is None or attempt.state is not AttemptState.LEASED:
+            raise refuse(
+                "lease-rejected",
+                errors.StaleFencingToken(
+                    "the attempt has no current lease for this token", attempt_id=attempt_key
+                ),
                 reason="no current lease",
             )
-            raise errors.StaleFencingToken(
-                "the attempt has no current lease for this token",
-                attempt_id=str(attempt.attempt_id),
-            )
         if token != lease.fencing_token:
-            self._audit(
-                ctx,
+            raise refuse(
                 "stale-fencing-token",
-                attempt_id=attempt.attempt_id,
-                holder=holder,
-                fencing_token=token,
+                errors.StaleFencingToken(
+                    f"fencing token {token} is stale (current {lease.fencing_token})",
+                    attempt_id=attempt_key,
+                ),
                 current_token=lease.fencing_token,
             )
-            raise errors.StaleFencingToken(
-                f"fencing token {token} is stale (current {lease.fencing_token})",
-                attempt_id=str(attempt.attempt_id),
-            )
         if lease_id is not None and lease_id != lease.lease_id:
-            self._audit(
-                ctx,
+            raise refuse(
                 "lease-rejected",
-                attempt_id=attempt.attempt_id,
-                holder=holder,
-                fencing_token=token,
+                errors.StaleFencingToken(
+                    f"lease {lease_id} is not the attempt's current lease", attempt_id=attempt_key
+                ),
                 reason=f"lease {lease_id} is not the current lease",
             )
-            raise errors.StaleFencingToken(
-                f"lease {lease_id} is not the attempt's current lease",
-                attempt_id=str(attempt.attempt_id),
-            )
         if holder != lease.holder:
-            self._audit(
-                ctx,
-                "lease-not-held",
-                attempt_id=attempt.attempt_id,
-                holder=holder,
-                fencing_token=token,
+            raise refuse(
+                "lease-not-held", errors.LeaseNotHeld("the caller does not hold this lease")
             )
-            raise errors.LeaseNotHeld("the caller does not hold this lease")
         deadline = lease.expires_at + timedelta(seconds=options.renewal_grace_seconds)
         if ctx.now > deadline and allows(RunCommand.EXPIRE_LEASE, self.run.state):
-            self._audit(
-                ctx,
-                "lease-expired",
-                attempt_id=attempt.attempt_id,
-                holder=holder,
-                fencing_token=token,
+            raise refuse(
+                "lease-expired", errors.LeaseExpired("the lease expired and is being reconciled")
             )
-            raise errors.LeaseExpired("the lease expired and is being reconciled")
         return lease
 
     def renew_lease(

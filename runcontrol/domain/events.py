@@ -229,6 +229,26 @@ class StepRetryScheduled(RunEventBody):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StepWaiting(RunEventBody):
+    """A step no worker executes started to wait: for its timer, until ``until``. The run
+    stays Running; the wait holds no worker."""
+
+    topic = "run-control.steps.v1.step-waiting"
+    step_id: UUID
+    kind: str
+    until: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepWaitEnded(RunEventBody):
+    """The step's wait ended and the step succeeded (``cause``: ``timer-fired``)."""
+
+    topic = "run-control.steps.v1.step-wait-ended"
+    step_id: UUID
+    cause: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LeaseExpired(EventBody):
     """The lease passed its expiry and grace without a renewal; the attempt settles next."""
 

@@ -105,6 +105,12 @@ class Step:
     # The names of the steps this one waits for, resolved at acceptance (``workflow.
     # dependencies``); None on a row stored before graphs (0016): the step before it.
     depends_on: list[str] | None = None
+    # ``agent`` (a worker executes it) or ``wait`` (no worker: its timer settles it, 0016).
+    kind: str = "agent"
+    # A wait step's timer, from the release: {"seconds": s} or {"until": iso}.
+    wait: dict[str, Any] | None = None
+    # While a wait step is Running: when its timer fires (its durable reminder).
+    due_at: datetime | None = None
 
 
 @dataclass(slots=True)

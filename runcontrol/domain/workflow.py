@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from .errors import ValidationFailed
@@ -11,6 +12,10 @@ from .hashing import canonical_hash
 from .states import ExpiryAction, Role, SideEffectClass
 
 GATES = ("none", "approval")
+AGENT = "agent"  # a worker executes it
+WAIT = "wait"  # a durable timer settles it: ``seconds`` after it starts, or ``until`` an instant
+KINDS = (AGENT, WAIT)
+MAX_WAIT_SECONDS = 366 * 86400.0  # a run's lifetime bounds it anyway
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +28,19 @@ class StepSpec:
     side_effect_class: SideEffectClass = SideEffectClass.READ
     # The names of the steps this one waits for; None (the key absent): the step before it.
     depends_on: tuple[str, ...] | None = None
+    kind: str = AGENT
+    # A wait step's timer (``kind == "wait"``): exactly one of them.
+    seconds: float | None = None
+    until: datetime | None = None
+
+    @property
+    def wait(self) -> dict[str, Any] | None:
+        """A wait step's timer as the release and the step row hold it."""
+        if self.kind != WAIT:
+            return None
+        if self.until is not None:
+            return {"until": self.until.isoformat()}
+        return {"seconds": self.seconds}
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -37,6 +55,9 @@ class StepSpec:
         # (and its release id) when it is published again.
         if self.depends_on is not None:
             out["dependsOn"] = list(self.depends_on)
+        if self.kind != AGENT:  # likewise: an agent step's dict is as before
+            out["kind"] = self.kind
+            out.update(self.wait or {})
         return out
 
 
@@ -57,13 +78,20 @@ class WorkflowDefinition:
         if not workflow_id or not isinstance(raw_steps, list) or not raw_steps:
             raise ValidationFailed("a workflow needs an id and at least one step")
         steps = []
-        names = set()
+        names: set[str] = set()
         for i, raw in enumerate(raw_steps):
-            if not isinstance(raw, dict) or not raw.get("agentId"):
+            if not isinstance(raw, dict):
+                raise ValidationFailed(f"steps[{i}]: agentId is required (a step is an object)")
+            kind = raw.get("kind", AGENT) or AGENT
+            if kind not in KINDS:
+                raise ValidationFailed(f"steps[{i}]: kind must be one of {KINDS}")
+            if kind == WAIT:
+                names.add(_unique(i, raw, names))
+                steps.append(_wait_step(i, raw))
+                continue
+            if not raw.get("agentId"):
                 raise ValidationFailed(f"steps[{i}]: agentId is required")
-            name = str(raw.get("name") or f"step-{i + 1}")
-            if name in names:
-                raise ValidationFailed(f"steps[{i}]: duplicate step name {name!r}")
+            name = _unique(i, raw, names)
             names.add(name)
             gate = raw.get("gate", "none") or "none"
             if gate not in GATES:
@@ -99,6 +127,44 @@ class WorkflowDefinition:
     @property
     def content_hash(self) -> str:
         return canonical_hash(self.to_dict())
+
+
+def _unique(i: int, raw: Mapping[str, Any], names: set[str]) -> str:
+    name = str(raw.get("name") or f"step-{i + 1}")
+    if name in names:
+        raise ValidationFailed(f"steps[{i}]: duplicate step name {name!r}")
+    return name
+
+
+def _wait_step(i: int, raw: Mapping[str, Any]) -> StepSpec:
+    """A step no worker executes: it succeeds when its timer fires (``seconds`` after its
+    dependencies succeeded, or at the instant ``until``, ISO 8601 with an offset)."""
+    seconds, until = raw.get("seconds"), raw.get("until")
+    if (seconds is None) == (until is None):
+        raise ValidationFailed(f"steps[{i}]: a wait step needs exactly one of seconds, until")
+    at: datetime | None = None
+    if seconds is not None:
+        number = isinstance(seconds, int | float) and not isinstance(seconds, bool)
+        if not number or not 0 <= seconds <= MAX_WAIT_SECONDS:
+            raise ValidationFailed(
+                f"steps[{i}]: seconds must be a number from 0 to {MAX_WAIT_SECONDS:g}"
+            )
+        seconds = float(seconds)
+    else:
+        try:
+            at = datetime.fromisoformat(str(until))
+        except ValueError:
+            raise ValidationFailed(f"steps[{i}]: until must be an ISO 8601 instant") from None
+        if at.tzinfo is None:
+            raise ValidationFailed(f"steps[{i}]: until needs a UTC offset")
+    return StepSpec(
+        name=str(raw.get("name") or f"step-{i + 1}"),
+        agent_id="",
+        depends_on=_depends_on(i, raw),
+        kind=WAIT,
+        seconds=seconds,
+        until=at,
+    )
 
 
 def _depends_on(i: int, raw: Mapping[str, Any]) -> tuple[str, ...] | None:

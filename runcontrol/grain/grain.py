@@ -105,16 +105,15 @@ class RunGrain:
         return None
 
     def dispatch_due(self, agg: RunAggregate, ctx: CommandContext) -> Attempt | None:
-        """Dispatch every step due now (a graph's fan-out, in one statement); answer the
-        first attempt. Past the tenant's capacity cap the statement dispatches none of them:
-        they stay Pending for the dispatcher."""
-        steps = agg.dispatchable_steps(ctx.now)
-        if not steps or agg.run.budget_reservation_id is None:
+        """Start every step due now (a graph's fan-out, in one statement: attempts, and the
+        timers of wait steps); answer the first attempt. Past the tenant's capacity cap the
+        statement dispatches none of them: they stay Pending for the dispatcher."""
+        if agg.run.budget_reservation_id is None or not agg.dispatchable_steps(ctx.now):
             return None
         if not self.may_dispatch:
             return None  # denied capacity leaves the step Pending; the dispatcher retries
-        attempts = [agg.dispatch(ctx, step) for step in steps]
-        return attempts[0]
+        attempts = agg.start_ready(ctx)
+        return attempts[0] if attempts else None
 
     # ------------------------------------------------------------------ operator controls
 

@@ -102,6 +102,7 @@ async def wake(g: RunGrain, command: WakeRun) -> WakeResult:
         if a.run.state.terminal:
             return WakeResult(stopped=stopped, tool_calls_expired=calls)
         leases = sum(1 for attempt_id in list(a.leases) if a.expire_lease(c, attempt_id, options))
+        a.fire_due_waits(c, options)  # a wait step's timer, once
         approvals = 0
         if policy is not None:
             approvals = sum(

@@ -96,6 +96,10 @@ steps = Table(
     Column("outcome_hash", Text),
     # the names of the steps it waits for (0016); NULL before graphs: the step before it
     Column("depends_on", JSONB),
+    # a step no worker executes (0016): kind 'wait', its timer, and when it fires
+    Column("kind", Text, nullable=False, server_default=text("'agent'")),
+    Column("wait", JSONB),
+    Column("due_at", TZ),
     UniqueConstraint("run_id", "ordinal", name="uq_steps_ordinal"),
 )
 

@@ -6,9 +6,11 @@ their holders, and the run ends Failed with every attempt settled."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 from actor_harness import RayHarness, run_async
+from test_host_faults import restart_host
 
 from runcontrol.store.tables import outbox, steps
 from runcontrol.worker import Backoff, EchoExecutor, ReferenceWorker
@@ -157,3 +159,37 @@ def test_a_terminal_failure_of_one_branch_stops_the_others_and_fails(h: RayHarne
         assert attempt.state == "Cancelled"
         assert attempt.settled_by == attempt.holder  # observed from its holder, as a cancel
     assert by_name["join"].state == "Cancelled" and by_name["join"].step_id not in attempts
+
+
+def test_a_wait_step_fires_once_after_every_host_was_killed_during_the_wait(
+    h: RayHarness,
+) -> None:
+    """The timer is the run's durable reminder (a row's due time), not a host's memory: with
+    every run host killed (and restarted by Ray, empty) while the step waits, the scheduler's
+    sweep wakes the run from Postgres and the step succeeds exactly once."""
+    h.publish(
+        {"name": "plan", "agentId": "plan"},
+        {"name": "pause", "kind": "wait", "seconds": 20, "agentId": "unused"},  # ignored
+        {"name": "after", "agentId": "after"},
+    )
+    ws = workers(h, {"plan": EchoExecutor("plan", 0.0), "after": EchoExecutor("after", 0.0)})
+
+    async def scenario() -> Any:
+        run_id = (await h.submit()).run_id
+        waiting = await h.wait_type(run_id, "StepWaiting", timeout=30)
+        for index in range(len(h.rt.hosts)):
+            await restart_host(h, index)
+        pause = next(s for s in h.rows(steps, run_id) if s.name == "pause")
+        # every host was killed (and came back empty) before the timer was due
+        assert pause.state == "Running" and datetime.now(UTC) < pause.due_at
+        await h.wait_type(run_id, "RunCompleted", after=waiting["seq"], timeout=60)
+        return run_id
+
+    run_id = run_async(running(ws, scenario()), timeout=120)
+    types = [e["type"] for e in h.outbox_events(run_id)]
+    assert types.count("StepWaiting") == 1 and types.count("StepWaitEnded") == 1
+    by_name = {s.name: s for s in h.rows(steps, run_id)}
+    assert by_name["pause"].state == "Succeeded"
+    assert by_name["pause"].step_id not in {a.step_id for a in h.attempts(run_id)}  # no worker
+    ended = next(e for e in h.outbox(run_id) if e.event_type == "StepWaitEnded")
+    assert ended.occurred_at >= by_name["pause"].due_at

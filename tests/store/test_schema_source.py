@@ -119,6 +119,9 @@ def everything(tenant: str) -> Changes:
         failure_class=FailureClass.PERMANENT,
         outcome_hash="sha256:step-outcome",
         depends_on=["read", "plan"],
+        kind="wait",
+        wait={"seconds": 5.0},
+        due_at=at(3),
     )
     attempt = Attempt(
         attempt_id=attempt_id,

@@ -38,6 +38,8 @@ PUBLISHED_TOPICS = {
     "AttemptResumed": "run-control.attempts.v1.attempt-resumed",
     "AttemptOutcomeRecorded": "run-control.attempts.v1.attempt-outcome-recorded",
     "StepRetryScheduled": "run-control.steps.v1.step-retry-scheduled",
+    "StepWaiting": "run-control.steps.v1.step-waiting",
+    "StepWaitEnded": "run-control.steps.v1.step-wait-ended",
     "LeaseExpired": "run-control.leases.v1.lease-expired",
     "LeaseRevoked": "run-control.leases.v1.lease-revoked",
     "ApprovalRequested": "run-control.approvals.v1.approval-requested",

@@ -3,6 +3,8 @@ fan-in), and what siblings do when one step parks for approval or fails terminal
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from domain_harness import Harness, proposal
 
@@ -212,3 +214,88 @@ def test_a_rejection_with_a_held_sibling_stops_it_and_fails():
     assert h.run.state is RunState.FAILED
     assert h.run.failure_class is FailureClass.POLICY_DENIED
     assert h.step(1).state is StepState.SUCCEEDED
+
+
+# ---------------------------------------------------------------------- wait steps
+
+WAITING = [
+    {"name": "plan", "agentId": "a"},
+    {"name": "pause", "kind": "wait", "seconds": 30},
+    {"name": "after", "agentId": "a"},
+]
+
+
+def start_ready(h: Harness) -> list:
+    attempts = h.agg.start_ready(h.ctx("run-dispatcher"))
+    h.commit()
+    return attempts
+
+
+def fire(h: Harness) -> int:
+    fired = h.agg.fire_due_waits(h.ctx("reminder"), h.options)
+    h.commit()
+    return fired
+
+
+def test_a_wait_step_holds_no_worker_and_fires_once_when_due():
+    h = Harness(WAITING)
+    h.report(h.start(0)[1])
+    assert start_ready(h) == []  # the wait has no attempt
+    pause = h.step(1)
+    assert pause.state is StepState.RUNNING and pause.due_at == h.now + timedelta(seconds=30)
+    assert h.event_types()[-1] == "StepWaiting"
+    assert h.agg.next_due(h.options) == pause.due_at  # the durable reminder
+    assert fire(h) == 0  # not yet
+    h.advance(30)
+    assert fire(h) == 1
+    assert pause.state is StepState.SUCCEEDED
+    assert fire(h) == 0  # once
+    assert h.event_types().count("StepWaitEnded") == 1
+    (attempt,) = start_ready(h)
+    assert h.agg.step(attempt.step_id).name == "after"
+    h.report(h.lease(attempt))
+    assert h.run.state is RunState.COMPLETED
+
+
+def test_an_overdue_wait_fires_at_the_next_wake():
+    h = Harness(
+        [{"name": "then", "kind": "wait", "until": "2026-01-01T00:00:00+00:00", "dependsOn": []}]
+    )
+    assert start_ready(h) == []
+    assert h.run.state is RunState.RUNNING  # a wait step starts the run as an attempt does
+    assert fire(h) == 1
+    assert h.run.state is RunState.COMPLETED
+
+
+def test_a_cancel_ends_a_wait_at_once():
+    h = Harness(WAITING)
+    h.report(h.start(0)[1])
+    start_ready(h)
+    h.cancel()
+    assert h.run.state is RunState.CANCELLED
+    assert h.step(1).state is StepState.CANCELLED
+    h.advance(60)
+    assert fire(h) == 0
+
+
+def test_a_wait_step_is_never_dispatched_as_an_attempt():
+    h = Harness([{"name": "w", "kind": "wait", "seconds": 1, "dependsOn": []}])
+    with pytest.raises(errors.IllegalTransition):
+        h.agg.dispatch(h.ctx(), h.step(0))
+
+
+@pytest.mark.parametrize(
+    ("step", "match"),
+    [
+        ({"kind": "wait"}, "exactly one"),
+        ({"kind": "wait", "seconds": 1, "until": "2026-01-01T00:00:00+00:00"}, "exactly one"),
+        ({"kind": "wait", "seconds": -1}, "seconds"),
+        ({"kind": "wait", "seconds": True}, "seconds"),
+        ({"kind": "wait", "until": "tomorrow"}, "until"),
+        ({"kind": "wait", "until": "2026-01-01T00:00:00"}, "offset"),
+        ({"kind": "sleep", "agentId": "x"}, "kind"),
+    ],
+)
+def test_bad_wait_steps_are_refused(step, match):
+    with pytest.raises(errors.ValidationFailed, match=match):
+        definition([dict(step, name="w")])

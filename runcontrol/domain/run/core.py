@@ -275,6 +275,13 @@ class AggregateCore:
             times.append(self.deadline(options))
         if state is RunState.RUNNING and self.run.suspended_at is None:
             times.extend(s.not_before or self.run.updated_at for s in self.ready_steps())
+        if state in (RunState.RUNNING, RunState.WAITING_FOR_APPROVAL):
+            # a wait step's timer: the durable reminder that fires it
+            times.extend(
+                s.due_at
+                for s in self.steps
+                if s.state is StepState.RUNNING and s.due_at is not None
+            )
         if state is not RunState.WAITING_FOR_APPROVAL:
             grace = timedelta(seconds=options.renewal_grace_seconds)
             times.extend(lease.expires_at + grace for lease in self.leases.values())

@@ -13,6 +13,7 @@ from ..model import (
     ApprovalRequest,
     Attempt,
     CancellationIntent,
+    Step,
 )
 from ..retry import backoff_delay
 from ..states import (
@@ -79,18 +80,7 @@ class Settlement(Leases):
             return
         if outcome is AttemptOutcome.SUCCEEDED:
             step.outcome_hash = attempt.outcome_hash
-            self._move_step(ctx, step, StepState.SUCCEEDED, "AttemptSucceeded")
-            if all(s.state is StepState.SUCCEEDED for s in self.steps):
-                self.run.outcome_hash = canonical_hash([s.outcome_hash for s in self.steps])
-                self._move_run(ctx, RunState.COMPLETED)
-                self._emit(
-                    ctx,
-                    ev.RunCompleted(
-                        run_id=self.run.run_id,
-                        tenant_id=self.run.tenant_id,
-                        outcome_hash=self.run.outcome_hash,
-                    ),
-                )
+            self._step_succeeded(ctx, step, "AttemptSucceeded")
             return
         failure = attempt.failure_class or FailureClass.TRANSIENT
         if failure is FailureClass.UNCERTAIN and step.side_effect_class.at_least(
@@ -131,6 +121,21 @@ class Settlement(Leases):
         self._move_step(ctx, step, StepState.FAILED, "AttemptFailedTerminally")
         reason = f"step {step.name!r} failed after {attempt.number} attempt(s) ({failure})"
         self._fail_run(ctx, failure, reason)
+
+    def _step_succeeded(self, ctx: CommandContext, step: Step, cause: str) -> None:
+        """The step succeeded; with it the last, the run completes."""
+        self._move_step(ctx, step, StepState.SUCCEEDED, cause)
+        if all(s.state is StepState.SUCCEEDED for s in self.steps):
+            self.run.outcome_hash = canonical_hash([s.outcome_hash for s in self.steps])
+            self._move_run(ctx, RunState.COMPLETED)
+            self._emit(
+                ctx,
+                ev.RunCompleted(
+                    run_id=self.run.run_id,
+                    tenant_id=self.run.tenant_id,
+                    outcome_hash=self.run.outcome_hash,
+                ),
+            )
 
     def _fail_run(
         self,
@@ -239,6 +244,8 @@ class Settlement(Leases):
         for step in self.steps:
             if step.state is StepState.PENDING:
                 self._move_step(ctx, step, StepState.CANCELLED, "RunEnded")
+            elif step.state is StepState.RUNNING:  # a wait: it held nothing
+                self._move_step(ctx, step, StepState.CANCELLED, "RunCancelled")
         if self.run.failure_class is not None:  # a step failed: its siblings have settled
             self._move_run(ctx, RunState.FAILED)
             self._emit_failed(ctx)

@@ -28,16 +28,16 @@ from ..states import (
     RunState,
     StepState,
 )
-from ..workflow import PolicyDocument, Release, dependencies
-from .settlement import Settlement
+from ..workflow import WAIT, PolicyDocument, Release, dependencies
 from .values import (
     CommandContext,
     Options,
     Submission,
 )
+from .waits import Waits
 
 
-class Submissions(Settlement):
+class Submissions(Waits):
     @classmethod
     def accept(
         cls,
@@ -86,6 +86,8 @@ class Submissions(Settlement):
                 gate=spec.gate,
                 side_effect_class=spec.side_effect_class,
                 depends_on=list(dependencies(release, spec.name)),
+                kind=spec.kind,
+                wait=spec.wait,
             )
             for i, spec in enumerate(release.definition.steps)
         ]
@@ -138,8 +140,23 @@ class Submissions(Settlement):
         steps = self.dispatchable_steps(now)
         return steps[0] if steps else None
 
+    def start_ready(self, ctx: CommandContext) -> list[Attempt]:
+        """Start every step due now, together: an agent step as a dispatched attempt, a wait
+        step as its timer (no attempt). Answers the attempts, in the release's order."""
+        attempts = []
+        for step in self.dispatchable_steps(ctx.now):
+            if step.kind == WAIT:
+                self.start_wait(ctx, step)
+            else:
+                attempts.append(self.dispatch(ctx, step))
+        return attempts
+
     def dispatch(self, ctx: CommandContext, step: Step) -> Attempt:
         require(RunCommand.DISPATCH, self.run.state)
+        if step.kind == WAIT:
+            raise errors.IllegalTransition(
+                "a wait step has no attempt: its timer settles it", step_id=str(step.step_id)
+            )
         if any(not a.state.terminal for a in self.attempts_of(step)):
             raise errors.IllegalTransition(
                 "a step may have only one non-terminal attempt", step_id=str(step.step_id)

@@ -7,10 +7,12 @@ RETURNS boolean LANGUAGE plpgsql AS $fn$
 BEGIN
     INSERT INTO steps (
             step_id, tenant_id, run_id, ordinal, name, agent_id, skill_id, state, max_attempts,
-            gate, side_effect_class, not_before, failure_class, outcome_hash, depends_on)
+            gate, side_effect_class, not_before, failure_class, outcome_hash, depends_on, kind,
+            wait, due_at)
         SELECT
             step_id, tenant_id, run_id, ordinal, name, agent_id, skill_id, state, max_attempts,
-            gate, side_effect_class, not_before, failure_class, outcome_hash, depends_on
+            gate, side_effect_class, not_before, failure_class, outcome_hash, depends_on, kind,
+            wait, due_at
         FROM jsonb_populate_recordset(NULL::steps, doc)
         ON CONFLICT (step_id) DO UPDATE SET
             tenant_id = EXCLUDED.tenant_id, run_id = EXCLUDED.run_id, ordinal = EXCLUDED.ordinal,
@@ -18,7 +20,8 @@ BEGIN
             state = EXCLUDED.state, max_attempts = EXCLUDED.max_attempts, gate = EXCLUDED.gate,
             side_effect_class = EXCLUDED.side_effect_class, not_before = EXCLUDED.not_before,
             failure_class = EXCLUDED.failure_class, outcome_hash = EXCLUDED.outcome_hash,
-            depends_on = EXCLUDED.depends_on;
+            depends_on = EXCLUDED.depends_on, kind = EXCLUDED.kind, wait = EXCLUDED.wait,
+            due_at = EXCLUDED.due_at;
     RETURN FOUND;
 END $fn$;
 REVOKE ALL ON FUNCTION runcontrol_write_steps(jsonb) FROM PUBLIC;

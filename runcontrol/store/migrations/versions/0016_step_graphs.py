@@ -1,6 +1,8 @@
-"""Step graphs: ``steps.depends_on`` (the names of the steps a step waits for, resolved at
-acceptance; NULL on a row stored before it: the step before), and the steps' writer that
-writes it (``0016_writers.sql``, rendered by ``make sql``).
+"""Step graphs and wait steps: ``steps.depends_on`` (the names of the steps a step waits for,
+resolved at acceptance; NULL on a row stored before it: the step before), ``steps.kind``
+(``agent``, or ``wait``: no worker, a timer settles it), ``steps.wait`` (its timer) and
+``steps.due_at`` (when a running wait fires), and the steps' writer that writes them
+(``0016_writers.sql``, rendered by ``make sql``).
 
 Revision ID: 0016
 """
@@ -23,7 +25,12 @@ WRITERS = HERE / "0016_writers.sql"
 
 
 def upgrade() -> None:
-    op.execute("ALTER TABLE steps ADD COLUMN depends_on jsonb")
+    op.execute(
+        "ALTER TABLE steps ADD COLUMN depends_on jsonb,"
+        " ADD COLUMN kind text NOT NULL DEFAULT 'agent',"
+        " ADD COLUMN wait jsonb,"
+        " ADD COLUMN due_at timestamptz"
+    )
     op.execute(WRITERS.read_text())
 
 

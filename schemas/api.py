@@ -44,6 +44,12 @@ def _storable_json(value: Any, depth: int = 0) -> Any:
     return value
 
 
+def storable_json(value: Any) -> Any:
+    """``value`` if the store can hold it (no NUL, no lone surrogate, bounded depth); else
+    ``ValueError``: for a body a route takes whole, not through a model."""
+    return _storable_json(value)
+
+
 Name = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_storable)]
 Reason = Annotated[str, Field(min_length=1, max_length=2000), AfterValidator(_storable)]
 JsonObject = Annotated[dict[str, Any], AfterValidator(_storable_json)]
@@ -332,6 +338,14 @@ class RunGraph(ResponseModel):
     release_id: str
     nodes: list[RunGraphNode]
     edges: list[GraphEdge]
+
+
+class SignalResponse(ResponseModel):
+    run_id: UUID
+    step_id: UUID
+    name: str
+    delivered: bool = Field(description="False: kept until the step waits for it.")
+    state: str
 
 
 # ---------------------------------------------------------------------- events

@@ -28,6 +28,7 @@ from . import (
     problems,
     runs,
     schemas,
+    signals,
     webhooks,
 )
 from .auth import TokenVerifier
@@ -96,6 +97,7 @@ def create_app(
         app.include_router(module.router)
     app.include_router(approvals.runs_router)
     app.include_router(controls.router)  # operator controls (issue 14)
+    app.include_router(signals.router)  # input from outside for a signal step (issue 22)
     for router in (catalog.releases_router, catalog.workflows_router, catalog.graph_router):
         app.include_router(router)  # the workflow catalog and run graphs (issue 22)
     app.include_router(console.router)  # the web console's static files (runcontrol/console/)

@@ -109,8 +109,12 @@ class Step:
     kind: str = "agent"
     # A wait step's timer, from the release: {"seconds": s} or {"until": iso}.
     wait: dict[str, Any] | None = None
-    # While a wait step is Running: when its timer fires (its durable reminder).
+    # While a wait step is Running: when its timer fires (its durable reminder); a signal
+    # step's: when it stops waiting (its timeout).
     due_at: datetime | None = None
+    # A signal step's signal once received, even before the step waits (kept, delivered
+    # once): {"signalId", "body", "sentBy", "receivedAt"}. The body becomes its result.
+    signal: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)

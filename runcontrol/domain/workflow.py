@@ -14,7 +14,9 @@ from .states import ExpiryAction, Role, SideEffectClass
 GATES = ("none", "approval")
 AGENT = "agent"  # a worker executes it
 WAIT = "wait"  # a durable timer settles it: ``seconds`` after it starts, or ``until`` an instant
-KINDS = (AGENT, WAIT)
+SIGNAL = "signal"  # an input from outside settles it (POST /factory/runs/{runId}/signals/{name})
+KINDS = (AGENT, WAIT, SIGNAL)
+ON_TIMEOUT = ("fail", "continue")  # a signal step's timeout: fail the run, or use ``default``
 MAX_WAIT_SECONDS = 366 * 86400.0  # a run's lifetime bounds it anyway
 
 
@@ -32,10 +34,23 @@ class StepSpec:
     # A wait step's timer (``kind == "wait"``): exactly one of them.
     seconds: float | None = None
     until: datetime | None = None
+    # A signal step's (``kind == "signal"``): the signal's name, how long it waits (None: for
+    # ever, the run's lifetime aside) and what then (``ON_TIMEOUT``; ``default``: its result).
+    signal: str | None = None
+    timeout_seconds: float | None = None
+    on_timeout: str = "fail"
+    default: Any = None
 
     @property
     def wait(self) -> dict[str, Any] | None:
-        """A wait step's timer as the release and the step row hold it."""
+        """What a step no worker executes waits for, as the release and the step row hold it."""
+        if self.kind == SIGNAL:
+            return {
+                "signal": self.signal,
+                "timeoutSeconds": self.timeout_seconds,
+                "onTimeout": self.on_timeout,
+                "default": self.default,
+            }
         if self.kind != WAIT:
             return None
         if self.until is not None:
@@ -85,9 +100,9 @@ class WorkflowDefinition:
             kind = raw.get("kind", AGENT) or AGENT
             if kind not in KINDS:
                 raise ValidationFailed(f"steps[{i}]: kind must be one of {KINDS}")
-            if kind == WAIT:
+            if kind in (WAIT, SIGNAL):
                 names.add(_unique(i, raw, names))
-                steps.append(_wait_step(i, raw))
+                steps.append(_wait_step(i, raw) if kind == WAIT else _signal_step(i, raw))
                 continue
             if not raw.get("agentId"):
                 raise ValidationFailed(f"steps[{i}]: agentId is required")
@@ -144,12 +159,7 @@ def _wait_step(i: int, raw: Mapping[str, Any]) -> StepSpec:
         raise ValidationFailed(f"steps[{i}]: a wait step needs exactly one of seconds, until")
     at: datetime | None = None
     if seconds is not None:
-        number = isinstance(seconds, int | float) and not isinstance(seconds, bool)
-        if not number or not 0 <= seconds <= MAX_WAIT_SECONDS:
-            raise ValidationFailed(
-                f"steps[{i}]: seconds must be a number from 0 to {MAX_WAIT_SECONDS:g}"
-            )
-        seconds = float(seconds)
+        seconds = _seconds(i, "seconds", seconds)
     else:
         try:
             at = datetime.fromisoformat(str(until))
@@ -164,6 +174,41 @@ def _wait_step(i: int, raw: Mapping[str, Any]) -> StepSpec:
         kind=WAIT,
         seconds=seconds,
         until=at,
+    )
+
+
+def _seconds(i: int, key: str, value: Any, low: float = 0) -> float:
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number or not low <= value <= MAX_WAIT_SECONDS:
+        raise ValidationFailed(
+            f"steps[{i}]: {key} must be a number from {low:g} to {MAX_WAIT_SECONDS:g}"
+        )
+    return float(value)
+
+
+def _signal_step(i: int, raw: Mapping[str, Any]) -> StepSpec:
+    """A step no worker executes: it waits for the signal ``signal`` (its name by default);
+    the signal's body is its result. With ``timeoutSeconds`` it gives up after that long
+    (``onTimeout``: ``fail`` the run, or ``continue`` with ``default`` as the result)."""
+    name = str(raw.get("name") or f"step-{i + 1}")
+    signal = raw.get("signal", name)
+    if not isinstance(signal, str) or not signal or len(signal) > 200:
+        raise ValidationFailed(f"steps[{i}]: signal must be a name (1 to 200 characters)")
+    timeout = raw.get("timeoutSeconds")
+    on_timeout = raw.get("onTimeout", "fail")
+    if on_timeout not in ON_TIMEOUT:
+        raise ValidationFailed(f"steps[{i}]: onTimeout must be one of {ON_TIMEOUT}")
+    if raw.get("default") is not None and on_timeout != "continue":
+        raise ValidationFailed(f"steps[{i}]: default is the result of onTimeout continue")
+    return StepSpec(
+        name=name,
+        agent_id="",
+        depends_on=_depends_on(i, raw),
+        kind=SIGNAL,
+        signal=signal,
+        timeout_seconds=None if timeout is None else _seconds(i, "timeoutSeconds", timeout, 1),
+        on_timeout=on_timeout,
+        default=raw.get("default"),
     )
 
 

@@ -29,7 +29,9 @@ from ..commands import (
     ResolveAttempt,
     ResumeRun,
     RetryStep,
+    SendSignal,
     SettleRestoredLeases,
+    SignalResult,
     StartRun,
     SubmitRun,
     SuspendRun,
@@ -255,6 +257,24 @@ async def complete_tool_call(g: RunGrain, c: CompleteToolCall) -> ToolCallClaim:
     )
 
 
+async def send_signal(g: RunGrain, c: SendSignal) -> SignalResult:
+    """Keep the signal on its step; if the step waits, it succeeds and what it readied is
+    dispatched in the same statement."""
+
+    def decided(a: RunAggregate, x: CommandContext) -> SignalResult:
+        step = a.receive_signal(x, c.name, c.body, c.sent_by)
+        g.dispatch_due(a, x)
+        return SignalResult(
+            run_id=a.run.run_id,
+            step_id=step.step_id,
+            name=c.name,
+            delivered=step.state.terminal,
+            state=str(a.run.state),
+        )
+
+    return await decide(g, Plan(decided, c.sent_by), c)
+
+
 # ---------------------------------------------------------------------- a reviewer's
 
 
@@ -351,6 +371,7 @@ HANDLERS: Mapping[type[Command[Any]], Handler] = {
     ClaimToolCall: claim_tool_call,
     CompleteToolCall: complete_tool_call,
     DecideApproval: decide_approval,
+    SendSignal: send_signal,
     SuspendRun: suspend,
     ResumeRun: resume,
     RetryStep: retry_step,

@@ -100,6 +100,7 @@ steps = Table(
     Column("kind", Text, nullable=False, server_default=text("'agent'")),
     Column("wait", JSONB),
     Column("due_at", TZ),
+    Column("signal", JSONB),  # a signal step's signal, once received (kept until it waits)
     UniqueConstraint("run_id", "ordinal", name="uq_steps_ordinal"),
 )
 

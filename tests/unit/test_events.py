@@ -40,6 +40,7 @@ PUBLISHED_TOPICS = {
     "StepRetryScheduled": "run-control.steps.v1.step-retry-scheduled",
     "StepWaiting": "run-control.steps.v1.step-waiting",
     "StepWaitEnded": "run-control.steps.v1.step-wait-ended",
+    "SignalReceived": "run-control.signals.v1.signal-received",
     "LeaseExpired": "run-control.leases.v1.lease-expired",
     "LeaseRevoked": "run-control.leases.v1.lease-revoked",
     "ApprovalRequested": "run-control.approvals.v1.approval-requested",

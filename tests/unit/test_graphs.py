@@ -16,6 +16,7 @@ from runcontrol.domain import (
     RunState,
     StepState,
     WorkflowDefinition,
+    canonical_hash,
     dependencies,
     errors,
 )
@@ -299,3 +300,84 @@ def test_a_wait_step_is_never_dispatched_as_an_attempt():
 def test_bad_wait_steps_are_refused(step, match):
     with pytest.raises(errors.ValidationFailed, match=match):
         definition([dict(step, name="w")])
+
+
+# ---------------------------------------------------------------------- signals
+
+SIGNALLED = [
+    {"name": "plan", "agentId": "a"},
+    {"name": "go", "kind": "signal"},
+    {"name": "after", "agentId": "a"},
+]
+
+
+def signal(h: Harness, name: str = "go", body: object = None, who: str = "carol"):
+    step = h.agg.receive_signal(h.ctx(who), name, {"ok": True} if body is None else body, who)
+    h.commit()
+    return step
+
+
+def test_a_signal_sent_before_its_step_waits_is_kept_and_delivered_once():
+    h = Harness(SIGNALLED)
+    _, grant = h.start(0)
+    early = signal(h)  # the step is still Pending
+    assert early.state is StepState.PENDING and early.signal["body"] == {"ok": True}
+    assert h.events[-1].payload["delivered"] is False
+    assert h.batches[-1].audits[0].kind == "signal-received"
+    h.report(grant)
+    (attempt,) = start_ready(h)  # the signal step starts and takes it at once
+    assert early.state is StepState.SUCCEEDED
+    assert h.agg.step(attempt.step_id).name == "after"
+    assert h.event_types().count("StepWaitEnded") == 1
+    with pytest.raises(errors.SignalAlreadyReceived):
+        signal(h)
+    h.report(h.lease(attempt))
+    assert h.run.state is RunState.COMPLETED
+
+
+def test_a_signal_to_a_waiting_step_is_its_result():
+    h = Harness(SIGNALLED)
+    h.report(h.start(0)[1])
+    start_ready(h)
+    assert h.step(1).state is StepState.RUNNING
+    assert h.agg.next_due(h.options) != h.step(1).due_at  # no timeout: no timer of its own
+    step = signal(h, body=[1, 2])
+    received = next(e for e in h.events if e.event_type == "SignalReceived")
+    assert step.state is StepState.SUCCEEDED and received.payload["delivered"] is True
+    assert step.outcome_hash == canonical_hash({"step": "go", "result": [1, 2]})
+
+
+def test_a_signal_for_no_step_or_a_finished_run_is_refused():
+    h = Harness(SIGNALLED)
+    with pytest.raises(errors.SignalNotAwaited):
+        signal(h, "nope")
+    h.cancel()
+    with pytest.raises(errors.RunTerminal, match="no more signals"):
+        signal(h)
+
+
+@pytest.mark.parametrize("action", ["fail", "continue"])
+def test_a_signal_timeout_fails_the_run_or_continues_with_the_default(action):
+    step: dict[str, object] = {"name": "go", "kind": "signal", "timeoutSeconds": 60}
+    step["onTimeout"] = action
+    if action == "continue":
+        step["default"] = {"approved": False}
+    h = Harness([{"name": "plan", "agentId": "a"}, step])
+    h.report(h.start(0)[1])
+    start_ready(h)
+    assert h.agg.next_due(h.options) == h.step(1).due_at
+    h.advance(60)
+    assert fire(h) == 1
+    if action == "fail":
+        assert h.step(1).state is StepState.FAILED and h.run.state is RunState.FAILED
+    else:
+        assert h.run.state is RunState.COMPLETED
+        assert h.step(1).outcome_hash == canonical_hash(
+            {"step": "go", "result": {"approved": False}}
+        )
+
+
+def test_a_signals_body_is_bounded():
+    h = Harness(SIGNALLED)
+    with pytest.raises(errors.ValidationFailed, match="bytes"):
+        signal(h, body="x" * 70000)

@@ -245,6 +245,7 @@ ADMITTED = {
     RunCommand.START_TOOL_CALL: LIVE - {R.CANCELLING},
     RunCommand.ENFORCE_DEADLINES: LIVE - {R.WAITING_FOR_APPROVAL},
     RunCommand.EXPIRE_LEASE: set(RunState) - {R.WAITING_FOR_APPROVAL},
+    RunCommand.SIGNAL: LIVE - {R.CANCELLING},  # issue 22: a finished run takes no signal
 }
 
 

@@ -28,7 +28,7 @@ from ..states import (
     RunState,
     StepState,
 )
-from ..workflow import WAIT, PolicyDocument, Release, dependencies
+from ..workflow import AGENT, PolicyDocument, Release, dependencies
 from .values import (
     CommandContext,
     Options,
@@ -144,18 +144,22 @@ class Submissions(Waits):
         """Start every step due now, together: an agent step as a dispatched attempt, a wait
         step as its timer (no attempt). Answers the attempts, in the release's order."""
         attempts = []
-        for step in self.dispatchable_steps(ctx.now):
-            if step.kind == WAIT:
-                self.start_wait(ctx, step)
-            else:
-                attempts.append(self.dispatch(ctx, step))
+        ready = self.dispatchable_steps(ctx.now)
+        while ready:  # a wait that ends as it starts (a kept signal) readies the next ones
+            for step in ready:
+                if step.kind == AGENT:
+                    attempts.append(self.dispatch(ctx, step))
+                else:
+                    self.start_wait(ctx, step)
+            ready = self.dispatchable_steps(ctx.now)
         return attempts
 
     def dispatch(self, ctx: CommandContext, step: Step) -> Attempt:
         require(RunCommand.DISPATCH, self.run.state)
-        if step.kind == WAIT:
+        if step.kind != AGENT:
             raise errors.IllegalTransition(
-                "a wait step has no attempt: its timer settles it", step_id=str(step.step_id)
+                f"a {step.kind} step has no attempt: no worker executes it",
+                step_id=str(step.step_id),
             )
         if any(not a.state.terminal for a in self.attempts_of(step)):
             raise errors.IllegalTransition(

@@ -8,11 +8,11 @@ BEGIN
     INSERT INTO steps (
             step_id, tenant_id, run_id, ordinal, name, agent_id, skill_id, state, max_attempts,
             gate, side_effect_class, not_before, failure_class, outcome_hash, depends_on, kind,
-            wait, due_at)
+            wait, due_at, signal)
         SELECT
             step_id, tenant_id, run_id, ordinal, name, agent_id, skill_id, state, max_attempts,
             gate, side_effect_class, not_before, failure_class, outcome_hash, depends_on, kind,
-            wait, due_at
+            wait, due_at, signal
         FROM jsonb_populate_recordset(NULL::steps, doc)
         ON CONFLICT (step_id) DO UPDATE SET
             tenant_id = EXCLUDED.tenant_id, run_id = EXCLUDED.run_id, ordinal = EXCLUDED.ordinal,
@@ -21,7 +21,7 @@ BEGIN
             side_effect_class = EXCLUDED.side_effect_class, not_before = EXCLUDED.not_before,
             failure_class = EXCLUDED.failure_class, outcome_hash = EXCLUDED.outcome_hash,
             depends_on = EXCLUDED.depends_on, kind = EXCLUDED.kind, wait = EXCLUDED.wait,
-            due_at = EXCLUDED.due_at;
+            due_at = EXCLUDED.due_at, signal = EXCLUDED.signal;
     RETURN FOUND;
 END $fn$;
 REVOKE ALL ON FUNCTION runcontrol_write_steps(jsonb) FROM PUBLIC;

@@ -1,8 +1,9 @@
-"""Step graphs and wait steps: ``steps.depends_on`` (the names of the steps a step waits for,
-resolved at acceptance; NULL on a row stored before it: the step before), ``steps.kind``
-(``agent``, or ``wait``: no worker, a timer settles it), ``steps.wait`` (its timer) and
-``steps.due_at`` (when a running wait fires), and the steps' writer that writes them
-(``0016_writers.sql``, rendered by ``make sql``).
+"""Step graphs, and steps no worker executes: ``steps.depends_on`` (the names of the steps a
+step waits for, resolved at acceptance; NULL on a row stored before it: the step before),
+``steps.kind`` (``agent``; ``wait`` or ``signal``: a timer or a signal settles it),
+``steps.wait`` (what it waits for), ``steps.due_at`` (when the timer fires or the signal times
+out), ``steps.signal`` (a signal step's signal once received, kept until the step waits), and
+the steps' writer that writes them (``0016_writers.sql``, rendered by ``make sql``).
 
 Revision ID: 0016
 """
@@ -29,7 +30,8 @@ def upgrade() -> None:
         "ALTER TABLE steps ADD COLUMN depends_on jsonb,"
         " ADD COLUMN kind text NOT NULL DEFAULT 'agent',"
         " ADD COLUMN wait jsonb,"
-        " ADD COLUMN due_at timestamptz"
+        " ADD COLUMN due_at timestamptz,"
+        " ADD COLUMN signal jsonb"
     )
     op.execute(WRITERS.read_text())
 

@@ -175,6 +175,13 @@ class StepView(ResponseModel):
     # The steps it waits for (a graph's ``dependsOn``); null on a run accepted before graphs:
     # the step before it.
     depends_on: list[str] | None = None
+    kind: str = Field("agent", description="agent | wait (a timer) | signal (input from outside)")
+    wait: dict[str, Any] | None = Field(
+        None, description="What a wait or signal step waits for: {seconds|until} or {signal, ...}"
+    )
+    due_at: datetime | None = Field(
+        None, description="While it waits: when its timer fires, or its signal times out."
+    )
     attempts: list[AttemptView]
 
 

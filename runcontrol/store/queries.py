@@ -108,6 +108,9 @@ STEP = _fields(
         "side_effect_class",
         "not_before",
         "depends_on",
+        "kind",
+        "wait",
+        "due_at",
     )
 )
 ATTEMPT = _fields(

@@ -26,6 +26,7 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError,
 
 from runcontrol.commands import Command
 from runcontrol.domain import errors
+from runcontrol.session import SessionDown, SessionUp
 from runcontrol.telemetry import Carrier, current_carrier
 
 log = logging.getLogger(__name__)
@@ -242,6 +243,18 @@ class HostRouter:
                 refused = exc
         assert refused is not None
         raise refused
+
+    async def hosts(self) -> int:
+        return self.host_count
+
+    async def exchange(self, host: int, up: SessionUp) -> SessionDown:
+        """One worker-session exchange with host ``host`` (retried across its restarts: an
+        exchange is safe to repeat). A host refusing as draining answers ``draining=True``."""
+        try:
+            down: SessionDown = await self.call_named(host_name(host), "exchange", up)
+        except errors.Draining:
+            return SessionDown(hosts=self.host_count, draining=True)
+        return down
 
     async def send(self, command: Command[R]) -> R:
         """One grain command, sent to the run's host in a batch with its neighbours."""

@@ -13,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -28,9 +30,11 @@ from sqlalchemy import exc as sa_exc
 from runcontrol.bootstrap import build, build_database
 from runcontrol.commands import AcquireLease, Command, new_command_id
 from runcontrol.config import Settings
-from runcontrol.domain import LeaseGrant, errors
+from runcontrol.domain import Event, LeaseGrant, RunAggregate, errors
 from runcontrol.drain import Drain
 from runcontrol.grain import RunGrain
+from runcontrol.session import MAX_WAIT_S, Answer, Credit, Grant, SessionDown, SessionUp
+from runcontrol.sessions import Match, Offer, SessionBook, view
 from runcontrol.store import answers
 from runcontrol.store import queries as q
 from runcontrol.store.commit import CONFIG_CHANNEL, DISPATCH_CHANNEL, EVENTS_CHANNEL
@@ -38,7 +42,7 @@ from runcontrol.store.notify import Listener
 from runcontrol.telemetry import Carrier, configure
 
 from .metrics import HostMetrics, command_span
-from .placement import HostRouter, get_or_create, pack_answers, unpack
+from .placement import HostRouter, get_or_create, host_index, host_name, pack_answers, unpack
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -51,6 +55,17 @@ HOST_OPTIONS: dict[str, Any] = {
     "concurrency_groups": {"control": 8},
     "enable_task_events": False,  # Serve turns them off for its actors; ours cost per call
 }
+
+# A session that has not exchanged for this long is gone (its worker died): its credits are
+# withdrawn (its grants' leases expire unworked, as any lease of a dead worker).
+SESSION_TTL_S = MAX_WAIT_S + 30.0
+# The session sweep takes attempts of runs placed on other hosts only once they have waited
+# this long (their own host serves them sooner; this is for a host restarted or drained).
+FOREIGN_AFTER_S = 5.0
+# ... and its own runs' attempts once they are this old (younger ones its book already has).
+OWN_AFTER_S = 0.5
+# An exchange answers once the leases it started are made (one commit each), at most this long.
+GRANT_WAIT_S = 0.5
 
 
 def host_config(settings: Settings, owner_url: str) -> dict[str, Any]:
@@ -96,6 +111,43 @@ class Activation:
             self.last_used = time.monotonic()
 
 
+class FusedGrants:
+    """The grains' ``Credits`` port on a run host (``runcontrol.grain.env``): a dispatch takes
+    a waiting credit from the session book and leases its attempt in the same commit. The
+    matching is the book's; this only wakes the sessions and lets an exchange wait for the
+    commit (a credit withdrawn meanwhile is answered its grant, never offered twice)."""
+
+    def __init__(self, host: RunHost) -> None:
+        self._host = host
+        self._making: dict[UUID, asyncio.Future[None]] = {}
+
+    def reserve(self, offer: Offer) -> Match | None:
+        host = self._host
+        if host._drain.draining:
+            return None
+        match = host._book.reserve(offer)
+        if match is not None:
+            making: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._making[offer.attempt_id] = making
+            host._track(match, making)
+        return match
+
+    def granted(self, match: Match, lease: LeaseGrant) -> None:
+        _, matches, woken = self._host._book.granted(match, lease)
+        self._settled(match, matches, woken)
+
+    def refused(self, match: Match) -> None:
+        matches, woken = self._host._book.refused(match)
+        self._settled(match, matches, woken)
+
+    def _settled(self, match: Match, matches: list[Match], woken: set[str]) -> None:
+        making = self._making.pop(match.offer.attempt_id, None)
+        if making is not None and not making.done():
+            making.set_result(None)
+        self._host._lease(matches)
+        self._host._wake(woken)
+
+
 class RunHost:
     def __init__(self, config: dict[str, Any]) -> None:
         self._config = config
@@ -121,9 +173,25 @@ class RunHost:
         # router re-routes it to another host at once); those in flight finish (``drain``).
         self._drain = Drain(self.settings.drain.retry_after_seconds)
         self._reads = 0  # claims, run views, event pages: host calls that are not commands
+        self._calls = 0  # actor calls served on the data path (batches, claims, reads, exchanges)
+        self._exchanges = 0
         # attempt -> holder, while a claim on this host is leasing it
         self._acquiring: dict[UUID, str] = {}
-        self._reaper = asyncio.get_running_loop().create_task(self._reap())
+        # The worker sessions (DESIGN 10): credits, the attempts this host's commits dispatch,
+        # grants and cancels (``runcontrol.sessions``); the host waits and leases.
+        self._book = SessionBook()
+        self._wakes: dict[str, asyncio.Event] = {}
+        self._generations: dict[str, int] = {}  # session -> exchanges seen (a newer supersedes)
+        # attempt -> its lease being made (a grant task, or a fused grant's commit)
+        self._granting: dict[UUID, asyncio.Future[None]] = {}
+        self._session_granting: dict[str, set[asyncio.Future[None]]] = {}  # the same, by session
+        self._sweep_now = asyncio.Event()
+        self._index = _own_index(self.settings.grains.host_count)
+        self._env.observers.append(self._observe_sessions)
+        self._env.credits = FusedGrants(self)
+        loop = asyncio.get_running_loop()
+        self._reaper = loop.create_task(self._reap())
+        self._sweeper = loop.create_task(self._sweep_sessions())
 
     # ------------------------------------------------------------------ activations
 
@@ -142,6 +210,10 @@ class RunHost:
             for run_id, act in list(self._activations.items()):
                 if act.last_used < cutoff and act.idle:
                     del self._activations[run_id]
+            gone = self._book.expire(time.monotonic() - SESSION_TTL_S)
+            for session_id in gone:
+                self._wakes.pop(session_id, None)
+                self._generations.pop(session_id, None)
 
     async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
         """A synchronous read (claims, run views, event pages) off the loop. A read that met a
@@ -204,7 +276,202 @@ class RunHost:
         self, payload: bytes, carriers: list[Carrier | None] | None = None
     ) -> bytes:
         """``command_batch`` as the router sends it: items and answers each one pickle."""
+        self._calls += 1
         return pack_answers(await self.command_batch(unpack(payload), carriers))
+
+    # ------------------------------------------------------------------ worker sessions
+
+    async def exchange(self, up: SessionUp) -> SessionDown:
+        """One exchange of a worker session (``runcontrol.session``): its commands answered
+        each as if sent alone, its credits offered (replacing the last set), its acks taken;
+        then, with nothing to say yet, a wait of up to ``up.wait_s`` (at most ``MAX_WAIT_S``)
+        for a grant or a cancel. A newer exchange of the session answers this one at once."""
+        sid = up.session_id
+        self._calls += 1
+        self._exchanges += 1
+        generation = self._generations.get(sid, 0) + 1
+        self._generations[sid] = generation
+        self._wake({sid})  # the exchange still waiting, if any, answers now
+        self._book.ack(sid, up.acks)
+        if self._drain.draining:
+            return await self._drained_exchange(up)
+        with self._drain.track():
+            credits = await self._recover(sid, up.credits)
+            matches, withdrawn = self._book.offer(sid, credits, time.monotonic())
+            self._lease(matches)
+            if self._book.waiting_credits():
+                self._sweep_now.set()
+            answers = await asyncio.gather(*map(self._answer, up.commands))
+            # A credit left out while its lease was being made: its grant comes down now. And
+            # the leases this exchange's own credits and commands started (a report whose next
+            # step went to the slot it freed) come down in this answer, not in the next.
+            await self._granted(withdrawn)
+            started = self._session_granting.get(sid)
+            if started:
+                await asyncio.wait(set(started), timeout=GRANT_WAIT_S)
+        if not answers and not self._book.has_news(sid):
+            await self._wait(sid, generation, min(max(up.wait_s, 0.0), MAX_WAIT_S))
+        return self._down(sid, answers)
+
+    def _down(self, sid: str, answers: list[Answer], *, draining: bool = False) -> SessionDown:
+        return SessionDown(
+            answers=answers,
+            grants=self._book.grants(sid),
+            cancels=self._book.take_cancels(sid),
+            backlog=self._book.backlog(),
+            hosts=self.settings.grains.host_count,
+            draining=draining,
+        )
+
+    async def _drained_exchange(self, up: SessionUp) -> SessionDown:
+        """A draining host takes no credit and refuses every command (the worker offers them
+        to another host); the grants and cancels it still has come down."""
+        sid = up.session_id
+        _, withdrawn = self._book.offer(sid, (), time.monotonic())
+        await self._granted(withdrawn)
+        answers = [
+            Answer(c.command_id, False, self._drain.refuse(type(c).__name__)) for c in up.commands
+        ]
+        return self._down(sid, answers, draining=True)
+
+    async def _answer(self, command: Command[Any]) -> Answer:
+        try:
+            return Answer(command.command_id, True, await self.command(command))
+        except Exception as exc:  # noqa: BLE001 - the command's answer, not the exchange's
+            return Answer(command.command_id, False, exc)
+
+    async def _recover(self, sid: str, credits: Sequence[Credit]) -> list[Credit]:
+        """A credit resent after a lost exchange finds the lease it was granted by its claim id:
+        in the book, or (this host restarted since) once in the store. Answers the credits
+        still free."""
+        free: list[Credit] = []
+        for credit in credits:
+            if not credit.resent or self._book.knows(sid, credit.claim_id):
+                free.append(credit)
+                continue
+            try:
+                grant = await self._in_thread(self._claimed_grant, credit)
+            except errors.IdempotencyConflict:
+                log.warning("a resent credit's claim id belongs to another holder: dropped")
+                continue
+            if grant is None:
+                free.append(credit)
+            else:
+                self._book.recovered(sid, credit.claim_id, grant)
+        return free
+
+    def _claimed_grant(self, credit: Credit) -> Grant | None:
+        found = self._claimed(credit.claim_id, credit.holder, credit.tenant_id)
+        if found is None:
+            return None
+        return Grant(credit.claim_id, found["tenant_id"], found["grant"], found["input"])
+
+    async def _wait(self, sid: str, generation: int, wait_s: float) -> None:
+        deadline = time.monotonic() + wait_s
+        event = self._wakes.setdefault(sid, asyncio.Event())
+        while self._generations.get(sid) == generation and not self._drain.draining:
+            event.clear()
+            remaining = deadline - time.monotonic()
+            if self._book.has_news(sid) or remaining <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), remaining)
+
+    def _wake(self, sessions: set[str]) -> None:
+        for sid in sessions:
+            event = self._wakes.get(sid)
+            if event is not None:
+                event.set()
+
+    def _observe_sessions(self, agg: RunAggregate, events: Sequence[Event]) -> None:
+        """Every commit of this host: the run's leasable attempts to the book (matched to a
+        waiting credit at once), its cancels to the holders' sessions."""
+        matches, woken = self._book.observe(view(agg, events, self._env.options))
+        self._lease(matches)
+        self._wake(woken)
+
+    def _lease(self, matches: list[Match]) -> None:
+        loop = asyncio.get_running_loop()
+        for match in matches:
+            self._track(match, loop.create_task(self._grant(match)))
+
+    def _track(self, match: Match, making: asyncio.Future[None]) -> None:
+        """``making`` ends once the match's lease is made or refused (an exchange waits)."""
+        attempt_id = match.offer.attempt_id
+        self._granting[attempt_id] = making
+        self._session_granting.setdefault(match.session_id, set()).add(making)
+        making.add_done_callback(functools.partial(self._lease_done, attempt_id, match.session_id))
+
+    def _lease_done(self, attempt_id: UUID, sid: str, task: asyncio.Future[None]) -> None:
+        if self._granting.get(attempt_id) is task:
+            del self._granting[attempt_id]
+        tasks = self._session_granting.get(sid)
+        if tasks is not None:
+            tasks.discard(task)
+            if not tasks:
+                del self._session_granting[sid]
+
+    async def _grant(self, match: Match) -> None:
+        """Lease the match's attempt to its credit, through the run's mailbox, the lease's
+        command id the credit's claim id (a lost answer is found again by it)."""
+        offer, credit = match.offer, match.credit
+        command = AcquireLease(
+            tenant_id=offer.tenant_id,
+            run_id=offer.run_id,
+            attempt_id=offer.attempt_id,
+            holder=credit.holder,
+            command_id=credit.claim_id,
+        )
+        try:
+            if self._drain.draining:
+                raise self._drain.refuse("a grant")
+            with self._drain.track():
+                act = self._activation(offer.tenant_id, offer.run_id)
+                lease = await self._in_mailbox(act, command)
+        except Exception as exc:  # noqa: BLE001 - refused or failed: the credit waits again
+            if not isinstance(exc, errors.RunControlError):
+                log.warning("a grant to a session failed: %r", exc)
+            matches, woken = self._book.refused(match)
+        else:
+            _, matches, woken = self._book.granted(match, lease)
+        self._lease(matches)
+        self._wake(woken)
+
+    async def _granted(self, matches: list[Match]) -> None:
+        tasks = [t for m in matches if (t := self._granting.get(m.offer.attempt_id)) is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=10.0)
+
+    async def _sweep_sessions(self) -> None:
+        """The attempts no commit of this host gave its book (dispatched before it started, or
+        by a host that no longer serves them): one read per sweep while credits wait, at the
+        dispatch sweep's rate (and at once when credits first wait), never a read per claim."""
+        interval = self.settings.scheduler.dispatch_sweep_interval
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._sweep_now.wait(), interval)
+            self._sweep_now.clear()
+            if self._drain.draining or not self._book.waiting_credits():
+                continue
+            try:
+                found = await self._in_thread(self._leasable)
+            except Exception:  # noqa: BLE001 - the next sweep tries again
+                log.exception("the session sweep failed")
+                continue
+            self._lease(self._book.found(found))
+            await asyncio.sleep(interval)  # at most one sweep per interval
+
+    def _leasable(self) -> list[Offer]:
+        now = self._env.clock.now()
+        foreign = now - timedelta(seconds=FOREIGN_AFTER_S)
+        with self._db.system_tx() as conn:
+            rows = q.leasable(conn, now - timedelta(seconds=OWN_AFTER_S))
+        count = self.settings.grains.host_count
+        return [
+            Offer(tenant, run_id, attempt_id, agent, at, input)
+            for tenant, run_id, attempt_id, agent, at, input in rows
+            if at < foreign or self._index is None or host_index(run_id, count) == self._index
+        ]
 
     # ------------------------------------------------------------------ claims
 
@@ -230,6 +497,7 @@ class RunHost:
         a grant whose answer is lost leaves an attempt nobody works until its lease expires)."""
         self._drain.check("a claim")
         self._reads += 1
+        self._calls += 1
         with self._drain.track():
             return await self._claim(
                 agent_ids, holder, timeout_s, tenant_id, claim_id or new_command_id()
@@ -317,6 +585,7 @@ class RunHost:
 
     async def get_run(self, tenant_id: str, run_id: UUID) -> dict[str, Any] | None:
         self._reads += 1
+        self._calls += 1
         return await self._in_thread(self._run_view, tenant_id, run_id)
 
     async def events(
@@ -326,6 +595,7 @@ class RunHost:
         draining host refuses, and ends a wait at once: the caller asks another host)."""
         self._drain.check("a watch")
         self._reads += 1
+        self._calls += 1
         deadline = time.monotonic() + max(wait_s, 0.0)
         key = (str(run_id),)
         while True:
@@ -362,6 +632,8 @@ class RunHost:
             "activations": len(self._activations),
             "commands": self._commands,
             "reads": self._reads,  # claim, get_run and events calls
+            "calls": self._calls,  # command batches, claims, reads and exchanges served
+            "exchanges": self._exchanges,
             # commit statements sent (each a group: store/commit.py) and the documents in them
             "commit_groups": self._store.statements_sent,
             "commit_documents": self._store.documents_sent,
@@ -380,6 +652,7 @@ class RunHost:
         commands at once, with no wait for a lease to expire. The host stays up, refusing,
         until it is stopped or replaced (``resume`` calls the drain off)."""
         grace = self.settings.drain.grace_seconds if grace_s is None else grace_s
+        self._wake(set(self._wakes))  # waiting exchanges answer now, as draining
         report = await self._drain.wait(grace)
         released = len(self._activations)
         self._activations.clear()
@@ -433,6 +706,19 @@ def _deep_size(obj: Any, seen: set[int]) -> int:
     return size
 
 
+def _own_index(host_count: int) -> int | None:
+    """This host's index, from its actor name (None: a dedicated host, or outside Ray)."""
+    try:
+        name = ray.get_runtime_context().get_actor_name() or ""
+    except Exception:  # noqa: BLE001 - not in an actor
+        return None
+    prefix = host_name(0)[:-1]
+    if not name.startswith(prefix) or not name[len(prefix) :].isdigit():
+        return None
+    index = int(name[len(prefix) :])
+    return index if index < host_count else None
+
+
 def ensure_hosts(
     settings: Settings,
     owner_url: str,
@@ -450,8 +736,6 @@ def ensure_hosts(
     options = dict(HOST_OPTIONS)
     if detached:
         options["lifetime"] = "detached"
-    from .placement import host_name
-
     handles = [
         get_or_create(
             host_name(k), RunHost, config, **options, **(host_options(k) if host_options else {})

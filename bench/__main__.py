@@ -46,6 +46,12 @@ def main() -> int:
     parser.add_argument("--http-seconds", type=int, default=15, help="wrk's duration per route")
     parser.add_argument("--e2e-runs", type=int, default=2000)
     parser.add_argument("--e2e-workers", type=int, default=1, help="worker processes")
+    parser.add_argument(
+        "--e2e-transport",
+        default="claim,session,grpc-session",
+        help="the e2e workers: claim (runcontrol worker, claims), session (worker sessions in "
+        "the cluster), grpc-session (worker sessions over gRPC, outside it)",
+    )
     parser.add_argument("--e2e-worker-concurrency", type=int, default=32)
     parser.add_argument(
         "--e2e-in-flight", type=int, default=64, help="submitted runs not yet ended, at most"
@@ -184,16 +190,19 @@ def main() -> int:
                     f"{args.e2e_workers} worker process(es) x {args.e2e_worker_concurrency} ...",
                     flush=True,
                 )
-                figures = e2e.run(
-                    url,
-                    runs=args.e2e_runs,
-                    concurrency=args.concurrency,
-                    workers=args.e2e_workers,
-                    worker_concurrency=args.e2e_worker_concurrency,
-                    in_flight=args.e2e_in_flight,
-                )
-                results["e2e"] = {"pgbench_tps": ceiling, **figures}
-                e2e.report(figures, ceiling)
+                for transport in args.e2e_transport.split(","):
+                    figures = e2e.run(
+                        url,
+                        runs=args.e2e_runs,
+                        concurrency=args.concurrency,
+                        workers=args.e2e_workers,
+                        worker_concurrency=args.e2e_worker_concurrency,
+                        in_flight=args.e2e_in_flight,
+                        transport=transport,
+                    )
+                    key = "e2e" if transport == "claim" else f"e2e_{transport.replace('-', '_')}"
+                    results[key] = {"pgbench_tps": ceiling, **figures}
+                    e2e.report(figures, ceiling)
             if args.only is None or "sse" in args.only:
                 print(f"SSE: {args.sse_streams} streams over {args.sse_runs} runs ...", flush=True)
                 results["sse"] = sse.run(

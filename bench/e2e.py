@@ -35,6 +35,122 @@ from .stack import Stack, api_stack
 
 STEPS = 3
 WORKER = "from runcontrol.cli import main; raise SystemExit(main())"
+TRANSPORTS = ("claim", "session", "grpc-session")
+
+
+@contextmanager
+def session_workers(
+    stack: Stack, owner_url: str, processes: int, concurrency: int
+) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """``bench.session_worker`` processes (worker sessions, DESIGN 10) joining this cluster."""
+    address = ray.get_runtime_context().gcs_address
+    yield from _session_workers(
+        [f"--address={address}"], "bench-s", owner_url, processes, concurrency, stack
+    )
+
+
+@contextmanager
+def grpc_session_workers(
+    stack: Stack, owner_url: str, processes: int, concurrency: int
+) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """``bench.session_worker`` processes outside the cluster: sessions over gRPC, with a
+    Worker token of the tenant (holders ``bench-worker/s{k}``)."""
+    where = [
+        f"--grpc={stack.grpc_target}",
+        f"--token={stack.worker_token}",
+        "--application=runcontrol",  # the stack runs the trivial route's app beside it
+    ]
+    yield from _session_workers(where, "bench-worker/s", owner_url, processes, concurrency, stack)
+
+
+def _session_workers(
+    where: list[str],
+    holder: str,
+    owner_url: str,
+    processes: int,
+    concurrency: int,
+    stack: Stack,
+) -> Iterator[list[subprocess.Popen[bytes]]]:
+    env = dict(os.environ, RUNCONTROL_DATABASE_URL=owner_url)
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bench.session_worker",
+                *where,
+                f"--holder={holder}{k}",
+                f"--concurrency={concurrency}",
+                "--agents",
+                *stack.agents,
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+        )
+        for k in range(processes)
+    ]
+    with _stopped_after(procs):
+        yield procs
+
+
+@contextmanager
+def _stopped_after(procs: list[subprocess.Popen[bytes]]) -> Iterator[None]:
+    """Stop the worker processes with SIGTERM (they drain), killing those that do not end."""
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+class Notifies:
+    """Counts the NOTIFYs delivered on the service's channels to one LISTEN connection (what
+    each listener of the service receives) while it runs."""
+
+    def __init__(self, owner_url: str) -> None:
+        import threading
+
+        import psycopg
+
+        from runcontrol.store.commit import CONFIG_CHANNEL, DISPATCH_CHANNEL, EVENTS_CHANNEL
+
+        url = owner_url.replace("postgresql+psycopg://", "postgresql://")
+        self._conn = psycopg.connect(url, autocommit=True)
+        channels = (DISPATCH_CHANNEL, EVENTS_CHANNEL, CONFIG_CHANNEL)
+        for channel in channels:
+            self._conn.execute(f'LISTEN "{channel}"')
+        self.count = 0
+        self._stop = False
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop:
+            for _ in self._conn.notifies(timeout=0.5):
+                self.count += 1
+
+    def close(self) -> None:
+        self._stop = True
+        self._thread.join(timeout=5)
+        self._conn.close()
+
+
+def _transactions(engine: Any) -> int:
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                text(
+                    "SELECT xact_commit + xact_rollback FROM pg_stat_database"
+                    " WHERE datname = current_database()"
+                )
+            ).scalar_one()
+        )
 
 
 @contextmanager
@@ -66,17 +182,8 @@ def reference_workers(
         )
         for k in range(processes)
     ]
-    try:
+    with _stopped_after(procs):
         yield procs
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 def _terminal(engine: Any, tenant: str) -> dict[str, tuple[str, float]]:
@@ -182,18 +289,26 @@ def run(
     worker_concurrency: int = 32,
     warmup: int = 50,
     in_flight: int = 64,
+    transport: str = "claim",
 ) -> dict[str, Any]:
     roots = cpu.own_processes(owner_url)
     engine = create_engine(owner_url)
     with api_stack(owner_url, steps=STEPS) as stack:
         scheduler = ensure_scheduler(stack.settings, owner_url)
         try:
-            with reference_workers(stack, owner_url, workers, worker_concurrency) as procs:
+            start_workers = {
+                "claim": reference_workers,
+                "session": session_workers,
+                "grpc-session": grpc_session_workers,
+            }[transport]
+            with start_workers(stack, owner_url, workers, worker_concurrency) as procs:
                 pids = {p.pid for p in procs}
                 warm: dict[str, float] = {}
                 asyncio.run(_submit(stack, warmup, min(concurrency, warmup), warm, []))
                 _wait_terminal(engine, stack.tenant, set(warm), patience_s=120)
                 hosts_before = stack.host_stats()
+                notifies = Notifies(owner_url)
+                tx_before = _transactions(engine)
                 cpu_before = cpu.cpu_by_process(os.getpid(), pids, roots)
                 sent: dict[str, float] = {}
                 errors: list[int] = []
@@ -206,6 +321,8 @@ def run(
                 submitted = time.time()
                 done = _wait_terminal(engine, stack.tenant, set(sent), patience_s=60)
                 cpu_after = cpu.cpu_by_process(os.getpid(), pids, roots)
+                tx_after = _transactions(engine)
+                notifies.close()
                 hosts_after = stack.host_stats()
         finally:
             ray.kill(scheduler)
@@ -237,6 +354,16 @@ def run(
         "submit_to_completed_p99_ms": common.percentile(latencies, 99),
         "host_commands_per_run": host_delta("commands") / per_run,
         "host_reads_per_run": host_delta("reads") / per_run,
+        "transport": transport,
+        # the per-run cost (bench-counted): actor calls the hosts served, every transaction
+        # of the database (the bench's own few polls included), commit statements the hosts
+        # sent (group commits), NOTIFYs delivered to one listener
+        "host_calls_per_run": host_delta("calls") / per_run,
+        "host_exchanges_per_run": host_delta("exchanges") / per_run,
+        "transactions_per_run": (tx_after - tx_before) / per_run,
+        "commit_statements_per_run": host_delta("commit_groups") / per_run,
+        "commit_documents_per_run": host_delta("commit_documents") / per_run,
+        "notifies_per_run": notifies.count / per_run,
         "cpu_ms_per_completed_run": cpu.ms_per_unit(cpu_before, cpu_after, len(completed)),
         "load_average": os.getloadavg(),
     }
@@ -266,4 +393,14 @@ def report(figures: dict[str, Any], ceiling: float) -> None:
         f"{'host commands / host reads per run':<44}"
         f"{figures['host_commands_per_run']:>7.1f} / {figures['host_reads_per_run']:<6.1f}"
     )
+    print(f"per-run cost ({figures['transport']} workers):")
+    for key, label in (
+        ("host_calls_per_run", "actor calls served by the hosts"),
+        ("host_exchanges_per_run", "  of which session exchanges"),
+        ("transactions_per_run", "database transactions"),
+        ("commit_statements_per_run", "commit statements (group commits)"),
+        ("commit_documents_per_run", "committed documents (commands)"),
+        ("notifies_per_run", "NOTIFYs delivered to one listener"),
+    ):
+        print(f"  {label:<42}{figures[key]:>10.1f}")
     cpu.print_ms_per_unit("CPU per completed run, by process", figures["cpu_ms_per_completed_run"])

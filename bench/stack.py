@@ -54,6 +54,8 @@ class Stack:
     container: Container
     client: RunControlClient  # in-cluster, on actor handles (what a worker in Ray uses)
     hosts: list[Any]
+    grpc_target: str  # Serve's gRPC ingress, 127.0.0.1:PORT
+    worker_token: str  # a Worker's bearer token of the tenant (gRPC workers)
 
     def host_stats(self) -> list[dict[str, Any]]:
         return list(ray.get([h.stats.remote() for h in self.hosts]))
@@ -80,11 +82,18 @@ def api_stack(
     container.releases.publish(
         tenant, WorkflowDefinition.from_dict(definition), "bench", container.env.clock.now()
     )
+    from grpc_ingress import grpc_options
+
     hosts = ensure_hosts(config, owner_url)
     port = free_port()
+    grpc_port = free_port()
     os.environ["RUNCONTROL_DATABASE_URL"] = owner_url
     try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port}, logging_config=ACCESS_LOG_OFF)
+        serve.start(
+            http_options={"host": "127.0.0.1", "port": port},
+            grpc_options=grpc_options(grpc_port),
+            logging_config=ACCESS_LOG_OFF,
+        )
         serve.run(Trivial.bind(), name="trivial", route_prefix="/trivial")
         secret = secrets.token_urlsafe(48)  # this run's own: there is no built-in secret
         app_settings = {**(api_settings or {}), "auth": {"hs256_secret": secret}}
@@ -94,6 +103,7 @@ def api_stack(
             route_prefix="/",
         )
         token = mint_dev_token(secret, tenant, "bench", "bench-user", ["Requester"])
+        worker_token = mint_dev_token(secret, tenant, "bench", "bench-worker", ["Worker"])
         yield Stack(
             base=f"http://127.0.0.1:{port}",
             tenant=tenant,
@@ -104,6 +114,8 @@ def api_stack(
             container=container,
             client=RunControlClient(make_router(host_config(config, owner_url))),
             hosts=hosts,
+            grpc_target=f"127.0.0.1:{grpc_port}",
+            worker_token=worker_token,
         )
     finally:
         serve.shutdown()

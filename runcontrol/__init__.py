@@ -1,7 +1,8 @@
 """runcontrol: the run-control plane for agent and workflow runs, on Ray and PostgreSQL.
 
 The public surface: the typed commands a client sends, the client and its ``Router`` port, the
-settings, the domain's typed errors and the reference worker. Everything else is internal.
+settings, the domain's typed errors, the worker SDK (``Worker``, ``Step``, the errors an
+agent raises) and the reference worker. Everything else is internal.
 """
 
 from __future__ import annotations
@@ -23,6 +24,19 @@ _WHERE = {
     "EchoExecutor": "worker",
     "ReferenceWorker": "worker",
     "TransientError": "worker",
+    **dict.fromkeys(
+        (
+            "Worker",
+            "Step",
+            "SyncStep",
+            "Transient",
+            "Permanent",
+            "Uncertain",
+            "Approval",
+            "ToolCall",
+        ),
+        "sdk",
+    ),
     **dict.fromkeys(_commands.__all__, "commands"),
 }
 

@@ -13,7 +13,7 @@ import secrets
 import signal
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -25,6 +25,7 @@ from .ports.policy import DEFAULT_POLICY_ID, document_from_dict, document_to_dic
 from .telemetry import configure as configure_telemetry
 
 if TYPE_CHECKING:
+    from .sdk import Worker
     from .worker import ReferenceWorker
 
 log = logging.getLogger(__name__)
@@ -119,16 +120,6 @@ def _demo_executors(seconds: float) -> dict[str, Any]:
     from .worker import EchoExecutor
 
     return {s["agentId"]: EchoExecutor(s["agentId"], seconds) for s in DEMO_WORKFLOW["steps"]}
-
-
-async def _supervise_workers(
-    workers: list[ReferenceWorker], stop: asyncio.Event, grace_s: float = 30.0
-) -> None:
-    """Run each worker under supervision (a loop that dies anyway is logged and restarted)
-    until ``stop``; then drain: attempts in hand finish first, for up to ``grace_s``."""
-    tasks = _start_workers(workers)
-    await stop.wait()
-    await _stop_workers(workers, tasks, grace_s)
 
 
 def _start_workers(workers: list[ReferenceWorker]) -> list[asyncio.Task[None]]:
@@ -465,67 +456,95 @@ def _cmd_hosts(args: argparse.Namespace) -> int:
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
+    from .sdk import AppNotFound
+
+    try:
+        app = _worker_app(args)  # before Ray or a channel: a bad --app is one line, exit 2
+    except (AppNotFound, ValueError) as exc:
+        print(f"runcontrol worker: {exc}", file=sys.stderr)
+        return 2
     settings = Settings()
     configure_telemetry(settings.telemetry, "worker")
     if args.transport == "grpc":
-        return _grpc_worker(args, settings)
+        return _grpc_worker(args, settings, app)
     from actors.run_host import host_config, make_router
     from actors.service import start_ray
-
-    from .client import RunControlClient
+    from actors.sessions import ActorSessionTransport
 
     start_ray(address=args.address or "auto")
-    client = RunControlClient(make_router(host_config(settings, settings.database_url or "")))
+    router = make_router(host_config(settings, settings.database_url or ""))
     holder: str | WorkerIdentity = args.holder
     if args.tenant:
         holder = WorkerIdentity(args.tenant, args.sub, args.holder)
-    _run_worker(args, settings, lambda: client, holder)
+    _run_worker(args, settings, app, lambda: ActorSessionTransport(router), holder)
     return 0
 
 
-def _grpc_worker(args: argparse.Namespace, settings: Settings) -> int:
-    """The reference worker over gRPC: no Ray in this process (the ``grpc`` extra)."""
+def _worker_app(args: argparse.Namespace) -> Worker:
+    """The ``Worker`` to run: ``--app``'s, or the echo agents (``--agents``, ``--work-seconds``)."""
+    from .sdk import load_app
+    from .sdk.echo import DEMO_AGENTS, echo_worker
+
+    if args.app is None:
+        return echo_worker(args.agents or DEMO_AGENTS, args.work_seconds)
+    app = load_app(args.app)
+    return app.only(args.agents) if args.agents else app
+
+
+def _grpc_worker(args: argparse.Namespace, settings: Settings, app: Worker) -> int:
+    """The worker over gRPC: no Ray in this process (the ``grpc`` extra). Its lease holders
+    are the token's subject and ``--holder`` (one instance per slot: ``HOLDER.k``)."""
     import os
 
-    from .rpc.client import GrpcWorkerClient
+    from .rpc.sessions import GrpcSessionTransport
+    from .sdk import token_identity
 
     token = args.token or os.environ.get("RUNCONTROL_WORKER_TOKEN")
     if not token:
         raise SystemExit("--transport grpc needs --token or RUNCONTROL_WORKER_TOKEN (role Worker)")
-    _run_worker(
-        args, settings, lambda: GrpcWorkerClient(args.target, token, args.holder), args.holder
-    )
+    try:
+        identity = token_identity(token, args.holder)
+    except errors.ValidationFailed as exc:
+        raise SystemExit(f"runcontrol worker: {exc}") from None
+    _run_worker(args, settings, app, lambda: GrpcSessionTransport(args.target, token), identity)
     return 0
 
 
 def _run_worker(
     args: argparse.Namespace,
     settings: Settings,
-    make_client: Callable[[], Any],
+    app: Worker,
+    make_transport: Callable[[], Any],
     holder: str | WorkerIdentity,
 ) -> None:
+    if args.renew_seconds is not None:
+        app.renew_every_s = args.renew_seconds
+    app.wait_s = args.claim_seconds
+    app.lease_grace = timedelta(seconds=settings.leases.renewal_grace_seconds + 5.0)
+
     async def main() -> None:
-        client = make_client()  # on this loop (a gRPC channel belongs to the loop it is made on)
+        # on this loop (a gRPC channel belongs to the loop it is made on)
+        transport = make_transport()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        _say(f"worker {args.holder} claiming for agents {', '.join(args.agents)}")
-        from .worker import EchoExecutor, ReferenceWorker
-
-        worker = ReferenceWorker(
-            client,
-            holder,
-            {a: EchoExecutor(a, args.work_seconds) for a in args.agents},
-            renew_every_s=args.renew_seconds or max(settings.leases.duration_seconds / 3, 0.5),
-            lease_grace_s=settings.leases.renewal_grace_seconds + 5.0,
-            concurrency=args.concurrency,
-            claim_timeout_s=args.claim_seconds,
+        _say(f"worker {args.holder} ({app.name}) serving agents {', '.join(app.agents)}")
+        task = asyncio.create_task(
+            app.run_supervised(transport, holder, concurrency=args.concurrency)
         )
+        stopping = asyncio.create_task(stop.wait())
         try:
-            await _supervise_workers([worker], stop, settings.drain.grace_seconds)
+            await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            app.stop()  # drain: attempts in hand finish and report first
+            grace = settings.drain.grace_seconds
+            try:
+                await asyncio.wait_for(task, grace)
+            except TimeoutError:
+                log.warning("the worker did not drain within %.0f s; stopped", grace)
         finally:
-            close = getattr(client, "close", None)
+            stopping.cancel()
+            close = getattr(transport, "close", None)
             if close is not None:
                 await close()
 
@@ -695,7 +714,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     hosts.set_defaults(func=_cmd_hosts)
 
-    worker = sub.add_parser("worker", help="run a reference worker (Ray client or gRPC)")
+    worker = sub.add_parser(
+        "worker", help="run a worker: an app of the worker SDK (Ray client or gRPC)"
+    )
+    worker.add_argument(
+        "--app",
+        default=None,
+        metavar="PACKAGE.MODULE:WORKER",
+        help="the runcontrol.sdk.Worker to run (default: the echo agents of make run)",
+    )
     worker.add_argument("--transport", choices=("ray", "grpc"), default="ray")
     worker.add_argument(
         "--target", default="127.0.0.1:9000", help="gRPC: HOST:PORT of the gRPC ingress"
@@ -710,10 +737,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     worker.add_argument("--tenant", default=None, help="ray: claim only this tenant's attempts")
     worker.add_argument("--sub", default="worker", help="ray with --tenant: the worker subject")
-    worker.add_argument("--agents", nargs="+", default=["planner", "applier", "reporter"])
-    worker.add_argument("--work-seconds", type=float, default=0.5)
     worker.add_argument(
-        "--concurrency", type=int, default=8, help="attempts run at once (default 8)"
+        "--agents",
+        nargs="+",
+        default=None,
+        help="serve only these agents of the app (the echo agents: which to make; default "
+        "planner applier reporter)",
+    )
+    worker.add_argument("--work-seconds", type=float, default=0.5, help="the echo agents' work")
+    worker.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="attempts run at once (default: the app's Worker(concurrency=...), 8)",
     )
     worker.add_argument("--renew-seconds", type=float, default=None)
     worker.add_argument("--claim-seconds", type=float, default=20.0)

@@ -18,6 +18,7 @@ from uuid import UUID
 from .commands import Command, new_command_id
 from .domain import LeaseGrant, WorkerIdentity, errors
 from .domain.events import TERMINAL_EVENTS as TERMINAL_EVENTS  # the streams end there
+from .session import SessionDown, SessionUp
 
 R = TypeVar("R")
 
@@ -28,6 +29,10 @@ class Router(Protocol):
     async def call(self, run_id: UUID, method: str, *args: Any, **kwargs: Any) -> Any: ...
 
     async def call_any(self, method: str, *args: Any, **kwargs: Any) -> Any: ...
+
+    async def hosts(self) -> int: ...
+
+    async def exchange(self, host: int, up: SessionUp) -> SessionDown: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +79,17 @@ class RunControlClient:
     async def send(self, command: Command[R]) -> R:
         """Send one command to its run's grain and answer what the grain answered."""
         return await self._router.send(command)
+
+    # ------------------------------------------------------------------ worker sessions
+
+    async def hosts(self) -> int:
+        """How many run hosts there are (a worker keeps one session with each)."""
+        return await self._router.hosts()
+
+    async def exchange(self, host: int, up: SessionUp) -> SessionDown:
+        """One exchange of a worker session with run host ``host`` (``runcontrol.session``):
+        the client is a ``SessionTransport``. A draining host answers ``draining=True``."""
+        return await self._router.exchange(host, up)
 
     # ------------------------------------------------------------------ reads
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -69,6 +70,23 @@ class Grant:
     lease: LeaseGrant
     input: dict[str, Any] | None
     results: Mapping[str, Any] = field(default_factory=dict)
+    # When the control plane cancels the run (its wall-clock budget or its lifetime, the
+    # earlier: ``RunAggregate.deadline``); None for a grant found again in the store by its
+    # claim id after its host restarted.
+    deadline_at: datetime | None = None
+
+    def fenced(self) -> dict[str, Any]:
+        """The fields a fenced command takes from this grant's lease:
+        ``ReportOutcome(**grant.fenced(), outcome=..., outcome_hash=...)``."""
+        lease = self.lease
+        return {
+            "tenant_id": self.tenant_id,
+            "run_id": lease.run_id,
+            "attempt_id": lease.attempt_id,
+            "holder": lease.holder,
+            "fencing_token": lease.fencing_token,
+            "lease_id": lease.lease_id,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +116,10 @@ class SessionDown:
     backlog: Mapping[str, int] = field(default_factory=dict)
     # how many run hosts there are: the worker keeps one session with each
     hosts: int = 1
+    # the host is draining: it took none of the credits (offer them to another host) and
+    # refused the commands (``errors.Draining``: send them to another host); grants and
+    # cancels it still had come down as usual
+    draining: bool = False
 
 
 class SessionTransport(Protocol):

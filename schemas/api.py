@@ -335,6 +335,8 @@ class RunGraphNode(ResponseModel):
     name: str
     agent_id: str
     state: str
+    kind: str = "agent"
+    due_at: datetime | None = None
     depends_on: list[str]
     attempts: list[AttemptView]
 

@@ -370,3 +370,112 @@ class ToolCallResponse(_message.Message):
     result_hash: str
     error: str
     def __init__(self, tool_call_id: _Optional[str] = ..., call_id: _Optional[str] = ..., status: _Optional[str] = ..., result_hash: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+
+class SessionCredit(_message.Message):
+    __slots__ = ("claim_id", "worker_instance_id", "agent_ids", "resent")
+    CLAIM_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    RESENT_FIELD_NUMBER: _ClassVar[int]
+    claim_id: str
+    worker_instance_id: str
+    agent_ids: _containers.RepeatedScalarFieldContainer[str]
+    resent: bool
+    def __init__(self, claim_id: _Optional[str] = ..., worker_instance_id: _Optional[str] = ..., agent_ids: _Optional[_Iterable[str]] = ..., resent: _Optional[bool] = ...) -> None: ...
+
+class SessionCommand(_message.Message):
+    __slots__ = ("acquire_lease", "report_attempt_outcome", "request_approval", "report_progress", "claim_tool_call", "complete_tool_call")
+    ACQUIRE_LEASE_FIELD_NUMBER: _ClassVar[int]
+    REPORT_ATTEMPT_OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    REPORT_PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
+    acquire_lease: AcquireLeaseRequest
+    report_attempt_outcome: ReportAttemptOutcomeRequest
+    request_approval: RequestApprovalRequest
+    report_progress: ReportProgressRequest
+    claim_tool_call: ClaimToolCallRequest
+    complete_tool_call: CompleteToolCallRequest
+    def __init__(self, acquire_lease: _Optional[_Union[AcquireLeaseRequest, _Mapping]] = ..., report_attempt_outcome: _Optional[_Union[ReportAttemptOutcomeRequest, _Mapping]] = ..., request_approval: _Optional[_Union[RequestApprovalRequest, _Mapping]] = ..., report_progress: _Optional[_Union[ReportProgressRequest, _Mapping]] = ..., claim_tool_call: _Optional[_Union[ClaimToolCallRequest, _Mapping]] = ..., complete_tool_call: _Optional[_Union[CompleteToolCallRequest, _Mapping]] = ...) -> None: ...
+
+class SessionError(_message.Message):
+    __slots__ = ("code", "message", "status_details")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_DETAILS_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    status_details: bytes
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., status_details: _Optional[bytes] = ...) -> None: ...
+
+class SessionAnswer(_message.Message):
+    __slots__ = ("command_id", "acquire_lease", "report_attempt_outcome", "request_approval", "report_progress", "claim_tool_call", "complete_tool_call", "error")
+    COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    ACQUIRE_LEASE_FIELD_NUMBER: _ClassVar[int]
+    REPORT_ATTEMPT_OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    REPORT_PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    command_id: str
+    acquire_lease: AcquireLeaseResponse
+    report_attempt_outcome: ReportAttemptOutcomeResponse
+    request_approval: RequestApprovalResponse
+    report_progress: ReportProgressResponse
+    claim_tool_call: ToolCallResponse
+    complete_tool_call: ToolCallResponse
+    error: SessionError
+    def __init__(self, command_id: _Optional[str] = ..., acquire_lease: _Optional[_Union[AcquireLeaseResponse, _Mapping]] = ..., report_attempt_outcome: _Optional[_Union[ReportAttemptOutcomeResponse, _Mapping]] = ..., request_approval: _Optional[_Union[RequestApprovalResponse, _Mapping]] = ..., report_progress: _Optional[_Union[ReportProgressResponse, _Mapping]] = ..., claim_tool_call: _Optional[_Union[ToolCallResponse, _Mapping]] = ..., complete_tool_call: _Optional[_Union[ToolCallResponse, _Mapping]] = ..., error: _Optional[_Union[SessionError, _Mapping]] = ...) -> None: ...
+
+class SessionGrant(_message.Message):
+    __slots__ = ("claim_id", "lease", "results_json", "deadline_at")
+    CLAIM_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_AT_FIELD_NUMBER: _ClassVar[int]
+    claim_id: str
+    lease: Lease
+    results_json: str
+    deadline_at: _timestamp_pb2.Timestamp
+    def __init__(self, claim_id: _Optional[str] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., results_json: _Optional[str] = ..., deadline_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ExchangeRequest(_message.Message):
+    __slots__ = ("host", "session_id", "credits", "commands", "acks", "wait_seconds")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    CREDITS_FIELD_NUMBER: _ClassVar[int]
+    COMMANDS_FIELD_NUMBER: _ClassVar[int]
+    ACKS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    host: int
+    session_id: str
+    credits: _containers.RepeatedCompositeFieldContainer[SessionCredit]
+    commands: _containers.RepeatedCompositeFieldContainer[SessionCommand]
+    acks: _containers.RepeatedScalarFieldContainer[str]
+    wait_seconds: float
+    def __init__(self, host: _Optional[int] = ..., session_id: _Optional[str] = ..., credits: _Optional[_Iterable[_Union[SessionCredit, _Mapping]]] = ..., commands: _Optional[_Iterable[_Union[SessionCommand, _Mapping]]] = ..., acks: _Optional[_Iterable[str]] = ..., wait_seconds: _Optional[float] = ...) -> None: ...
+
+class ExchangeReply(_message.Message):
+    __slots__ = ("answers", "grants", "cancels", "backlog", "hosts", "draining")
+    class BacklogEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    ANSWERS_FIELD_NUMBER: _ClassVar[int]
+    GRANTS_FIELD_NUMBER: _ClassVar[int]
+    CANCELS_FIELD_NUMBER: _ClassVar[int]
+    BACKLOG_FIELD_NUMBER: _ClassVar[int]
+    HOSTS_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
+    answers: _containers.RepeatedCompositeFieldContainer[SessionAnswer]
+    grants: _containers.RepeatedCompositeFieldContainer[SessionGrant]
+    cancels: _containers.RepeatedScalarFieldContainer[str]
+    backlog: _containers.ScalarMap[str, int]
+    hosts: int
+    draining: bool
+    def __init__(self, answers: _Optional[_Iterable[_Union[SessionAnswer, _Mapping]]] = ..., grants: _Optional[_Iterable[_Union[SessionGrant, _Mapping]]] = ..., cancels: _Optional[_Iterable[str]] = ..., backlog: _Optional[_Mapping[str, int]] = ..., hosts: _Optional[int] = ..., draining: _Optional[bool] = ...) -> None: ...

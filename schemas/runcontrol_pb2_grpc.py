@@ -69,6 +69,11 @@ class RunControlStub:
                 request_serializer=schemas_dot_runcontrol__pb2.CompleteToolCallRequest.SerializeToString,
                 response_deserializer=schemas_dot_runcontrol__pb2.ToolCallResponse.FromString,
                 _registered_method=True)
+        self.Exchange = channel.unary_unary(
+                '/runcontrol.v1.RunControl/Exchange',
+                request_serializer=schemas_dot_runcontrol__pb2.ExchangeRequest.SerializeToString,
+                response_deserializer=schemas_dot_runcontrol__pb2.ExchangeReply.FromString,
+                _registered_method=True)
 
 
 class RunControlServicer:
@@ -128,6 +133,18 @@ class RunControlServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Exchange(self, request, context):
+        """One exchange of a worker session with run host `host` (a unary long poll; DESIGN 10,
+        docs/sessions.md): the session's free slots as credits (the whole set it offers this
+        host now), its commands (each answered as if sent alone), the grants it acks; answered
+        with the commands' answers, the grants made to its credits (sent again until acked), the
+        cancels of attempts it holds, the host's backlog per agent and the host count. Waits up
+        to wait_seconds (at most 30) when there is nothing to say yet.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RunControlServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -165,6 +182,11 @@ def add_RunControlServicer_to_server(servicer, server):
                     servicer.CompleteToolCall,
                     request_deserializer=schemas_dot_runcontrol__pb2.CompleteToolCallRequest.FromString,
                     response_serializer=schemas_dot_runcontrol__pb2.ToolCallResponse.SerializeToString,
+            ),
+            'Exchange': grpc.unary_unary_rpc_method_handler(
+                    servicer.Exchange,
+                    request_deserializer=schemas_dot_runcontrol__pb2.ExchangeRequest.FromString,
+                    response_serializer=schemas_dot_runcontrol__pb2.ExchangeReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -356,6 +378,33 @@ class RunControl:
             '/runcontrol.v1.RunControl/CompleteToolCall',
             schemas_dot_runcontrol__pb2.CompleteToolCallRequest.SerializeToString,
             schemas_dot_runcontrol__pb2.ToolCallResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Exchange(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runcontrol.v1.RunControl/Exchange',
+            schemas_dot_runcontrol__pb2.ExchangeRequest.SerializeToString,
+            schemas_dot_runcontrol__pb2.ExchangeReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -7,17 +7,30 @@ import random
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 from uuid import UUID
 
 from ..clock import Clock
-from ..domain import CommandContext, Event, Options, RunAggregate
+from ..domain import CommandContext, Event, LeaseGrant, Options, RunAggregate
 from ..ports import Budget, Capacity, PolicyStore, ReleaseRegistry
+from ..sessions import Match, Offer
 from ..store.commit import GroupCommit, Store
 
 log = logging.getLogger("runcontrol.grain")
 T = TypeVar("T")
 Observer = Callable[[RunAggregate, Sequence[Event]], None]
+
+
+class Credits(Protocol):
+    """Worker credits waiting in this process (a run host's sessions, DESIGN 10). A dispatch
+    that finds one leases its attempt to it in the same commit (a fused grant): ``reserve``
+    takes the credit; then exactly one of ``granted`` (the commit is in) or ``refused``."""
+
+    def reserve(self, offer: Offer) -> Match | None: ...
+
+    def granted(self, match: Match, lease: LeaseGrant) -> None: ...
+
+    def refused(self, match: Match) -> None: ...
 
 
 @dataclass
@@ -36,6 +49,8 @@ class GrainEnv:
     rng: random.Random = field(default_factory=random.Random)
     # Told of every commit's events, with the run as committed (a host's metrics).
     observers: list[Observer] = field(default_factory=list)
+    # Credits a dispatch may lease its attempt to in the same commit (a run host's sessions).
+    credits: Credits | None = None
     commits: GroupCommit = field(init=False)
 
     def __post_init__(self) -> None:

@@ -3,25 +3,38 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
 from uuid import UUID
 
-from ..commands import Command, ControlResult
+from ..commands import AcquireLease, Command, ControlResult, fingerprint
 from ..domain import (
     Attempt,
     CommandContext,
     Event,
+    LeaseGrant,
     PolicyDocument,
     RunAggregate,
+    RunState,
     errors,
 )
-from ..store.commit import Reservation
+from ..sessions import Match, Offer
+from ..store.commit import Reservation, StoredAnswer
 from .env import GrainEnv, log
 from .handlers import HANDLERS
 from .memo import AnswerMemo
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Fused:
+    """A grant made by the commit of the command deciding now."""
+
+    match: Match
+    lease: LeaseGrant
+    answer: StoredAnswer
 
 
 class RunGrain:
@@ -35,6 +48,8 @@ class RunGrain:
         # False while a command decides again after its dispatch met the tenant's capacity cap
         # (checked by the statement, migration 0007): the step stays Pending for the sweep.
         self.may_dispatch = True
+        # The fused grants the command deciding now made (``dispatch_due``): committed with it.
+        self.fused: list[Fused] = []
 
     @property
     def active(self) -> bool:
@@ -113,7 +128,58 @@ class RunGrain:
         if not self.may_dispatch:
             return None  # denied capacity leaves the step Pending; the dispatcher retries
         attempts = agg.start_ready(ctx)
+        for attempt in attempts:  # each to a credit waiting for its agent, if one is
+            self._fuse(agg, ctx, attempt, agg.step(attempt.step_id).agent_id)
         return attempts[0] if attempts else None
+
+    def _fuse(self, agg: RunAggregate, ctx: CommandContext, attempt: Attempt, agent: str) -> None:
+        """Lease the attempt just dispatched to a credit waiting for its agent, in the same
+        commit, its answer stored under the credit's claim id (a lost grant is found again by
+        it, as an ``AcquireLease`` of that id would be)."""
+        credits, run = self.env.credits, agg.run
+        if credits is None or run.state is not RunState.RUNNING or run.suspended_at is not None:
+            return
+        offer = Offer(
+            self.tenant_id, self.run_id, attempt.attempt_id, agent, attempt.dispatched_at, run.input
+        )
+        match = credits.reserve(offer)
+        if match is None:
+            return
+        holder, claim_id = match.credit.holder, match.credit.claim_id
+        try:
+            lease = agg.acquire_lease(ctx, attempt.attempt_id, holder, self.env.options)
+        except errors.RunControlError:
+            credits.refused(match)
+            return
+        acquire = AcquireLease(
+            tenant_id=self.tenant_id,
+            run_id=self.run_id,
+            attempt_id=attempt.attempt_id,
+            holder=holder,
+            command_id=claim_id,
+        )
+        answer = StoredAnswer(claim_id, "AcquireLease", lease, ctx.now, fingerprint(acquire))
+        self.fused.append(Fused(match, lease, answer))
+
+    def fused_answers(self) -> list[StoredAnswer]:
+        return [f.answer for f in self.fused]
+
+    def fused_committed(self) -> None:
+        """The command's commit is in: its fused grants go to their sessions."""
+        fused, self.fused = self.fused, []
+        credits = self.env.credits
+        for f in fused:
+            self.memo.remember(f.answer)
+            if credits is not None:
+                credits.granted(f.match, f.lease)
+
+    def fused_dropped(self) -> None:
+        """The command decides again, or failed: its fused grants' credits wait again."""
+        fused, self.fused = self.fused, []
+        credits = self.env.credits
+        if credits is not None:
+            for f in fused:
+                credits.refused(f.match)
 
     # ------------------------------------------------------------------ operator controls
 

@@ -34,10 +34,20 @@ async def decide(
 ) -> T:
     """Decide ``plan`` on the run and commit it with its answer. ``reserve``: the budget
     reservation the plan records, made by the same statement."""
-    env = grain.env
-    retries = 1  # a lost race (or a stale refusal) decides again once, on fresh rows
     grain.may_dispatch = True
+    try:
+        return await _decide(grain, plan, command, reserve)
+    finally:
+        grain.fused_dropped()  # a fused grant not committed gives its credit back
+
+
+async def _decide(
+    grain: RunGrain, plan: Plan[T], command: Command[Any], reserve: Reservation | None
+) -> T:
+    env = grain.env
+    retries = 1
     while True:
+        grain.fused_dropped()  # deciding again: the last try's fused grants did not commit
         ctx = env.context(plan.actor, command.command_id)
         cached = grain.agg is not None
         agg = grain.agg if grain.agg is not None else await grain.load(ctx.now)
@@ -72,6 +82,7 @@ async def decide(
             env.options,
             release_budget_at=grain.release_at(agg, ctx),
             answer=answer,
+            also_answers=grain.fused_answers(),
             reserve=reserved,
             max_open_attempts=env.capacity.max_open_attempts_per_tenant,
         )
@@ -90,6 +101,7 @@ async def decide(
                 continue
             grain.memo.remember(answer)
             grain.observe(agg, pending.changes.events)
+            grain.fused_committed()
         grain.agg = agg
         return result
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..commands import (
     RerunRelease,
@@ -80,9 +80,29 @@ async def accept(grain: RunGrain, command: SubmitRun, also: Also | None = None) 
         correlation_id=request.correlation_id,
         input=request.input,
     )
-    denied: str | None = None
     grain.may_dispatch = True
+    try:
+        return await _accept_loop(
+            grain, command, submission, release, policy, ctx, input_hash, also
+        )
+    finally:
+        grain.fused_dropped()  # a first grant not committed gives its credit back
+
+
+async def _accept_loop(
+    grain: RunGrain,
+    command: SubmitRun,
+    submission: Submission,
+    release: Any,
+    policy: Any,
+    ctx: CommandContext,
+    input_hash: str,
+    also: Callable[[RunAggregate, CommandContext], None] | None,
+) -> SubmitResult:
+    env = grain.env
+    denied: str | None = None
     while True:
+        grain.fused_dropped()
         agg = RunAggregate.accept(submission, release, policy, env.options, ctx)
         if also is not None:
             also(agg, ctx)
@@ -110,6 +130,7 @@ async def accept(grain: RunGrain, command: SubmitRun, also: Also | None = None) 
             agg,
             env.options,
             answer=answer,
+            also_answers=grain.fused_answers(),
             reserve=reserve,
             max_open_attempts=env.capacity.max_open_attempts_per_tenant,
         )
@@ -133,6 +154,7 @@ async def accept(grain: RunGrain, command: SubmitRun, also: Also | None = None) 
     grain.agg = agg
     grain.memo.loaded(set())
     grain.memo.remember(answer)
+    grain.fused_committed()
     return result
 
 

@@ -28,6 +28,7 @@ from sqlalchemy import Connection, select, text
 from schemas import runcontrol_pb2 as pb
 
 from ..client import TERMINAL_EVENTS, RunControlClient
+from ..commands import Command
 from ..config import Settings
 from ..domain import Role, RunState, WorkerIdentity, errors
 from ..domain.access import RUNS_READ, RUNTIME
@@ -35,9 +36,11 @@ from ..drain import Drain
 from ..edge import reads
 from ..edge.auth import Caller, TokenVerifier
 from ..edge.errors import InsufficientScope, Unauthorized
+from ..session import MAX_WAIT_S, SessionUp
 from ..store import Database
 from ..store import queries as q
 from ..store.tables import runs
+from . import sessions
 from .codec import Codec, uuid_field
 from .status import DETAILS_KEY, rich_status
 from .table import (
@@ -212,6 +215,46 @@ class RunControlRpc:
         return pb.AcquireLeaseResponse(
             granted=True, lease=lease_message(grant, worker.tenant_id, input)
         )
+
+    async def exchange(self, request: pb.ExchangeRequest, context: RpcContext) -> pb.ExchangeReply:
+        """One exchange of a worker session with run host ``request.host`` (``rpc.sessions``):
+        the credits' tenant and holders are the token's; each command is answered as its own
+        RPC would answer it. An empty ``session_id`` answers the host count only."""
+
+        async def work() -> pb.ExchangeReply:
+            worker = await self._worker(context, "session")
+            hosts = await self._client.hosts()
+            if not request.session_id:
+                return pb.ExchangeReply(hosts=hosts)
+            if not 0 <= request.host < hosts:
+                raise errors.ValidationFailed(f"host must be in [0, {hosts})", field="host")
+            credits = [sessions.credit_from(c, worker) for c in request.credits]
+            if credits and self._drain.draining:
+                credits = []  # the replica drains: no new leases through it
+            commands: dict[str, Command[Any]] = {}
+            refused: list[pb.SessionAnswer] = []
+            for message in request.commands:
+                try:
+                    command = sessions.command_from(message, worker)
+                    self._drain.admit(command)
+                except errors.RunControlError as exc:
+                    field = message.WhichOneof("command")
+                    command_id = getattr(message, field).command_id if field else ""
+                    refused.append(sessions.refusal(command_id, exc))
+                    continue
+                commands[command.command_id] = command
+            up = SessionUp(
+                sessions.session_key(worker, request.session_id),
+                credits=credits,
+                commands=tuple(commands.values()),
+                acks=tuple(request.acks),
+                wait_s=min(max(request.wait_seconds, 0.0), MAX_WAIT_S),
+            )
+            reply = sessions.reply_message(await self._client.exchange(request.host, up), commands)
+            reply.answers.extend(refused)
+            return reply
+
+        return await self._answer(context, pb.ExchangeReply(), work)
 
     async def watch_run(
         self, request: pb.WatchRunRequest, context: RpcContext

@@ -73,23 +73,39 @@ def _classes() -> dict[str, type[errors.RunControlError]]:
 _UNKNOWN_OUTCOME = {_S.UNAVAILABLE, _S.DEADLINE_EXCEEDED, _S.RESOURCE_EXHAUSTED, _S.CANCELLED}
 
 
+def _info(detail: bytes) -> error_details_pb2.ErrorInfo | None:
+    status = status_pb2.Status.FromString(detail)
+    for item in status.details:
+        info = error_details_pb2.ErrorInfo()
+        if item.Unpack(info) and info.domain == DOMAIN:
+            return info
+    return None
+
+
 def error_info(call: Any) -> error_details_pb2.ErrorInfo | None:
     """The ErrorInfo of a failed call (a ``grpc.RpcError``), if the server sent one."""
     for key, value in call.trailing_metadata() or ():
         if key == DETAILS_KEY:
-            detail = status_pb2.Status.FromString(value)
-            for item in detail.details:
-                info = error_details_pb2.ErrorInfo()
-                if item.Unpack(info) and info.domain == DOMAIN:
-                    return info
+            return _info(value)
     return None
 
 
 def error_from_rpc(call: Any) -> errors.RunControlError:
     """The typed error a failed call (a ``grpc.RpcError``) stands for."""
     code: grpc.StatusCode = call.code()
-    message = call.details() or code.name
-    info = error_info(call)
+    return _typed(code, call.details() or code.name, error_info(call))
+
+
+def error_from_status(code: int, message: str, detail: bytes) -> errors.RunControlError:
+    """The typed error of a refusal carried as data (an exchange's answer): the status code's
+    number, its message and the serialized google.rpc.Status of ``rich_status``."""
+    status = next((s for s in _S if s.value[0] == code), _S.UNKNOWN)
+    return _typed(status, message or status.name, _info(detail) if detail else None)
+
+
+def _typed(
+    code: grpc.StatusCode, message: str, info: error_details_pb2.ErrorInfo | None
+) -> errors.RunControlError:
     if info is not None:
         cls = _classes().get(info.reason)
         details: dict[str, Any] = {k: v for k, v in info.metadata.items() if k != "retryable"}

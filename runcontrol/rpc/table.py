@@ -189,6 +189,9 @@ RPCS: tuple[Rpc, ...] = (
     command_rpc("ReportProgress", ReportProgress, PROGRESS_ACK),
     command_rpc("ClaimToolCall", ClaimToolCall, TOOL_CALL),
     command_rpc("CompleteToolCall", CompleteToolCall, TOOL_CALL),
+    # A worker session's exchange with one run host (``rpc.sessions``, DESIGN 10): the
+    # commands above travel in it as their own requests.
+    Rpc("Exchange", *_messages("Exchange"), RUNTIME),
 )
 
 BY_COMMAND: Mapping[type[Command[Any]], Rpc] = {c: r for r in RPCS for c in r.commands}

@@ -98,6 +98,8 @@ def run_graph(
                 "name": step["name"],
                 "agentId": step["agentId"],
                 "state": step["state"],
+                "kind": step["kind"],
+                "dueAt": step["dueAt"],
                 "dependsOn": depends,
                 "attempts": step["attempts"],
             }

@@ -122,12 +122,14 @@ def prepare(
     *,
     release_budget_at: datetime | None = None,
     answer: StoredAnswer | None = None,
+    also_answers: Sequence[StoredAnswer] = (),
     reserve: Reservation | None = None,
     max_open_attempts: int | None = None,
 ) -> PendingCommit | None:
     """The document committing what the aggregate recorded since its last commit, or None when
     it recorded nothing. ``release_budget_at``: the statement also releases the run's budget
-    reservation (migration 0004); ``answer``: it stores the command's answer (0006);
+    reservation (migration 0004); ``answer``: it stores the command's answer (0006), and
+    ``also_answers`` those of the grants the command made (fused grants);
     ``reserve``: it makes the run's budget reservation (0007); ``max_open_attempts``: a
     dispatch it makes is refused (``CapacityDenied``) past the tenant's cap (0007)."""
     changes = agg.take_changes()
@@ -189,16 +191,22 @@ def prepare(
             "limit_usd": reserve.limit_usd,
             "created_at": reserve.at.isoformat(),
         }
-    if answer is not None:
-        doc["answer"] = {
+    stored = [
+        {
             "tenant_id": tenant_id,
             "run_id": str(changes.run.run_id),
-            "command_id": answer.command_id,
-            "command": answer.command,
-            "answer": answers.encode(answer.value),
-            "created_at": answer.at.isoformat(),
-            "fingerprint": answer.fingerprint,
+            "command_id": a.command_id,
+            "command": a.command,
+            "answer": answers.encode(a.value),
+            "created_at": a.at.isoformat(),
+            "fingerprint": a.fingerprint,
         }
+        for a in ([answer] if answer is not None else []) + list(also_answers)
+    ]
+    if len(stored) == 1 and not also_answers:
+        doc["answer"] = stored[0]
+    elif stored:
+        doc["answers"] = stored
     return PendingCommit(_dumps(doc), str(changes.run.run_id), changes)
 
 

@@ -401,6 +401,36 @@ def claimable(
     return [(r.tenant_id, r.run_id, r.attempt_id) for r in rows]
 
 
+def leasable(
+    conn: Connection, dispatched_before: datetime, limit: int = 256
+) -> list[tuple[str, UUID, UUID, str, datetime, dict[str, Any] | None]]:
+    """Dispatched attempts of running, unsuspended runs, oldest first, with their run's input:
+    (tenant, run, attempt, agent, dispatched at, input). A run host's session sweep: the
+    attempts no host's own commits handed to its book (a restart, a drain)."""
+    rows = conn.execute(
+        select(
+            attempts.c.tenant_id,
+            attempts.c.run_id,
+            attempts.c.attempt_id,
+            attempts.c.agent_id,
+            attempts.c.dispatched_at,
+            runs.c.input,
+        )
+        .join(runs, runs.c.run_id == attempts.c.run_id)
+        .where(
+            attempts.c.state == "Dispatched",
+            attempts.c.dispatched_at < dispatched_before,
+            runs.c.state == "Running",
+            runs.c.suspended_at.is_(None),
+        )
+        .order_by(attempts.c.dispatched_at)
+        .limit(limit)
+    )
+    return [
+        (r.tenant_id, r.run_id, r.attempt_id, r.agent_id, r.dispatched_at, r.input) for r in rows
+    ]
+
+
 def run_input(conn: Connection, run_id: UUID) -> dict[str, Any] | None:
     """The run's input (what a claim hands its worker with the lease)."""
     found = conn.execute(select(runs.c.input).where(runs.c.run_id == run_id)).first()

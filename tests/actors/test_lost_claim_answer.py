@@ -1,12 +1,12 @@
-"""A claim whose lease was granted but whose answer was lost: the worker resends it with the
-same claim id and gets the same lease back, instead of leaving it to expire unworked
+"""A grant whose answer was lost: the worker resends its credit with the same claim id
+(``resent``) and gets the same lease back, instead of leaving it to expire unworked
 (docs/reliability.md, finding 4).
 
 The answer is lost for real, as in ``test_resend_after_host_death.py``: the test holds a lock
-the grant's statement waits on, freezes the claiming host (SIGSTOP), releases the lock so the
+the grant's statement waits on, freezes the granting host (SIGSTOP), releases the lock so the
 grant commits inside PostgreSQL, waits until its answer row is visible, then kills the frozen
-host (SIGKILL). The claiming host is not the run's host, so the grant itself is unharmed; the
-claim is resent to the next host, which finds the grant by its claim id.
+host (SIGKILL). The restarted host knows nothing of the session: the resent credit finds the
+grant by its claim id in the store.
 
 The hosts of this module grant two-minute leases (the session's are two seconds, shorter than
 a host's restart), so a run completing here did not wait for its lease to expire.
@@ -29,36 +29,30 @@ from sqlalchemy.pool import NullPool
 
 from actors.placement import NAMESPACE, host_name
 from actors.run_host import make_router
-from runcontrol.client import Claim, RunControlClient
+from actors.sessions import ActorSessionTransport
+from runcontrol.client import RunControlClient
 from runcontrol.commands import ReportOutcome, SubmitRun
-from runcontrol.domain import AttemptOutcome, WorkerIdentity, canonical_hash, errors
+from runcontrol.domain import AttemptOutcome, canonical_hash, errors
+from runcontrol.session import Credit, Grant, SessionDown, SessionUp
 from runcontrol.worker import Backoff, EchoExecutor, ReferenceWorker
 
 
-class RecordingClient:
-    """The worker's client, recording each claim's id and what it answered."""
+class RecordingTransport:
+    """The worker's session transport, recording each exchange's credits and grants."""
 
-    def __init__(self, inner: RunControlClient) -> None:
+    def __init__(self, inner: ActorSessionTransport) -> None:
         self.inner = inner
-        self.claims: list[tuple[str | None, Claim | None]] = []
+        self.sent: list[Credit] = []
+        self.grants: list[Grant] = []
 
-    async def send(self, command: Any) -> Any:
-        return await self.inner.send(command)
+    async def hosts(self) -> int:
+        return await self.inner.hosts()
 
-    async def claim(
-        self,
-        agent_ids: list[str],
-        holder: str | WorkerIdentity,
-        timeout_s: float = 30.0,
-        *,
-        claim_id: str | None = None,
-    ) -> Claim | None:
-        found = await self.inner.claim(agent_ids, holder, timeout_s, claim_id=claim_id)
-        self.claims.append((claim_id, found))
-        return found
-
-    def watch(self, tenant_id: str, run_id: UUID, after_seq: int = 0, *, wait_s: float = 20.0):  # type: ignore[no-untyped-def]
-        return self.inner.watch(tenant_id, run_id, after_seq, wait_s=wait_s)
+    async def exchange(self, host: int, up: SessionUp) -> SessionDown:
+        self.sent.extend(up.credits)
+        down = await self.inner.exchange(host, up)
+        self.grants.extend(down.grants)
+        return down
 
 
 async def submit_on_host(h: RayHarness, index: int) -> UUID:
@@ -94,14 +88,18 @@ def _waiting_on_lock(owner: Any) -> bool:
         )
 
 
-def test_a_claim_answer_lost_with_its_host_is_resent_and_gets_the_same_lease(
+@pytest.mark.xfail(
+    strict=True,
+    reason="SESSION_REQUESTS.md 6: HostRouter.call_named retries an exchange across the "
+    "host's restart with the same SessionUp, so the credit reaches the new host not resent",
+)
+def test_a_grant_lost_with_its_host_is_found_again_by_the_resent_credit(
     h: RayHarness, long_leases: dict[str, Any]
 ) -> None:
     h.publish({"name": "only", "agentId": "lost"})
-    # A fresh client's first claim goes to host 0; the run lives on host 1.
-    client = RecordingClient(RunControlClient(make_router(long_leases)))
+    transport = RecordingTransport(ActorSessionTransport(make_router(long_leases)))
     worker = ReferenceWorker(
-        client,
+        transport,
         "lost-answer",
         {h.agent("lost"): EchoExecutor("lost", seconds=0)},
         concurrency=1,
@@ -109,11 +107,11 @@ def test_a_claim_answer_lost_with_its_host_is_resent_and_gets_the_same_lease(
         backoff=Backoff(base_s=0.05, cap_s=0.5),
     )
     owner = create_engine(h.rt.owner_url, poolclass=NullPool)
-    claiming = ray.get_actor(host_name(0), namespace=NAMESPACE)
+    granting = ray.get_actor(host_name(0), namespace=NAMESPACE)
 
     async def main() -> None:
-        pid = (await claiming.stats.remote())["pid"]
-        run_id = await submit_on_host(h, 1)
+        pid = (await granting.stats.remote())["pid"]
+        run_id = await submit_on_host(h, 0)
         await h.wait_type(run_id, "AttemptDispatched")
         task: asyncio.Task[None] | None = None
         try:
@@ -123,10 +121,10 @@ def test_a_claim_answer_lost_with_its_host_is_resent_and_gets_the_same_lease(
                 task = asyncio.create_task(worker.run())
                 await poll(lambda: _waiting_on_lock(owner), "the grant to wait", timeout=30)
                 await asyncio.sleep(0.3)  # another command (a sweep) may be the one waiting
-                os.kill(pid, signal.SIGSTOP)  # the claiming host can no longer answer
+                os.kill(pid, signal.SIGSTOP)  # the granting host can no longer answer
                 lock.rollback()  # the grant goes on and commits inside PostgreSQL
             await poll(lambda: _granted(owner, "lost-answer"), "the grant to commit", timeout=30)
-            assert client.claims == [], "the claim was answered before its host died"
+            assert transport.grants == [], "the grant came down before its host died"
             os.kill(pid, signal.SIGKILL)
             await h.wait_type(run_id, "RunCompleted", timeout=90)
         finally:
@@ -134,16 +132,15 @@ def test_a_claim_answer_lost_with_its_host_is_resent_and_gets_the_same_lease(
             if task is not None:
                 await asyncio.wait_for(task, 60)
 
-        claim_id, claim = client.claims[0]
-        assert claim is not None and claim_id is not None
-        stored = _answer(owner, claim_id)
+        (grant,) = {g.claim_id: g for g in transport.grants}.values()
+        stored = _answer(owner, grant.claim_id)
         assert stored.run_id == run_id
-        assert claim.run_id == run_id
-        # the resent claim got the very lease the lost answer carried
-        assert str(claim.grant.lease_id) == stored.grant["lease_id"]
-        assert claim.fencing_token == stored.grant["fencing_token"] == 1
+        # the resent credit got the very lease the lost answer carried
+        assert any(c.resent and c.claim_id == grant.claim_id for c in transport.sent)
+        assert str(grant.lease.lease_id) == stored.grant["lease_id"]
+        assert grant.lease.fencing_token == stored.grant["fencing_token"] == 1
         (lease,) = h.leases(run_id)  # no second lease: nothing expired, nothing re-dispatched
-        assert lease.lease_id == claim.grant.lease_id
+        assert lease.lease_id == grant.lease.lease_id
         assert lease.release_cause == "OutcomeReported"
         assert lease.released_at < lease.expires_at
         (attempt,) = h.attempts(run_id)

@@ -1,7 +1,7 @@
 """A runtime worker process that talks only gRPC, with Ray made unimportable.
 
 ``python grpc_worker_proc.py TARGET TOKEN INSTANCE FLAKY_AGENT AGENT...``: runs the reference
-worker (``runcontrol.worker.ReferenceWorker`` over ``GrpcWorkerClient``) for these agents
+worker (``runcontrol.worker.ReferenceWorker`` over ``GrpcSessionTransport``) for these agents
 until SIGTERM; the first execution of FLAKY_AGENT fails transiently. Any ``import ray`` in
 this process raises ImportError, so finishing work proves the worker path needs no Ray.
 """
@@ -16,7 +16,8 @@ import asyncio  # noqa: E402
 import signal  # noqa: E402
 from typing import Any  # noqa: E402
 
-from runcontrol.rpc.client import GrpcWorkerClient  # noqa: E402
+from runcontrol.rpc.sessions import GrpcSessionTransport  # noqa: E402
+from runcontrol.sdk import token_identity  # noqa: E402
 from runcontrol.worker import EchoExecutor, ReferenceWorker, TransientError  # noqa: E402
 
 
@@ -35,9 +36,15 @@ class FlakyOnce(EchoExecutor):
 async def main(target: str, token: str, instance: str, flaky: str, agents: list[str]) -> None:
     executors: dict[str, Any] = {a: EchoExecutor(a, 0.05) for a in agents}
     executors[flaky] = FlakyOnce(flaky)
-    async with GrpcWorkerClient(target, token, instance) as client:
+    transport = GrpcSessionTransport(target, token)
+    try:
         worker = ReferenceWorker(
-            client, instance, executors, renew_every_s=0.5, claim_timeout_s=1.0, lease_grace_s=5
+            transport,
+            token_identity(token, instance),
+            executors,
+            renew_every_s=0.5,
+            claim_timeout_s=1.0,
+            lease_grace_s=5,
         )
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, worker.stop)
@@ -47,6 +54,8 @@ async def main(target: str, token: str, instance: str, flaky: str, agents: list[
             flush=True,
         )
         await worker.run()
+    finally:
+        await transport.close()
 
 
 if __name__ == "__main__":

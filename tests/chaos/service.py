@@ -41,9 +41,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator
 from typing import Any
-from uuid import UUID
 
 import ray
 
@@ -51,10 +49,11 @@ from actors.placement import NAMESPACE, SCHEDULER_NAME, host_name
 from actors.run_host import host_config, make_router
 from actors.service import drain_service, start_ray, start_service, stop_service
 from runcontrol.cli import DEMO_WORKFLOW, _start_workers, _stop_workers
-from runcontrol.client import Claim, RunControlClient
-from runcontrol.commands import Command, ReportOutcome, new_command_id
+from runcontrol.client import RunControlClient
+from runcontrol.commands import ReportOutcome, new_command_id
 from runcontrol.config import Settings
 from runcontrol.domain import WorkerIdentity, errors
+from runcontrol.session import SessionDown, SessionUp
 from runcontrol.worker import EchoExecutor, ReferenceWorker
 
 log = logging.getLogger("chaos.service")
@@ -68,7 +67,8 @@ def say(**answer: Any) -> None:
 
 
 class RecordingClient:
-    """The workers' client: records stale refusals of reports and plays a zombie now and then."""
+    """The workers' session transport: records stale refusals of reports and plays a zombie
+    now and then (a report with the previous fencing token, sent on its own)."""
 
     def __init__(self, inner: RunControlClient, path: str, zombie_rate: float) -> None:
         self.inner = inner
@@ -93,20 +93,24 @@ class RecordingClient:
         with self._lock, open(self.path, "a", encoding="utf-8") as fh:
             fh.write(line + "\n")
 
-    async def send(self, command: Command[Any]) -> Any:
-        if isinstance(command, ReportOutcome):
+    async def hosts(self) -> int:
+        return await self.inner.hosts()
+
+    async def exchange(self, host: int, up: SessionUp) -> SessionDown:
+        reports = {c.command_id: c for c in up.commands if isinstance(c, ReportOutcome)}
+        for command in reports.values():
             # The first report always plays the zombie (with a rate above 0), so every run
             # checks at least one: at 2 % of ~200 reports, some runs had none at all.
             first, self._zombie_sent = not self._zombie_sent, True
             if self.zombie_rate > 0 and (first or self.rng.random() < self.zombie_rate):
                 await self._zombie(command)
-            try:
-                return await self.inner.send(command)
-            except errors.RunControlError as exc:
-                if exc.code in STALE:
-                    self._record(command, exc.code, zombie=False)
-                raise
-        return await self.inner.send(command)
+        down = await self.inner.exchange(host, up)
+        for answer in down.answers:
+            report = reports.get(answer.command_id)
+            code = getattr(answer.value, "code", None)
+            if report is not None and not answer.ok and code in STALE:
+                self._record(report, code, zombie=False)
+        return down
 
     async def _zombie(self, command: ReportOutcome) -> None:
         stale = dataclasses.replace(
@@ -121,21 +125,6 @@ class RecordingClient:
         except Exception:
             return
         self._record(stale, "accepted", zombie=True)
-
-    async def claim(
-        self,
-        agent_ids: list[str],
-        holder: str | WorkerIdentity,
-        timeout_s: float = 30.0,
-        *,
-        claim_id: str | None = None,
-    ) -> Claim | None:
-        return await self.inner.claim(agent_ids, holder, timeout_s, claim_id=claim_id)
-
-    def watch(
-        self, tenant_id: str, run_id: UUID, after_seq: int = 0, *, wait_s: float = 20.0
-    ) -> AsyncIterator[dict[str, Any]]:
-        return self.inner.watch(tenant_id, run_id, after_seq, wait_s=wait_s)
 
 
 class TwoNodes:

@@ -37,6 +37,13 @@ MARGIN_S = 5.0  # runcontrol.cli.STOP_MARGIN_S: the promise is grace + 5 s
 START_TIMEOUT_S = 180.0
 
 
+def _own_environment() -> dict[str, str]:
+    """This process's environment without its Ray variables: the session's Ray runtime (when
+    another test started one) put its Serve ingress ports there, and a `runcontrol up` that
+    inherited them would bind the session HAProxy's own stats and metrics ports."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+
+
 class Up:
     """One ``runcontrol up --dev`` on a data dir of its own; its output in a file."""
 
@@ -45,7 +52,7 @@ class Up:
         self.port, self.grpc_port = free_port(), free_port()
         self.log_path = log
         env = {
-            **os.environ,
+            **_own_environment(),
             "RUNCONTROL_DATA_DIR": str(data_dir),
             "RUNCONTROL_DRAIN__GRACE_SECONDS": str(GRACE_S),
             "PYTHONUNBUFFERED": "1",
@@ -230,7 +237,7 @@ def test_a_port_held_by_another_process_is_one_line_naming_it(root: Path) -> Non
             capture_output=True,
             text=True,
             timeout=60,
-            env={**os.environ, "RUNCONTROL_DATA_DIR": str(root / "pg")},
+            env={**_own_environment(), "RUNCONTROL_DATA_DIR": str(root / "pg")},
         )
     assert answer.returncode != 0
     lines = [line for line in answer.stderr.splitlines() if line.strip()]

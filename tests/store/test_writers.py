@@ -52,7 +52,8 @@ def test_the_newest_frozen_writers_are_what_tables_py_renders():
 
 def test_the_check_fails_for_a_column_added_without_make_sql():
     path, rendered = writers.expected(with_column("attempts", "added_later"))
-    assert rendered is not None and rendered != path.read_text()
+    # the head migration may have no writers file of its own (one that adds no column)
+    assert rendered is not None and rendered != (path.read_text() if path.exists() else "")
 
 
 def test_every_writer_is_frozen_once_and_the_database_runs_it(owner_engine):

@@ -83,8 +83,12 @@ def test_http_reports_submissions_beside_the_trivial_route(report: dict[str, Any
         assert _measured(submit_cpu[kind]), kind
 
 
-def test_e2e_completes_every_run_and_reports_its_figures(report: dict[str, Any]) -> None:
-    e2e = report["e2e"]
+@pytest.mark.parametrize("workers", ["e2e", "e2e_session", "e2e_grpc_session"])
+def test_e2e_completes_every_run_and_reports_its_figures(
+    report: dict[str, Any], workers: str
+) -> None:
+    """Claiming workers, session workers in the cluster, session workers over gRPC."""
+    e2e = report[workers]
     assert e2e["submitted"] == e2e["completed"] == 20
     assert e2e["submit_errors"] == 0
     for key in (
@@ -93,6 +97,10 @@ def test_e2e_completes_every_run_and_reports_its_figures(report: dict[str, Any])
         "submit_to_completed_p50_ms",
         "submit_to_completed_p99_ms",
         "host_commands_per_run",
+        "host_calls_per_run",
+        "transactions_per_run",
+        "commit_statements_per_run",
+        "notifies_per_run",
     ):
         assert _measured(e2e[key]), key
     cpu = e2e["cpu_ms_per_completed_run"]

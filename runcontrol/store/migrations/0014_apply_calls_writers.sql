@@ -107,6 +107,10 @@ BEGIN
     IF doc ? 'answer' THEN
         wrote := runcontrol_write_command_answers(jsonb_build_array(doc->'answer'));
     END IF;
+    -- A command's answer and those of the grants its commit made (a fused grant: an outcome that
+    -- dispatches the next step leases it to a waiting worker credit in the same transaction,
+    -- its AcquireLease answer stored under the credit's claim id; DESIGN 10).
+    IF doc ? 'answers' THEN wrote := runcontrol_write_command_answers(doc->'answers'); END IF;
     IF doc ? 'release_budget' THEN
         PERFORM runcontrol_release_budget((doc->'run'->>'run_id')::uuid,
                                           (doc->>'release_budget')::timestamptz);

@@ -1,0 +1,35 @@
+"""Pauses between tries, and which failures are worth the same command again."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from ..domain import errors
+from ..domain.retry import backoff_delay
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff with full jitter, capped (``domain.retry``); both the draw and the
+    sleep are injectable, so tests move a clock instead of sleeping."""
+
+    base_s: float = 0.2
+    cap_s: float = 10.0
+    uniform: Callable[[float, float], float] = random.uniform
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+
+    def delay(self, failures: int) -> float:
+        return backoff_delay(
+            failures, base_seconds=self.base_s, cap_seconds=self.cap_s, uniform=self.uniform
+        )
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether sending the same command again may succeed (the error says so, or the
+    connection failed and nobody knows whether the command ran)."""
+    return bool(getattr(exc, "retryable", False)) or isinstance(
+        exc, errors.Unavailable | ConnectionError | TimeoutError
+    )

@@ -1,0 +1,329 @@
+"""What an agent function is handed: ``Step`` (``async def``) or ``SyncStep`` (plain ``def``,
+run in a thread), one leased attempt of one step of one run.
+
+Every call that reaches Run Control is a fenced command sent through the worker's session
+with the run's host; a transient failure resends the *same* command (same ``command_id``),
+so a lost answer never becomes a second effect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+from uuid import UUID
+
+from ..clock import Clock
+from ..commands import ClaimToolCall, Command, CompleteToolCall, ReportProgress, RequestApproval
+from ..domain import (
+    ApprovalState,
+    ProgressAck,
+    ProgressMessage,
+    SideEffectClass,
+    ToolCallClaim,
+    ToolCallStatus,
+    canonical_hash,
+    errors,
+)
+from ..session import Grant
+from ._backoff import Backoff, transient
+
+log = logging.getLogger(__name__)
+R = TypeVar("R")
+
+
+class Parked(BaseException):
+    """The attempt waits for a human decision: the function ends without an outcome.
+
+    A ``BaseException`` (like ``CancelledError``) so that an ``except Exception`` in the
+    function does not swallow it."""
+
+
+class LeaseGone(Exception):
+    """By the local clock the lease expired (plus a grace) while its commands went unanswered:
+    the reconciler re-dispatches the attempt, so sending more is pointless."""
+
+
+class LeaseLost(BaseException):
+    """Run Control refused a command of this attempt for good (a stale fencing token, the
+    attempt settled, the lease revoked): the function ends and reports nothing."""
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    """What ``step.approval`` answers: the proposal may go ahead.
+
+    ``approval_id`` is None when the policy needed no human for it."""
+
+    proposal_hash: str
+    approval_id: UUID | None = None
+
+
+class ToolCall:
+    """The at-most-once claim of one tool call (``step.tool_call``).
+
+    ``proceed``: this attempt holds the claim and must run the call, then ``complete`` it
+    with the result. Otherwise the call ran (or was claimed) before: ``status`` says how,
+    ``result_hash`` is the stored result's hash (``completed``), and the call must not run."""
+
+    def __init__(self, attempt: AttemptContext, call_id: str, claim: ToolCallClaim) -> None:
+        self._attempt = attempt
+        self.call_id = call_id
+        self.status = claim.status
+        self.result_hash = claim.result_hash
+        self.error = claim.error
+
+    @property
+    def proceed(self) -> bool:
+        return self.status is ToolCallStatus.PROCEED
+
+    async def _complete(self, result: Any) -> str:
+        result_hash = canonical_hash(result)
+        answer = await self._attempt.send(
+            CompleteToolCall(
+                **self._attempt.fenced(), call_id=self.call_id, result_hash=result_hash
+            )
+        )
+        self.status, self.result_hash = answer.status, answer.result_hash
+        return result_hash
+
+
+class AsyncToolCall(ToolCall):
+    async def complete(self, result: Any) -> str:
+        """Store the hash of the call's result (answers it); only after ``proceed``."""
+        return await self._complete(result)
+
+
+class SyncToolCall(ToolCall):
+    def complete(self, result: Any) -> str:
+        """Store the hash of the call's result (answers it); only after ``proceed``."""
+        return self._attempt.blocking(self._complete(result))
+
+
+class AttemptContext:
+    """One leased attempt as the worker runs it: its lease, its commands and its stop."""
+
+    def __init__(
+        self,
+        grant: Grant,
+        send_once: Callable[[Command[Any]], Awaitable[Any]],
+        *,
+        clock: Clock,
+        backoff: Backoff,
+        lease_grace: timedelta,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.grant = grant
+        self.lease = grant.lease
+        self.expires_at: datetime = grant.lease.expires_at
+        self._send_once = send_once
+        self.clock = clock
+        self.backoff = backoff
+        self.lease_grace = lease_grace
+        self.loop = loop
+        self.stop = asyncio.Event()  # cancelled, or the lease is no longer ours
+        self.cancelled = threading.Event()  # what a sync function polls
+        self.progress_seq = 0
+
+    def fenced(self) -> dict[str, Any]:
+        lease = self.lease
+        return {
+            "tenant_id": self.grant.tenant_id,
+            "run_id": lease.run_id,
+            "attempt_id": lease.attempt_id,
+            "holder": lease.holder,
+            "fencing_token": lease.fencing_token,
+            "lease_id": lease.lease_id,
+        }
+
+    def request_stop(self, why: str) -> None:
+        if not self.stop.is_set():
+            log.info("attempt %s: %s; stopping it", self.lease.attempt_id, why)
+        self.cancelled.set()
+        self.stop.set()
+
+    async def send(self, command: Command[R]) -> R:
+        """Send ``command`` until answered, refused for good, or the lease is certainly gone.
+
+        A transient failure leaves it unknown whether the command ran; the resend is the same
+        object, so its ``command_id`` gets the stored answer rather than a second effect."""
+        failures = 0
+        while True:
+            try:
+                answer: R = await self._send_once(command)
+                return answer
+            except Exception as exc:
+                if not transient(exc):
+                    raise
+                failures += 1
+                if self.clock.now() > self.expires_at + self.lease_grace:
+                    raise LeaseGone(
+                        f"{type(command).__name__} unanswered ({exc!r}) and the lease expired "
+                        f"at {self.expires_at.isoformat()}"
+                    ) from exc
+                delay = self.backoff.delay(failures)
+                log.warning(
+                    "%s for attempt %s: %r; resending in %.2fs",
+                    type(command).__name__,
+                    self.lease.attempt_id,
+                    exc,
+                    delay,
+                )
+                await self.backoff.sleep(delay)
+
+    async def fenced_send(self, command: Command[R]) -> R:
+        """``send`` for the function's own calls: a refusal for good ends the function."""
+        try:
+            return await self.send(command)
+        except errors.RunControlError as exc:
+            if isinstance(exc, errors.ValidationFailed):
+                raise
+            self.request_stop(f"refused: {exc} ({exc.code})")
+            raise LeaseLost(str(exc)) from exc
+
+    def blocking(self, coro: Coroutine[Any, Any, R]) -> R:
+        """Run ``coro`` on the worker's loop from the function's thread and wait for it."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    # ------------------------------------------------------------------ the step's calls
+
+    async def progress(self, text: str | None, data: dict[str, Any] | None) -> None:
+        seq = self.progress_seq + 1
+        for _ in range(3):
+            command = ReportProgress(**self.fenced(), messages=(ProgressMessage(seq, text, data),))
+            try:
+                ack: ProgressAck = await self.fenced_send(command)
+            except errors.ProgressGap as gap:  # numbering behind the attempt's: catch up
+                seq = int(gap.details.get("acked_seq", seq - 1)) + 1
+                continue
+            if ack.stored == 0 and ack.duplicates and ack.acked_seq >= seq:
+                # An earlier lease of this attempt (before it parked) used these numbers.
+                seq = ack.acked_seq + 1
+                continue
+            self.progress_seq = max(seq, ack.acked_seq)
+            return
+        raise errors.RunControlError("progress numbering did not settle")
+
+    async def tool_call(self, call_id: str, request: Any) -> ToolCallClaim:
+        return await self.fenced_send(
+            ClaimToolCall(**self.fenced(), call_id=call_id, request_hash=canonical_hash(request))
+        )
+
+    async def approval(self, proposal: Any, action_class: SideEffectClass | None) -> Approval:
+        proposal_hash = canonical_hash(proposal)
+        approved = self.lease.approved_proposal_hash
+        if approved == proposal_hash:
+            return Approval(proposal_hash)  # the re-entry of a resumed attempt
+        if approved is not None:
+            log.warning(
+                "attempt %s: the proposal changed since it was approved; asking again",
+                self.lease.attempt_id,
+            )
+        request = await self.fenced_send(
+            RequestApproval(**self.fenced(), proposal_hash=proposal_hash, action_class=action_class)
+        )
+        if request is None:
+            return Approval(proposal_hash)
+        if request.state is ApprovalState.APPROVED:
+            return Approval(proposal_hash, request.approval_id)
+        log.info(
+            "attempt %s parked until approval %s is decided",
+            self.lease.attempt_id,
+            request.approval_id,
+        )
+        raise Parked(str(request.approval_id))
+
+
+class _StepBase:
+    def __init__(self, attempt: AttemptContext) -> None:
+        self._attempt = attempt
+        grant, lease = attempt.grant, attempt.lease
+        self.tenant_id: str = grant.tenant_id
+        self.run_id: UUID = lease.run_id
+        self.step_id: UUID = lease.step_id
+        self.attempt_id: UUID = lease.attempt_id
+        self.attempt: int = lease.attempt_number
+        self.agent_id: str = lease.agent_id
+        self.holder: str = lease.holder  # who holds the lease: this worker's slot
+        self.skill_id: str | None = lease.skill_id
+        self.side_effect_class: SideEffectClass = lease.side_effect_class
+        self.gate: str = lease.gate
+        self.input: dict[str, Any] | None = grant.input
+        self.results: Mapping[str, Any] = grant.results
+        # Set when the attempt resumes after a human approved a proposal of this hash.
+        self.approved_proposal_hash: str | None = lease.approved_proposal_hash
+
+    @property
+    def lease_expires_at(self) -> datetime:
+        """When the lease in hand expires unless renewed (the worker renews it)."""
+        return self._attempt.expires_at
+
+    @property
+    def deadline(self) -> datetime | None:
+        """When Run Control cancels the run: its wall-clock budget (``maxMinutes``) or its
+        maximum lifetime, the earlier. None when the grant did not say (a grant found again
+        after its host restarted)."""
+        return self._attempt.grant.deadline_at
+
+    @property
+    def cancelled(self) -> bool:
+        """The run is being cancelled (or the lease is no longer this worker's): stop."""
+        return self._attempt.cancelled.is_set()
+
+    @property
+    def needs_approval(self) -> bool:
+        """Whether this step's kind asks for approval by default: an approval gate, or a
+        side effect of local-write or more (the policy decides whether a human must)."""
+        return self.gate == "approval" or self.side_effect_class.at_least(
+            SideEffectClass.LOCAL_WRITE
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} {self.agent_id} run={self.run_id} "
+            f"attempt={self.attempt_id} #{self.attempt}>"
+        )
+
+
+class Step(_StepBase):
+    """The attempt an ``async def`` agent function works on."""
+
+    async def progress(self, text: str | None = None, data: dict[str, Any] | None = None) -> None:
+        """Report progress (a ``ProgressReported`` event clients see), in order, once each."""
+        await self._attempt.progress(text, data)
+
+    async def tool_call(self, call_id: str, request: Any) -> AsyncToolCall:
+        """Claim tool call ``call_id`` (one per run) before its side effect: run it only if
+        the answer ``proceed``s, then ``complete`` it with its result."""
+        claim = await self._attempt.tool_call(call_id, request)
+        return AsyncToolCall(self._attempt, call_id, claim)
+
+    async def approval(
+        self, proposal: Any, *, action_class: SideEffectClass | None = None
+    ) -> Approval:
+        """Ask for approval of exactly ``proposal`` (bound to its canonical hash).
+
+        Answers at once when the policy needs no human, or when this attempt resumed after
+        a human approved a proposal of the same hash. When a human must decide, the attempt
+        parks: this call does not return, the function ends without an outcome and its slot
+        is freed; once approved, the attempt is leased again and the function is called
+        again from the start (docs/workers.md: the re-entry rule)."""
+        return await self._attempt.approval(proposal, action_class)
+
+
+class SyncStep(_StepBase):
+    """The attempt a plain ``def`` agent function works on (in a thread of its own)."""
+
+    def progress(self, text: str | None = None, data: dict[str, Any] | None = None) -> None:
+        self._attempt.blocking(self._attempt.progress(text, data))
+
+    def tool_call(self, call_id: str, request: Any) -> SyncToolCall:
+        claim = self._attempt.blocking(self._attempt.tool_call(call_id, request))
+        return SyncToolCall(self._attempt, call_id, claim)
+
+    def approval(self, proposal: Any, *, action_class: SideEffectClass | None = None) -> Approval:
+        return self._attempt.blocking(self._attempt.approval(proposal, action_class))

@@ -1,0 +1,422 @@
+"""The host side of the worker session (DESIGN 10, ``runcontrol.session``): a run host's book.
+
+Pure: no Ray, no I/O, no clock of its own (times are passed in). A run host keeps one book and
+tells it what its own commits did to each run (``observe``, from the grain's observers); the
+book keeps
+
+- the credits each session offers this host (a tenant-bound credit matches only its tenant),
+- the attempts dispatched on this host that no credit has taken yet, per agent, oldest first,
+- the matches made (a credit and an attempt, while the host leases it through the run's
+  mailbox), then the grants, kept until their session acks them,
+- which session holds which attempt, so that the host can push the cancels of those attempts,
+- the sessions to wake (a long poll waiting for a grant or a cancel).
+
+Every operation returns the sessions it woke; the host owns the waiting (``asyncio``).
+
+A grant is delivered only when the lease it carries was created by this host's own commit
+(``leased``): an attempt leased meanwhile by another host (a sweep there found it) or another
+credit of the same holder answers the same lease again, which must not become a second slot
+working one attempt.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from .domain import AttemptState, Event, LeaseGrant, Options, RunAggregate, RunState
+from .session import Credit, Grant
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """An attempt waiting for a credit: dispatched, unleased, its run leasable."""
+
+    tenant_id: str
+    run_id: UUID
+    attempt_id: UUID
+    agent_id: str
+    dispatched_at: datetime
+    input: dict[str, Any] | None = None
+    results: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """A credit given an attempt: the host now leases it (``AcquireLease`` by claim id)."""
+
+    session_id: str
+    credit: Credit
+    offer: Offer
+
+
+@dataclass(frozen=True, slots=True)
+class RunView:
+    """What a committed run says to the book (``view``)."""
+
+    run_id: UUID
+    offers: tuple[Offer, ...]
+    # attempt -> the current lease of each open, leased attempt
+    leased: Mapping[UUID, UUID]
+    # attempt -> the lease this commit granted (its LeaseGranted event)
+    new_leases: Mapping[UUID, UUID]
+    # True while a leased attempt's holder must stop (the run is being cancelled)
+    cancelling: bool
+    # when the control plane cancels the run (given ``options``)
+    deadline: datetime | None = None
+
+
+def view(
+    agg: RunAggregate,
+    events: Sequence[Event] = (),
+    options: Options | None = None,
+    results: Mapping[str, Any] | None = None,
+) -> RunView:
+    """The run as the book needs it, just after a commit whose ``events`` are given: its
+    leasable attempts (Dispatched, run Running and not suspended: what ``acquire_lease``
+    accepts), its current leases, the leases the commit granted, whether it is cancelling."""
+    run = agg.run
+    leasable = run.state is RunState.RUNNING and run.suspended_at is None
+    offers: list[Offer] = []
+    leased: dict[UUID, UUID] = {}
+    for attempt in agg.attempts.values():
+        if attempt.state is AttemptState.DISPATCHED and leasable:
+            offers.append(
+                Offer(
+                    run.tenant_id,
+                    run.run_id,
+                    attempt.attempt_id,
+                    agg.step(attempt.step_id).agent_id,
+                    attempt.dispatched_at,
+                    run.input,
+                    results or {},
+                )
+            )
+        elif attempt.state is AttemptState.LEASED and attempt.lease_id is not None:
+            leased[attempt.attempt_id] = attempt.lease_id
+    new_leases = {
+        e.attempt_id: leased[e.attempt_id]
+        for e in events
+        if e.event_type == "LeaseGranted" and e.attempt_id in leased
+    }
+    cancelling = run.state is RunState.CANCELLING
+    deadline = agg.deadline(options) if options is not None and new_leases else None
+    return RunView(run.run_id, tuple(offers), leased, new_leases, cancelling, deadline)
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    session_id: str
+    run_id: UUID
+    lease_id: UUID
+
+
+class SessionBook:
+    def __init__(self) -> None:
+        # session -> claim id -> credit (the session's whole current offer, unmatched)
+        self._credits: dict[str, dict[str, Credit]] = {}
+        # agent -> (session, claim id) waiting, oldest offer first (dicts keep insertion order)
+        self._credits_by_agent: dict[str, dict[tuple[str, str], Credit]] = {}
+        # attempts waiting: id -> offer; per agent and tenant a heap of (dispatched, n, id)
+        self._offers: dict[UUID, Offer] = {}
+        self._heaps: dict[str, dict[str, list[tuple[datetime, int, UUID]]]] = {}
+        self._order = itertools.count()
+        self._by_run: dict[UUID, set[UUID]] = {}  # run -> its attempts waiting
+        # attempt -> the match leasing it; the lease ids this host's commits created for them
+        self._matching: dict[UUID, Match] = {}
+        self._fresh: dict[UUID, tuple[UUID, datetime | None]] = {}  # (lease, run deadline)
+        # session -> claim id -> grant, until acked
+        self._grants: dict[str, dict[str, Grant]] = {}
+        self._held: dict[UUID, _Held] = {}  # attempt -> who holds its lease
+        self._held_by_run: dict[UUID, set[UUID]] = {}
+        self._cancels: dict[str, set[UUID]] = {}  # session -> attempts to stop
+        self._cancelled: set[UUID] = set()  # attempts whose cancel was queued once
+        self._seen: dict[str, float] = {}  # session -> when it last exchanged
+
+    # ------------------------------------------------------------------ sessions
+
+    def offer(
+        self, session_id: str, credits: Sequence[Credit], now: float
+    ) -> tuple[list[Match], list[Match]]:
+        """Replace the session's credits with ``credits``. Answers the new matches, and the
+        matches still leasing a credit the session left out (its grant is on its way: the
+        host waits for it before answering, so the credit is never offered twice)."""
+        self._seen[session_id] = now
+        wanted = {c.claim_id: c for c in credits}
+        current = self._credits.get(session_id, {})
+        for claim_id in [k for k in current if k not in wanted]:
+            self._withdraw(session_id, claim_id)
+        granted = self._grants.get(session_id, {})
+        in_flight = {
+            m.credit.claim_id: m for m in self._matching.values() if m.session_id == session_id
+        }
+        matches: list[Match] = []
+        for claim_id, credit in wanted.items():
+            if claim_id in current or claim_id in granted or claim_id in in_flight:
+                continue
+            match = self._take(session_id, credit)
+            if match is not None:
+                matches.append(match)
+            else:
+                self._add_credit(session_id, credit)
+        withdrawn = [m for k, m in in_flight.items() if k not in wanted]
+        return matches, withdrawn
+
+    def credits(self, session_id: str) -> dict[str, Credit]:
+        return dict(self._credits.get(session_id, {}))
+
+    def waiting_credits(self) -> int:
+        return sum(len(c) for c in self._credits.values())
+
+    def knows(self, session_id: str, claim_id: str) -> bool:
+        """Whether the credit ``claim_id`` of the session waits, is being leased or granted."""
+        return (
+            claim_id in self._credits.get(session_id, {})
+            or claim_id in self._grants.get(session_id, {})
+            or any(
+                m.session_id == session_id and m.credit.claim_id == claim_id
+                for m in self._matching.values()
+            )
+        )
+
+    def expire(self, before: float) -> list[str]:
+        """Forget the sessions that have not exchanged since ``before`` (a worker gone): their
+        credits are withdrawn; their grants stay as leases that expire unworked."""
+        gone: list[str] = []
+        for session_id, seen in list(self._seen.items()):
+            if seen < before:
+                for claim_id in list(self._credits.get(session_id, {})):
+                    self._withdraw(session_id, claim_id)
+                self._credits.pop(session_id, None)
+                self._grants.pop(session_id, None)
+                self._cancels.pop(session_id, None)
+                del self._seen[session_id]
+                gone.append(session_id)
+        return gone
+
+    # ------------------------------------------------------------------ attempts
+
+    def observe(self, run: RunView) -> tuple[list[Match], set[str]]:
+        """Reconcile the book with a run as just committed: its leasable attempts wait (or are
+        matched at once), the others leave; holders of its attempts whose lease ended, or whose
+        run is cancelling, are told to stop. Answers the matches and the sessions woken."""
+        woken: set[str] = set()
+        offers = {o.attempt_id: o for o in run.offers}
+        for attempt_id in list(self._by_run.get(run.run_id, ())):
+            if attempt_id not in offers:
+                self._drop_offer(attempt_id)
+        for attempt_id, lease_id in run.new_leases.items():
+            if attempt_id in self._matching:
+                self._fresh[attempt_id] = (lease_id, run.deadline)
+        for attempt_id in list(self._held_by_run.get(run.run_id, ())):
+            held = self._held[attempt_id]
+            current = run.leased.get(attempt_id)
+            if current != held.lease_id:
+                # Settled by someone else than its holder, expired or revoked: if its holder
+                # reported the outcome, the cancel is an attempt it no longer runs (ignored).
+                self._release(attempt_id)
+            elif run.cancelling and attempt_id not in self._cancelled:
+                self._cancelled.add(attempt_id)
+                self._cancels.setdefault(held.session_id, set()).add(attempt_id)
+                woken.add(held.session_id)
+        matches = [m for m in map(self._add_offer, offers.values()) if m is not None]
+        return matches, woken
+
+    def found(self, offers: Iterable[Offer]) -> list[Match]:
+        """Attempts a sweep found in the store (dispatched before this host started, or on a
+        host that no longer serves them): those the book does not know already wait."""
+        matches: list[Match] = []
+        for offer in offers:
+            if offer.attempt_id in self._matching or offer.attempt_id in self._held:
+                continue
+            match = self._add_offer(offer)
+            if match is not None:
+                matches.append(match)
+        return matches
+
+    def reserve(self, offer: Offer) -> Match | None:
+        """The oldest waiting credit that accepts ``offer``, taken for it (or None): the
+        attempt is being dispatched and leased in one commit (a fused grant). Then
+        ``granted`` once the commit is observed, or ``refused`` if it failed."""
+        for (session_id, claim_id), credit in self._credits_by_agent.get(
+            offer.agent_id, {}
+        ).items():
+            if credit.tenant_id is None or credit.tenant_id == offer.tenant_id:
+                self._withdraw(session_id, claim_id)
+                match = Match(session_id, credit, offer)
+                self._matching[offer.attempt_id] = match
+                return match
+        return None
+
+    def backlog(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for offer in self._offers.values():
+            counts[offer.agent_id] = counts.get(offer.agent_id, 0) + 1
+        return counts
+
+    # ------------------------------------------------------------------ grants
+
+    def granted(self, match: Match, lease: LeaseGrant) -> tuple[bool, list[Match], set[str]]:
+        """The match's ``AcquireLease`` answered ``lease``. Delivered (True) only if this host's
+        commit created that lease; otherwise the credit waits again. Answers also the matches
+        the returned credit made and the sessions woken."""
+        fresh = self._fresh.pop(match.offer.attempt_id, None)
+        self._matching.pop(match.offer.attempt_id, None)
+        if fresh is None or fresh[0] != lease.lease_id or lease.attempt_id in self._held:
+            return False, *self._credit_back(match)
+        self._deliver(match.session_id, match.credit.claim_id, match.offer, lease, fresh[1])
+        return True, [], {match.session_id}
+
+    def refused(self, match: Match) -> tuple[list[Match], set[str]]:
+        """The match's lease was refused (taken elsewhere, the run moved on) or failed: the
+        attempt leaves the book (a sweep finds it again if it still waits), the credit waits."""
+        self._fresh.pop(match.offer.attempt_id, None)
+        self._matching.pop(match.offer.attempt_id, None)
+        return self._credit_back(match)
+
+    def recovered(self, session_id: str, claim_id: str, grant: Grant) -> set[str]:
+        """A resent credit's lease found again by its claim id (the store's answer)."""
+        offer = Offer(
+            grant.tenant_id,
+            grant.lease.run_id,
+            grant.lease.attempt_id,
+            grant.lease.agent_id,
+            grant.lease.expires_at,
+            grant.input,
+            grant.results,
+        )
+        self._deliver(session_id, claim_id, offer, grant.lease, grant.deadline_at)
+        return {session_id}
+
+    def grants(self, session_id: str) -> list[Grant]:
+        return list(self._grants.get(session_id, {}).values())
+
+    def has_grant(self, session_id: str, claim_id: str) -> bool:
+        return claim_id in self._grants.get(session_id, {})
+
+    def ack(self, session_id: str, claim_ids: Iterable[str]) -> None:
+        grants = self._grants.get(session_id)
+        if grants:
+            for claim_id in claim_ids:
+                grants.pop(claim_id, None)
+
+    def take_cancels(self, session_id: str) -> list[UUID]:
+        """The cancels to send down (once each; the renewal's ``cancel_requested`` is the
+        fallback for an answer lost on the way)."""
+        return sorted(self._cancels.pop(session_id, set()))
+
+    def has_news(self, session_id: str) -> bool:
+        return bool(self._grants.get(session_id)) or bool(self._cancels.get(session_id))
+
+    # ------------------------------------------------------------------ internals
+
+    def _deliver(
+        self,
+        session_id: str,
+        claim_id: str,
+        offer: Offer,
+        lease: LeaseGrant,
+        deadline: datetime | None,
+    ) -> None:
+        grant = Grant(claim_id, offer.tenant_id, lease, offer.input, offer.results, deadline)
+        self._grants.setdefault(session_id, {})[claim_id] = grant
+        self._held[lease.attempt_id] = _Held(session_id, lease.run_id, lease.lease_id)
+        self._held_by_run.setdefault(lease.run_id, set()).add(lease.attempt_id)
+
+    def _release(self, attempt_id: UUID) -> None:
+        held = self._held.pop(attempt_id, None)
+        self._cancelled.discard(attempt_id)
+        if held is None:
+            return
+        attempts = self._held_by_run.get(held.run_id)
+        if attempts is not None:
+            attempts.discard(attempt_id)
+            if not attempts:
+                del self._held_by_run[held.run_id]
+
+    def _credit_back(self, match: Match) -> tuple[list[Match], set[str]]:
+        if match.session_id not in self._seen:
+            return [], set()
+        again = self._take(match.session_id, match.credit)
+        if again is not None:
+            return [again], set()
+        self._add_credit(match.session_id, match.credit)
+        return [], set()
+
+    def _add_credit(self, session_id: str, credit: Credit) -> None:
+        self._credits.setdefault(session_id, {})[credit.claim_id] = credit
+        for agent_id in credit.agent_ids:
+            self._credits_by_agent.setdefault(agent_id, {})[(session_id, credit.claim_id)] = credit
+
+    def _withdraw(self, session_id: str, claim_id: str) -> None:
+        credit = self._credits.get(session_id, {}).pop(claim_id, None)
+        if credit is None:
+            return
+        for agent_id in credit.agent_ids:
+            waiting = self._credits_by_agent.get(agent_id)
+            if waiting is not None:
+                waiting.pop((session_id, claim_id), None)
+                if not waiting:
+                    del self._credits_by_agent[agent_id]
+
+    def _take(self, session_id: str, credit: Credit) -> Match | None:
+        """The oldest waiting attempt ``credit`` accepts, matched to it (or None)."""
+        best: tuple[datetime, int, UUID] | None = None
+        for agent_id in credit.agent_ids:
+            by_tenant = self._heaps.get(agent_id)
+            if not by_tenant:
+                continue
+            tenants = [credit.tenant_id] if credit.tenant_id is not None else list(by_tenant)
+            for tenant_id in tenants:
+                heap = by_tenant.get(tenant_id)
+                head = self._head(heap) if heap is not None else None
+                if head is not None and (best is None or head < best):
+                    best = head
+        if best is None:
+            return None
+        offer = self._offers[best[2]]
+        self._drop_offer(offer.attempt_id)
+        match = Match(session_id, credit, offer)
+        self._matching[offer.attempt_id] = match
+        return match
+
+    def _head(self, heap: list[tuple[datetime, int, UUID]]) -> tuple[datetime, int, UUID] | None:
+        while heap and heap[0][2] not in self._offers:
+            heapq.heappop(heap)  # left the book (lazy deletion)
+        return heap[0] if heap else None
+
+    def _add_offer(self, offer: Offer) -> Match | None:
+        if offer.attempt_id in self._offers or offer.attempt_id in self._matching:
+            return None
+        if offer.attempt_id in self._held:
+            return None
+        match = self.reserve(offer)
+        if match is not None:
+            return match
+        self._offers[offer.attempt_id] = offer
+        heap = self._heaps.setdefault(offer.agent_id, {}).setdefault(offer.tenant_id, [])
+        heapq.heappush(heap, (offer.dispatched_at, next(self._order), offer.attempt_id))
+        self._by_run.setdefault(offer.run_id, set()).add(offer.attempt_id)
+        return None
+
+    def _drop_offer(self, attempt_id: UUID) -> None:
+        offer = self._offers.pop(attempt_id, None)
+        if offer is None:
+            return
+        waiting = self._by_run.get(offer.run_id)
+        if waiting is not None:
+            waiting.discard(attempt_id)
+            if not waiting:
+                del self._by_run[offer.run_id]
+        by_tenant = self._heaps.get(offer.agent_id)
+        if by_tenant is not None:
+            heap = by_tenant.get(offer.tenant_id)
+            if heap is not None and self._head(heap) is None:
+                del by_tenant[offer.tenant_id]
+                if not by_tenant:
+                    del self._heaps[offer.agent_id]

@@ -1,0 +1,170 @@
+"""The host's session book (runcontrol.sessions): matching credits to the attempts a host
+dispatched, grants kept until acked, cancels to the holders' sessions. Pure: no Ray, no I/O."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from uuid import uuid4
+
+from domain_harness import READ_STEP, T0, TENANT, Harness
+
+from runcontrol.session import Credit
+from runcontrol.sessions import Offer, RunView, SessionBook, view
+
+
+def credit(*agents: str, tenant: str | None = None, claim: str | None = None) -> Credit:
+    return Credit(claim or str(uuid4()), "w-1", agents, tenant)
+
+
+def offer(agent: str, tenant: str = "t-1", seconds: float = 0.0) -> Offer:
+    return Offer(tenant, uuid4(), uuid4(), agent, T0 + timedelta(seconds=seconds))
+
+
+def waiting(*offers: Offer) -> RunView:
+    (run_id,) = {o.run_id for o in offers}
+    return RunView(run_id, offers, {}, {}, False)
+
+
+def test_a_dispatched_attempt_goes_to_the_oldest_waiting_credit_that_accepts_it() -> None:
+    book = SessionBook()
+    book.offer("s1", [credit("a")], now=0)
+    book.offer("s2", [credit("a"), credit("b")], now=0)
+    b = offer("b")
+    (match,), _ = book.observe(waiting(b))
+    assert match.session_id == "s2" and match.offer == b
+    a = offer("a")
+    (match,), _ = book.observe(waiting(a))
+    assert match.session_id == "s1"
+
+
+def test_a_tenant_bound_credit_takes_only_its_tenants_attempts() -> None:
+    book = SessionBook()
+    other, mine = offer("a", "t-other"), offer("a", "t-mine", seconds=1)
+    assert book.observe(waiting(other)) == ([], set())
+    book.observe(waiting(mine))
+    (match,), _ = book.offer("s", [credit("a", tenant="t-mine")], now=0)
+    assert match.offer == mine  # not the older attempt of another tenant
+    assert book.backlog() == {"a": 1}
+    (match,), _ = book.offer("s2", [credit("a")], now=0)  # unbound: any tenant
+    assert match.offer == other and book.backlog() == {}
+
+
+def test_a_credit_takes_the_oldest_attempt_of_its_agents() -> None:
+    book = SessionBook()
+    later, older, oldest_b = offer("a", seconds=5), offer("a", seconds=2), offer("b", seconds=1)
+    for o in (later, older, oldest_b):
+        book.observe(waiting(o))
+    assert book.backlog() == {"a": 2, "b": 1}
+    taken = [book.offer("s", [credit("a", "b")], now=0)[0][0].offer for _ in range(3)]
+    assert taken == [oldest_b, older, later]
+
+
+def test_credits_replace_the_sessions_last_set() -> None:
+    book = SessionBook()
+    first, second = credit("a"), credit("a")
+    book.offer("s", [first], now=0)
+    book.offer("s", [second], now=0)  # the first is withdrawn (offered to another host)
+    (match,), _ = book.observe(waiting(offer("a")))
+    assert match.credit == second
+    assert book.credits("s") == {}
+
+
+def test_an_attempt_that_leaves_the_leasable_set_leaves_the_book() -> None:
+    book = SessionBook()
+    o = offer("a")
+    book.observe(waiting(o))
+    book.observe(RunView(o.run_id, (), {}, {}, False))  # suspended, cancelled, leased elsewhere
+    assert book.backlog() == {}
+    assert book.offer("s", [credit("a")], now=0) == ([], [])
+
+
+def test_a_grant_is_delivered_only_for_a_lease_this_hosts_commit_made() -> None:
+    run = Harness((READ_STEP,))
+    attempt = run.dispatch()
+    book = SessionBook()
+    c = credit("reader")
+    book.offer("s", [c], now=0)
+    (match,), _ = book.observe(view(run.agg, run.batches[-1].events))
+    assert match.offer.input == run.agg.run.input and match.offer.tenant_id == TENANT
+    lease = run.lease(attempt, "w-1")
+    book.observe(view(run.agg, run.batches[-1].events, run.options))
+    delivered, again, woken = book.granted(match, lease)
+    assert delivered and woken == {"s"} and not again
+    (grant,) = book.grants("s")
+    assert grant.claim_id == c.claim_id and grant.lease == lease
+    assert grant.deadline_at == run.agg.deadline(run.options)
+    assert book.grants("s") == [grant]  # sent again until acked
+    book.ack("s", [c.claim_id])
+    assert book.grants("s") == []
+
+
+def test_a_lease_answered_again_without_a_commit_is_not_a_second_grant() -> None:
+    """A second credit of the same holder, matched to an attempt already leased (a stale
+    sweep row, another host's grant), is answered the same lease: the credit waits again."""
+    run = Harness((READ_STEP,))
+    attempt = run.dispatch()
+    lease = run.lease(attempt, "w-1")
+    book = SessionBook()
+    c = credit("reader")
+    book.offer("s", [c], now=0)
+    stale = Offer(TENANT, attempt.run_id, attempt.attempt_id, "reader", T0)
+    (match,) = book.found([stale])
+    delivered, again, _ = book.granted(match, lease)  # no commit was observed
+    assert not delivered and not again
+    assert book.grants("s") == [] and c.claim_id in book.credits("s")
+
+
+def test_a_refused_grant_gives_the_credit_back_to_the_next_attempt() -> None:
+    book = SessionBook()
+    c = credit("a")
+    book.offer("s", [c], now=0)
+    (match,), _ = book.observe(waiting(offer("a")))
+    assert book.refused(match) == ([], set())
+    (again,), _ = book.observe(waiting(offer("a")))
+    assert again.credit == c
+
+
+def test_a_credit_withdrawn_while_its_lease_is_being_made_is_answered_not_offered_twice() -> None:
+    book = SessionBook()
+    c = credit("a")
+    book.offer("s", [c], now=0)
+    (match,), _ = book.observe(waiting(offer("a")))
+    matches, withdrawn = book.offer("s", [], now=1)
+    assert matches == [] and withdrawn == [match]
+    assert book.knows("s", c.claim_id)
+
+
+def test_the_holder_of_a_cancelled_runs_attempt_is_told_once() -> None:
+    run = Harness((READ_STEP,))
+    attempt = run.dispatch()
+    book = SessionBook()
+    book.offer("s", [credit("reader")], now=0)
+    (match,), _ = book.observe(view(run.agg, run.batches[-1].events))
+    lease = run.lease(attempt, "w-1")
+    book.observe(view(run.agg, run.batches[-1].events))
+    book.granted(match, lease)
+    run.cancel()
+    _, woken = book.observe(view(run.agg, run.batches[-1].events))
+    assert woken == {"s"}
+    assert book.take_cancels("s") == [attempt.attempt_id]
+    _, woken = book.observe(view(run.agg, run.batches[-1].events))
+    assert woken == set() and book.take_cancels("s") == []
+
+
+def test_a_gone_session_is_forgotten() -> None:
+    book = SessionBook()
+    book.offer("s", [credit("a")], now=0)
+    assert book.expire(before=10) == ["s"]
+    assert book.waiting_credits() == 0
+    assert book.observe(waiting(offer("a")))[0] == []
+
+
+def test_view_offers_only_leasable_attempts() -> None:
+    run = Harness((READ_STEP,))
+    attempt = run.dispatch()
+    (o,) = view(run.agg).offers
+    assert (o.attempt_id, o.agent_id) == (attempt.attempt_id, "reader")
+    run.lease(attempt)
+    v = view(run.agg, run.batches[-1].events)
+    assert v.offers == ()
+    assert v.leased == v.new_leases == {attempt.attempt_id: attempt.lease_id}

@@ -193,3 +193,48 @@ def test_a_wait_step_fires_once_after_every_host_was_killed_during_the_wait(
     assert by_name["pause"].step_id not in {a.step_id for a in h.attempts(run_id)}  # no worker
     ended = next(e for e in h.outbox(run_id) if e.event_type == "StepWaitEnded")
     assert ended.occurred_at >= by_name["pause"].due_at
+
+
+def test_a_fan_out_runs_at_once_on_sdk_workers_through_the_sessions(h: RayHarness) -> None:
+    """The same fan-out with the worker SDK over the hosts' sessions: several attempts of one
+    run open at once, each granted (fused with its dispatch, or claimed) to its own worker."""
+    from actors.run_host import make_router
+    from actors.sessions import ActorSessionTransport
+    from runcontrol.sdk import Backoff, Step, Worker
+
+    h.publish(*FAN)
+    workers: dict[str, Worker] = {}
+    for agent in ("plan", "branch-a", "branch-b", "branch-c", "join"):
+        worker = Worker(
+            "sdk-fan", concurrency=1, wait_s=2.0, backoff=Backoff(base_s=0.05, cap_s=0.5)
+        )
+        seconds = 2.0 if agent.startswith("branch") else 0.0
+
+        async def work(step: Step, seconds: float = seconds) -> dict[str, Any]:
+            await asyncio.sleep(seconds)
+            return {"done": True}
+
+        worker.agent(h.agent(agent))(work)
+        workers[agent] = worker
+
+    async def scenario() -> Any:
+        router = make_router(h.rt.config)
+        tasks = [
+            asyncio.create_task(w.run(ActorSessionTransport(router), f"{agent}-sdk"))
+            for agent, w in workers.items()
+        ]
+        try:
+            run_id = (await h.submit()).run_id
+            await h.wait_type(run_id, "RunCompleted", timeout=60)
+            return run_id
+        finally:
+            for w in workers.values():
+                w.stop()
+            await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
+
+    run_id = run_async(scenario(), timeout=120)
+    spans = intervals(h, run_id)
+    branches = [spans[n] for n in ("a", "b", "c")]
+    assert max(s for s, _, _, _ in branches) < min(e for _, e, _, _ in branches)
+    assert all(end_seq < spans["join"][2] for _, _, _, end_seq in branches)
+    assert len({a.holder for a in h.attempts(run_id)}) == 5

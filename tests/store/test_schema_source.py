@@ -122,6 +122,7 @@ def everything(tenant: str) -> Changes:
         kind="wait",
         wait={"seconds": 5.0},
         due_at=at(3),
+        signal={"signalId": "s-1", "body": {"ok": True}, "sentBy": "carol", "receivedAt": "t"},
     )
     attempt = Attempt(
         attempt_id=attempt_id,

@@ -173,11 +173,18 @@ class Settlement(Leases):
     def _stop_siblings(self, ctx: CommandContext, reason: str, cause: str | None) -> None:
         """A failing run's cancel of the attempts still running: intent first (invariant 8),
         what nobody holds settles now, the holders' settlement is observed."""
+        self._record_intent(ctx, RUN_CONTROL, reason)
+        self._move_run(ctx, RunState.CANCELLING, cause or "StepFailedTerminally")
+        self._cancel_unheld(ctx)
+
+    def _record_intent(
+        self, ctx: CommandContext, requested_by: str, reason: str
+    ) -> CancellationIntent:
         intent = CancellationIntent(
             intent_id=ctx.new_id(),
             run_id=self.run.run_id,
             tenant_id=self.run.tenant_id,
-            requested_by=RUN_CONTROL,
+            requested_by=requested_by,
             reason=reason,
             requested_at=ctx.now,
         )
@@ -186,10 +193,14 @@ class Settlement(Leases):
         self._emit(
             ctx,
             ev.CancellationRequested(
-                run_id=self.run.run_id, requested_by=RUN_CONTROL, reason=reason
+                run_id=self.run.run_id, requested_by=requested_by, reason=reason
             ),
         )
-        self._move_run(ctx, RunState.CANCELLING, cause or "StepFailedTerminally")
+        return intent
+
+    def _cancel_unheld(self, ctx: CommandContext) -> None:
+        """On the way to Cancelling: pending approvals end, and attempts nobody holds (never
+        leased, or parked before their side effect) settle at once with their steps."""
         for approval in self.pending_approvals():
             self._move_approval(ctx, approval, ApprovalState.CANCELLED, "RunCancelled")
             self._emit_approval_decided(ctx, approval)

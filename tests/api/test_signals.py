@@ -99,3 +99,25 @@ def test_the_cli_sends_a_signal(
     assert "--data is not JSON" in err and len(err.strip().splitlines()) == 1
     assert main(["runs", "signal", run_id, "go", "--data", "{}"]) == 1  # finished: refused
     assert "run-terminal" in capsys.readouterr().err
+
+
+def test_a_signal_over_grpc_is_the_same_command(t: TenantView, g: Any) -> None:
+    """``SendSignal`` through Serve's gRPC ingress: kept when early, the same answer for the
+    same command_id, refused for a role that does not submit and for a finished run."""
+    from grpc_harness import GrpcWorker
+
+    from schemas import runcontrol_pb2 as pb
+
+    publish(t, {"name": "plan"}, {"name": "go", "kind": "signal"})
+    run_id = t.submit()
+    sender = GrpcWorker(g.stub, t.token())  # the requester
+    request = pb.SendSignalRequest(run_id=run_id, name="go", body_json='{"ok": 1}', command_id="c1")
+    first = sender._call("SendSignal", request)
+    assert (first.delivered, first.name, first.run_id) == (False, "go", run_id)
+    assert sender._call("SendSignal", request) == first  # the same answer
+    observer = GrpcWorker(g.stub, t.api.token(t.tenant, "obs", (Role.OBSERVER,)))
+    assert observer.refused("SendSignal", request).reason == "insufficient-scope"
+    t.succeed(t.claim(run_id))
+    assert t.wait_state(run_id, "Completed")["state"] == "Completed"
+    late = pb.SendSignalRequest(run_id=run_id, name="go", body_json="{}", command_id="c2")
+    assert sender.refused("SendSignal", late).reason == "run-terminal"

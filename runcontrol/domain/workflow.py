@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import ValidationFailed
 from .hashing import canonical_hash
@@ -223,22 +223,41 @@ def _depends_on(i: int, raw: Mapping[str, Any]) -> tuple[str, ...] | None:
     return tuple(names)
 
 
-def dependencies(release: Release | WorkflowDefinition, step: str) -> tuple[str, ...]:
-    """The names of the steps ``step`` waits for: its ``dependsOn``, or the step before it
-    (none for the first), so a release without ``dependsOn`` runs its steps in order."""
-    definition = release.definition if isinstance(release, Release) else release
-    specs = definition.steps
-    for i, spec in enumerate(specs):
-        if spec.name == step:
-            return _resolved(specs, i)
+class Named(Protocol):
+    """A step as ``dependencies`` reads it: a definition's ``StepSpec`` or a run's ``Step``."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def depends_on(self) -> Sequence[str] | None: ...
+
+
+def dependencies(steps: Sequence[Named], step: str) -> tuple[str, ...]:
+    """The names of the steps ``step`` waits for (and whose results it receives).
+
+    ``steps``: the workflow's steps in order (a definition's ``StepSpec``s, or a run's steps by
+    ordinal). A step's ``dependsOn`` when it has one; otherwise the step before it (the first:
+    none), so a release without ``dependsOn`` runs its steps in order. The one place that
+    says so."""
+    for i, candidate in enumerate(steps):
+        if candidate.name == step:
+            return _resolved(steps, i)
     raise ValidationFailed(f"the workflow has no step {step!r}", step=step)
 
 
-def _resolved(specs: Sequence[StepSpec], i: int) -> tuple[str, ...]:
-    explicit = specs[i].depends_on
+def final_step(steps: Sequence[Named]) -> str:
+    """The step whose result is the run's result: the last step (in order) that no step
+    depends on (a linear release's last step; a graph's join)."""
+    depended = {dep for i in range(len(steps)) for dep in _resolved(steps, i)}
+    return next(s.name for s in reversed(steps) if s.name not in depended)
+
+
+def _resolved(steps: Sequence[Named], i: int) -> tuple[str, ...]:
+    explicit = steps[i].depends_on
     if explicit is not None:
-        return explicit
-    return (specs[i - 1].name,) if i > 0 else ()
+        return tuple(explicit)
+    return (steps[i - 1].name,) if i > 0 else ()
 
 
 def graph(definition: WorkflowDefinition) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from runcontrol.domain import (
     dependencies,
     errors,
 )
+from runcontrol.domain.workflow import final_step
 
 DIAMOND = [
     {"name": "plan", "agentId": "a"},
@@ -39,8 +40,9 @@ def definition(steps: list[dict[str, object]]) -> WorkflowDefinition:
 
 def test_without_depends_on_a_step_depends_on_the_one_before():
     d = definition([{"name": "a", "agentId": "x"}, {"name": "b", "agentId": "x"}])
-    assert dependencies(d, "a") == ()
-    assert dependencies(d, "b") == ("a",)
+    assert dependencies(d.steps, "a") == ()
+    assert dependencies(d.steps, "b") == ("a",)
+    assert final_step(d.steps) == "b"
 
 
 def test_a_linear_release_keeps_its_content_hash():
@@ -54,11 +56,12 @@ def test_a_linear_release_keeps_its_content_hash():
 def test_explicit_depends_on_round_trips_and_changes_the_hash():
     d = definition(DIAMOND)
     assert WorkflowDefinition.from_dict(d.to_dict()) == d
-    assert dependencies(d, "join") == ("left", "middle", "right")
+    assert dependencies(d.steps, "join") == ("left", "middle", "right")
+    assert final_step(d.steps) == "join"
     roots = definition(
         [{"name": "a", "agentId": "x"}, {"name": "b", "agentId": "x", "dependsOn": []}]
     )
-    assert dependencies(roots, "b") == ()
+    assert dependencies(roots.steps, "b") == ()
     linear = definition([{"name": "a", "agentId": "x"}, {"name": "b", "agentId": "x"}])
     assert roots.content_hash != linear.content_hash
 

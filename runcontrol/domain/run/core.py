@@ -39,6 +39,7 @@ from ..states import (
     StepState,
     ToolCallState,
 )
+from ..workflow import dependencies
 from .values import (
     LIFETIME_EXCEEDED,
     WALL_CLOCK_EXCEEDED,
@@ -290,11 +291,9 @@ class AggregateCore:
         return min(times) if times else None
 
     def dependencies_of(self, step: Step) -> list[Step]:
-        """The steps ``step`` waits for (``Step.depends_on``; a row stored before graphs
-        waits for the step before it)."""
-        if step.depends_on is None:
-            return [s for s in self.steps if s.ordinal == step.ordinal - 1]
-        wanted = set(step.depends_on)
+        """The steps ``step`` waits for (``workflow.dependencies``: its ``depends_on``; a row
+        stored before graphs waits for the step before it)."""
+        wanted = set(dependencies(self.steps, step.name))
         return [s for s in self.steps if s.name in wanted]
 
     def ready_steps(self) -> list[Step]:

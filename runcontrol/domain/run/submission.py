@@ -85,7 +85,7 @@ class Submissions(Waits):
                 max_attempts=spec.max_attempts or options.default_max_attempts,
                 gate=spec.gate,
                 side_effect_class=spec.side_effect_class,
-                depends_on=list(dependencies(release, spec.name)),
+                depends_on=list(dependencies(release.definition.steps, spec.name)),
                 kind=spec.kind,
                 wait=spec.wait,
             )

@@ -170,6 +170,28 @@ class CancelRun(Command[str]):
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class SignalResult:
+    """What a signal answers: the step it is for and whether that step took it now (else it
+    is kept until the step waits), and the run's state after it."""
+
+    run_id: UUID
+    step_id: UUID
+    name: str
+    delivered: bool
+    state: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendSignal(Command[SignalResult]):
+    """An input from outside for the run's signal step named ``name``; ``body`` (JSON)
+    becomes its result. ``sent_by`` is the verified caller (audited)."""
+
+    name: str
+    body: Any
+    sent_by: str
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WakeRun(Command[WakeResult]):
     """The reminder: expire leases and approvals that are due, dispatch due retries."""

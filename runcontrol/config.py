@@ -295,6 +295,13 @@ class ApiOptions(BaseModel):
     max_body_bytes: int = Field(
         1024 * 1024, ge=1024, description="Larger request bodies are refused with 413."
     )
+    prefer_wait_max_seconds: float = Field(
+        30,
+        ge=0,
+        description="The longest a submission with `Prefer: wait=N` holds its request for the "
+        "run to end (longer waits are cut to this); 0: never waits. Each wait holds one of the "
+        "deployment's max_ongoing_requests.",
+    )
     command_rate: RateLimit | None = Field(
         None,
         description="Per tenant and replica: submissions, cancels and decisions beyond this "

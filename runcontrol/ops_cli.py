@@ -374,12 +374,15 @@ def runs_show(api: Api, args: argparse.Namespace, out: TextIO) -> None:
         table(run["pendingApprovals"], APPROVAL_COLUMNS, out)
 
 
-def _json_arg(value: str) -> Any:
-    text = Path(value[1:]).read_text(encoding="utf-8") if value.startswith("@") else value
+def _json_arg(value: str, flag: str = "--input") -> Any:
+    try:
+        text = Path(value[1:]).read_text(encoding="utf-8") if value.startswith("@") else value
+    except OSError as exc:
+        raise CliError(f"{flag}: cannot read {value[1:]}: {exc.strerror}") from None
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise CliError(f"--input is not JSON: {exc}") from None
+        raise CliError(f"{flag} is not JSON: {exc}") from None
 
 
 def runs_submit(api: Api, args: argparse.Namespace, out: TextIO) -> None:
@@ -408,6 +411,39 @@ def runs_submit(api: Api, args: argparse.Namespace, out: TextIO) -> None:
             ("release", "releaseId"),
             ("policy revision", "policyRevision"),
             ("snapshot", "snapshotId"),
+            ("idempotency key", "idempotencyKey"),
+        ),
+        out,
+    )
+
+
+def runs_signal(api: Api, args: argparse.Namespace, out: TextIO) -> None:
+    """Send a run's signal step its input (a new key each time unless --key: a retry with the
+    same key gets the first answer)."""
+    body = _json_arg(args.data, "--data")
+    key = args.key or f"cli-{uuid.uuid4()}"
+    answer = api.call(
+        "POST",
+        f"/factory/runs/{args.run_id}/signals/{args.name}",
+        json=body,
+        headers={"Idempotency-Key": key},
+    )
+    if args.json:
+        emit_json(answer, out)
+        return
+    answer = {
+        **answer,
+        "idempotencyKey": key,
+        "delivered": "yes" if answer["delivered"] else "no: kept until the step waits",
+    }
+    fields(
+        answer,
+        (
+            ("run", "runId"),
+            ("step", "stepId"),
+            ("signal", "name"),
+            ("delivered", "delivered"),
+            ("run state", "state"),
             ("idempotency key", "idempotencyKey"),
         ),
         out,
@@ -663,6 +699,11 @@ def add_commands(sub: Any) -> None:
     p = _command(r, "cancel", runs_cancel, "record cancellation intent")
     p.add_argument("run_id")
     p.add_argument("--reason", required=True)
+    p.add_argument("--key", default=None, help="Idempotency-Key: a retry gets the first answer")
+    p = _command(r, "signal", runs_signal, "send a run's signal step its input")
+    p.add_argument("run_id")
+    p.add_argument("name", help="the signal's name (the step's `signal`)")
+    p.add_argument("--data", default="null", help="the body: JSON, or @FILE")
     p.add_argument("--key", default=None, help="Idempotency-Key: a retry gets the first answer")
     p = _command(r, "tail", runs_tail, "follow a run's events until it ends (resumes)")
     p.add_argument("run_id")

@@ -237,6 +237,32 @@ class RequestApprovalResponse(_message.Message):
     approval: Approval
     def __init__(self, required: _Optional[bool] = ..., approval: _Optional[_Union[Approval, _Mapping]] = ...) -> None: ...
 
+class SendSignalRequest(_message.Message):
+    __slots__ = ("run_id", "name", "body_json", "command_id")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    BODY_JSON_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    name: str
+    body_json: str
+    command_id: str
+    def __init__(self, run_id: _Optional[str] = ..., name: _Optional[str] = ..., body_json: _Optional[str] = ..., command_id: _Optional[str] = ...) -> None: ...
+
+class SendSignalResponse(_message.Message):
+    __slots__ = ("run_id", "step_id", "name", "delivered", "state")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DELIVERED_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    step_id: str
+    name: str
+    delivered: bool
+    state: str
+    def __init__(self, run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., name: _Optional[str] = ..., delivered: _Optional[bool] = ..., state: _Optional[str] = ...) -> None: ...
+
 class WatchRunRequest(_message.Message):
     __slots__ = ("run_id", "after_seq")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]

@@ -100,6 +100,7 @@ __all__ = [
     "dependencies",
     "canonical_hash",
     "canonical_json",
+    "dependencies",
     "errors",
     "events",
 ]

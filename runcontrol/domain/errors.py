@@ -59,6 +59,12 @@ class StepNotFound(NotFound):
     code = "step-not-found"
 
 
+class SignalNotAwaited(NotFound):
+    """No step of the run waits for a signal of this name (nor ever will)."""
+
+    code = "signal-not-awaited"
+
+
 class AttemptNotFound(NotFound):
     code = "attempt-not-found"
 
@@ -108,6 +114,13 @@ class WebhookDisabled(Conflict):
 
 class RunTerminal(Conflict):
     code = "run-terminal"
+
+
+class SignalAlreadyReceived(Conflict):
+    """The steps waiting for this signal have theirs (a resend with the same key is answered
+    with the first answer instead)."""
+
+    code = "signal-already-received"
 
 
 class LeaseHeld(Conflict):

@@ -107,6 +107,19 @@ class Step:
     not_before: datetime | None = None
     failure_class: FailureClass | None = None
     outcome_hash: str | None = None
+    # The names of the steps this one waits for, resolved at acceptance (``workflow.
+    # dependencies``); None on a row stored before graphs (0016): the step before it.
+    depends_on: list[str] | None = None
+    # ``agent`` (a worker executes it) or ``wait`` (no worker: its timer settles it, 0016).
+    kind: str = "agent"
+    # A wait step's timer, from the release: {"seconds": s} or {"until": iso}.
+    wait: dict[str, Any] | None = None
+    # While a wait step is Running: when its timer fires (its durable reminder); a signal
+    # step's: when it stops waiting (its timeout).
+    due_at: datetime | None = None
+    # A signal step's signal once received, even before the step waits (kept, delivered
+    # once): {"signalId", "body", "sentBy", "receivedAt"}. The body becomes its result.
+    signal: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)

@@ -121,14 +121,17 @@ class RunGrain:
         return None
 
     def dispatch_due(self, agg: RunAggregate, ctx: CommandContext) -> Attempt | None:
-        step = agg.dispatchable_step(ctx.now)
-        if step is None or agg.run.budget_reservation_id is None:
+        """Start every step due now (a graph's fan-out, in one statement: attempts, and the
+        timers of wait steps); answer the first attempt. Past the tenant's capacity cap the
+        statement dispatches none of them: they stay Pending for the dispatcher."""
+        if agg.run.budget_reservation_id is None or not agg.dispatchable_steps(ctx.now):
             return None
         if not self.may_dispatch:
             return None  # denied capacity leaves the step Pending; the dispatcher retries
-        attempt = agg.dispatch(ctx, step)
-        self._fuse(agg, ctx, attempt, step.agent_id)
-        return attempt
+        attempts = agg.start_ready(ctx)
+        for attempt in attempts:  # each to a credit waiting for its agent, if one is
+            self._fuse(agg, ctx, attempt, agg.step(attempt.step_id).agent_id)
+        return attempts[0] if attempts else None
 
     def _fuse(self, agg: RunAggregate, ctx: CommandContext, attempt: Attempt, agent: str) -> None:
         """Lease the attempt just dispatched to a credit waiting for its agent, in the same

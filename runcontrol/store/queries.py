@@ -110,6 +110,10 @@ STEP = _fields(
         "gate",
         "side_effect_class",
         "not_before",
+        "depends_on",
+        "kind",
+        "wait",
+        "due_at",
     )
 )
 ATTEMPT = _fields(
@@ -122,6 +126,7 @@ ATTEMPT = _fields(
         "failure_class",
         "dispatched_at",
         "settled_at",
+        "holder",
     )
 )
 LEASE = _fields(("lease_id", "holder", "fencing_token", "expires_at"))

@@ -97,6 +97,13 @@ steps = Table(
     Column("not_before", TZ),
     Column("failure_class", Text),
     Column("outcome_hash", Text),
+    # the names of the steps it waits for (0016); NULL before graphs: the step before it
+    Column("depends_on", JSONB),
+    # a step no worker executes (0016): kind 'wait', its timer, and when it fires
+    Column("kind", Text, nullable=False, server_default=text("'agent'")),
+    Column("wait", JSONB),
+    Column("due_at", TZ),
+    Column("signal", JSONB),  # a signal step's signal, once received (kept until it waits)
     UniqueConstraint("run_id", "ordinal", name="uq_steps_ordinal"),
 )
 

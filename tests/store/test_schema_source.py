@@ -121,6 +121,11 @@ def everything(tenant: str) -> Changes:
         not_before=at(2),
         failure_class=FailureClass.PERMANENT,
         outcome_hash="sha256:step-outcome",
+        depends_on=["read", "plan"],
+        kind="wait",
+        wait={"seconds": 5.0},
+        due_at=at(3),
+        signal={"signalId": "s-1", "body": {"ok": True}, "sentBy": "carol", "receivedAt": "t"},
     )
     attempt = Attempt(
         attempt_id=attempt_id,

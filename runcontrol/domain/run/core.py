@@ -306,9 +306,14 @@ class AggregateCore:
         elif state is not RunState.WAITING_FOR_APPROVAL:  # a human's wait has its own expiry
             times.append(self.deadline(options))
         if state is RunState.RUNNING and self.run.suspended_at is None:
-            step = self._first_open_step()
-            if step is not None and step.state is StepState.PENDING:
-                times.append(step.not_before or self.run.updated_at)
+            times.extend(s.not_before or self.run.updated_at for s in self.ready_steps())
+        if state in (RunState.RUNNING, RunState.WAITING_FOR_APPROVAL):
+            # a wait step's timer: the durable reminder that fires it
+            times.extend(
+                s.due_at
+                for s in self.steps
+                if s.state is StepState.RUNNING and s.due_at is not None
+            )
         if state is not RunState.WAITING_FOR_APPROVAL:
             grace = timedelta(seconds=options.renewal_grace_seconds)
             times.extend(lease.expires_at + grace for lease in self.leases.values())
@@ -316,8 +321,22 @@ class AggregateCore:
         times.extend(t.expires_at for t in self.open_tool_calls())
         return min(times) if times else None
 
-    def _first_open_step(self) -> Step | None:
-        return next((s for s in self.steps if not s.state.terminal), None)
+    def dependencies_of(self, step: Step) -> list[Step]:
+        """The steps ``step`` waits for (``workflow.dependencies``: its ``depends_on``; a row
+        stored before graphs waits for the step before it)."""
+        wanted = set(dependencies(self.steps, step.name))
+        return [s for s in self.steps if s.name in wanted]
+
+    def ready_steps(self) -> list[Step]:
+        """Pending steps whose dependencies have all succeeded (a retry's backoff aside), in
+        the release's order: the fan-out a dispatch starts together; a fan-in step is ready
+        only once every one of its dependencies is."""
+        return [
+            s
+            for s in self.steps
+            if s.state is StepState.PENDING
+            and all(d.state is StepState.SUCCEEDED for d in self.dependencies_of(s))
+        ]
 
     def deadline(self, options: Options) -> datetime:
         """When the control plane cancels the run: its wall-clock budget (``maxMinutes`` from

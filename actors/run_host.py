@@ -17,7 +17,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -132,8 +132,8 @@ class FusedGrants:
             host._track(match, making)
         return match
 
-    def granted(self, match: Match, lease: LeaseGrant) -> None:
-        _, matches, woken = self._host._book.granted(match, lease)
+    def granted(self, match: Match, lease: LeaseGrant, results: Mapping[str, Any]) -> None:
+        _, matches, woken = self._host._book.granted(match, lease, results)
         self._settled(match, matches, woken)
 
     def refused(self, match: Match) -> None:
@@ -382,6 +382,9 @@ class RunHost:
             if grant is None:
                 free.append(credit)
             else:
+                act = self._activation(grant.tenant_id, grant.lease.run_id)
+                results = await self._grant_results(act, grant.lease.attempt_id)
+                grant = dataclasses.replace(grant, results=results)
                 self._book.recovered(sid, credit.claim_id, grant)
         return free
 
@@ -453,14 +456,21 @@ class RunHost:
             with self._drain.track():
                 act = self._activation(offer.tenant_id, offer.run_id)
                 lease = await self._in_mailbox(act, command)
+                results = await self._grant_results(act, lease.attempt_id)
         except Exception as exc:  # noqa: BLE001 - refused or failed: the credit waits again
             if not isinstance(exc, errors.RunControlError):
                 log.warning("a grant to a session failed: %r", exc)
             matches, woken = self._book.refused(match)
         else:
-            _, matches, woken = self._book.granted(match, lease)
+            _, matches, woken = self._book.granted(match, lease, results)
         self._lease(matches)
         self._wake(woken)
+
+    async def _grant_results(self, act: Activation, attempt_id: UUID) -> dict[str, Any]:
+        """What the attempt's grant carries of its dependencies' results: from the run's cached
+        rows, read in its mailbox (no read of the store while the activation holds them)."""
+        async with act.mailbox():
+            return (await act.grain.load_cached()).grant_results(attempt_id)
 
     async def _granted(self, matches: list[Match]) -> None:
         tasks = [t for m in matches if (t := self._granting.get(m.offer.attempt_id)) is not None]

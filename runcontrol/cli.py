@@ -571,11 +571,38 @@ def _cmd_db(args: argparse.Namespace) -> int:
 
 
 def _cmd_release(args: argparse.Namespace) -> int:
-    with open(args.file, encoding="utf-8") as fh:
-        definition = WorkflowDefinition.from_dict(json.load(fh))
+    """Publish a workflow definition: over the HTTP API with ``--url`` (the token's tenant;
+    ``POST /factory/releases`` checks it again), otherwise straight into the database
+    (``--tenant``). Bad input is one line on stderr and exit 2, never a traceback."""
+    try:
+        with open(args.file, encoding="utf-8") as fh:
+            data = json.load(fh)
+        definition = WorkflowDefinition.from_dict(data)
+    except OSError as exc:
+        print(f"runcontrol release: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
+        return 2
+    except json.JSONDecodeError as exc:
+        print(f"runcontrol release: {args.file} is not JSON: {exc}", file=sys.stderr)
+        return 2
+    except errors.ValidationFailed as exc:
+        print(f"runcontrol release: invalid workflow definition: {exc}", file=sys.stderr)
+        return 2
+    aliases = args.alias or ["latest"]
+    if args.url:
+        body = {"definition": data, "aliases": aliases}
+
+        def publish(api: ops_cli.Api, _: argparse.Namespace, out: Any) -> None:
+            found = api.call("POST", "/factory/releases", json=body)
+            release = {"releaseId": found["releaseId"], "contentHash": found["contentHash"]}
+            print(json.dumps(release), file=out)
+
+        return ops_cli.run(publish, args)
+    if not args.tenant:
+        print("runcontrol release: --tenant is required without --url", file=sys.stderr)
+        return 2
     container = build(Settings())
     release = container.releases.publish(
-        args.tenant, definition, args.publisher, container.env.clock.now(), aliases=args.alias
+        args.tenant, definition, args.publisher, container.env.clock.now(), aliases=aliases
     )
     print(json.dumps({"releaseId": release.release_id, "contentHash": release.content_hash}))
     return 0
@@ -745,9 +772,13 @@ def main(argv: list[str] | None = None) -> int:
 
     release = sub.add_parser("release", help="publish a workflow definition (JSON) as a release")
     release.add_argument("file")
-    release.add_argument("--tenant", required=True)
+    release.add_argument("--tenant", help="straight into the database (without --url)")
     release.add_argument("--publisher", default="cli")
     release.add_argument("--alias", action="append", default=None)
+    release.add_argument(
+        "--url", default=None, help="publish through the HTTP API (a WorkspaceAdmin's token)"
+    )
+    release.add_argument("--token", default=None, help="with --url: bearer (RUNCONTROL_TOKEN)")
     release.set_defaults(func=_cmd_release)
 
     policy = sub.add_parser(

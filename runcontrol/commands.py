@@ -37,6 +37,7 @@ from .domain import (
     ProgressMessage,
     SideEffectClass,
     ToolCallClaim,
+    canonical_hash,
 )
 
 R = TypeVar("R")
@@ -52,11 +53,20 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
+# A field holding any JSON value (a result): fingerprinted by its canonical hash (orjson cannot
+# write every JSON number, and the document would be as large as the value).
+JSON_VALUE: dict[str, bool] = {"json": True}
+
+
+def _fingerprinted(f: dataclasses.Field[Any], value: Any) -> Any:
+    return canonical_hash(value) if f.metadata.get("json") and value is not None else value
+
+
 def fingerprint(command: Command[Any]) -> str:
     """A hash of what the command asks (its type and fields, not its id): a command id reused
     for a different command is told apart from a resend of the same one."""
     fields = {
-        f.name: getattr(command, f.name)
+        f.name: _fingerprinted(f, getattr(command, f.name))
         for f in dataclasses.fields(command)
         if f.name != "command_id"
     }
@@ -160,6 +170,28 @@ class CancelRun(Command[str]):
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class SignalResult:
+    """What a signal answers: the step it is for and whether that step took it now (else it
+    is kept until the step waits), and the run's state after it."""
+
+    run_id: UUID
+    step_id: UUID
+    name: str
+    delivered: bool
+    state: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendSignal(Command[SignalResult]):
+    """An input from outside for the run's signal step named ``name``; ``body`` (JSON)
+    becomes its result. ``sent_by`` is the verified caller (audited)."""
+
+    name: str
+    body: Any
+    sent_by: str
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WakeRun(Command[WakeResult]):
     """The reminder: expire leases and approvals that are due, dispatch due retries."""
@@ -189,6 +221,11 @@ class RenewLease(Command[LeaseGrant]):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReportOutcome(Command[Attempt]):
+    """The attempt's one outcome. ``result``: what it produced, as JSON (at most
+    ``RunControl:Results:MaxInlineBytes`` of canonical JSON), or ``result_ref`` ``{uri,
+    sha256, bytes}`` for a larger artifact; the server hashes what it stores as the
+    ``outcome_hash`` (one sent must equal it). Neither: ``outcome_hash`` is the caller's."""
+
     attempt_id: UUID
     holder: str
     fencing_token: int
@@ -196,6 +233,9 @@ class ReportOutcome(Command[Attempt]):
     failure_class: FailureClass | None = None
     outcome_hash: str | None = None
     lease_id: UUID | None = None
+    # data of the run: never in a log line (repr) or a span
+    result: Any = field(default=None, repr=False, metadata=JSON_VALUE)
+    result_ref: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -73,6 +73,18 @@ class ToolCallOptions(BaseModel):
     )
 
 
+class ResultOptions(BaseModel):
+    max_inline_bytes: int = Field(
+        256 * 1024,
+        ge=1,
+        le=3 * 1024 * 1024,  # under gRPC's default 4 MiB message limit, with room for the rest
+        description="Results:MaxInlineBytes: the largest result an outcome may carry inline, "
+        "as canonical JSON bytes; a larger one is refused (result-too-large, nothing stored, "
+        "the attempt still open) and is reported as a reference {uri, sha256, bytes}. Results "
+        "are kept as long as the event history (outbox.retention_days).",
+    )
+
+
 class GrainOptions(BaseModel):
     idle_seconds: float = Field(60, gt=0)
     host_count: int = Field(2, ge=1)
@@ -283,6 +295,13 @@ class ApiOptions(BaseModel):
     max_body_bytes: int = Field(
         1024 * 1024, ge=1024, description="Larger request bodies are refused with 413."
     )
+    prefer_wait_max_seconds: float = Field(
+        30,
+        ge=0,
+        description="The longest a submission with `Prefer: wait=N` holds its request for the "
+        "run to end (longer waits are cut to this); 0: never waits. Each wait holds one of the "
+        "deployment's max_ongoing_requests.",
+    )
     command_rate: RateLimit | None = Field(
         None,
         description="Per tenant and replica: submissions, cancels and decisions beyond this "
@@ -359,6 +378,7 @@ class Settings(BaseSettings):
     cancel: CancelOptions = CancelOptions()
     runs: RunOptions = RunOptions()
     tool_calls: ToolCallOptions = ToolCallOptions()
+    results: ResultOptions = ResultOptions()
     grains: GrainOptions = GrainOptions()
     budget: BudgetOptions = BudgetOptions()
     capacity: CapacityOptions = CapacityOptions()
@@ -384,4 +404,5 @@ class Settings(BaseSettings):
             cancel_grace_seconds=self.cancel.grace_seconds,
             max_run_lifetime_seconds=self.runs.max_lifetime_hours * 3600,
             tool_call_claim_timeout_seconds=self.tool_calls.claim_timeout_seconds,
+            result_max_bytes=self.results.max_inline_bytes,
         )

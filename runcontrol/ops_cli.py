@@ -243,6 +243,7 @@ RUN_COLUMNS = (
     ("PROJECT", "projectId"),
     ("REQUESTED BY", "requestedBy"),
     ("CREATED", "createdAt"),
+    ("RESULT BYTES", "resultBytes"),
 )
 APPROVAL_COLUMNS = (
     ("APPROVAL", "approvalId"),
@@ -309,6 +310,10 @@ def runs_list(api: Api, args: argparse.Namespace, out: TextIO) -> None:
 
 def runs_show(api: Api, args: argparse.Namespace, out: TextIO) -> None:
     run = api.call("GET", f"/factory/runs/{args.run_id}")
+    if args.result:
+        # the result alone, as JSON (a reference when the result is stored elsewhere)
+        emit_json(run["resultRef"] if run.get("resultRef") is not None else run["result"], out)
+        return
     if args.json:
         emit_json(run, out)
         return
@@ -326,9 +331,14 @@ def runs_show(api: Api, args: argparse.Namespace, out: TextIO) -> None:
             ("created", "createdAt"),
             ("updated", "updatedAt"),
             ("last event seq", "lastEventSeq"),
+            ("result hash", "resultHash"),
+            ("result bytes", "resultBytes"),
         ),
         out,
     )
+    if run.get("result") is not None or run.get("resultRef") is not None:
+        print("\nresult:", file=out)
+        emit_json(run["resultRef"] if run.get("resultRef") is not None else run["result"], out)
     print("\nsteps:", file=out)
     rows = []
     for step in run["steps"]:
@@ -364,12 +374,15 @@ def runs_show(api: Api, args: argparse.Namespace, out: TextIO) -> None:
         table(run["pendingApprovals"], APPROVAL_COLUMNS, out)
 
 
-def _json_arg(value: str) -> Any:
-    text = Path(value[1:]).read_text(encoding="utf-8") if value.startswith("@") else value
+def _json_arg(value: str, flag: str = "--input") -> Any:
+    try:
+        text = Path(value[1:]).read_text(encoding="utf-8") if value.startswith("@") else value
+    except OSError as exc:
+        raise CliError(f"{flag}: cannot read {value[1:]}: {exc.strerror}") from None
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise CliError(f"--input is not JSON: {exc}") from None
+        raise CliError(f"{flag} is not JSON: {exc}") from None
 
 
 def runs_submit(api: Api, args: argparse.Namespace, out: TextIO) -> None:
@@ -398,6 +411,39 @@ def runs_submit(api: Api, args: argparse.Namespace, out: TextIO) -> None:
             ("release", "releaseId"),
             ("policy revision", "policyRevision"),
             ("snapshot", "snapshotId"),
+            ("idempotency key", "idempotencyKey"),
+        ),
+        out,
+    )
+
+
+def runs_signal(api: Api, args: argparse.Namespace, out: TextIO) -> None:
+    """Send a run's signal step its input (a new key each time unless --key: a retry with the
+    same key gets the first answer)."""
+    body = _json_arg(args.data, "--data")
+    key = args.key or f"cli-{uuid.uuid4()}"
+    answer = api.call(
+        "POST",
+        f"/factory/runs/{args.run_id}/signals/{args.name}",
+        json=body,
+        headers={"Idempotency-Key": key},
+    )
+    if args.json:
+        emit_json(answer, out)
+        return
+    answer = {
+        **answer,
+        "idempotencyKey": key,
+        "delivered": "yes" if answer["delivered"] else "no: kept until the step waits",
+    }
+    fields(
+        answer,
+        (
+            ("run", "runId"),
+            ("step", "stepId"),
+            ("signal", "name"),
+            ("delivered", "delivered"),
+            ("run state", "state"),
             ("idempotency key", "idempotencyKey"),
         ),
         out,
@@ -600,8 +646,10 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the API's JSON")
 
 
-def _command(group: Any, name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
-    parser: argparse.ArgumentParser = group.add_parser(name, help=help_text)
+def _command(
+    group: Any, name: str, handler: Handler, help_text: str, aliases: Sequence[str] = ()
+) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = group.add_parser(name, help=help_text, aliases=aliases)
     _common(parser)
     parser.set_defaults(func=lambda args: run(handler, args))
     return parser
@@ -635,8 +683,9 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--state", action="append", help="only runs in this state (repeatable)")
     p.add_argument("--workflow", default=None, help="only runs of this workflow id")
     p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
-    p = _command(r, "show", runs_show, "a run with its steps, attempts and leases")
+    p = _command(r, "show", runs_show, "a run with its result, steps, attempts and leases", ["get"])
     p.add_argument("run_id")
+    p.add_argument("--result", action="store_true", help="print only the run's result (JSON)")
     p = _command(r, "submit", runs_submit, "submit a run (idempotent on --key)")
     p.add_argument("--workflow", required=True)
     p.add_argument("--model-profile", required=True)
@@ -650,6 +699,11 @@ def add_commands(sub: Any) -> None:
     p = _command(r, "cancel", runs_cancel, "record cancellation intent")
     p.add_argument("run_id")
     p.add_argument("--reason", required=True)
+    p.add_argument("--key", default=None, help="Idempotency-Key: a retry gets the first answer")
+    p = _command(r, "signal", runs_signal, "send a run's signal step its input")
+    p.add_argument("run_id")
+    p.add_argument("name", help="the signal's name (the step's `signal`)")
+    p.add_argument("--data", default="null", help="the body: JSON, or @FILE")
     p.add_argument("--key", default=None, help="Idempotency-Key: a retry gets the first answer")
     p = _command(r, "tail", runs_tail, "follow a run's events until it ends (resumes)")
     p.add_argument("run_id")

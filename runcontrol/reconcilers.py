@@ -160,8 +160,9 @@ def retention(
     answer_hours: float = 24,
 ) -> int:
     """Drop journal entries past retention (through the sanctioned purge function), published
-    events past the event history's (their feed rows and webhook deliveries go with them), and
-    command answers past the resend window."""
+    events past the event history's (their feed rows and webhook deliveries go with them) and
+    results with them (the run keeps its result's hash and size), and command answers past the
+    resend window."""
     with db.system_tx() as conn:
         removed = int(
             conn.execute(
@@ -172,6 +173,10 @@ def retention(
         )
         conn.execute(
             text("DELETE FROM outbox WHERE published_at IS NOT NULL AND published_at < :cutoff"),
+            {"cutoff": now - timedelta(days=outbox_days)},
+        )
+        conn.execute(
+            text("DELETE FROM attempt_results WHERE created_at < :cutoff"),
             {"cutoff": now - timedelta(days=outbox_days)},
         )
         conn.execute(

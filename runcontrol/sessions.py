@@ -24,7 +24,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -43,7 +43,6 @@ class Offer:
     agent_id: str
     dispatched_at: datetime
     input: dict[str, Any] | None = None
-    results: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +74,6 @@ def view(
     agg: RunAggregate,
     events: Sequence[Event] = (),
     options: Options | None = None,
-    results: Mapping[str, Any] | None = None,
 ) -> RunView:
     """The run as the book needs it, just after a commit whose ``events`` are given: its
     leasable attempts (Dispatched, run Running and not suspended: what ``acquire_lease``
@@ -94,7 +92,6 @@ def view(
                     agg.step(attempt.step_id).agent_id,
                     attempt.dispatched_at,
                     run.input,
-                    results or {},
                 )
             )
         elif attempt.state is AttemptState.LEASED and attempt.lease_id is not None:
@@ -261,15 +258,20 @@ class SessionBook:
 
     # ------------------------------------------------------------------ grants
 
-    def granted(self, match: Match, lease: LeaseGrant) -> tuple[bool, list[Match], set[str]]:
-        """The match's ``AcquireLease`` answered ``lease``. Delivered (True) only if this host's
-        commit created that lease; otherwise the credit waits again. Answers also the matches
-        the returned credit made and the sessions woken."""
+    def granted(
+        self, match: Match, lease: LeaseGrant, results: Mapping[str, Any]
+    ) -> tuple[bool, list[Match], set[str]]:
+        """The match's ``AcquireLease`` answered ``lease`` (the attempt's step receives
+        ``results``). Delivered (True) only if this host's commit created that lease; otherwise
+        the credit waits again. Answers also the matches the returned credit made and the
+        sessions woken."""
         fresh = self._fresh.pop(match.offer.attempt_id, None)
         self._matching.pop(match.offer.attempt_id, None)
         if fresh is None or fresh[0] != lease.lease_id or lease.attempt_id in self._held:
             return False, *self._credit_back(match)
-        self._deliver(match.session_id, match.credit.claim_id, match.offer, lease, fresh[1])
+        self._deliver(
+            match.session_id, match.credit.claim_id, match.offer, lease, fresh[1], results
+        )
         return True, [], {match.session_id}
 
     def refused(self, match: Match) -> tuple[list[Match], set[str]]:
@@ -288,9 +290,8 @@ class SessionBook:
             grant.lease.agent_id,
             grant.lease.expires_at,
             grant.input,
-            grant.results,
         )
-        self._deliver(session_id, claim_id, offer, grant.lease, grant.deadline_at)
+        self._deliver(session_id, claim_id, offer, grant.lease, grant.deadline_at, grant.results)
         return {session_id}
 
     def grants(self, session_id: str) -> list[Grant]:
@@ -322,8 +323,9 @@ class SessionBook:
         offer: Offer,
         lease: LeaseGrant,
         deadline: datetime | None,
+        results: Mapping[str, Any],
     ) -> None:
-        grant = Grant(claim_id, offer.tenant_id, lease, offer.input, offer.results, deadline)
+        grant = Grant(claim_id, offer.tenant_id, lease, offer.input, results, deadline)
         self._grants.setdefault(session_id, {})[claim_id] = grant
         self._held[lease.attempt_id] = _Held(session_id, lease.run_id, lease.lease_id)
         self._held_by_run.setdefault(lease.run_id, set()).add(lease.attempt_id)

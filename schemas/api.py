@@ -44,6 +44,12 @@ def _storable_json(value: Any, depth: int = 0) -> Any:
     return value
 
 
+def storable_json(value: Any) -> Any:
+    """``value`` if the store can hold it (no NUL, no lone surrogate, bounded depth); else
+    ``ValueError``: for a body a route takes whole, not through a model."""
+    return _storable_json(value)
+
+
 Name = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_storable)]
 Reason = Annotated[str, Field(min_length=1, max_length=2000), AfterValidator(_storable)]
 JsonObject = Annotated[dict[str, Any], AfterValidator(_storable_json)]
@@ -133,6 +139,15 @@ class RunSummary(ResponseModel):
     )
     suspended_at: datetime | None = None
     rerun_of: UUID | None = Field(None, description="The finished run this run reruns.")
+    result_hash: str | None = Field(
+        None,
+        description="The canonical hash of the run's result (its final step's), once Completed; "
+        "null when that step reported none.",
+    )
+    result_bytes: int | None = Field(
+        None,
+        description="The size of the run's result (canonical JSON, or the referenced artifact).",
+    )
 
 
 class LeaseView(ResponseModel):
@@ -151,6 +166,7 @@ class AttemptView(ResponseModel):
     failure_class: str | None = None
     dispatched_at: datetime
     settled_at: datetime | None = None
+    holder: str | None = None
     lease: LeaseView | None = None
 
 
@@ -165,6 +181,16 @@ class StepView(ResponseModel):
     gate: str
     side_effect_class: str
     not_before: datetime | None = None
+    # The steps it waits for (a graph's ``dependsOn``); null on a run accepted before graphs:
+    # the step before it.
+    depends_on: list[str] | None = None
+    kind: str = Field("agent", description="agent | wait (a timer) | signal (input from outside)")
+    wait: dict[str, Any] | None = Field(
+        None, description="What a wait or signal step waits for: {seconds|until} or {signal, ...}"
+    )
+    due_at: datetime | None = Field(
+        None, description="While it waits: when its timer fires, or its signal times out."
+    )
     attempts: list[AttemptView]
 
 
@@ -193,6 +219,14 @@ class RunView(RunSummary):
     """GetRun: the run with its steps, attempts, current leases and pending approvals."""
 
     input: dict[str, Any] | None = None
+    result: Any = Field(
+        None,
+        description="The run's result (any JSON value), once Completed; kept as long as the "
+        "event history (RunControl:Outbox:RetentionDays), then null while resultHash stays.",
+    )
+    result_ref: dict[str, Any] | None = Field(
+        None, description="Instead of result: a reference {uri, sha256, bytes} to the artifact."
+    )
     steps: list[StepView]
     pending_approvals: list[ApprovalView]
 
@@ -247,6 +281,97 @@ class PolicyView(ResponseModel):
     policy_id: str
     revision: str
     document: dict[str, Any]
+
+
+# ---------------------------------------------------------------------- the workflow catalog
+
+
+class PublishReleaseRequest(RequestModel):
+    """A workflow definition to publish (``runcontrol release FILE`` sends the file as
+    ``definition``) and the aliases to move to it."""
+
+    definition: JsonObject = Field(
+        description="`{workflowId, steps: [{name, agentId, dependsOn?, gate?, ...}]}`, checked "
+        "as the CLI checks it: an unknown dependency or a cycle is a 422 naming it."
+    )
+    aliases: list[Name] = Field(default=["latest"], max_length=20)
+
+
+class MoveAliasRequest(RequestModel):
+    release_id: Name
+
+
+class GraphNode(ResponseModel):
+    name: str
+    agent_id: str
+    depends_on: list[str]
+
+
+class GraphEdge(ResponseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    from_: str = Field(alias="from")
+    to: str
+
+
+class ReleaseGraph(ResponseModel):
+    nodes: list[GraphNode]
+    edges: list[GraphEdge]
+
+
+class ReleaseView(ResponseModel):
+    release_id: str
+    workflow_id: str
+    content_hash: str
+    published_by: str | None = None
+    published_at: datetime | None = None
+    aliases: list[str] = []
+    definition: dict[str, Any]
+    graph: ReleaseGraph
+
+
+class WorkflowView(ResponseModel):
+    workflow_id: str
+    aliases: dict[str, str] = Field(description="alias -> the release id it points at")
+    releases: list[ReleaseView]
+
+
+class WorkflowSummary(ResponseModel):
+    workflow_id: str
+    aliases: dict[str, str]
+    release_count: int
+    last_published_at: datetime
+
+
+class WorkflowPage(ResponseModel):
+    items: list[WorkflowSummary]
+
+
+class RunGraphNode(ResponseModel):
+    step_id: UUID
+    name: str
+    agent_id: str
+    state: str
+    kind: str = "agent"
+    due_at: datetime | None = None
+    depends_on: list[str]
+    attempts: list[AttemptView]
+
+
+class RunGraph(ResponseModel):
+    run_id: UUID
+    state: str
+    release_id: str
+    nodes: list[RunGraphNode]
+    edges: list[GraphEdge]
+
+
+class SignalResponse(ResponseModel):
+    run_id: UUID
+    step_id: UUID
+    name: str
+    delivered: bool = Field(description="False: kept until the step waits for it.")
+    state: str
 
 
 # ---------------------------------------------------------------------- events

@@ -102,7 +102,7 @@ class AcquireLeaseResponse(_message.Message):
     def __init__(self, granted: _Optional[bool] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ...) -> None: ...
 
 class ReportAttemptOutcomeRequest(_message.Message):
-    __slots__ = ("run_id", "attempt_id", "lease_id", "fencing_token", "outcome", "failure_class", "outcome_hash", "command_id", "worker_instance_id")
+    __slots__ = ("run_id", "attempt_id", "lease_id", "fencing_token", "outcome", "failure_class", "outcome_hash", "command_id", "worker_instance_id", "result_json", "result_ref_json")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -112,6 +112,8 @@ class ReportAttemptOutcomeRequest(_message.Message):
     OUTCOME_HASH_FIELD_NUMBER: _ClassVar[int]
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
     WORKER_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
+    RESULT_REF_JSON_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     attempt_id: str
     lease_id: str
@@ -121,7 +123,9 @@ class ReportAttemptOutcomeRequest(_message.Message):
     outcome_hash: str
     command_id: str
     worker_instance_id: str
-    def __init__(self, run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., outcome: _Optional[_Union[AttemptOutcome, str]] = ..., failure_class: _Optional[str] = ..., outcome_hash: _Optional[str] = ..., command_id: _Optional[str] = ..., worker_instance_id: _Optional[str] = ...) -> None: ...
+    result_json: str
+    result_ref_json: str
+    def __init__(self, run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., outcome: _Optional[_Union[AttemptOutcome, str]] = ..., failure_class: _Optional[str] = ..., outcome_hash: _Optional[str] = ..., command_id: _Optional[str] = ..., worker_instance_id: _Optional[str] = ..., result_json: _Optional[str] = ..., result_ref_json: _Optional[str] = ...) -> None: ...
 
 class Attempt(_message.Message):
     __slots__ = ("attempt_id", "step_id", "run_id", "tenant_id", "number", "state", "dispatched_at", "lease_id", "fencing_token", "holder", "outcome", "outcome_hash", "failure_class", "settled_at", "settled_by", "progress_seq")
@@ -232,6 +236,32 @@ class RequestApprovalResponse(_message.Message):
     required: bool
     approval: Approval
     def __init__(self, required: _Optional[bool] = ..., approval: _Optional[_Union[Approval, _Mapping]] = ...) -> None: ...
+
+class SendSignalRequest(_message.Message):
+    __slots__ = ("run_id", "name", "body_json", "command_id")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    BODY_JSON_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    name: str
+    body_json: str
+    command_id: str
+    def __init__(self, run_id: _Optional[str] = ..., name: _Optional[str] = ..., body_json: _Optional[str] = ..., command_id: _Optional[str] = ...) -> None: ...
+
+class SendSignalResponse(_message.Message):
+    __slots__ = ("run_id", "step_id", "name", "delivered", "state")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DELIVERED_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    step_id: str
+    name: str
+    delivered: bool
+    state: str
+    def __init__(self, run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., name: _Optional[str] = ..., delivered: _Optional[bool] = ..., state: _Optional[str] = ...) -> None: ...
 
 class WatchRunRequest(_message.Message):
     __slots__ = ("run_id", "after_seq")

@@ -74,6 +74,11 @@ class RunControlStub:
                 request_serializer=schemas_dot_runcontrol__pb2.ExchangeRequest.SerializeToString,
                 response_deserializer=schemas_dot_runcontrol__pb2.ExchangeReply.FromString,
                 _registered_method=True)
+        self.SendSignal = channel.unary_unary(
+                '/runcontrol.v1.RunControl/SendSignal',
+                request_serializer=schemas_dot_runcontrol__pb2.SendSignalRequest.SerializeToString,
+                response_deserializer=schemas_dot_runcontrol__pb2.SendSignalResponse.FromString,
+                _registered_method=True)
 
 
 class RunControlServicer:
@@ -145,6 +150,16 @@ class RunControlServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SendSignal(self, request, context):
+        """Input from outside for the run's signal step waiting for `name` (issue 22; as HTTP's
+        POST /factory/runs/{runId}/signals/{name}): scope factory.runs.write, the roles that
+        submit; `body_json` becomes the step's result. A resend with the same command_id gets the
+        first answer; a signal sent before its step waits is kept and delivered when it does.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RunControlServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -187,6 +202,11 @@ def add_RunControlServicer_to_server(servicer, server):
                     servicer.Exchange,
                     request_deserializer=schemas_dot_runcontrol__pb2.ExchangeRequest.FromString,
                     response_serializer=schemas_dot_runcontrol__pb2.ExchangeReply.SerializeToString,
+            ),
+            'SendSignal': grpc.unary_unary_rpc_method_handler(
+                    servicer.SendSignal,
+                    request_deserializer=schemas_dot_runcontrol__pb2.SendSignalRequest.FromString,
+                    response_serializer=schemas_dot_runcontrol__pb2.SendSignalResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -405,6 +425,33 @@ class RunControl:
             '/runcontrol.v1.RunControl/Exchange',
             schemas_dot_runcontrol__pb2.ExchangeRequest.SerializeToString,
             schemas_dot_runcontrol__pb2.ExchangeReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendSignal(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runcontrol.v1.RunControl/SendSignal',
+            schemas_dot_runcontrol__pb2.SendSignalRequest.SerializeToString,
+            schemas_dot_runcontrol__pb2.SendSignalResponse.FromString,
             options,
             channel_credentials,
             insecure,

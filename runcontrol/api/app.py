@@ -18,6 +18,7 @@ from ..store.webhooks import FEED_CHANNEL
 from ..telemetry import tracing
 from . import (
     approvals,
+    catalog,
     console,
     controls,
     events,
@@ -27,6 +28,7 @@ from . import (
     problems,
     runs,
     schemas,
+    signals,
     webhooks,
 )
 from .auth import TokenVerifier
@@ -95,5 +97,8 @@ def create_app(
         app.include_router(module.router)
     app.include_router(approvals.runs_router)
     app.include_router(controls.router)  # operator controls (issue 14)
+    app.include_router(signals.router)  # input from outside for a signal step (issue 22)
+    for router in (catalog.releases_router, catalog.workflows_router, catalog.graph_router):
+        app.include_router(router)  # the workflow catalog and run graphs (issue 22)
     app.include_router(console.router)  # the web console's static files (runcontrol/console/)
     return app

@@ -6,11 +6,13 @@ read models. Routes translate HTTP to calls and back, nothing more.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Annotated, Any
 from uuid import UUID, uuid4
 
 from fastapi import APIRouter, Header, Path, Query, Response
+from fastapi.responses import JSONResponse
 from sqlalchemy import Connection
 
 from schemas.api import (
@@ -25,6 +27,7 @@ from schemas.api import (
 from ..commands import CancelRun, SubmitRequest, SubmitRun, new_command_id
 from ..domain import Limits, RunState, errors
 from ..store import queries as q
+from ..store.commit import EVENTS_CHANNEL
 from .auth import Caller, RunsReader
 from .context import Services, Svc, check_cursor
 from .limits import MeteredCanceller, MeteredSubmitter
@@ -62,6 +65,51 @@ def command_id(caller: Caller, operation: str, target: UUID, key: str | None) ->
 
 
 CorrelationId = Annotated[str | None, Header(alias="X-Correlation-Id", max_length=200)]
+Prefer = Annotated[
+    str | None,
+    Header(
+        max_length=200,
+        description="`wait=<seconds>` (RFC 7240): answer 200 with the run if it ends within "
+        "the wait (capped by `api.prefer_wait_max_seconds`), otherwise the usual 202.",
+    ),
+]
+
+
+def preferred_wait(prefer: str | None, cap: float) -> float:
+    """The ``wait`` preference in seconds, capped; 0 when absent or not a number."""
+    for part in (prefer or "").replace(";", ",").split(","):
+        name, _, value = part.strip().partition("=")
+        if name.strip().lower() == "wait":
+            try:
+                return max(0.0, min(float(value.strip().strip('"')), cap))
+            except ValueError:
+                return 0.0
+    return 0.0
+
+
+async def wait_terminal(
+    svc: Services, caller: Caller, run_id: UUID, seconds: float
+) -> dict[str, Any] | None:
+    """The run's view once it is terminal, if that happens within ``seconds`` (woken by the
+    replica's LISTEN feed, as the event streams are); None otherwise."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    key = (str(run_id),)
+    project = caller.project_scope
+    svc.feed.start()
+    while True:
+        since = svc.feed.generation(EVENTS_CHANNEL, key)
+        view = await svc.read(
+            caller.tenant_id,
+            lambda conn: q.get_run(conn, run_id, project_id=project),
+            project_id=project,
+        )
+        if view is not None and RunState(view["state"]).terminal:
+            return view
+        left = deadline - loop.time()
+        if left <= 0:
+            return None
+        await svc.feed.wait(EVENTS_CHANNEL, key, since, left)
 
 
 async def require_visible(
@@ -106,7 +154,10 @@ def _submit_request(
     operation_id="SubmitRun",
     status_code=202,
     response_model=SubmitRunResponse,
-    responses=responses(400, 401, 403, 404, 409, 413, 422, 429, 503),
+    responses={
+        200: {"model": RunView, "description": "With `Prefer: wait=N`: the run ended within it."},
+        **responses(400, 401, 403, 404, 409, 413, 422, 429, 503),
+    },
     summary="Accept a run; 202 with the run location; idempotent on Idempotency-Key.",
     description="Scope `factory.runs.write`; roles Requester, WorkspaceAdmin, PlatformAdmin. "
     "The run belongs to the token's project.",
@@ -118,9 +169,11 @@ async def submit_run(
     response: Response,
     idempotency_key: IdempotencyKey = None,
     correlation_id: CorrelationId = None,
-) -> dict[str, Any]:
+    prefer: Prefer = None,
+) -> Any:
     if not idempotency_key or not idempotency_key.strip():
         raise IdempotencyKeyRequired("the Idempotency-Key header is required")
+    wait = preferred_wait(prefer, svc.settings.api.prefer_wait_max_seconds)
     result = await svc.send(
         SubmitRun(
             tenant_id=caller.tenant_id,
@@ -130,6 +183,12 @@ async def submit_run(
         )
     )
     response.headers["Location"] = location(result.run_id)
+    if wait > 0:
+        view = await wait_terminal(svc, caller, result.run_id, wait)
+        if view is not None:  # ended within the wait: the run itself, as GetRun answers it
+            run = RunView.model_validate(view).model_dump(mode="json", by_alias=True)
+            headers = {"Location": location(result.run_id), "Preference-Applied": "wait"}
+            return JSONResponse(run, status_code=200, headers=headers)
     return {
         "runId": result.run_id,
         "state": result.state,

@@ -358,13 +358,74 @@ function leaseLine(e) {
   return h("div", { class: "lease", dataset: { type: e.type } }, when(e.occurredAt), " · ", ...text);
 }
 
+// ------------------------------------------------------------------ the step graph
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+
+function svg(tag, attrs = {}, ...children) {
+  const el = document.createElementNS(SVG_NS, tag);
+  for (const [key, value] of Object.entries(attrs)) el.setAttribute(key, String(value));
+  for (const child of children.flat()) {
+    if (child !== null && child !== undefined) el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
+// The run's steps as a layered graph (no library): a step's column is the longest path from a
+// root; an edge goes from each dependency to the step that waits for it.
+function stepGraph(run) {
+  const byName = new Map(run.steps.map((s, i) => [s.name, { step: s, deps: s.dependsOn ?? (i ? [run.steps[i - 1].name] : []) }]));
+  const depth = new Map();
+  const level = (name, seen = new Set()) => {
+    if (depth.has(name)) return depth.get(name);
+    if (seen.has(name)) return 0; // published graphs are acyclic; never loop on bad data
+    seen.add(name);
+    const deps = byName.get(name)?.deps ?? [];
+    const d = deps.length ? 1 + Math.max(...deps.map((n) => level(n, seen))) : 0;
+    depth.set(name, d);
+    return d;
+  };
+  const columns = [];
+  for (const name of byName.keys()) (columns[level(name)] ||= []).push(name);
+  const W = 170, H = 52, GX = 60, GY = 18;
+  const pos = new Map();
+  columns.forEach((names, x) => names.forEach((name, y) => pos.set(name, { x: 10 + x * (W + GX), y: 10 + y * (H + GY) })));
+  const width = 20 + columns.length * (W + GX) - GX;
+  const height = 20 + Math.max(...columns.map((c) => c.length)) * (H + GY) - GY;
+  const edges = [...byName.entries()].flatMap(([name, { deps }]) => deps.filter((d) => pos.has(d)).map((d) => {
+    const a = pos.get(d), b = pos.get(name);
+    return svg("line", { x1: a.x + W, y1: a.y + H / 2, x2: b.x, y2: b.y + H / 2, class: "edge", "marker-end": "url(#arrow)" });
+  }));
+  const nodes = [...byName.entries()].map(([name, { step }]) => {
+    const { x, y } = pos.get(name);
+    const attempts = step.attempts.length ? ` · ${step.attempts.length} attempt${step.attempts.length > 1 ? "s" : ""}` : "";
+    const kind = step.kind && step.kind !== "agent" ? `${step.kind} · ` : "";
+    return svg("g", { class: `node ${step.state}`, "data-step": name, "data-state": step.state },
+      svg("rect", { x, y, width: W, height: H, rx: 6 }),
+      svg("text", { x: x + 8, y: y + 20, class: "name" }, name),
+      svg("text", { x: x + 8, y: y + 40, class: "muted" }, `${kind}${step.state}${attempts}`));
+  });
+  return svg("svg", { class: "graph", id: "graph", width, height, viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "the run's step graph" },
+    svg("defs", {}, svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 8, markerHeight: 8, orient: "auto" }, svg("path", { d: "M0,0 L10,5 L0,10 z" }))),
+    edges, nodes);
+}
+
+function waitLine(step) {
+  if (!step.kind || step.kind === "agent") return null;
+  const what = step.kind === "signal" ? `waits for signal ${step.wait?.signal}` : `waits ${step.wait?.seconds ?? ""}${step.wait?.seconds !== undefined ? " s" : `until ${when(step.wait?.until)}`}`;
+  return h("span", { class: "muted" }, ` · ${what}${step.dueAt ? ` · until ${when(step.dueAt)}` : ""} · no worker`);
+}
+
 function timeline(run, attemptEvents) {
   return h("ol", { class: "timeline", id: "timeline" },
     run.steps.map((step) =>
       h("li", { class: step.state, dataset: { stepId: step.stepId, state: step.state } },
         h("div", {},
           h("strong", {}, `${step.ordinal}. ${step.name}`), " ", badge(step.state),
-          h("span", { class: "muted" }, ` agent ${step.agentId} · ${step.sideEffectClass} · gate ${step.gate} · up to ${step.maxAttempts} attempts`),
+          step.kind && step.kind !== "agent"
+            ? waitLine(step)
+            : h("span", { class: "muted" }, ` agent ${step.agentId} · ${step.sideEffectClass} · gate ${step.gate} · up to ${step.maxAttempts} attempts`),
+          step.dependsOn && step.dependsOn.length ? h("span", { class: "muted" }, ` · after ${step.dependsOn.join(", ")}`) : null,
           step.notBefore ? h("span", { class: "muted" }, ` · not before ${when(step.notBefore)}`) : null),
         h("ul", { class: "attempts" },
           step.attempts.map((a) =>
@@ -466,7 +527,9 @@ async function runPage(main, runId, signal) {
   let shown = null; // the run as last read
   let lastSeq = 0;
   const drawTimeline = () => {
-    if (shown) steps.replaceChildren(h("h2", {}, "Steps, attempts and leases"), timeline(shown, attemptEvents));
+    if (shown) steps.replaceChildren(
+      h("h2", {}, "Step graph"), h("div", { class: "card graph-box" }, stepGraph(shown)),
+      h("h2", {}, "Steps, attempts and leases"), timeline(shown, attemptEvents));
   };
 
   const load = async () => {
@@ -491,7 +554,11 @@ async function runPage(main, runId, signal) {
         h("dt", {}, "Model profile"), h("dd", {}, run.modelProfileId),
         h("dt", {}, "Limits"), h("dd", {}, `cost ${run.limits.maxCostUsd ?? "-"} USD · ${run.limits.maxMinutes ?? "-"} min`),
         h("dt", {}, "Created / updated"), h("dd", {}, `${when(run.createdAt)} / ${when(run.updatedAt)} · version ${run.version}`),
-        run.failureClass ? [h("dt", {}, "Failure"), h("dd", {}, `${run.failureClass}: ${run.failureReason || ""}`)] : null));
+        run.failureClass ? [h("dt", {}, "Failure"), h("dd", {}, `${run.failureClass}: ${run.failureReason || ""}`)] : null,
+        run.resultHash ? [h("dt", {}, "Result"), h("dd", {},
+          h("span", { class: "hash", id: "result-hash" }, run.resultHash), ` · ${run.resultBytes} bytes`,
+          h("pre", { class: "mono", id: "run-result" },
+            JSON.stringify(run.resultRef ?? run.result, null, 2) ?? "(kept no longer: past the event history's retention)"))] : null));
     shown = run;
     drawTimeline();
     approvals.replaceChildren(

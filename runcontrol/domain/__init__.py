@@ -6,6 +6,7 @@ from .model import (
     ApprovalDecision,
     ApprovalRequest,
     Attempt,
+    AttemptResult,
     AuditRecord,
     CancellationIntent,
     Event,
@@ -48,7 +49,7 @@ from .states import (
     ToolCallStatus,
 )
 from .workers import WorkerIdentity
-from .workflow import PolicyDocument, Release, StepSpec, WorkflowDefinition
+from .workflow import PolicyDocument, Release, StepSpec, WorkflowDefinition, dependencies
 
 __all__ = [
     "LIFETIME_EXCEEDED",
@@ -58,6 +59,7 @@ __all__ = [
     "ApprovalRequest",
     "ApprovalState",
     "Attempt",
+    "AttemptResult",
     "AttemptOutcome",
     "AttemptState",
     "AuditRecord",
@@ -95,8 +97,10 @@ __all__ = [
     "ToolCallStatus",
     "WorkerIdentity",
     "WorkflowDefinition",
+    "dependencies",
     "canonical_hash",
     "canonical_json",
+    "dependencies",
     "errors",
     "events",
 ]

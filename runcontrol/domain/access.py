@@ -31,6 +31,7 @@ RUNTIME = "factory.runtime"
 WEBHOOKS_MANAGE = "factory.webhooks.manage"
 POLICIES_MANAGE = "factory.policies.manage"
 RUNS_OPERATE = "factory.runs.operate"
+WORKFLOWS_MANAGE = "factory.workflows.manage"
 ALL_SCOPES = (
     RUNS_READ,
     RUNS_WRITE,
@@ -40,6 +41,7 @@ ALL_SCOPES = (
     WEBHOOKS_MANAGE,
     POLICIES_MANAGE,
     RUNS_OPERATE,
+    WORKFLOWS_MANAGE,
 )
 
 
@@ -58,6 +60,9 @@ class Operation(StrEnum):
     # Run controls (suspend, resume, retry a step, resolve an attempt, rerun): the roles that
     # run the platform, which span the tenant.
     OPERATE_RUNS = "OperateRuns"
+    # The workflow catalog: publish a release, move an alias (which release new submissions
+    # pin): the workspace's admins. Reading the catalog is reading runs (ReadRuns).
+    PUBLISH_RELEASE = "PublishRelease"
 
 
 # The scope each operation needs (the spec's operations table).
@@ -71,6 +76,7 @@ OPERATION_SCOPE: Mapping[Operation, str] = {
     Operation.MANAGE_WEBHOOKS: WEBHOOKS_MANAGE,
     Operation.MANAGE_POLICY: POLICIES_MANAGE,
     Operation.OPERATE_RUNS: RUNS_OPERATE,
+    Operation.PUBLISH_RELEASE: WORKFLOWS_MANAGE,
 }
 
 _READ = frozenset({Operation.READ_RUNS, Operation.READ_APPROVALS})
@@ -81,6 +87,7 @@ _ADMIN = _READ | {
     Operation.MANAGE_WEBHOOKS,
     Operation.MANAGE_POLICY,
     Operation.OPERATE_RUNS,
+    Operation.PUBLISH_RELEASE,
 }
 
 # The published table (README "Roles and scopes"). Deciding also needs the policy's approver

@@ -34,6 +34,19 @@ class ValidationFailed(RunControlError):
     code = "validation-failed"
 
 
+class ResultTooLarge(ValidationFailed):
+    """An outcome's inline result is over ``RunControl:Results:MaxInlineBytes``: nothing is
+    stored and the attempt stays open, so its holder can report a ``result_ref`` instead."""
+
+    code = "result-too-large"
+
+
+class OutcomeHashMismatch(ValidationFailed):
+    """The ``outcomeHash`` sent is not the canonical hash of the result sent with it."""
+
+    code = "outcome-hash-mismatch"
+
+
 class NotFound(RunControlError):
     code = "not-found"
 
@@ -44,6 +57,12 @@ class RunNotFound(NotFound):
 
 class StepNotFound(NotFound):
     code = "step-not-found"
+
+
+class SignalNotAwaited(NotFound):
+    """No step of the run waits for a signal of this name (nor ever will)."""
+
+    code = "signal-not-awaited"
 
 
 class AttemptNotFound(NotFound):
@@ -95,6 +114,13 @@ class WebhookDisabled(Conflict):
 
 class RunTerminal(Conflict):
     code = "run-terminal"
+
+
+class SignalAlreadyReceived(Conflict):
+    """The steps waiting for this signal have theirs (a resend with the same key is answered
+    with the first answer instead)."""
+
+    code = "signal-already-received"
 
 
 class LeaseHeld(Conflict):

@@ -113,11 +113,13 @@ class RunStateChanged(RunEventBody):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunCompleted(RunEventBody):
-    """Every step succeeded; ``outcomeHash`` hashes the steps' outcome hashes in order."""
+    """Every step succeeded; ``outcomeHash`` hashes the steps' outcome hashes in order;
+    ``resultHash`` is the run's result's (its final step's), null when it sent none."""
 
     topic = "run-control.runs.v1.run-completed"
     tenant_id: str
     outcome_hash: str | None
+    result_hash: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -226,6 +228,42 @@ class StepRetryScheduled(RunEventBody):
     step_id: UUID
     next_attempt_number: int
     not_before: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepWaiting(RunEventBody):
+    """A step no worker executes started to wait: ``kind`` ``wait`` for its timer, until
+    ``until``; ``signal`` for the signal named ``signal``, until ``until`` (its timeout; null:
+    no timeout). The run stays Running; the wait holds no worker."""
+
+    topic = "run-control.steps.v1.step-waiting"
+    step_id: UUID
+    kind: str
+    signal: str | None
+    until: datetime | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepWaitEnded(RunEventBody):
+    """The step's wait ended (``cause``: ``timer-fired``, ``signal-received``, or
+    ``signal-timed-out``: the step then succeeded with its default, or failed the run)."""
+
+    topic = "run-control.steps.v1.step-wait-ended"
+    step_id: UUID
+    cause: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SignalReceived(RunEventBody):
+    """A signal for the step arrived from ``sentBy``; ``delivered``: the step was waiting and
+    took it now (otherwise it is kept until the step waits). The body is not in the event."""
+
+    topic = "run-control.signals.v1.signal-received"
+    step_id: UUID
+    signal_id: UUID
+    name: str
+    sent_by: str
+    delivered: bool
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

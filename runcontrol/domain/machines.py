@@ -40,6 +40,9 @@ RUN_TRANSITIONS: Mapping[tuple[RunState, RunState], str] = {
     (R.RUNNING, R.CANCELLING): "CancelRequested",
     (R.WAITING_FOR_APPROVAL, R.CANCELLING): "CancelRequested",
     (R.CANCELLING, R.CANCELLED): "AllAttemptsSettled",
+    # Not in the spec's diagram: a graph's step failed terminally while siblings were held;
+    # they were asked to stop as for a cancel, and the run fails once they all settled.
+    (R.CANCELLING, R.FAILED): "SiblingsSettledAfterFailure",
     (R.RUNNING, R.COMPLETED): "LastStepSucceeded",
     (R.RUNNING, R.FAILED): "StepFailedTerminally",
     # Not drawn in the spec's diagram, but required by its BudgetReservationDenied handler
@@ -141,6 +144,7 @@ class RunCommand(StrEnum):
     START_TOOL_CALL = "StartToolCall"  # the first claim of a call id: a new side effect
     ENFORCE_DEADLINES = "EnforceDeadlines"  # the reminder
     EXPIRE_LEASE = "ExpireLease"  # the reminder; also whether a lease's clock runs
+    SIGNAL = "SendSignal"  # an input from outside for a signal step
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +226,18 @@ RUN_COMMANDS: Mapping[RunCommand, Guard] = {
     # A human decision is never cut short by the run's clock, nor a suspended lease expired.
     RunCommand.ENFORCE_DEADLINES: Guard(LIVE - {R.WAITING_FOR_APPROVAL}),
     RunCommand.EXPIRE_LEASE: Guard(frozenset(RunState) - {R.WAITING_FOR_APPROVAL}),
+    # A finished run takes no signal (it would be lost); nor does one being cancelled.
+    RunCommand.SIGNAL: Guard(
+        LIVE - {R.CANCELLING},
+        refusals={
+            **{
+                s: Refusal(RunTerminal, "the run is {state}: it takes no more signals")
+                for s in RunState
+                if s.terminal
+            },
+            R.CANCELLING: Refusal(RunTerminal, "the run is being cancelled: it takes no signal"),
+        },
+    ),
 }
 
 

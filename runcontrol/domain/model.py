@@ -5,6 +5,7 @@ Field names are the spec's, in snake_case; the API edge maps them to camelCase.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -76,6 +77,10 @@ class Run:
     # finished run this one reruns.
     suspended_at: datetime | None = None
     rerun_of: UUID | None = None
+    # The run's result (its final step's, ``RunAggregate.run_result``): its hash and size,
+    # set when the run completes; the content is that step's ``AttemptResult``.
+    result_hash: str | None = None
+    result_bytes: int | None = None
 
     @property
     def release_id(self) -> str:
@@ -102,6 +107,19 @@ class Step:
     not_before: datetime | None = None
     failure_class: FailureClass | None = None
     outcome_hash: str | None = None
+    # The names of the steps this one waits for, resolved at acceptance (``workflow.
+    # dependencies``); None on a row stored before graphs (0016): the step before it.
+    depends_on: list[str] | None = None
+    # ``agent`` (a worker executes it) or ``wait`` (no worker: its timer settles it, 0016).
+    kind: str = "agent"
+    # A wait step's timer, from the release: {"seconds": s} or {"until": iso}.
+    wait: dict[str, Any] | None = None
+    # While a wait step is Running: when its timer fires (its durable reminder); a signal
+    # step's: when it stops waiting (its timeout).
+    due_at: datetime | None = None
+    # A signal step's signal once received, even before the step waits (kept, delivered
+    # once): {"signalId", "body", "sentBy", "receivedAt"}. The body becomes its result.
+    signal: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -123,6 +141,33 @@ class Attempt:
     settled_by: str | None = None
     # The last progress message stored for this attempt (its holder numbers them from 1).
     progress_seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptResult:
+    """What an attempt's outcome produced, stored once (insert-only): the JSON result as its
+    canonical text ``result_json`` (kept as text, so every reader gets the same bytes), or a
+    reference ``result_ref`` ``{uri, sha256, bytes}`` to a larger artifact kept elsewhere.
+    ``outcome_hash`` is the canonical hash of the one stored (the attempt's ``outcomeHash``),
+    ``bytes`` the size of its canonical JSON (of the artifact, for a reference). Data of the
+    run: never logged, never put in a span."""
+
+    attempt_id: UUID
+    step_id: UUID
+    run_id: UUID
+    tenant_id: str
+    outcome_hash: str
+    bytes: int
+    created_at: datetime
+    result_json: str | None = field(default=None, repr=False)
+    result_ref: dict[str, Any] | None = None
+
+    @property
+    def value(self) -> Any:
+        """What a dependent step receives: the result, or the reference itself."""
+        if self.result_ref is not None:
+            return self.result_ref
+        return None if self.result_json is None else json.loads(self.result_json)
 
 
 @dataclass(slots=True)

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime
+from typing import Any, Protocol
 
 from .errors import ValidationFailed
 from .hashing import canonical_hash
 from .states import ExpiryAction, Role, SideEffectClass
 
 GATES = ("none", "approval")
+AGENT = "agent"  # a worker executes it
+WAIT = "wait"  # a durable timer settles it: ``seconds`` after it starts, or ``until`` an instant
+SIGNAL = "signal"  # an input from outside settles it (POST /factory/runs/{runId}/signals/{name})
+KINDS = (AGENT, WAIT, SIGNAL)
+ON_TIMEOUT = ("fail", "continue")  # a signal step's timeout: fail the run, or use ``default``
+MAX_WAIT_SECONDS = 366 * 86400.0  # a run's lifetime bounds it anyway
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,9 +28,37 @@ class StepSpec:
     max_attempts: int | None = None
     gate: str = "none"
     side_effect_class: SideEffectClass = SideEffectClass.READ
+    # The names of the steps this one waits for; None (the key absent): the step before it.
+    depends_on: tuple[str, ...] | None = None
+    kind: str = AGENT
+    # A wait step's timer (``kind == "wait"``): exactly one of them.
+    seconds: float | None = None
+    until: datetime | None = None
+    # A signal step's (``kind == "signal"``): the signal's name, how long it waits (None: for
+    # ever, the run's lifetime aside) and what then (``ON_TIMEOUT``; ``default``: its result).
+    signal: str | None = None
+    timeout_seconds: float | None = None
+    on_timeout: str = "fail"
+    default: Any = None
+
+    @property
+    def wait(self) -> dict[str, Any] | None:
+        """What a step no worker executes waits for, as the release and the step row hold it."""
+        if self.kind == SIGNAL:
+            return {
+                "signal": self.signal,
+                "timeoutSeconds": self.timeout_seconds,
+                "onTimeout": self.on_timeout,
+                "default": self.default,
+            }
+        if self.kind != WAIT:
+            return None
+        if self.until is not None:
+            return {"until": self.until.isoformat()}
+        return {"seconds": self.seconds}
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "name": self.name,
             "agentId": self.agent_id,
             "skillId": self.skill_id,
@@ -30,6 +66,14 @@ class StepSpec:
             "gate": self.gate,
             "sideEffectClass": str(self.side_effect_class),
         }
+        # Absent rather than null: a release published before graphs keeps its content hash
+        # (and its release id) when it is published again.
+        if self.depends_on is not None:
+            out["dependsOn"] = list(self.depends_on)
+        if self.kind != AGENT:  # likewise: an agent step's dict is as before
+            out["kind"] = self.kind
+            out.update(self.wait or {})
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,13 +93,20 @@ class WorkflowDefinition:
         if not workflow_id or not isinstance(raw_steps, list) or not raw_steps:
             raise ValidationFailed("a workflow needs an id and at least one step")
         steps = []
-        names = set()
+        names: set[str] = set()
         for i, raw in enumerate(raw_steps):
-            if not isinstance(raw, dict) or not raw.get("agentId"):
+            if not isinstance(raw, dict):
+                raise ValidationFailed(f"steps[{i}]: agentId is required (a step is an object)")
+            kind = raw.get("kind", AGENT) or AGENT
+            if kind not in KINDS:
+                raise ValidationFailed(f"steps[{i}]: kind must be one of {KINDS}")
+            if kind in (WAIT, SIGNAL):
+                names.add(_unique(i, raw, names))
+                steps.append(_wait_step(i, raw) if kind == WAIT else _signal_step(i, raw))
+                continue
+            if not raw.get("agentId"):
                 raise ValidationFailed(f"steps[{i}]: agentId is required")
-            name = str(raw.get("name") or f"step-{i + 1}")
-            if name in names:
-                raise ValidationFailed(f"steps[{i}]: duplicate step name {name!r}")
+            name = _unique(i, raw, names)
             names.add(name)
             gate = raw.get("gate", "none") or "none"
             if gate not in GATES:
@@ -79,8 +130,10 @@ class WorkflowDefinition:
                     max_attempts=max_attempts,
                     gate=gate,
                     side_effect_class=side_effect,
+                    depends_on=_depends_on(i, raw),
                 )
             )
+        check_graph(steps)
         return cls(workflow_id=workflow_id, steps=tuple(steps))
 
     def to_dict(self) -> dict[str, Any]:
@@ -89,6 +142,176 @@ class WorkflowDefinition:
     @property
     def content_hash(self) -> str:
         return canonical_hash(self.to_dict())
+
+
+def _unique(i: int, raw: Mapping[str, Any], names: set[str]) -> str:
+    name = str(raw.get("name") or f"step-{i + 1}")
+    if name in names:
+        raise ValidationFailed(f"steps[{i}]: duplicate step name {name!r}")
+    return name
+
+
+def _wait_step(i: int, raw: Mapping[str, Any]) -> StepSpec:
+    """A step no worker executes: it succeeds when its timer fires (``seconds`` after its
+    dependencies succeeded, or at the instant ``until``, ISO 8601 with an offset)."""
+    seconds, until = raw.get("seconds"), raw.get("until")
+    if (seconds is None) == (until is None):
+        raise ValidationFailed(f"steps[{i}]: a wait step needs exactly one of seconds, until")
+    at: datetime | None = None
+    if seconds is not None:
+        seconds = _seconds(i, "seconds", seconds)
+    else:
+        try:
+            at = datetime.fromisoformat(str(until))
+        except ValueError:
+            raise ValidationFailed(f"steps[{i}]: until must be an ISO 8601 instant") from None
+        if at.tzinfo is None:
+            raise ValidationFailed(f"steps[{i}]: until needs a UTC offset")
+    return StepSpec(
+        name=str(raw.get("name") or f"step-{i + 1}"),
+        agent_id="",
+        depends_on=_depends_on(i, raw),
+        kind=WAIT,
+        seconds=seconds,
+        until=at,
+    )
+
+
+def _seconds(i: int, key: str, value: Any, low: float = 0) -> float:
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number or not low <= value <= MAX_WAIT_SECONDS:
+        raise ValidationFailed(
+            f"steps[{i}]: {key} must be a number from {low:g} to {MAX_WAIT_SECONDS:g}"
+        )
+    return float(value)
+
+
+def _signal_step(i: int, raw: Mapping[str, Any]) -> StepSpec:
+    """A step no worker executes: it waits for the signal ``signal`` (its name by default);
+    the signal's body is its result. With ``timeoutSeconds`` it gives up after that long
+    (``onTimeout``: ``fail`` the run, or ``continue`` with ``default`` as the result)."""
+    name = str(raw.get("name") or f"step-{i + 1}")
+    signal = raw.get("signal", name)
+    if not isinstance(signal, str) or not signal or len(signal) > 200:
+        raise ValidationFailed(f"steps[{i}]: signal must be a name (1 to 200 characters)")
+    timeout = raw.get("timeoutSeconds")
+    on_timeout = raw.get("onTimeout", "fail")
+    if on_timeout not in ON_TIMEOUT:
+        raise ValidationFailed(f"steps[{i}]: onTimeout must be one of {ON_TIMEOUT}")
+    if raw.get("default") is not None and on_timeout != "continue":
+        raise ValidationFailed(f"steps[{i}]: default is the result of onTimeout continue")
+    return StepSpec(
+        name=name,
+        agent_id="",
+        depends_on=_depends_on(i, raw),
+        kind=SIGNAL,
+        signal=signal,
+        timeout_seconds=None if timeout is None else _seconds(i, "timeoutSeconds", timeout, 1),
+        on_timeout=on_timeout,
+        default=raw.get("default"),
+    )
+
+
+def _depends_on(i: int, raw: Mapping[str, Any]) -> tuple[str, ...] | None:
+    if "dependsOn" not in raw or raw["dependsOn"] is None:
+        return None
+    names = raw["dependsOn"]
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        raise ValidationFailed(f"steps[{i}]: dependsOn must be a list of step names")
+    if len(set(names)) != len(names):
+        raise ValidationFailed(f"steps[{i}]: dependsOn names a step twice")
+    return tuple(names)
+
+
+class Named(Protocol):
+    """A step as ``dependencies`` reads it: a definition's ``StepSpec`` or a run's ``Step``."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def depends_on(self) -> Sequence[str] | None: ...
+
+
+def dependencies(steps: Sequence[Named], step: str) -> tuple[str, ...]:
+    """The names of the steps ``step`` waits for (and whose results it receives).
+
+    ``steps``: the workflow's steps in order (a definition's ``StepSpec``s, or a run's steps by
+    ordinal). A step's ``dependsOn`` when it has one; otherwise the step before it (the first:
+    none), so a release without ``dependsOn`` runs its steps in order. The one place that
+    says so."""
+    for i, candidate in enumerate(steps):
+        if candidate.name == step:
+            return _resolved(steps, i)
+    raise ValidationFailed(f"the workflow has no step {step!r}", step=step)
+
+
+def final_step(steps: Sequence[Named]) -> str:
+    """The step whose result is the run's result: the last step (in order) that no step
+    depends on (a linear release's last step; a graph's join)."""
+    depended = {dep for i in range(len(steps)) for dep in _resolved(steps, i)}
+    return next(s.name for s in reversed(steps) if s.name not in depended)
+
+
+def _resolved(steps: Sequence[Named], i: int) -> tuple[str, ...]:
+    explicit = steps[i].depends_on
+    if explicit is not None:
+        return tuple(explicit)
+    return (steps[i - 1].name,) if i > 0 else ()
+
+
+def graph(definition: WorkflowDefinition) -> dict[str, Any]:
+    """The release's steps as a graph: nodes in the release's order, each with its resolved
+    dependencies, and one edge per dependency (from the step waited for to the waiting one)."""
+    specs = definition.steps
+    nodes = [
+        {"name": s.name, "agentId": s.agent_id, "dependsOn": list(_resolved(specs, i))}
+        for i, s in enumerate(specs)
+    ]
+    edges = [{"from": dep, "to": n["name"]} for n in nodes for dep in n["dependsOn"]]
+    return {"nodes": nodes, "edges": edges}
+
+
+def check_graph(specs: Sequence[StepSpec]) -> None:
+    """Publication's check of the graph: every dependency names a step of the workflow, and
+    no step depends on itself through any path (the error names the unknown step or the
+    cycle). Only explicit ``dependsOn`` can close a cycle: the default points backwards."""
+    names = {s.name for s in specs}
+    graph: dict[str, tuple[str, ...]] = {}
+    for i, spec in enumerate(specs):
+        deps = _resolved(specs, i)
+        for dep in deps:
+            if dep not in names:
+                raise ValidationFailed(
+                    f"step {spec.name!r} depends on {dep!r}, which is not a step of the workflow",
+                    step=spec.name,
+                    unknown=dep,
+                )
+        graph[spec.name] = deps
+    # Depth first without recursion (a long linear release is a deep path): a name met again
+    # on the current path closes a cycle.
+    done: set[str] = set()
+    for root in graph:
+        if root in done:
+            continue
+        path: list[str] = [root]
+        pending: list[list[str]] = [list(graph[root])]
+        while path:
+            if not pending[-1]:
+                done.add(path.pop())
+                pending.pop()
+                continue
+            dep = pending[-1].pop()
+            if dep in done:
+                continue
+            if dep in path:
+                cycle = " -> ".join([*path[path.index(dep) :], dep])
+                # a string: the problem's extension members are scalars (api/problems.py)
+                raise ValidationFailed(
+                    f"the steps' dependencies form a cycle: {cycle}", cycle=cycle
+                )
+            path.append(dep)
+            pending.append(list(graph[dep]))
 
 
 @dataclass(frozen=True, slots=True)

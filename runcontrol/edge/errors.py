@@ -109,6 +109,8 @@ STATUS: Mapping[type[errors.RunControlError], Status] = {
     InsufficientScope: Status(403, "PERMISSION_DENIED"),
     RequestInvalid: Status(422),
     PayloadTooLarge: Status(413),
+    # Over the inline cap: nothing stored, the attempt still open (report a reference).
+    E.ResultTooLarge: Status(413),
     TooManySubscribers: Status(429, "RESOURCE_EXHAUSTED"),
     RateLimited: Status(429, "RESOURCE_EXHAUSTED"),
     Overloaded: Status(503, "UNAVAILABLE"),

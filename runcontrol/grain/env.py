@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 import random
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 from uuid import UUID
 
 from ..clock import Clock
@@ -28,7 +28,7 @@ class Credits(Protocol):
 
     def reserve(self, offer: Offer) -> Match | None: ...
 
-    def granted(self, match: Match, lease: LeaseGrant) -> None: ...
+    def granted(self, match: Match, lease: LeaseGrant, results: Mapping[str, Any]) -> None: ...
 
     def refused(self, match: Match) -> None: ...
 

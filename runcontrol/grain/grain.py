@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 from uuid import UUID
 
 from ..commands import AcquireLease, Command, ControlResult, fingerprint
@@ -35,6 +35,7 @@ class Fused:
     match: Match
     lease: LeaseGrant
     answer: StoredAnswer
+    results: dict[str, Any]  # the dependencies' results the grant carries
 
 
 class RunGrain:
@@ -120,14 +121,17 @@ class RunGrain:
         return None
 
     def dispatch_due(self, agg: RunAggregate, ctx: CommandContext) -> Attempt | None:
-        step = agg.dispatchable_step(ctx.now)
-        if step is None or agg.run.budget_reservation_id is None:
+        """Start every step due now (a graph's fan-out, in one statement: attempts, and the
+        timers of wait steps); answer the first attempt. Past the tenant's capacity cap the
+        statement dispatches none of them: they stay Pending for the dispatcher."""
+        if agg.run.budget_reservation_id is None or not agg.dispatchable_steps(ctx.now):
             return None
         if not self.may_dispatch:
             return None  # denied capacity leaves the step Pending; the dispatcher retries
-        attempt = agg.dispatch(ctx, step)
-        self._fuse(agg, ctx, attempt, step.agent_id)
-        return attempt
+        attempts = agg.start_ready(ctx)
+        for attempt in attempts:  # each to a credit waiting for its agent, if one is
+            self._fuse(agg, ctx, attempt, agg.step(attempt.step_id).agent_id)
+        return attempts[0] if attempts else None
 
     def _fuse(self, agg: RunAggregate, ctx: CommandContext, attempt: Attempt, agent: str) -> None:
         """Lease the attempt just dispatched to a credit waiting for its agent, in the same
@@ -156,7 +160,7 @@ class RunGrain:
             command_id=claim_id,
         )
         answer = StoredAnswer(claim_id, "AcquireLease", lease, ctx.now, fingerprint(acquire))
-        self.fused.append(Fused(match, lease, answer))
+        self.fused.append(Fused(match, lease, answer, agg.grant_results(attempt.attempt_id)))
 
     def fused_answers(self) -> list[StoredAnswer]:
         return [f.answer for f in self.fused]
@@ -168,7 +172,7 @@ class RunGrain:
         for f in fused:
             self.memo.remember(f.answer)
             if credits is not None:
-                credits.granted(f.match, f.lease)
+                credits.granted(f.match, f.lease, f.results)
 
     def fused_dropped(self) -> None:
         """The command decides again, or failed: its fused grants' credits wait again."""

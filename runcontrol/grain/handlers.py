@@ -29,7 +29,9 @@ from ..commands import (
     ResolveAttempt,
     ResumeRun,
     RetryStep,
+    SendSignal,
     SettleRestoredLeases,
+    SignalResult,
     StartRun,
     SubmitRun,
     SuspendRun,
@@ -102,6 +104,7 @@ async def wake(g: RunGrain, command: WakeRun) -> WakeResult:
         if a.run.state.terminal:
             return WakeResult(stopped=stopped, tool_calls_expired=calls)
         leases = sum(1 for attempt_id in list(a.leases) if a.expire_lease(c, attempt_id, options))
+        a.fire_due_waits(c, options)  # a wait step's timer, once
         approvals = 0
         if policy is not None:
             approvals = sum(
@@ -161,6 +164,8 @@ async def report_outcome(g: RunGrain, c: ReportOutcome) -> Attempt:
             failure_class=c.failure_class,
             outcome_hash=c.outcome_hash,
             lease_id=c.lease_id,
+            result=c.result,
+            result_ref=c.result_ref,
         )
         g.dispatch_due(a, x)
         return attempt
@@ -254,15 +259,36 @@ async def complete_tool_call(g: RunGrain, c: CompleteToolCall) -> ToolCallClaim:
     )
 
 
+async def send_signal(g: RunGrain, c: SendSignal) -> SignalResult:
+    """Keep the signal on its step; if the step waits, it succeeds and what it readied is
+    dispatched in the same statement."""
+
+    def decided(a: RunAggregate, x: CommandContext) -> SignalResult:
+        step = a.receive_signal(x, c.name, c.body, c.sent_by)
+        g.dispatch_due(a, x)
+        return SignalResult(
+            run_id=a.run.run_id,
+            step_id=step.step_id,
+            name=c.name,
+            delivered=step.state.terminal,
+            state=str(a.run.state),
+        )
+
+    return await decide(g, Plan(decided, c.sent_by), c)
+
+
 # ---------------------------------------------------------------------- a reviewer's
 
 
 async def decide_approval(g: RunGrain, c: DecideApproval) -> ApprovalRequest:
+    """Decide, and dispatch in the same statement what became ready while the run waited (a
+    sibling of the parked step that succeeded meanwhile readies its dependents)."""
     if c.principal.tenant_id != g.tenant_id:
         raise errors.ApprovalNotFound("approval not found")
     policy = await g.pinned_policy()
-    plan = Plan(
-        lambda a, x: a.decide_approval(
+
+    def decided(a: RunAggregate, x: CommandContext) -> ApprovalRequest:
+        approval = a.decide_approval(
             x,
             c.approval_id,
             c.principal,
@@ -272,10 +298,11 @@ async def decide_approval(g: RunGrain, c: DecideApproval) -> ApprovalRequest:
             c.reason,
             policy,
             g.env.options,
-        ),
-        c.principal.subject,
-    )
-    return await decide(g, plan, c)
+        )
+        g.dispatch_due(a, x)
+        return approval
+
+    return await decide(g, Plan(decided, c.principal.subject), c)
 
 
 # ---------------------------------------------------------------------- an operator's
@@ -346,6 +373,7 @@ HANDLERS: Mapping[type[Command[Any]], Handler] = {
     ClaimToolCall: claim_tool_call,
     CompleteToolCall: complete_tool_call,
     DecideApproval: decide_approval,
+    SendSignal: send_signal,
     SuspendRun: suspend,
     ResumeRun: resume,
     RetryStep: retry_step,

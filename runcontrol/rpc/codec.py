@@ -6,9 +6,9 @@ two types, so nothing is written out per field:
 
 - ``UUID``, ``str`` and ``StrEnum`` fields are strings (an enum by its value); an ``Enum``
   field on a proto enum goes by member name (``AttemptOutcome.TIMED_OUT`` <-> ``TIMED_OUT``);
-- ``datetime`` is a ``google.protobuf.Timestamp``; a JSON document (``dict``) is its canonical
-  JSON text, in the field ``<name>_json``; a tuple of dataclasses is a repeated message,
-  through the dataclass's own codec;
+- ``datetime`` is a ``google.protobuf.Timestamp``; a JSON document (``dict``, or ``Any``: any
+  JSON value) is its canonical JSON text, in the field ``<name>_json``; a tuple of dataclasses
+  is a repeated message, through the dataclass's own codec;
 - proto3 has no null for scalars: ``None`` is the empty string, 0 or an unset timestamp on the
   wire, and an empty wire value gives the field its default (``command_id``: a new one).
 
@@ -86,6 +86,16 @@ def _json(name: str) -> Decode:
         if not isinstance(value, dict):
             raise errors.ValidationFailed(f"{name} must be a JSON object", field=name)
         return value
+
+    return decode
+
+
+def _json_value(name: str) -> Decode:
+    def decode(text: str) -> Any:
+        try:
+            return json.loads(text)
+        except ValueError:
+            raise errors.ValidationFailed(f"{name} must be JSON", field=name) from None
 
     return decode
 
@@ -198,6 +208,8 @@ class Codec(Generic[T]):
                 ok = True
             elif typing.get_origin(kind) is dict or kind is dict:
                 ok, encode, decode = True, json_text, _json(name)
+            elif kind is Any:  # any JSON value (a result)
+                ok, encode, decode = True, json_text, _json_value(name)
         elif fd.type in _INTS:
             ok = kind is int
         elif fd.type == _FD.TYPE_BOOL:

@@ -27,6 +27,7 @@ from ..commands import (
     ReportOutcome,
     ReportProgress,
     RequestApproval,
+    SignalResult,
 )
 from ..domain import (
     ApprovalRequest,
@@ -37,7 +38,7 @@ from ..domain import (
     ToolCallClaim,
     WorkerIdentity,
 )
-from ..domain.access import RUNS_READ, RUNTIME
+from ..domain.access import RUNS_READ, RUNS_WRITE, RUNTIME
 from .codec import Codec, json_text
 
 # ---------------------------------------------------------------------- the answers
@@ -47,6 +48,7 @@ ATTEMPT = Codec(Attempt, pb.Attempt)
 APPROVAL = Codec(ApprovalRequest, pb.Approval)
 PROGRESS_ACK = Codec(ProgressAck, pb.ReportProgressResponse)
 TOOL_CALL = Codec(ToolCallClaim, pb.ToolCallResponse)
+SIGNAL = Codec(SignalResult, pb.SendSignalResponse)
 # Event.body, the typed payload, is memory only: the wire carries the payload it serialises to.
 EVENT = Codec(Event, pb.RunEvent, rename={"event_type": "type"}, supplied=("body",))
 
@@ -192,6 +194,8 @@ RPCS: tuple[Rpc, ...] = (
     # A worker session's exchange with one run host (``rpc.sessions``, DESIGN 10): the
     # commands above travel in it as their own requests.
     Rpc("Exchange", *_messages("Exchange"), RUNTIME),
+    # Not a worker's call: input from outside for a signal step (the roles that submit).
+    Rpc("SendSignal", *_messages("SendSignal"), RUNS_WRITE),
 )
 
 BY_COMMAND: Mapping[type[Command[Any]], Rpc] = {c: r for r in RPCS for c in r.commands}

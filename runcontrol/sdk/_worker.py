@@ -38,7 +38,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 # What one attempt ends as: (outcome, failure class, outcome hash), or None (nothing to report:
 # parked for a human, or the lease is no longer ours).
-_Result = tuple[AttemptOutcome, FailureClass | None, str | None] | None
+# (outcome, failure class, outcome hash, the function's return value: the outcome's result)
+_Result = tuple[AttemptOutcome, FailureClass | None, str | None, Any] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,13 +366,14 @@ class _Loop:
             freed = True
             if result is None:
                 return
-            outcome, failure_class, outcome_hash = result
+            outcome, failure_class, outcome_hash, value = result
             await attempt.send(
                 ReportOutcome(
                     **attempt.fenced(),
                     outcome=outcome,
                     failure_class=failure_class,
                     outcome_hash=outcome_hash,
+                    result=value,
                 )
             )
             if outcome is AttemptOutcome.SUCCEEDED:
@@ -425,15 +427,15 @@ class _Loop:
                 attempt.lease.attempt_id,
                 timeout,
             )
-            return AttemptOutcome.UNCERTAIN, FailureClass.UNCERTAIN, None
+            return AttemptOutcome.UNCERTAIN, FailureClass.UNCERTAIN, None, None
         if not body.cancelled() and isinstance(body.exception(), Parked | LeaseLost):
             return None
-        return AttemptOutcome.CANCELLED, None, None
+        return AttemptOutcome.CANCELLED, None, None, None
 
     def _settled(self, body: asyncio.Future[Any], attempt: AttemptContext) -> _Result:
         attempt_id = attempt.lease.attempt_id
         if body.cancelled():
-            return AttemptOutcome.CANCELLED, None, None
+            return AttemptOutcome.CANCELLED, None, None, None
         exc = body.exception()
         if isinstance(exc, Parked | LeaseLost):
             return None
@@ -441,17 +443,20 @@ class _Loop:
             log.warning("gave up on attempt %s: %s", attempt_id, exc)
             return None
         if isinstance(exc, asyncio.CancelledError) and attempt.stop.is_set():
-            return AttemptOutcome.CANCELLED, None, None
+            return AttemptOutcome.CANCELLED, None, None, None
         if exc is not None:
             outcome, failure_class = outcome_of(exc)
             log.info("attempt %s: %s (%s): %r", attempt_id, outcome, failure_class, exc)
-            return outcome, failure_class, None
+            return outcome, failure_class, None, None
+        value = body.result()
         try:
-            outcome_hash = canonical_hash(body.result())
+            outcome_hash = canonical_hash(value)
         except Exception:
             log.exception("attempt %s: its result is not JSON", attempt_id)
-            return AttemptOutcome.FAILED, FailureClass.PERMANENT, None
-        return AttemptOutcome.SUCCEEDED, None, outcome_hash
+            return AttemptOutcome.FAILED, FailureClass.PERMANENT, None, None
+        # The return value is the step's result (the server stores it and checks the hash);
+        # None is no result, as before results existed.
+        return AttemptOutcome.SUCCEEDED, None, outcome_hash, value
 
     async def _renew(self, attempt: AttemptContext) -> None:
         while True:

@@ -31,6 +31,7 @@ from .notify import libpq_url
 from .tables import (
     approval_decisions,
     approval_requests,
+    attempt_results,
     attempts,
     cancellation_intents,
     leases,
@@ -150,6 +151,8 @@ def prepare(
         doc["attempts"] = [
             rows.attempt_to_row(a, agent[a.step_id]) for a in changes.attempts.values()
         ]
+    if changes.results:
+        doc["results"] = [rows.result_to_row(r) for r in changes.results]
     if changes.leases:
         doc["leases"] = [rows.lease_to_row(x) for x in changes.leases.values()]
     if changes.tool_calls:
@@ -271,6 +274,7 @@ _LOAD = (
     (approval_decisions, _select(approval_decisions, "run_id = %s")),
     (cancellation_intents, _select(cancellation_intents, "run_id = %s")),
     (tool_calls, _select(tool_calls, "run_id = %s")),
+    (attempt_results, _select(attempt_results, "run_id = %s")),
 )
 _ANSWERED = "SELECT command_id FROM command_answers WHERE run_id = %s AND created_at >= %s"
 _STORED_ANSWER = (
@@ -393,9 +397,18 @@ class Store:
         ``answered_since`` (their answers are stored)."""
         queries: list[tuple[str, Sequence[Any]]] = [(sql, (run_id,)) for _, sql in _LOAD]
         queries.append((_ANSWERED, (run_id, answered_since)))
-        run, step, attempt, lease, approval, decision, intent, call, answered = await self.read(
-            tenant_id, queries
-        )
+        (
+            run,
+            step,
+            attempt,
+            lease,
+            approval,
+            decision,
+            intent,
+            call,
+            result,
+            answered,
+        ) = await self.read(tenant_id, queries)
         if not run:
             raise errors.RunNotFound(f"run {run_id} not found", run_id=str(run_id))
         agg = RunAggregate(
@@ -407,6 +420,7 @@ class Store:
             [rows.row_to_decision(r) for r in decision],
             [rows.row_to_intent(r) for r in intent],
             [rows.row_to_tool_call(r) for r in call],
+            [rows.row_to_result(r) for r in result],
         )
         return agg, {r["command_id"] for r in answered}
 

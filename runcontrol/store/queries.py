@@ -21,6 +21,7 @@ from sqlalchemy import ColumnElement, Connection, and_, cast, func, select, tupl
 
 from .tables import (
     approval_requests,
+    attempt_results,
     attempts,
     command_answers,
     leases,
@@ -91,6 +92,8 @@ RUN_SUMMARY = _fields(
         "updated_at",
         "rerun_of",
         "suspended_at",
+        "result_hash",
+        "result_bytes",
     ),
     {"event_seq": "lastEventSeq"},
 )
@@ -107,6 +110,10 @@ STEP = _fields(
         "gate",
         "side_effect_class",
         "not_before",
+        "depends_on",
+        "kind",
+        "wait",
+        "due_at",
     )
 )
 ATTEMPT = _fields(
@@ -119,6 +126,7 @@ ATTEMPT = _fields(
         "failure_class",
         "dispatched_at",
         "settled_at",
+        "holder",
     )
 )
 LEASE = _fields(("lease_id", "holder", "fencing_token", "expires_at"))
@@ -166,6 +174,7 @@ def get_run(
         return None
     view = run_summary(row._mapping)
     view["input"] = row._mapping["input"]
+    view["result"], view["resultRef"] = run_result(conn, run_id, row._mapping["result_hash"])
     current = {
         r.attempt_id: r._mapping
         for r in conn.execute(
@@ -196,6 +205,24 @@ def get_run(
         )
     ]
     return view
+
+
+def run_result(conn: Connection, run_id: UUID, result_hash: str | None) -> tuple[Any, Any]:
+    """The run's result content (result, result_ref): a stored result of the run with its
+    result's hash (any of them holds the same content); (None, None) when it has none, or
+    retention removed it."""
+    if result_hash is None:
+        return None, None
+    r = attempt_results
+    found = conn.execute(
+        select(r.c.result_json, r.c.result_ref)
+        .where(r.c.run_id == run_id, r.c.outcome_hash == result_hash)
+        .limit(1)
+    ).first()
+    if found is None:
+        return None, None
+    content = None if found.result_json is None else json.loads(found.result_json)
+    return content, found.result_ref
 
 
 def encode_cursor(created_at: datetime, key: str) -> str:

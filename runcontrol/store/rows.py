@@ -24,6 +24,7 @@ from ..domain import (
     ApprovalDecision,
     ApprovalRequest,
     Attempt,
+    AttemptResult,
     AuditRecord,
     CancellationIntent,
     Event,
@@ -36,6 +37,7 @@ from ..domain import (
 from .tables import (
     approval_decisions,
     approval_requests,
+    attempt_results,
     attempts,
     audit_log,
     cancellation_intents,
@@ -168,6 +170,7 @@ MAPPERS: dict[type[Any], _Mapper] = {
         ),
         _Mapper(Step, steps),
         _Mapper(Attempt, attempts, supplied=("agent_id",)),  # the step's agent, for claims
+        _Mapper(AttemptResult, attempt_results),
         _Mapper(Lease, leases),
         _Mapper(ApprovalRequest, approval_requests),
         _Mapper(ApprovalDecision, approval_decisions),
@@ -215,6 +218,14 @@ def attempt_to_row(attempt: Attempt, agent_id: str) -> dict[str, Any]:
 
 def row_to_attempt(row: RowLike) -> Attempt:
     return from_row(Attempt, row)
+
+
+def result_to_row(r: AttemptResult) -> dict[str, Any]:
+    return to_row(r)
+
+
+def row_to_result(row: RowLike) -> AttemptResult:
+    return from_row(AttemptResult, row)
 
 
 def lease_to_row(lease: Lease) -> dict[str, Any]:

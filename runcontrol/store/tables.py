@@ -66,6 +66,9 @@ runs = Table(
     # operator controls (0012): set while suspended; the finished run this one reruns
     Column("suspended_at", TZ),
     Column("rerun_of", UUID(as_uuid=True)),
+    # the run's result, its final step's (0015): hash and size; the content is in attempt_results
+    Column("result_hash", Text),
+    Column("result_bytes", BigInteger),
     UniqueConstraint("tenant_id", "project_id", "idempotency_key", name="uq_runs_idempotency"),
     Index("ix_runs_list", "tenant_id", "created_at", "run_id"),
     Index("ix_runs_state", "tenant_id", "state", "created_at"),
@@ -94,6 +97,13 @@ steps = Table(
     Column("not_before", TZ),
     Column("failure_class", Text),
     Column("outcome_hash", Text),
+    # the names of the steps it waits for (0016); NULL before graphs: the step before it
+    Column("depends_on", JSONB),
+    # a step no worker executes (0016): kind 'wait', its timer, and when it fires
+    Column("kind", Text, nullable=False, server_default=text("'agent'")),
+    Column("wait", JSONB),
+    Column("due_at", TZ),
+    Column("signal", JSONB),  # a signal step's signal, once received (kept until it waits)
     UniqueConstraint("run_id", "ordinal", name="uq_steps_ordinal"),
 )
 
@@ -133,6 +143,25 @@ attempts = Table(
         "dispatched_at",
         postgresql_where=text("state = 'Dispatched'"),
     ),
+)
+
+# What an attempt's outcome produced (0015): inserted once with the outcome, never rewritten.
+# ``result_json`` is the JSON's canonical text (text, not jsonb: jsonb would rewrite numbers such
+# as 1e+20, and the bytes a dependent step receives are the bytes hashed), or ``result_ref`` a
+# {uri, sha256, bytes} reference; ``outcome_hash`` is the canonical hash of the one stored.
+attempt_results = Table(
+    "attempt_results",
+    metadata,
+    Column("attempt_id", UUID(as_uuid=True), ForeignKey("attempts.attempt_id"), primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("step_id", UUID(as_uuid=True), ForeignKey("steps.step_id"), nullable=False),
+    Column("run_id", UUID(as_uuid=True), ForeignKey("runs.run_id"), nullable=False),
+    Column("outcome_hash", Text, nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+    Column("created_at", TZ, nullable=False),
+    Column("result_json", Text),
+    Column("result_ref", JSONB),
+    Index("ix_attempt_results_run", "run_id"),
 )
 
 leases = Table(
@@ -438,7 +467,7 @@ TENANT_TABLES = tuple(metadata.tables)
 APPEND_ONLY_TABLES = ("recovery_journal", "audit_log", "approval_decisions", "cancellation_intents")
 # The app role adds rows to these and never changes them (command answers: the system role
 # prunes them past the resend window).
-INSERT_ONLY_TABLES = (*APPEND_ONLY_TABLES, "command_answers")
+INSERT_ONLY_TABLES = (*APPEND_ONLY_TABLES, "command_answers", "attempt_results")
 # The write path only adds rows to these: their writers insert, never upsert (the relay marks
 # outbox rows published on the system path).
 APPENDED_TABLES = (*INSERT_ONLY_TABLES, "outbox")

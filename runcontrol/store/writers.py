@@ -50,6 +50,7 @@ _MARK = "-- writer: "
 WRITTEN = (
     "steps",
     "attempts",
+    "attempt_results",
     "leases",
     "tool_calls",
     "approval_requests",

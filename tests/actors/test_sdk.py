@@ -240,23 +240,37 @@ def test_approval_parks_and_the_resumed_attempt_reenters_the_function(h: RayHarn
 # ---------------------------------------------------------------------- worker processes
 
 
-def start_worker(h: RayHarness, marks: Path, holder: str) -> subprocess.Popen[bytes]:
-    env = dict(
+def worker_process(
+    h: RayHarness, marks: Path, holder: str, app: str, *args: str, **env: str
+) -> subprocess.Popen[bytes]:
+    """``runcontrol worker --app APP`` on this test's cluster and database (its log in
+    ``marks``), with ``args`` and the environment variables ``env`` added."""
+    full = dict(
         os.environ,
         RUNCONTROL_DATABASE_URL=h.rt.owner_url,
         RUNCONTROL_GRAINS__HOST_COUNT=str(h.rt.settings.grains.host_count),
         RUNCONTROL_LEASES__DURATION_SECONDS=str(h.rt.settings.leases.duration_seconds),
         RUNCONTROL_LEASES__RENEWAL_GRACE_SECONDS=str(h.rt.settings.leases.renewal_grace_seconds),
         PYTHONPATH=os.pathsep.join([str(HERE), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        **env,
+    )
+    address = ray.get_runtime_context().gcs_address
+    cmd = [sys.executable, "-c", WORKER_CLI, "worker", "--app", app, *args]
+    cmd += [f"--address={address}", f"--holder={holder}", "--claim-seconds=2"]
+    with (marks / f"{holder}.log").open("wb") as log:  # the child keeps its own copy
+        return subprocess.Popen(cmd, env=full, stdout=log, stderr=subprocess.STDOUT)
+
+
+def start_worker(h: RayHarness, marks: Path, holder: str) -> subprocess.Popen[bytes]:
+    return worker_process(
+        h,
+        marks,
+        holder,
+        "test_sdk_apps:worker",
         SDK_TEST_MARKS=str(marks),
         SDK_TEST_SLOW=h.agent("slow"),
         SDK_TEST_QUICK=h.agent("quick"),
     )
-    address = ray.get_runtime_context().gcs_address
-    cmd = [sys.executable, "-c", WORKER_CLI, "worker", "--app", "test_sdk_apps:worker"]
-    cmd += [f"--address={address}", f"--holder={holder}", "--claim-seconds=2"]
-    with (marks / f"{holder}.log").open("wb") as log:  # the child keeps its own copy
-        return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
 def test_a_worker_process_killed_mid_step_and_restarted_completes_the_run(

@@ -8,10 +8,11 @@ being loaded again (``Console.same_page``).
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import httpx
-from console_harness import Console, Service
+from console_harness import DEMO_RUN, Console, Service
 from oauth_provider import ProviderServer
 
 from runcontrol.api.console import ASSETS
@@ -312,3 +313,41 @@ def test_a_bad_token_is_refused_with_the_servers_reason(browser: Console) -> Non
     assert (
         browser.driver.execute_script("return sessionStorage.getItem('runcontrol.token')") is None
     )
+
+
+def test_a_runs_page_draws_its_step_graph(service: Service, browser: Console) -> None:
+    """Issue 22: a fan-out published over the catalog API; the run page draws each step as a
+    node with its state (inline SVG, no library) and an edge per dependency."""
+    admin = service.token("wanda", "WorkspaceAdmin")
+    steps = [
+        {"name": "plan", "agentId": "planner"},
+        {"name": "left", "agentId": "reporter", "dependsOn": ["plan"]},
+        {"name": "gate", "kind": "signal", "dependsOn": ["plan"]},
+        {"name": "join", "agentId": "reporter", "dependsOn": ["left", "gate"]},
+    ]
+    published = httpx.post(
+        f"{service.url}/factory/releases",
+        json={"definition": {"workflowId": "demo-graph", "steps": steps}},
+        headers={"Authorization": f"Bearer {admin}"},
+        timeout=60,
+    )
+    assert published.status_code == 201, published.text
+    alice = service.printed["REQUESTER_TOKEN"]
+    answer = httpx.post(
+        f"{service.url}/factory/runs",
+        json={**DEMO_RUN, "workflowId": "demo-graph"},
+        headers={"Authorization": f"Bearer {alice}", "Idempotency-Key": str(uuid.uuid4())},
+        timeout=60,
+    )
+    assert answer.status_code == 202, answer.text
+    run_id = answer.json()["runId"]
+    browser.sign_in(alice)
+    browser.open(f"#/runs/{run_id}")
+    browser.wait(
+        lambda: browser.all('#graph g.node[data-step="gate"][data-state="Running"]'),
+        "the signal step waiting in the graph",
+    )
+    nodes = [n.get_attribute("data-step") for n in browser.all("#graph g.node")]
+    assert nodes == ["plan", "left", "gate", "join"]
+    assert len(browser.all("#graph line.edge")) == 4
+    browser.shot("run-graph")

@@ -28,6 +28,7 @@ from runcontrol.domain import (
     ApprovalState,
     Attempt,
     AttemptOutcome,
+    AttemptResult,
     AttemptState,
     AuditRecord,
     CancellationIntent,
@@ -102,6 +103,8 @@ def everything(tenant: str) -> Changes:
         fencing_seq=2,
         suspended_at=at(8),
         rerun_of=uuid.uuid4(),
+        result_hash="sha256:run-result",
+        result_bytes=1234,
     )
     step = Step(
         step_id=step_id,
@@ -118,6 +121,11 @@ def everything(tenant: str) -> Changes:
         not_before=at(2),
         failure_class=FailureClass.PERMANENT,
         outcome_hash="sha256:step-outcome",
+        depends_on=["read", "plan"],
+        kind="wait",
+        wait={"seconds": 5.0},
+        due_at=at(3),
+        signal={"signalId": "s-1", "body": {"ok": True}, "sentBy": "carol", "receivedAt": "t"},
     )
     attempt = Attempt(
         attempt_id=attempt_id,
@@ -204,6 +212,17 @@ def everything(tenant: str) -> Changes:
         completed_at=at(10),
         error="timed out",
     )
+    result = AttemptResult(
+        attempt_id=attempt_id,
+        step_id=step_id,
+        run_id=run_id,
+        tenant_id=tenant,
+        outcome_hash="sha256:attempt-outcome",
+        bytes=33,
+        created_at=at(8),
+        result_json='{"big":100000000000000000000,"f":1e+300,"s":"\\u0000 \u00e9"}',
+        result_ref={"uri": "s3://bucket/key", "sha256": "ab" * 32, "bytes": 12},
+    )
     event = Event(
         event_id=uuid.uuid4(),
         run_id=run_id,
@@ -251,6 +270,7 @@ def everything(tenant: str) -> Changes:
         decisions=[decision],
         intents=[intent],
         tool_calls={tool_call.tool_call_id: tool_call},
+        results=[result],
         events=[event],
         journal=[journal],
         audits=[audit],
@@ -281,6 +301,7 @@ def entities(changes: Changes) -> list[Any]:
         *changes.decisions,
         *changes.intents,
         *changes.tool_calls.values(),
+        *changes.results,
         *changes.events,
         *changes.journal,
         *changes.audits,
@@ -355,6 +376,7 @@ def test_every_field_survives_commit_and_load(db, store, tenant):
         *(d for ds in agg.decisions.values() for d in ds),
         *agg.intents,
         *agg.tool_calls.values(),
+        *agg.results.values(),
         *by_table[outbox],
         *by_table[recovery_journal],
         *by_table[audit_log],

@@ -16,6 +16,7 @@ from runcontrol.domain.access import (
     RUNS_WRITE,
     RUNTIME,
     WEBHOOKS_MANAGE,
+    WORKFLOWS_MANAGE,
     Operation,
     allows,
     effective_scopes,
@@ -61,6 +62,7 @@ def test_every_role_has_a_row() -> None:
                 Op.MANAGE_WEBHOOKS,
                 Op.MANAGE_POLICY,
                 Op.OPERATE_RUNS,
+                Op.PUBLISH_RELEASE,
             },
             {
                 RUNS_READ,
@@ -70,6 +72,7 @@ def test_every_role_has_a_row() -> None:
                 WEBHOOKS_MANAGE,
                 POLICIES_MANAGE,
                 RUNS_OPERATE,
+                WORKFLOWS_MANAGE,
             },
         ),
     ],

@@ -45,7 +45,11 @@ SPEC_RUN_DIAGRAM = {
     (R.RUNNING, R.FAILED): "StepFailedTerminally",
 }
 # The one documented addition: the BudgetReservationDenied handler fails a never-dispatched run.
-DOCUMENTED_RUN_EXTRAS = {(R.ACCEPTED, R.FAILED): "BudgetReservationDenied"}
+DOCUMENTED_RUN_EXTRAS = {
+    (R.ACCEPTED, R.FAILED): "BudgetReservationDenied",
+    # issue 22: a graph's step failed while siblings were held; they settle as for a cancel
+    (R.CANCELLING, R.FAILED): "SiblingsSettledAfterFailure",
+}
 
 # The seed's approval stateDiagram.
 SPEC_APPROVAL_DIAGRAM = {
@@ -241,6 +245,7 @@ ADMITTED = {
     RunCommand.START_TOOL_CALL: LIVE - {R.CANCELLING},
     RunCommand.ENFORCE_DEADLINES: LIVE - {R.WAITING_FOR_APPROVAL},
     RunCommand.EXPIRE_LEASE: set(RunState) - {R.WAITING_FOR_APPROVAL},
+    RunCommand.SIGNAL: LIVE - {R.CANCELLING},  # issue 22: a finished run takes no signal
 }
 
 

@@ -88,7 +88,7 @@ def test_a_grant_is_delivered_only_for_a_lease_this_hosts_commit_made() -> None:
     assert match.offer.input == run.agg.run.input and match.offer.tenant_id == TENANT
     lease = run.lease(attempt, "w-1")
     book.observe(view(run.agg, run.batches[-1].events, run.options))
-    delivered, again, woken = book.granted(match, lease)
+    delivered, again, woken = book.granted(match, lease, {})
     assert delivered and woken == {"s"} and not again
     (grant,) = book.grants("s")
     assert grant.claim_id == c.claim_id and grant.lease == lease
@@ -109,7 +109,7 @@ def test_a_lease_answered_again_without_a_commit_is_not_a_second_grant() -> None
     book.offer("s", [c], now=0)
     stale = Offer(TENANT, attempt.run_id, attempt.attempt_id, "reader", T0)
     (match,) = book.found([stale])
-    delivered, again, _ = book.granted(match, lease)  # no commit was observed
+    delivered, again, _ = book.granted(match, lease, {})  # no commit was observed
     assert not delivered and not again
     assert book.grants("s") == [] and c.claim_id in book.credits("s")
 
@@ -142,7 +142,7 @@ def test_the_holder_of_a_cancelled_runs_attempt_is_told_once() -> None:
     (match,), _ = book.observe(view(run.agg, run.batches[-1].events))
     lease = run.lease(attempt, "w-1")
     book.observe(view(run.agg, run.batches[-1].events))
-    book.granted(match, lease)
+    book.granted(match, lease, {})
     run.cancel()
     _, woken = book.observe(view(run.agg, run.batches[-1].events))
     assert woken == {"s"}

@@ -6,16 +6,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 from .. import errors
-from .. import events as ev
 from ..machines import (
     RunCommand,
     allows,
 )
-from ..model import (
-    CancellationIntent,
-)
 from ..states import (
-    ApprovalState,
     AttemptOutcome,
     AttemptState,
     FailureClass,
@@ -45,22 +40,7 @@ class Cancellation(Settlement):
             raise errors.ValidationFailed("a cancellation needs a reason")
         if not allows(RunCommand.CANCEL, self.run.state):
             return False
-        intent = CancellationIntent(
-            intent_id=ctx.new_id(),
-            run_id=self.run.run_id,
-            tenant_id=self.run.tenant_id,
-            requested_by=requested_by,
-            reason=reason,
-            requested_at=ctx.now,
-        )
-        self._changes.intents.append(intent)
-        self.intents.append(intent)
-        self._emit(
-            ctx,
-            ev.CancellationRequested(
-                run_id=self.run.run_id, requested_by=requested_by, reason=reason
-            ),
-        )
+        intent = self._record_intent(ctx, requested_by, reason)
         if self.run.state is RunState.ACCEPTED:
             self._move_run(ctx, RunState.CANCELLED)
             self._close_remaining(ctx, FailureClass.CANCELLATION)
@@ -74,16 +54,7 @@ class Cancellation(Settlement):
                 lease.expires_at = ctx.now + term
                 self._changes.leases[lease.lease_id] = lease
         self._move_run(ctx, RunState.CANCELLING)
-        for approval in self.pending_approvals():
-            self._move_approval(ctx, approval, ApprovalState.CANCELLED, "RunCancelled")
-            self._emit_approval_decided(ctx, approval)
-        for attempt in self.open_attempts():
-            if attempt.state is not AttemptState.LEASED:
-                # Not held (never leased, or parked before its side effect): it settles at once.
-                self._cancel_unleased(ctx, attempt)
-                self._move_step(
-                    ctx, self.step(attempt.step_id), StepState.CANCELLED, "RunCancelled"
-                )
+        self._cancel_unheld(ctx)
         self._finish_cancelling(ctx)
         return True
 

@@ -23,6 +23,7 @@ from ..model import (
     ApprovalDecision,
     ApprovalRequest,
     Attempt,
+    AttemptResult,
     AuditRecord,
     CancellationIntent,
     Event,
@@ -34,11 +35,13 @@ from ..model import (
 )
 from ..states import (
     ApprovalState,
+    AttemptOutcome,
     AttemptState,
     RunState,
     StepState,
     ToolCallState,
 )
+from ..workflow import dependencies, final_step
 from .values import (
     LIFETIME_EXCEEDED,
     WALL_CLOCK_EXCEEDED,
@@ -62,6 +65,7 @@ class AggregateCore:
         decisions: Iterable[ApprovalDecision] = (),
         intents: Iterable[CancellationIntent] = (),
         tool_calls: Iterable[ToolCall] = (),
+        results: Iterable[AttemptResult] = (),
         *,
         is_new: bool = False,
     ) -> None:
@@ -78,6 +82,8 @@ class AggregateCore:
             self.decisions.setdefault(d.approval_id, []).append(d)
         self.intents: list[CancellationIntent] = sorted(intents, key=lambda i: i.requested_at)
         self.tool_calls: dict[str, ToolCall] = {t.call_id: t for t in tool_calls}
+        # attempt -> its stored result: kept in the cache so a grant reads no row
+        self.results: dict[UUID, AttemptResult] = {r.attempt_id: r for r in results}
         self._is_new = is_new
         self._changes = self._fresh_changes()
 
@@ -250,6 +256,32 @@ class AggregateCore:
             key=lambda a: a.number,
         )
 
+    def step_result(self, step: Step) -> AttemptResult | None:
+        """The result of the step's succeeded attempt (None: none yet, or it sent none)."""
+        for attempt in reversed(self.attempts_of(step)):
+            if attempt.outcome is AttemptOutcome.SUCCEEDED:
+                return self.results.get(attempt.attempt_id)
+        return None
+
+    def dependency_results(self, step: Step) -> dict[str, Any]:
+        """What ``step``'s grant carries: the results of the steps it depends on, by name
+        (a dependency that sent no result has no key)."""
+        by_name = {s.name: s for s in self.steps}
+        found: dict[str, Any] = {}
+        for name in dependencies(self.steps, step.name):
+            result = self.step_result(by_name[name])
+            if result is not None:
+                found[name] = result.value
+        return found
+
+    def grant_results(self, attempt_id: UUID) -> dict[str, Any]:
+        return self.dependency_results(self.step(self.attempt(attempt_id).step_id))
+
+    def run_result(self) -> AttemptResult | None:
+        """The run's result: its final step's."""
+        name = final_step(self.steps)
+        return self.step_result(next(s for s in self.steps if s.name == name))
+
     def open_attempts(self) -> list[Attempt]:
         return [a for a in self.attempts.values() if not a.state.terminal]
 
@@ -274,9 +306,14 @@ class AggregateCore:
         elif state is not RunState.WAITING_FOR_APPROVAL:  # a human's wait has its own expiry
             times.append(self.deadline(options))
         if state is RunState.RUNNING and self.run.suspended_at is None:
-            step = self._first_open_step()
-            if step is not None and step.state is StepState.PENDING:
-                times.append(step.not_before or self.run.updated_at)
+            times.extend(s.not_before or self.run.updated_at for s in self.ready_steps())
+        if state in (RunState.RUNNING, RunState.WAITING_FOR_APPROVAL):
+            # a wait step's timer: the durable reminder that fires it
+            times.extend(
+                s.due_at
+                for s in self.steps
+                if s.state is StepState.RUNNING and s.due_at is not None
+            )
         if state is not RunState.WAITING_FOR_APPROVAL:
             grace = timedelta(seconds=options.renewal_grace_seconds)
             times.extend(lease.expires_at + grace for lease in self.leases.values())
@@ -284,8 +321,22 @@ class AggregateCore:
         times.extend(t.expires_at for t in self.open_tool_calls())
         return min(times) if times else None
 
-    def _first_open_step(self) -> Step | None:
-        return next((s for s in self.steps if not s.state.terminal), None)
+    def dependencies_of(self, step: Step) -> list[Step]:
+        """The steps ``step`` waits for (``workflow.dependencies``: its ``depends_on``; a row
+        stored before graphs waits for the step before it)."""
+        wanted = set(dependencies(self.steps, step.name))
+        return [s for s in self.steps if s.name in wanted]
+
+    def ready_steps(self) -> list[Step]:
+        """Pending steps whose dependencies have all succeeded (a retry's backoff aside), in
+        the release's order: the fan-out a dispatch starts together; a fan-in step is ready
+        only once every one of its dependencies is."""
+        return [
+            s
+            for s in self.steps
+            if s.state is StepState.PENDING
+            and all(d.state is StepState.SUCCEEDED for d in self.dependencies_of(s))
+        ]
 
     def deadline(self, options: Options) -> datetime:
         """When the control plane cancels the run: its wall-clock budget (``maxMinutes`` from

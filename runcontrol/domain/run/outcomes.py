@@ -3,18 +3,21 @@ reconciler's settlement of an attempt nobody reported (invariant 6 for side effe
 
 from __future__ import annotations
 
+import hashlib
 from datetime import timedelta
+from typing import Any
 from uuid import UUID
 
 from .. import errors
 from .. import events as ev
-from ..hashing import is_hash
+from ..hashing import HASH_PREFIX, canonical_hash, canonical_json, is_hash
 from ..machines import (
     RunCommand,
     allows,
 )
 from ..model import (
     Attempt,
+    AttemptResult,
 )
 from ..states import (
     AttemptOutcome,
@@ -44,12 +47,24 @@ class Outcomes(Settlement):
         failure_class: FailureClass | None = None,
         outcome_hash: str | None = None,
         lease_id: UUID | None = None,
+        result: Any = None,
+        result_ref: dict[str, Any] | None = None,
     ) -> Attempt:
         attempt = self.attempt(attempt_id)
         if outcome not in WORKER_OUTCOMES:
             raise errors.ValidationFailed(f"a worker cannot report {outcome}")
         if outcome_hash is not None and not is_hash(outcome_hash):
             raise errors.ValidationFailed("outcomeHash must be a sha256 canonical hash")
+        stored = _stored_result(ctx, attempt, result, result_ref, options)
+        if stored is not None:
+            # outcomeHash is the server's canonical hash of what it stores
+            if outcome_hash is not None and outcome_hash != stored.outcome_hash:
+                raise errors.OutcomeHashMismatch(
+                    "outcomeHash is not the canonical hash of the result sent",
+                    attempt_id=str(attempt_id),
+                    expected=stored.outcome_hash,
+                )
+            outcome_hash = stored.outcome_hash
         failure_class = failure_class_for(outcome, failure_class)
         if attempt.state.terminal:
             if (
@@ -89,7 +104,9 @@ class Outcomes(Settlement):
             raise errors.IllegalTransition(
                 "the attempt awaits an approval decision; report after the decision"
             )
-        self._settle(ctx, attempt, outcome, failure_class, outcome_hash, settled_by=holder)
+        self._settle(
+            ctx, attempt, outcome, failure_class, outcome_hash, settled_by=holder, result=stored
+        )
         self._after_settled(ctx, attempt, options)
         return attempt
 
@@ -133,3 +150,63 @@ class Outcomes(Settlement):
         )
         self._after_settled(ctx, attempt, options)
         return True
+
+
+REF_KEYS = frozenset({"uri", "sha256", "bytes"})
+
+
+def _stored_result(
+    ctx: CommandContext,
+    attempt: Attempt,
+    result: Any,
+    result_ref: dict[str, Any] | None,
+    options: Options,
+) -> AttemptResult | None:
+    """What an outcome's result stores (checked before anything changes): the JSON result in
+    canonical form, at most ``options.result_max_bytes`` of it, or a reference."""
+    if result is None and result_ref is None:
+        return None
+    if result is not None and result_ref is not None:
+        raise errors.ValidationFailed("an outcome carries a result or a result_ref, not both")
+    if result_ref is not None:
+        ref = _reference(result_ref)
+        digest, size, text = canonical_hash(ref), ref["bytes"], None
+    else:
+        text = canonical_json(result)
+        size = len(text)
+        if size > options.result_max_bytes:
+            raise errors.ResultTooLarge(
+                f"the result is {size} bytes of canonical JSON, over the inline cap of "
+                f"{options.result_max_bytes}: store it elsewhere and report a result_ref",
+                attempt_id=str(attempt.attempt_id),
+                bytes=size,
+                max_bytes=options.result_max_bytes,
+            )
+        ref, digest = None, HASH_PREFIX + hashlib.sha256(text).hexdigest()
+    return AttemptResult(
+        attempt_id=attempt.attempt_id,
+        step_id=attempt.step_id,
+        run_id=attempt.run_id,
+        tenant_id=attempt.tenant_id,
+        outcome_hash=digest,  # canonical_hash of the stored value, from the bytes in hand
+        bytes=size,
+        created_at=ctx.now,
+        result_json=None if text is None else text.decode(),
+        result_ref=ref,
+    )
+
+
+def _reference(ref: Any) -> dict[str, Any]:
+    """A ``{uri, sha256, bytes}`` reference to an artifact stored elsewhere."""
+    if not isinstance(ref, dict) or set(ref) != REF_KEYS:
+        raise errors.ValidationFailed("result_ref must be an object {uri, sha256, bytes}")
+    uri, digest, size = ref["uri"], ref["sha256"], ref["bytes"]
+    if not isinstance(uri, str) or not uri or len(uri) > 2048:
+        raise errors.ValidationFailed("result_ref.uri must be a URI of at most 2048 characters")
+    if not isinstance(digest, str) or not is_hash(
+        digest if digest.startswith(HASH_PREFIX) else HASH_PREFIX + digest
+    ):
+        raise errors.ValidationFailed("result_ref.sha256 must be a sha256 hex digest")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise errors.ValidationFailed("result_ref.bytes must be a non-negative integer")
+    return {"uri": uri, "sha256": digest, "bytes": size}

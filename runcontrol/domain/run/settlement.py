@@ -12,7 +12,9 @@ from ..hashing import canonical_hash
 from ..model import (
     ApprovalRequest,
     Attempt,
+    AttemptResult,
     CancellationIntent,
+    Step,
 )
 from ..retry import backoff_delay
 from ..states import (
@@ -26,6 +28,7 @@ from ..states import (
 )
 from .leases import Leases
 from .values import (
+    RUN_CONTROL,
     CommandContext,
     Options,
 )
@@ -42,8 +45,12 @@ class Settlement(Leases):
         *,
         settled_by: str,
         cause: str = "OutcomeReported",
+        result: AttemptResult | None = None,
     ) -> None:
         self._move_attempt(ctx, attempt, outcome.attempt_state, cause)
+        if result is not None:
+            self.results[attempt.attempt_id] = result
+            self._changes.results.append(result)
         attempt.outcome = outcome
         attempt.failure_class = failure_class
         attempt.outcome_hash = outcome_hash
@@ -78,18 +85,7 @@ class Settlement(Leases):
             return
         if outcome is AttemptOutcome.SUCCEEDED:
             step.outcome_hash = attempt.outcome_hash
-            self._move_step(ctx, step, StepState.SUCCEEDED, "AttemptSucceeded")
-            if all(s.state is StepState.SUCCEEDED for s in self.steps):
-                self.run.outcome_hash = canonical_hash([s.outcome_hash for s in self.steps])
-                self._move_run(ctx, RunState.COMPLETED)
-                self._emit(
-                    ctx,
-                    ev.RunCompleted(
-                        run_id=self.run.run_id,
-                        tenant_id=self.run.tenant_id,
-                        outcome_hash=self.run.outcome_hash,
-                    ),
-                )
+            self._step_succeeded(ctx, step, "AttemptSucceeded")
             return
         failure = attempt.failure_class or FailureClass.TRANSIENT
         if failure is FailureClass.UNCERTAIN and step.side_effect_class.at_least(
@@ -131,6 +127,25 @@ class Settlement(Leases):
         reason = f"step {step.name!r} failed after {attempt.number} attempt(s) ({failure})"
         self._fail_run(ctx, failure, reason)
 
+    def _step_succeeded(self, ctx: CommandContext, step: Step, cause: str) -> None:
+        """The step succeeded; with it the last, the run completes."""
+        self._move_step(ctx, step, StepState.SUCCEEDED, cause)
+        if all(s.state is StepState.SUCCEEDED for s in self.steps):
+            self.run.outcome_hash = canonical_hash([s.outcome_hash for s in self.steps])
+            result = self.run_result()
+            if result is not None:
+                self.run.result_hash, self.run.result_bytes = result.outcome_hash, result.bytes
+            self._move_run(ctx, RunState.COMPLETED)
+            self._emit(
+                ctx,
+                ev.RunCompleted(
+                    run_id=self.run.run_id,
+                    tenant_id=self.run.tenant_id,
+                    outcome_hash=self.run.outcome_hash,
+                    result_hash=self.run.result_hash,
+                ),
+            )
+
     def _fail_run(
         self,
         ctx: CommandContext,
@@ -139,19 +154,71 @@ class Settlement(Leases):
         *,
         cause: str | None = None,
     ) -> None:
-        self._move_run(ctx, RunState.FAILED, cause)
+        """The run fails. With attempts still held by workers (a graph's siblings) it fails
+        as a cancel settles: the intent is recorded, the run is Cancelling while the holders
+        are asked to stop, and it ends Failed once every attempt settled (``_finish_cancelling``
+        ; the stop timeout settles a silent holder Uncertain). Otherwise it fails at once."""
         self.run.failure_class = failure_class
         self.run.failure_reason = reason
+        held = any(a.state is AttemptState.LEASED for a in self.open_attempts())
+        if held and self.run.state in (RunState.RUNNING, RunState.WAITING_FOR_APPROVAL):
+            self._stop_siblings(ctx, reason, cause)
+            return
+        self._move_run(ctx, RunState.FAILED, cause)
         self._close_remaining(ctx, failure_class)
+        self._emit_failed(ctx)
+
+    def _emit_failed(self, ctx: CommandContext) -> None:
         self._emit(
             ctx,
             ev.RunFailed(
                 run_id=self.run.run_id,
                 tenant_id=self.run.tenant_id,
-                failure_class=failure_class,
-                reason=reason,
+                failure_class=self.run.failure_class or FailureClass.TRANSIENT,
+                reason=self.run.failure_reason or "",
             ),
         )
+
+    def _stop_siblings(self, ctx: CommandContext, reason: str, cause: str | None) -> None:
+        """A failing run's cancel of the attempts still running: intent first (invariant 8),
+        what nobody holds settles now, the holders' settlement is observed."""
+        self._record_intent(ctx, RUN_CONTROL, reason)
+        self._move_run(ctx, RunState.CANCELLING, cause or "StepFailedTerminally")
+        self._cancel_unheld(ctx)
+
+    def _record_intent(
+        self, ctx: CommandContext, requested_by: str, reason: str
+    ) -> CancellationIntent:
+        intent = CancellationIntent(
+            intent_id=ctx.new_id(),
+            run_id=self.run.run_id,
+            tenant_id=self.run.tenant_id,
+            requested_by=requested_by,
+            reason=reason,
+            requested_at=ctx.now,
+        )
+        self._changes.intents.append(intent)
+        self.intents.append(intent)
+        self._emit(
+            ctx,
+            ev.CancellationRequested(
+                run_id=self.run.run_id, requested_by=requested_by, reason=reason
+            ),
+        )
+        return intent
+
+    def _cancel_unheld(self, ctx: CommandContext) -> None:
+        """On the way to Cancelling: pending approvals end, and attempts nobody holds (never
+        leased, or parked before their side effect) settle at once with their steps."""
+        for approval in self.pending_approvals():
+            self._move_approval(ctx, approval, ApprovalState.CANCELLED, "RunCancelled")
+            self._emit_approval_decided(ctx, approval)
+        for attempt in self.open_attempts():
+            if attempt.state is not AttemptState.LEASED:
+                self._cancel_unleased(ctx, attempt)
+                self._move_step(
+                    ctx, self.step(attempt.step_id), StepState.CANCELLED, "RunCancelled"
+                )
 
     def _cancel_unleased(self, ctx: CommandContext, attempt: Attempt) -> None:
         """An attempt nobody holds settles as Cancelled at once: a Dispatched one never ran; a
@@ -197,6 +264,12 @@ class Settlement(Leases):
         for step in self.steps:
             if step.state is StepState.PENDING:
                 self._move_step(ctx, step, StepState.CANCELLED, "RunEnded")
+            elif step.state is StepState.RUNNING:  # a wait: it held nothing
+                self._move_step(ctx, step, StepState.CANCELLED, "RunCancelled")
+        if self.run.failure_class is not None:  # a step failed: its siblings have settled
+            self._move_run(ctx, RunState.FAILED)
+            self._emit_failed(ctx)
+            return
         self._move_run(ctx, RunState.CANCELLED)
         self._emit_cancelled(ctx, self.intents[-1] if self.intents else None)
 

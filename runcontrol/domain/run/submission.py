@@ -28,16 +28,16 @@ from ..states import (
     RunState,
     StepState,
 )
-from ..workflow import PolicyDocument, Release
-from .settlement import Settlement
+from ..workflow import AGENT, PolicyDocument, Release, dependencies
 from .values import (
     CommandContext,
     Options,
     Submission,
 )
+from .waits import Waits
 
 
-class Submissions(Settlement):
+class Submissions(Waits):
     @classmethod
     def accept(
         cls,
@@ -85,6 +85,9 @@ class Submissions(Settlement):
                 max_attempts=spec.max_attempts or options.default_max_attempts,
                 gate=spec.gate,
                 side_effect_class=spec.side_effect_class,
+                depends_on=list(dependencies(release.definition.steps, spec.name)),
+                kind=spec.kind,
+                wait=spec.wait,
             )
             for i, spec in enumerate(release.definition.steps)
         ]
@@ -122,21 +125,42 @@ class Submissions(Settlement):
     def deny_budget(self, ctx: CommandContext, reason: str) -> None:
         self._fail_run(ctx, FailureClass.POLICY_DENIED, reason, cause="BudgetReservationDenied")
 
-    def dispatchable_step(self, now: datetime) -> Step | None:
-        """The next step to dispatch now, if the run may dispatch at all (invariant 4)."""
+    def dispatchable_steps(self, now: datetime) -> list[Step]:
+        """The steps to dispatch now (a fan-out is several), if the run may dispatch at all:
+        invariant 4 holds per run (no dispatch while WaitingForApproval or Cancelling) and
+        per step (a ready step is Pending, so it has no open attempt)."""
         if not allows(RunCommand.DISPATCH, self.run.state):
-            return None
+            return []
         if self.run.suspended_at is not None:
-            return None  # an operator suspended the run: nothing new starts
-        step = self._first_open_step()  # steps run in order
-        if step is None or step.state is not StepState.PENDING:
-            return None
-        if step.not_before is not None and step.not_before > now:
-            return None
-        return step
+            return []  # an operator suspended the run: nothing new starts
+        return [s for s in self.ready_steps() if s.not_before is None or s.not_before <= now]
+
+    def dispatchable_step(self, now: datetime) -> Step | None:
+        """The first of ``dispatchable_steps`` (in the release's order), or None."""
+        steps = self.dispatchable_steps(now)
+        return steps[0] if steps else None
+
+    def start_ready(self, ctx: CommandContext) -> list[Attempt]:
+        """Start every step due now, together: an agent step as a dispatched attempt, a wait
+        step as its timer (no attempt). Answers the attempts, in the release's order."""
+        attempts = []
+        ready = self.dispatchable_steps(ctx.now)
+        while ready:  # a wait that ends as it starts (a kept signal) readies the next ones
+            for step in ready:
+                if step.kind == AGENT:
+                    attempts.append(self.dispatch(ctx, step))
+                else:
+                    self.start_wait(ctx, step)
+            ready = self.dispatchable_steps(ctx.now)
+        return attempts
 
     def dispatch(self, ctx: CommandContext, step: Step) -> Attempt:
         require(RunCommand.DISPATCH, self.run.state)
+        if step.kind != AGENT:
+            raise errors.IllegalTransition(
+                f"a {step.kind} step has no attempt: no worker executes it",
+                step_id=str(step.step_id),
+            )
         if any(not a.state.terminal for a in self.attempts_of(step)):
             raise errors.IllegalTransition(
                 "a step may have only one non-terminal attempt", step_id=str(step.step_id)

@@ -17,6 +17,7 @@ from ..model import (
     ApprovalDecision,
     ApprovalRequest,
     Attempt,
+    AttemptResult,
     AuditRecord,
     CancellationIntent,
     Event,
@@ -64,6 +65,9 @@ class Options:
     # A claimed tool call without a result this long is closed by the reminder, never
     # executed (RunControl:ToolCalls:ClaimTimeoutSeconds).
     tool_call_claim_timeout_seconds: float = 300.0
+    # The largest inline result an outcome may carry, as canonical JSON bytes; a larger one is
+    # refused (``ResultTooLarge``) and goes by reference (RunControl:Results:MaxInlineBytes).
+    result_max_bytes: int = 256 * 1024
 
 
 # At most this many progress messages per report (one transaction).
@@ -114,6 +118,7 @@ class Changes:
     journal: list[RecoveryJournalEntry] = field(default_factory=list)
     audits: list[AuditRecord] = field(default_factory=list)
     tool_calls: dict[UUID, ToolCall] = field(default_factory=dict)
+    results: list[AttemptResult] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -127,6 +132,7 @@ class Changes:
             or self.events
             or self.journal
             or self.tool_calls
+            or self.results
             or self.run_dirty
         )
 

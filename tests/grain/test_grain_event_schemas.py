@@ -33,6 +33,7 @@ from runcontrol.commands import (
     ResolveAttempt,
     ResumeRun,
     RetryStep,
+    SendSignal,
     SettleRestoredLeases,
     SuspendRun,
 )
@@ -138,7 +139,28 @@ def expired_tool_call(h: Harness) -> None:
     h.wake(grain)  # the claim and the lease expire; the run fails (one attempt allowed)
 
 
+def waited_and_signalled_run(h: Harness) -> None:
+    """A signal sent before its step waits (kept), a timer that fires, the kept signal
+    delivered when its step starts (issue 22)."""
+    h.publish(
+        StepSpec("plan", "agent-d"),
+        StepSpec("pause", "", kind="wait", seconds=30.0),
+        StepSpec("go", "", kind="signal", signal="go"),
+        workflow_id="waited",
+    )
+    grain, _ = h.submit(h.request(workflow_id="waited"))
+    grain.execute(
+        SendSignal(
+            tenant_id=grain.tenant_id, run_id=grain.run_id, name="go", body={"ok": 1}, sent_by="c"
+        )
+    )
+    h.succeed(grain, h.lease(grain))
+    h.clock.advance(30)
+    h.wake(grain)  # the timer fires; the signal step starts and takes the kept signal
+
+
 def test_every_emitted_event_matches_its_generated_schema(h: Harness) -> None:
+    waited_and_signalled_run(h)
     approved_run_with_progress_and_a_tool_call(h)
     retried_suspended_and_cancelled_run(h)
     restored_resolved_and_rerun(h)

@@ -1,0 +1,166 @@
+"""The workflow catalog (seed 004's "Workflow catalog and start"): publish a release, read the
+workflows with their releases, aliases and graphs, move an alias, and read a run's graph.
+
+Publishing and moving an alias are the workspace admins' (``factory.workflows.manage``);
+reading is reading runs (``factory.runs.read``). A definition is checked exactly as the CLI
+checks it (``WorkflowDefinition.from_dict``): an unknown dependency or a cycle is a 422 problem
+naming it and nothing is published. A moved alias changes what later submissions pin; runs
+already accepted keep their release (invariant 2).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Annotated, Any
+from uuid import UUID
+
+from fastapi import APIRouter, Path, Response
+from sqlalchemy import Connection
+
+from schemas.api import (
+    MoveAliasRequest,
+    PublishReleaseRequest,
+    ReleaseView,
+    RunGraph,
+    WorkflowPage,
+    WorkflowView,
+)
+
+from ..domain import WorkflowDefinition, errors
+from ..ports.releases import move_alias, publish_release
+from ..store import catalog
+from .auth import ReleasePublisher, RunsReader
+from .context import Svc
+from .problems import responses
+
+releases_router = APIRouter(prefix="/factory/releases", tags=["catalog"])
+workflows_router = APIRouter(prefix="/factory/workflows", tags=["catalog"])
+graph_router = APIRouter(prefix="/factory/runs", tags=["catalog"])
+
+WorkflowIdPath = Annotated[str, Path(alias="workflowId", min_length=1, max_length=200)]
+AliasPath = Annotated[str, Path(min_length=1, max_length=200)]
+RunIdPath = Annotated[UUID, Path(alias="runId")]
+
+
+def _released(conn: Connection, workflow_id: str, release_id: str) -> dict[str, Any]:
+    view = catalog.get_workflow(conn, workflow_id)
+    assert view is not None  # just published in this tenant
+    return next(r for r in view["releases"] if r["releaseId"] == release_id)
+
+
+@releases_router.post(
+    "",
+    operation_id="PublishRelease",
+    status_code=201,
+    response_model=ReleaseView,
+    responses=responses(401, 403, 409, 413, 422),
+    summary="Publish a workflow definition as an immutable release and move aliases to it.",
+    description="Scope `factory.workflows.manage`; roles WorkspaceAdmin, PlatformAdmin. The same "
+    "content publishes the same release. An invalid definition (an unknown `dependsOn` name, a "
+    "cycle) is 422 with the reason, and nothing is published.",
+)
+async def publish(
+    caller: ReleasePublisher, svc: Svc, body: PublishReleaseRequest, response: Response
+) -> dict[str, Any]:
+    definition = WorkflowDefinition.from_dict(body.definition)  # 422 before any write
+    release = await asyncio.to_thread(
+        publish_release,
+        svc.db,
+        caller.tenant_id,
+        definition,
+        caller.principal.subject,
+        datetime.now(UTC),
+        body.aliases,
+    )
+    response.headers["Location"] = f"{workflows_router.prefix}/{release.workflow_id}"
+    return await svc.read(
+        caller.tenant_id,
+        lambda conn: _released(conn, release.workflow_id, release.release_id),
+        project_id=None,
+    )
+
+
+@workflows_router.get(
+    "",
+    operation_id="ListWorkflows",
+    response_model=WorkflowPage,
+    responses=responses(401, 403),
+    summary="The tenant's workflows: their aliases and how many releases each has.",
+    description="Scope `factory.runs.read`.",
+)
+async def list_workflows(caller: RunsReader, svc: Svc) -> dict[str, Any]:
+    items = await svc.read(caller.tenant_id, catalog.list_workflows, project_id=None)
+    return {"items": items}
+
+
+@workflows_router.get(
+    "/{workflowId}",
+    operation_id="GetWorkflow",
+    response_model=WorkflowView,
+    responses=responses(401, 403, 404, 422),
+    summary="A workflow's releases (newest first, each with its graph) and aliases.",
+    description="Scope `factory.runs.read`.",
+)
+async def get_workflow(caller: RunsReader, svc: Svc, workflow_id: WorkflowIdPath) -> dict[str, Any]:
+    view = await svc.read(
+        caller.tenant_id, lambda conn: catalog.get_workflow(conn, workflow_id), project_id=None
+    )
+    if view is None:
+        raise errors.WorkflowNotFound(
+            f"workflow {workflow_id!r} has no release", workflow_id=workflow_id
+        )
+    return view
+
+
+@workflows_router.put(
+    "/{workflowId}/aliases/{alias}",
+    operation_id="MoveAlias",
+    response_model=ReleaseView,
+    responses=responses(401, 403, 404, 413, 422),
+    summary="Point an alias at one of the workflow's releases.",
+    description="Scope `factory.workflows.manage`; roles WorkspaceAdmin, PlatformAdmin. Later "
+    "submissions naming the alias pin that release; runs already accepted keep theirs.",
+)
+async def put_alias(
+    caller: ReleasePublisher,
+    svc: Svc,
+    workflow_id: WorkflowIdPath,
+    alias: AliasPath,
+    body: MoveAliasRequest,
+) -> dict[str, Any]:
+    await asyncio.to_thread(
+        move_alias,
+        svc.db,
+        caller.tenant_id,
+        workflow_id,
+        alias,
+        body.release_id,
+        datetime.now(UTC),
+    )
+    return await svc.read(
+        caller.tenant_id,
+        lambda conn: _released(conn, workflow_id, body.release_id),
+        project_id=None,
+    )
+
+
+@graph_router.get(
+    "/{runId}/graph",
+    operation_id="GetRunGraph",
+    response_model=RunGraph,
+    responses=responses(401, 403, 404, 422),
+    summary="The run's steps as a graph: each node's state, attempts and dependencies.",
+    description="Scope `factory.runs.read`; the caller's project only, unless a role spans the "
+    "tenant.",
+)
+async def get_run_graph(caller: RunsReader, svc: Svc, run_id: RunIdPath) -> dict[str, Any]:
+    project = caller.project_scope
+    view = await svc.read(
+        caller.tenant_id,
+        lambda conn: catalog.run_graph(conn, run_id, project_id=project),
+        project_id=project,
+    )
+    if view is None:
+        raise errors.RunNotFound(f"run {run_id} not found")
+    return view

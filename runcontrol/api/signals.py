@@ -1,0 +1,74 @@
+"""Signals: an input from outside for a run's signal step (issue 22).
+
+``POST /factory/runs/{runId}/signals/{name}`` with a JSON body: the body becomes the result of
+the step waiting for ``name``. One sent before its step waits is kept and delivered when the
+step starts; a resend with the same ``Idempotency-Key`` is answered with the first answer (the
+grain's memo); a finished run refuses it (409 ``run-terminal``). Sending a signal is giving a
+run input, as a submission does: the same scope and roles (``factory.runs.write``: Requester,
+WorkspaceAdmin, PlatformAdmin), within the caller's project; the grain audits the caller.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from uuid import UUID
+
+from fastapi import APIRouter, Body, Path
+
+from schemas.api import SignalResponse, storable_json
+
+from ..commands import SendSignal
+from .context import Svc
+from .limits import MeteredSubmitter
+from .problems import IdempotencyKeyRequired, RequestInvalid, responses
+from .runs import IdempotencyKey, command_id, require_visible
+
+router = APIRouter(prefix="/factory/runs", tags=["signals"])
+
+RunIdPath = Annotated[UUID, Path(alias="runId")]
+SignalName = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[^\x00/]+$")]
+
+
+@router.post(
+    "/{runId}/signals/{name}",
+    operation_id="SendSignal",
+    status_code=202,
+    response_model=SignalResponse,
+    responses=responses(400, 401, 403, 404, 409, 413, 422, 429, 503),
+    summary="Send the run's signal step its input; the body becomes the step's result.",
+    description="Scope `factory.runs.write`; roles Requester (its project's runs), "
+    "WorkspaceAdmin, PlatformAdmin. `Idempotency-Key` required. `delivered` is false when the "
+    "step does not wait yet: the signal is kept and delivered when it does.",
+)
+async def send_signal(
+    caller: MeteredSubmitter,
+    svc: Svc,
+    run_id: RunIdPath,
+    name: SignalName,
+    body: Annotated[Any, Body(description="Any JSON value (at most 64 KiB canonical).")] = None,
+    idempotency_key: IdempotencyKey = None,
+) -> dict[str, Any]:
+    if not idempotency_key or not idempotency_key.strip():
+        raise IdempotencyKeyRequired("the Idempotency-Key header is required")
+    try:
+        storable_json(body)
+    except ValueError as exc:
+        raise RequestInvalid(f"body: {exc}") from None
+    await require_visible(svc, caller, run_id)
+    result = await svc.send(
+        SendSignal(
+            tenant_id=caller.tenant_id,
+            run_id=run_id,
+            command_id=command_id(caller, f"SendSignal:{name}", run_id, idempotency_key),
+            name=name,
+            body=body,
+            sent_by=caller.principal.subject,
+        )
+    )
+    return {
+        "runId": result.run_id,
+        "stepId": result.step_id,
+        "name": result.name,
+        "delivered": result.delivered,
+        "state": result.state,
+    }

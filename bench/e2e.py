@@ -51,43 +51,6 @@ DEFAULT_TRANSPORTS = "claim,session,sdk,grpc"
 
 
 @contextmanager
-def session_workers(
-    stack: Stack, owner_url: str, processes: int, concurrency: int
-) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """``bench.session_worker`` processes (worker sessions, DESIGN 10) joining this cluster."""
-    address = ray.get_runtime_context().gcs_address
-    yield from _session_workers(
-        [f"--address={address}"], "bench-s", owner_url, processes, concurrency, stack
-    )
-
-
-@contextmanager
-def grpc_session_workers(
-    stack: Stack, owner_url: str, processes: int, concurrency: int
-) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """``bench.session_worker`` processes outside the cluster: sessions over gRPC, with a
-    Worker token of the tenant (holders ``bench-worker/s{k}``)."""
-    where = [
-        f"--grpc={stack.grpc_target}",
-        f"--token={stack.worker_token}",
-    ]
-    yield from _session_workers(where, "bench-worker/s", owner_url, processes, concurrency, stack)
-
-
-def _session_workers(
-    where: list[str],
-    holder: str,
-    owner_url: str,
-    processes: int,
-    concurrency: int,
-    stack: Stack,
-) -> Iterator[list[subprocess.Popen[bytes]]]:
-    yield from _workers(
-        ["-m", "bench.session_worker", *where], holder, owner_url, processes, concurrency, stack
-    )
-
-
-@contextmanager
 def _stopped_after(procs: list[subprocess.Popen[bytes]]) -> Iterator[None]:
     """Stop the worker processes with SIGTERM (they drain), killing those that do not end."""
     try:
@@ -147,54 +110,32 @@ def _transactions(engine: Any) -> int:
         )
 
 
-@contextmanager
-def claim_workers(
-    stack: Stack, owner_url: str, processes: int, concurrency: int
-) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """``bench.claim_worker`` processes joining this Ray cluster: the old claim path."""
-    address = ray.get_runtime_context().gcs_address
-    args = ["-m", "bench.claim_worker", f"--address={address}"]
-    yield from _workers(args, "bench-c", owner_url, processes, concurrency, stack)
+def _worker_command(transport: str, stack: Stack) -> tuple[list[str], str]:
+    """The command line of one worker process of ``transport`` (``TRANSPORTS``), less its
+    holder, slots and agents; and its holder's prefix."""
+    cli = ["-c", WORKER, "worker"]
+    if transport == "grpc":
+        # As a user starts a worker outside the cluster: no Ray in it, a Worker token of the
+        # tenant (holders ``bench-worker/bench-g{k}.{slot}``).
+        target = [f"--target={stack.grpc_target}", f"--token={stack.worker_token}"]
+        return [*cli, "--transport=grpc", *target, "--work-seconds=0"], "bench-g"
+    if transport == "grpc-session":
+        where = [f"--grpc={stack.grpc_target}", f"--token={stack.worker_token}"]
+        return ["-m", "bench.session_worker", *where], "bench-worker/s"
+    address = f"--address={ray.get_runtime_context().gcs_address}"
+    if transport == "sdk":
+        return [*cli, "--transport=ray", address, "--work-seconds=0"], "bench-w"
+    module = {"claim": "bench.claim_worker", "session": "bench.session_worker"}[transport]
+    return ["-m", module, address], f"bench-{transport[0]}"
 
 
 @contextmanager
-def sdk_workers(
-    stack: Stack, owner_url: str, processes: int, concurrency: int
+def workers_of(
+    transport: str, stack: Stack, owner_url: str, processes: int, concurrency: int
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """``runcontrol worker --transport ray`` processes joining this Ray cluster: the SDK's
-    echo app, doing no work."""
-    address = ray.get_runtime_context().gcs_address
-    args = ["-c", WORKER, "worker", "--transport=ray", f"--address={address}", "--work-seconds=0"]
-    yield from _workers(args, "bench-w", owner_url, processes, concurrency, stack)
-
-
-@contextmanager
-def grpc_workers(
-    stack: Stack, owner_url: str, processes: int, concurrency: int
-) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """``runcontrol worker --transport grpc --target ... --token ...`` processes, as a user
-    starts them outside the cluster (no Ray in them): the SDK's echo app, doing no work, with
-    a Worker token of the tenant (holders ``bench-worker/bench-g{k}.{slot}``)."""
-    args = [
-        "-c",
-        WORKER,
-        "worker",
-        "--transport=grpc",
-        f"--target={stack.grpc_target}",
-        f"--token={stack.worker_token}",
-        "--work-seconds=0",
-    ]
-    yield from _workers(args, "bench-g", owner_url, processes, concurrency, stack)
-
-
-def _workers(
-    args: list[str],
-    holder: str,
-    owner_url: str,
-    processes: int,
-    concurrency: int,
-    stack: Stack,
-) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """``processes`` worker processes of ``transport`` with ``concurrency`` slots each, on the
+    stack's agents; stopped with SIGTERM (they drain)."""
+    args, holder = _worker_command(transport, stack)
     env = dict(os.environ, RUNCONTROL_DATABASE_URL=owner_url)
     procs = [
         subprocess.Popen(
@@ -328,14 +269,7 @@ def run(
     with api_stack(owner_url, steps=STEPS, trivial=False) as stack:
         scheduler = ensure_scheduler(stack.settings, owner_url)
         try:
-            start_workers = {
-                "claim": claim_workers,
-                "session": session_workers,
-                "sdk": sdk_workers,
-                "grpc": grpc_workers,
-                "grpc-session": grpc_session_workers,
-            }[transport]
-            with start_workers(stack, owner_url, workers, worker_concurrency) as procs:
+            with workers_of(transport, stack, owner_url, workers, worker_concurrency) as procs:
                 pids = {p.pid for p in procs}
                 warm: dict[str, float] = {}
                 asyncio.run(_submit(stack, warmup, min(concurrency, warmup), warm, []))

@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench bench-check chaos chaos-two-node proto sql clean
+.PHONY: run test test-long lint bench bench-check chaos chaos-two-node proto sql clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,7 +16,12 @@ run: $(STAMP)
 	$(BIN)/runcontrol up --dev
 
 test: $(STAMP)
-	RUNCONTROL_RUN_SLOW=1 $(BIN)/python -m pytest -q
+	RUNCONTROL_RUN_SLOW=1 $(BIN)/python -m pytest -q --durations=15
+
+# The long variants of what `make test` checks short (tests marked `long`: the SIGTERM drain
+# under load on its own, every `runcontrol up` stop and kill case, the rate limit over 30 s).
+test-long: $(STAMP)
+	RUNCONTROL_RUN_SLOW=1 RUNCONTROL_RUN_LONG=1 $(BIN)/python -m pytest -q -m long
 
 # The long chaos run (docs/reliability.md): CHAOS_RUNS runs while faults of every kind strike at
 # random moments; the figures go to chaos-report.json. `make test` runs a short one (80 runs,

@@ -64,11 +64,43 @@ _LOCAL_REPLICA_PORTS = (20000, 30000)
 ACCESS_LOG_OFF: dict[str, Any] = {"enable_access_log": False}
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
+# Listening ports handed out for a test, benchmark or `make run` (HTTP, gRPC, HAProxy's stats)
+# come from a range no one else allocates from: above Serve's default HTTP replica range and
+# below the kernel's ephemeral range. A port asked of the kernel (bind to port 0) is an
+# ephemeral one, and every outgoing connection of the machine may take it before its listener
+# binds it: seen in CI, Serve's proxy "Failed to bind to address '127.0.0.1:49459'" (a chaos
+# run's service, started seconds after the port was picked, on a Ray cluster busy connecting).
+# Two halves: the ports a caller picks for a service it starts (its HTTP and gRPC ports:
+# tests, benchmarks), and those the process starting Ray picks for HAProxy's own listeners
+# (``use_fast_ingress``): a child `runcontrol up` picking the latter cannot take a port its
+# parent picked for it and that is not bound yet.
+_LOCAL_LISTEN_PORTS = (31001, 32000)
+_LOCAL_INTERNAL_PORTS = (32000, 32768)
+_handed_out: set[int] = set()  # by this process, maybe not bound yet: never handed out twice
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as ports:
+            return int(ports.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def free_port(within: tuple[int, int] = _LOCAL_LISTEN_PORTS) -> int:
+    """A port free to listen on now, outside the ephemeral range (so no outgoing connection
+    takes it before its listener binds it) and never handed out before by this process."""
+    low, high = within[0], min(within[1], _ephemeral_low())
+    candidates = [port for port in range(low, high) if port not in _handed_out]
+    random.shuffle(candidates)
+    for port in candidates:
+        if _free(port):
+            _handed_out.add(port)
+            return port
+    with socket.socket() as sock:  # the whole range taken (or none, by the kernel's range)
         sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        chosen: int = sock.getsockname()[1]
+        return chosen
 
 
 def _free(port: int) -> bool:
@@ -82,10 +114,12 @@ def _free(port: int) -> bool:
 
 def free_port_block(size: int, taken: set[int] | None = None) -> int:
     """The first of ``size`` consecutive ports in the local replica range, none of them bound
-    now nor in ``taken``; a random block, so clusters started one after another differ."""
+    now nor in ``taken``; a random block, so clusters started one after another differ. Every
+    block is tried (in random order) before the answer is that none is free."""
     low, high = _LOCAL_REPLICA_PORTS
-    for _ in range(100):
-        first = random.randrange(low, high - size, size)
+    firsts = list(range(low, high - size + 1, size))
+    random.shuffle(firsts)
+    for first in firsts:
         block = range(first, first + size)
         if not (taken or set()).intersection(block) and all(_free(p) for p in block):
             return first
@@ -121,7 +155,7 @@ def use_fast_ingress(*, local_ports: bool, **overrides: str) -> dict[str, str]:
     wanted = {**FAST_INGRESS, **overrides}
     if local_ports:
         wanted.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", LOCAL_DRAINING_PERIOD_S)
-        wanted.update({name: str(free_port()) for name in PORT_VARIABLES})
+        wanted.update({name: str(free_port(_LOCAL_INTERNAL_PORTS)) for name in PORT_VARIABLES})
         wanted.update(local_replica_ports())
     for name, value in wanted.items():
         os.environ.setdefault(name, value)

@@ -129,6 +129,31 @@ class SchedulerMetrics:
             "attempt of that tenant's agent was claimed.",
             tag_keys=("tenant", "agent"),
         )
+        # Flow control (issue 21): runs held for a concurrency key's slot (or the tenant's
+        # cap), per key family; the oldest's age says a queue does not move.
+        self.flow_waiting = Gauge(
+            "runcontrol_flow_waiting_runs",
+            description="Runs held for a slot of a concurrency key (kind capacity: the "
+            "tenant's cap on open attempts), summed over the family's keys.",
+            tag_keys=("tenant", "kind", "name"),
+        )
+        self.flow_waiting_oldest = Gauge(
+            "runcontrol_flow_waiting_oldest_age",
+            description="Age of the oldest run held for a slot of the family's keys (s).",
+            tag_keys=("tenant", "kind", "name"),
+        )
+        # Pending steps a hold keeps waiting (a rate limit: kind rate-limit), per tenant.
+        self.steps_held = Gauge(
+            "runcontrol_steps_held",
+            description="Pending steps held until their reservation's instant (rate limits).",
+            tag_keys=("tenant", "kind"),
+        )
+        # Each rate-limit bucket's units a dispatch could take now (0: dispatches wait).
+        self.rate_tokens = Gauge(
+            "runcontrol_rate_limit_tokens",
+            description="Units a rate-limit bucket would admit now without waiting.",
+            tag_keys=("tenant", "bucket"),
+        )
         self._sampled: dict[str, set[tuple[tuple[str, str], ...]]] = {}
 
     def observe_relay(self, lags: Sequence[float]) -> None:
@@ -160,6 +185,26 @@ class SchedulerMetrics:
             "dispatch_stalled",
             self.dispatch_stalled,
             {(("tenant", t), ("agent", a)): n for (t, a), n in gauges.stalled.items()},
+        )
+        waiting = {
+            (("tenant", t), ("kind", k), ("name", n or "-")): v
+            for (t, k, n), v in gauges.flow_waiting.items()
+        }
+        self._set("flow_waiting", self.flow_waiting, {t: n for t, (n, _) in waiting.items()})
+        self._set(
+            "flow_waiting_oldest",
+            self.flow_waiting_oldest,
+            {t: age for t, (_, age) in waiting.items()},
+        )
+        self._set(
+            "steps_held",
+            self.steps_held,
+            {(("tenant", t), ("kind", k)): n for (t, k), n in gauges.held.items()},
+        )
+        self._set(
+            "rate_tokens",
+            self.rate_tokens,
+            {(("tenant", t), ("bucket", b)): n for (t, b), n in gauges.rate_tokens.items()},
         )
         host = (("host", "scheduler"),)
         self.outbox_unpublished.set(gauges.outbox_unpublished, dict(host))

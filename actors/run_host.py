@@ -27,11 +27,13 @@ import psycopg
 import ray
 from sqlalchemy import exc as sa_exc
 
-from runcontrol.bootstrap import build, build_database
-from runcontrol.commands import AcquireLease, Command, new_command_id
+from runcontrol.bootstrap import DATABASE_WAIT_S, build, build_database
+from runcontrol.commands import AcquireLease, CancelRun, Command, new_command_id
 from runcontrol.config import Settings
 from runcontrol.domain import Event, LeaseGrant, RunAggregate, errors
+from runcontrol.domain.run import RUN_CONTROL
 from runcontrol.drain import Drain
+from runcontrol.fairness import FairShare
 from runcontrol.grain import RunGrain
 from runcontrol.session import MAX_WAIT_S, Answer, Credit, Grant, SessionDown, SessionUp
 from runcontrol.sessions import Match, Offer, SessionBook, view
@@ -66,6 +68,8 @@ FOREIGN_AFTER_S = 5.0
 OWN_AFTER_S = 0.5
 # An exchange answers once the leases it started are made (one commit each), at most this long.
 GRANT_WAIT_S = 0.5
+# The claimers' and watchers' LISTEN connection closes once nobody waited on it for this long.
+WATCH_IDLE_S = 30.0
 
 
 def host_config(settings: Settings, owner_url: str) -> dict[str, Any]:
@@ -154,11 +158,23 @@ class RunHost:
         self.settings = Settings.model_validate(config["settings"])
         configure(self.settings.telemetry, "host")
         db = build_database(
-            self.settings, owner_url=config["owner_url"], migrate=False, require_current_schema=True
+            self.settings,
+            owner_url=config["owner_url"],
+            migrate=False,
+            require_compatible_schema=True,
+            wait_s=DATABASE_WAIT_S,
         )
-        # One LISTEN connection: claimers, event watchers, and the policy/alias cache.
-        self._listener = Listener(db.system_url, (DISPATCH_CHANNEL, EVENTS_CHANNEL, CONFIG_CHANNEL))
+        # The policy/alias cache's LISTEN connection, always on (a change must evict at once).
+        self._listener = Listener(db.system_url, (CONFIG_CHANNEL,))
         self._listener.start()
+        # Unary long-poll claimers' and event watchers' own, open only while one waits:
+        # sessions need neither, and every commit NOTIFYs both channels (issue 24).
+        self._watch = Listener(
+            db.system_url,
+            (DISPATCH_CHANNEL, EVENTS_CHANNEL),
+            application_name="runcontrol-watch",
+            idle_s=WATCH_IDLE_S,
+        )
         container = build(self.settings, db=db, migrate=False, listener=self._listener)
         self._db = db
         self._env = container.env
@@ -180,8 +196,13 @@ class RunHost:
         self._acquiring: dict[UUID, str] = {}
         # The worker sessions (DESIGN 10): credits, the attempts this host's commits dispatch,
         # grants and cancels (``runcontrol.sessions``); the host waits and leases.
-        self._book = SessionBook()
-        self._wakes: dict[str, asyncio.Event] = {}
+        # One fair share of this host's untenanted slots (its book's grants and its claims).
+        flow = self.settings.flow
+        self._fair = FairShare(flow.tenant_weights, flow.default_tenant_weight)
+        self._book = SessionBook(self._fair)
+        # session -> the events of its exchanges waiting now, one each: a newer exchange's
+        # wait must not clear the wake-up meant for the one it supersedes
+        self._wakes: dict[str, set[asyncio.Event]] = {}
         self._generations: dict[str, int] = {}  # session -> exchanges seen (a newer supersedes)
         self._seqs: dict[str, int] = {}  # session -> the newest ``SessionUp.seq`` seen
         # attempt -> its lease being made (a grant task, or a fused grant's commit)
@@ -191,9 +212,33 @@ class RunHost:
         self._index = _own_index(self.settings.grains.host_count)
         self._env.observers.append(self._observe_sessions)
         self._env.credits = FusedGrants(self)
+        self._env.cancel_runs = self._cancel_run
+        self._cancels: set[asyncio.Future[Any]] = set()  # cancel-oldest's CancelRuns in flight
         loop = asyncio.get_running_loop()
+        self._loop = loop  # the commands' and exchanges' loop (the control group has its own)
         self._reaper = loop.create_task(self._reap())
         self._sweeper = loop.create_task(self._sweep_sessions())
+
+    def _cancel_run(self, tenant_id: str, run_id: UUID, reason: str, wanted_by: UUID) -> None:
+        """A holder displaced by a ``cancel-oldest`` limit (docs/flow-control.md): a CancelRun
+        by the system principal through the router (the run may live on another host). Its id
+        names the run asking, so a repeat is answered once."""
+        command = CancelRun(
+            tenant_id=tenant_id,
+            run_id=run_id,
+            command_id=f"flow-cancel:{wanted_by}:{run_id}",
+            requested_by=RUN_CONTROL,
+            reason=reason,
+        )
+        task = asyncio.get_running_loop().create_task(self._router.send(command))
+        self._cancels.add(task)
+
+        def done(t: asyncio.Future[Any]) -> None:
+            self._cancels.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                log.warning("cancel-oldest: CancelRun %s failed: %r", run_id, t.exception())
+
+        task.add_done_callback(done)
 
     # ------------------------------------------------------------------ activations
 
@@ -322,9 +367,11 @@ class RunHost:
                 await asyncio.wait(set(started), timeout=GRANT_WAIT_S)
         if not answers and not self._book.has_news(sid):
             await self._wait(sid, generation, min(max(up.wait_s, 0.0), MAX_WAIT_S))
-        return self._down(sid, answers)
+        # a drain that began while it waited ends the wait: the worker moves its credits now
+        return self._down(sid, answers, draining=self._drain.draining)
 
     def _down(self, sid: str, answers: list[Answer], *, draining: bool = False) -> SessionDown:
+        self._book.take_backlog_news(sid)
         return SessionDown(
             answers=answers,
             grants=self._book.grants(sid),
@@ -395,20 +442,31 @@ class RunHost:
         return Grant(credit.claim_id, found["tenant_id"], found["grant"], found["input"])
 
     async def _wait(self, sid: str, generation: int, wait_s: float) -> None:
+        """Until news for the session, a newer exchange of it, a drain or ``wait_s``. The event
+        is this exchange's own. One shared per session lost wake-ups: an exchange superseded
+        before its wait had begun (``wait_for`` not yet waiting) saw the newer exchange's wait
+        clear the event its wake-up had set, and sat out its whole wait (a worker's stop, or a
+        credit's move, held for 20 s: one stop in two in tests/actors/test_session_waits.py)."""
         deadline = time.monotonic() + wait_s
-        event = self._wakes.setdefault(sid, asyncio.Event())
-        while self._generations.get(sid) == generation and not self._drain.draining:
-            event.clear()
-            remaining = deadline - time.monotonic()
-            if self._book.has_news(sid) or remaining <= 0:
-                return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), remaining)
+        event = asyncio.Event()
+        waiting = self._wakes.setdefault(sid, set())
+        waiting.add(event)
+        try:
+            while self._generations.get(sid) == generation and not self._drain.draining:
+                event.clear()
+                remaining = deadline - time.monotonic()
+                if self._book.has_news(sid) or remaining <= 0:
+                    return
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), remaining)
+        finally:
+            waiting.discard(event)
+            if not waiting and self._wakes.get(sid) is waiting:
+                del self._wakes[sid]
 
     def _wake(self, sessions: set[str]) -> None:
         for sid in sessions:
-            event = self._wakes.get(sid)
-            if event is not None:
+            for event in self._wakes.get(sid, ()):
                 event.set()
 
     def _observe_sessions(self, agg: RunAggregate, events: Sequence[Event]) -> None:
@@ -472,6 +530,13 @@ class RunHost:
         async with act.mailbox():
             return (await act.grain.load_cached()).grant_results(attempt_id)
 
+    async def grant_results(self, tenant_id: str, run_id: UUID, attempt_id: UUID) -> dict[str, Any]:
+        """The dependencies' results a unary claim's lease of ``attempt_id`` carries, asked
+        of the run's own host (a claim may be served by another): from the run's cached rows,
+        as a session's grant carries them."""
+        self._calls += 1
+        return await self._grant_results(self._activation(tenant_id, run_id), attempt_id)
+
     async def _granted(self, matches: list[Match]) -> None:
         tasks = [t for m in matches if (t := self._granting.get(m.offer.attempt_id)) is not None]
         if tasks:
@@ -493,7 +558,9 @@ class RunHost:
             except Exception:  # noqa: BLE001 - the next sweep tries again
                 log.exception("the session sweep failed")
                 continue
-            self._lease(self._book.found(found))
+            matches, woken = self._book.found(found)
+            self._lease(matches)
+            self._wake(woken)
             await asyncio.sleep(interval)  # at most one sweep per interval
 
     def _leasable(self) -> list[Offer]:
@@ -503,8 +570,8 @@ class RunHost:
             rows = q.leasable(conn, now - timedelta(seconds=OWN_AFTER_S))
         count = self.settings.grains.host_count
         return [
-            Offer(tenant, run_id, attempt_id, agent, at, input)
-            for tenant, run_id, attempt_id, agent, at, input in rows
+            Offer(tenant, run_id, attempt_id, agent, at, input, priority)
+            for tenant, run_id, attempt_id, agent, at, input, priority in rows
             if at < foreign or self._index is None or host_index(run_id, count) == self._index
         ]
 
@@ -550,9 +617,10 @@ class RunHost:
         payloads = tuple(agent_ids)
         held = await self._in_thread(self._claimed, claim_id, holder, tenant_id)
         if held is not None:
+            held["results"] = await self._claim_results(held["tenant_id"], held["grant"])
             return held
         while not self._drain.draining:
-            since = self._listener.generation(DISPATCH_CHANNEL, payloads)
+            since = self._watch.generation(DISPATCH_CHANNEL, payloads)
             candidates = await self._in_thread(self._claimable, agent_ids, tenant_id)
             for run_tenant, run_id, attempt_id in candidates:
                 if self._acquiring.get(attempt_id, holder) != holder:
@@ -580,19 +648,43 @@ class RunHost:
                 finally:
                     if self._acquiring.get(attempt_id) == holder:
                         del self._acquiring[attempt_id]
-                return {"grant": grant, "tenant_id": run_tenant, "input": input}
+                if tenant_id is None:
+                    self._fair.charge(run_tenant)
+                results = await self._claim_results(run_tenant, grant)
+                return {"grant": grant, "tenant_id": run_tenant, "input": input, "results": results}
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
-            await self._listener.wait(DISPATCH_CHANNEL, payloads, since, min(remaining, 2.0))
+            await self._watch.wait(DISPATCH_CHANNEL, payloads, since, min(remaining, 2.0))
         return None
+
+    async def _claim_results(self, tenant_id: str, grant: LeaseGrant) -> dict[str, Any]:
+        """The claimed attempt's dependencies' results, from the run's host. Its failure fails
+        the claim (a step never runs without its inputs); the lease stands, and the worker's
+        resend of the claim (same claim id) is answered that lease and asks again."""
+        found: dict[str, Any] = await self._router.call(
+            grant.run_id, "grant_results", tenant_id, grant.run_id, grant.attempt_id
+        )
+        return found
 
     def _claimable(
         self, agent_ids: list[str], tenant_id: str | None
     ) -> list[tuple[str, UUID, UUID]]:
-        scope = self._db.tenant(tenant_id) if tenant_id else self._db.system_tx()
-        with scope as conn:
-            return q.claimable(conn, agent_ids, limit=8)
+        """The attempts a claim tries, in turn: a tenant's claim its 8 oldest; an untenanted
+        one each tenant's 8 oldest, the tenant whose fair-share turn it is first (ties by the
+        oldest head), so a deep backlog of one tenant does not hide another's."""
+        if tenant_id:
+            with self._db.tenant(tenant_id) as conn:
+                return q.claimable(conn, agent_ids, limit=8)
+        with self._db.system_tx() as conn:
+            found = q.claimable(conn, agent_ids, limit=32, per_tenant=8)
+        heads: dict[str, int] = {}
+        for position, (tenant, _, _) in enumerate(found):
+            heads.setdefault(tenant, position)
+        ranked = sorted(
+            enumerate(found), key=lambda c: (self._fair.tag(c[1][0]), heads[c[1][0]], c[0])
+        )
+        return [candidate for _, candidate in ranked]
 
     def _claimed(self, claim_id: str, holder: str, tenant_id: str | None) -> dict[str, Any] | None:
         """The current lease claim ``claim_id`` was granted, as ``claim`` answers it."""
@@ -634,7 +726,7 @@ class RunHost:
         deadline = time.monotonic() + max(wait_s, 0.0)
         key = (str(run_id),)
         while True:
-            since = self._listener.generation(EVENTS_CHANNEL, key)
+            since = self._watch.generation(EVENTS_CHANNEL, key)
 
             def read() -> list[dict[str, Any]]:
                 with self._db.tenant(tenant_id) as conn:
@@ -644,7 +736,7 @@ class RunHost:
             remaining = deadline - time.monotonic()
             if found or remaining <= 0 or self._drain.draining:
                 return found
-            await self._listener.wait(EVENTS_CHANNEL, key, since, min(remaining, 2.0))
+            await self._watch.wait(EVENTS_CHANNEL, key, since, min(remaining, 2.0))
 
     # ------------------------------------------------------------------ health
 
@@ -688,7 +780,11 @@ class RunHost:
         commands at once, with no wait for a lease to expire. The host stays up, refusing,
         until it is stopped or replaced (``resume`` calls the drain off)."""
         grace = self.settings.drain.grace_seconds if grace_s is None else grace_s
-        self._wake(set(self._wakes))  # waiting exchanges answer now, as draining
+        self._drain.begin()
+        # Waiting exchanges answer now, as draining. They wait on the command loop, in another
+        # thread than this control group's: woken through that loop (an event set from here
+        # woke none of them; they answered when their wait ran out).
+        self._loop.call_soon_threadsafe(lambda: self._wake(set(self._wakes)))
         report = await self._drain.wait(grace)
         released = len(self._activations)
         self._activations.clear()

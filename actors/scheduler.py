@@ -16,7 +16,7 @@ import ray
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from runcontrol import reconcilers
-from runcontrol.bootstrap import build, build_database
+from runcontrol.bootstrap import DATABASE_WAIT_S, build, build_database
 from runcontrol.commands import WakeRun
 from runcontrol.config import Settings
 from runcontrol.store.commit import EVENTS_CHANNEL
@@ -29,7 +29,16 @@ from .metrics import SchedulerMetrics, job_span
 from .placement import SCHEDULER_NAME, get_or_create
 from .run_host import make_router
 
+# How long a sweep waits for its wakes. A run whose host is restarting answers only once the
+# host is back (seconds): waiting for it would hold every later sweep (``max_instances=1``)
+# behind that one host, and the other host's due runs with it (measured with rate-limited
+# runs: ~9 s without a dispatch while two hosts restarted one after the other).
+WAKE_WAIT_S = 1.0
+
 log = logging.getLogger(__name__)
+
+# The scheduler's events LISTEN connection closes once no sweep waited on it for this long.
+EVENTS_IDLE_S = 30.0
 
 SCHEDULER_OPTIONS: dict[str, Any] = {
     "num_cpus": 0,
@@ -44,7 +53,11 @@ class Scheduler:
         self.settings = Settings.model_validate(config["settings"])
         configure(self.settings.telemetry, "scheduler")
         db = build_database(
-            self.settings, owner_url=config["owner_url"], migrate=False, require_current_schema=True
+            self.settings,
+            owner_url=config["owner_url"],
+            migrate=False,
+            require_compatible_schema=True,
+            wait_s=DATABASE_WAIT_S,
         )
         self._container = build(self.settings, db=db, migrate=False)
         self._db = db
@@ -62,9 +75,25 @@ class Scheduler:
             self._clock.now,
         )
         self.counters: dict[str, int] = {}
+        # Wakes still under way (a restarting host): not sent again until they land.
+        self._waking: set[RunKey] = set()
+        self._wakes: set[asyncio.Task[None]] = set()
         self.last_outbox_lag = 0.0
         self._metrics = SchedulerMetrics()
-        self._listener = Listener(db.system_url, (EVENTS_CHANNEL,))
+        # The dispatch sweep's signals (reconcilers.DispatchSignal): the due channel always,
+        # every commit's events only while a run its wake left due waits for one.
+        self._listener = Listener(db.system_url, (reconcilers.DUE_CHANNEL,))
+        self._listener.start()
+        self._events = Listener(
+            db.system_url,
+            (EVENTS_CHANNEL,),
+            application_name="runcontrol-scheduler-events",
+            idle_s=EVENTS_IDLE_S,
+        )
+        # Only the scheduler holding this lock runs jobs; a second one stays idle until it
+        # gets it (reconcilers.SchedulerLock).
+        self._lock = reconcilers.SchedulerLock(db.system_url)
+        self._running: set[str] = set()
         s = self.settings.scheduler
         self._aps = AsyncIOScheduler(event_loop=asyncio.get_running_loop())
         jobs: list[tuple[Callable[[], Any], float, str]] = [
@@ -90,18 +119,24 @@ class Scheduler:
         # Run everything once now: whatever came due while no scheduler ran is handled at once.
         for fn, _, _ in jobs:
             asyncio.get_running_loop().create_task(fn())
-        self._events_task = asyncio.get_running_loop().create_task(self._on_events())
+        self._signal = reconcilers.DispatchSignal(
+            self._listener, self._events, self._clock.now, s.dispatch_sweep_interval
+        )
+        self._signals_task = asyncio.get_running_loop().create_task(self._on_signals())
 
     async def _locked(self, job: str, fn: Callable[[], Any]) -> Any:
-        def run() -> Any:
-            with reconcilers.job_lock(self._db, job) as got:
-                return fn() if got else None
-
+        """Run ``fn`` in a thread if this scheduler holds the scheduler lock and ``job`` is
+        not running already (an event-driven sweep, ``run_now`` and the interval may meet)."""
+        if job in self._running:
+            return None
+        self._running.add(job)
         try:
-            return await asyncio.to_thread(run)
+            return await asyncio.to_thread(lambda: fn() if self._lock.held() else None)
         except Exception:
             log.exception("%s failed; it runs again at its next interval", job)
             return None
+        finally:
+            self._running.discard(job)
 
     async def _wake(self, job: str, keys: Sequence[RunKey] | None) -> int:
         if not keys:
@@ -113,9 +148,20 @@ class Scheduler:
                 await self._router.send(WakeRun(tenant_id=tenant_id, run_id=run_id))
             except Exception:
                 log.warning("%s could not wake run %s", job, run_id, exc_info=True)
+            finally:
+                self._waking.discard(key)
 
+        fresh = [k for k in keys if k not in self._waking]
+        self._waking.update(fresh)
         with job_span(job, len(keys)):
-            await asyncio.gather(*(one(k) for k in keys))
+            # created inside the job's span: each wake's command is its child (a task copies
+            # the context it is created in)
+            tasks = [asyncio.get_running_loop().create_task(one(k)) for k in fresh]
+            for task in tasks:
+                self._wakes.add(task)
+                task.add_done_callback(self._wakes.discard)
+            if tasks:  # a wake still under way after this goes on; the run stays due till then
+                await asyncio.wait(tasks, timeout=WAKE_WAIT_S)
         self.counters[job] = self.counters.get(job, 0) + len(keys)
         return len(keys)
 
@@ -134,18 +180,20 @@ class Scheduler:
         return await self._wake("ApprovalExpiryReconciler", keys)
 
     async def dispatch_sweep(self) -> int:
-        keys = await self._locked(
+        found = await self._locked(
             "RunDispatcher", lambda: reconcilers.due_dispatches(self._db, self._clock.now())
         )
-        return await self._wake("RunDispatcher", keys)
+        if found is None:
+            return 0
+        self._signal.observe(found)
+        return await self._wake("RunDispatcher", found.keys)
 
-    async def _on_events(self) -> None:
-        """Event-driven dispatch: committed events may free capacity or make a step due."""
-        since = self._listener.generation(EVENTS_CHANNEL, ())
+    async def _on_signals(self) -> None:
+        """The dispatch sweep when a reminder comes near or due (``DispatchSignal``)."""
         while True:
-            await self._listener.wait(EVENTS_CHANNEL, (), since, 30.0)
-            since = self._listener.generation(EVENTS_CHANNEL, ())
+            mark = self._signal.mark()
             await self.dispatch_sweep()
+            await self._signal.wait(mark)
             await asyncio.sleep(0.2)  # debounce bursts of commits into one sweep
 
     async def outbox_relay(self) -> int:
@@ -204,6 +252,7 @@ class Scheduler:
         return {
             "counters": dict(self.counters),
             "outbox_lag_s": self.last_outbox_lag,
+            "holds_lock": await asyncio.to_thread(self._lock.held),
             "jobs": [job.id for job in self._aps.get_jobs()],
             "time": time.time(),
         }

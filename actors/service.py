@@ -12,6 +12,7 @@ from typing import Any
 
 import ray
 from ray import serve
+from ray.exceptions import RayActorError
 
 from runcontrol.config import Settings
 
@@ -183,12 +184,46 @@ async def drain_service(
     return report
 
 
-async def replace_host(index: int, grace_s: float) -> dict[str, Any]:
+# How long a replaced host may take to serve again (a cold start imports Ray, SQLAlchemy and the
+# app: 3-6 s here; under load, more).
+REPLACE_READY_S = 120.0
+
+
+async def replace_host(
+    index: int, grace_s: float, ready_timeout_s: float = REPLACE_READY_S
+) -> dict[str, Any]:
     """Replace run host ``index`` without waiting for lease expiry: drain it (its runs go to
     the other hosts at once, its commands in flight commit, at most ``grace_s``), then kill it
     so Ray restarts it under its name (``max_restarts=-1``): the new process re-runs the
-    constructor and serves again. Answers the drain's report."""
-    handle = ray.get_actor(host_name(index), namespace=NAMESPACE)
+    constructor (the schema check included, ``store/schema.py``) and serves again. Returns
+    once it answers, so hosts replaced one after another are never two down at once; answers
+    the drain's report and the new process's ``pid``."""
+    name = host_name(index)
+    handle = ray.get_actor(name, namespace=NAMESPACE)
+    old = int((await handle.stats.remote())["pid"])
     report: dict[str, Any] = await handle.drain.remote(grace_s)
     ray.kill(handle, no_restart=False)
+    report["pid"] = await _serving_again(name, old, ready_timeout_s)
     return report
+
+
+async def _serving_again(name: str, old_pid: int, timeout_s: float) -> int:
+    """The pid of actor ``name`` once a process other than ``old_pid`` answers (the kill is
+    asynchronous: the old one may answer first), within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    why = f"still pid {old_pid}"
+    while time.monotonic() < deadline:
+        try:
+            pid = int((await ray.get_actor(name, namespace=NAMESPACE).stats.remote())["pid"])
+        except (RayActorError, ValueError) as exc:  # restarting; ValueError: not registered
+            lines = [line for line in str(exc).splitlines() if line.strip()]
+            why = lines[-1] if lines else type(exc).__name__
+            # Its constructor raised (it refused the schema, say): Ray does not restart it.
+            if getattr(exc, "actor_init_failed", False):
+                message = f"{name} did not serve again (it failed to start): {why}"
+                raise RuntimeError(message) from None
+        else:
+            if pid != old_pid:
+                return pid
+        await asyncio.sleep(0.2)
+    raise RuntimeError(f"{name} did not serve again within {timeout_s:g} s: {why}")

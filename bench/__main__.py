@@ -1,6 +1,7 @@
 """`make bench`: every figure beside its ceiling measured in the same run.
 
-Usage: python -m bench [--runs N] [--concurrency C] [--only transitions,http,reads,e2e,sse]
+Usage: python -m bench [--runs N] [--concurrency C]
+       [--only transitions,http,reads,e2e,sse,fairness]
        [--short] (small N everywhere: a few minutes in all)
 """
 
@@ -17,9 +18,9 @@ import ray
 
 from actors.ingress import use_fast_ingress
 
-from . import common, e2e, inprocess, reads, sse, transitions
+from . import common, e2e, fairness, inprocess, reads, sse, transitions
 
-PARTS = ("transitions", "reads", "http", "e2e", "sse")
+PARTS = ("transitions", "reads", "http", "e2e", "sse", "fairness")
 
 
 def _parts(value: str) -> set[str]:
@@ -63,6 +64,19 @@ def main() -> int:
     parser.add_argument("--sse-seconds", type=float, default=20.0)
     parser.add_argument("--sse-rate", type=float, default=50.0, help="progress events/s")
     parser.add_argument(
+        "--fairness-a-runs", type=int, default=5000, help="tenant A's runs, submitted at once"
+    )
+    parser.add_argument(
+        "--fairness-b-every", type=float, default=2.0, help="tenant B submits one run every N s"
+    )
+    parser.add_argument(
+        "--fairness-b-unloaded", type=int, default=10, help="B's runs submitted with A idle"
+    )
+    parser.add_argument("--fairness-worker-concurrency", type=int, default=32)
+    parser.add_argument(
+        "--fairness-work-seconds", type=float, default=1.0, help="the workers' time per attempt"
+    )
+    parser.add_argument(
         "--short", action="store_true", help="small N everywhere (a few minutes in all)"
     )
     args = parser.parse_args()
@@ -70,6 +84,7 @@ def main() -> int:
         args.runs, args.dedicated_runs, args.pgbench_seconds = 300, 2, 5
         args.http_seconds, args.e2e_runs = 5, 200
         args.sse_streams, args.sse_runs, args.sse_seconds = 200, 20, 5.0
+        args.fairness_a_runs, args.fairness_b_unloaded = 500, 5
     sse.raise_fd_limit()  # before ray.init: Ray's processes inherit it
 
     results: dict[str, object] = {
@@ -215,6 +230,22 @@ def main() -> int:
                     rate=args.sse_rate,
                 )
                 sse.report(results["sse"])
+            if args.only is None or "fairness" in args.only:
+                print(
+                    f"fairness: tenant A {args.fairness_a_runs} runs at once, tenant B one "
+                    f"every {args.fairness_b_every} s ...",
+                    flush=True,
+                )
+                results["fairness"] = fairness.run(
+                    url,
+                    a_runs=args.fairness_a_runs,
+                    b_every_s=args.fairness_b_every,
+                    b_unloaded=args.fairness_b_unloaded,
+                    concurrency=args.concurrency,
+                    worker_concurrency=args.fairness_worker_concurrency,
+                    work_seconds=args.fairness_work_seconds,
+                )
+                fairness.report(results["fairness"])
         finally:
             ray.shutdown()
     if args.json:

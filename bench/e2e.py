@@ -110,32 +110,41 @@ def _transactions(engine: Any) -> int:
         )
 
 
-def _worker_command(transport: str, stack: Stack) -> tuple[list[str], str]:
+def _worker_command(
+    transport: str, stack: Stack, work_seconds: float = 0.0
+) -> tuple[list[str], str]:
     """The command line of one worker process of ``transport`` (``TRANSPORTS``), less its
-    holder, slots and agents; and its holder's prefix."""
+    holder, slots and agents; and its holder's prefix. ``work_seconds``: how long the SDK's
+    echo app works on each attempt (``sdk`` and ``grpc``)."""
+    work = f"--work-seconds={work_seconds:g}"
     cli = ["-c", WORKER, "worker"]
     if transport == "grpc":
         # As a user starts a worker outside the cluster: no Ray in it, a Worker token of the
         # tenant (holders ``bench-worker/bench-g{k}.{slot}``).
         target = [f"--target={stack.grpc_target}", f"--token={stack.worker_token}"]
-        return [*cli, "--transport=grpc", *target, "--work-seconds=0"], "bench-g"
+        return [*cli, "--transport=grpc", *target, work], "bench-g"
     if transport == "grpc-session":
         where = [f"--grpc={stack.grpc_target}", f"--token={stack.worker_token}"]
         return ["-m", "bench.session_worker", *where], "bench-worker/s"
     address = f"--address={ray.get_runtime_context().gcs_address}"
     if transport == "sdk":
-        return [*cli, "--transport=ray", address, "--work-seconds=0"], "bench-w"
+        return [*cli, "--transport=ray", address, work], "bench-w"
     module = {"claim": "bench.claim_worker", "session": "bench.session_worker"}[transport]
     return ["-m", module, address], f"bench-{transport[0]}"
 
 
 @contextmanager
 def workers_of(
-    transport: str, stack: Stack, owner_url: str, processes: int, concurrency: int
+    transport: str,
+    stack: Stack,
+    owner_url: str,
+    processes: int,
+    concurrency: int,
+    work_seconds: float = 0.0,
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
     """``processes`` worker processes of ``transport`` with ``concurrency`` slots each, on the
     stack's agents; stopped with SIGTERM (they drain)."""
-    args, holder = _worker_command(transport, stack)
+    args, holder = _worker_command(transport, stack, work_seconds)
     env = dict(os.environ, RUNCONTROL_DATABASE_URL=owner_url)
     procs = [
         subprocess.Popen(

@@ -56,9 +56,27 @@ class Stack:
     hosts: list[Any]
     grpc_target: str  # Serve's gRPC ingress, 127.0.0.1:PORT
     worker_token: str  # a Worker's bearer token of the tenant (gRPC workers)
+    secret: str  # the API's HS256 secret (this run's own)
 
     def host_stats(self) -> list[dict[str, Any]]:
         return list(ray.get([h.stats.remote() for h in self.hosts]))
+
+    def another_tenant(self) -> tuple[str, dict[str, str]]:
+        """A second tenant with the same workflow on the same agents (one worker pool can
+        serve both) and a Requester's headers for it."""
+        tenant = f"bench-{uuid.uuid4().hex[:8]}"
+        definition = {
+            "workflowId": self.workflow_id,
+            "steps": [{"agentId": a} for a in self.agents],
+        }
+        self.container.releases.publish(
+            tenant,
+            WorkflowDefinition.from_dict(definition),
+            "bench",
+            self.container.env.clock.now(),
+        )
+        token = mint_dev_token(self.secret, tenant, "bench", "bench-user", ["Requester"])
+        return tenant, {"Authorization": f"Bearer {token}"}
 
 
 @contextmanager
@@ -119,6 +137,7 @@ def api_stack(
             hosts=hosts,
             grpc_target=f"127.0.0.1:{grpc_port}",
             worker_token=worker_token,
+            secret=secret,
         )
     finally:
         serve.shutdown()

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from sqlalchemy.exc import OperationalError
 
 from . import embedded
 from .clock import Clock, SystemClock
@@ -14,6 +18,13 @@ from .store import Database, Store
 from .store.notify import Listener
 
 log = logging.getLogger(__name__)
+
+# How long a run host or the scheduler, started while its database is unreachable, waits for it
+# (``build_database``'s ``wait_s``). Ray restarts an actor that dies, but never one whose
+# constructor raised: a host or scheduler restarted during a database outage and giving up at
+# once stayed dead, and with the scheduler the outbox was never relayed again (the chaos run).
+DATABASE_WAIT_S = 300.0
+_WAIT_LOG_EVERY_S = 10.0
 
 
 def database_url(settings: Settings) -> str:
@@ -29,10 +40,14 @@ def build_database(
     *,
     owner_url: str | None = None,
     migrate: bool = True,
-    require_current_schema: bool = False,
+    require_compatible_schema: bool = False,
+    wait_s: float = 0.0,
 ) -> Database:
-    """The database, migrated to head, or (``require_current_schema``, for processes that write
-    but do not migrate: run hosts, the scheduler) checked to be at head already."""
+    """The database, migrated to head, or (``require_compatible_schema``, for processes that
+    write but do not migrate: run hosts, the scheduler) checked to be at head already, or at a
+    newer revision that keeps this release working (``store/schema.py``): a rolling upgrade
+    migrates first and replaces these processes after. ``wait_s``: while the server cannot be
+    reached, try again for up to this long (an incompatible schema is refused at once)."""
     db = Database(
         owner_url or database_url(settings),
         app_url=settings.app_database_url,
@@ -42,13 +57,38 @@ def build_database(
     )
     if migrate:
         db.migrate()
-    elif require_current_schema:
+    elif require_compatible_schema:
         try:
-            db.require_current_schema()
+            wait_for_database(db.require_compatible_schema, wait_s)
         except BaseException:
             db.dispose()
             raise
     return db
+
+
+def wait_for_database(check: Callable[[], None], wait_s: float) -> None:
+    """Run ``check`` until it returns, again after each connection failure (backing off to 2 s)
+    while ``wait_s`` lasts; its other errors, and the last connection failure, are raised."""
+    began = time.monotonic()
+    delay, logged = 0.1, -_WAIT_LOG_EVERY_S
+    while True:
+        try:
+            check()
+            return
+        except OperationalError as exc:
+            waited = time.monotonic() - began
+            if waited >= wait_s:
+                raise
+            if waited - logged >= _WAIT_LOG_EVERY_S:
+                logged = waited
+                reason = str(exc.orig or exc).splitlines()[0]
+                log.warning(
+                    "the database cannot be reached (%s): waiting for it, %.0f s so far",
+                    reason,
+                    waited,
+                )
+            time.sleep(min(delay, wait_s - waited))
+            delay = min(delay * 2, 2.0)
 
 
 @dataclass

@@ -22,6 +22,7 @@ from .bootstrap import build, build_database, database_url
 from .config import AuthNotConfigured, Settings
 from .domain import Role, WorkerIdentity, WorkflowDefinition, errors
 from .ports.policy import DEFAULT_POLICY_ID, document_from_dict, document_to_dict, publish_policy
+from .store.schema import SchemaMismatch
 from .telemetry import configure as configure_telemetry
 
 if TYPE_CHECKING:
@@ -441,8 +442,11 @@ def _cmd_hosts(args: argparse.Namespace) -> int:
     settings = Settings()
     if args.replace is not None:
         start_ray(address=args.address)
-        report = asyncio.run(replace_host(args.replace, settings.drain.grace_seconds))
-        _say(f"run host {args.replace} drained ({json.dumps(report)}) and restarting")
+        try:
+            report = asyncio.run(replace_host(args.replace, settings.drain.grace_seconds))
+        except RuntimeError as exc:  # it did not come back (e.g. it refused the schema)
+            raise SystemExit(f"runcontrol: {exc}") from None
+        _say(f"run host {args.replace} drained and serving again: {json.dumps(report)}")
         return 0
     owner_url = database_url(settings)
     build_database(settings, owner_url=owner_url).dispose()  # migrates
@@ -564,7 +568,9 @@ def _cmd_token(args: argparse.Namespace) -> int:
 
 def _cmd_db(args: argparse.Namespace) -> int:
     db = build_database(Settings())
+    version = db.schema_version()
     print(f"database ready and migrated: {db.owner_url}")
+    print(f"  schema:      revision {version.revision}, runs code from {version.oldest_code} on")
     print(f"  app role:    {db.app_url}")
     print(f"  system role: {db.system_url}")
     return 0
@@ -766,9 +772,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     token.set_defaults(func=_cmd_token)
 
-    sub.add_parser("db", help="start/attach the database and apply migrations").set_defaults(
-        func=_cmd_db
-    )
+    sub.add_parser(
+        "db",
+        aliases=["migrate"],
+        help="start/attach the database and apply migrations (the first step of an upgrade)",
+    ).set_defaults(func=_cmd_db)
 
     release = sub.add_parser("release", help="publish a workflow definition (JSON) as a release")
     release.add_argument("file")
@@ -797,7 +805,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if getattr(args, "alias", "unset") is None:
         args.alias = ["latest"]
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except SchemaMismatch as exc:  # a process that may not run on this schema: say why, once
+        raise SystemExit(f"runcontrol: {exc}") from None
 
 
 if __name__ == "__main__":

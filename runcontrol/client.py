@@ -10,8 +10,8 @@ lost answer gets the stored answer, never a second effect.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
@@ -37,11 +37,13 @@ class Router(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """A leased attempt handed to a worker: the lease, the run's tenant and its input."""
+    """A leased attempt handed to a worker: the lease, the run's tenant, its input and the
+    results of the steps it depends on (by step name; empty for a first step)."""
 
     grant: LeaseGrant
     tenant_id: str
     input: dict[str, Any] | None
+    results: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def run_id(self) -> UUID:
@@ -149,4 +151,4 @@ class RunControlClient:
             )
         if found is None:
             return None
-        return Claim(found["grant"], found["tenant_id"], found["input"])
+        return Claim(found["grant"], found["tenant_id"], found["input"], found.get("results", {}))

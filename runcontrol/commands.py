@@ -18,6 +18,7 @@ import dataclasses
 import hashlib
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import Enum, StrEnum
 from typing import Any, Generic, TypeVar
 from uuid import UUID
@@ -127,9 +128,10 @@ class SubmitRequest:
     limits: Limits = Limits()
     environment_id: str | None = None
     correlation_id: str | None = None
+    priority: int = 3  # 1-5 (issue 21); above 3 needs the runs.priority scope
 
     def canonical_payload(self) -> dict[str, Any]:
-        return {
+        payload: dict[str, Any] = {
             "workflowId": self.workflow_id,
             "releaseAlias": self.release_alias if self.release_id is None else None,
             "releaseId": self.release_id,
@@ -141,6 +143,9 @@ class SubmitRequest:
             },
             "environmentId": self.environment_id,
         }
+        if self.priority != 3:  # absent at the default: older submissions keep their hash
+            payload["priority"] = self.priority
+        return payload
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -258,6 +263,31 @@ class ReportProgress(Command[ProgressAck]):
     holder: str
     fencing_token: int
     messages: tuple[ProgressMessage, ...]
+    lease_id: UUID | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RateConsumed:
+    """What a consumption answers: the named limit, its tenant's bucket, the units taken and
+    when (a resend of the command gets the same answer, the units taken once)."""
+
+    name: str
+    bucket: str
+    units: float
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumeRateLimit(Command[RateConsumed]):
+    """The lease holder used ``units`` of the named rate limit ``name`` (model tokens, say):
+    the tenant's bucket of it moves by units / rate, so later dispatches drawing on it wait.
+    Fenced: only the current lease holder's report counts."""
+
+    attempt_id: UUID
+    holder: str
+    fencing_token: int
+    name: str
+    units: float
     lease_id: UUID | None = None
 
 

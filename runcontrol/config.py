@@ -6,6 +6,8 @@ The spec's ``RunControl:Leases:DurationSeconds`` is ``RUNCONTROL_LEASES__DURATIO
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -97,6 +99,23 @@ class BudgetOptions(BaseModel):
 
 class CapacityOptions(BaseModel):
     max_open_attempts_per_tenant: int | None = Field(None, ge=1, description="None: no limit")
+
+
+class FlowOptions(BaseModel):
+    """Flow control across tenants (issue 21): weighted fair shares of the worker slots that
+    serve every tenant (``runcontrol.fairness``)."""
+
+    tenant_weights: dict[str, Annotated[float, Field(gt=0)]] = Field(
+        default_factory=dict,
+        description="Flow:TenantWeights: a tenant's share of the worker slots that serve every "
+        "tenant (untenanted workers), relative to the others' while they all have attempts "
+        "waiting: a tenant of weight 2 is granted twice as many as one of weight 1. Each run "
+        "host's grants are fair (its session book and its unary claims); a tenant idle for a "
+        "while starts again at the others' virtual time, never with a burst.",
+    )
+    default_tenant_weight: float = Field(
+        1.0, gt=0, description="The weight of a tenant not in tenant_weights."
+    )
 
 
 class SchedulerOptions(BaseModel):
@@ -382,6 +401,7 @@ class Settings(BaseSettings):
     grains: GrainOptions = GrainOptions()
     budget: BudgetOptions = BudgetOptions()
     capacity: CapacityOptions = CapacityOptions()
+    flow: FlowOptions = FlowOptions()
     scheduler: SchedulerOptions = SchedulerOptions()
     outbox: OutboxOptions = OutboxOptions()
     webhooks: WebhookOptions = WebhookOptions()

@@ -41,7 +41,12 @@ class Drain:
         self.retry_after_s = retry_after_s
         self._draining = False
         self._in_flight = 0
-        self._idle: asyncio.Event | None = None  # made on first wait, on the waiter's loop
+        # Made on the first wait, on the waiter's loop. A run host's drain waits on its control
+        # concurrency group's loop while its commands run on another loop, in another thread:
+        # the event is set through the waiter's loop (an ``Event.set`` from the other thread
+        # woke nobody, and every drain with work in flight waited out its whole grace).
+        self._idle: asyncio.Event | None = None
+        self._idle_loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def draining(self) -> bool:
@@ -83,8 +88,9 @@ class Drain:
             yield
         finally:
             self._in_flight -= 1
-            if self._in_flight == 0 and self._idle is not None:
-                self._idle.set()
+            if self._in_flight == 0 and self._idle is not None and self._idle_loop is not None:
+                with contextlib.suppress(RuntimeError):  # the waiter's loop is closed: no one waits
+                    self._idle_loop.call_soon_threadsafe(self._idle.set)
 
     async def wait(self, grace_s: float) -> DrainReport:
         """Wait until nothing is in flight, at most ``grace_s`` seconds (begins the drain)."""
@@ -93,6 +99,7 @@ class Drain:
         if self._in_flight:
             if self._idle is None:  # one event for every waiter (a drain may be awaited twice)
                 self._idle = asyncio.Event()
+                self._idle_loop = asyncio.get_running_loop()
             idle = self._idle
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(max(grace_s, 0.0)):

@@ -333,6 +333,7 @@ def runs_show(api: Api, args: argparse.Namespace, out: TextIO) -> None:
             ("last event seq", "lastEventSeq"),
             ("result hash", "resultHash"),
             ("result bytes", "resultBytes"),
+            ("priority", "priority"),
         ),
         out,
     )
@@ -348,7 +349,11 @@ def runs_show(api: Api, args: argparse.Namespace, out: TextIO) -> None:
             rows.append(
                 {
                     "step": f"{step['ordinal']}:{step['name']}",
-                    "stepState": step["state"],
+                    "stepState": (
+                        f"{step['state']} (held: {step['heldReason']})"
+                        if step.get("heldReason")
+                        else step["state"]
+                    ),
                     "attempt": a.get("number"),
                     "attemptState": a.get("state"),
                     "holder": lease.get("holder"),
@@ -369,6 +374,9 @@ def runs_show(api: Api, args: argparse.Namespace, out: TextIO) -> None:
         ),
         out,
     )
+    for step in run["steps"]:
+        if step.get("heldReason"):
+            print(f"step {step['ordinal']}:{step['name']} held: {step['heldReason']}", file=out)
     if run["pendingApprovals"]:
         print("\npending approvals:", file=out)
         table(run["pendingApprovals"], APPROVAL_COLUMNS, out)
@@ -398,6 +406,8 @@ def runs_submit(api: Api, args: argparse.Namespace, out: TextIO) -> None:
         body["releaseAlias"] = args.release_alias
     if args.environment:
         body["environmentId"] = args.environment
+    if args.priority is not None:
+        body["priority"] = args.priority
     key = args.key or f"cli-{uuid.uuid4()}"
     answer = api.call("POST", "/factory/runs", json=body, headers={"Idempotency-Key": key})
     if args.json:
@@ -572,6 +582,39 @@ def webhooks_create(api: Api, args: argparse.Namespace, out: TextIO) -> None:
     print("\nkeep the secret: it is shown only now (it signs every delivery)", file=out)
 
 
+QUEUE_COLUMNS = (
+    ("KIND", "kind"),
+    ("NAME", "name"),
+    ("KEY", "key"),
+    ("HOLDERS", "slots"),
+    ("WAITING", "waiting"),
+    ("OLDEST WAIT", "oldest"),
+)
+
+
+def queues_list(api: Api, args: argparse.Namespace, out: TextIO) -> None:
+    """The tenant's concurrency keys with holders or waiters (``GET /factory/queues``)."""
+    items = api.call("GET", "/factory/queues")["items"]
+    if args.json:
+        emit_json(items, out)
+        return
+    if not items:
+        print("no concurrency key has holders or waiters", file=out)
+        return
+    rows = [
+        {
+            **q,
+            "name": q.get("name") or "-",
+            "slots": f"{q['holders'] + q['promoted']}/{q['limit']}",
+            "oldest": "-"
+            if q.get("oldestWaitingSeconds") is None
+            else f"{q['oldestWaitingSeconds']:.1f}s",
+        }
+        for q in items
+    ]
+    table(rows, QUEUE_COLUMNS, out)
+
+
 def webhooks_list(api: Api, args: argparse.Namespace, out: TextIO) -> None:
     items = api.call("GET", "/factory/webhooks")["items"]
     listing(items, WEBHOOK_COLUMNS, args, out)
@@ -695,6 +738,13 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--environment", default=None)
     p.add_argument("--max-cost-usd", type=float, required=True)
     p.add_argument("--max-minutes", type=int, required=True)
+    p.add_argument(
+        "--priority",
+        type=int,
+        choices=range(1, 6),
+        default=None,
+        help="1-5 (default 3); above 3 needs factory.runs.operate (docs/flow-control.md)",
+    )
     p.add_argument("--key", default=None, help="Idempotency-Key (default: a new one, printed)")
     p = _command(r, "cancel", runs_cancel, "record cancellation intent")
     p.add_argument("run_id")
@@ -746,6 +796,8 @@ def add_commands(sub: Any) -> None:
     p = _command(w, "redeliver", webhooks_redeliver, "send every event after a position again")
     p.add_argument("subscription_id")
     p.add_argument("--after", type=int, required=True, help="a feed position (0: all retained)")
+
+    _command(sub, "queues", queues_list, "concurrency keys: holders, waiting runs, oldest wait")
 
     events = sub.add_parser("events", help="the tenant event feed")
     e = events.add_subparsers(dest="events_command", required=True)

@@ -5,7 +5,9 @@ tells it what its own commits did to each run (``observe``, from the grain's obs
 book keeps
 
 - the credits each session offers this host (a tenant-bound credit matches only its tenant),
-- the attempts dispatched on this host that no credit has taken yet, per agent, oldest first,
+- the attempts dispatched on this host that no credit has taken yet, per agent and tenant,
+  oldest first; a credit that serves every tenant takes the tenant whose turn it is by
+  weighted fair shares (``runcontrol.fairness``),
 - the matches made (a credit and an attempt, while the host leases it through the run's
   mailbox), then the grants, kept until their session acks them,
 - which session holds which attempt, so that the host can push the cancels of those attempts,
@@ -30,6 +32,7 @@ from typing import Any
 from uuid import UUID
 
 from .domain import AttemptState, Event, LeaseGrant, Options, RunAggregate, RunState
+from .fairness import FairShare
 from .session import Credit, Grant
 
 
@@ -43,6 +46,11 @@ class Offer:
     agent_id: str
     dispatched_at: datetime
     input: dict[str, Any] | None = None
+    priority: int = 3  # the run's (issue 21): a tenant's waiting attempts, highest first
+
+
+# A waiting attempt in its (agent, tenant) heap: priority first (highest), then dispatch order.
+Entry = tuple[int, datetime, int, UUID]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +100,7 @@ def view(
                     agg.step(attempt.step_id).agent_id,
                     attempt.dispatched_at,
                     run.input,
+                    run.priority,
                 )
             )
         elif attempt.state is AttemptState.LEASED and attempt.lease_id is not None:
@@ -114,16 +123,26 @@ class _Held:
 
 
 class SessionBook:
-    def __init__(self) -> None:
+    """``fair``: the host's fair shares across tenants (``runcontrol.fairness``): a credit that
+    serves every tenant takes the attempt of the tenant whose turn it is, each tenant's own
+    attempts oldest first."""
+
+    def __init__(self, fair: FairShare | None = None) -> None:
+        self._fair = fair if fair is not None else FairShare()
         # session -> claim id -> credit (the session's whole current offer, unmatched)
         self._credits: dict[str, dict[str, Credit]] = {}
         # agent -> (session, claim id) waiting, oldest offer first (dicts keep insertion order)
         self._credits_by_agent: dict[str, dict[tuple[str, str], Credit]] = {}
-        # attempts waiting: id -> offer; per agent and tenant a heap of (dispatched, n, id)
+        # attempts waiting: id -> offer; per agent and tenant a heap of
+        # (-priority, dispatched, n, id)
         self._offers: dict[UUID, Offer] = {}
-        self._heaps: dict[str, dict[str, list[tuple[datetime, int, UUID]]]] = {}
+        self._heaps: dict[str, dict[str, list[Entry]]] = {}
         self._order = itertools.count()
         self._by_run: dict[UUID, set[UUID]] = {}  # run -> its attempts waiting
+        self._waiting: dict[str, int] = {}  # agent -> its attempts waiting (the backlog)
+        # Sessions not yet told that an agent's backlog began here (see ``_add_offer``).
+        self._backlog_news: set[str] = set()
+        self._news_woken: set[str] = set()  # ... of whom not yet woken
         # attempt -> the match leasing it; the lease ids this host's commits created for them
         self._matching: dict[UUID, Match] = {}
         self._fresh: dict[UUID, tuple[UUID, datetime | None]] = {}  # (lease, run deadline)
@@ -192,6 +211,7 @@ class SessionBook:
                 self._credits.pop(session_id, None)
                 self._grants.pop(session_id, None)
                 self._cancels.pop(session_id, None)
+                self._backlog_news.discard(session_id)
                 del self._seen[session_id]
                 gone.append(session_id)
         return gone
@@ -222,11 +242,12 @@ class SessionBook:
                 self._cancels.setdefault(held.session_id, set()).add(attempt_id)
                 woken.add(held.session_id)
         matches = [m for m in map(self._add_offer, offers.values()) if m is not None]
-        return matches, woken
+        return matches, woken | self._take_news_woken()
 
-    def found(self, offers: Iterable[Offer]) -> list[Match]:
+    def found(self, offers: Iterable[Offer]) -> tuple[list[Match], set[str]]:
         """Attempts a sweep found in the store (dispatched before this host started, or on a
-        host that no longer serves them): those the book does not know already wait."""
+        host that no longer serves them): those the book does not know already wait.
+        Answers the matches and the sessions woken (an agent's backlog began)."""
         matches: list[Match] = []
         for offer in offers:
             if offer.attempt_id in self._matching or offer.attempt_id in self._held:
@@ -234,27 +255,36 @@ class SessionBook:
             match = self._add_offer(offer)
             if match is not None:
                 matches.append(match)
-        return matches
+        return matches, self._take_news_woken()
 
     def reserve(self, offer: Offer) -> Match | None:
         """The oldest waiting credit that accepts ``offer``, taken for it (or None): the
         attempt is being dispatched and leased in one commit (a fused grant). Then
-        ``granted`` once the commit is observed, or ``refused`` if it failed."""
+        ``granted`` once the commit is observed, or ``refused`` if it failed.
+
+        No other tenant's turn is skipped: a credit waits only while no attempt it accepts
+        does (``offer`` and ``_credit_back`` match it first), so the grant is charged to the
+        tenant's share and nothing else is to choose."""
         for (session_id, claim_id), credit in self._credits_by_agent.get(
             offer.agent_id, {}
         ).items():
             if credit.tenant_id is None or credit.tenant_id == offer.tenant_id:
                 self._withdraw(session_id, claim_id)
+                if credit.tenant_id is None:
+                    self._fair.charge(offer.tenant_id)
                 match = Match(session_id, credit, offer)
                 self._matching[offer.attempt_id] = match
                 return match
         return None
 
     def backlog(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for offer in self._offers.values():
-            counts[offer.agent_id] = counts.get(offer.agent_id, 0) + 1
-        return counts
+        """Agent -> attempts waiting here (kept as they come and go: an answer costs no pass
+        over a deep backlog)."""
+        return dict(self._waiting)
+
+    def take_backlog_news(self, session_id: str) -> None:
+        """The session is being answered (with the backlog): it has heard the news."""
+        self._backlog_news.discard(session_id)
 
     # ------------------------------------------------------------------ grants
 
@@ -312,7 +342,11 @@ class SessionBook:
         return sorted(self._cancels.pop(session_id, set()))
 
     def has_news(self, session_id: str) -> bool:
-        return bool(self._grants.get(session_id)) or bool(self._cancels.get(session_id))
+        return (
+            bool(self._grants.get(session_id))
+            or bool(self._cancels.get(session_id))
+            or session_id in self._backlog_news
+        )
 
     # ------------------------------------------------------------------ internals
 
@@ -367,30 +401,45 @@ class SessionBook:
                     del self._credits_by_agent[agent_id]
 
     def _take(self, session_id: str, credit: Credit) -> Match | None:
-        """The oldest waiting attempt ``credit`` accepts, matched to it (or None)."""
-        best: tuple[datetime, int, UUID] | None = None
+        """The attempt ``credit`` accepts of the tenant whose turn it is (the least fair-share
+        tag, then the oldest head: ``runcontrol.fairness``), matched to it (or None). A credit
+        bound to a tenant takes that tenant's oldest. O(agents x tenants waiting)."""
+        fair = self._fair
+        best: tuple[float, Entry] | None = None
         for agent_id in credit.agent_ids:
             by_tenant = self._heaps.get(agent_id)
             if not by_tenant:
                 continue
-            tenants = [credit.tenant_id] if credit.tenant_id is not None else list(by_tenant)
-            for tenant_id in tenants:
-                heap = by_tenant.get(tenant_id)
+            if credit.tenant_id is not None:
+                heap = by_tenant.get(credit.tenant_id)
                 head = self._head(heap) if heap is not None else None
-                if head is not None and (best is None or head < best):
-                    best = head
+                if head is not None and (best is None or head < best[1]):
+                    best = (0.0, head)
+                continue
+            for tenant_id, heap in by_tenant.items():
+                head = self._head(heap)
+                if head is not None:
+                    key = (fair.tag(tenant_id), head)
+                    if best is None or key < best:
+                        best = key
         if best is None:
             return None
-        offer = self._offers[best[2]]
+        offer = self._offers[best[1][3]]
         self._drop_offer(offer.attempt_id)
+        if credit.tenant_id is None:
+            fair.charge(offer.tenant_id)
         match = Match(session_id, credit, offer)
         self._matching[offer.attempt_id] = match
         return match
 
-    def _head(self, heap: list[tuple[datetime, int, UUID]]) -> tuple[datetime, int, UUID] | None:
-        while heap and heap[0][2] not in self._offers:
+    def _head(self, heap: list[Entry]) -> Entry | None:
+        while heap and heap[0][3] not in self._offers:
             heapq.heappop(heap)  # left the book (lazy deletion)
         return heap[0] if heap else None
+
+    def _take_news_woken(self) -> set[str]:
+        woken, self._news_woken = self._news_woken, set()
+        return woken
 
     def _add_offer(self, offer: Offer) -> Match | None:
         if offer.attempt_id in self._offers or offer.attempt_id in self._matching:
@@ -401,8 +450,18 @@ class SessionBook:
         if match is not None:
             return match
         self._offers[offer.attempt_id] = offer
+        waiting = self._waiting.get(offer.agent_id, 0)
+        self._waiting[offer.agent_id] = waiting + 1
+        if not waiting:
+            # The agent's first attempt waiting here, and no credit here takes it: every
+            # session hears of it now (its exchange answers), not when its long poll ends, so
+            # a worker with idle credits on another host moves one here (``sdk._credits``).
+            # Once per backlog, not per attempt: a deep backlog costs no wake-ups.
+            self._backlog_news.update(self._seen)
+            self._news_woken.update(self._seen)
         heap = self._heaps.setdefault(offer.agent_id, {}).setdefault(offer.tenant_id, [])
-        heapq.heappush(heap, (offer.dispatched_at, next(self._order), offer.attempt_id))
+        entry = (-offer.priority, offer.dispatched_at, next(self._order), offer.attempt_id)
+        heapq.heappush(heap, entry)
         self._by_run.setdefault(offer.run_id, set()).add(offer.attempt_id)
         return None
 
@@ -410,6 +469,11 @@ class SessionBook:
         offer = self._offers.pop(attempt_id, None)
         if offer is None:
             return
+        left = self._waiting[offer.agent_id] - 1
+        if left:
+            self._waiting[offer.agent_id] = left
+        else:
+            del self._waiting[offer.agent_id]
         waiting = self._by_run.get(offer.run_id)
         if waiting is not None:
             waiting.discard(attempt_id)

@@ -81,6 +81,13 @@ class SubmitRunRequest(RequestModel):
     input: JsonObject = Field(default_factory=dict)
     limits: LimitsIn = Field(default_factory=LimitsIn)
     environment_id: Name | None = None
+    priority: int = Field(
+        3,
+        ge=1,
+        le=5,
+        description="1-5 (default 3): orders the run among its tenant's held dispatches and "
+        "waiting attempts; above 3 needs the factory.runs.operate scope (docs/flow-control.md).",
+    )
 
     @model_validator(mode="after")
     def _one_release(self) -> SubmitRunRequest:
@@ -148,6 +155,7 @@ class RunSummary(ResponseModel):
         None,
         description="The size of the run's result (canonical JSON, or the referenced artifact).",
     )
+    priority: int = Field(3, description="1-5, pinned at submission (docs/flow-control.md).")
 
 
 class LeaseView(ResponseModel):
@@ -190,6 +198,18 @@ class StepView(ResponseModel):
     )
     due_at: datetime | None = Field(
         None, description="While it waits: when its timer fires, or its signal times out."
+    )
+    held: dict[str, Any] | None = Field(
+        None,
+        description="While Pending: why it is held, a concurrency key's slot {kind: "
+        "concurrency|capacity, name, key, limit, holders, strategy, since}, or a rate limit's "
+        "reservation {kind: rate-limit, bucket, until} (admitted at `until`; "
+        "docs/flow-control.md).",
+    )
+    held_reason: str | None = Field(
+        None,
+        description="The hold in words: `concurrency-key repo-x 1/1`, "
+        "`rate-limit agent:planner until ...`.",
     )
     attempts: list[AttemptView]
 
@@ -275,12 +295,42 @@ class PolicyRequest(RequestModel):
         default="fail", description="fail | reject | auto-approve | re-request"
     )
     max_re_requests: int = Field(default=3, ge=0, le=100)
+    rate_limits: dict[str, Any] | None = Field(
+        default=None,
+        description="Token buckets (rate limits) the revision's runs draw on: "
+        '`{"tenant": {"perSecond", "burst"}, "agents": {agentId: {...}}, '
+        '"named": {name: {...}}}`; a release step names its named limits (`rateLimits`).',
+    )
 
 
 class PolicyView(ResponseModel):
     policy_id: str
     revision: str
     document: dict[str, Any]
+
+
+# ---------------------------------------------------------------------- flow control
+
+
+class QueueView(ResponseModel):
+    """One concurrency key (or the tenant's cap on open attempts) with holders or waiters."""
+
+    tenant_id: str
+    kind: str = Field(description="concurrency | capacity (the tenant's max open attempts)")
+    name: str | None = Field(
+        None, description="The key's family: its limit's name, or the workflow id."
+    )
+    key: str = Field(description="The key the run input gave (e.g. a repository).")
+    limit: int
+    holders: int = Field(description="Runs or attempts holding a slot now.")
+    promoted: int = Field(description="Waiters given a freed slot, their dispatch under way.")
+    waiting: int = Field(description="Held runs queued for a slot (priority, then arrival).")
+    oldest_waiting_seconds: float | None = Field(None, description="The oldest waiter's age.")
+
+
+class QueuesView(ResponseModel):
+    items: list[QueueView]
+    as_of: datetime
 
 
 # ---------------------------------------------------------------------- the workflow catalog

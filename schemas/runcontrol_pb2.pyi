@@ -94,12 +94,14 @@ class Lease(_message.Message):
     def __init__(self, tenant_id: _Optional[str] = ..., run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., holder: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., agent_id: _Optional[str] = ..., skill_id: _Optional[str] = ..., attempt_number: _Optional[int] = ..., side_effect_class: _Optional[str] = ..., gate: _Optional[str] = ..., cancel_requested: _Optional[bool] = ..., input_json: _Optional[str] = ..., approved_proposal_hash: _Optional[str] = ...) -> None: ...
 
 class AcquireLeaseResponse(_message.Message):
-    __slots__ = ("granted", "lease")
+    __slots__ = ("granted", "lease", "results_json")
     GRANTED_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_JSON_FIELD_NUMBER: _ClassVar[int]
     granted: bool
     lease: Lease
-    def __init__(self, granted: _Optional[bool] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ...) -> None: ...
+    results_json: str
+    def __init__(self, granted: _Optional[bool] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., results_json: _Optional[str] = ...) -> None: ...
 
 class ReportAttemptOutcomeRequest(_message.Message):
     __slots__ = ("run_id", "attempt_id", "lease_id", "fencing_token", "outcome", "failure_class", "outcome_hash", "command_id", "worker_instance_id", "result_json", "result_ref_json")
@@ -387,6 +389,38 @@ class CompleteToolCallRequest(_message.Message):
     worker_instance_id: str
     def __init__(self, run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., call_id: _Optional[str] = ..., result_hash: _Optional[str] = ..., command_id: _Optional[str] = ..., worker_instance_id: _Optional[str] = ...) -> None: ...
 
+class ConsumeRateLimitRequest(_message.Message):
+    __slots__ = ("run_id", "attempt_id", "lease_id", "fencing_token", "name", "units", "command_id", "worker_instance_id")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    UNITS_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    attempt_id: str
+    lease_id: str
+    fencing_token: int
+    name: str
+    units: float
+    command_id: str
+    worker_instance_id: str
+    def __init__(self, run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., name: _Optional[str] = ..., units: _Optional[float] = ..., command_id: _Optional[str] = ..., worker_instance_id: _Optional[str] = ...) -> None: ...
+
+class ConsumeRateLimitResponse(_message.Message):
+    __slots__ = ("name", "bucket", "units", "at")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_FIELD_NUMBER: _ClassVar[int]
+    UNITS_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    bucket: str
+    units: float
+    at: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., bucket: _Optional[str] = ..., units: _Optional[float] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
 class ToolCallResponse(_message.Message):
     __slots__ = ("tool_call_id", "call_id", "status", "result_hash", "error")
     TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
@@ -414,20 +448,22 @@ class SessionCredit(_message.Message):
     def __init__(self, claim_id: _Optional[str] = ..., worker_instance_id: _Optional[str] = ..., agent_ids: _Optional[_Iterable[str]] = ..., resent: _Optional[bool] = ...) -> None: ...
 
 class SessionCommand(_message.Message):
-    __slots__ = ("acquire_lease", "report_attempt_outcome", "request_approval", "report_progress", "claim_tool_call", "complete_tool_call")
+    __slots__ = ("acquire_lease", "report_attempt_outcome", "request_approval", "report_progress", "claim_tool_call", "complete_tool_call", "consume_rate_limit")
     ACQUIRE_LEASE_FIELD_NUMBER: _ClassVar[int]
     REPORT_ATTEMPT_OUTCOME_FIELD_NUMBER: _ClassVar[int]
     REQUEST_APPROVAL_FIELD_NUMBER: _ClassVar[int]
     REPORT_PROGRESS_FIELD_NUMBER: _ClassVar[int]
     CLAIM_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     COMPLETE_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_RATE_LIMIT_FIELD_NUMBER: _ClassVar[int]
     acquire_lease: AcquireLeaseRequest
     report_attempt_outcome: ReportAttemptOutcomeRequest
     request_approval: RequestApprovalRequest
     report_progress: ReportProgressRequest
     claim_tool_call: ClaimToolCallRequest
     complete_tool_call: CompleteToolCallRequest
-    def __init__(self, acquire_lease: _Optional[_Union[AcquireLeaseRequest, _Mapping]] = ..., report_attempt_outcome: _Optional[_Union[ReportAttemptOutcomeRequest, _Mapping]] = ..., request_approval: _Optional[_Union[RequestApprovalRequest, _Mapping]] = ..., report_progress: _Optional[_Union[ReportProgressRequest, _Mapping]] = ..., claim_tool_call: _Optional[_Union[ClaimToolCallRequest, _Mapping]] = ..., complete_tool_call: _Optional[_Union[CompleteToolCallRequest, _Mapping]] = ...) -> None: ...
+    consume_rate_limit: ConsumeRateLimitRequest
+    def __init__(self, acquire_lease: _Optional[_Union[AcquireLeaseRequest, _Mapping]] = ..., report_attempt_outcome: _Optional[_Union[ReportAttemptOutcomeRequest, _Mapping]] = ..., request_approval: _Optional[_Union[RequestApprovalRequest, _Mapping]] = ..., report_progress: _Optional[_Union[ReportProgressRequest, _Mapping]] = ..., claim_tool_call: _Optional[_Union[ClaimToolCallRequest, _Mapping]] = ..., complete_tool_call: _Optional[_Union[CompleteToolCallRequest, _Mapping]] = ..., consume_rate_limit: _Optional[_Union[ConsumeRateLimitRequest, _Mapping]] = ...) -> None: ...
 
 class SessionError(_message.Message):
     __slots__ = ("code", "message", "status_details")
@@ -440,7 +476,7 @@ class SessionError(_message.Message):
     def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., status_details: _Optional[bytes] = ...) -> None: ...
 
 class SessionAnswer(_message.Message):
-    __slots__ = ("command_id", "acquire_lease", "report_attempt_outcome", "request_approval", "report_progress", "claim_tool_call", "complete_tool_call", "error")
+    __slots__ = ("command_id", "acquire_lease", "report_attempt_outcome", "request_approval", "report_progress", "claim_tool_call", "complete_tool_call", "error", "consume_rate_limit")
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
     ACQUIRE_LEASE_FIELD_NUMBER: _ClassVar[int]
     REPORT_ATTEMPT_OUTCOME_FIELD_NUMBER: _ClassVar[int]
@@ -449,6 +485,7 @@ class SessionAnswer(_message.Message):
     CLAIM_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     COMPLETE_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_RATE_LIMIT_FIELD_NUMBER: _ClassVar[int]
     command_id: str
     acquire_lease: AcquireLeaseResponse
     report_attempt_outcome: ReportAttemptOutcomeResponse
@@ -457,7 +494,8 @@ class SessionAnswer(_message.Message):
     claim_tool_call: ToolCallResponse
     complete_tool_call: ToolCallResponse
     error: SessionError
-    def __init__(self, command_id: _Optional[str] = ..., acquire_lease: _Optional[_Union[AcquireLeaseResponse, _Mapping]] = ..., report_attempt_outcome: _Optional[_Union[ReportAttemptOutcomeResponse, _Mapping]] = ..., request_approval: _Optional[_Union[RequestApprovalResponse, _Mapping]] = ..., report_progress: _Optional[_Union[ReportProgressResponse, _Mapping]] = ..., claim_tool_call: _Optional[_Union[ToolCallResponse, _Mapping]] = ..., complete_tool_call: _Optional[_Union[ToolCallResponse, _Mapping]] = ..., error: _Optional[_Union[SessionError, _Mapping]] = ...) -> None: ...
+    consume_rate_limit: ConsumeRateLimitResponse
+    def __init__(self, command_id: _Optional[str] = ..., acquire_lease: _Optional[_Union[AcquireLeaseResponse, _Mapping]] = ..., report_attempt_outcome: _Optional[_Union[ReportAttemptOutcomeResponse, _Mapping]] = ..., request_approval: _Optional[_Union[RequestApprovalResponse, _Mapping]] = ..., report_progress: _Optional[_Union[ReportProgressResponse, _Mapping]] = ..., claim_tool_call: _Optional[_Union[ToolCallResponse, _Mapping]] = ..., complete_tool_call: _Optional[_Union[ToolCallResponse, _Mapping]] = ..., error: _Optional[_Union[SessionError, _Mapping]] = ..., consume_rate_limit: _Optional[_Union[ConsumeRateLimitResponse, _Mapping]] = ...) -> None: ...
 
 class SessionGrant(_message.Message):
     __slots__ = ("claim_id", "lease", "results_json", "deadline_at")

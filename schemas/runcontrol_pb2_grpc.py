@@ -79,6 +79,11 @@ class RunControlStub:
                 request_serializer=schemas_dot_runcontrol__pb2.SendSignalRequest.SerializeToString,
                 response_deserializer=schemas_dot_runcontrol__pb2.SendSignalResponse.FromString,
                 _registered_method=True)
+        self.ConsumeRateLimit = channel.unary_unary(
+                '/runcontrol.v1.RunControl/ConsumeRateLimit',
+                request_serializer=schemas_dot_runcontrol__pb2.ConsumeRateLimitRequest.SerializeToString,
+                response_deserializer=schemas_dot_runcontrol__pb2.ConsumeRateLimitResponse.FromString,
+                _registered_method=True)
 
 
 class RunControlServicer:
@@ -160,6 +165,15 @@ class RunControlServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ConsumeRateLimit(self, request, context):
+        """The lease holder used `units` of the named rate limit `name` (issue 21; model tokens,
+        say): its tenant's bucket moves by units / rate, so later dispatches drawing on it wait.
+        Fenced like ReportProgress; a resend with the same command_id takes nothing again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RunControlServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -207,6 +221,11 @@ def add_RunControlServicer_to_server(servicer, server):
                     servicer.SendSignal,
                     request_deserializer=schemas_dot_runcontrol__pb2.SendSignalRequest.FromString,
                     response_serializer=schemas_dot_runcontrol__pb2.SendSignalResponse.SerializeToString,
+            ),
+            'ConsumeRateLimit': grpc.unary_unary_rpc_method_handler(
+                    servicer.ConsumeRateLimit,
+                    request_deserializer=schemas_dot_runcontrol__pb2.ConsumeRateLimitRequest.FromString,
+                    response_serializer=schemas_dot_runcontrol__pb2.ConsumeRateLimitResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -452,6 +471,33 @@ class RunControl:
             '/runcontrol.v1.RunControl/SendSignal',
             schemas_dot_runcontrol__pb2.SendSignalRequest.SerializeToString,
             schemas_dot_runcontrol__pb2.SendSignalResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConsumeRateLimit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runcontrol.v1.RunControl/ConsumeRateLimit',
+            schemas_dot_runcontrol__pb2.ConsumeRateLimitRequest.SerializeToString,
+            schemas_dot_runcontrol__pb2.ConsumeRateLimitResponse.FromString,
             options,
             channel_credentials,
             insecure,

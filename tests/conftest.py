@@ -22,6 +22,18 @@ from runcontrol import embedded
 from runcontrol.store import Database
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``long`` (the long variants: minutes each) run only when selected (``-m
+    long``, or RUNCONTROL_RUN_LONG=1 as ``make test-long`` sets); ``make test`` runs their short
+    variants."""
+    if "long" in (config.getoption("-m") or "") or os.environ.get("RUNCONTROL_RUN_LONG"):
+        return
+    skip = pytest.mark.skip(reason="long: make test-long (or -m long)")
+    for item in items:
+        if item.get_closest_marker("long"):
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def owner_url() -> Iterator[str]:
     configured = os.environ.get("RUNCONTROL_DATABASE_URL")

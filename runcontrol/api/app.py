@@ -26,6 +26,7 @@ from . import (
     health,
     policies,
     problems,
+    queues,
     runs,
     schemas,
     signals,
@@ -34,6 +35,10 @@ from . import (
 from .auth import TokenVerifier
 from .context import HostProbe, Services
 from .limits import BodyLimit, TenantRateLimiter
+
+# The replica's LISTEN connection closes once no event stream waited on it for this long
+# (issue 24: a replica nobody watches is not sent every commit's NOTIFY).
+STREAMS_IDLE_S = 30.0
 
 
 def create_app(
@@ -56,10 +61,12 @@ def create_app(
         client,
         db,
         settings,
+        # Started by the first stream; closed once no stream waited on it for a while.
         Listener(
             db.app_url,
             (EVENTS_CHANNEL, FEED_CHANNEL),
             application_name=events.FEED_APPLICATION_NAME,
+            idle_s=STREAMS_IDLE_S,
         ),
         host_probe,
         drain=drain or Drain(settings.drain.retry_after_seconds),
@@ -100,5 +107,6 @@ def create_app(
     app.include_router(signals.router)  # input from outside for a signal step (issue 22)
     for router in (catalog.releases_router, catalog.workflows_router, catalog.graph_router):
         app.include_router(router)  # the workflow catalog and run graphs (issue 22)
+    app.include_router(queues.router)  # flow control, seen (issue 21)
     app.include_router(console.router)  # the web console's static files (runcontrol/console/)
     return app

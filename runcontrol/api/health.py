@@ -1,7 +1,9 @@
 """Liveness, readiness, and the workers' health of the caller's tenant.
 
-Ready means this replica can serve: the database answers ``SELECT 1`` and every run host
-answers a ping, each within ``api.readiness_timeout_seconds``; a draining replica is not ready
+Ready means this replica can serve: the database answers, with a schema this release may run
+on (its own, or a newer one that keeps it working: ``store/schema.py``; otherwise the check
+names the refusal, and a rolling upgrade replaces the replica), and every run host answers a
+ping, each within ``api.readiness_timeout_seconds``; a draining replica is not ready
 (``checks.drain``). Nothing else: readiness takes a replica out of the load balancer for every
 tenant, so it must not depend on what one tenant does. A tenant with a published workflow and no
 worker made every replica unready for all tenants, and a restart never became ready (issue 23).
@@ -23,11 +25,11 @@ from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
-from sqlalchemy import text
 
 from schemas.api import Health, WorkersHealth
 
 from ..store import queries as q
+from ..store.schema import SchemaMismatch
 from .auth import RunsReader
 from .context import Svc
 from .problems import problem, responses
@@ -71,12 +73,15 @@ async def _check(name: str, probe: Probe, timeout: float) -> str:
     summary="Readiness: the database and every run host answer, and the replica is not draining.",
 )
 async def ready(svc: Svc) -> Any:
-    def select_one() -> None:
-        with svc.db.app.connect() as conn:
-            conn.scalar(text("SELECT 1"))
+    def schema_refusal() -> str | None:
+        try:
+            svc.db.require_compatible_schema(svc.db.app)
+        except SchemaMismatch as exc:
+            return f"schema: {exc}"
+        return None
 
-    async def database() -> None:
-        await asyncio.get_running_loop().run_in_executor(_probe_threads, select_one)
+    async def database() -> str | None:
+        return await asyncio.get_running_loop().run_in_executor(_probe_threads, schema_refusal)
 
     async def draining() -> str:
         return "draining: this replica takes no new work"

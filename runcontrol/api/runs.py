@@ -26,6 +26,7 @@ from schemas.api import (
 
 from ..commands import CancelRun, SubmitRequest, SubmitRun, new_command_id
 from ..domain import Limits, RunState, errors
+from ..domain.access import RUNS_OPERATE, may_set_priority
 from ..store import queries as q
 from ..store.commit import EVENTS_CHANNEL
 from .auth import Caller, RunsReader
@@ -146,6 +147,7 @@ def _submit_request(
         limits=Limits(max_cost_usd=body.limits.max_cost_usd, max_minutes=body.limits.max_minutes),
         environment_id=body.environment_id,
         correlation_id=correlation_id,
+        priority=body.priority,
     )
 
 
@@ -174,6 +176,10 @@ async def submit_run(
     if not idempotency_key or not idempotency_key.strip():
         raise IdempotencyKeyRequired("the Idempotency-Key header is required")
     wait = preferred_wait(prefer, svc.settings.api.prefer_wait_max_seconds)
+    if not may_set_priority(caller.principal.roles, caller.scopes, body.priority):
+        raise errors.Forbidden(
+            f"priority {body.priority} needs the {RUNS_OPERATE} scope (above the default 3)"
+        )
     result = await svc.send(
         SubmitRun(
             tenant_id=caller.tenant_id,

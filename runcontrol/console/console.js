@@ -426,7 +426,8 @@ function timeline(run, attemptEvents) {
             ? waitLine(step)
             : h("span", { class: "muted" }, ` agent ${step.agentId} · ${step.sideEffectClass} · gate ${step.gate} · up to ${step.maxAttempts} attempts`),
           step.dependsOn && step.dependsOn.length ? h("span", { class: "muted" }, ` · after ${step.dependsOn.join(", ")}`) : null,
-          step.notBefore ? h("span", { class: "muted" }, ` · not before ${when(step.notBefore)}`) : null),
+          step.notBefore ? h("span", { class: "muted" }, ` · not before ${when(step.notBefore)}`) : null,
+          step.held ? h("span", { class: "held" }, ` · held: ${step.heldReason || `${step.held.kind} ${step.held.bucket || step.held.key || ""}`}`) : null),
         h("ul", { class: "attempts" },
           step.attempts.map((a) =>
             h("li", { dataset: { attemptId: a.attemptId, state: a.state } },
@@ -689,6 +690,44 @@ async function approvalsPage(main, params, signal) {
   }, status);
 }
 
+// ------------------------------------------------------------------ queues (flow control)
+
+const age = (seconds) => (seconds == null ? "" : seconds < 90 ? `${Math.round(seconds)} s` : `${Math.round(seconds / 60)} min`);
+
+async function queuesPage(main, signal) {
+  const status = h("span", { class: "live", id: "live" }, "live");
+  const freshness = h("span", { class: "muted", id: "as-of" });
+  const body = h("tbody");
+  const problem = h("div");
+  const row = (item) =>
+    h("tr", { dataset: { kind: item.kind, key: item.key, waiting: item.waiting, holders: item.holders } },
+      h("td", {}, item.kind === "capacity" ? "open attempts (tenant cap)" : item.name || ""),
+      h("td", { class: "mono" }, item.key),
+      h("td", {}, `${item.holders}/${item.limit}`),
+      h("td", {}, item.promoted),
+      h("td", {}, item.waiting),
+      h("td", {}, age(item.oldestWaitingSeconds)));
+  const load = async () => {
+    try {
+      const answer = await api("../factory/queues", { signal });
+      freshness.textContent = `as of ${new Date(answer.asOf).toLocaleTimeString()}`;
+      problem.replaceChildren();
+      body.replaceChildren(...(answer.items.length ? answer.items.map(row) : [h("tr", {}, h("td", { colspan: 6, class: "muted" }, "No key has holders or waiting runs."))]));
+    } catch (error) {
+      if (error instanceof Problem) problem.replaceChildren(problemBox(error.body));
+    }
+  };
+  main.replaceChildren(
+    h("h1", {}, "Queues ", status),
+    h("p", { class: "muted" }, "Concurrency keys and the tenant's cap with holders or held runs, busiest first. A held run says why on its page. ", freshness),
+    problem,
+    h("table", { id: "queues" },
+      h("thead", {}, h("tr", {}, ["Limit", "Key", "Holders", "Promoted", "Waiting", "Oldest waiting"].map((c) => h("th", {}, c)))),
+      body));
+  await load();
+  followFeed(signal, debounce(load, REFRESH_MS), status);
+}
+
 // ------------------------------------------------------------------ routing
 
 let leaving = null;
@@ -728,6 +767,7 @@ async function route() {
   const run = path.match(/^\/runs\/([0-9a-fA-F-]{36})$/);
   if (run) return runPage(main, run[1], signal);
   if (path === "/approvals") return approvalsPage(main, params, signal);
+  if (path === "/queues") return queuesPage(main, signal);
   return runsPage(main, params, signal);
 }
 

@@ -132,6 +132,13 @@ def allows(roles: Iterable[Role], scopes: Iterable[str], operation: Operation) -
     return operation in operations_of(roles) and OPERATION_SCOPE[operation] in frozenset(scopes)
 
 
+def may_set_priority(roles: Iterable[Role], scopes: Iterable[str], priority: int) -> bool:
+    """A run's priority above the default (issue 21) is an operator's decision: it needs the
+    operations scope (``factory.runs.operate``, granted to WorkspaceAdmin and PlatformAdmin
+    among the roles that submit); the default and below need nothing more than submitting."""
+    return priority <= 3 or allows(roles, scopes, Operation.OPERATE_RUNS)
+
+
 def project_scope(principal: Principal) -> str | None:
     """The one project the caller may see and change; None when one of its roles spans the
     tenant."""

@@ -219,6 +219,15 @@ class CapacityDenied(RunControlError):
     retryable = True
 
 
+class FlowDenied(RunControlError):
+    """The dispatching statement refused a slot of a concurrency key (or of the tenant's cap,
+    migration 0017): its details say which key and what it found. The grain decides again,
+    holding the step; never an answer to a caller."""
+
+    code = "flow-denied"
+    retryable = True
+
+
 class BudgetReservationDenied(RunControlError):
     code = "budget-reservation-denied"
 

@@ -301,6 +301,19 @@ class ProgressReported(RunEventBody):
     payload: dict[str, Any] | None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RateLimitConsumed(RunEventBody):
+    """The lease holder reported using ``units`` of the named rate limit ``name`` (its
+    tenant's bucket ``bucket`` moved by them: later dispatches drawing on it wait)."""
+
+    topic = "run-control.attempts.v1.rate-limit-consumed"
+    step_id: UUID
+    attempt_id: UUID
+    name: str
+    bucket: str
+    units: float
+
+
 # ---------------------------------------------------------------------- approvals
 
 
@@ -467,6 +480,8 @@ def _schema(hint: Any) -> dict[str, Any]:
         return {"type": "boolean"}
     if hint is int:
         return {"type": "integer"}
+    if hint is float:
+        return {"type": "number"}
     if hint is str:
         return {"type": "string"}
     if origin is dict:

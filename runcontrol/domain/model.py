@@ -81,6 +81,11 @@ class Run:
     # set when the run completes; the content is that step's ``AttemptResult``.
     result_hash: str | None = None
     result_bytes: int | None = None
+    # Flow control (issue 21): the run's priority (1-5; it orders the queues it waits in) and
+    # its workflow-wide concurrency keys, evaluated on its input at acceptance (pinned):
+    # [{"name", "key", "limit", "strategy", "scope": "run"}].
+    priority: int = 3
+    flow: list[dict[str, Any]] | None = None
 
     @property
     def release_id(self) -> str:
@@ -120,6 +125,17 @@ class Step:
     # A signal step's signal once received, even before the step waits (kept, delivered
     # once): {"signalId", "body", "sentBy", "receivedAt"}. The body becomes its result.
     signal: dict[str, Any] | None = None
+    # The step's own concurrency keys (a slot per attempt), evaluated at acceptance, and why
+    # it is held while Pending (issue 21): {"kind", "name", "key", "limit", "holders",
+    # "since"}; a held step is not due: the transaction that frees its slot makes it so.
+    flow: list[dict[str, Any]] | None = None
+    # The buckets its dispatch draws on (``rates.Draw`` dicts, from the pinned policy revision
+    # and the release at acceptance, 0018); None: no rate limit, no reservation.
+    rate_limits: list[dict[str, Any]] | None = None
+    # Why a Pending step waits (None: it does not): a concurrency hold (0017, above), or
+    # {"kind": "rate-limit", "bucket", "until", "attempt"}, the reservation its dispatch at
+    # ``until`` uses (0018).
+    held: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)

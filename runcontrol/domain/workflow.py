@@ -8,7 +8,9 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from .errors import ValidationFailed
+from .flow import ConcurrencySpec, concurrency_specs
 from .hashing import canonical_hash
+from .rates import RateLimits, step_limits
 from .states import ExpiryAction, Role, SideEffectClass
 
 GATES = ("none", "approval")
@@ -40,6 +42,10 @@ class StepSpec:
     timeout_seconds: float | None = None
     on_timeout: str = "fail"
     default: Any = None
+    # An agent step's concurrency limits (issue 21): a slot per attempt, dispatch to settlement.
+    concurrency: tuple[ConcurrencySpec, ...] | None = None
+    # The named rate limits an agent step's dispatch draws on: (name, units); None: none.
+    rate_limits: tuple[tuple[str, float], ...] | None = None
 
     @property
     def wait(self) -> dict[str, Any] | None:
@@ -73,6 +79,10 @@ class StepSpec:
         if self.kind != AGENT:  # likewise: an agent step's dict is as before
             out["kind"] = self.kind
             out.update(self.wait or {})
+        if self.concurrency is not None:  # likewise
+            out["concurrency"] = [c.to_dict() for c in self.concurrency]
+        if self.rate_limits is not None:  # likewise: absent when not set
+            out["rateLimits"] = [{"name": n, "units": u} for n, u in self.rate_limits]
         return out
 
 
@@ -80,6 +90,9 @@ class StepSpec:
 class WorkflowDefinition:
     workflow_id: str
     steps: tuple[StepSpec, ...]
+    # Workflow-wide concurrency limits (issue 21): a slot for the run's life, from its first
+    # dispatch until it is terminal.
+    concurrency: tuple[ConcurrencySpec, ...] | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> WorkflowDefinition:
@@ -131,13 +144,28 @@ class WorkflowDefinition:
                     gate=gate,
                     side_effect_class=side_effect,
                     depends_on=_depends_on(i, raw),
+                    concurrency=concurrency_specs(
+                        raw.get("concurrency"), f"steps[{i}].concurrency"
+                    ),
+                    rate_limits=step_limits(i, raw.get("rateLimits")),
                 )
             )
         check_graph(steps)
-        return cls(workflow_id=workflow_id, steps=tuple(steps))
+        return cls(
+            workflow_id=workflow_id,
+            steps=tuple(steps),
+            concurrency=concurrency_specs(data.get("concurrency"), "concurrency"),
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"workflowId": self.workflow_id, "steps": [s.to_dict() for s in self.steps]}
+        out: dict[str, Any] = {
+            "workflowId": self.workflow_id,
+            "steps": [s.to_dict() for s in self.steps],
+        }
+        # Absent rather than null: a release without limits keeps its content hash.
+        if self.concurrency is not None:
+            out["concurrency"] = [c.to_dict() for c in self.concurrency]
+        return out
 
     @property
     def content_hash(self) -> str:
@@ -343,6 +371,8 @@ class PolicyDocument:
     expiry_action: ExpiryAction = ExpiryAction.FAIL
     # With ``re-request``: how many times an expired request is asked again before failing.
     max_re_requests: int = 3
+    # Token buckets every run pinned to this revision draws on (None: none configured).
+    rate_limits: RateLimits | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

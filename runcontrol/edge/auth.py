@@ -11,12 +11,15 @@ each edge's own business.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import re
+import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +42,11 @@ __all__ = [
 _RS_ALGORITHMS = ("RS256",)
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _MAX_CLAIM = 200
+# Verified tokens kept (by their SHA-256), at most this many, least recently used out first.
+CACHE_SIZE = 4096
+# A cached verification is trusted this long at most, as long as PyJWKClient keeps a fetched
+# key: a key withdrawn from the JWKS stops being accepted within the same bound either way.
+CACHE_SECONDS = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,11 +103,31 @@ def caller_from_claims(claims: dict[str, Any]) -> Caller:
 
 class TokenVerifier:
     """Verifies RS256 tokens against a JWKS and, where allowed, HS256 tokens with the shared
-    secret. Built only from a configuration that can verify: ``AuthNotConfigured`` otherwise."""
+    secret. Built only from a configuration that can verify: ``AuthNotConfigured`` otherwise.
 
-    def __init__(self, options: AuthOptions) -> None:
+    A verified token's caller is cached by the token's SHA-256 (a bounded LRU of
+    ``cache_size``), until the token's ``exp`` or ``CACHE_SECONDS`` after its verification,
+    whichever comes first: a worker or client sending the same token on every request pays
+    one signature check, not one per request (issue 24). Only successful verifications are
+    kept; a refused token is checked again each time. Revocation is what it was: a token is
+    valid until its ``exp`` (no token is revoked one by one); a signing key withdrawn from a
+    JWKS URL stops being accepted within ``CACHE_SECONDS``, as PyJWKClient's key cache
+    already allowed, and a change of the JWKS file (its mtime) empties the cache at once."""
+
+    def __init__(
+        self,
+        options: AuthOptions,
+        *,
+        cache_size: int = CACHE_SIZE,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         options.check()
         self._options = options
+        self._cache: OrderedDict[bytes, tuple[Caller, float]] = OrderedDict()
+        self._cache_size = cache_size
+        self._cache_mtime: float | None = None  # the JWKS file's, when the cache was filled
+        self._clock = clock
+        self._mutex = threading.Lock()  # verify runs in threads when it fetches keys
         self._secret = options.hs256_key()
         self._jwks_client = (
             jwt.PyJWKClient(options.jwks_url, cache_keys=True, lifespan=300)
@@ -141,6 +169,42 @@ class TokenVerifier:
         raise _invalid(f"tokens signed with {alg!r} are not accepted")
 
     def verify(self, token: str) -> Caller:
+        key = hashlib.sha256(token.encode()).digest()
+        cached = self._cached(key)
+        if cached is not None:
+            return cached
+        caller, exp = self._verify(token)
+        until = min(exp, self._clock() + CACHE_SECONDS)
+        with self._mutex:
+            self._cache[key] = (caller, until)
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return caller
+
+    def _cached(self, key: bytes) -> Caller | None:
+        mtime: float | None = None
+        if self._options.jwks_file:
+            try:
+                mtime = os.stat(self._options.jwks_file).st_mtime
+            except OSError:
+                mtime = -1.0  # gone: nothing cached stands (the check itself will refuse)
+        now = self._clock()
+        with self._mutex:
+            if mtime != self._cache_mtime:
+                self._cache.clear()
+                self._cache_mtime = mtime
+                return None
+            found = self._cache.get(key)
+            if found is None:
+                return None
+            if now >= found[1]:
+                del self._cache[key]
+                return None
+            self._cache.move_to_end(key)
+            return found[0]
+
+    def _verify(self, token: str) -> tuple[Caller, float]:
+        """The token's caller and its ``exp``, checked in full."""
         o = self._options
         try:
             header = jwt.get_unverified_header(token)
@@ -160,7 +224,7 @@ class TokenVerifier:
             raise _invalid(f"the token is invalid: {exc}") from None
         except (OSError, ValueError) as exc:
             raise _invalid(f"the token cannot be verified: {exc}") from None
-        return caller_from_claims(claims)
+        return caller_from_claims(claims), float(claims["exp"])
 
     async def verify_async(self, token: str) -> Caller:
         if self.fetches_keys:

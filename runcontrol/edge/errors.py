@@ -97,6 +97,7 @@ STATUS: Mapping[type[errors.RunControlError], Status] = {
     E.ToolCallExpired: Status(410, "FAILED_PRECONDITION"),  # its result can never be stored
     E.BudgetReservationDenied: Status(409, "FAILED_PRECONDITION"),
     E.CapacityDenied: Status(429, "RESOURCE_EXHAUSTED"),
+    E.FlowDenied: Status(429, "RESOURCE_EXHAUSTED"),
     E.Draining: Status(503, "UNAVAILABLE"),  # did nothing; retry (retry_after seconds)
     # leaves that differ from their family
     E.IdempotencyConflict: Status(grpc="ALREADY_EXISTS"),

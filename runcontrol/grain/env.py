@@ -51,6 +51,9 @@ class GrainEnv:
     observers: list[Observer] = field(default_factory=list)
     # Credits a dispatch may lease its attempt to in the same commit (a run host's sessions).
     credits: Credits | None = None
+    # Told, after a commit, of the runs a ``cancel-oldest`` limit wants cancelled (tenant, run,
+    # reason, the run asking): a run host sends each a CancelRun through its router.
+    cancel_runs: Callable[[str, UUID, str, UUID], None] | None = None
     commits: GroupCommit = field(init=False)
 
     def __post_init__(self) -> None:

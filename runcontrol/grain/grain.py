@@ -13,13 +13,16 @@ from ..domain import (
     Attempt,
     CommandContext,
     Event,
+    FlowGate,
     LeaseGrant,
     PolicyDocument,
     RunAggregate,
     RunState,
     errors,
 )
+from ..domain.rates import Admission, Draw
 from ..sessions import Match, Offer
+from ..store import rates
 from ..store.commit import Reservation, StoredAnswer
 from .env import GrainEnv, log
 from .handlers import HANDLERS
@@ -46,11 +49,16 @@ class RunGrain:
         # The cached rows: None until loaded, and while a command decides on them.
         self.agg: RunAggregate | None = None
         self.memo = AnswerMemo(env.store, tenant_id, run_id, env.options.answer_retention_seconds)
-        # False while a command decides again after its dispatch met the tenant's capacity cap
-        # (checked by the statement, migration 0007): the step stays Pending for the sweep.
-        self.may_dispatch = True
+        # The concurrency keys (and the tenant's cap) the dispatching statement refused while
+        # the current command decides (migration 0017): deciding again, it holds the steps
+        # needing them. Emptied when a command starts deciding.
+        self.flow_denied: dict[tuple[str, str], dict[str, Any]] = {}
         # The fused grants the command deciding now made (``dispatch_due``): committed with it.
         self.fused: list[Fused] = []
+        # Rate reservations made for this run's next dispatches, by (step name, attempt
+        # number), until a commit dispatches or holds the step (a lost activation loses them:
+        # units taken and not used, never units used twice).
+        self.admits: dict[tuple[str, int], Admission] = {}
 
     @property
     def active(self) -> bool:
@@ -122,16 +130,55 @@ class RunGrain:
 
     def dispatch_due(self, agg: RunAggregate, ctx: CommandContext) -> Attempt | None:
         """Start every step due now (a graph's fan-out, in one statement: attempts, and the
-        timers of wait steps); answer the first attempt. Past the tenant's capacity cap the
-        statement dispatches none of them: they stay Pending for the dispatcher."""
+        timers of wait steps); answer the first attempt. A step needing a concurrency key (or
+        a slot of the tenant's cap) the statement refused is held (docs/flow-control.md)."""
         if agg.run.budget_reservation_id is None or not agg.dispatchable_steps(ctx.now):
             return None
-        if not self.may_dispatch:
-            return None  # denied capacity leaves the step Pending; the dispatcher retries
-        attempts = agg.start_ready(ctx)
+        gate = FlowGate(self.env.capacity.max_open_attempts_per_tenant, self.flow_denied)
+        attempts = agg.start_ready(ctx, gate, self.admits)
         for attempt in attempts:  # each to a credit waiting for its agent, if one is
             self._fuse(agg, ctx, attempt, agg.step(attempt.step_id).agent_id)
         return attempts[0] if attempts else None
+
+    def flow_committed(self, changes: Any) -> None:
+        """The commit is in: the holders a ``cancel-oldest`` limit displaces are cancelled."""
+        cancel = self.env.cancel_runs
+        if cancel is None:
+            return
+        for run_id, reason in changes.flow_cancel:
+            try:
+                cancel(self.tenant_id, run_id, reason, self.run_id)
+            except Exception:  # noqa: BLE001 - the committed command stands; the audit says
+                log.exception("cancelling run %s for cancel-oldest failed", run_id)
+
+    def refused_flow(self, denied: errors.FlowDenied) -> None:
+        """The statement refused a slot: decide again holding the steps that need it."""
+        found = dict(denied.details)
+        key = (str(found.get("name")), str(found.get("key")))
+        if key in self.flow_denied:
+            raise denied  # refused twice within one command: nothing more to hold
+        self.flow_denied[key] = found
+
+    async def reserve_rates(
+        self, wanted: Sequence[tuple[str, int, Sequence[Draw]]], now: datetime
+    ) -> None:
+        """Reserve each wanted dispatch's units (``RatesNeeded``), one short transaction each,
+        before the command decides again: a crash before its commit loses only the units."""
+        for name, number, draws in wanted:
+            self.admits[(name, number)] = await rates.reserve(
+                self.env.store, self.tenant_id, draws, now
+            )
+
+    def rates_committed(self, agg: RunAggregate) -> None:
+        """A commit is in: the reservations it dispatched or recorded on a held step are
+        spent; the others (a decision that did not reach the dispatch) wait for the next."""
+        if not self.admits:
+            return
+        spent: set[tuple[str, Any]] = {
+            (s.name, n) for s in agg.steps for n in range(1, agg.next_attempt_number(s))
+        }
+        spent |= {(s.name, s.held.get("attempt")) for s in agg.steps if s.held is not None}
+        self.admits = {k: v for k, v in self.admits.items() if k not in spent}
 
     def _fuse(self, agg: RunAggregate, ctx: CommandContext, attempt: Attempt, agent: str) -> None:
         """Lease the attempt just dispatched to a credit waiting for its agent, in the same
@@ -141,7 +188,13 @@ class RunGrain:
         if credits is None or run.state is not RunState.RUNNING or run.suspended_at is not None:
             return
         offer = Offer(
-            self.tenant_id, self.run_id, attempt.attempt_id, agent, attempt.dispatched_at, run.input
+            self.tenant_id,
+            self.run_id,
+            attempt.attempt_id,
+            agent,
+            attempt.dispatched_at,
+            run.input,
+            run.priority,
         )
         match = credits.reserve(offer)
         if match is None:

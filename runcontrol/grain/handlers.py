@@ -17,10 +17,12 @@ from ..commands import (
     ClaimToolCall,
     Command,
     CompleteToolCall,
+    ConsumeRateLimit,
     ControlResult,
     DecideApproval,
     DispatchRun,
     OpenAttempts,
+    RateConsumed,
     RenewLease,
     ReportOutcome,
     ReportProgress,
@@ -49,7 +51,9 @@ from ..domain import (
     ToolCallClaim,
     errors,
 )
+from ..domain.rates import Draw
 from ..domain.run import RESTORE_CHECK
+from ..store import rates
 from . import submission
 from .env import Plan
 from .retry import decide
@@ -259,6 +263,37 @@ async def complete_tool_call(g: RunGrain, c: CompleteToolCall) -> ToolCallClaim:
     )
 
 
+async def consume_rate_limit(g: RunGrain, c: ConsumeRateLimit) -> RateConsumed:
+    """Commit the report (its event, its answer), then move the bucket by its units: a resend
+    gets the stored answer and takes nothing again; a crash between the two loses the units
+    (a consumption is counted at most once, docs/flow-control.md)."""
+    policy = await g.pinned_policy()
+    options = g.env.options
+    made: list[tuple[Draw, RateConsumed]] = []
+
+    def decided(a: RunAggregate, x: CommandContext) -> RateConsumed:
+        draw = a.consume_rate(
+            x,
+            c.attempt_id,
+            c.holder,
+            c.fencing_token,
+            c.name,
+            c.units,
+            policy.rate_limits,
+            options,
+            lease_id=c.lease_id,
+        )
+        made[:] = [(draw, RateConsumed(c.name, draw.bucket, draw.units, x.now))]
+        return made[-1][1]
+
+    answer = await decide(g, Plan(decided, c.holder), c)
+    # Committed by this call only if the answer is the one its last decision made (a stored
+    # answer, this command committed before or by another activation, is a copy).
+    if made and answer is made[-1][1]:
+        await rates.consume(g.env.store, g.tenant_id, made[-1][0], answer.at)
+    return answer
+
+
 async def send_signal(g: RunGrain, c: SendSignal) -> SignalResult:
     """Keep the signal on its step; if the step waits, it succeeds and what it readied is
     dispatched in the same statement."""
@@ -374,6 +409,7 @@ HANDLERS: Mapping[type[Command[Any]], Handler] = {
     CompleteToolCall: complete_tool_call,
     DecideApproval: decide_approval,
     SendSignal: send_signal,
+    ConsumeRateLimit: consume_rate_limit,
     SuspendRun: suspend,
     ResumeRun: resume,
     RetryStep: retry_step,

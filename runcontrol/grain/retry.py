@@ -2,8 +2,8 @@
 
 A lost race (the version guard, or a deadlock between two activations) decides again once, on
 fresh rows, before answering ``ConcurrencyConflict``; a refusal decided on the cache decides
-again on fresh rows only if the run changed since; a dispatch past the tenant's capacity cap
-decides again without the dispatch (the step stays Pending for the dispatcher's sweep).
+again on fresh rows only if the run changed since; a dispatch refused a concurrency slot (or
+one of the tenant's cap) decides again holding the step (docs/flow-control.md).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..commands import Command, fingerprint
 from ..domain import AuditRecord, errors
+from ..domain.rates import RatesNeeded
 from ..store.commit import (
     PendingCommit,
     Reservation,
@@ -34,7 +35,7 @@ async def decide(
 ) -> T:
     """Decide ``plan`` on the run and commit it with its answer. ``reserve``: the budget
     reservation the plan records, made by the same statement."""
-    grain.may_dispatch = True
+    grain.flow_denied = {}
     try:
         return await _decide(grain, plan, command, reserve)
     finally:
@@ -58,6 +59,11 @@ async def _decide(
             return stored  # type: ignore[no-any-return]
         try:
             result = plan.decide(agg, ctx)
+        except RatesNeeded as needed:
+            # A rate-limited step meets its dispatch: reserve, then decide again on fresh rows
+            # (the plan changed these before it stopped).
+            await grain.reserve_rates(needed.wanted, ctx.now)
+            continue
         except errors.RunControlError:
             # Only a refusal decided on the cache may be stale: decide again on fresh rows
             # (which also finds this command's answer if another activation committed
@@ -84,7 +90,6 @@ async def _decide(
             answer=answer,
             also_answers=grain.fused_answers(),
             reserve=reserved,
-            max_open_attempts=env.capacity.max_open_attempts_per_tenant,
         )
         if pending is not None:
             try:
@@ -94,14 +99,14 @@ async def _decide(
                     retries -= 1
                     continue
                 raise
-            except errors.CapacityDenied:
-                if not grain.may_dispatch:
-                    raise
-                grain.may_dispatch = False  # decide again without the dispatch
+            except errors.FlowDenied as denied:
+                grain.refused_flow(denied)  # decide again holding what needs the key
                 continue
             grain.memo.remember(answer)
             grain.observe(agg, pending.changes.events)
             grain.fused_committed()
+            grain.flow_committed(pending.changes)
+            grain.rates_committed(agg)
         grain.agg = agg
         return result
 

@@ -26,6 +26,8 @@ from ..domain import (
     canonical_hash,
     errors,
 )
+from ..domain.access import may_set_priority, scopes_of
+from ..domain.rates import RatesNeeded
 from ..store.commit import DuplicateSubmission, Reservation, StoredAnswer, prepare
 from .env import Plan
 from .retry import commit, decide
@@ -49,6 +51,10 @@ async def accept(grain: RunGrain, command: SubmitRun, also: Also | None = None) 
         raise errors.Forbidden("the grain's tenant differs from the caller's")
     if not request.idempotency_key:
         raise errors.ValidationFailed("an Idempotency-Key is required")
+    # The edge checks the token's scopes too; this holds for every caller of the grain.
+    priority = request.priority  # the roles' scopes are computed only for a raised one
+    if priority > 3 and not may_set_priority(principal.roles, scopes_of(principal.roles), priority):
+        raise errors.Forbidden("a priority above 3 needs a role that operates runs")
     input_hash = canonical_hash(request.canonical_payload())
     try:
         release = await env.releases.resolve(
@@ -79,8 +85,9 @@ async def accept(grain: RunGrain, command: SubmitRun, also: Also | None = None) 
         limits=request.limits,
         correlation_id=request.correlation_id,
         input=request.input,
+        priority=request.priority,
     )
-    grain.may_dispatch = True
+    grain.flow_denied = {}
     try:
         return await _accept_loop(
             grain, command, submission, release, policy, ctx, input_hash, also
@@ -110,7 +117,16 @@ async def _accept_loop(
         if denied is None:
             reserve = grain.reservation(agg, ctx.now)
             agg.record_budget_reservation(reserve.reservation_id)
-            grain.dispatch_due(agg, ctx)
+            try:
+                grain.dispatch_due(agg, ctx)
+            except RatesNeeded as needed:  # the first steps draw on rate limits
+                # A resend whose first commit landed takes no units: look before reserving
+                # (a read that only rate-limited submissions pay).
+                key = (submission.project_id, submission.idempotency_key)
+                if await env.store.run_id_for_key(grain.tenant_id, *key) is not None:
+                    return await resubmitted(grain, command, input_hash, ctx.now)
+                await grain.reserve_rates(needed.wanted, ctx.now)
+                continue
         else:
             agg.deny_budget(ctx, denied)
         run = agg.run
@@ -132,7 +148,6 @@ async def _accept_loop(
             answer=answer,
             also_answers=grain.fused_answers(),
             reserve=reserve,
-            max_open_attempts=env.capacity.max_open_attempts_per_tenant,
         )
         assert pending is not None  # a new run always has rows to write
         try:
@@ -142,10 +157,8 @@ async def _accept_loop(
                 raise
             denied = str(refused)  # the run is accepted as failed: PolicyDenied
             continue
-        except errors.CapacityDenied:
-            if not grain.may_dispatch:
-                raise
-            grain.may_dispatch = False  # accepted; its first step waits for capacity
+        except errors.FlowDenied as busy:
+            grain.refused_flow(busy)  # accepted; its first step is held for the slot
             continue
         except DuplicateSubmission:
             return await resubmitted(grain, command, input_hash, ctx.now)
@@ -155,6 +168,8 @@ async def _accept_loop(
     grain.memo.loaded(set())
     grain.memo.remember(answer)
     grain.fused_committed()
+    grain.flow_committed(pending.changes)
+    grain.rates_committed(agg)
     return result
 
 
@@ -243,6 +258,7 @@ async def rerun(grain: RunGrain, c: RerunRun) -> SubmitResult:
         limits=run.limits,
         environment_id=run.environment_id,
         correlation_id=run.correlation_id,
+        priority=run.priority,
     )
     principal = dataclasses.replace(c.principal, project_id=run.project_id)
     command = SubmitRun(

@@ -8,6 +8,7 @@ from typing import Any, Protocol
 from sqlalchemy import Connection, func, select, text
 
 from ..domain import ExpiryAction, PolicyDocument, Role, SideEffectClass, errors
+from ..domain.rates import RateLimits
 from ..store.commit import Store
 from ..store.database import Database
 from ..store.notify import Listener
@@ -25,7 +26,7 @@ class PolicyStore(Protocol):
 
 
 def document_to_dict(doc: PolicyDocument) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "approvalRequiredFor": sorted(str(c) for c in doc.approval_required_for),
         "approverRoles": sorted(str(r) for r in doc.approver_roles),
         "requiredApprovals": doc.required_approvals,
@@ -34,11 +35,15 @@ def document_to_dict(doc: PolicyDocument) -> dict[str, Any]:
         "expiryAction": str(doc.expiry_action),
         "maxReRequests": doc.max_re_requests,
     }
+    # Absent rather than null: a revision without rate limits keeps its document as before.
+    if doc.rate_limits is not None:
+        out["rateLimits"] = doc.rate_limits.to_dict()
+    return out
 
 
 # A field a document leaves out takes the built-in policy's value.
 _DEFAULTS = document_to_dict(PolicyDocument("x", "0"))
-FIELDS = frozenset(_DEFAULTS)
+FIELDS = frozenset({*_DEFAULTS, "rateLimits"})
 
 
 def document_from_dict(policy_id: str, revision: str, data: dict[str, Any]) -> PolicyDocument:
@@ -77,6 +82,9 @@ def document_from_dict(policy_id: str, revision: str, data: dict[str, Any]) -> P
             expiry_hours=expiry_hours,
             expiry_action=ExpiryAction(data.get("expiryAction", "fail")),
             max_re_requests=_count(data, "maxReRequests", 3),
+            rate_limits=(
+                None if data.get("rateLimits") is None else RateLimits.from_dict(data["rateLimits"])
+            ),
         )
     except (ValueError, TypeError) as exc:
         raise errors.ValidationFailed(f"invalid policy document: {exc}") from None

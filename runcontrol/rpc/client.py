@@ -123,7 +123,12 @@ class GrpcWorkerClient:
         if not response.granted:
             return None
         lease = response.lease
-        return Claim(LEASE.decode(lease), lease.tenant_id, json_object(lease.input_json))
+        return Claim(
+            LEASE.decode(lease),
+            lease.tenant_id,
+            json_object(lease.input_json),
+            json_object(response.results_json) or {},
+        )
 
     async def watch(
         self, tenant_id: str, run_id: UUID, after_seq: int = 0, *, wait_s: float = 20.0

@@ -42,7 +42,7 @@ from ..store import Database
 from ..store import queries as q
 from ..store.tables import runs
 from . import sessions
-from .codec import Codec, uuid_field
+from .codec import Codec, json_text, uuid_field
 from .status import DETAILS_KEY, rich_status
 from .table import (
     NAMED_ACQUIRE,
@@ -199,7 +199,8 @@ class RunControlRpc:
         if claim is None:
             return pb.AcquireLeaseResponse(granted=False)
         lease = lease_message(claim.grant, claim.tenant_id, claim.input)
-        return pb.AcquireLeaseResponse(granted=True, lease=lease)
+        results = json_text(dict(claim.results)) if claim.results else ""
+        return pb.AcquireLeaseResponse(granted=True, lease=lease, results_json=results)
 
     async def _named(
         self, worker: WorkerIdentity, named: pb.NamedAttempt, command_id: str

@@ -23,6 +23,8 @@ from ..commands import (
     ClaimToolCall,
     Command,
     CompleteToolCall,
+    ConsumeRateLimit,
+    RateConsumed,
     RenewLease,
     ReportOutcome,
     ReportProgress,
@@ -49,6 +51,7 @@ APPROVAL = Codec(ApprovalRequest, pb.Approval)
 PROGRESS_ACK = Codec(ProgressAck, pb.ReportProgressResponse)
 TOOL_CALL = Codec(ToolCallClaim, pb.ToolCallResponse)
 SIGNAL = Codec(SignalResult, pb.SendSignalResponse)
+RATE_CONSUMED = Codec(RateConsumed, pb.ConsumeRateLimitResponse)
 # Event.body, the typed payload, is memory only: the wire carries the payload it serialises to.
 EVENT = Codec(Event, pb.RunEvent, rename={"event_type": "type"}, supplied=("body",))
 
@@ -196,6 +199,8 @@ RPCS: tuple[Rpc, ...] = (
     Rpc("Exchange", *_messages("Exchange"), RUNTIME),
     # Not a worker's call: input from outside for a signal step (the roles that submit).
     Rpc("SendSignal", *_messages("SendSignal"), RUNS_WRITE),
+    # The lease holder's usage of a named rate limit (issue 21): fenced like progress.
+    command_rpc("ConsumeRateLimit", ConsumeRateLimit, RATE_CONSUMED),
 )
 
 BY_COMMAND: Mapping[type[Command[Any]], Rpc] = {c: r for r in RPCS for c in r.commands}

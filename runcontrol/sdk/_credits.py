@@ -3,8 +3,9 @@
 A free slot is one *credit* (a claim id) offered to exactly one host at a time, so no slot is
 ever granted twice (``runcontrol.session``). A new credit goes where work waits: the host the
 slot's last attempt came from (whose commit of that attempt's outcome may grant the next step
-to it at once), else the host whose backlog most exceeds the credits offered there, else the
-host with the fewest. Idle credits move towards hosts whose ``backlog`` says they dispatched
+to it at once) unless another host has attempts waiting and no slot of this worker at all,
+else the host whose backlog most exceeds the credits offered there, else the host with the
+fewest. Idle credits move towards hosts whose ``backlog`` says they dispatched
 attempts that no credit has taken: a move is a withdrawal from one host, and an offer to the
 other once the first certainly did not grant it, under a new claim id.
 
@@ -222,6 +223,24 @@ class CreditBook:
                 moves.append(Move(slot.credit.claim_id, slot.host, target))
         return moves
 
+    def _starved(self, exclude: int) -> int | None:
+        """An open host with attempts waiting and no slot of this worker there (offered,
+        working there, or on its way). Slots keep to the host of their last attempt, and only
+        idle credits move: without this, a host whose credits all left while both hosts had
+        a backlog got none until the other's drained (measured: 17.7 s without a grant, a
+        tenant's one run waiting all that time; ``bench.fairness``)."""
+        for host in self._open():
+            if host != exclude and self.backlog[host] > 0 and not self._serving(host):
+                return host
+        return None
+
+    def _serving(self, host: int) -> bool:
+        return any(
+            (s.state in (SlotState.OFFERED, SlotState.BUSY) and s.host == host)
+            or (s.state is SlotState.MOVING and s.target == host)
+            for s in self.slots
+        )
+
     def _moving_to(self, host: int) -> int:
         return sum(1 for s in self.slots if s.state is SlotState.MOVING and s.target == host)
 
@@ -236,7 +255,8 @@ class CreditBook:
 
     def _best_host(self, last: int | None) -> int:
         if last is not None and last < self.hosts and last not in self.draining:
-            return last
+            starved = self._starved(exclude=last)
+            return last if starved is None else starved
         return max(
             self._open(),
             key=lambda h: (self.backlog[h] - self._incoming(h), -self._incoming(h), -h),

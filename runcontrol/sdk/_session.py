@@ -207,7 +207,15 @@ class HostSession:
             replace(c, resent=True) if c.claim_id in self._uncertain else c
             for c in self.credits.values()
         ]
-        if self._closing_seq is not None or self._queue:
+        if (
+            self._closing_seq is not None
+            or self._queue
+            or self._withdrawing
+            or self._withdraw_when_answered
+        ):
+            # The worker waits for this answer (a command's, or a withdrawal's, which is no
+            # news to the host: as a long poll it would hold a credit's move or a stop for
+            # the whole wait).
             wait = 0.0
         elif self.credits or not self._probing():
             wait = self.wait_s

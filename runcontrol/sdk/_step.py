@@ -18,7 +18,15 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 from ..clock import Clock
-from ..commands import ClaimToolCall, Command, CompleteToolCall, ReportProgress, RequestApproval
+from ..commands import (
+    ClaimToolCall,
+    Command,
+    CompleteToolCall,
+    ConsumeRateLimit,
+    RateConsumed,
+    ReportProgress,
+    RequestApproval,
+)
 from ..domain import (
     ApprovalState,
     ProgressAck,
@@ -208,6 +216,9 @@ class AttemptContext:
             return
         raise errors.RunControlError("progress numbering did not settle")
 
+    async def consume(self, name: str, units: float) -> RateConsumed:
+        return await self.fenced_send(ConsumeRateLimit(**self.fenced(), name=name, units=units))
+
     async def tool_call(self, call_id: str, request: Any) -> ToolCallClaim:
         return await self.fenced_send(
             ClaimToolCall(**self.fenced(), call_id=call_id, request_hash=canonical_hash(request))
@@ -296,6 +307,12 @@ class Step(_StepBase):
         """Report progress (a ``ProgressReported`` event clients see), in order, once each."""
         await self._attempt.progress(text, data)
 
+    async def consume(self, name: str, units: float) -> RateConsumed:
+        """Report ``units`` of the named rate limit ``name`` this attempt used (model tokens,
+        say): the tenant's bucket moves by them, so later dispatches drawing on it wait
+        (units / rate). Once per call, whatever the resends."""
+        return await self._attempt.consume(name, units)
+
     async def tool_call(self, call_id: str, request: Any) -> AsyncToolCall:
         """Claim tool call ``call_id`` (one per run) before its side effect: run it only if
         the answer ``proceed``s, then ``complete`` it with its result."""
@@ -320,6 +337,9 @@ class SyncStep(_StepBase):
 
     def progress(self, text: str | None = None, data: dict[str, Any] | None = None) -> None:
         self._attempt.blocking(self._attempt.progress(text, data))
+
+    def consume(self, name: str, units: float) -> RateConsumed:
+        return self._attempt.blocking(self._attempt.consume(name, units))
 
     def tool_call(self, call_id: str, request: Any) -> SyncToolCall:
         claim = self._attempt.blocking(self._attempt.tool_call(call_id, request))

@@ -367,15 +367,34 @@ class _Loop:
             if result is None:
                 return
             outcome, failure_class, outcome_hash, value = result
-            await attempt.send(
-                ReportOutcome(
-                    **attempt.fenced(),
-                    outcome=outcome,
-                    failure_class=failure_class,
-                    outcome_hash=outcome_hash,
-                    result=value,
+            try:
+                await attempt.send(
+                    ReportOutcome(
+                        **attempt.fenced(),
+                        outcome=outcome,
+                        failure_class=failure_class,
+                        outcome_hash=outcome_hash,
+                        result=value,
+                    )
                 )
-            )
+            except errors.ResultTooLarge as refused:
+                # Nothing was stored and the attempt is still open: settle it now, as Failed
+                # (validation, not retried: a new attempt would return as much), rather than
+                # leave it to its lease's expiry and the same refusal on every retry.
+                log.error(
+                    "attempt %s: its result was refused (%s): reporting it Failed (validation); "
+                    "return a smaller result, or store it elsewhere and report a result_ref",
+                    lease.attempt_id,
+                    refused,
+                )
+                outcome = AttemptOutcome.FAILED
+                await attempt.send(
+                    ReportOutcome(
+                        **attempt.fenced(),
+                        outcome=outcome,
+                        failure_class=FailureClass.VALIDATION,
+                    )
+                )
             if outcome is AttemptOutcome.SUCCEEDED:
                 self.worker.completed += 1
         except LeaseGone as exc:

@@ -15,7 +15,7 @@ from enum import Enum
 from typing import Any
 from uuid import UUID
 
-from ..commands import ControlResult, SignalResult, SubmitResult, WakeResult
+from ..commands import ControlResult, RateConsumed, SignalResult, SubmitResult, WakeResult
 from ..domain import ApprovalRequest, Attempt, LeaseGrant, ProgressAck, ToolCallClaim
 
 ANSWER_TYPES: dict[str, type[Any]] = {
@@ -30,6 +30,7 @@ ANSWER_TYPES: dict[str, type[Any]] = {
         ToolCallClaim,
         ControlResult,
         SignalResult,
+        RateConsumed,
     )
 }
 

@@ -26,6 +26,7 @@ from sqlalchemy import Table
 
 from ..domain import AuditRecord, Options, RunAggregate, errors
 from ..domain.events import AttemptDispatched, AttemptResumed
+from ..domain.flow import lock_order
 from . import answers, rows
 from .notify import libpq_url
 from .tables import (
@@ -59,6 +60,7 @@ _SET_TENANT = "SELECT set_config('runcontrol.tenant_id', %s, true)"
 _LOST_RACE = frozenset({"RC409", "40P01", "40001"})
 _BUDGET_DENIED = "RC402"
 _CAPACITY_DENIED = "RC429"
+_FLOW_DENIED = "RC430"
 # A JSON-escaped NUL (an even run of backslashes, then \u0000): not a literal "\u0000" in text.
 _NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
@@ -125,14 +127,14 @@ def prepare(
     answer: StoredAnswer | None = None,
     also_answers: Sequence[StoredAnswer] = (),
     reserve: Reservation | None = None,
-    max_open_attempts: int | None = None,
 ) -> PendingCommit | None:
     """The document committing what the aggregate recorded since its last commit, or None when
     it recorded nothing. ``release_budget_at``: the statement also releases the run's budget
     reservation (migration 0004); ``answer``: it stores the command's answer (0006), and
     ``also_answers`` those of the grants the command made (fused grants);
-    ``reserve``: it makes the run's budget reservation (0007); ``max_open_attempts``: a
-    dispatch it makes is refused (``CapacityDenied``) past the tenant's cap (0007)."""
+    ``reserve``: it makes the run's budget reservation (0007). The slots its dispatches need
+    (concurrency keys, the tenant's cap) are taken or refused (``FlowDenied``) by the same
+    statement, and its held steps queued (0017)."""
     changes = agg.take_changes()
     if changes.empty:
         return None
@@ -179,8 +181,13 @@ def prepare(
                 resumed.add(e.body.agent_id)
         if dispatched | resumed:
             doc["notify_agents"] = sorted(dispatched | resumed)
-        if dispatched and max_open_attempts is not None:
-            doc["capacity"] = max_open_attempts
+    if changes.flow:
+        # in one order across statements: two documents take the keys' locks alike
+        doc["flow"] = sorted(changes.flow, key=lock_order)
+    if changes.flow_wait:
+        doc["flow_wait"] = sorted(changes.flow_wait, key=lock_order)
+    if "mode" in doc and any(s.held is not None for s in agg.steps):
+        doc["flow_held"] = True  # the statement keeps a promotion's reminder (0017)
     if changes.journal:
         doc["journal"] = [rows.journal_to_row(j) for j in changes.journal]
     if changes.audits:
@@ -234,6 +241,10 @@ def conclude(pending: PendingCommit, answer: Answer) -> None:
         raise errors.BudgetReservationDenied(message.splitlines()[0])
     if sqlstate == _CAPACITY_DENIED:
         raise errors.CapacityDenied(message.splitlines()[0])
+    if sqlstate == _FLOW_DENIED:
+        first = message.splitlines()[0]
+        found = orjson.loads(first[first.index("{") :])
+        raise errors.FlowDenied(first, **found)
     try:
         error_class: type[psycopg.Error] = psycopg.errors.lookup(sqlstate)
     except KeyError:  # a code psycopg does not know (e.g. a new RCxxx of ours)
@@ -310,6 +321,8 @@ class Store:
         self.statements_sent = 0
         self.documents_sent = 0
         self.reads = 0
+        # other autocommit statements (a rate limit's reservation or consumption)
+        self.calls = 0
 
     async def open(self) -> None:
         if self._open:
@@ -440,6 +453,21 @@ class Store:
     async def run_id_for_key(self, tenant_id: str, project_id: str, key: str) -> UUID | None:
         found = await self.rows(tenant_id, _KEY, (tenant_id, project_id, key))
         return None if not found else UUID(str(found[0]["run_id"]))
+
+    async def call(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        """One autocommit statement (its own short transaction: a function that sets the
+        tenant itself, as ``runcontrol_apply`` does), answering its rows."""
+        self.calls += 1
+        try:
+            async with await self._conn() as conn, conn.cursor(row_factory=dict_row) as cur:
+                await cur.execute(sql, params)
+                found: list[dict[str, Any]] = await cur.fetchall()
+                return found
+        except psycopg.OperationalError as exc:
+            await self._lost()
+            raise errors.Unavailable("the database connection was lost") from exc
+        except PoolTimeout as exc:
+            raise errors.Unavailable("no database connection is free") from exc
 
     async def send(self, docs: list[str]) -> list[Answer]:
         """Commit ``runcontrol_apply`` documents as one autocommit statement, one

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,9 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import ConnectionPoolEntry
 
+from . import schema
+from .schema import SchemaMismatch, SchemaVersion
+
 APP_ROLE = "runcontrol_app"
 SYSTEM_ROLE = "runcontrol_system"
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
@@ -24,13 +28,16 @@ _SET_TENANT = text("SELECT set_config('runcontrol.tenant_id', :tenant, true)")
 _SET_PROJECT = text("SELECT set_config('runcontrol.project_id', :project, true)")
 
 
-class SchemaMismatch(RuntimeError):
-    """The database's schema revision is not the one this code was written for."""
+__all__ = ["APP_ROLE", "SYSTEM_ROLE", "Database", "SchemaMismatch", "role_url"]
 
 
-def _alembic_config() -> Config:
+def _alembic_config(more_versions: Sequence[Path] = ()) -> Config:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
+    if more_versions:
+        cfg.set_main_option("path_separator", "os")
+        locations = (MIGRATIONS / "versions", *more_versions)
+        cfg.set_main_option("version_locations", os.pathsep.join(str(p) for p in locations))
     return cfg
 
 
@@ -111,39 +118,49 @@ class Database:
             self._system = create_engine(self.system_url, pool_size=4, pool_pre_ping=True)
         return self._system
 
-    def migrate(self, revision: str = "head") -> None:
-        """Bring the schema, roles and policies to ``revision`` (idempotent)."""
+    def migrate(self, revision: str = "head", *, more_versions: Sequence[Path] = ()) -> None:
+        """Bring the schema, roles and policies to ``revision`` (idempotent), and record which
+        code may still run on it (``store/schema.py``). On a schema newer than every revision
+        this code knows (a newer release migrated it), nothing is migrated: it is checked to
+        keep this release working, or ``SchemaMismatch``. ``more_versions``: directories of
+        further migrations, after the shipped ones (a site's own; a test's)."""
         engine = create_engine(self.owner_url, poolclass=None)
         try:
             with engine.begin() as conn:
                 # Serialise concurrent migrators (several processes starting at once).
                 conn.execute(text("SELECT pg_advisory_xact_lock(72616001)"))
-                cfg = _alembic_config()
+                cfg = _alembic_config(more_versions)
+                scripts = ScriptDirectory.from_config(cfg)
+                known = schema.chain(scripts)
+                found = schema.read_version(conn)
+                if found.revision is not None and found.revision not in known:
+                    schema.check(known, found)
+                    return
                 cfg.attributes["connection"] = conn
                 cfg.attributes["role_password"] = self.role_password
                 command.upgrade(cfg, revision)
+                schema.record(conn, scripts)
         finally:
             engine.dispose()
 
-    def schema_revision(self) -> str | None:
-        """The database's schema revision, read as the system role; None when it cannot be read
-        (no schema yet)."""
-        try:
-            with self.system.connect() as conn:
-                return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
-        except sa_exc.ProgrammingError:
-            return None
+    def schema_version(self, engine: Engine | None = None) -> SchemaVersion:
+        """The database's revision and compatibility marker, read as the system role (or on
+        ``engine``: an API replica's app role)."""
+        with (engine or self.system).connect() as conn:
+            return schema.read_version(conn)
 
-    def require_current_schema(self) -> None:
-        """Refuse to run on a schema older (or newer) than this code's: a document written for
-        a newer ``runcontrol_apply`` would lose what an older one ignores."""
-        needed = ScriptDirectory.from_config(_alembic_config()).get_current_head()
-        found = self.schema_revision()
-        if found != needed:
-            raise SchemaMismatch(
-                f"the database schema is at revision {found or 'unknown'}, "
-                f"and this release needs {needed}: migrate it first (`runcontrol db`)"
-            )
+    def schema_revision(self) -> str | None:
+        """The database's schema revision, read as the system role; None when there is no
+        schema yet."""
+        return self.schema_version().revision
+
+    def require_compatible_schema(self, engine: Engine | None = None) -> None:
+        """Refuse (``SchemaMismatch``, one line) to run on a schema older than this code's, or
+        on a newer one whose marker says this code may not run on it: a document written for
+        a newer ``runcontrol_apply`` would lose what an older one ignores, and an older
+        release's would lose what a newer, incompatible schema requires. ``engine``: read
+        on it (default: the system role's)."""
+        schema.check(schema.shipped_revisions(str(MIGRATIONS)), self.schema_version(engine))
 
     @contextmanager
     def tenant(self, tenant_id: str, *, project_id: str | None = None) -> Iterator[Connection]:

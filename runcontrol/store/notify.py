@@ -29,6 +29,12 @@ class Listener:
     fatal because every waiter re-queries the store after waking or timing out. A
     notification wakes only the waiters of its payload (and those of every payload, ``*``):
     one connection can feed thousands of waiters, each woken by its own run's commits only.
+
+    ``idle_s``: listen only while someone waits. The connection is opened by the first
+    ``wait`` and closed once nobody has waited for ``idle_s`` seconds, so a process that
+    nobody watches through it is not sent every commit's NOTIFY (issue 24: the run hosts'
+    claimers and event watchers). Each (re)start bumps the generation, so a waiter that took
+    ``since`` while nothing listened wakes once and re-queries instead of missing a commit.
     """
 
     def __init__(
@@ -39,6 +45,7 @@ class Listener:
         application_name: str = "runcontrol-listener",
         reconnect_base_s: float = 0.2,
         reconnect_cap_s: float = 10.0,
+        idle_s: float | None = None,
     ) -> None:
         self._url = libpq_url(url)
         self._channels = channels
@@ -55,13 +62,34 @@ class Listener:
         # True while a connection listens: only then does an unchanged generation prove that
         # nothing was notified (a cache keyed on it may be trusted: runcontrol/ports/cache.py).
         self.listening = False
+        self._idle_s = idle_s
+        self._idle_timer: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
         """Listen from now on (on the running loop); ``wait`` starts it too."""
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
 
+    def _stop_when_idle(self) -> None:
+        if self._idle_s is None or self._waiters:
+            return
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        self._idle_timer = asyncio.get_running_loop().call_later(self._idle_s, self._stop_if_idle)
+
+    def _stop_if_idle(self) -> None:
+        self._idle_timer = None
+        if self._waiters or self._task is None:
+            return
+        self._task.cancel()  # its connection closes: no more NOTIFYs for this process
+        self._task = None
+        self.listening = False
+        self._epoch += 1  # nothing sent from now on is seen
+
     async def close(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -137,20 +165,23 @@ class Listener:
         """Return True when a notification newer than ``since`` arrives (or came already),
         False after ``timeout`` without one."""
         self.start()
-        if self.generation(channel, payloads) != since:
-            return True
-        waiter = asyncio.get_running_loop().create_future()
-        keys = [(channel, p) for p in payloads or ("*",)]
-        for key in keys:
-            self._waiters[key].add(waiter)
         try:
-            await asyncio.wait({waiter}, timeout=timeout)
-        finally:
-            waiter.cancel()  # a no-op once woken
+            if self.generation(channel, payloads) != since:
+                return True
+            waiter = asyncio.get_running_loop().create_future()
+            keys = [(channel, p) for p in payloads or ("*",)]
             for key in keys:
-                waiting = self._waiters.get(key)
-                if waiting is not None:
-                    waiting.discard(waiter)
-                    if not waiting:
-                        del self._waiters[key]
-        return self.generation(channel, payloads) != since
+                self._waiters[key].add(waiter)
+            try:
+                await asyncio.wait({waiter}, timeout=timeout)
+            finally:
+                waiter.cancel()  # a no-op once woken
+                for key in keys:
+                    waiting = self._waiters.get(key)
+                    if waiting is not None:
+                        waiting.discard(waiter)
+                        if not waiting:
+                            del self._waiters[key]
+            return self.generation(channel, payloads) != since
+        finally:
+            self._stop_when_idle()

@@ -17,8 +17,9 @@ from enum import Enum
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import ColumnElement, Connection, and_, cast, func, select, tuple_, update
+from sqlalchemy import ColumnElement, Connection, and_, cast, func, select, text, tuple_, update
 
+from ..domain.flow import CAPACITY_NAME, held_label
 from .tables import (
     approval_requests,
     attempt_results,
@@ -94,6 +95,7 @@ RUN_SUMMARY = _fields(
         "suspended_at",
         "result_hash",
         "result_bytes",
+        "priority",
     ),
     {"event_seq": "lastEventSeq"},
 )
@@ -114,6 +116,7 @@ STEP = _fields(
         "kind",
         "wait",
         "due_at",
+        "held",
     )
 )
 ATTEMPT = _fields(
@@ -191,7 +194,11 @@ def get_run(
         attempt["lease"] = None if lease is None else _view(lease, LEASE)
         by_step.setdefault(m["step_id"], []).append(attempt)
     view["steps"] = [
-        {**_view(r._mapping, STEP), "attempts": by_step.get(r.step_id, [])}
+        {
+            **_view(r._mapping, STEP),
+            "heldReason": held_label(r._mapping["held"]),
+            "attempts": by_step.get(r.step_id, []),
+        }
         for r in conn.execute(
             select(steps).where(steps.c.run_id == run_id).order_by(steps.c.ordinal)
         )
@@ -364,6 +371,14 @@ def due_runs(conn: Connection, now: datetime, limit: int = 500) -> list[RunKey]:
     return [(r.tenant_id, r.run_id) for r in rows]
 
 
+def next_due_after(conn: Connection, now: datetime) -> datetime | None:
+    """The earliest reminder still ahead of ``now`` (the first entry of ix_runs_due)."""
+    found: datetime | None = conn.execute(
+        select(func.min(runs.c.next_due_at)).where(runs.c.next_due_at > now)
+    ).scalar_one()
+    return found
+
+
 def expired_leases(
     conn: Connection, now: datetime, grace_seconds: float, limit: int = 500
 ) -> list[RunKey]:
@@ -404,31 +419,63 @@ def expired_approvals(conn: Connection, now: datetime, limit: int = 500) -> list
 
 
 def claimable(
-    conn: Connection, agent_ids: Sequence[str], limit: int = 10
+    conn: Connection, agent_ids: Sequence[str], limit: int = 10, per_tenant: int | None = None
 ) -> list[tuple[str, UUID, UUID]]:
-    """Dispatched, unleased attempts for these agents, oldest first: (tenant, run, attempt)."""
+    """Dispatched, unleased attempts for these agents, the highest run priority first, then
+    the oldest: (tenant, run, attempt).
+
+    With ``per_tenant``: each tenant's first ``per_tenant`` of them in that order, by rank
+    (every tenant's first, in the order of their heads, then every tenant's second, ...), so
+    that one tenant's backlog cannot hide another's attempts from a claim that serves both (the
+    host picks the tenant: ``runcontrol.fairness``). A scan of the agents' dispatched attempts
+    (the claimable index), not of the first ``limit``."""
     condition = attempts.c.state == "Dispatched"
     if agent_ids:
         condition = and_(condition, attempts.c.agent_id.in_(list(agent_ids)))
     # A suspended run's attempts wait for its resumption (they would only be refused).
-    suspended = select(runs.c.run_id).where(
-        runs.c.run_id == attempts.c.run_id, runs.c.suspended_at.is_not(None)
-    )
-    rows = conn.execute(
-        select(attempts.c.tenant_id, attempts.c.run_id, attempts.c.attempt_id)
-        .where(condition, ~suspended.exists())
-        .order_by(attempts.c.dispatched_at)
-        .limit(limit)
-    )
-    return [(r.tenant_id, r.run_id, r.attempt_id) for r in rows]
+    condition = and_(condition, runs.c.suspended_at.is_(None))
+    joined = attempts.join(runs, runs.c.run_id == attempts.c.run_id)
+    columns = (attempts.c.tenant_id, attempts.c.run_id, attempts.c.attempt_id)
+    if per_tenant is None:
+        query = (
+            select(*columns)
+            .select_from(joined)
+            .where(condition)
+            .order_by(runs.c.priority.desc(), attempts.c.dispatched_at)
+            .limit(limit)
+        )
+    else:
+        rank = func.row_number().over(
+            partition_by=attempts.c.tenant_id,
+            order_by=(runs.c.priority.desc(), attempts.c.dispatched_at),
+        )
+        ranked = (
+            select(
+                *columns,
+                runs.c.priority,
+                attempts.c.dispatched_at,
+                rank.label("rank"),
+            )
+            .select_from(joined)
+            .where(condition)
+            .subquery()
+        )
+        query = (
+            select(ranked.c.tenant_id, ranked.c.run_id, ranked.c.attempt_id)
+            .where(ranked.c.rank <= per_tenant)
+            .order_by(ranked.c.rank, ranked.c.priority.desc(), ranked.c.dispatched_at)
+            .limit(limit)
+        )
+    return [(r.tenant_id, r.run_id, r.attempt_id) for r in conn.execute(query)]
 
 
 def leasable(
     conn: Connection, dispatched_before: datetime, limit: int = 256
-) -> list[tuple[str, UUID, UUID, str, datetime, dict[str, Any] | None]]:
-    """Dispatched attempts of running, unsuspended runs, oldest first, with their run's input:
-    (tenant, run, attempt, agent, dispatched at, input). A run host's session sweep: the
-    attempts no host's own commits handed to its book (a restart, a drain)."""
+) -> list[tuple[str, UUID, UUID, str, datetime, dict[str, Any] | None, int]]:
+    """Dispatched attempts of running, unsuspended runs, oldest first, with their run's input
+    and priority: (tenant, run, attempt, agent, dispatched at, input, priority). A run host's
+    session sweep: the attempts no host's own commits handed to its book (a restart, a
+    drain)."""
     rows = conn.execute(
         select(
             attempts.c.tenant_id,
@@ -437,6 +484,7 @@ def leasable(
             attempts.c.agent_id,
             attempts.c.dispatched_at,
             runs.c.input,
+            runs.c.priority,
         )
         .join(runs, runs.c.run_id == attempts.c.run_id)
         .where(
@@ -449,7 +497,8 @@ def leasable(
         .limit(limit)
     )
     return [
-        (r.tenant_id, r.run_id, r.attempt_id, r.agent_id, r.dispatched_at, r.input) for r in rows
+        (r.tenant_id, r.run_id, r.attempt_id, r.agent_id, r.dispatched_at, r.input, r.priority)
+        for r in rows
     ]
 
 
@@ -515,21 +564,27 @@ def stalled_attempts(
     return [(r[0], r[1], int(r[2]), r[3]) for r in rows]
 
 
-def unpublished(conn: Connection, limit: int = 500) -> list[dict[str, Any]]:
-    """The oldest unpublished outbox rows, locked so a second relay skips them."""
-    rows = conn.execute(
-        select(outbox)
+def take_unpublished(conn: Connection, now: datetime, limit: int = 500) -> list[dict[str, Any]]:
+    """Mark the oldest unpublished outbox rows published at ``now`` and answer them, oldest
+    first: one ``UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED) ... RETURNING``, so a
+    second relay skips them. The mark is the caller's transaction's: if it does not commit (a
+    sink failed, the relay died after its sinks had the events) the rows stay unpublished and
+    the next relay publishes them again (at-least-once)."""
+    picked = (
+        select(outbox.c.id)
         .where(outbox.c.published_at.is_(None))
         .order_by(outbox.c.id)
         .limit(limit)
         .with_for_update(skip_locked=True)
+        .subquery("picked")
     )
-    return [dict(r._mapping) for r in rows]
-
-
-def mark_published(conn: Connection, ids: Sequence[int], now: datetime) -> None:
-    if ids:
-        conn.execute(update(outbox).where(outbox.c.id.in_(list(ids))).values(published_at=now))
+    rows = conn.execute(
+        update(outbox)
+        .where(outbox.c.id == picked.c.id)
+        .values(published_at=now)
+        .returning(*outbox.c)
+    )
+    return sorted((dict(r._mapping) for r in rows), key=lambda r: int(r["id"]))
 
 
 def active_run_counts(conn: Connection) -> dict[tuple[str, str], int]:
@@ -539,6 +594,18 @@ def active_run_counts(conn: Connection) -> dict[tuple[str, str], int]:
         .group_by(runs.c.tenant_id, runs.c.state)
     )
     return {(r[0], r[1]): int(r[2]) for r in rows}
+
+
+def held_steps(conn: Connection) -> dict[tuple[str, str], int]:
+    """Per (tenant, held kind): the Pending steps held (a rate limit's reservation admits
+    them later, 0018), from the partial index on held steps."""
+    kind = steps.c.held["kind"].astext
+    rows = conn.execute(
+        select(steps.c.tenant_id, kind, func.count())
+        .where(steps.c.held.is_not(None), steps.c.state == "Pending")
+        .group_by(steps.c.tenant_id, kind)
+    )
+    return {(r[0], str(r[1])): int(r[2]) for r in rows}
 
 
 def pending_approvals_by_tenant(conn: Connection) -> dict[str, tuple[int, datetime]]:
@@ -559,3 +626,65 @@ def unpublished_backlog(conn: Connection) -> tuple[int, datetime | None]:
         select(func.count(), func.min(outbox.c.occurred_at)).where(outbox.c.published_at.is_(None))
     ).one()
     return int(row[0]), row[1]
+
+
+# ---------------------------------------------------------------------- flow control (0017)
+
+_QUEUES = """
+WITH k AS (SELECT tenant_id, name, key, kind FROM flow_slots
+           UNION SELECT tenant_id, name, key, kind FROM flow_waiters)
+SELECT k.tenant_id, k.name, k.key, k.kind,
+       coalesce(s.holders, 0) AS holders,
+       coalesce(s.max_holders, w.max_holders) AS max_holders,
+       coalesce(w.waiting, 0) AS waiting,
+       coalesce(w.promoted, 0) AS promoted,
+       w.oldest
+FROM k
+LEFT JOIN LATERAL (SELECT count(*) AS holders, max(max_holders) AS max_holders FROM flow_slots
+                   WHERE tenant_id = k.tenant_id AND name = k.name AND key = k.key) s ON true
+LEFT JOIN LATERAL (SELECT count(*) FILTER (WHERE NOT promoted) AS waiting,
+                          count(*) FILTER (WHERE promoted) AS promoted,
+                          max(max_holders) AS max_holders,
+                          min(enqueued_at) FILTER (WHERE NOT promoted) AS oldest
+                   FROM flow_waiters
+                   WHERE tenant_id = k.tenant_id AND name = k.name AND key = k.key) w ON true
+ORDER BY waiting DESC, k.name, k.key
+LIMIT :limit
+"""
+
+
+def flow_queues(conn: Connection, now: datetime, limit: int = 500) -> list[dict[str, Any]]:
+    """Per concurrency key with holders or waiters (and the tenant's cap): its limit, holders,
+    promoted and waiting runs, and the oldest waiter's age (s). Tenant-scoped by row-level
+    security; the busiest keys first."""
+    found = []
+    for r in conn.execute(text(_QUEUES), {"limit": limit}).mappings():
+        oldest = r["oldest"]
+        found.append(
+            {
+                "tenantId": r["tenant_id"],
+                "kind": r["kind"],
+                "name": r["name"] if r["name"] != CAPACITY_NAME else None,
+                "key": r["key"],
+                "limit": int(r["max_holders"]),
+                "holders": int(r["holders"]),
+                "promoted": int(r["promoted"]),
+                "waiting": int(r["waiting"]),
+                "oldestWaitingSeconds": (
+                    None if oldest is None else max(0.0, (now - oldest).total_seconds())
+                ),
+            }
+        )
+    return found
+
+
+def flow_backlog(conn: Connection, now: datetime) -> dict[tuple[str, str, str], tuple[int, float]]:
+    """The scheduler's gauges: per (tenant, kind, name) over all its keys, how many runs wait
+    for a slot and the oldest one's age (s)."""
+    rows = conn.execute(
+        text(
+            "SELECT tenant_id, kind, name, count(*), min(enqueued_at) FROM flow_waiters"
+            " WHERE NOT promoted GROUP BY tenant_id, kind, name"
+        )
+    )
+    return {(r[0], r[1], r[2]): (int(r[3]), max(0.0, (now - r[4]).total_seconds())) for r in rows}

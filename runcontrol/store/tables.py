@@ -20,7 +20,7 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.dialects.postgresql import DOUBLE_PRECISION, JSONB, UUID
 
 metadata = MetaData()
 
@@ -69,6 +69,9 @@ runs = Table(
     # the run's result, its final step's (0015): hash and size; the content is in attempt_results
     Column("result_hash", Text),
     Column("result_bytes", BigInteger),
+    # flow control (0017): the run's priority and its workflow-wide concurrency keys
+    Column("priority", Integer, nullable=False, server_default=text("3"), info=PIN),
+    Column("flow", JSONB, info=PIN),
     UniqueConstraint("tenant_id", "project_id", "idempotency_key", name="uq_runs_idempotency"),
     Index("ix_runs_list", "tenant_id", "created_at", "run_id"),
     Index("ix_runs_state", "tenant_id", "state", "created_at"),
@@ -104,7 +107,13 @@ steps = Table(
     Column("wait", JSONB),
     Column("due_at", TZ),
     Column("signal", JSONB),  # a signal step's signal, once received (kept until it waits)
+    # flow control (0017): the step's own concurrency keys, and why it is held
+    Column("flow", JSONB),
+    # the rate-limit buckets its dispatch draws on, and why a Pending step is held (0018)
+    Column("rate_limits", JSONB),
+    Column("held", JSONB),
     UniqueConstraint("run_id", "ordinal", name="uq_steps_ordinal"),
+    Index("ix_steps_held", "tenant_id", postgresql_where=text("held IS NOT NULL")),
 )
 
 attempts = Table(
@@ -390,6 +399,63 @@ budget_reservations = Table(
     Column("created_at", TZ, nullable=False),
     Column("released_at", TZ),
     Index("ix_budget_open", "tenant_id", postgresql_where=text("released_at IS NULL")),
+)
+
+# Flow control (0017, docs/flow-control.md): the holders of each concurrency key's slots and
+# the runs waiting for one. Written only by the dispatching statement's functions and the
+# triggers that free a slot in the transaction making its holder terminal; never by a writer.
+flow_slots = Table(
+    "flow_slots",
+    metadata,
+    Column("tenant_id", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("key", Text, nullable=False),
+    # the run (a workflow-wide key: held for the run's life) or the attempt (a step's key, the
+    # tenant's cap: held until the attempt settles)
+    Column("holder", Text, nullable=False),
+    Column("run_id", UUID(as_uuid=True), nullable=False),
+    Column("attempt_id", UUID(as_uuid=True)),
+    Column("kind", Text, nullable=False),
+    Column("max_holders", Integer, nullable=False),
+    Column("taken_at", TZ, nullable=False),
+    PrimaryKeyConstraint("tenant_id", "name", "key", "holder", name="pk_flow_slots"),
+    Index("ix_flow_slots_run", "run_id"),
+    Index("ix_flow_slots_attempt", "attempt_id", postgresql_where=text("attempt_id IS NOT NULL")),
+)
+
+flow_waiters = Table(
+    "flow_waiters",
+    metadata,
+    Column("tenant_id", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("key", Text, nullable=False),
+    Column("holder", Text, nullable=False),  # the run (workflow-wide key) or the step
+    Column("run_id", UUID(as_uuid=True), nullable=False),
+    Column("step_id", UUID(as_uuid=True)),
+    Column("kind", Text, nullable=False),
+    Column("max_holders", Integer, nullable=False),
+    Column("priority", Integer, nullable=False),
+    Column("seq", BigInteger, nullable=False),  # arrival order (flow_waiters_seq)
+    # given the next free slot: its run is due, and its dispatch is admitted on it
+    Column("promoted", Boolean, nullable=False),
+    Column("enqueued_at", TZ, nullable=False),
+    PrimaryKeyConstraint("tenant_id", "name", "key", "holder", name="pk_flow_waiters"),
+    Index("ix_flow_waiters_order", "tenant_id", "name", "key", "promoted", "priority", "seq"),
+    Index("ix_flow_waiters_run", "run_id"),
+)
+
+# Rate limits (0018): one GCRA bucket per (tenant, bucket) shared by every host; ``tat`` is its
+# theoretical arrival time, ``per_second`` and ``burst`` the terms of its last reservation.
+rate_buckets = Table(
+    "rate_buckets",
+    metadata,
+    Column("tenant_id", Text, nullable=False),
+    Column("bucket", Text, nullable=False),
+    Column("tat", TZ, nullable=False),
+    Column("per_second", DOUBLE_PRECISION, nullable=False),
+    Column("burst", DOUBLE_PRECISION, nullable=False),
+    Column("updated_at", TZ, nullable=False),
+    PrimaryKeyConstraint("tenant_id", "bucket"),
 )
 
 # Events out (0010): the tenant-wide feed position of each published event, webhook

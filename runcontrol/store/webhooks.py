@@ -83,40 +83,52 @@ def _queued(subscription: ColumnElement[Any], now: datetime) -> Select[Any]:
 # ---------------------------------------------------------------------- the relay (system)
 
 
-def publish(conn: Connection, events: Sequence[dict[str, Any]], now: datetime) -> list[int]:
-    """Give ``events`` (outbox rows, in commit order) their feed positions, queue one delivery
-    per active subscription of their tenant, and notify each tenant's feed. Answers the
-    positions, in order. In the caller's transaction: all of it commits with the outbox rows'
-    ``published_at`` or none does."""
-    if not events:
-        return []
-    _lock_feed(conn)
-    positions: list[int] = []
-    for e in events:  # one by one: positions follow the events' order
-        positions.append(
-            conn.execute(
-                insert(event_feed)
-                .values(
-                    event_id=e["event_id"],
-                    tenant_id=e["tenant_id"],
-                    project_id=e["project_id"],
-                    run_id=e["run_id"],
-                    seq=e["seq"],
-                    published_at=now,
-                )
-                .returning(event_feed.c.position)
-            ).scalar_one()
-        )
-    f, s = event_feed, webhook_subscriptions
-    fan_out = (
-        _queued(s.c.subscription_id, now)
-        .join(s, (s.c.tenant_id == f.c.tenant_id) & (f.c.position > s.c.starts_after))
-        .where(s.c.disabled_at.is_(None), f.c.position.between(positions[0], positions[-1]))
+# One statement per relay batch (issue 24): the events' feed rows in outbox id order, each
+# one's pending delivery to every active subscription of its tenant that starts before it, and
+# one NOTIFY per tenant. The feed rows come from a sorted subquery, so the positions the
+# BIGSERIAL default draws follow the outbox order; the deliveries' foreign key to the feed rows
+# is checked at the statement's end, when the sibling CTE's rows exist.
+_PUBLISH = text(
+    """
+    WITH fed AS (
+        INSERT INTO event_feed (event_id, tenant_id, project_id, run_id, seq, published_at)
+        SELECT event_id, tenant_id, project_id, run_id, seq, :now
+        FROM outbox WHERE id = ANY(CAST(:ids AS bigint[])) ORDER BY id
+        RETURNING position, tenant_id, run_id, seq
+    ), queued AS (
+        INSERT INTO webhook_deliveries (subscription_id, position, tenant_id, run_id, seq,
+                                        state, attempts, next_attempt_at, updated_at)
+        SELECT s.subscription_id, fed.position, fed.tenant_id, fed.run_id, fed.seq,
+               :pending, 0, :now, :now
+        FROM fed JOIN webhook_subscriptions s
+            ON s.tenant_id = fed.tenant_id AND fed.position > s.starts_after
+        WHERE s.disabled_at IS NULL
     )
-    conn.execute(insert(webhook_deliveries).from_select(_QUEUED, fan_out))
-    for tenant in sorted({e["tenant_id"] for e in events}):
-        conn.execute(text("SELECT pg_notify(:c, :t)"), {"c": FEED_CHANNEL, "t": tenant})
-    return positions
+    SELECT tenant_id, count(*) AS events, pg_notify(:channel, tenant_id)
+    FROM fed GROUP BY tenant_id
+    """
+)
+
+
+def publish(conn: Connection, events: Sequence[dict[str, Any]], now: datetime) -> dict[str, int]:
+    """Give ``events`` (outbox rows, in commit order) their feed positions, queue one delivery
+    per active subscription of their tenant, and notify each tenant's feed: the feed lock, then
+    one statement (``_PUBLISH``). Answers how many events each tenant's feed gained. In the
+    caller's transaction: all of it commits with the outbox rows' ``published_at`` or none
+    does."""
+    if not events:
+        return {}
+    _lock_feed(conn)
+    found = conn.execute(
+        _PUBLISH,
+        {
+            "ids": [int(e["id"]) for e in events],
+            "now": now,
+            "pending": _PENDING,
+            "channel": FEED_CHANNEL,
+        },
+    )
+    return {r.tenant_id: int(r.events) for r in found}
 
 
 # ---------------------------------------------------------------------- the feed (tenant)

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 from ray.exceptions import RayError
+from sqlalchemy import Connection, Engine, text
 from support import run_rows
 
 from actors.placement import host_index
@@ -81,6 +82,36 @@ async def poll(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(interval)
+
+
+_HOLD_NEXT_EVENT = text(
+    "INSERT INTO outbox (event_id, tenant_id, project_id, run_id, seq, topic, event_type,"
+    " producer, schema_version, payload, occurred_at)"
+    " SELECT :event_id, :tenant, :project, :run_id,"
+    " coalesce((SELECT event_seq FROM runs WHERE run_id = :run_id), 0) + 1,"
+    " 'test.hold', 'Held', 'test', 1, '{}', now()"
+)
+
+
+def hold_next_event(conn: Connection, tenant: str, run_id: UUID) -> int:
+    """In ``conn``'s open transaction (the owner's), insert run ``run_id``'s next outbox row:
+    the statement that writes the run's next event then waits on this transaction's
+    uncommitted ``(run_id, seq)`` (unique), and no other statement does. A rollback lets it
+    go on and commit. Answers this backend's pid (``waiting_on``)."""
+    conn.execute(text("SELECT set_config('runcontrol.tenant_id', :t, true)"), {"t": tenant})
+    params = {"event_id": uuid.uuid4(), "tenant": tenant, "project": PROJECT, "run_id": run_id}
+    conn.execute(_HOLD_NEXT_EVENT, params)
+    pid: int = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+    return pid
+
+
+def waiting_on(owner: Engine, pid: int) -> int:
+    """How many statements wait for a lock the backend ``pid`` holds."""
+    with owner.connect() as conn:
+        query = text(
+            "SELECT count(*) FROM pg_stat_activity WHERE :pid = ANY(pg_blocking_pids(pid))"
+        )
+        return int(conn.execute(query, {"pid": pid}).scalar_one())
 
 
 class RayHarness:

@@ -3,7 +3,8 @@
 (docs/reliability.md, finding 4).
 
 The answer is lost for real, as in ``test_resend_after_host_death.py``: the test holds a lock
-the grant's statement waits on, freezes the granting host (SIGSTOP), releases the lock so the
+the grant's statement, and no other, waits on (the run's next outbox row), waits until it
+waits, freezes the granting host (SIGSTOP), releases the lock so the
 grant commits inside PostgreSQL, waits until its answer row is visible, then kills the frozen
 host (SIGKILL). The restarted host knows nothing of the session: the resent credit finds the
 grant by its claim id in the store.
@@ -23,7 +24,7 @@ from uuid import UUID
 
 import pytest
 import ray
-from actor_harness import RayHarness, poll, run_async
+from actor_harness import RayHarness, hold_next_event, poll, run_async, waiting_on
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
@@ -76,18 +77,6 @@ def _answer(owner: Any, claim_id: str) -> Any:
         ).first()
 
 
-def _waiting_on_lock(owner: Any) -> bool:
-    with owner.connect() as conn:
-        return bool(
-            conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity"
-                    " WHERE wait_event_type = 'Lock' AND query LIKE '%runcontrol_apply%'"
-                )
-            ).scalar_one()
-        )
-
-
 def test_a_grant_lost_with_its_host_is_found_again_by_the_resent_credit(
     h: RayHarness, long_leases: dict[str, Any]
 ) -> None:
@@ -111,11 +100,10 @@ def test_a_grant_lost_with_its_host_is_found_again_by_the_resent_credit(
         task: asyncio.Task[None] | None = None
         try:
             with owner.connect() as lock:
-                # The grant writes an outbox row: a SHARE lock makes its statement wait.
-                lock.execute(text("LOCK TABLE outbox IN SHARE MODE"))
+                # The grant writes the run's next outbox row: held here, it makes it wait.
+                holder = hold_next_event(lock, h.tenant, run_id)
                 task = asyncio.create_task(worker.run())
-                await poll(lambda: _waiting_on_lock(owner), "the grant to wait", timeout=30)
-                await asyncio.sleep(0.3)  # another command (a sweep) may be the one waiting
+                await poll(lambda: waiting_on(owner, holder), "the grant to wait", timeout=30)
                 os.kill(pid, signal.SIGSTOP)  # the granting host can no longer answer
                 lock.rollback()  # the grant goes on and commits inside PostgreSQL
             await poll(lambda: _granted(owner, "lost-answer"), "the grant to commit", timeout=30)

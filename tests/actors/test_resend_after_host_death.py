@@ -2,10 +2,11 @@
 (same ``command_id``) to the restarted host, which answers with the stored answer. One effect.
 
 The host is made to die at exactly that point, for real: the test holds a lock that the
-command's statement waits on, freezes the host process (SIGSTOP), releases the lock so the
-statement commits inside PostgreSQL, waits until the answer row is visible, then kills the
-frozen process (SIGKILL). Ray restarts the host under its name; the caller's ``send`` sees the
-actor die and resends the batch.
+command's statement, and no other, waits on (the run's next outbox row, inserted uncommitted:
+``hold_next_event``), waits until that statement waits, freezes the host process (SIGSTOP),
+releases the lock so the statement commits inside PostgreSQL, waits until the answer row is
+visible, then kills the frozen process (SIGKILL). Ray restarts the host under its name; the
+caller's ``send`` sees the actor die and resends the batch.
 """
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ import uuid
 from typing import Any
 
 import ray
-from actor_harness import RayHarness, poll, proposal_hash, run_async
+from actor_harness import (
+    RayHarness,
+    hold_next_event,
+    poll,
+    proposal_hash,
+    run_async,
+    waiting_on,
+)
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
@@ -42,13 +50,12 @@ async def send_through_a_host_death(h: RayHarness, command: Command[Any]) -> Any
     pid = (await handle.stats.remote())["pid"]
     try:
         with owner.connect() as lock:
-            # Every command writes an outbox row: a SHARE lock makes its statement wait.
-            lock.execute(text("LOCK TABLE outbox IN SHARE MODE"))
+            # Every command writes an outbox row: this one's next, held here, makes it wait.
+            holder = hold_next_event(lock, h.tenant, command.run_id)
             sending = asyncio.ensure_future(h.client.send(command))
             await poll(
-                lambda: _waiting_on_lock(owner), "the statement to wait on the lock", timeout=20
+                lambda: waiting_on(owner, holder), "the command's statement to wait", timeout=20
             )
-            await asyncio.sleep(0.3)  # another command (a sweep) may be the one waiting: settle
             os.kill(pid, signal.SIGSTOP)  # the host can no longer answer
             lock.rollback()  # the statement goes on and commits inside PostgreSQL
         await poll(lambda: _answered(owner, command), "the command to commit", timeout=20)
@@ -60,18 +67,6 @@ async def send_through_a_host_death(h: RayHarness, command: Command[Any]) -> Any
         return answer
     finally:
         owner.dispose()
-
-
-def _waiting_on_lock(owner: Any) -> bool:
-    with owner.connect() as conn:
-        return bool(
-            conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity"
-                    " WHERE wait_event_type = 'Lock' AND query LIKE '%runcontrol_apply%'"
-                )
-            ).scalar_one()
-        )
 
 
 def _answered(owner: Any, command: Command[Any]) -> bool:

@@ -81,7 +81,12 @@ def test_two_schedulers_neither_double_expire_nor_double_dispatch(h: RayHarness)
     schedulers = [h.rt.scheduler, second]
     runs_n = 4
 
+    async def holders() -> list[bool]:
+        return [bool((await s.status.remote())["holds_lock"]) for s in schedulers]
+
     async def main() -> None:
+        # One scheduler lock: the first scheduler holds it, the second stays idle.
+        assert await holders() == [True, False]
         run_ids = [(await h.submit()).run_id for _ in range(runs_n)]
         claims = [await h.claim("a", holder=f"w-stalled-{i}") for i in range(runs_n)]
         assert {c.run_id for c in claims} == set(run_ids)
@@ -139,6 +144,10 @@ def test_two_schedulers_neither_double_expire_nor_double_dispatch(h: RayHarness)
 
         for s in schedulers:
             assert JOBS <= set((await s.status.remote())["jobs"])
+        assert await holders() == [True, False]
+        # The idle one ran none of the hammered sweeps; its wakes are the holder's alone.
+        idle = (await second.status.remote())["counters"]
+        assert not idle.get("LeaseExpiryReconciler") and not idle.get("RunDispatcher"), idle
 
     try:
         run_async(main(), timeout=90)

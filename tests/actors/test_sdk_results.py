@@ -97,3 +97,66 @@ def test_a_restarted_host_grants_the_dependency_result(h: RayHarness) -> None:
 
     run_async(serving(h, second, apply_after_restart, holder="sdk-w2")(), timeout=150)
     assert received == [canonical_json(PLAN)]
+
+
+def test_a_result_over_the_inline_cap_fails_the_attempt_at_once(h: RayHarness) -> None:
+    """The server refuses a result over ``results.max_inline_bytes`` (256 KiB) and stores
+    nothing: the SDK reports the attempt Failed (validation, not retried) at once, with no
+    wait for its lease's expiry and no retry that would be refused alike."""
+    h.publish({"name": "plan", "agentId": "plan"}, {"name": "apply", "agentId": "apply"})
+    worker = sdk_worker(concurrency=1)
+    calls: list[str] = []
+
+    @worker.agent(h.agent("plan"))
+    async def plan(step: Step) -> dict[str, Any]:
+        calls.append("plan")
+        return {"blob": "x" * (300 * 1024)}
+
+    @worker.agent(h.agent("apply"))
+    async def apply(step: Step) -> str:
+        calls.append("apply")
+        return "never"
+
+    state: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        state["run_id"] = (await h.submit()).run_id
+        await h.wait_type(state["run_id"], "RunFailed", timeout=60)
+
+    run_async(serving(h, worker, scenario)(), timeout=120)
+    run_id = state["run_id"]
+    assert calls == ["plan"]  # one attempt, and the next step never ran
+    (attempt,) = h.attempts(run_id)
+    assert (attempt.state, attempt.outcome, attempt.failure_class) == (
+        "Failed",
+        "Failed",
+        "validation",
+    ), attempt
+    types = [e["type"] for e in h.outbox_events(run_id)]
+    assert "LeaseExpired" not in types, types
+    with h.db.tenant(h.tenant) as conn:
+        view = q.get_run(conn, run_id)
+    assert view is not None and view["state"] == "Failed" and view["result"] is None
+
+
+def test_a_unary_claim_in_the_cluster_carries_the_dependency_results(h: RayHarness) -> None:
+    """The claim path without a session (``RunControlClient.claim``): whichever host serves
+    the claim, the lease comes with the results of the steps it depends on, asked of the
+    run's own host."""
+    from runcontrol.commands import ReportOutcome
+    from runcontrol.domain import AttemptOutcome
+
+    h.publish({"name": "plan", "agentId": "plan"}, {"name": "apply", "agentId": "apply"})
+
+    async def scenario() -> None:
+        run_id = (await h.submit()).run_id
+        first = await h.claim("plan")
+        assert first.run_id == run_id and dict(first.results) == {}
+        await h.client.send(
+            ReportOutcome(**first.fenced(), outcome=AttemptOutcome.SUCCEEDED, result=PLAN)
+        )
+        second = await h.claim("apply", holder="worker-2")
+        assert second.run_id == run_id
+        assert canonical_json(dict(second.results)) == canonical_json({"plan": PLAN})
+
+    run_async(scenario(), timeout=60)

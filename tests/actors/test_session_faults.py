@@ -7,6 +7,7 @@ was not left to expire meanwhile."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -84,9 +85,16 @@ def test_a_draining_host_takes_no_credit_and_another_host_grants_its_attempts(
             credit = Credit(str(uuid.uuid4()), "w-drained", agents)
             refused = await t.exchange(1, SessionUp(sid, credits=(credit,), commands=(), wait_s=5))
             assert refused.draining and not refused.grants
-            # the worker offers the credit to host 0, whose sweep finds the attempt
-            down = await t.exchange(0, SessionUp(sid, credits=(credit,), wait_s=15))
-            (grant,) = down.grants
+            # the worker offers the credit to host 0, whose sweep finds the attempt (an
+            # exchange may come back with nothing, e.g. woken by another agent's backlog news:
+            # the worker then offers the same credit again, as the SDK does)
+            deadline = time.monotonic() + 30
+            grants: list[Any] = []
+            while not grants:
+                assert time.monotonic() < deadline, "host 0 granted nothing within 30 s"
+                down = await t.exchange(0, SessionUp(sid, credits=(credit,), wait_s=15))
+                grants = list(down.grants)
+            (grant,) = grants
             assert grant.lease.run_id == run_id
             fenced = report(grant)
             on_drained = await t.exchange(1, SessionUp(sid, commands=(fenced,)))
@@ -101,6 +109,44 @@ def test_a_draining_host_takes_no_credit_and_another_host_grants_its_attempts(
             await draining.resume.remote()
 
     run_async(main(), timeout=120)
+
+
+def test_an_exchange_waiting_on_a_host_answers_at_once_when_the_host_drains(
+    h: RayHarness, long_leases: dict[str, Any]
+) -> None:
+    """A worker's exchange long-polls a host (nothing to grant); the host drains: the exchange
+    answers at once, as draining, so the worker moves its credits to another host now rather
+    than when its wait ends (the drain runs on the host's control loop, the exchange waits on
+    its command loop)."""
+    import asyncio
+
+    agents = (h.agent("nothing-dispatched"),)
+    t = ActorSessionTransport(make_router(long_leases))
+    draining = ray.get_actor(host_name(1), namespace=NAMESPACE)
+
+    async def main() -> None:
+        sid = f"s-{uuid.uuid4().hex[:8]}"
+        credit = Credit(str(uuid.uuid4()), "w-waiting", agents)
+        for _ in range(20):
+            waiting = asyncio.ensure_future(
+                t.exchange(1, SessionUp(sid, credits=(credit,), commands=(), wait_s=25))
+            )
+            await asyncio.sleep(1.0)
+            if not waiting.done():
+                break  # the exchange is waiting on the host
+            # answered early (another test's backlog news): offer again, as the SDK does
+        assert not waiting.done(), "no exchange stayed waiting on host 1"
+        began = time.monotonic()
+        try:
+            await draining.drain.remote(grace_s=1.0)
+            down = await asyncio.wait_for(waiting, 20)
+            answered_s = time.monotonic() - began
+        finally:
+            await draining.resume.remote()
+        assert down.draining and not down.grants, down
+        assert answered_s < 5.0, f"the waiting exchange answered {answered_s:.1f}s after"
+
+    run_async(main(), timeout=60)
 
 
 def test_a_fused_first_grant_lost_with_its_host_is_found_by_claim_id(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import time
 import uuid
 from collections.abc import Iterable
@@ -52,10 +51,10 @@ RATE_LIMIT = {"per_second": 0.05, "burst": 3}
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A port to listen on (``actors.ingress.free_port``: never an ephemeral one)."""
+    from actors.ingress import free_port as pick
+
+    return pick()
 
 
 def wait_live(base_url: str, timeout: float = 60.0) -> None:

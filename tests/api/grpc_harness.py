@@ -87,12 +87,15 @@ class GrpcWorker:
             return refusal
         raise AssertionError(f"{method} was not refused")
 
-    def claim(self, agents: Iterable[str], wait_s: float = 15.0) -> pb.AcquireLeaseResponse:
+    def claim(
+        self, agents: Iterable[str], wait_s: float = 15.0, claim_id: str = ""
+    ) -> pb.AcquireLeaseResponse:
         return self._call(
             "AcquireLease",
             pb.AcquireLeaseRequest(
                 worker_instance_id=self.instance,
                 claim_next=pb.ClaimNext(agent_ids=list(agents), wait_seconds=wait_s),
+                command_id=claim_id,
             ),
             timeout=wait_s + 15,
         )

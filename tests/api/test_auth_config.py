@@ -147,7 +147,8 @@ def _refused_at_start(ray_runtime: Any, name: str, match: str, **options: Any) -
 
     try:
         with pytest.raises(RuntimeError, match=f"Deploying application {name} failed"):
-            _deploy(ray_runtime, name, None, **options)
+            # one constructor retry, not Serve's default 20: the same error every time
+            _deploy(ray_runtime, name, None, max_constructor_retry_count=1, **options)
         status = serve.status().applications[name].deployments[f"RunControlApi-{name}"]
         assert "AuthNotConfigured" in status.message, status.message
         assert match in status.message, status.message

@@ -60,6 +60,46 @@ def test_not_ready_without_a_database_is_503(
     assert response.headers["retry-after"]
 
 
+def test_a_replica_on_a_schema_that_keeps_no_older_code_is_not_ready_and_says_why(
+    api: Api, ray_runtime: Any, serve_instance: int, tmp_path: Path
+) -> None:
+    """A replica of this release on a database a newer, incompatible release migrated
+    (``tests/upgrade_migrations`` to 9002) answers 503 with the refusal, so a load balancer
+    sends nothing to it until the rolling upgrade replaces it."""
+    from ray import serve
+    from support import new_database
+
+    from runcontrol.store.writers import revisions
+    from serve_app import RunControlApi
+
+    newer = new_database(ray_runtime.owner_url, "runcontrol_newer")
+    newer.migrate(more_versions=[Path(__file__).resolve().parent.parent / "upgrade_migrations"])
+    newer.dispose()
+    settings = api_settings(ray_runtime, tmp_path / "unused-jwks.json")
+    older = RunControlApi.options(
+        graceful_shutdown_timeout_s=0.5, graceful_shutdown_wait_loop_s=0.1
+    )
+    serve.run(
+        older.bind(database_url=newer.owner_url, settings=settings),
+        name="older",
+        route_prefix="/older",
+    )
+    try:
+        with httpx.Client(base_url=f"{api.base_url}/older", timeout=30) as http:
+            response = http.get("/health/ready")
+    finally:
+        serve.delete("older")
+    body = assert_problem(response, 503, "not-ready")
+    assert body["checks"] == {
+        "database": (
+            "schema: the database schema is at revision 9002, which needs code at 9002 or newer;"
+            f" this release is {revisions()[-1]}: run the new release here (a rolling upgrade"
+            " replaces this process, docs/operations.md)"
+        ),
+        "runHosts": "ok",
+    }
+
+
 def test_a_tenant_without_workers_leaves_readiness_alone_and_sees_its_stall(
     api: Api, t: TenantView, ray_runtime: Any, tmp_path: Path
 ) -> None:

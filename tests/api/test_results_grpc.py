@@ -154,3 +154,27 @@ def test_a_client_that_sends_no_result_works_as_before(g: GrpcTenant) -> None:
     assert view["result"] is None and view["resultHash"] is None
     assert stored_results(g, run_id) == 0
     assert pb.ReportAttemptOutcomeRequest.DESCRIPTOR.fields_by_name["result_json"].number == 10
+
+
+def test_a_unary_claim_carries_the_dependency_results(g: GrpcTenant) -> None:
+    """A worker on the unary claim path (``AcquireLease`` ``claim_next``, as a worker in any
+    language writes it) gets the results of the steps the claimed one depends on, as a
+    session's grant carries them; a claim resent with its claim id gets them again."""
+    plan_agent, apply_agent = publish_two(g)
+    run_id = g.view.submit()
+    worker = g.worker()
+    first = worker.claim([plan_agent])
+    assert first.granted and first.lease.run_id == run_id
+    assert first.results_json == ""  # the first step depends on nothing
+    worker.report(
+        worker.report_request(
+            first.lease, result_json=canonical_json(PLAN).decode(), outcome_hash=""
+        )
+    )
+    claim_id = f"claim-{uuid.uuid4()}"
+    second = worker.claim([apply_agent], claim_id=claim_id)
+    assert second.granted and second.lease.run_id == run_id
+    assert second.results_json.encode() == canonical_json({"plan": PLAN})
+    resent = worker.claim([apply_agent], claim_id=claim_id)  # its answer lost: resent
+    assert resent.lease.lease_id == second.lease.lease_id
+    assert resent.results_json == second.results_json

@@ -10,7 +10,8 @@ injects faults of five kinds:
     run-host       ray.kill of one run host (restarts; max_restarts=-1)
     scheduler      ray.kill of the scheduler actor (restarts)
     serve-replica  ray.kill of the API replica (Serve starts another)
-    postgres       pg_ctl stop -m immediate (a crash), an outage of a few seconds, start
+    postgres       pg_ctl stop -m immediate (a crash), the scheduler and a run host killed while
+                   it is down (they restart during the outage), a few seconds later start
     service        SIGTERM of the whole service (workers drain, Serve and Ray stop), start again
     node           (``nodes=2``) removal of the second Ray node, which hosts run host 1
 
@@ -515,9 +516,21 @@ class Chaos:
         elif kind == "postgres":
             await asyncio.to_thread(self.pg.crash)
             outage = self.rng.uniform(*self.options.pg_outage_s)
+            # The scheduler and a run host killed while the server is down: they restart
+            # during the outage and must wait for the database (a constructor that raised is
+            # never restarted by Ray: a scheduler lost that way relayed nothing again).
+            host = self.rng.randrange(HOST_COUNT)
+            killed = [
+                await asyncio.to_thread(self.service.inject, line)
+                for line in ("kill-scheduler", f"kill-host {host}")
+            ]
             await asyncio.sleep(outage)
             start_s = await asyncio.to_thread(self.pg.start)
-            fault.detail = {"outage_s": round(outage, 2), "start_s": round(start_s, 2)}
+            fault.detail = {
+                "outage_s": round(outage, 2),
+                "start_s": round(start_s, 2),
+                "killed_during_outage": [k.get("actor") for k in killed if k.get("ok")],
+            }
         elif kind == "service":
             code = await asyncio.to_thread(self.service.terminate)
             stop_s = time.monotonic() - began

@@ -38,4 +38,13 @@ def test_no_run_is_lost_and_every_invariant_holds_under_faults() -> None:
         Path(os.environ["RUNCONTROL_CHAOS_REPORT"]).write_text(text + "\n")
     found = breaches(report)
     assert not found, f"{found}\nlogs kept in {root}\n{text[-6000:]}"
+    # Each service fault is a SIGTERM under load: the service drained (the edge and every
+    # host finished what they had within the grace) and exited 0. test_sigterm_drain (make
+    # test-long) strikes only that fault, and checks no run ended Uncertain.
+    for fault in (f for f in report["faults"] if f["kind"] == "service"):
+        assert fault["detail"]["exit_code"] == 0, fault
+        drained = fault["detail"]["drained"]
+        assert drained is not None, f"the service printed no drain report; logs in {root}"
+        assert drained["api"]["idle"], drained
+        assert len(drained["hosts"]) == 2 and all(h["idle"] for h in drained["hosts"]), drained
     shutil.rmtree(root, ignore_errors=True)

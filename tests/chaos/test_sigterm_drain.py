@@ -17,6 +17,7 @@ from chaos import ChaosOptions, breaches, run
 
 
 @pytest.mark.slow
+@pytest.mark.long  # make test: the chaos run's service fault checks the same drain report
 def test_sigterm_under_load_drains_and_loses_no_run() -> None:
     options = ChaosOptions(runs=60, mode="each", only_kinds=("service",))
     # Short path: PostgreSQL's unix socket lives in it (socket paths are limited to ~100 bytes).

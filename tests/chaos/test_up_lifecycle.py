@@ -164,7 +164,63 @@ def submit(up: Up, stop: threading.Event, accepted: list[str]) -> None:
                 accepted.append(answer.json()["runId"])
 
 
+def stop_under_load(up: Up) -> None:
+    """SIGTERM with 40 runs or more accepted (attempts in the workers' hands) and submissions
+    still coming: gone within the grace + 5 s, its drain reported."""
+    stop, accepted = threading.Event(), []
+    senders = [threading.Thread(target=submit, args=(up, stop, accepted)) for _ in range(4)]
+    for sender in senders:
+        sender.start()
+    deadline = time.monotonic() + 60
+    while len(accepted) < 40 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    try:
+        assert len(accepted) >= 40, f"only {len(accepted)} runs accepted:\n{up.output()}"
+        up.proc.send_signal(signal.SIGTERM)
+        load_s = up.wait_gone(GRACE_S + MARGIN_S)
+    finally:
+        stop.set()
+        for sender in senders:
+            sender.join()
+    print(f"stop under load ({len(accepted)} runs): {load_s:.1f}s\n{up.output()[-600:]}")
+    assert "drained:" in up.output(), up.output()
+
+
+def kill_leaves_nothing(up: Up) -> None:
+    """SIGKILL of ``up``: nothing it started is running 15 s later (its watchdog)."""
+    started = up.processes()
+    names = {p.name() for p in started}
+    assert {"postgres", "raylet", "haproxy"} <= names, names  # what the kill must not leave
+    up.kill()
+    left = wait_none_alive(started, 15.0)
+    assert not left, f"still running 15 s after SIGKILL of runcontrol up: {left}"
+
+
+def killed_then_started_again(root: Path) -> Up:
+    """A first ``up`` SIGKILLed (nothing left), then a second on the same data dir, ready."""
+    first = Up(root / "pg", root / "first.log")
+    first.wait_up()
+    kill_leaves_nothing(first)
+    second = Up(root / "pg", root / "second.log")
+    second.wait_up()
+    assert httpx.get(f"{second.url}/health/ready", timeout=10).status_code == 200
+    return second
+
+
 @pytest.mark.slow
+def test_a_killed_up_leaves_nothing_and_the_next_stops_under_load_within_the_grace(
+    root: Path,
+) -> None:
+    """``make test``'s short variant of the two long tests below: two starts instead of five
+    (SIGKILL, then a start on the same data dir, ready, stopped under load)."""
+    second = killed_then_started_again(root)
+    started = second.processes()
+    stop_under_load(second)
+    assert not wait_none_alive(started, 10.0)
+
+
+@pytest.mark.slow
+@pytest.mark.long
 def test_a_stop_idle_and_under_load_is_gone_within_the_grace(root: Path) -> None:
     bound = GRACE_S + MARGIN_S
 
@@ -176,40 +232,14 @@ def test_a_stop_idle_and_under_load_is_gone_within_the_grace(root: Path) -> None
 
     loaded = Up(root / "pg", root / "load.log")
     loaded.wait_up()
-    stop, accepted = threading.Event(), []
-    senders = [threading.Thread(target=submit, args=(loaded, stop, accepted)) for _ in range(4)]
-    for sender in senders:
-        sender.start()
-    deadline = time.monotonic() + 60
-    while len(accepted) < 40 and time.monotonic() < deadline:  # attempts in the workers' hands
-        time.sleep(0.2)
-    try:
-        assert len(accepted) >= 40, f"only {len(accepted)} runs accepted:\n{loaded.output()}"
-        loaded.proc.send_signal(signal.SIGTERM)
-        load_s = loaded.wait_gone(bound)
-    finally:
-        stop.set()
-        for sender in senders:
-            sender.join()
-    print(f"stop under load ({len(accepted)} runs): {load_s:.1f}s\n{loaded.output()[-600:]}")
-    assert "drained:" in loaded.output(), loaded.output()
+    stop_under_load(loaded)
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_sigkill_leaves_nothing_and_the_next_start_is_ready(root: Path) -> None:
-    first = Up(root / "pg", root / "first.log")
-    first.wait_up()
-    started = first.processes()
-    names = {p.name() for p in started}
-    assert {"postgres", "raylet", "haproxy"} <= names, names  # what the kill must not leave
-    first.kill()
-    left = wait_none_alive(started, 15.0)
-    assert not left, f"still running 15 s after SIGKILL of runcontrol up: {left}"
-
+    second = killed_then_started_again(root)
     # The watchdog killed with it (kill -9 of everything): the next start stops the rest.
-    second = Up(root / "pg", root / "second.log")
-    second.wait_up()
-    assert httpx.get(f"{second.url}/health/ready", timeout=10).status_code == 200
     started = second.processes()
     watchdog = [p for p in started if "runcontrol.lifeline" in " ".join(p.cmdline())]
     assert len(watchdog) == 1, started

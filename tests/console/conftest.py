@@ -22,7 +22,9 @@ OAUTH_CLIENT_ID = "runcontrol-console"
 OAUTH_SUBJECT = "dana"
 
 
-@pytest.fixture(scope="session")
+# Module-scoped: one module uses them, and the service stops when it ends, not at the end of
+# the session (an idle cluster costs ~15 % of a core, shared with every later test).
+@pytest.fixture(scope="module")
 def oauth_provider() -> Iterator[ProviderServer]:
     """The identity provider the service's console is configured with (``oauth_provider.py``);
     it signs in ``dana`` once the service is up (``service`` gives it its key)."""
@@ -33,7 +35,7 @@ def oauth_provider() -> Iterator[ProviderServer]:
         server.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def service(oauth_provider: ProviderServer) -> Iterator[Service]:
     started = Service(
         free_port(),
@@ -53,7 +55,7 @@ def service(oauth_provider: ProviderServer) -> Iterator[Service]:
         started.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(service: Service) -> Iterator[Console]:
     missing = chromium_missing()
     if missing and os.environ.get("RUNCONTROL_REQUIRE_BROWSER") == "1":

@@ -187,6 +187,22 @@ class Console:
 
         return WebDriverWait(self.driver, WAIT_S).until(check, f"the console never showed {what}")
 
+    def text(self, selector: str, what: str) -> str:
+        """The non-empty text of what ``selector`` names, read again when a live redraw
+        replaced the element between finding and reading it."""
+        return str(self.wait(lambda: self.css(selector).text, what))
+
+    def texts(self, selector: str, what: str) -> list[str]:
+        """The texts of every element ``selector`` names (at least one), read in one go."""
+        return list(self.wait(lambda: [e.text for e in self.all(selector)] or None, what))
+
+    def attributes(self, selector: str, name: str, what: str) -> list[str]:
+        """Attribute ``name`` of every element ``selector`` names (at least one), read in one
+        go inside the wait (a live redraw between finding and reading is "not yet")."""
+        return list(
+            self.wait(lambda: [e.get_attribute(name) for e in self.all(selector)] or None, what)
+        )
+
     def click(self, selector: str) -> None:
         """Click what ``selector`` names, found again when a live redraw replaced it."""
 
@@ -231,9 +247,7 @@ class Console:
 
 
 def free_port() -> int:
-    import socket
+    """A port to listen on (``actors.ingress.free_port``: never an ephemeral one)."""
+    from actors.ingress import free_port as pick
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    return pick()

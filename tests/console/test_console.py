@@ -104,7 +104,7 @@ def test_runs_list_filters_and_a_run_moving_live(service: Service, browser: Cons
         lambda: row_state(browser, run_id) == "WaitingForApproval", "the run waiting for approval"
     )
     assert browser.same_page()
-    assert "alice" in browser.css("#whoami").text
+    assert "alice" in browser.text("#whoami", "who is signed in")
     browser.shot("runs")
 
     # Filters: state and workflow go to the API's query.
@@ -123,19 +123,21 @@ def test_runs_list_filters_and_a_run_moving_live(service: Service, browser: Cons
     # Open it: its steps, attempts and the lease of the attempt waiting for the approval.
     browser.click(f'#runs tr[data-run-id="{run_id}"] a.run-link')
     browser.wait(lambda: run_state(browser) == "WaitingForApproval", "the run page")
-    steps = browser.all("#timeline > li")
-    assert [s.find_element("css selector", "strong").text for s in steps] == [
+    assert browser.texts("#timeline > li > div > strong", "the steps") == [
         "1. plan",
         "2. apply",
         "3. report",
     ]
-    assert steps[0].get_attribute("data-state") == "Succeeded"
+    browser.wait(
+        lambda: browser.css("#timeline > li").get_attribute("data-state") == "Succeeded",
+        "the first step succeeded",
+    )
     # The apply attempt was leased, then parked for the approval (its lease released).
     apply = '#timeline > li:nth-child(2) li[data-attempt-id][data-state="Parked"]'
     browser.wait(lambda: browser.css(f'{apply} .lease[data-type="AttemptParked"]'), "parked")
-    (granted,) = browser.all(f'{apply} .lease[data-type="LeaseGranted"]')
-    assert "granted to demo-worker/worker-" in granted.text and "fencing token" in granted.text
-    history = [r.get_attribute("data-type") for r in browser.all("#events tr[data-seq]")]
+    (granted,) = browser.texts(f'{apply} .lease[data-type="LeaseGranted"]', "the grant")
+    assert "granted to demo-worker/worker-" in granted and "fencing token" in granted
+    history = browser.attributes("#events tr[data-seq]", "data-type", "the run's events")
     assert history[-1] == "RunAccepted" and "ApprovalRequested" in history
     browser.shot("run")
 
@@ -147,13 +149,15 @@ def test_runs_list_filters_and_a_run_moving_live(service: Service, browser: Cons
         lambda: browser.all('#events tr[data-type="RunCompleted"]'), "RunCompleted in the events"
     )
     assert browser.same_page()
-    assert browser.css("#live").text == "ended"
-    assert [s.get_attribute("data-state") for s in browser.all("#timeline > li")] == [
-        "Succeeded"
-    ] * 3
+    assert browser.text("#live", "the live marker") == "ended"
+    assert (
+        browser.attributes("#timeline > li", "data-state", "the steps' states") == ["Succeeded"] * 3
+    )
     # Resumed by the decision, the apply attempt was leased again, under a newer fencing token.
-    grants = browser.all('#timeline > li:nth-child(2) .lease[data-type="LeaseGranted"]')
-    tokens = [int(g.text.rsplit("fencing token ", 1)[1]) for g in grants]
+    grants = browser.texts(
+        '#timeline > li:nth-child(2) .lease[data-type="LeaseGranted"]', "the apply step's grants"
+    )
+    tokens = [int(g.rsplit("fencing token ", 1)[1]) for g in grants]
     assert len(tokens) == 2 and tokens[1] > tokens[0]
     browser.shot("run-completed")
 
@@ -175,12 +179,11 @@ def test_reviewer_approves_and_the_requester_is_refused(service: Service, browse
 
     # The inbox redraws itself on live events: an action is retried on a redrawn card.
     browser.click(f"{card_css} button.approve")
-    refusal = browser.wait(
-        lambda: browser.css(f'{card_css} .problem[data-code="separation-of-duties"]'),
-        "the server's refusal",
+    refusal = browser.text(
+        f'{card_css} .problem[data-code="separation-of-duties"]', "the server's refusal"
     )
     # the server's own words, as its problem+json gives them
-    assert refusal.text.startswith("403 Separation of duties (separation-of-duties): the requester")
+    assert refusal.startswith("403 Separation of duties (separation-of-duties): the requester")
     browser.shot("approvals-refused")
     assert pending_approval(service, bob, run_id)["state"] == "Pending"  # nothing changed
 
@@ -201,8 +204,8 @@ def test_reviewer_approves_and_the_requester_is_refused(service: Service, browse
     browser.wait(lambda: not browser.all(card_css), "the request gone from the pending inbox")
 
     select(browser, "#filter-approval-state", "Approved")
-    card = browser.wait(lambda: browser.css(card_css), "the request among the approved")
-    assert "bob" in card.text and "diff reviewed" in card.text
+    card = browser.text(card_css, "the request among the approved")
+    assert "bob" in card and "diff reviewed" in card
     # (Following a run live is test_a_run_moves_live's; here the page shows where it ended.)
     browser.wait(
         lambda: service.get(f"/factory/runs/{run_id}", bob)["state"] == "Completed",
@@ -243,12 +246,12 @@ def test_sign_in_with_the_oauth2_provider_and_pkce(
     browser.open("#/login")
     browser.driver.execute_script("sessionStorage.clear()")
     browser.driver.refresh()
-    link = browser.wait(lambda: browser.css("#sign-in"), "the Sign in link")
-    assert link.get_attribute("href").startswith(f"{oauth_provider.url}/authorize?")
+    (href,) = browser.attributes("#sign-in", "href", "the Sign in link")
+    assert href.startswith(f"{oauth_provider.url}/authorize?")
     browser.shot("login")
-    link.click()
+    browser.click("#sign-in")
     browser.wait(lambda: browser.all("table#runs"), "the runs list after the provider's sign-in")
-    assert browser.css("#whoami").text.startswith("dana · Reviewer")
+    assert browser.text("#whoami", "who is signed in").startswith("dana · Reviewer")
     assert "code=" not in browser.driver.current_url  # the one-time code left the address bar
     seen = oauth_provider.provider.seen
     authorize = [params for kind, params in seen if kind == "authorize"][-1]
@@ -293,10 +296,9 @@ def test_operator_suspends_resumes_and_reruns(service: Service, browser: Console
     reason.clear()
     reason.send_keys("rerun after the audit")
     browser.css("#rerun").click()
-    link = browser.wait(lambda: browser.css("#rerun-link"), "the new run's link")
-    rerun_id = link.text
+    rerun_id = browser.text("#rerun-link", "the new run's link")
     assert rerun_id != run_id
-    link.click()
+    browser.click("#rerun-link")
     browser.wait(lambda: browser.css("#run-id").text == rerun_id, "the new run's page")
     assert service.get(f"/factory/runs/{rerun_id}", alice)["rerunOf"] == run_id
     browser.wait(lambda: browser.all(f'a[href="#/runs/{run_id}"]'), "the link to the rerun run")
@@ -308,8 +310,8 @@ def test_a_bad_token_is_refused_with_the_servers_reason(browser: Console) -> Non
     browser.driver.refresh()
     browser.wait(lambda: browser.css("#token-input"), "the login form").send_keys("not.a.token")
     browser.css("#use-token").click()
-    refusal = browser.wait(lambda: browser.css(".login .problem"), "the refusal")
-    assert refusal.text.startswith("the token is invalid")
+    refusal = browser.text(".login .problem", "the refusal")
+    assert refusal.startswith("the token is invalid")
     assert (
         browser.driver.execute_script("return sessionStorage.getItem('runcontrol.token')") is None
     )
@@ -347,7 +349,75 @@ def test_a_runs_page_draws_its_step_graph(service: Service, browser: Console) ->
         lambda: browser.all('#graph g.node[data-step="gate"][data-state="Running"]'),
         "the signal step waiting in the graph",
     )
-    nodes = [n.get_attribute("data-step") for n in browser.all("#graph g.node")]
+    nodes = browser.attributes("#graph g.node", "data-step", "the graph's nodes")
     assert nodes == ["plan", "left", "gate", "join"]
     assert len(browser.all("#graph line.edge")) == 4
     browser.shot("run-graph")
+
+
+def test_the_queues_page_shows_a_held_run_and_its_release(
+    service: Service, browser: Console
+) -> None:
+    """Issue 21: a workflow-wide concurrency key of limit 1; the second run on the same
+    repository is held (the queue shows 1/1 holding, 1 waiting, the run page says why), and the
+    first run's end releases it (the queue shows nobody waiting), live."""
+    admin = service.token("wanda", "WorkspaceAdmin")
+    workflow = f"demo-key-{uuid.uuid4().hex[:6]}"
+    definition = {
+        "workflowId": workflow,
+        "concurrency": [{"key": "input.repository", "limit": 1}],
+        "steps": [
+            {"name": "plan", "agentId": "planner"},
+            {"name": "go", "kind": "signal", "dependsOn": ["plan"]},
+        ],
+    }
+    published = httpx.post(
+        f"{service.url}/factory/releases",
+        json={"definition": definition},
+        headers={"Authorization": f"Bearer {admin}"},
+        timeout=60,
+    )
+    assert published.status_code == 201, published.text
+    alice = service.printed["REQUESTER_TOKEN"]
+    repository = f"example/{uuid.uuid4().hex[:6]}"
+
+    def submit() -> str:
+        answer = httpx.post(
+            f"{service.url}/factory/runs",
+            json={**DEMO_RUN, "workflowId": workflow, "input": {"repository": repository}},
+            headers={"Authorization": f"Bearer {alice}", "Idempotency-Key": str(uuid.uuid4())},
+            timeout=60,
+        )
+        assert answer.status_code == 202, answer.text
+        run_id: str = answer.json()["runId"]
+        return run_id
+
+    first, second = submit(), submit()
+    browser.sign_in(alice)
+    browser.open("#/queues")
+    row = f'#queues tr[data-key="{repository}"]'
+    browser.wait(
+        lambda: browser.all(f'{row}[data-holders="1"][data-waiting="1"]'),
+        "the key held by one run with one waiting",
+    )
+    browser.shot("queues-held")
+    browser.open(f"#/runs/{second}")
+    browser.wait(
+        lambda: [e for e in browser.all(".held") if f"concurrency-key {repository} 1/1" in e.text],
+        "the held run saying why",
+    )
+    browser.open("#/queues")
+    browser.wait(lambda: browser.all(f'{row}[data-waiting="1"]'), "the queue again")
+    sent = httpx.post(
+        f"{service.url}/factory/runs/{first}/signals/go",
+        json={"ok": True},
+        headers={"Authorization": f"Bearer {alice}", "Idempotency-Key": str(uuid.uuid4())},
+        timeout=60,
+    )
+    assert sent.status_code in (200, 202), sent.text
+    browser.wait(
+        lambda: browser.all(f'{row}[data-holders="1"][data-waiting="0"]'),
+        "the first run's end releasing the second (live)",
+    )
+    assert service.get(f"/factory/runs/{first}", alice)["state"] == "Completed"
+    assert service.get(f"/factory/runs/{second}", alice)["steps"][0]["held"] is None

@@ -241,7 +241,7 @@ def test_a_run_over_its_wall_clock_budget_is_cancelled_by_its_durable_reminder(h
         grain.execute(RenewLease(**fenced(h, grain, grant)))
     h.clock.advance(10)
     assert h.clock.now() == deadline
-    assert (h.tenant, grain.run_id) in reconcilers.due_dispatches(h.db, deadline)
+    assert (h.tenant, grain.run_id) in reconcilers.due_dispatches(h.db, deadline).keys
     restarted = h.grain(grain.run_id)  # nothing of the first activation survives
     assert h.wake(restarted).stopped == WALL_CLOCK_EXCEEDED
     agg = h.load(grain.run_id)

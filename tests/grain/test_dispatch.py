@@ -131,20 +131,26 @@ def capped(make_harness, cap: int) -> Harness:
 
 
 def test_the_capacity_cap_holds_back_a_dispatch_until_an_attempt_ends(make_harness):
-    """The cap is checked by the statement that dispatches (migration 0007): the run past it
-    is accepted with its step Pending, and dispatched once an open attempt has ended."""
+    """The cap is a key of the tenant's, taken by the statement that dispatches (migration
+    0017): the run past it is Running with its step Pending and held (not due), and its
+    dispatch is admitted once an open attempt has ended and freed the slot."""
     h = capped(make_harness, 1)
     first, grant = h.start_run()
     second, result = h.submit()
-    assert result.state == "Accepted"
-    assert h.load(second.run_id).attempts == {}
-    assert h.wake(second) == WakeResult(started=True)  # still full: nothing dispatched
+    assert result.state == "Running"  # BC-26: the step Pending, the run Running
+    agg = h.load(second.run_id)
+    assert agg.attempts == {}
+    (step,) = agg.steps
+    assert step.held is not None and step.held["kind"] == "capacity"
+    assert agg.next_due(h.env.options) == agg.deadline(h.env.options)  # held: not due now
+    assert h.wake(second) == WakeResult()  # still full: nothing dispatched
     assert h.load(second.run_id).attempts == {}
 
     h.succeed(first, grant)
     h.wake(second)
     (attempt,) = h.load(second.run_id).attempts.values()
     assert str(attempt.state) == "Dispatched"
+    assert h.load(second.run_id).steps[0].held is None
 
 
 def test_runs_racing_for_the_last_slot_dispatch_one(make_harness):
@@ -167,7 +173,7 @@ def test_runs_racing_for_the_last_slot_dispatch_one(make_harness):
     results = race_async(*wakes)
     assert all(kind == "ok" for kind, _ in results), results
     opened = [g for g in waiting if h.load(g.run_id).attempts]
-    assert len(opened) == 1
+    assert opened == waiting[:1]  # the slot went to the first in the queue
     for g in waiting:
         agg = h.load(g.run_id)
         assert len(agg.attempts) == (1 if g in opened else 0)

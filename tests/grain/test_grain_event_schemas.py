@@ -26,6 +26,7 @@ from runcontrol.commands import (
     CancelRun,
     ClaimToolCall,
     CompleteToolCall,
+    ConsumeRateLimit,
     DecideApproval,
     ReportProgress,
     RequestApproval,
@@ -46,6 +47,7 @@ from runcontrol.domain import (
     canonical_hash,
 )
 from runcontrol.domain.events import EVENT_TYPES, payload_schemas
+from runcontrol.ports.policy import DEFAULT_POLICY_ID, document_from_dict
 from runcontrol.store.tables import outbox, runs
 
 SCHEMAS = payload_schemas()
@@ -159,12 +161,23 @@ def waited_and_signalled_run(h: Harness) -> None:
     h.wake(grain)  # the timer fires; the signal step starts and takes the kept signal
 
 
+def consumed_a_named_rate_limit(h: Harness) -> None:
+    """A lease holder reports the units of a named rate limit it used."""
+    limits = {"rateLimits": {"named": {"model-tokens": {"perSecond": 100, "burst": 100}}}}
+    h.c.policies.publish(h.tenant, document_from_dict(DEFAULT_POLICY_ID, "", limits), h.clock.now())
+    h.publish(StepSpec("gen", "agent-a"), workflow_id="rated")
+    grain, _ = h.submit(h.request(workflow_id="rated"))
+    grant = h.lease(grain)
+    grain.execute(ConsumeRateLimit(**fenced(grant, h.tenant), name="model-tokens", units=12))
+
+
 def test_every_emitted_event_matches_its_generated_schema(h: Harness) -> None:
     waited_and_signalled_run(h)
     approved_run_with_progress_and_a_tool_call(h)
     retried_suspended_and_cancelled_run(h)
     restored_resolved_and_rerun(h)
     expired_tool_call(h)
+    consumed_a_named_rate_limit(h)
 
     with h.db.tenant(h.tenant) as conn:
         run_ids = [r.run_id for r in conn.execute(runs.select())]

@@ -174,10 +174,10 @@ def test_an_orphaned_claim_is_closed_by_the_reminder_and_never_executed(make_har
     # the sweep runs over every tenant: look for this run only
     assert (h.tenant, grain.run_id) not in reconcilers.due_dispatches(
         h.db, due - timedelta(seconds=1)
-    )
+    ).keys
 
     h.clock.advance(90)
-    assert (h.tenant, grain.run_id) in reconcilers.due_dispatches(h.db, h.clock.now())
+    assert (h.tenant, grain.run_id) in reconcilers.due_dispatches(h.db, h.clock.now()).keys
     woken = h.wake(grain)
     assert woken.tool_calls_expired == 1
     (row,) = h.rows(tool_calls, grain.run_id)

@@ -105,6 +105,8 @@ def everything(tenant: str) -> Changes:
         rerun_of=uuid.uuid4(),
         result_hash="sha256:run-result",
         result_bytes=1234,
+        priority=5,
+        flow=[{"name": "wf", "key": "repo-x", "limit": 1, "strategy": "queue", "scope": "run"}],
     )
     step = Step(
         step_id=step_id,
@@ -126,6 +128,9 @@ def everything(tenant: str) -> Changes:
         wait={"seconds": 5.0},
         due_at=at(3),
         signal={"signalId": "s-1", "body": {"ok": True}, "sentBy": "carol", "receivedAt": "t"},
+        flow=[{"name": "wf", "key": "a", "limit": 2, "strategy": "queue", "scope": "attempt"}],
+        held={"kind": "concurrency", "name": "wf", "key": "a", "limit": 2, "holders": 2},
+        rate_limits=[{"bucket": "tenant", "perSecond": 2.0, "burst": 4.0, "units": 1.0}],
     )
     attempt = Attempt(
         attempt_id=attempt_id,
@@ -495,4 +500,11 @@ def test_the_run_update_leaves_the_pins_out(apply_definition):
     assert update is not None
     assigned = set(_assigned(update["set"]))
     assert assigned.isdisjoint(RUN_PINS)
-    assert RUN_PINS == ("release_id", "policy_revision", "model_profile_id", "snapshot_id")
+    assert RUN_PINS == (
+        "release_id",
+        "policy_revision",
+        "model_profile_id",
+        "snapshot_id",
+        "priority",  # flow control (0017): pinned with the submission
+        "flow",
+    )

@@ -30,6 +30,8 @@ PIN_VALUES = {
     "policy_revision": "99",
     "model_profile_id": "other-profile",
     "snapshot_id": str(uuid.uuid4()),
+    "priority": 5,
+    "flow": '[{"name": "w", "key": "other", "limit": 9, "strategy": "queue", "scope": "run"}]',
 }
 
 

@@ -52,7 +52,9 @@ class Service:
     lease_seconds: float = LEASE_SECONDS
 
 
-@pytest.fixture(scope="session")
+# Module-scoped: one module uses them, and the service stops when it ends, not at the end of
+# the session (an idle cluster costs ~15 % of a core, shared with every later test).
+@pytest.fixture(scope="module")
 def otlp() -> Iterator[OtlpReceiver]:
     receiver = OtlpReceiver()
     receiver.start()
@@ -62,7 +64,7 @@ def otlp() -> Iterator[OtlpReceiver]:
         receiver.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def service_db(owner_url: str) -> Iterator[Database]:
     """A database of the service's own: every event in its outbox is one of this suite's."""
     database = new_database(owner_url, "runcontrol_telemetry")
@@ -99,7 +101,7 @@ def service_environment(db: Database, otlp: OtlpReceiver) -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def service(service_db: Database, otlp: OtlpReceiver) -> Iterator[Service]:
     http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
     process = subprocess.Popen(

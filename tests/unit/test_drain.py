@@ -17,7 +17,7 @@ from runcontrol.commands import (
     SubmitRun,
 )
 from runcontrol.domain import AttemptOutcome, Principal, Role, errors
-from runcontrol.drain import Drain
+from runcontrol.drain import Drain, DrainReport
 
 RUN = {"tenant_id": "t-1", "run_id": uuid.uuid4()}
 FENCED = {**RUN, "attempt_id": uuid.uuid4(), "holder": "w/1", "fencing_token": 3}
@@ -91,3 +91,35 @@ def test_the_wait_gives_up_after_the_grace_and_says_what_is_left() -> None:
         assert (await drain.wait(grace_s=0.0)).idle
 
     asyncio.run(main())
+
+
+def test_work_ending_on_another_threads_loop_ends_the_wait_at_once() -> None:
+    """A run host waits for its drain on its control group's loop while its commands run on
+    another loop, in another thread (Ray's concurrency groups): the last one ending wakes the
+    waiter at once, not when the grace runs out."""
+    import threading
+    import time
+
+    drain = Drain()
+    ready, release = threading.Event(), threading.Event()
+
+    async def command() -> None:
+        with drain.track():
+            ready.set()
+            while not release.is_set():
+                await asyncio.sleep(0.01)
+
+    worker = threading.Thread(target=lambda: asyncio.run(command()))
+    worker.start()
+    assert ready.wait(5)
+
+    async def waiter() -> tuple[DrainReport, float]:
+        threading.Timer(0.2, release.set).start()
+        began = time.monotonic()
+        report = await drain.wait(10.0)
+        return report, time.monotonic() - began
+
+    report, waited = asyncio.run(waiter())
+    worker.join()
+    assert report.idle and report.in_flight == 0, report
+    assert waited < 2.0, f"the wait took {waited:.1f}s: woken only by its grace"

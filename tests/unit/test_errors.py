@@ -122,6 +122,7 @@ def test_retryable_flags():
         errors.ConcurrencyConflict,
         errors.LeaseHeld,
         errors.CapacityDenied,
+        errors.FlowDenied,
         errors.Unavailable,
         errors.Draining,
     }

@@ -30,6 +30,22 @@ def test_a_freed_slot_is_offered_where_its_last_attempt_came_from() -> None:
     assert again is not None and again.host == 1 and again.credit.claim_id == "c2"
 
 
+def test_a_freed_slot_goes_to_a_host_with_a_backlog_and_no_slot_of_this_worker() -> None:
+    """Every slot works on host 1 and host 0 has attempts waiting: no credit is idle, so none
+    would move; the next slot to free goes to host 0 instead of back to host 1."""
+    b = book(hosts=2, slots=3)
+    offer_all(b)
+    busy = [b.granted(slot.credit.claim_id, host=1) for slot in b.slots if slot.credit]
+    b.observe(0, {"a": 5})
+    b.observe(1, {"a": 5})
+    first, second = busy[0], busy[1]
+    assert first is not None and second is not None
+    moved = b.free(first)
+    assert moved is not None and moved.host == 0
+    again = b.free(second)  # host 0 has a slot of this worker now: back to its last host
+    assert again is not None and again.host == 1
+
+
 def test_idle_credits_move_to_a_backlog_and_arrive_once_withdrawn() -> None:
     b = book(hosts=2, slots=2)
     offer_all(b)  # c0 -> host 0, c1 -> host 1

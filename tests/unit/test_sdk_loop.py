@@ -554,6 +554,43 @@ def test_an_idle_credit_moves_to_the_host_with_a_backlog() -> None:
     assert {h for hs in offered.values() for h in hs} == {0, 1}
 
 
+def test_a_credit_moves_without_sitting_out_the_long_poll() -> None:
+    """Long polls of 30 s (what users run with: 20): an idle credit on host 0 moves to host 1
+    once host 1 reports a backlog, in well under a poll. The exchange that withdraws it asks
+    for an answer at once; waiting like a long poll, it held the move for the whole wait (a
+    withdrawal is no news to the host)."""
+    hosts = FakeHosts(hosts=2)
+    worker = noop_worker(wait_s=30.0, probe_s=30.0)
+    attempt = FakeAttempt("a", host=1)
+
+    async def body() -> None:
+        await until(lambda: any(h == 0 and u.credits for h, u in hosts.ups), "credit on 0")
+        began = time.monotonic()
+        hosts.dispatch(attempt)
+        await until(lambda: attempt.attempt_id in hosts.outcomes, "the move", timeout=10)
+        assert time.monotonic() - began < 3.0
+
+    scenario(worker, hosts, body)
+
+
+def test_an_idle_worker_stops_without_sitting_out_the_long_poll() -> None:
+    """Long polls of 30 s: an idle worker told to stop has returned within a second or two
+    (``runcontrol up``'s Ctrl-C sat in its demo workers' drain for 4-22 s before)."""
+    hosts = FakeHosts(hosts=2)
+    worker = noop_worker(wait_s=30.0, probe_s=30.0, concurrency=4)
+
+    async def main() -> None:
+        task = asyncio.create_task(worker.run(hosts, "w-1"))
+        await until(lambda: len(hosts.waiters) == 2, "a long poll waiting on each host")
+        began = time.monotonic()
+        worker.stop()
+        await asyncio.wait_for(task, 10)
+        assert time.monotonic() - began < 2.0
+
+    asyncio.run(main())
+    assert all(up.credits == () for _, up in hosts.ups[-2:])
+
+
 def test_a_stopping_worker_works_what_was_granted_meanwhile() -> None:
     hosts = FakeHosts()
     worker = noop_worker()

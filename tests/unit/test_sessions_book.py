@@ -108,7 +108,7 @@ def test_a_lease_answered_again_without_a_commit_is_not_a_second_grant() -> None
     c = credit("reader")
     book.offer("s", [c], now=0)
     stale = Offer(TENANT, attempt.run_id, attempt.attempt_id, "reader", T0)
-    (match,) = book.found([stale])
+    (match,), _ = book.found([stale])
     delivered, again, _ = book.granted(match, lease, {})  # no commit was observed
     assert not delivered and not again
     assert book.grants("s") == [] and c.claim_id in book.credits("s")
@@ -168,3 +168,22 @@ def test_view_offers_only_leasable_attempts() -> None:
     v = view(run.agg, run.batches[-1].events)
     assert v.offers == ()
     assert v.leased == v.new_leases == {attempt.attempt_id: attempt.lease_id}
+
+
+def test_an_agents_backlog_beginning_wakes_every_session_once() -> None:
+    """The first attempt of an agent that no credit here takes: every session's exchange
+    answers with the backlog (a worker moves an idle credit here from another host); further
+    attempts of that backlog wake nobody."""
+    book = SessionBook()
+    book.offer("elsewhere", [], now=0)  # a session whose credits are on another host
+    book.offer("other-agent", [credit("b")], now=0)
+    _, woken = book.observe(waiting(offer("a")))
+    assert woken == {"elsewhere", "other-agent"}
+    assert book.has_news("elsewhere") and book.backlog() == {"a": 1}
+    book.take_backlog_news("elsewhere")
+    assert not book.has_news("elsewhere")
+    _, woken = book.observe(waiting(offer("a", seconds=1)))
+    assert woken == set() and not book.has_news("elsewhere")
+    assert book.backlog() == {"a": 2}
+    (match,), _ = book.offer("elsewhere", [credit("a")], now=0)  # the moved credit
+    assert book.backlog() == {"a": 1}

@@ -286,6 +286,7 @@ def test_each_worker_command_has_one_rpc() -> None:
         "ReportProgress",
         "ClaimToolCall",
         "CompleteToolCall",
+        "ConsumeRateLimit",
     }
     service = pb.DESCRIPTOR.services_by_name["RunControl"]
     assert [r.method for r in table.RPCS] == [m.name for m in service.methods]

@@ -21,9 +21,18 @@ from .progress import Progress
 from .restore import Restore
 from .submission import Submissions
 from .tool_calls import ToolCalls
+from .usage import RateUsage
 
 
 class RunAggregate(
-    Submissions, Outcomes, Approvals, Cancellation, Progress, ToolCalls, Controls, Restore
+    Submissions,
+    Outcomes,
+    Approvals,
+    Cancellation,
+    Progress,
+    ToolCalls,
+    Controls,
+    Restore,
+    RateUsage,
 ):
     """One run's rules, by concern (see the modules of ``runcontrol.domain.run``)."""

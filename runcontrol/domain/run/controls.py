@@ -24,6 +24,7 @@ from ..model import (
     Attempt,
     Step,
 )
+from ..rates import reserved
 from ..states import (
     AttemptOutcome,
     AttemptState,
@@ -82,7 +83,8 @@ class Controls(Settlement):
                 step_id=str(step_id),
                 step_state=str(step.state),
             )
-        step.not_before = None
+        if not reserved(step.held, last.number + 1):  # a rate limit's hold stays: its instant
+            step.not_before = None  # is the reservation, not a backoff
         cause = check("Step", STEP_CONTROLS, step.state, StepState.PENDING)
         self._changes.steps[step.step_id] = step
         self._journal(ctx, "Step", step.step_id, step.state, StepState.PENDING, cause)

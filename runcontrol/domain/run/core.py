@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from .. import errors
+from .. import errors, flow
 from .. import events as ev
 from ..machines import (
     APPROVAL_TRANSITIONS,
@@ -297,7 +297,17 @@ class AggregateCore:
         if state.terminal:
             return None
         if state is RunState.ACCEPTED:
+            ready = self.ready_steps()
+            if (
+                self.run.budget_reservation_id is not None
+                and ready
+                and all(s.held is not None and s.not_before is not None for s in ready)
+            ):
+                return min(s.not_before for s in ready if s.not_before is not None)  # held
             return self.run.created_at  # budget and first dispatch are due at once
+        # A step held for a slot (issue 21) is not due: the transaction that frees its slot
+        # makes the run due (runs.next_due_at), so the dispatcher's sweep wakes it then, never
+        # before. A step a rate limit holds is due at its reservation's instant (not_before).
         times: list[datetime] = []
         if state is RunState.CANCELLING:
             stop = self.stop_deadline(options)
@@ -306,7 +316,11 @@ class AggregateCore:
         elif state is not RunState.WAITING_FOR_APPROVAL:  # a human's wait has its own expiry
             times.append(self.deadline(options))
         if state is RunState.RUNNING and self.run.suspended_at is None:
-            times.extend(s.not_before or self.run.updated_at for s in self.ready_steps())
+            times.extend(
+                s.not_before or self.run.updated_at
+                for s in self.ready_steps()
+                if not flow.waits_for_slot(s.held)
+            )
         if state in (RunState.RUNNING, RunState.WAITING_FOR_APPROVAL):
             # a wait step's timer: the durable reminder that fires it
             times.extend(

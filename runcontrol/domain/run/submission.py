@@ -3,11 +3,12 @@ and dispatching its next step as an attempt (invariant 4)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Self
+from typing import Any, Self
 from uuid import UUID
 
-from .. import errors
+from .. import errors, flow
 from .. import events as ev
 from ..hashing import is_hash
 from ..machines import (
@@ -22,15 +23,18 @@ from ..model import (
     Run,
     Step,
 )
+from ..rates import Admission, Draw, RatesNeeded, draws, held, rate_reservation, reserved
 from ..states import (
     AttemptState,
     FailureClass,
     RunState,
     StepState,
 )
-from ..workflow import AGENT, PolicyDocument, Release, dependencies
+from ..workflow import AGENT, PolicyDocument, Release, StepSpec, dependencies
 from .values import (
+    RUN_CONTROL,
     CommandContext,
+    FlowGate,
     Options,
     Submission,
 )
@@ -52,6 +56,23 @@ class Submissions(Waits):
         if release.workflow_id != submission.workflow_id:
             raise errors.ValidationFailed("release does not belong to the submitted workflow")
         limits = submission.limits
+        definition = release.definition
+        run_input = submission.input
+        # The keys the run's input gives the release's limits, pinned with it (an input
+        # without a field a key reads is refused here: nothing is stored).
+        run_flow = flow.keys(
+            definition.concurrency, definition.workflow_id, run_input, flow.RUN, "concurrency"
+        )
+        step_flow = [
+            flow.keys(
+                spec.concurrency,
+                definition.workflow_id,
+                run_input,
+                flow.ATTEMPT,
+                f"steps[{i}].concurrency",
+            )
+            for i, spec in enumerate(definition.steps)
+        ]
         run = Run(
             run_id=submission.run_id,
             tenant_id=submission.tenant_id,
@@ -71,6 +92,8 @@ class Submissions(Waits):
             limits=limits,  # limits.max_minutes runs from the first lease grant (deadline_at)
             correlation_id=submission.correlation_id,
             input=submission.input,
+            priority=flow.check_priority(submission.priority),
+            flow=run_flow,
         )
         steps = [
             Step(
@@ -88,6 +111,8 @@ class Submissions(Waits):
                 depends_on=list(dependencies(release.definition.steps, spec.name)),
                 kind=spec.kind,
                 wait=spec.wait,
+                flow=step_flow[i],
+                rate_limits=_draws(policy, spec),
             )
             for i, spec in enumerate(release.definition.steps)
         ]
@@ -140,19 +165,210 @@ class Submissions(Waits):
         steps = self.dispatchable_steps(now)
         return steps[0] if steps else None
 
-    def start_ready(self, ctx: CommandContext) -> list[Attempt]:
+    def start_ready(
+        self,
+        ctx: CommandContext,
+        gate: FlowGate | None = None,
+        admits: Mapping[tuple[str, int], Admission] | None = None,
+    ) -> list[Attempt]:
         """Start every step due now, together: an agent step as a dispatched attempt, a wait
-        step as its timer (no attempt). Answers the attempts, in the release's order."""
+        step as its timer (no attempt). Answers the attempts, in the release's order.
+
+        ``gate``: the tenant's cap and the keys the dispatching statement refused; a step
+        needing a refused key is held instead (or, with ``cancel-newest``, the run is
+        cancelled), and takes no rate-limit units meanwhile.
+
+        A step that draws on rate limits dispatches only once its reservation admits it:
+        ``admits`` holds the reservations made for this decision, by (step name, attempt
+        number); one admitted later than now holds the step (``hold_for_rate``). A step with
+        none yet raises ``RatesNeeded`` (the grain reserves and decides again)."""
         attempts = []
+        started: set[UUID] = set()  # a held step stays Pending: started once per command
         ready = self.dispatchable_steps(ctx.now)
         while ready:  # a wait that ends as it starts (a kept signal) readies the next ones
+            needed = [
+                (s.name, n, [Draw.from_dict(d) for d in s.rate_limits or ()])
+                for s in ready
+                if s.kind == AGENT
+                and s.rate_limits
+                and not reserved(s.held, n := self.next_attempt_number(s))
+                and (s.name, n) not in (admits or {})
+                and self._refused(self.flow_slots(s, gate), gate) is None
+            ]
+            if needed:
+                raise RatesNeeded(needed)
             for step in ready:
-                if step.kind == AGENT:
-                    attempts.append(self.dispatch(ctx, step))
-                else:
+                started.add(step.step_id)
+                if step.kind != AGENT:
                     self.start_wait(ctx, step)
-            ready = self.dispatchable_steps(ctx.now)
+                    continue
+                wanted = self.flow_slots(step, gate)
+                refused = self._refused(wanted, gate)
+                number = self.next_attempt_number(step)
+                if refused is None and step.rate_limits and not reserved(step.held, number):
+                    admit = (admits or {}).get((step.name, number))
+                    assert admit is not None  # else RatesNeeded above
+                    if admit.at > ctx.now:
+                        self.hold_for_rate(step, admit)
+                        continue
+                if refused is None:
+                    attempt = self.dispatch(ctx, step)
+                    self._take_slots(ctx, wanted, attempt)
+                    attempts.append(attempt)
+                elif refused[1].get("strategy") == flow.CANCEL_NEWEST:
+                    self._cancel_newest(ctx, refused[0], refused[1])
+                    return attempts
+                else:
+                    admit = (admits or {}).get((step.name, number))
+                    if admit is not None and not reserved(step.held, number):
+                        # reserved before the key refused it: the hold keeps the units
+                        step.held = held(admit.bucket, admit.at, number)
+                    self._hold(ctx, step, refused[0], refused[1])
+            ready = [s for s in self.dispatchable_steps(ctx.now) if s.step_id not in started]
         return attempts
+
+    # ------------------------------------------------------------------ flow control
+
+    def flow_slots(self, step: Step, gate: FlowGate | None) -> list[dict[str, Any]]:
+        """The slots ``step``'s dispatch needs: the run's workflow-wide keys on its first
+        dispatch (held until it ends), the step's own keys and the tenant's cap (per attempt),
+        in the order their locks are taken."""
+        wanted: list[dict[str, Any]] = []
+        if self.run.flow and not self.attempts:
+            wanted.extend(self.run.flow)
+        wanted.extend(step.flow or ())
+        if gate is not None and gate.capacity is not None:
+            wanted.append(
+                {
+                    "name": flow.CAPACITY_NAME,
+                    "key": flow.CAPACITY_KEY,
+                    "limit": gate.capacity,
+                    "strategy": flow.QUEUE,
+                    "scope": flow.ATTEMPT,
+                    "kind": flow.CAPACITY,
+                }
+            )
+        return sorted(wanted, key=flow.lock_order)
+
+    @staticmethod
+    def _refused(
+        wanted: list[dict[str, Any]], gate: FlowGate | None
+    ) -> tuple[dict[str, Any], Any] | None:
+        if gate is None or not gate.denied:
+            return None
+        for k in wanted:
+            found = gate.denied.get((k["name"], k["key"]))
+            if found is not None:
+                return k, found
+        return None
+
+    def _waiter(self, k: dict[str, Any], step: Step) -> str:
+        return str(self.run.run_id) if k["scope"] == flow.RUN else str(step.step_id)
+
+    def _take_slots(self, ctx: CommandContext, wanted: list[dict[str, Any]], a: Attempt) -> None:
+        step = self.step(a.step_id)
+        for k in wanted:
+            per_run = k["scope"] == flow.RUN
+            self._changes.flow.append(
+                {
+                    "name": k["name"],
+                    "key": k["key"],
+                    "limit": k["limit"],
+                    "kind": k.get("kind", flow.CONCURRENCY),
+                    "strategy": k["strategy"],
+                    "holder": str(self.run.run_id if per_run else a.attempt_id),
+                    "waiter": self._waiter(k, step),
+                    "run_id": str(self.run.run_id),
+                    "attempt_id": None if per_run else str(a.attempt_id),
+                    "priority": self.run.priority,
+                    "at": ctx.now.isoformat(),
+                }
+            )
+        if step.held is not None:
+            step.held = None  # admitted: its changed row is written with the dispatch
+
+    def _hold(self, ctx: CommandContext, step: Step, k: dict[str, Any], found: Any) -> None:
+        """The step waits for a slot of ``k``: Pending, not due, queued in the key's order
+        (the transaction that frees a slot makes it due)."""
+        held = step.held
+        same = held is not None and (held.get("name"), held.get("key")) == (k["name"], k["key"])
+        step.held = {
+            "kind": k.get("kind", flow.CONCURRENCY),
+            "name": k["name"],
+            "key": k["key"],
+            "limit": k["limit"],
+            "holders": int(found.get("holders", k["limit"])),
+            "strategy": k["strategy"],
+            "since": held["since"] if same and held is not None else ctx.now.isoformat(),
+        }
+        reservation = rate_reservation(held)
+        if reservation is not None:  # its units stay reserved for the dispatch once admitted
+            step.held["reservation"] = reservation
+        self._changes.steps[step.step_id] = step
+        self._changes.flow_wait.append(
+            {
+                "name": k["name"],
+                "key": k["key"],
+                "limit": k["limit"],
+                "kind": k.get("kind", flow.CONCURRENCY),
+                "waiter": self._waiter(k, step),
+                "run_id": str(self.run.run_id),
+                "step_id": None if k["scope"] == flow.RUN else str(step.step_id),
+                "priority": self.run.priority,
+                "at": ctx.now.isoformat(),
+            }
+        )
+        if k["strategy"] == flow.CANCEL_OLDEST and not same:
+            self._cancel_oldest(ctx, k, found)
+        if self.run.state is RunState.ACCEPTED:
+            # spec BC-26: a denied slot leaves the step Pending and the run Running
+            self._move_run(ctx, RunState.RUNNING, "ConcurrencyHeld")
+        self._touch(ctx)  # the run's reminder is written again: a held step is not due
+
+    def _cancel_oldest(self, ctx: CommandContext, k: dict[str, Any], found: Any) -> None:
+        """``cancel-oldest``: this run waits, and the key's holders are cancelled (by the host
+        after the commit, through the normal cancellation path); it is promoted when they
+        settle."""
+        holders = [
+            UUID(str(r)) for r in found.get("holderRuns", ()) if str(r) != str(self.run.run_id)
+        ]
+        reason = (
+            f"concurrency key {k['key']} is wanted by run {self.run.run_id} "
+            f"({k['name']}: cancel-oldest)"
+        )
+        self._audit(
+            ctx,
+            "flow.cancel-oldest",
+            name=k["name"],
+            key=k["key"],
+            limit=k["limit"],
+            holder_runs=",".join(str(r) for r in holders),
+        )
+        self._changes.flow_cancel.extend((run_id, reason) for run_id in holders)
+
+    def _cancel_newest(self, ctx: CommandContext, k: dict[str, Any], found: Any) -> None:
+        """``cancel-newest``: the run that finds the key busy is cancelled, not held."""
+        reason = f"concurrency key {k['key']} is busy ({k['name']}: cancel-newest)"
+        self._audit(
+            ctx,
+            "flow.cancel-newest",
+            name=k["name"],
+            key=k["key"],
+            limit=k["limit"],
+            holder_runs=",".join(str(r) for r in found.get("holderRuns", ())),
+        )
+        self.cancel(ctx, RUN_CONTROL, reason)  # type: ignore[attr-defined]
+
+    def next_attempt_number(self, step: Step) -> int:
+        return len(self.attempts_of(step)) + 1
+
+    def hold_for_rate(self, step: Step, admit: Admission) -> None:
+        """The step stays Pending until its reservation's instant, the run's reminder then
+        (``next_due``), with a visible reason; nothing else changes."""
+        step.not_before = admit.at
+        step.held = held(admit.bucket, admit.at, self.next_attempt_number(step))
+        self._changes.steps[step.step_id] = step
+        self._changes.run_dirty = True  # the run's reminder moves to the instant
 
     def dispatch(self, ctx: CommandContext, step: Step) -> Attempt:
         require(RunCommand.DISPATCH, self.run.state)
@@ -177,6 +393,7 @@ class Submissions(Waits):
         )
         self._move_step(ctx, step, StepState.RUNNING, "AttemptDispatched")
         step.not_before = None
+        step.held = None
         self.attempts[attempt.attempt_id] = attempt
         self._changes.attempts[attempt.attempt_id] = attempt
         self._journal(
@@ -200,3 +417,12 @@ class Submissions(Waits):
         if self.run.state is RunState.ACCEPTED:
             self._move_run(ctx, RunState.RUNNING)
         return attempt
+
+
+def _draws(policy: PolicyDocument, spec: StepSpec) -> list[dict[str, Any]] | None:
+    """The buckets an agent step's dispatch draws on under the pinned revision (None: none,
+    so its dispatch makes no reservation at all)."""
+    if spec.kind != AGENT:
+        return None
+    found = draws(policy.rate_limits, spec.agent_id, spec.rate_limits)
+    return [d.to_dict() for d in found] or None

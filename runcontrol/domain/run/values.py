@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -119,6 +119,13 @@ class Changes:
     audits: list[AuditRecord] = field(default_factory=list)
     tool_calls: dict[UUID, ToolCall] = field(default_factory=dict)
     results: list[AttemptResult] = field(default_factory=list)
+    # Flow control (issue 21): the slots the dispatches need (the statement admits or refuses
+    # them) and the held steps' places in their keys' queues.
+    flow: list[dict[str, Any]] = field(default_factory=list)
+    flow_wait: list[dict[str, Any]] = field(default_factory=list)
+    # ``cancel-oldest``: the runs holding a key this run now waits for, and why; the host
+    # cancels them after the commit (not stored: the audit record is).
+    flow_cancel: list[tuple[UUID, str]] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -133,10 +140,21 @@ class Changes:
             or self.journal
             or self.tool_calls
             or self.results
+            or self.flow_wait
             or self.run_dirty
         )
 
     run_dirty: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FlowGate:
+    """What a dispatch decides on beside the run (issue 21): the tenant's cap on open attempts
+    (a key of its own), and the keys the dispatching statement refused so far, with what it
+    found (deciding again, the steps needing them are held)."""
+
+    capacity: int | None = None
+    denied: Mapping[tuple[str, str], Mapping[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +172,7 @@ class Submission:
     limits: Limits = Limits()
     correlation_id: str | None = None
     input: dict[str, Any] | None = None
+    priority: int = 3
 
 
 @dataclass(frozen=True, slots=True)

@@ -299,6 +299,10 @@ class Chaos:
         self.began_wall = 0.0
         self.submitted = 0
         self._done = asyncio.Event()
+        # Committed events the relay had not published a minute after the runs settled (None:
+        # not waited for: the load did not settle) and what held it back then.
+        self.unpublished: int | None = None
+        self.publication_stuck: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ driving
 
@@ -323,6 +327,9 @@ class Chaos:
                 await self._submit_all(http)
                 await injector
                 settled = await self._settle()
+                # While the service still runs: a scheduler restarted by the last fault
+                # relays what was committed before it (after the stop nothing would).
+                await self._wait_published()
             except Exception as exc:  # reported with the checks, which still run
                 error = repr(exc)
             finally:
@@ -333,6 +340,14 @@ class Chaos:
                 await asyncio.to_thread(self.service.terminate)
         load_s = time.monotonic() - self._began
         return {"settled": settled, "error": error, "load_s": round(load_s, 1)}
+
+    async def _wait_published(self) -> None:
+        self.unpublished = await asyncio.to_thread(wait_published, self.owner, self.tenant, 60.0)
+        if self.unpublished:
+            self.publication_stuck = {
+                **await asyncio.to_thread(stuck_publication, self.owner, self.tenant),
+                "scheduler_processes": scheduler_processes(),
+            }
 
     def close(self) -> None:
         self.service.kill()
@@ -812,12 +827,58 @@ def wait_published(engine: Engine, tenant: str, timeout_s: float) -> int:
         time.sleep(0.5)
 
 
+def scheduler_processes() -> list[str]:
+    """Every scheduler process on the machine (``ray::Scheduler``), with its pid and age."""
+    out = subprocess.run(
+        ["ps", "-eo", "pid,ppid,etimes,stat,args"], capture_output=True, text=True, check=False
+    ).stdout
+    return [line.strip()[:160] for line in out.splitlines() if "Scheduler" in line]
+
+
+def stuck_publication(engine: Engine, tenant: str) -> dict[str, Any]:
+    """What held the relay back, when committed events stayed unpublished: the unpublished
+    rows' range, every database session (its client, state, wait and transaction age), and
+    who holds or waits for locks."""
+    with _conn(engine) as conn:
+        rows = conn.execute(
+            text(
+                "SELECT count(*) AS n, min(id) AS first, max(id) AS last, min(occurred_at) AS "
+                "oldest FROM outbox WHERE tenant_id = :t AND published_at IS NULL"
+            ),
+            {"t": tenant},
+        ).one()
+        sessions = conn.execute(
+            text(
+                "SELECT pid, application_name AS app, state, wait_event_type AS wait_type, "
+                "wait_event AS wait, round(extract(epoch FROM now() - xact_start)) AS xact_s, "
+                "round(extract(epoch FROM now() - backend_start)) AS age_s, left(query, 160) "
+                "AS query FROM pg_stat_activity WHERE backend_type = 'client backend' "
+                "AND pid <> pg_backend_pid() ORDER BY backend_start"
+            )
+        ).all()
+        locks = conn.execute(
+            text(
+                "SELECT pid, locktype, mode, granted, relation::regclass::text AS relation, "
+                "objid, count(*) AS n FROM pg_locks WHERE pid <> pg_backend_pid() "
+                "AND locktype IN ('advisory', 'transactionid', 'tuple', 'relation') "
+                "GROUP BY 1, 2, 3, 4, 5, 6 ORDER BY 1"
+            )
+        ).all()
+    return {
+        "unpublished": {k: str(v) for k, v in rows._mapping.items()},
+        "sessions": [dict(r._mapping) for r in sessions],
+        "locks": [dict(r._mapping) for r in locks if r.locktype != "relation" or not r.granted],
+    }
+
+
 def run(options: ChaosOptions, root: Path) -> dict[str, Any]:
     chaos = Chaos(options, root)
     try:
         outcome = asyncio.run(chaos.run())
         found = check(chaos.owner, chaos.tenant, chaos.tally.accepted, chaos.refusals)
-        found["outbox_unpublished"] = wait_published(chaos.owner, chaos.tenant, 60.0)
+        found["outbox_unpublished"] = chaos.unpublished
+        if chaos.publication_stuck is not None:
+            found["publication_stuck"] = chaos.publication_stuck
     finally:
         chaos.close()
     return summary(chaos, outcome, found)

@@ -78,7 +78,7 @@ def _imports(path: Path) -> list[tuple[int, str]]:
 
 def test_domain_files_are_found():
     names = {p.name for p in DOMAIN_FILES}
-    assert {"states.py", "machines.py", "hashing.py", "retry.py", "events.py"} <= names
+    assert {"states.py", "machines.py", "hashing.py", "backoff.py", "events.py"} <= names
     assert {"aggregate.py", "core.py", "leases.py", "outcomes.py"} <= names  # domain/run/
 
 
@@ -138,7 +138,7 @@ def test_importing_the_domain_pulls_in_no_framework():
     code = (
         "import json, sys\n"
         "import runcontrol.domain\n"
-        "import runcontrol.domain.run, runcontrol.domain.workflow, runcontrol.domain.retry\n"
+        "import runcontrol.domain.run, runcontrol.domain.workflow, runcontrol.domain.backoff\n"
         "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n"
     )
     result = subprocess.run(

@@ -9,10 +9,10 @@ from typing import Any
 from uuid import UUID
 
 from actor_harness import RayHarness, run_async
+from reference_worker import Backoff, ReferenceWorker
 
 from runcontrol.commands import CancelRun
 from runcontrol.domain import Decision
-from runcontrol.worker import Backoff, ReferenceWorker
 
 
 class Forever:

@@ -25,6 +25,7 @@ from uuid import UUID
 import pytest
 import ray
 from actor_harness import RayHarness, hold_next_event, poll, run_async, waiting_on
+from reference_worker import Backoff, EchoExecutor, ReferenceWorker
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
@@ -35,7 +36,6 @@ from runcontrol.client import RunControlClient
 from runcontrol.commands import ReportOutcome, SubmitRun
 from runcontrol.domain import AttemptOutcome, canonical_hash, errors
 from runcontrol.session import Credit, Grant, SessionDown, SessionUp
-from runcontrol.worker import Backoff, EchoExecutor, ReferenceWorker
 
 
 class RecordingTransport:

@@ -44,6 +44,7 @@ import time
 from typing import Any
 
 import ray
+from reference_worker import EchoExecutor, ReferenceWorker
 
 from actors.placement import NAMESPACE, SCHEDULER_NAME, host_name
 from actors.run_host import host_config, make_router
@@ -54,7 +55,6 @@ from runcontrol.commands import ReportOutcome, new_command_id
 from runcontrol.config import Settings
 from runcontrol.domain import WorkerIdentity, errors
 from runcontrol.session import SessionDown, SessionUp
-from runcontrol.worker import EchoExecutor, ReferenceWorker
 
 log = logging.getLogger("chaos.service")
 

@@ -1,7 +1,7 @@
 """The gRPC surface as data: the codec of each message and the one table of RPCs.
 
 The servicer (``service.RunControlRpc``), the worker's client (``client.GrpcWorkerClient``)
-and Serve's ingress methods (``grpc_ingress.GrpcIngress``) are built from ``RPCS``: a worker
+and Serve's ingress methods (``actors.grpc_ingress.GrpcIngress``) are built from ``RPCS``: a worker
 command over gRPC is a message in the proto, its codec and a row here. A codec is checked when
 this module loads (``codec.Codec``): a field of a domain type the proto lacks fails the import.
 """

@@ -32,6 +32,7 @@ from .run import (
     LeaseGrant,
     Options,
     Principal,
+    RateConsumed,
     RunAggregate,
     Submission,
 )
@@ -80,6 +81,7 @@ __all__ = [
     "PolicyRef",
     "Principal",
     "ProgressAck",
+    "RateConsumed",
     "ProgressMessage",
     "RecoveryJournalEntry",
     "Release",

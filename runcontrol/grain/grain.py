@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
-from ..commands import AcquireLease, Command, ControlResult, fingerprint
+from ..commands import AcquireLease, Command, fingerprint
 from ..domain import (
     Attempt,
     CommandContext,
@@ -234,24 +234,3 @@ class RunGrain:
         if credits is not None:
             for f in fused:
                 credits.refused(f.match)
-
-    # ------------------------------------------------------------------ operator controls
-
-    def operator(self, principal_tenant: str) -> None:
-        if principal_tenant != self.tenant_id:
-            raise errors.RunNotFound(f"run {self.run_id} not found")
-
-    @staticmethod
-    def control_result(
-        agg: RunAggregate, attempt: Attempt | None = None, step_id: UUID | None = None
-    ) -> ControlResult:
-        run = agg.run
-        return ControlResult(
-            run_id=run.run_id,
-            state=str(run.state),
-            suspended=run.suspended_at is not None,
-            step_id=attempt.step_id if attempt is not None else step_id,
-            attempt_id=attempt.attempt_id if attempt is not None else None,
-            attempt_state=str(attempt.state) if attempt is not None else None,
-            attempt_number=attempt.number if attempt is not None else None,
-        )

@@ -18,6 +18,7 @@ from ..commands import (
     SubmitRun,
     fingerprint,
 )
+from ..declaration import OPERATOR
 from ..domain import (
     CommandContext,
     RunAggregate,
@@ -236,7 +237,7 @@ async def rerun(grain: RunGrain, c: RerunRun) -> SubmitResult:
     """Accept the new run (this grain's) with the finished run's input, linked to it: the
     SubmitRun of the old run's project, keyed by this command's id (a resend answers the
     same run). The old run is read, never written."""
-    grain.operator(c.principal.tenant_id)
+    OPERATOR.admit(c, grain.tenant_id)
     if not c.reason or not c.reason.strip():
         raise errors.ValidationFailed("an operator control needs a reason")
     old, _ = await grain.env.store.load(grain.tenant_id, c.rerun_of, grain.env.clock.now())

@@ -15,12 +15,23 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
+from uuid import UUID
 
 from .domain import Attempt, CommandContext, Principal, RunAggregate, errors
 
-if TYPE_CHECKING:
-    from .commands import Command
+
+class Addressed(Protocol):
+    """A command as its declaration sees it (``commands.Command``): the run it is for."""
+
+    @property
+    def tenant_id(self) -> str: ...
+
+    @property
+    def run_id(self) -> UUID: ...
+
+    @property
+    def command_id(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,16 +44,16 @@ class Sender:
     role: str
     field: str | None = None
     actor: str | None = None
-    foreign: Callable[[Command[Any]], errors.RunControlError] | None = None
+    foreign: Callable[[Addressed], errors.RunControlError] | None = None
 
-    def actor_of(self, command: Command[Any]) -> str:
+    def actor_of(self, command: Addressed) -> str:
         if self.field is None:
             assert self.actor is not None
             return self.actor
         value = getattr(command, self.field)
         return value.subject if isinstance(value, Principal) else str(value)
 
-    def admit(self, command: Command[Any], tenant_id: str) -> None:
+    def admit(self, command: Addressed, tenant_id: str) -> None:
         if self.foreign is None or self.field is None:
             return
         if getattr(command, self.field).tenant_id != tenant_id:
@@ -96,7 +107,7 @@ class Declaration:
     refusal read off the answer, a stored one too (a progress gap); ``rpc``: the gRPC method
     a worker sends it through (``rpc.table``)."""
 
-    command: type[Command[Any]]
+    command: type[Any]  # a ``commands.Command``
     sender: Sender
     decide: Callable[..., Any] | None
     dispatches: bool
@@ -115,16 +126,16 @@ class Declaration:
     @property
     def answers(self) -> Any:
         """``R`` of the command's ``Command[R]``."""
-        return typing.get_args(self.command.__orig_bases__[0])[0]  # type: ignore[attr-defined]
+        return typing.get_args(self.command.__orig_bases__[0])[0]
 
-    def arguments(self, command: Command[Any]) -> dict[str, Any]:
+    def arguments(self, command: Addressed) -> dict[str, Any]:
         return {name: getattr(command, name) for name in self.fields}
 
     def decided(
         self,
         run: RunAggregate,
         ctx: CommandContext,
-        command: Command[Any],
+        command: Addressed,
         given: dict[str, Any],
         dispatch: Callable[[RunAggregate, CommandContext], Attempt | None],
     ) -> Any:
@@ -136,8 +147,8 @@ class Declaration:
         return value if self.answer is None else self.answer(run, command, value, dispatched)
 
 
-_DECLARED: dict[type[Command[Any]], Declaration] = {}
-C = TypeVar("C", bound="type[Command[Any]]")
+_DECLARED: dict[type[Any], Declaration] = {}
+C = TypeVar("C", bound=type[Any])
 
 
 def declare(
@@ -165,7 +176,7 @@ def declare(
 
 
 def _bind(
-    cls: type[Command[Any]], sender: Sender, decide: Callable[..., Any] | None
+    cls: type[Any], sender: Sender, decide: Callable[..., Any] | None
 ) -> tuple[tuple[str, ...], frozenset[str]]:
     """The rule's parameters the command gives, and those of ``GIVEN``."""
     if decide is None:
@@ -195,6 +206,6 @@ def _fits(field_type: Any, param_type: Any) -> bool:
     return isinstance(outer, type) and isinstance(inner, type) and issubclass(outer, inner)
 
 
-def declared() -> Mapping[type[Command[Any]], Declaration]:
+def declared() -> Mapping[type[Any], Declaration]:
     """Every command declared so far (``commands.DECLARATIONS``, once that module loaded)."""
     return MappingProxyType(dict(_DECLARED))

@@ -1,4 +1,5 @@
-"""``RunGrain``: one activation of a run, and what its handlers share."""
+"""``RunGrain``: one activation of a run, what its handlers share, and the parts of it a
+commit's notice reaches (``bus.Committed``)."""
 
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ from ..domain.rates import Admission, Draw
 from ..sessions import Match, Offer
 from ..store import rates
 from ..store.commit import Reservation, StoredAnswer
+from .bus import HANDLERS, Committed, subscribe
 from .env import GrainEnv, log
-from .handlers import HANDLERS
 from .memo import AnswerMemo
 
 T = TypeVar("T")
@@ -234,3 +235,33 @@ class RunGrain:
         if credits is not None:
             for f in fused:
                 credits.refused(f.match)
+
+
+# ---------------------------------------------------------------------- after a commit
+# What a commit's notice reaches in the activation, in this order.
+
+
+@subscribe
+def remember_answer(grain: RunGrain, notice: Committed) -> None:
+    """The exactly-once memo: a resend of the command gets this answer."""
+    grain.memo.remember(notice.answer)
+
+
+@subscribe
+def tell_observers(grain: RunGrain, notice: Committed) -> None:
+    grain.observe(notice.run, notice.changes.events)
+
+
+@subscribe
+def hand_over_fused_grants(grain: RunGrain, notice: Committed) -> None:
+    grain.fused_committed()
+
+
+@subscribe
+def cancel_displaced_runs(grain: RunGrain, notice: Committed) -> None:
+    grain.flow_committed(notice.changes)
+
+
+@subscribe
+def spend_rate_reservations(grain: RunGrain, notice: Committed) -> None:
+    grain.rates_committed(notice.run)

@@ -1,16 +1,17 @@
-"""The grain's handlers, and the table from command type to handler (``HANDLERS``).
+"""The grain's handlers, registered in ``bus.HANDLERS``, and the after-commit effects.
 
 Every declared command (``commands.declare``) is handled by ``handle``: its rule decides on
-the run through ``retry.decide`` (one statement with its answer, deciding again on a lost
+the run through ``decision.decide`` (one statement with its answer, deciding again on a lost
 race). A few commands are the grain's own business (``SPECIAL``: submission, start, rerun,
 the dispatcher, the reminder, a read of the activation). Every command commits through the
-group commit; none needs a path of its own.
+group commit; none needs a path of its own. A command's declared effect outside its statement
+(``AfterCommit``) subscribes to the commit's notice (``after_commit``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 from ..commands import (
@@ -30,13 +31,10 @@ from ..domain import Attempt, CommandContext, RateConsumed, RunAggregate, RunSta
 from ..domain.run.usage import rate_draw
 from ..store import rates
 from . import submission
+from .bus import HANDLERS, Committed, Handler, subscribe
+from .decision import decide
 from .env import Plan
-from .retry import decide
-
-if TYPE_CHECKING:
-    from .grain import RunGrain
-
-Handler = Callable[["RunGrain", Any], Awaitable[Any]]
+from .grain import RunGrain
 
 # ---------------------------------------------------------------------- the run
 
@@ -100,17 +98,11 @@ async def handle(g: RunGrain, c: Command[Any]) -> Any:
         given["options"] = g.env.options
     if declared.policy:
         given["policy"] = await g.pinned_policy()
-    made: list[Any] = []
 
     def decided(a: RunAggregate, x: CommandContext) -> Any:
-        made[:] = [declared.decided(a, x, c, given, g.dispatch_due)]
-        return made[0]
+        return declared.decided(a, x, c, given, g.dispatch_due)
 
     answer = await decide(g, Plan(decided, declared.sender.actor_of(c)), c)
-    # Committed by this call only if the answer is the one its last decision made (a stored
-    # answer, this command committed before or by another activation, is a copy).
-    if declared.after_commit is not None and made and answer is made[0]:
-        await AFTER_COMMIT[declared.after_commit](g, c, answer, given)
     if declared.refuse is not None:
         refused = declared.refuse(answer)
         if refused is not None:
@@ -118,18 +110,29 @@ async def handle(g: RunGrain, c: Command[Any]) -> Any:
     return answer
 
 
-async def move_rate_bucket(
-    g: RunGrain, c: ConsumeRateLimit, answer: RateConsumed, given: dict[str, Any]
-) -> None:
+@subscribe
+async def after_commit(g: RunGrain, notice: Committed) -> None:
+    """The committed command's declared effect outside its statement, if any (never for a
+    resend answered from the store: that commits nothing)."""
+    effect = DECLARATIONS[type(notice.command)].after_commit
+    if effect is not None:
+        await AFTER_COMMIT[effect](g, notice)
+
+
+async def move_rate_bucket(g: RunGrain, notice: Committed) -> None:
     """The tenant's bucket of the named limit moves by the units: a resend gets the stored
     answer and takes nothing again; a crash between the commit and this loses the units (a
     consumption is counted at most once, docs/flow-control.md)."""
-    draw = rate_draw(given["policy"].rate_limits, c.name, answer.units)
-    await rates.consume(g.env.store, g.tenant_id, draw, answer.at)
+    command: ConsumeRateLimit = notice.command  # type: ignore[assignment]
+    consumed: RateConsumed = notice.answer.value
+    policy = await g.pinned_policy()
+    draw = rate_draw(policy.rate_limits, command.name, consumed.units)
+    await rates.consume(g.env.store, g.tenant_id, draw, consumed.at)
 
 
-Effect = Callable[["RunGrain", Any, Any, dict[str, Any]], Awaitable[None]]
-AFTER_COMMIT: Mapping[AfterCommit, Effect] = {AfterCommit.MOVE_RATE_BUCKET: move_rate_bucket}
+AFTER_COMMIT: Mapping[AfterCommit, Callable[[RunGrain, Committed], Awaitable[None]]] = {
+    AfterCommit.MOVE_RATE_BUCKET: move_rate_bucket
+}
 
 # The commands the grain handles itself (no rule of the run decides them alone).
 SPECIAL: Mapping[type[Command[Any]], Handler] = {
@@ -143,7 +146,7 @@ SPECIAL: Mapping[type[Command[Any]], Handler] = {
 
 
 def _handlers() -> dict[type[Command[Any]], Handler]:
-    """The registry: every declared command has a rule (``handle``) or a special handler."""
+    """Every declared command has a rule (``handle``) or a special handler."""
     if set(AFTER_COMMIT) != set(AfterCommit):
         raise TypeError(f"AFTER_COMMIT lacks {sorted(set(AfterCommit) - set(AFTER_COMMIT))}")
     table: dict[type[Command[Any]], Handler] = {}
@@ -155,4 +158,4 @@ def _handlers() -> dict[type[Command[Any]], Handler]:
     return table
 
 
-HANDLERS: Mapping[type[Command[Any]], Handler] = _handlers()
+HANDLERS.update(_handlers())

@@ -194,7 +194,7 @@ RPCS: tuple[Rpc, ...] = (
     command_rpc("ReportProgress", ReportProgress, PROGRESS_ACK),
     command_rpc("ClaimToolCall", ClaimToolCall, TOOL_CALL),
     command_rpc("CompleteToolCall", CompleteToolCall, TOOL_CALL),
-    # A worker session's exchange with one run host (``rpc.sessions``, DESIGN 10): the
+    # A worker session's exchange with one run host (``rpc.exchange``, DESIGN 10): the
     # commands above travel in it as their own requests.
     Rpc("Exchange", *_messages("Exchange"), RUNTIME),
     # Not a worker's call: input from outside for a signal step (the roles that submit).

@@ -1,5 +1,5 @@
 """A worker session's waiting exchange is answered at once when a newer one supersedes it, however
-close behind the newer one follows (the real hosts; ``RunHost.exchange`` / ``_wait``).
+close behind the newer one follows (the real hosts; ``HostSessions.exchange`` / ``_wait``).
 
 Before each waiting exchange had its own event, the newer exchange's own wait cleared the
 session's one event after setting it: an exchange superseded before its wait had begun sat out

@@ -312,13 +312,9 @@ class RunHost:
         claim_id: str | None = None,
     ) -> dict[str, Any] | None:
         """Pull the oldest dispatched attempt for these agents and lease it (long-poll);
-        with ``tenant_id``, only that tenant's (read under its row-level security).
-
-        ``claim_id`` is the claim's request id, made once by the worker and resent until
-        answered; it is the command id of the claim's ``AcquireLease``. A resend whose first
-        send was granted a lease (its answer lost: this host died after the commit) gets that
-        lease back, while it is current, instead of leaving it to expire unworked. The run's
-        input is read before the grant, so no failing read can strand a granted lease.
+        with ``tenant_id``, only that tenant's (``runcontrol.workers.claims``). ``claim_id``:
+        the claim's request id, the command id of its ``AcquireLease`` (a resend after a lost
+        answer gets the lease the first send was granted).
 
         A draining host refuses a new claim and ends a long poll with None (at its next
         wake-up, within 2 s); a claim granting a lease finishes first (the drain waits for it:

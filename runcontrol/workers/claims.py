@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
@@ -39,24 +40,19 @@ class Read(Protocol):
     async def __call__(self, fn: Callable[..., T], *args: Any) -> T: ...
 
 
+@dataclass
 class Claims:
-    def __init__(
-        self,
-        db: Database,
-        router: Router,
-        watch: Listener,
-        fair: FairShare,
-        drain: Drain,
-        read: Read,
-    ) -> None:
-        self._db = db
-        self._router = router
-        self._watch = watch
-        self._fair = fair
-        self._drain = drain
-        self._read = read
-        # attempt -> holder, while a claim on this host is leasing it
-        self._acquiring: dict[UUID, str] = {}
+    """The unary claims a run host serves (``claim``), over its router, database and LISTEN
+    connection, sharing the host's fair shares with its book."""
+
+    db: Database
+    router: Router
+    watch: Listener
+    fair: FairShare
+    drain: Drain
+    read: Read
+    # attempt -> holder, while a claim on this host is leasing it
+    acquiring: dict[UUID, str] = field(default_factory=dict)
 
     async def claim(
         self,
@@ -67,26 +63,32 @@ class Claims:
         claim_id: str,
     ) -> dict[str, Any] | None:
         """The lease of the oldest dispatched attempt for these agents (long-poll), as
-        ``RunHost.claim`` answers it; None once ``timeout_s`` ran out or the host drains."""
+        ``RunHost.claim`` answers it; None once ``timeout_s`` ran out or the host drains.
+
+        ``claim_id`` is the claim's request id, made once by the worker and resent until
+        answered; it is the command id of the claim's ``AcquireLease``. A resend whose first
+        send was granted a lease (its answer lost: its host died after the commit) gets that
+        lease back, while it is current, instead of leaving it to expire unworked. The run's
+        input is read before the grant, so no failing read can strand a granted lease."""
         deadline = time.monotonic() + max(timeout_s, 0.0)
         payloads = tuple(agent_ids)
-        held = await self._read(claimed, self._db, claim_id, holder, tenant_id)
+        held = await self.read(claimed, self.db, claim_id, holder, tenant_id)
         if held is not None:
             held["results"] = await self._results(held["tenant_id"], held["grant"])
             return held
-        while not self._drain.draining:
-            since = self._watch.generation(DISPATCH_CHANNEL, payloads)
-            candidates = await self._read(self._claimable, agent_ids, tenant_id)
+        while not self.drain.draining:
+            since = self.watch.generation(DISPATCH_CHANNEL, payloads)
+            candidates = await self.read(self._claimable, agent_ids, tenant_id)
             for run_tenant, run_id, attempt_id in candidates:
-                if self._acquiring.get(attempt_id, holder) != holder:
+                if self.acquiring.get(attempt_id, holder) != holder:
                     # Another holder's claim on this host is leasing it (one NOTIFY wakes them
                     # all): it would only be refused, and each refusal reloads the run. The
                     # same holder's claim (a retry) goes on: it is answered the same lease.
                     continue
-                self._acquiring[attempt_id] = holder
+                self.acquiring[attempt_id] = holder
                 try:
-                    input = await self._read(self._run_input, run_tenant, run_id)
-                    grant: LeaseGrant = await self._router.send(
+                    input = await self.read(self._run_input, run_tenant, run_id)
+                    grant: LeaseGrant = await self.router.send(
                         AcquireLease(
                             tenant_id=run_tenant,
                             run_id=run_id,
@@ -101,23 +103,23 @@ class Claims:
                     # a new id takes the attempt.
                     continue
                 finally:
-                    if self._acquiring.get(attempt_id) == holder:
-                        del self._acquiring[attempt_id]
+                    if self.acquiring.get(attempt_id) == holder:
+                        del self.acquiring[attempt_id]
                 if tenant_id is None:
-                    self._fair.charge(run_tenant)
+                    self.fair.charge(run_tenant)
                 results = await self._results(run_tenant, grant)
                 return {"grant": grant, "tenant_id": run_tenant, "input": input, "results": results}
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
-            await self._watch.wait(DISPATCH_CHANNEL, payloads, since, min(remaining, 2.0))
+            await self.watch.wait(DISPATCH_CHANNEL, payloads, since, min(remaining, 2.0))
         return None
 
     async def _results(self, tenant_id: str, grant: LeaseGrant) -> dict[str, Any]:
         """The claimed attempt's dependencies' results, from the run's host. Its failure fails
         the claim (a step never runs without its inputs); the lease stands, and the worker's
         resend of the claim (same claim id) is answered that lease and asks again."""
-        found: dict[str, Any] = await self._router.call(
+        found: dict[str, Any] = await self.router.call(
             grant.run_id, "grant_results", tenant_id, grant.run_id, grant.attempt_id
         )
         return found
@@ -129,20 +131,20 @@ class Claims:
         one each tenant's 8 oldest, the tenant whose fair-share turn it is first (ties by the
         oldest head), so a deep backlog of one tenant does not hide another's."""
         if tenant_id:
-            with self._db.tenant(tenant_id) as conn:
+            with self.db.tenant(tenant_id) as conn:
                 return q.claimable(conn, agent_ids, limit=8)
-        with self._db.system_tx() as conn:
+        with self.db.system_tx() as conn:
             found = q.claimable(conn, agent_ids, limit=32, per_tenant=8)
         heads: dict[str, int] = {}
         for position, (tenant, _, _) in enumerate(found):
             heads.setdefault(tenant, position)
         ranked = sorted(
-            enumerate(found), key=lambda c: (self._fair.tag(c[1][0]), heads[c[1][0]], c[0])
+            enumerate(found), key=lambda c: (self.fair.tag(c[1][0]), heads[c[1][0]], c[0])
         )
         return [candidate for _, candidate in ranked]
 
     def _run_input(self, tenant_id: str, run_id: UUID) -> dict[str, Any] | None:
-        with self._db.tenant(tenant_id) as conn:
+        with self.db.tenant(tenant_id) as conn:
             return q.run_input(conn, run_id)
 
 

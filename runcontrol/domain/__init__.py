@@ -50,7 +50,7 @@ from .states import (
     ToolCallState,
     ToolCallStatus,
 )
-from .workers import WorkerIdentity
+from .worker_identity import WorkerIdentity
 from .workflow import PolicyDocument, Release, StepSpec, WorkflowDefinition, dependencies
 
 __all__ = [

@@ -209,7 +209,7 @@ _ROWS: tuple[Rpc, ...] = (
         if d.rpc is not None and d.command not in _LEASE_COMMANDS
     ),
     Rpc("WatchRun", *_messages("WatchRun"), RUNS_READ, stream=True),
-    # A worker session's exchange with one run host (``rpc.sessions``, DESIGN 10): the
+    # A worker session's exchange with one run host (``rpc.exchange``, DESIGN 10): the
     # commands above travel in it as their own requests.
     Rpc("Exchange", *_messages("Exchange"), RUNTIME),
     # Not a worker's call: input from outside for a signal step (the roles that submit).

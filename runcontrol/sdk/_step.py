@@ -37,7 +37,7 @@ from ..domain import (
     canonical_hash,
     errors,
 )
-from ..session import Grant
+from ..workers.protocol import Grant
 from ._backoff import Backoff, transient
 
 log = logging.getLogger(__name__)

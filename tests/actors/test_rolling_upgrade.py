@@ -30,7 +30,6 @@ from sqlalchemy.pool import NullPool
 
 from actors.run_host import make_router
 from actors.service import replace_host
-from actors.sessions import ActorSessionTransport
 from runcontrol.client import Claim
 from runcontrol.commands import ReportOutcome, RequestApproval, SubmitRun
 from runcontrol.domain import AttemptOutcome, Decision
@@ -162,7 +161,7 @@ def test_every_open_run_completes_across_a_rolling_upgrade(
             assert claim.run_id in parked
             assert await report(h, claim, f"apply-{n}") == "Succeeded"
         worker = ReferenceWorker(
-            ActorSessionTransport(make_router(long_leases)),
+            make_router(long_leases),
             "after-upgrade",
             {h.agent("up-queued"): EchoExecutor("queued", seconds=0)},
             concurrency=2,

@@ -24,7 +24,6 @@ import ray
 from actor_harness import RayHarness, poll, run_async
 
 from actors.run_host import make_router
-from actors.sessions import ActorSessionTransport
 from runcontrol.commands import CancelRun
 from runcontrol.domain import Decision, canonical_hash
 from runcontrol.sdk import Backoff, Step, SyncStep, Worker
@@ -46,9 +45,7 @@ def serving(
     h: RayHarness, worker: Worker, scenario: Callable[[], Awaitable[None]], holder: str = "sdk-w"
 ) -> Callable[[], Awaitable[None]]:
     async def main() -> None:
-        task = asyncio.create_task(
-            worker.run(ActorSessionTransport(make_router(h.rt.config)), holder)
-        )
+        task = asyncio.create_task(worker.run(make_router(h.rt.config), holder))
         try:
             await scenario()
         finally:

@@ -15,7 +15,7 @@ from grpc_harness import WORKER_SUB, GrpcTenant
 
 from runcontrol.commands import CancelRun
 from runcontrol.domain import canonical_hash
-from runcontrol.rpc.sessions import GrpcSessionTransport
+from runcontrol.rpc.exchange import GrpcSessionTransport
 from runcontrol.sdk import Backoff, Step, Worker, token_identity
 
 

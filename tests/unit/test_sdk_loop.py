@@ -1,6 +1,6 @@
 """The worker SDK's loop against an in-process fake of the run hosts' session side.
 
-``FakeHosts`` keeps the rules of ``runcontrol.session`` (credits replace the last set, a
+``FakeHosts`` keeps the rules of ``runcontrol.workers.protocol`` (credits replace the last set, a
 grant is resent until acked, commands are answered by command id and a resend gets the
 stored answer, a second outcome is refused, a new exchange supersedes the waiting one) and
 nothing else: no leases, no database. It tests the SDK's slot, credit and resend logic only;
@@ -43,7 +43,7 @@ from runcontrol.domain import (
     errors,
 )
 from runcontrol.sdk import Backoff, Permanent, Step, SyncStep, Transient, Uncertain, Worker
-from runcontrol.session import Answer, Credit, Grant, SessionDown, SessionUp
+from runcontrol.workers.protocol import Answer, Credit, Grant, SessionDown, SessionUp
 
 T = TypeVar("T")
 TENANT = "t-1"

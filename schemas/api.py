@@ -7,7 +7,6 @@ Unknown request fields are ignored: in particular a ``tenantId`` in a body has n
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
@@ -16,43 +15,19 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from pydantic.alias_generators import to_camel
 
 from runcontrol.domain import Decision
+from runcontrol.edge.storable import (
+    MAX_BIGINT,
+    MAX_COST_USD,
+    MAX_MINUTES,
+    MAX_NAME,
+    MAX_REASON,
+    storable,
+    storable_json,
+)
 
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-_MAX_DEPTH = 32
-MAX_MINUTES = 10 * 366 * 24 * 60  # ten years: keeps deadlines and the int4 column in range
-MAX_COST_USD = 1e12
-
-
-def _storable(value: str) -> str:
-    if _UNSTORABLE.search(value):
-        raise ValueError("must not contain NUL characters or lone surrogates")
-    return value
-
-
-def _storable_json(value: Any, depth: int = 0) -> Any:
-    if depth > _MAX_DEPTH:
-        raise ValueError(f"must not nest deeper than {_MAX_DEPTH} levels")
-    if isinstance(value, str):
-        _storable(value)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _storable(key)
-            _storable_json(item, depth + 1)
-    elif isinstance(value, list):
-        for item in value:
-            _storable_json(item, depth + 1)
-    return value
-
-
-def storable_json(value: Any) -> Any:
-    """``value`` if the store can hold it (no NUL, no lone surrogate, bounded depth); else
-    ``ValueError``: for a body a route takes whole, not through a model."""
-    return _storable_json(value)
-
-
-Name = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_storable)]
-Reason = Annotated[str, Field(min_length=1, max_length=2000), AfterValidator(_storable)]
-JsonObject = Annotated[dict[str, Any], AfterValidator(_storable_json)]
+Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME), AfterValidator(storable)]
+Reason = Annotated[str, Field(min_length=1, max_length=MAX_REASON), AfterValidator(storable)]
+JsonObject = Annotated[dict[str, Any], AfterValidator(storable_json)]
 
 
 class RequestModel(BaseModel):
@@ -262,7 +237,7 @@ class RunPage(ResponseModel):
 
 class DecisionRequest(RequestModel):
     decision: Decision
-    version: int = Field(ge=1, le=2**63 - 1, description="The request version decided on.")
+    version: int = Field(ge=1, le=MAX_BIGINT, description="The request version decided on.")
     proposal_hash: Name
     reason: Reason | None = None
 
@@ -456,7 +431,7 @@ class FeedEvent(EventEnvelope):
 
 # ---------------------------------------------------------------------- webhooks
 
-Url = Annotated[str, Field(min_length=8, max_length=2000), AfterValidator(_storable)]
+Url = Annotated[str, Field(min_length=8, max_length=2000), AfterValidator(storable)]
 
 
 class WebhookCreateRequest(RequestModel):
@@ -516,7 +491,7 @@ class DeliveryPage(ResponseModel):
 
 
 class RedeliverRequest(RequestModel):
-    after: int = Field(ge=0, le=2**63 - 1, description="Feed position: redeliver after it.")
+    after: int = Field(ge=0, le=MAX_BIGINT, description="Feed position: redeliver after it.")
 
 
 class RedeliverResponse(ResponseModel):

@@ -28,6 +28,7 @@ from ..config import AuthOptions
 from ..domain import Principal, Role, errors
 from ..domain.access import (
     OPERATION_SCOPE,
+    RUNTIME,
     Operation,
     allows,
     effective_scopes,
@@ -45,6 +46,7 @@ __all__ = [
     "jwks_document",
     "mint_dev_token",
     "permit",
+    "watch_scope",
 ]
 
 _RS_ALGORITHMS = ("RS256",)
@@ -84,6 +86,17 @@ def permit(caller: Caller, operation: Operation) -> None:
     if not allows(caller.principal.roles, caller.scopes, operation):
         roles = ", ".join(sorted(caller.principal.roles)) or "none"
         raise errors.Forbidden(f"{operation} is not an operation of the roles: {roles}")
+
+
+def watch_scope(caller: Caller) -> str | None:
+    """The project whose runs' events the caller may watch (None: its whole tenant): a worker
+    (role Worker, scope ``factory.runtime``) the tenant's, whose attempts it runs; anyone else
+    as a reader of runs over HTTP (``ReadRuns``, within its project unless a role spans the
+    tenant)."""
+    if Role.WORKER in caller.principal.roles and RUNTIME in caller.scopes:
+        return None
+    permit(caller, Operation.READ_RUNS)
+    return caller.project_scope
 
 
 def _invalid(detail: str) -> Unauthorized:

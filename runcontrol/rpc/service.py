@@ -31,10 +31,10 @@ from ..client import TERMINAL_EVENTS, RunControlClient
 from ..commands import Command
 from ..config import Settings
 from ..domain import Role, RunState, WorkerIdentity, errors
-from ..domain.access import RUNS_READ, RUNTIME
+from ..domain.access import RUNTIME
 from ..drain import Drain
 from ..edge import reads
-from ..edge.auth import Caller, TokenVerifier
+from ..edge.auth import Caller, TokenVerifier, watch_scope
 from ..edge.commands import Outside
 from ..edge.errors import InsufficientScope, Unauthorized
 from ..session import MAX_WAIT_S, SessionUp
@@ -135,19 +135,10 @@ class RunControlRpc:
             raise InsufficientScope(f"the token lacks the scope {scope}", scope=scope)
         return WorkerIdentity(caller.tenant_id, caller.principal.subject, instance_id)
 
-    async def _watcher(self, context: RpcContext) -> Caller:
-        caller = await self._caller(context)
-        if RUNS_READ in caller.scopes:
-            return caller
-        if Role.WORKER in caller.principal.roles and RUNTIME in caller.scopes:
-            return caller
-        raise InsufficientScope(
-            f"WatchRun needs the scope {RUNS_READ}, or role Worker with {RUNTIME}",
-            scope=RUNS_READ,
-        )
-
-    async def _read(self, tenant_id: str, query: Callable[[Connection], T]) -> T:
-        return await reads.read(self._db, tenant_id, query, project_id=None)
+    async def _read(
+        self, tenant_id: str, query: Callable[[Connection], T], project_id: str | None = None
+    ) -> T:
+        return await reads.read(self._db, tenant_id, query, project_id=project_id)
 
     async def _answer(self, context: RpcContext, empty: M, work: Callable[[], Awaitable[M]]) -> M:
         try:
@@ -273,10 +264,12 @@ class RunControlRpc:
         """The run's events after ``after_seq`` (exclusive), replayed from the store, then
         live; ends after the terminal event (at once for a finished run already seen)."""
         try:
-            caller = await self._watcher(context)
+            caller = await self._caller(context)
+            project = watch_scope(caller)  # another project's run is not found, as over HTTP
             run_id = uuid_field(request.run_id, "run_id")
             cursor = max(request.after_seq, 0)
-            run, batch = await self._read(caller.tenant_id, _run_and_events(run_id, cursor))
+            read = _run_and_events(run_id, cursor)
+            run, batch = await self._read(caller.tenant_id, read, project)
             if run is None:
                 raise errors.RunNotFound(f"run {run_id} not found", run_id=str(run_id))
         except errors.RunControlError as exc:
@@ -293,7 +286,7 @@ class RunControlRpc:
                     return
             if len(batch) < REPLAY_BATCH:
                 break
-            run, batch = await self._read(tenant_id, _run_and_events(run_id, cursor))
+            run, batch = await self._read(tenant_id, _run_and_events(run_id, cursor), project)
         if run is not None and RunState(run["state"]).terminal:
             return  # the terminal event is at or before the cursor: nothing more will come
         async for event in self._client.watch(tenant_id, run_id, cursor, wait_s=WATCH_POLL_S):

@@ -108,3 +108,30 @@ def test_the_same_bad_signal_is_the_same_refusal_through_both_doors(t: TenantVie
             f"/factory/runs/{run_id}/signals/go", json={"ok": 1}, headers={"Idempotency-Key": "h"}
         )
     assert again.json()["code"] == "signal-already-received"  # the gRPC one was kept
+
+
+def test_watching_a_run_is_refused_alike_through_both_doors(t: TenantView, g: Any) -> None:
+    """WatchRun and the HTTP event history share the reader's check and visibility
+    (``edge.auth.watch_scope``): a stream's refusal carries its status and message (Serve
+    does not carry a raised stream's trailers), the same message the problem's detail has."""
+    t.publish()
+    run_id = t.submit()
+    elsewhere = t.api.token(t.tenant, "bob", (Role.REQUESTER,), project=f"not-{PROJECT}")
+    cases = {
+        "another project's run": (elsewhere, run_id, 404),
+        "another tenant's run": (t.api.token(new_tenant(), "mallory"), run_id, 404),
+        "an unknown run": (t.token(), str(uuid.uuid4()), 404),
+        "a token without the read scope": (t.token(scopes=[RUNS_WRITE]), run_id, 403),
+    }
+    for case, (token, run, status) in cases.items():
+        with t.api.client(token) as http:
+            problem = http.get(f"/factory/runs/{run}/events/history").json()
+        assert problem["status"] == status, f"{case}: HTTP {problem}"
+        try:
+            next(GrpcWorker(g.stub, token).watch(run))
+            raise AssertionError(f"{case}: WatchRun was not refused")
+        except grpc.RpcError as exc:
+            assert (exc.code(), exc.details()) == (GRPC_FAMILY[status], problem["detail"]), case
+    events = GrpcWorker(g.stub, t.token()).watch(run_id)  # the project's own reader watches
+    assert next(events).type == "RunAccepted"
+    events.cancel()

@@ -3,14 +3,17 @@
 The servicer (``service.RunControlRpc``), the worker's client (``client.GrpcWorkerClient``)
 and Serve's ingress methods (``grpc_ingress.GrpcIngress``) are built from ``RPCS``: a worker
 command over gRPC is its declaration's ``rpc`` (``commands.declare``) and its messages in the
-proto: its row here is derived, its answer's codec found in ``REPLIES``. A codec is checked when
-this module loads (``codec.Codec``): a field of a domain type the proto lacks fails the import,
-as does a declared rpc the proto lacks or an answer with no codec.
+proto: its row here is derived, its answer's codec found in ``REPLIES``. An outside command (not
+a worker's) is a row built by ``outside_rpc``, with the builder the HTTP route calls too
+(``edge.commands``). A codec is checked when this module loads (``codec.Codec``): a field of a
+domain type the proto lacks fails the import, as does a declared rpc the proto lacks or an
+answer with no codec.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import json
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -20,7 +23,7 @@ from google.protobuf.message_factory import GetMessageClass
 
 from schemas import runcontrol_pb2 as pb
 
-from ..commands import DECLARATIONS, AcquireLease, Command, RenewLease, SignalResult
+from ..commands import DECLARATIONS, AcquireLease, Command, RenewLease, SendSignal, SignalResult
 from ..domain import (
     ApprovalRequest,
     Attempt,
@@ -30,9 +33,12 @@ from ..domain import (
     RateConsumed,
     ToolCallClaim,
     WorkerIdentity,
+    errors,
 )
 from ..domain.access import RUNS_READ, RUNS_WRITE, RUNTIME
-from .codec import Codec, json_text
+from ..edge import commands as outside
+from ..edge.commands import Outside
+from .codec import Codec, json_text, uuid_field
 
 # ---------------------------------------------------------------------- the answers
 
@@ -77,17 +83,20 @@ ToCommand = Callable[[Any, WorkerIdentity], Command[Any]]
 ToRequest = Callable[[Any, str], Message]  # (command, worker_instance_id)
 Answer = Callable[[Any], Message]  # the command's answer -> the response
 Result = Callable[[Any], Any]  # the response -> the command's answer
+Build = Callable[[Any, Outside], Awaitable[Command[Any]]]  # (request, its sender) -> command
 
 
 @dataclass(frozen=True, slots=True)
 class Rpc:
     """One method of ``runcontrol.v1.RunControl``.
 
-    A row with ``to_command`` is served generically: the request is its command (plus the
-    caller's identity), sent to the run's grain, and ``answer`` makes the response. A row
-    without one is a method of ``RunControlRpc`` of the same name in snake case (a long-poll,
-    a stream). ``commands`` are those the worker's client sends through the method:
-    ``to_request`` makes the request, ``result`` reads the command's answer back.
+    A row with ``to_command`` (a worker command) or ``build`` (an outside command: the
+    request through the builder the HTTP route calls too, ``edge.commands``) is served
+    generically: the request is its command (plus the caller's identity), sent to the run's
+    grain, and ``answer`` makes the response. A row with neither is a method of
+    ``RunControlRpc`` of the same name in snake case (a long-poll, a stream). ``commands``
+    are those the client sends through the method: ``to_request`` makes the request,
+    ``result`` reads the command's answer back.
     """
 
     method: str
@@ -100,6 +109,7 @@ class Rpc:
     answer: Answer | None = None
     result: Result | None = None
     stream: bool = False
+    build: Build | None = None
 
     @property
     def attr(self) -> str:
@@ -169,6 +179,45 @@ def _approval(response: pb.RequestApprovalResponse) -> ApprovalRequest | None:
     return APPROVAL.decode(response.approval) if response.required else None
 
 
+# ---------------------------------------------------------------------- outside commands
+
+
+def _json_value(text: str, name: str) -> Any:
+    """Any JSON value as its text; the empty text is null."""
+    try:
+        return json.loads(text) if text else None
+    except ValueError:
+        raise errors.ValidationFailed(f"{name} must be JSON", field=name) from None
+
+
+async def _send_signal(request: pb.SendSignalRequest, sender: Outside) -> SendSignal:
+    return await outside.send_signal(
+        sender,
+        request.command_id,
+        run_id=uuid_field(request.run_id, "run_id"),
+        name=request.name,
+        body=_json_value(request.body_json, "body_json"),
+    )
+
+
+def outside_rpc(
+    method: str,
+    command: type[Command[Any]],
+    build: Build,
+    reply: Codec[Any],
+    *,
+    from_caller: tuple[str, ...],
+) -> Rpc:
+    """An outside command: ``build`` makes it through its builder, ``reply`` is the codec of
+    its answer (the whole response). Its request message carries the command's fields by name
+    (checked here, as a worker command's codec is) but ``from_caller``: who sends it is the
+    token's, never the request's, and ``command_id`` is the caller's idempotency key, which
+    the builder scopes to the caller."""
+    request, response = _messages(method)
+    Codec(command, request, supplied=from_caller)  # a field missing on either side: TypeError
+    return Rpc(method, request, response, RUNS_WRITE, answer=reply.encode, build=build)
+
+
 def _field_of(response: type[Message], message: type[Message]) -> str:
     """The one field of ``response`` holding a ``message``."""
     found = [
@@ -213,7 +262,9 @@ _ROWS: tuple[Rpc, ...] = (
     # commands above travel in it as their own requests.
     Rpc("Exchange", *_messages("Exchange"), RUNTIME),
     # Not a worker's call: input from outside for a signal step (the roles that submit).
-    Rpc("SendSignal", *_messages("SendSignal"), RUNS_WRITE),
+    outside_rpc(
+        "SendSignal", SendSignal, _send_signal, SIGNAL, from_caller=("tenant_id", "sent_by")
+    ),
 )
 _ORDER = {m.name: i for i, m in enumerate(_SERVICE.methods)}
 RPCS: tuple[Rpc, ...] = tuple(sorted(_ROWS, key=lambda r: _ORDER.get(r.method, len(_ORDER))))

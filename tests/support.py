@@ -15,7 +15,23 @@ import pytest
 from sqlalchemy import Engine, create_engine, select, text
 from sqlalchemy.engine import make_url
 
-from runcontrol.commands import Command
+from runcontrol.commands import (
+    AcquireLease,
+    CancelRun,
+    Command,
+    DecideApproval,
+    RenewLease,
+    ReportOutcome,
+    RequestApproval,
+)
+from runcontrol.domain import (
+    ApprovalRequest,
+    AttemptOutcome,
+    Decision,
+    LeaseGrant,
+    Principal,
+    canonical_hash,
+)
 from runcontrol.grain import RunGrain
 from runcontrol.store import Database
 
@@ -77,6 +93,121 @@ def race(*calls: Callable[[], Any]) -> list[tuple[str, Any]]:
         t.join(timeout=60)
         assert not t.is_alive(), "a racing command hung"
     return results
+
+
+# ---------------------------------------------------------------------- a run's commands
+
+# What a test's grain sends, with the fields every one of them carries filled in (the tenant
+# and run from the grain, the lease fields from the grant); ``overrides`` replace any of them.
+
+WORKER = "worker-1"
+
+
+def proposal(n: int = 1) -> str:
+    return canonical_hash({"proposal": n})
+
+
+def fenced(grant: LeaseGrant, tenant: str, **overrides: Any) -> dict[str, Any]:
+    """The fields every lease holder's command carries, from its grant."""
+    values: dict[str, Any] = {
+        "tenant_id": tenant,
+        "run_id": grant.run_id,
+        "attempt_id": grant.attempt_id,
+        "holder": grant.holder,
+        "fencing_token": grant.fencing_token,
+        "lease_id": grant.lease_id,
+    }
+    values.update(overrides)
+    return values
+
+
+def report(grain: SyncGrain, grant: LeaseGrant, outcome: AttemptOutcome, **kw: Any) -> Any:
+    """The lease holder reports ``outcome``."""
+    return grain.execute(
+        ReportOutcome(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            attempt_id=grant.attempt_id,
+            holder=grant.holder,
+            fencing_token=grant.fencing_token,
+            outcome=outcome,
+            **kw,
+        )
+    )
+
+
+def acquire(grain: SyncGrain, attempt_id: UUID, holder: str = WORKER) -> LeaseGrant:
+    """``holder`` claims the attempt ``attempt_id``."""
+    return grain.execute(
+        AcquireLease(
+            tenant_id=grain.tenant_id, run_id=grain.run_id, attempt_id=attempt_id, holder=holder
+        )
+    )
+
+
+def renew(grain: SyncGrain, grant: LeaseGrant, **overrides: Any) -> LeaseGrant:
+    """The lease holder renews its lease (``overrides``: another holder, token, ...)."""
+    fields: dict[str, Any] = {
+        "attempt_id": grant.attempt_id,
+        "holder": grant.holder,
+        "fencing_token": grant.fencing_token,
+    }
+    fields.update(overrides)
+    return grain.execute(RenewLease(tenant_id=grain.tenant_id, run_id=grain.run_id, **fields))
+
+
+def request_approval(
+    grain: SyncGrain, grant: LeaseGrant, n: int = 1, **kw: Any
+) -> ApprovalRequest | None:
+    """The lease holder asks approval for ``proposal(n)``."""
+    return grain.execute(
+        RequestApproval(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            attempt_id=grant.attempt_id,
+            holder=grant.holder,
+            fencing_token=grant.fencing_token,
+            proposal_hash=proposal(n),
+            **kw,
+        )
+    )
+
+
+def decide(
+    grain: SyncGrain,
+    approval: ApprovalRequest,
+    principal: Principal,
+    decision: Decision = Decision.APPROVE,
+    *,
+    version: int | None = None,
+    proposal_hash: str | None = None,
+    reason: str | None = None,
+) -> ApprovalRequest:
+    """``principal`` decides ``approval`` (by default at the version and hash it was seen at)."""
+    return grain.execute(
+        DecideApproval(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            approval_id=approval.approval_id,
+            principal=principal,
+            decision=decision,
+            version=approval.version if version is None else version,
+            proposal_hash=proposal_hash or approval.proposal_hash,
+            reason=reason,
+        )
+    )
+
+
+def cancel(grain: SyncGrain, reason: str = "stop", requested_by: str = "ops") -> str:
+    """A cancellation of the run; answers the run's state name."""
+    return grain.execute(
+        CancelRun(
+            tenant_id=grain.tenant_id,
+            run_id=grain.run_id,
+            requested_by=requested_by,
+            reason=reason,
+        )
+    )
 
 
 def run_rows(db: Database, tenant: str, table: Any, run_id: UUID, order: Any = None) -> list[Any]:

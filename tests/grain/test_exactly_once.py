@@ -13,8 +13,9 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from grain_harness import SHARED, WORKER, Harness, outcome_hash, proposal
+from grain_harness import SHARED, Harness, outcome_hash
 from sqlalchemy import text
+from support import proposal, renew, request_approval
 
 from runcontrol import reconcilers
 from runcontrol.commands import (
@@ -23,7 +24,6 @@ from runcontrol.commands import (
     DispatchRun,
     RenewLease,
     ReportOutcome,
-    RequestApproval,
     SubmitRun,
 )
 from runcontrol.domain import AttemptOutcome, Decision, RunState, StepSpec, errors
@@ -35,16 +35,7 @@ WINDOW_S = 24 * 3600  # the default answer retention
 
 def waiting(h: Harness):
     grain, grant = h.start_run(StepSpec("write", "agent-a", side_effect_class=SHARED))
-    approval = grain.execute(
-        RequestApproval(
-            tenant_id=h.tenant,
-            run_id=grain.run_id,
-            attempt_id=grant.attempt_id,
-            holder=WORKER,
-            fencing_token=grant.fencing_token,
-            proposal_hash=proposal(),
-        )
-    )
+    approval = request_approval(grain, grant)
     assert approval is not None
     decide = DecideApproval(
         tenant_id=h.tenant,
@@ -167,15 +158,7 @@ def test_a_resend_reaching_an_activation_loaded_after_the_commit_has_no_second_e
 def test_answers_are_stored_with_the_effect_and_only_for_commits(h: Harness):
     grain, grant = h.start_run()
     with pytest.raises(errors.StaleFencingToken):
-        grain.execute(
-            RenewLease(
-                tenant_id=h.tenant,
-                run_id=grain.run_id,
-                attempt_id=grant.attempt_id,
-                holder=grant.holder,
-                fencing_token=grant.fencing_token + 7,
-            )
-        )
+        renew(grain, grant, fencing_token=grant.fencing_token + 7)
     stored = {(row.command, row.command_id) for row in answers(h, grain.run_id)}
     assert {name for name, _ in stored} == {"SubmitRun", "AcquireLease"}
 

@@ -14,8 +14,9 @@ from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy.exc import DBAPIError
+from support import cancel
 
-from runcontrol.commands import CancelRun, ReportOutcome
+from runcontrol.commands import ReportOutcome
 from runcontrol.domain import AttemptOutcome, errors
 from runcontrol.store.tables import APPEND_ONLY_TABLES
 
@@ -41,17 +42,7 @@ def evidence(make_leased_run, tenant):
                 outcome=AttemptOutcome.SUCCEEDED,
             )
         )
-    assert (
-        run.grain.execute(
-            CancelRun(
-                tenant_id=run.grain.tenant_id,
-                run_id=run.grain.run_id,
-                requested_by="ops",
-                reason="stop",
-            )
-        )
-        == "Cancelling"
-    )
+    assert cancel(run.grain) == "Cancelling"
     return run
 
 

@@ -8,7 +8,7 @@ import threading
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
 import pytest
@@ -97,8 +97,10 @@ def race(*calls: Callable[[], Any]) -> list[tuple[str, Any]]:
 
 # ---------------------------------------------------------------------- a run's commands
 
-# What a test's grain sends, with the fields every one of them carries filled in (the tenant
+# What a test's grain is sent, with the fields every such command carries filled in (the tenant
 # and run from the grain, the lease fields from the grant); ``overrides`` replace any of them.
+# ``*_command`` builds the command (to await it on a RunGrain, or to send it twice); the
+# function without the suffix sends it to a SyncGrain.
 
 WORKER = "worker-1"
 
@@ -121,19 +123,38 @@ def fenced(grant: LeaseGrant, tenant: str, **overrides: Any) -> dict[str, Any]:
     return values
 
 
-def report(grain: SyncGrain, grant: LeaseGrant, outcome: AttemptOutcome, **kw: Any) -> Any:
-    """The lease holder reports ``outcome``."""
-    return grain.execute(
-        ReportOutcome(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            attempt_id=grant.attempt_id,
-            holder=grant.holder,
-            fencing_token=grant.fencing_token,
-            outcome=outcome,
-            **kw,
-        )
-    )
+class AddressesRun(Protocol):
+    """A grain a test sends commands to (``SyncGrain`` or ``RunGrain``)."""
+
+    @property
+    def tenant_id(self) -> str: ...
+
+    @property
+    def run_id(self) -> UUID: ...
+
+
+def held(grain: AddressesRun, grant: LeaseGrant, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a lease holder's command to ``grain``, from its grant, with ``overrides``."""
+    fields: dict[str, Any] = {
+        "tenant_id": grain.tenant_id,
+        "run_id": grain.run_id,
+        "attempt_id": grant.attempt_id,
+        "holder": grant.holder,
+        "fencing_token": grant.fencing_token,
+    }
+    fields.update(overrides)
+    return fields
+
+
+def report_command(
+    grain: AddressesRun, grant: LeaseGrant, outcome: AttemptOutcome, **overrides: Any
+) -> ReportOutcome:
+    """The lease holder reports ``outcome`` (``overrides``: a hash, a failure class, ...)."""
+    return ReportOutcome(outcome=outcome, **held(grain, grant, overrides))
+
+
+def report(grain: SyncGrain, grant: LeaseGrant, outcome: AttemptOutcome, **overrides: Any) -> Any:
+    return grain.execute(report_command(grain, grant, outcome, **overrides))
 
 
 def acquire(grain: SyncGrain, attempt_id: UUID, holder: str = WORKER) -> LeaseGrant:
@@ -145,36 +166,26 @@ def acquire(grain: SyncGrain, attempt_id: UUID, holder: str = WORKER) -> LeaseGr
     )
 
 
-def renew(grain: SyncGrain, grant: LeaseGrant, **overrides: Any) -> LeaseGrant:
+def renew_command(grain: AddressesRun, grant: LeaseGrant, **overrides: Any) -> RenewLease:
     """The lease holder renews its lease (``overrides``: another holder, token, ...)."""
-    fields: dict[str, Any] = {
-        "attempt_id": grant.attempt_id,
-        "holder": grant.holder,
-        "fencing_token": grant.fencing_token,
-    }
-    fields.update(overrides)
-    return grain.execute(RenewLease(tenant_id=grain.tenant_id, run_id=grain.run_id, **fields))
+    return RenewLease(**held(grain, grant, overrides))
+
+
+def renew(grain: SyncGrain, grant: LeaseGrant, **overrides: Any) -> LeaseGrant:
+    return grain.execute(renew_command(grain, grant, **overrides))
 
 
 def request_approval(
-    grain: SyncGrain, grant: LeaseGrant, n: int = 1, **kw: Any
+    grain: SyncGrain, grant: LeaseGrant, n: int = 1, **overrides: Any
 ) -> ApprovalRequest | None:
     """The lease holder asks approval for ``proposal(n)``."""
     return grain.execute(
-        RequestApproval(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            attempt_id=grant.attempt_id,
-            holder=grant.holder,
-            fencing_token=grant.fencing_token,
-            proposal_hash=proposal(n),
-            **kw,
-        )
+        RequestApproval(proposal_hash=proposal(n), **held(grain, grant, overrides))
     )
 
 
-def decide(
-    grain: SyncGrain,
+def decide_command(
+    grain: AddressesRun,
     approval: ApprovalRequest,
     principal: Principal,
     decision: Decision = Decision.APPROVE,
@@ -182,32 +193,37 @@ def decide(
     version: int | None = None,
     proposal_hash: str | None = None,
     reason: str | None = None,
-) -> ApprovalRequest:
+) -> DecideApproval:
     """``principal`` decides ``approval`` (by default at the version and hash it was seen at)."""
-    return grain.execute(
-        DecideApproval(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            approval_id=approval.approval_id,
-            principal=principal,
-            decision=decision,
-            version=approval.version if version is None else version,
-            proposal_hash=proposal_hash or approval.proposal_hash,
-            reason=reason,
-        )
+    return DecideApproval(
+        tenant_id=grain.tenant_id,
+        run_id=grain.run_id,
+        approval_id=approval.approval_id,
+        principal=principal,
+        decision=decision,
+        version=approval.version if version is None else version,
+        proposal_hash=proposal_hash or approval.proposal_hash,
+        reason=reason,
+    )
+
+
+def decide(
+    grain: SyncGrain, approval: ApprovalRequest, principal: Principal, *args: Any, **kw: Any
+) -> ApprovalRequest:
+    return grain.execute(decide_command(grain, approval, principal, *args, **kw))
+
+
+def cancel_command(
+    grain: AddressesRun, reason: str = "stop", requested_by: str = "ops"
+) -> CancelRun:
+    """A cancellation of the run; its answer is the run's state name."""
+    return CancelRun(
+        tenant_id=grain.tenant_id, run_id=grain.run_id, requested_by=requested_by, reason=reason
     )
 
 
 def cancel(grain: SyncGrain, reason: str = "stop", requested_by: str = "ops") -> str:
-    """A cancellation of the run; answers the run's state name."""
-    return grain.execute(
-        CancelRun(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            requested_by=requested_by,
-            reason=reason,
-        )
-    )
+    return grain.execute(cancel_command(grain, reason, requested_by))
 
 
 def run_rows(db: Database, tenant: str, table: Any, run_id: UUID, order: Any = None) -> list[Any]:

@@ -15,15 +15,19 @@ from datetime import timedelta
 import pytest
 from grain_harness import SHARED, Harness, outcome_hash
 from sqlalchemy import text
-from support import proposal, renew, request_approval
+from support import (
+    cancel_command,
+    decide_command,
+    proposal,
+    renew,
+    renew_command,
+    report_command,
+    request_approval,
+)
 
 from runcontrol import reconcilers
 from runcontrol.commands import (
-    CancelRun,
-    DecideApproval,
     DispatchRun,
-    RenewLease,
-    ReportOutcome,
     SubmitRun,
 )
 from runcontrol.domain import AttemptOutcome, Decision, RunState, StepSpec, errors
@@ -37,16 +41,7 @@ def waiting(h: Harness):
     grain, grant = h.start_run(StepSpec("write", "agent-a", side_effect_class=SHARED))
     approval = request_approval(grain, grant)
     assert approval is not None
-    decide = DecideApproval(
-        tenant_id=h.tenant,
-        run_id=grain.run_id,
-        approval_id=approval.approval_id,
-        principal=h.reviewer(),
-        decision=Decision.APPROVE,
-        version=approval.version,
-        proposal_hash=proposal(),
-        reason="fine",
-    )
+    decide = decide_command(grain, approval, h.reviewer(), proposal_hash=proposal(), reason="fine")
     return grain, grant, decide
 
 
@@ -90,15 +85,7 @@ def test_a_command_id_reused_for_another_command_is_refused_not_answered(h: Harn
 
 def test_an_outcome_resent_after_a_restart_is_answered_once(h: Harness):
     grain, grant = h.start_run(StepSpec("a", "agent-a"), StepSpec("b", "agent-b"))
-    report = ReportOutcome(
-        tenant_id=h.tenant,
-        run_id=grain.run_id,
-        attempt_id=grant.attempt_id,
-        holder=grant.holder,
-        fencing_token=grant.fencing_token,
-        outcome=AttemptOutcome.SUCCEEDED,
-        outcome_hash=outcome_hash(),
-    )
+    report = report_command(grain, grant, AttemptOutcome.SUCCEEDED, outcome_hash=outcome_hash())
     first = grain.execute(report)
     types = h.event_types(grain.run_id)
 
@@ -111,7 +98,7 @@ def test_an_outcome_resent_after_a_restart_is_answered_once(h: Harness):
 
 def test_a_cancel_resent_records_one_intent(h: Harness):
     grain, _ = h.start_run()
-    cancel = CancelRun(tenant_id=h.tenant, run_id=grain.run_id, requested_by="ops", reason="stop")
+    cancel = cancel_command(grain)
     assert grain.execute(cancel) == "Cancelling"
     assert fresh(h, grain).execute(cancel) == "Cancelling"
     assert len(h.rows(cancellation_intents, grain.run_id)) == 1
@@ -138,13 +125,7 @@ def test_a_resend_reaching_an_activation_loaded_after_the_commit_has_no_second_e
     """Activation A commits a renewal; B loaded the run afterwards (for another command) and
     then receives the resend: it must find the answer in the store, not renew again."""
     grain, grant = h.start_run()
-    renew = RenewLease(
-        tenant_id=h.tenant,
-        run_id=grain.run_id,
-        attempt_id=grant.attempt_id,
-        holder=grant.holder,
-        fencing_token=grant.fencing_token,
-    )
+    renew = renew_command(grain, grant)
     h.clock.advance(5)
     first = grain.execute(renew)
     other = fresh(h, grain)

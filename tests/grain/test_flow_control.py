@@ -17,9 +17,9 @@ import psycopg
 import pytest
 from grain_harness import Harness
 from sqlalchemy import select, text
-from support import Faults, cancel, race_async, report
+from support import Faults, cancel, race_async, report, report_command
 
-from runcontrol.commands import ReportOutcome, RequestApproval, SubmitRun, WakeRun
+from runcontrol.commands import RequestApproval, SubmitRun, WakeRun
 from runcontrol.config import Settings
 from runcontrol.domain import (
     AttemptOutcome,
@@ -473,14 +473,7 @@ def test_a_slot_is_freed_in_the_transaction_that_ends_its_holder(
     waiting = submit(h, "repo-x")
     faults.arm(holder.run_id, checkpoint)
     faulty = h.grain(holder.run_id)  # a fresh activation
-    outcome = ReportOutcome(
-        tenant_id=h.tenant,
-        run_id=holder.run_id,
-        attempt_id=grant.attempt_id,
-        holder=grant.holder,
-        fencing_token=grant.fencing_token,
-        outcome=AttemptOutcome.SUCCEEDED,
-    )
+    outcome = report_command(holder, grant, AttemptOutcome.SUCCEEDED)
     with pytest.raises(psycopg.DatabaseError, match=faults.message(checkpoint)):
         faulty.execute(outcome)
     assert h.load(holder.run_id).run.state is RunState.RUNNING

@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 from grain_harness import REQUESTER, SHARED, Harness
-from support import WORKER, decide, proposal, race_async, request_approval
+from support import WORKER, decide, decide_command, proposal, race_async, request_approval
 
 from runcontrol.commands import DecideApproval, DispatchRun, RequestApproval, WakeResult
 from runcontrol.domain import (
@@ -162,25 +162,11 @@ def test_concurrent_decisions_record_exactly_one(h: Harness):
 
     results = race_async(
         a.grain.execute(
-            DecideApproval(
-                tenant_id=a.tenant_id,
-                run_id=a.run_id,
-                approval_id=approval.approval_id,
-                principal=h.reviewer("rita"),
-                decision=APPROVE,
-                version=1,
-                proposal_hash=proposal(),
-            )
+            decide_command(a, approval, h.reviewer("rita"), version=1, proposal_hash=proposal())
         ),
         b.grain.execute(
-            DecideApproval(
-                tenant_id=b.tenant_id,
-                run_id=b.run_id,
-                approval_id=approval.approval_id,
-                principal=h.reviewer("bob"),
-                decision=Decision.REJECT,
-                version=1,
-                proposal_hash=proposal(),
+            decide_command(
+                b, approval, h.reviewer("bob"), Decision.REJECT, version=1, proposal_hash=proposal()
             )
         ),
     )

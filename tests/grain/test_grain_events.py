@@ -8,9 +8,8 @@ from collections import defaultdict
 
 import pytest
 from grain_harness import SHARED, CeilingRandom, Harness
-from support import WORKER, decide, report, request_approval
+from support import decide, report, request_approval
 
-from runcontrol.commands import ReportOutcome
 from runcontrol.domain import (
     AttemptOutcome,
     Decision,
@@ -36,16 +35,7 @@ def test_full_run_has_gap_free_events_and_one_journal_entry_per_transition(h: Ha
     h.wake(grain)
     retry = h.lease(grain)
     with pytest.raises(errors.StaleFencingToken):  # refused: audited, nothing else
-        grain.execute(
-            ReportOutcome(
-                tenant_id=grain.tenant_id,
-                run_id=grain.run_id,
-                attempt_id=retry.attempt_id,
-                holder=WORKER,
-                fencing_token=first.fencing_token,
-                outcome=AttemptOutcome.SUCCEEDED,
-            )
-        )
+        report(grain, first, AttemptOutcome.SUCCEEDED, attempt_id=retry.attempt_id)
     h.succeed(grain, retry)
     write = h.lease(grain, "worker-2")
     approval = request_approval(grain, write)

@@ -194,7 +194,7 @@ def complete(container: Container, agg: RunAggregate, grant: LeaseGrant) -> RunA
     return agg
 
 
-def renew(container: Container, agg: RunAggregate, grant: LeaseGrant) -> RunAggregate:
+def renewed(container: Container, agg: RunAggregate, grant: LeaseGrant) -> RunAggregate:
     """A lease renewal decided on ``agg``: it bumps the version and rewrites the lease (the
     clock moves first, so the new ``expires_at`` differs from the stored one)."""
     container.env.clock.advance(1)

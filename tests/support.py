@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import threading
 import uuid
 from collections.abc import Awaitable, Callable
@@ -233,6 +234,34 @@ def run_rows(db: Database, tenant: str, table: Any, run_id: UUID, order: Any = N
         stmt = stmt.order_by(order)
     with db.tenant(tenant) as conn:
         return list(conn.execute(stmt))
+
+
+# ---------------------------------------------------------------------- workers
+
+
+def endless_agent(worker: Any, agent_id: str) -> tuple[asyncio.Event, asyncio.Event]:
+    """Register on the SDK ``worker`` an async function for ``agent_id`` that runs until it is
+    cancelled; answers the events (started, interrupted) it sets."""
+    started, interrupted = asyncio.Event(), asyncio.Event()
+
+    @worker.agent(agent_id)
+    async def endless(step: Any) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            interrupted.set()
+            raise
+
+    return started, interrupted
+
+
+def stop_processes(*processes: subprocess.Popen[Any] | None) -> None:
+    """Terminate the child processes still running (a test's ``finally``)."""
+    for process in processes:
+        if process is not None and process.poll() is None:
+            process.terminate()
+            process.wait(30)
 
 
 # ---------------------------------------------------------------------- injected faults

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 import pytest
+from support import endless_agent
 
 from runcontrol.commands import (
     ClaimToolCall,
@@ -620,16 +621,7 @@ def test_a_stopping_worker_works_what_was_granted_meanwhile() -> None:
 def test_a_pushed_cancel_interrupts_an_async_function_which_reports_cancelled() -> None:
     hosts = FakeHosts()
     worker = fast(concurrency=1)
-    started, interrupted = asyncio.Event(), asyncio.Event()
-
-    @worker.agent("a")
-    async def forever(step: Step) -> None:
-        started.set()
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            interrupted.set()
-            raise
+    started, interrupted = endless_agent(worker, "a")
 
     attempt = FakeAttempt("a", host=0)
 

@@ -1,6 +1,6 @@
 """The Ray runtime of runcontrol's service commands (``runcontrol.cli.cluster.Cluster``): the
 service's start, drain and stop (``service.py``), the detached run hosts, and a worker session
-over actor calls (``sessions.py``)."""
+over actor calls (the hosts' router, ``placement.py``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from runcontrol.config import Settings
-from runcontrol.session import SessionTransport
+from runcontrol.workers.protocol import SessionTransport
 
 from .run_host import host_config, make_router
 from .service import (
@@ -20,7 +20,6 @@ from .service import (
     start_service,
     stop_service,
 )
-from .sessions import ActorSessionTransport
 
 
 class RayCluster:
@@ -62,4 +61,4 @@ class RayCluster:
         return await replace_host(index, grace_s)
 
     def session_transport(self, settings: Settings, owner_url: str) -> SessionTransport:
-        return ActorSessionTransport(make_router(host_config(settings, owner_url)))
+        return make_router(host_config(settings, owner_url))  # an exchange is one actor call

@@ -1,58 +1,51 @@
 """HTTP request and response models (pydantic v2). JSON field names are the spec's camelCase.
 
 Requests are checked for what the store cannot hold (NUL characters, lone surrogates, numbers
-beyond a column's range) so that such input is a 422 here and never a database error later.
-Unknown request fields are ignored: in particular a ``tenantId`` in a body has no effect.
+beyond a column's range: ``runcontrol.edge.storable``) so that such input is a 422 here and
+never a database error later. Unknown request fields are ignored: in particular a
+``tenantId`` in a body has no effect.
+
+A view of a domain object takes its fields from the object's dataclass (``shows``): the class
+statement names only what the view adds or shows otherwise.
 """
 
 from __future__ import annotations
 
-import re
+import dataclasses
+import typing
+from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from enum import Enum
+from typing import Annotated, Any, Literal, TypeVar, cast
 from uuid import UUID
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
 from pydantic.alias_generators import to_camel
 
-from runcontrol.domain import Decision
+from runcontrol.commands import ControlResult, RerunRun, SignalResult, SubmitResult
+from runcontrol.domain import (
+    ApprovalRequest,
+    Attempt,
+    Decision,
+    Event,
+    Lease,
+    Limits,
+    Run,
+    Step,
+)
+from runcontrol.edge.storable import (
+    MAX_BIGINT,
+    MAX_COST_USD,
+    MAX_MINUTES,
+    MAX_NAME,
+    MAX_REASON,
+    storable,
+    storable_json,
+)
 
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-_MAX_DEPTH = 32
-MAX_MINUTES = 10 * 366 * 24 * 60  # ten years: keeps deadlines and the int4 column in range
-MAX_COST_USD = 1e12
-
-
-def _storable(value: str) -> str:
-    if _UNSTORABLE.search(value):
-        raise ValueError("must not contain NUL characters or lone surrogates")
-    return value
-
-
-def _storable_json(value: Any, depth: int = 0) -> Any:
-    if depth > _MAX_DEPTH:
-        raise ValueError(f"must not nest deeper than {_MAX_DEPTH} levels")
-    if isinstance(value, str):
-        _storable(value)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _storable(key)
-            _storable_json(item, depth + 1)
-    elif isinstance(value, list):
-        for item in value:
-            _storable_json(item, depth + 1)
-    return value
-
-
-def storable_json(value: Any) -> Any:
-    """``value`` if the store can hold it (no NUL, no lone surrogate, bounded depth); else
-    ``ValueError``: for a body a route takes whole, not through a model."""
-    return _storable_json(value)
-
-
-Name = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_storable)]
-Reason = Annotated[str, Field(min_length=1, max_length=2000), AfterValidator(_storable)]
-JsonObject = Annotated[dict[str, Any], AfterValidator(_storable_json)]
+Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME), AfterValidator(storable)]
+Reason = Annotated[str, Field(min_length=1, max_length=MAX_REASON), AfterValidator(storable)]
+JsonObject = Annotated[dict[str, Any], AfterValidator(storable_json)]
 
 
 class RequestModel(BaseModel):
@@ -61,6 +54,55 @@ class RequestModel(BaseModel):
 
 class ResponseModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+
+V = TypeVar("V", bound=ResponseModel)
+
+
+def _shown(hint: Any) -> Any:
+    """A domain field's type as a view shows it: an enum as its value (a string)."""
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        return str
+    args = typing.get_args(hint)
+    if type(None) in args:
+        (inner,) = (a for a in args if a is not type(None))
+        return _shown(inner) | None
+    return hint
+
+
+def shows(
+    source: type[Any],
+    *shown: str,
+    without: tuple[str, ...] = (),
+    rename: Mapping[str, str] | None = None,
+    described: Mapping[str, str] | None = None,
+) -> Callable[[type[V]], type[V]]:
+    """A view of the domain dataclass ``source``: the decorated model with, before its own
+    fields, the fields ``shown`` of ``source`` (all but ``without``, in its order, when none
+    are named) under their names or those ``rename`` gives, with the domain's types (an enum
+    as its value). A field whose type admits None is optional (null when absent), any other
+    required, whatever its default in the domain; ``described`` documents them. A field the
+    class declares itself (a default of its own) takes the place of the derived one."""
+
+    def view(cls: type[V]) -> type[V]:
+        base: type[ResponseModel] = cls.__bases__[0]
+        hints = typing.get_type_hints(source)
+        names = shown or tuple(f.name for f in dataclasses.fields(source) if f.name not in without)
+        fields: dict[str, Any] = {}
+        for name in names:
+            kind = _shown(hints[name])
+            default = None if type(None) in typing.get_args(kind) else ...
+            description = (described or {}).get(name)
+            fields[(rename or {}).get(name, name)] = (kind, Field(default, description=description))
+        for name, info in cls.model_fields.items():
+            if name not in base.model_fields:
+                fields[name] = (info.annotation, info)
+        model: type[ResponseModel] = create_model(
+            cls.__name__, __base__=base, __doc__=cls.__doc__, __module__=cls.__module__, **fields
+        )
+        return cast(type[V], model)
+
+    return view
 
 
 # ---------------------------------------------------------------------- runs
@@ -96,12 +138,9 @@ class SubmitRunRequest(RequestModel):
         return self
 
 
+@shows(SubmitResult, "run_id", "state", "release_id", "policy_revision", "snapshot_id")
 class SubmitRunResponse(ResponseModel):
-    run_id: UUID
-    state: str
-    release_id: str
-    policy_revision: str
-    snapshot_id: UUID
+    pass
 
 
 class CancelRunRequest(RequestModel):
@@ -113,99 +152,70 @@ class CancelRunResponse(ResponseModel):
     state: str = Field(description="The state observed after recording the intent.")
 
 
+@shows(Limits)
 class LimitsOut(ResponseModel):
-    max_cost_usd: float | None = None
-    max_minutes: int | None = None
+    pass
 
 
+@shows(
+    Run,
+    *("run_id", "tenant_id", "project_id", "environment_id", "workflow_id", "model_profile_id"),
+    *("snapshot_id", "budget_reservation_id", "state", "input_hash", "requested_by"),
+    *("failure_class", "failure_reason", "outcome_hash", "version", "created_at", "updated_at"),
+    *("suspended_at", "rerun_of", "result_hash", "result_bytes", "priority"),
+    described={
+        "rerun_of": "The finished run this run reruns.",
+        "result_hash": "The canonical hash of the run's result (its final step's), once "
+        "Completed; null when that step reported none.",
+        "result_bytes": "The size of the run's result (canonical JSON, or the referenced "
+        "artifact).",
+    },
+)
 class RunSummary(ResponseModel):
-    run_id: UUID
-    tenant_id: str
-    project_id: str
-    environment_id: str | None = None
-    workflow_id: str
+    """A run as the list shows it: its pins (the release flattened), state and freshness."""
+
     release_id: str
     release_hash: str
     policy_revision: str
-    model_profile_id: str
-    snapshot_id: UUID
-    budget_reservation_id: UUID | None = None
-    state: str
-    input_hash: str
-    requested_by: str
-    failure_class: str | None = None
-    failure_reason: str | None = None
-    outcome_hash: str | None = None
     limits: LimitsOut
-    version: int
     last_event_seq: int
-    created_at: datetime
-    updated_at: datetime
     suspended: bool = Field(
         False, description="An operator suspended the run: nothing new starts until resumed."
-    )
-    suspended_at: datetime | None = None
-    rerun_of: UUID | None = Field(None, description="The finished run this run reruns.")
-    result_hash: str | None = Field(
-        None,
-        description="The canonical hash of the run's result (its final step's), once Completed; "
-        "null when that step reported none.",
-    )
-    result_bytes: int | None = Field(
-        None,
-        description="The size of the run's result (canonical JSON, or the referenced artifact).",
     )
     priority: int = Field(3, description="1-5, pinned at submission (docs/flow-control.md).")
 
 
+@shows(Lease, "lease_id", "holder", "fencing_token", "expires_at")
 class LeaseView(ResponseModel):
-    lease_id: UUID
-    holder: str
-    fencing_token: int
-    expires_at: datetime
+    pass
 
 
+@shows(
+    Attempt,
+    *("attempt_id", "number", "state", "outcome", "outcome_hash", "failure_class"),
+    *("dispatched_at", "settled_at", "holder"),
+)
 class AttemptView(ResponseModel):
-    attempt_id: UUID
-    number: int
-    state: str
-    outcome: str | None = None
-    outcome_hash: str | None = None
-    failure_class: str | None = None
-    dispatched_at: datetime
-    settled_at: datetime | None = None
-    holder: str | None = None
     lease: LeaseView | None = None
 
 
-class StepView(ResponseModel):
-    step_id: UUID
-    ordinal: int
-    name: str
-    agent_id: str
-    skill_id: str | None = None
-    state: str
-    max_attempts: int
-    gate: str
-    side_effect_class: str
-    not_before: datetime | None = None
-    # The steps it waits for (a graph's ``dependsOn``); null on a run accepted before graphs:
-    # the step before it.
-    depends_on: list[str] | None = None
-    kind: str = Field("agent", description="agent | wait (a timer) | signal (input from outside)")
-    wait: dict[str, Any] | None = Field(
-        None, description="What a wait or signal step waits for: {seconds|until} or {signal, ...}"
-    )
-    due_at: datetime | None = Field(
-        None, description="While it waits: when its timer fires, or its signal times out."
-    )
-    held: dict[str, Any] | None = Field(
-        None,
-        description="While Pending: why it is held, a concurrency key's slot {kind: "
+@shows(
+    Step,
+    *("step_id", "ordinal", "name", "agent_id", "skill_id", "state", "max_attempts", "gate"),
+    *("side_effect_class", "not_before", "depends_on", "kind", "wait", "due_at", "held"),
+    described={
+        "depends_on": "The steps it waits for (a graph's `dependsOn`); null on a run accepted "
+        "before graphs: the step before it.",
+        "wait": "What a wait or signal step waits for: {seconds|until} or {signal, ...}",
+        "due_at": "While it waits: when its timer fires, or its signal times out.",
+        "held": "While Pending: why it is held, a concurrency key's slot {kind: "
         "concurrency|capacity, name, key, limit, holders, strategy, since}, or a rate limit's "
         "reservation {kind: rate-limit, bucket, until} (admitted at `until`; "
         "docs/flow-control.md).",
-    )
+    },
+)
+class StepView(ResponseModel):
+    kind: str = Field("agent", description="agent | wait (a timer) | signal (input from outside)")
     held_reason: str | None = Field(
         None,
         description="The hold in words: `concurrency-key repo-x 1/1`, "
@@ -214,25 +224,9 @@ class StepView(ResponseModel):
     attempts: list[AttemptView]
 
 
+@shows(ApprovalRequest)
 class ApprovalView(ResponseModel):
-    approval_id: UUID
-    run_id: UUID
-    step_id: UUID
-    attempt_id: UUID
-    tenant_id: str
-    action_class: str
-    proposal_hash: str
-    policy_revision: str
-    approver_rule: str
-    required_approvals: int
-    requested_by: str
-    state: str
-    decided_by: str | None = None
-    decided_at: datetime | None = None
-    reason: str | None = None
-    version: int
-    created_at: datetime
-    expires_at: datetime
+    pass
 
 
 class RunView(RunSummary):
@@ -262,7 +256,7 @@ class RunPage(ResponseModel):
 
 class DecisionRequest(RequestModel):
     decision: Decision
-    version: int = Field(ge=1, le=2**63 - 1, description="The request version decided on.")
+    version: int = Field(ge=1, le=MAX_BIGINT, description="The request version decided on.")
     proposal_hash: Name
     reason: Reason | None = None
 
@@ -416,35 +410,18 @@ class RunGraph(ResponseModel):
     edges: list[GraphEdge]
 
 
+@shows(SignalResult, described={"delivered": "False: kept until the step waits for it."})
 class SignalResponse(ResponseModel):
-    run_id: UUID
-    step_id: UUID
-    name: str
-    delivered: bool = Field(description="False: kept until the step waits for it.")
-    state: str
+    pass
 
 
 # ---------------------------------------------------------------------- events
 
 
+# ``body``, the typed payload, is memory only: the envelope carries the payload it serialises to.
+@shows(Event, without=("body",), rename={"event_type": "type"})
 class EventEnvelope(ResponseModel):
     """One committed per-run event with the ADR-0014 envelope; ``seq`` is the SSE id."""
-
-    event_id: UUID
-    seq: int
-    type: str
-    topic: str
-    run_id: UUID
-    tenant_id: str
-    project_id: str
-    step_id: UUID | None = None
-    attempt_id: UUID | None = None
-    correlation_id: str | None = None
-    causation_id: str | None = None
-    producer: str
-    schema_version: int
-    occurred_at: datetime
-    payload: dict[str, Any]
 
 
 class FeedEvent(EventEnvelope):
@@ -456,7 +433,7 @@ class FeedEvent(EventEnvelope):
 
 # ---------------------------------------------------------------------- webhooks
 
-Url = Annotated[str, Field(min_length=8, max_length=2000), AfterValidator(_storable)]
+Url = Annotated[str, Field(min_length=8, max_length=2000), AfterValidator(storable)]
 
 
 class WebhookCreateRequest(RequestModel):
@@ -516,7 +493,7 @@ class DeliveryPage(ResponseModel):
 
 
 class RedeliverRequest(RequestModel):
-    after: int = Field(ge=0, le=2**63 - 1, description="Feed position: redeliver after it.")
+    after: int = Field(ge=0, le=MAX_BIGINT, description="Feed position: redeliver after it.")
 
 
 class RedeliverResponse(ResponseModel):
@@ -572,19 +549,19 @@ class RerunRequest(ControlRequest):
     release_alias: Name = Field("latest", description="The alias `current` resolves.")
 
 
+@shows(
+    ControlResult,
+    described={"attempt_id": "retry: the new attempt (when dispatched); resolve: the attempt."},
+)
 class ControlResponse(ResponseModel):
-    run_id: UUID
-    state: str
-    suspended: bool
-    step_id: UUID | None = None
-    attempt_id: UUID | None = Field(
-        None, description="retry: the new attempt (when dispatched); resolve: the attempt."
-    )
-    attempt_state: str | None = None
-    attempt_number: int | None = None
+    pass
 
 
+@shows(
+    RerunRun,
+    "rerun_of",
+    "release",
+    described={"release": "`pinned` or `current`: which release the rerun runs."},
+)
 class RerunResponse(SubmitRunResponse):
-    rerun_of: UUID
-    release: str = Field(description="`pinned` or `current`: which release the rerun runs.")
     created: bool = Field(description="False when this Idempotency-Key already made the rerun.")

@@ -19,7 +19,7 @@ from runcontrol.clock import Clock
 from runcontrol.domain import WorkerIdentity, canonical_hash
 from runcontrol.sdk import Backoff, Step, Transient, Worker
 from runcontrol.sdk._worker import slot_holders
-from runcontrol.session import SessionTransport
+from runcontrol.workers.protocol import SessionTransport
 
 # What an executor raises for a failure a retry may fix (the SDK's ``Transient``).
 TransientError = Transient

@@ -16,15 +16,16 @@ from sqlalchemy import Connection
 
 from schemas.api import ApprovalPage, ApprovalView, DecisionRequest
 
-from ..commands import DecideApproval
 from ..domain import ApprovalState, errors
 from ..domain.access import approvals_visible_only_to
+from ..edge import commands
+from ..edge.commands import require_visible
 from ..store import queries as q
 from .auth import ApprovalsReader, Caller
 from .context import Services, Svc, check_cursor
 from .limits import MeteredDecider
 from .problems import responses
-from .runs import RetryKey, command_id, require_visible
+from .runs import RetryKey
 
 router = APIRouter(prefix="/factory/approvals", tags=["approvals"])
 # The approvals of one run, under the run's path.
@@ -52,29 +53,10 @@ async def decide_approval(
     approval_id: Annotated[UUID, Path(alias="approvalId")],
     idempotency_key: RetryKey = None,
 ) -> dict[str, Any]:
-    # The decision is a command to the approval's run: find the run on this replica (a read),
-    # so only the command itself goes to the run's host.
-    project = caller.project_scope
-    run_id = await svc.read(
-        caller.tenant_id,
-        lambda conn: q.approval_run(conn, approval_id, project_id=project),
-        project_id=project,
+    command = await commands.decide_approval(
+        svc.outside(caller), idempotency_key, approval_id=approval_id, **body.model_dump()
     )
-    if run_id is None:  # unknown, another tenant's or another project's: the same answer
-        raise errors.ApprovalNotFound(f"approval {approval_id} not found")
-    approval = await svc.send(
-        DecideApproval(
-            tenant_id=caller.tenant_id,
-            run_id=run_id,
-            command_id=command_id(caller, "DecideApproval", approval_id, idempotency_key),
-            approval_id=approval_id,
-            principal=caller.principal,
-            decision=body.decision,
-            version=body.version,
-            proposal_hash=body.proposal_hash,
-            reason=body.reason,
-        )
-    )
+    approval = await svc.send(command)
     return q.approval_view(asdict(approval))
 
 
@@ -147,7 +129,7 @@ async def list_run_approvals(
     cursor: Annotated[str | None, Query(max_length=1000)] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> dict[str, Any]:
-    await require_visible(svc, caller, run_id, tenant_wide_too=True)
+    await require_visible(caller, svc.db, run_id, tenant_wide_too=True)
     return await _approvals_page(caller, svc, state, run_id, cursor, limit)
 
 

@@ -12,20 +12,17 @@ from typing import Annotated
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from ..domain import errors
 from ..domain.access import (
     ALL_SCOPES,
     APPROVALS_DECIDE,
     APPROVALS_READ,
-    OPERATION_SCOPE,
     RUNS_READ,
     RUNS_WRITE,
     RUNTIME,
     Operation,
-    allows,
 )
-from ..edge.auth import Caller, TokenVerifier, jwks_document, mint_dev_token
-from ..edge.errors import InsufficientScope, Unauthorized
+from ..edge.auth import Caller, TokenVerifier, jwks_document, mint_dev_token, permit
+from ..edge.errors import Unauthorized
 
 __all__ = [
     "ALL_SCOPES",
@@ -64,17 +61,12 @@ async def authenticate(
 
 def require(operation: Operation) -> Callable[..., Awaitable[Caller]]:
     """A dependency answering the verified caller, or 403 unless one of its roles grants
-    ``operation`` and its effective scopes hold the operation's scope."""
-    scope = OPERATION_SCOPE[operation]
+    ``operation`` and its effective scopes hold the operation's scope (``edge.auth.permit``).
+    A command's builder (``edge.commands``) checks its operation again: the route's check
+    only refuses such a caller before its body is read (403 before 422)."""
 
     async def dependency(caller: Annotated[Caller, Depends(authenticate)]) -> Caller:
-        if scope not in caller.scopes:
-            raise InsufficientScope(
-                f"the token lacks the scope {scope}, or none of its roles grants it", scope=scope
-            )
-        if not allows(caller.principal.roles, caller.scopes, operation):
-            roles = ", ".join(sorted(caller.principal.roles)) or "none"
-            raise errors.Forbidden(f"{operation} is not an operation of the roles: {roles}")
+        permit(caller, operation)
         return caller
 
     return dependency

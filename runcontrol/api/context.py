@@ -15,6 +15,8 @@ from ..commands import Command
 from ..config import Settings
 from ..drain import Drain
 from ..edge import reads
+from ..edge.auth import Caller
+from ..edge.commands import Outside
 from ..edge.errors import InvalidCursor, Overloaded
 from ..store import Database
 from ..store import queries as q
@@ -54,6 +56,11 @@ class Services:
     streams: Streams = field(default_factory=Streams)
     in_flight: InFlight = field(default_factory=InFlight)
     drain: Drain = field(default_factory=Drain)
+
+    def outside(self, caller: Caller) -> Outside:
+        """The caller as the sender of an outside command through this door
+        (``edge.commands``)."""
+        return Outside(caller, self.db, "http")
 
     async def send(self, command: Command[R]) -> R:
         """Send a command to its run's host, unless this replica already waits on

@@ -10,8 +10,9 @@ answer, as for cancels. Routes translate HTTP to commands and back, nothing more
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Annotated, Any
-from uuid import UUID, uuid4
+from uuid import UUID
 
 from fastapi import APIRouter, Depends, Path, Request, Response
 
@@ -27,7 +28,6 @@ from ..commands import (
     Command,
     ControlResult,
     RerunRelease,
-    RerunRun,
     ResolveAttempt,
     ResumeRun,
     RetryStep,
@@ -35,11 +35,12 @@ from ..commands import (
 )
 from ..domain import AttemptOutcome
 from ..domain.access import Operation
+from ..edge import commands
 from .auth import Caller, require
 from .context import Services, Svc
 from .limits import TenantRateLimiter
 from .problems import responses
-from .runs import RetryKey, RunIdPath, command_id, location, require_visible
+from .runs import RetryKey, RunIdPath, location
 
 router = APIRouter(prefix="/factory/runs", tags=["run controls"])
 
@@ -70,26 +71,11 @@ async def _control(
     target: UUID | None = None,
     **fields: Any,
 ) -> Any:
-    """Send the control ``kind`` on ``run_id`` as the caller; ``target`` (the step or attempt
-    it names) scopes the ``Idempotency-Key`` beside the run."""
-    await require_visible(svc, caller, run_id)
-    operation = kind.__name__ if target is None else f"{kind.__name__}:{target}"
-    fields |= {
-        "tenant_id": caller.tenant_id,
-        "run_id": run_id,
-        "command_id": command_id(caller, operation, run_id, idempotency_key),
-        "principal": caller.principal,
-    }
-    result = await svc.send(kind(**fields))
-    return {
-        "runId": result.run_id,
-        "state": result.state,
-        "suspended": result.suspended,
-        "stepId": result.step_id,
-        "attemptId": result.attempt_id,
-        "attemptState": result.attempt_state,
-        "attemptNumber": result.attempt_number,
-    }
+    """Send the control ``kind`` on ``run_id`` as the caller (``edge.commands.control``)."""
+    command = await commands.control(
+        svc.outside(caller), idempotency_key, kind, run_id=run_id, target=target, **fields
+    )
+    return await svc.send(command)
 
 
 @router.post(
@@ -211,31 +197,18 @@ async def rerun_run(
     response: Response,
     idempotency_key: RetryKey = None,
 ) -> Any:
-    await require_visible(svc, caller, run_id)
     release = RerunRelease(body.release)
-    result = await svc.send(
-        RerunRun(
-            tenant_id=caller.tenant_id,
-            run_id=uuid4(),
-            command_id=command_id(caller, "RerunRun", run_id, idempotency_key),
-            principal=caller.principal,
-            reason=body.reason,
-            rerun_of=run_id,
-            release=release,
-            release_alias=body.release_alias,
-        )
+    command = await commands.rerun_run(
+        svc.outside(caller),
+        idempotency_key,
+        run_id=run_id,
+        reason=body.reason,
+        release=release,
+        release_alias=body.release_alias,
     )
+    result = await svc.send(command)
     response.headers["Location"] = location(result.run_id)
-    return {
-        "runId": result.run_id,
-        "state": result.state,
-        "releaseId": result.release_id,
-        "policyRevision": result.policy_revision,
-        "snapshotId": result.snapshot_id,
-        "rerunOf": run_id,
-        "release": str(release),
-        "created": result.created,
-    }
+    return {**asdict(result), "rerun_of": run_id, "release": str(release)}
 
 
 __all__ = ["router"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 from typing import Annotated, Any
-from uuid import UUID, uuid4
+from uuid import UUID
 
 from fastapi import APIRouter, Header, Path, Query, Response
 from fastapi.responses import JSONResponse
@@ -24,15 +24,14 @@ from schemas.api import (
     SubmitRunResponse,
 )
 
-from ..commands import CancelRun, SubmitRequest, SubmitRun, new_command_id
 from ..domain import Limits, RunState, errors
-from ..domain.access import RUNS_OPERATE, may_set_priority
+from ..edge import commands
 from ..store import queries as q
 from ..store.commit import EVENTS_CHANNEL
 from .auth import Caller, RunsReader
 from .context import Services, Svc, check_cursor
 from .limits import MeteredCanceller, MeteredSubmitter
-from .problems import IdempotencyKeyRequired, responses
+from .problems import responses
 
 router = APIRouter(prefix="/factory/runs", tags=["runs"])
 
@@ -54,15 +53,6 @@ RetryKey = Annotated[
     ),
 ]
 RunIdPath = Annotated[UUID, Path(alias="runId")]
-
-
-def command_id(caller: Caller, operation: str, target: UUID, key: str | None) -> str:
-    """The command id of an HTTP call: the caller's ``Idempotency-Key``, scoped to the caller,
-    the operation and its target (one key reused elsewhere never answers for another call);
-    without a key, a new id (the call is then not deduplicated)."""
-    if not key:
-        return new_command_id()
-    return f"http:{caller.principal.subject}:{operation}:{target}:{key}"
 
 
 CorrelationId = Annotated[str | None, Header(alias="X-Correlation-Id", max_length=200)]
@@ -113,42 +103,8 @@ async def wait_terminal(
         await svc.feed.wait(EVENTS_CHANNEL, key, since, left)
 
 
-async def require_visible(
-    svc: Services, caller: Caller, run_id: UUID, *, tenant_wide_too: bool = False
-) -> None:
-    """Before a command (or a read by run) on ``run_id``: another project's run answers as an
-    unknown one does (a run's project never changes, so this cannot go stale before the
-    command lands). For a caller whose roles span the tenant a command finds out itself
-    whether the run exists; a read asks (``tenant_wide_too``)."""
-    project = caller.project_scope
-    if (project is not None or tenant_wide_too) and not await svc.read(
-        caller.tenant_id,
-        lambda conn: q.run_visible(conn, run_id, project_id=project),
-        project_id=project,
-    ):
-        raise errors.RunNotFound(f"run {run_id} not found")
-
-
 def location(run_id: UUID) -> str:
     return f"{router.prefix}/{run_id}"
-
-
-def _submit_request(
-    body: SubmitRunRequest, caller: Caller, key: str, correlation_id: str | None
-) -> SubmitRequest:
-    return SubmitRequest(
-        project_id=caller.principal.project_id,
-        idempotency_key=key,
-        workflow_id=body.workflow_id,
-        model_profile_id=body.model_profile_id,
-        input=body.input,
-        release_alias=body.release_alias,
-        release_id=body.release_id,
-        limits=Limits(max_cost_usd=body.limits.max_cost_usd, max_minutes=body.limits.max_minutes),
-        environment_id=body.environment_id,
-        correlation_id=correlation_id,
-        priority=body.priority,
-    )
 
 
 @router.post(
@@ -173,21 +129,13 @@ async def submit_run(
     correlation_id: CorrelationId = None,
     prefer: Prefer = None,
 ) -> Any:
-    if not idempotency_key or not idempotency_key.strip():
-        raise IdempotencyKeyRequired("the Idempotency-Key header is required")
     wait = preferred_wait(prefer, svc.settings.api.prefer_wait_max_seconds)
-    if not may_set_priority(caller.principal.roles, caller.scopes, body.priority):
-        raise errors.Forbidden(
-            f"priority {body.priority} needs the {RUNS_OPERATE} scope (above the default 3)"
-        )
-    result = await svc.send(
-        SubmitRun(
-            tenant_id=caller.tenant_id,
-            run_id=uuid4(),
-            principal=caller.principal,
-            request=_submit_request(body, caller, idempotency_key, correlation_id),
-        )
+    fields = body.model_dump(exclude={"limits"})
+    limits = Limits(**body.limits.model_dump())
+    command = commands.submit_run(
+        svc.outside(caller), idempotency_key, correlation_id=correlation_id, limits=limits, **fields
     )
+    result = await svc.send(command)
     response.headers["Location"] = location(result.run_id)
     if wait > 0:
         view = await wait_terminal(svc, caller, result.run_id, wait)
@@ -195,13 +143,7 @@ async def submit_run(
             run = RunView.model_validate(view).model_dump(mode="json", by_alias=True)
             headers = {"Location": location(result.run_id), "Preference-Applied": "wait"}
             return JSONResponse(run, status_code=200, headers=headers)
-    return {
-        "runId": result.run_id,
-        "state": result.state,
-        "releaseId": result.release_id,
-        "policyRevision": result.policy_revision,
-        "snapshotId": result.snapshot_id,
-    }
+    return result
 
 
 @router.get(
@@ -283,14 +225,7 @@ async def cancel_run(
     run_id: RunIdPath,
     idempotency_key: RetryKey = None,
 ) -> dict[str, Any]:
-    await require_visible(svc, caller, run_id)
-    state = await svc.send(
-        CancelRun(
-            tenant_id=caller.tenant_id,
-            run_id=run_id,
-            command_id=command_id(caller, "CancelRun", run_id, idempotency_key),
-            requested_by=caller.principal.subject,
-            reason=body.reason,
-        )
+    command = await commands.cancel_run(
+        svc.outside(caller), idempotency_key, run_id=run_id, reason=body.reason
     )
-    return {"runId": run_id, "state": state}
+    return {"runId": run_id, "state": await svc.send(command)}

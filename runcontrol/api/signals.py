@@ -15,13 +15,14 @@ from uuid import UUID
 
 from fastapi import APIRouter, Body, Path
 
-from schemas.api import SignalResponse, storable_json
+from schemas.api import SignalResponse
 
-from ..commands import SendSignal
+from ..commands import SignalResult
+from ..edge import commands
 from .context import Svc
 from .limits import MeteredSubmitter
-from .problems import IdempotencyKeyRequired, RequestInvalid, responses
-from .runs import IdempotencyKey, command_id, require_visible
+from .problems import responses
+from .runs import IdempotencyKey
 
 router = APIRouter(prefix="/factory/runs", tags=["signals"])
 
@@ -47,28 +48,8 @@ async def send_signal(
     name: SignalName,
     body: Annotated[Any, Body(description="Any JSON value (at most 64 KiB canonical).")] = None,
     idempotency_key: IdempotencyKey = None,
-) -> dict[str, Any]:
-    if not idempotency_key or not idempotency_key.strip():
-        raise IdempotencyKeyRequired("the Idempotency-Key header is required")
-    try:
-        storable_json(body)
-    except ValueError as exc:
-        raise RequestInvalid(f"body: {exc}") from None
-    await require_visible(svc, caller, run_id)
-    result = await svc.send(
-        SendSignal(
-            tenant_id=caller.tenant_id,
-            run_id=run_id,
-            command_id=command_id(caller, f"SendSignal:{name}", run_id, idempotency_key),
-            name=name,
-            body=body,
-            sent_by=caller.principal.subject,
-        )
+) -> SignalResult:
+    command = await commands.send_signal(
+        svc.outside(caller), idempotency_key, run_id=run_id, name=name, body=body
     )
-    return {
-        "runId": result.run_id,
-        "stepId": result.step_id,
-        "name": result.name,
-        "delivered": result.delivered,
-        "state": result.state,
-    }
+    return await svc.send(command)

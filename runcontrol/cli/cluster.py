@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from ..config import Settings
-from ..session import SessionTransport
+from ..workers.protocol import SessionTransport
 
 
 class RunningService(Protocol):

@@ -16,7 +16,7 @@ from .output import say
 
 if TYPE_CHECKING:
     from ..sdk import Worker
-    from ..session import SessionTransport
+    from ..workers.protocol import SessionTransport
 
 log = logging.getLogger(__name__)
 

@@ -67,7 +67,7 @@ def _worker_app(args: argparse.Namespace) -> Worker:
 def _grpc_worker(args: argparse.Namespace, settings: Settings, app: Worker) -> int:
     """The worker over gRPC: no Ray in this process (the ``grpc`` extra). Its lease holders
     are the token's subject and ``--holder`` (one instance per slot: ``HOLDER.k``)."""
-    from ..rpc.sessions import GrpcSessionTransport  # grpcio: the `grpc` extra
+    from ..rpc.exchange import GrpcSessionTransport  # grpcio: the `grpc` extra
     from ..sdk import token_identity
 
     token = args.token or os.environ.get("RUNCONTROL_WORKER_TOKEN")

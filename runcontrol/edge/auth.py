@@ -14,7 +14,6 @@ import asyncio
 import hashlib
 import json
 import os
-import re
 import threading
 import time
 import uuid
@@ -27,9 +26,18 @@ import jwt
 
 from ..config import AuthOptions
 from ..domain import Principal, Role, errors
-from ..domain.access import effective_scopes, project_scope, scopes_of
+from ..domain.access import (
+    OPERATION_SCOPE,
+    RUNTIME,
+    Operation,
+    allows,
+    effective_scopes,
+    project_scope,
+    scopes_of,
+)
 from ..telemetry import annotate
-from .errors import Unauthorized
+from .errors import InsufficientScope, Unauthorized
+from .storable import MAX_NAME, UNSTORABLE
 
 __all__ = [
     "Caller",
@@ -37,11 +45,11 @@ __all__ = [
     "caller_from_claims",
     "jwks_document",
     "mint_dev_token",
+    "permit",
+    "watch_scope",
 ]
 
 _RS_ALGORITHMS = ("RS256",)
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-_MAX_CLAIM = 200
 # Verified tokens kept (by their SHA-256), at most this many, least recently used out first.
 CACHE_SIZE = 4096
 # A cached verification is trusted this long at most, as long as PyJWKClient keeps a fetched
@@ -67,15 +75,39 @@ class Caller:
         return project_scope(self.principal)
 
 
+def permit(caller: Caller, operation: Operation) -> None:
+    """Refuse ``operation`` unless the caller's effective scopes hold its scope (else 403
+    ``insufficient-scope``) and one of its roles grants it (else 403 ``forbidden``)."""
+    scope = OPERATION_SCOPE[operation]
+    if scope not in caller.scopes:
+        raise InsufficientScope(
+            f"the token lacks the scope {scope}, or none of its roles grants it", scope=scope
+        )
+    if not allows(caller.principal.roles, caller.scopes, operation):
+        roles = ", ".join(sorted(caller.principal.roles)) or "none"
+        raise errors.Forbidden(f"{operation} is not an operation of the roles: {roles}")
+
+
+def watch_scope(caller: Caller) -> str | None:
+    """The project whose runs' events the caller may watch (None: its whole tenant): a worker
+    (role Worker, scope ``factory.runtime``) the tenant's, whose attempts it runs; anyone else
+    as a reader of runs over HTTP (``ReadRuns``, within its project unless a role spans the
+    tenant)."""
+    if Role.WORKER in caller.principal.roles and RUNTIME in caller.scopes:
+        return None
+    permit(caller, Operation.READ_RUNS)
+    return caller.project_scope
+
+
 def _invalid(detail: str) -> Unauthorized:
     return Unauthorized(detail, oauth_error="invalid_token")
 
 
 def _identity(claims: dict[str, Any], name: str) -> str:
     value = claims.get(name)
-    if not isinstance(value, str) or not value or len(value) > _MAX_CLAIM:
+    if not isinstance(value, str) or not value or len(value) > MAX_NAME:
         raise _invalid(f"the token lacks a valid {name!r} claim")
-    if _UNSTORABLE.search(value):
+    if UNSTORABLE.search(value):
         raise _invalid(f"the token's {name!r} claim has invalid characters")
     return value
 

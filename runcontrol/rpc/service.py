@@ -16,7 +16,6 @@ empty message; a stream's refusal before its first event sets code and message a
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 from uuid import UUID
@@ -29,26 +28,26 @@ from sqlalchemy import Connection, select, text
 from schemas import runcontrol_pb2 as pb
 
 from ..client import TERMINAL_EVENTS, RunControlClient
-from ..commands import Command, SendSignal
+from ..commands import Command
 from ..config import Settings
 from ..domain import Role, RunState, WorkerIdentity, errors
-from ..domain.access import RUNS_READ, RUNTIME, Operation, allows, project_scope
+from ..domain.access import RUNTIME
 from ..drain import Drain
 from ..edge import reads
-from ..edge.auth import Caller, TokenVerifier
+from ..edge.auth import Caller, TokenVerifier, watch_scope
+from ..edge.commands import Outside
 from ..edge.errors import InsufficientScope, Unauthorized
-from ..session import MAX_WAIT_S, SessionUp
 from ..store import Database
 from ..store import queries as q
 from ..store.tables import runs
-from . import sessions
+from ..workers.protocol import MAX_WAIT_S, SessionUp
+from . import exchange
 from .codec import Codec, json_text, uuid_field
 from .status import DETAILS_KEY, rich_status
 from .table import (
     NAMED_ACQUIRE,
     NAMED_RENEW,
     RPCS,
-    SIGNAL,
     Rpc,
     event_message,
     identity,
@@ -136,19 +135,10 @@ class RunControlRpc:
             raise InsufficientScope(f"the token lacks the scope {scope}", scope=scope)
         return WorkerIdentity(caller.tenant_id, caller.principal.subject, instance_id)
 
-    async def _watcher(self, context: RpcContext) -> Caller:
-        caller = await self._caller(context)
-        if RUNS_READ in caller.scopes:
-            return caller
-        if Role.WORKER in caller.principal.roles and RUNTIME in caller.scopes:
-            return caller
-        raise InsufficientScope(
-            f"WatchRun needs the scope {RUNS_READ}, or role Worker with {RUNTIME}",
-            scope=RUNS_READ,
-        )
-
-    async def _read(self, tenant_id: str, query: Callable[[Connection], T]) -> T:
-        return await reads.read(self._db, tenant_id, query, project_id=None)
+    async def _read(
+        self, tenant_id: str, query: Callable[[Connection], T], project_id: str | None = None
+    ) -> T:
+        return await reads.read(self._db, tenant_id, query, project_id=project_id)
 
     async def _answer(self, context: RpcContext, empty: M, work: Callable[[], Awaitable[M]]) -> M:
         try:
@@ -161,13 +151,21 @@ class RunControlRpc:
     # ------------------------------------------------------------------ RunControl
 
     async def command(self, rpc: Rpc, request: Any, context: RpcContext) -> Any:
-        """A worker command of the table: the request's fields, the caller's identity."""
-        to_command, answer = rpc.to_command, rpc.answer
-        assert to_command is not None and answer is not None
+        """A command of the table: a worker's (the request's fields, the caller's identity),
+        or an outside command (the request through its builder, as the HTTP route sends it:
+        the same permission, visibility, key and checks)."""
+        answer = rpc.answer
+        assert answer is not None and (rpc.to_command or rpc.build) is not None
 
         async def work() -> Message:
-            worker = await self._worker(context, request.worker_instance_id, rpc.scope)
-            command = to_command(request, worker)
+            command: Command[Any]
+            if rpc.build is not None:
+                sender = Outside(await self._caller(context), self._db, "grpc")
+                command = await rpc.build(request, sender)
+            else:
+                assert rpc.to_command is not None
+                worker = await self._worker(context, request.worker_instance_id, rpc.scope)
+                command = rpc.to_command(request, worker)
             self._drain.admit(command)
             return answer(await self._client.send(command))
 
@@ -220,7 +218,7 @@ class RunControlRpc:
         )
 
     async def exchange(self, request: pb.ExchangeRequest, context: RpcContext) -> pb.ExchangeReply:
-        """One exchange of a worker session with run host ``request.host`` (``rpc.sessions``):
+        """One exchange of a worker session with run host ``request.host`` (``rpc.exchange``):
         the credits' tenant and holders are the token's; each command is answered as its own
         RPC would answer it. An empty ``session_id`` answers the host count only."""
 
@@ -231,78 +229,34 @@ class RunControlRpc:
                 return pb.ExchangeReply(hosts=hosts)
             if not 0 <= request.host < hosts:
                 raise errors.ValidationFailed(f"host must be in [0, {hosts})", field="host")
-            credits = [sessions.credit_from(c, worker) for c in request.credits]
+            credits = [exchange.credit_from(c, worker) for c in request.credits]
             if credits and self._drain.draining:
                 credits = []  # the replica drains: no new leases through it
             commands: dict[str, Command[Any]] = {}
             refused: list[pb.SessionAnswer] = []
             for message in request.commands:
                 try:
-                    command = sessions.command_from(message, worker)
+                    command = exchange.command_from(message, worker)
                     self._drain.admit(command)
                 except errors.RunControlError as exc:
                     field = message.WhichOneof("command")
                     command_id = getattr(message, field).command_id if field else ""
-                    refused.append(sessions.refusal(command_id, exc))
+                    refused.append(exchange.refusal(command_id, exc))
                     continue
                 commands[command.command_id] = command
             up = SessionUp(
-                sessions.session_key(worker, request.session_id),
+                exchange.session_key(worker, request.session_id),
                 credits=credits,
                 commands=tuple(commands.values()),
                 acks=tuple(request.acks),
                 wait_s=min(max(request.wait_seconds, 0.0), MAX_WAIT_S),
                 seq=request.seq,
             )
-            reply = sessions.reply_message(await self._client.exchange(request.host, up), commands)
+            reply = exchange.reply_message(await self._client.exchange(request.host, up), commands)
             reply.answers.extend(refused)
             return reply
 
         return await self._answer(context, pb.ExchangeReply(), work)
-
-    async def send_signal(
-        self, request: pb.SendSignalRequest, context: RpcContext
-    ) -> pb.SendSignalResponse:
-        """HTTP's ``POST /factory/runs/{runId}/signals/{name}`` over gRPC: the same command,
-        the same permission (the roles that submit, ``factory.runs.write``, the caller's
-        project), ``command_id`` its idempotency key."""
-
-        async def work() -> pb.SendSignalResponse:
-            caller = await self._caller(context)
-            principal = caller.principal
-            if not allows(principal.roles, caller.scopes, Operation.SUBMIT_RUN):
-                raise InsufficientScope(
-                    "SendSignal needs the scope factory.runs.write and a role that submits",
-                    scope="factory.runs.write",
-                )
-            run_id = uuid_field(request.run_id, "run_id")
-            if not request.name or not request.command_id:
-                raise errors.ValidationFailed("name and command_id are required")
-            try:
-                body = json.loads(request.body_json) if request.body_json else None
-            except ValueError:
-                raise errors.ValidationFailed("body_json must be JSON", field="body_json") from None
-            project = project_scope(principal)
-            if project is not None and not await self._read(
-                caller.tenant_id, lambda conn: q.run_visible(conn, run_id, project_id=project)
-            ):
-                raise errors.RunNotFound(f"run {run_id} not found", run_id=str(run_id))
-            key = (
-                f"grpc:{principal.subject}:SendSignal:{request.name}:{run_id}:{request.command_id}"
-            )
-            command = SendSignal(
-                tenant_id=caller.tenant_id,
-                run_id=run_id,
-                command_id=key,
-                name=request.name,
-                body=body,
-                sent_by=principal.subject,
-            )
-            self._drain.admit(command)
-            message: pb.SendSignalResponse = SIGNAL.encode(await self._client.send(command))
-            return message
-
-        return await self._answer(context, pb.SendSignalResponse(), work)
 
     async def watch_run(
         self, request: pb.WatchRunRequest, context: RpcContext
@@ -310,10 +264,12 @@ class RunControlRpc:
         """The run's events after ``after_seq`` (exclusive), replayed from the store, then
         live; ends after the terminal event (at once for a finished run already seen)."""
         try:
-            caller = await self._watcher(context)
+            caller = await self._caller(context)
+            project = watch_scope(caller)  # another project's run is not found, as over HTTP
             run_id = uuid_field(request.run_id, "run_id")
             cursor = max(request.after_seq, 0)
-            run, batch = await self._read(caller.tenant_id, _run_and_events(run_id, cursor))
+            read = _run_and_events(run_id, cursor)
+            run, batch = await self._read(caller.tenant_id, read, project)
             if run is None:
                 raise errors.RunNotFound(f"run {run_id} not found", run_id=str(run_id))
         except errors.RunControlError as exc:
@@ -330,7 +286,7 @@ class RunControlRpc:
                     return
             if len(batch) < REPLAY_BATCH:
                 break
-            run, batch = await self._read(tenant_id, _run_and_events(run_id, cursor))
+            run, batch = await self._read(tenant_id, _run_and_events(run_id, cursor), project)
         if run is not None and RunState(run["state"]).terminal:
             return  # the terminal event is at or before the cursor: nothing more will come
         async for event in self._client.watch(tenant_id, run_id, cursor, wait_s=WATCH_POLL_S):
@@ -433,7 +389,7 @@ def _served(rpc: Rpc) -> Callable[..., Awaitable[Any]]:
 
 
 for _rpc in RPCS:
-    if _rpc.to_command is not None:
+    if _rpc.to_command is not None or _rpc.build is not None:
         setattr(RunControlRpc, _rpc.attr, _served(_rpc))
     elif not callable(getattr(RunControlRpc, _rpc.attr, None)):
         raise TypeError(f"RPCS {_rpc.method}: RunControlRpc has no method {_rpc.attr}")

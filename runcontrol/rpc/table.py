@@ -1,14 +1,19 @@
 """The gRPC surface as data: the codec of each message and the one table of RPCs.
 
 The servicer (``service.RunControlRpc``), the worker's client (``client.GrpcWorkerClient``)
-and Serve's ingress methods (``actors.grpc_ingress.GrpcIngress``) are built from ``RPCS``: a worker
-command over gRPC is a message in the proto, its codec and a row here. A codec is checked when
-this module loads (``codec.Codec``): a field of a domain type the proto lacks fails the import.
+and Serve's ingress methods (``actors.grpc_ingress.GrpcIngress``) are built from ``RPCS``: a
+worker command over gRPC is its declaration's ``rpc`` (``commands.declare``) and its messages in the
+proto: its row here is derived, its answer's codec found in ``REPLIES``. An outside command (not
+a worker's) is a row built by ``outside_rpc``, with the builder the HTTP route calls too
+(``edge.commands``). A codec is checked when this module loads (``codec.Codec``): a field of a
+domain type the proto lacks fails the import, as does a declared rpc the proto lacks or an
+answer with no codec.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import json
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -18,30 +23,22 @@ from google.protobuf.message_factory import GetMessageClass
 
 from schemas import runcontrol_pb2 as pb
 
-from ..commands import (
-    AcquireLease,
-    ClaimToolCall,
-    Command,
-    CompleteToolCall,
-    ConsumeRateLimit,
-    RateConsumed,
-    RenewLease,
-    ReportOutcome,
-    ReportProgress,
-    RequestApproval,
-    SignalResult,
-)
+from ..commands import DECLARATIONS, AcquireLease, Command, RenewLease, SendSignal, SignalResult
 from ..domain import (
     ApprovalRequest,
     Attempt,
     Event,
     LeaseGrant,
     ProgressAck,
+    RateConsumed,
     ToolCallClaim,
     WorkerIdentity,
+    errors,
 )
 from ..domain.access import RUNS_READ, RUNS_WRITE, RUNTIME
-from .codec import Codec, json_text
+from ..edge import commands as outside
+from ..edge.commands import Outside
+from .codec import Codec, json_text, uuid_field
 
 # ---------------------------------------------------------------------- the answers
 
@@ -86,17 +83,20 @@ ToCommand = Callable[[Any, WorkerIdentity], Command[Any]]
 ToRequest = Callable[[Any, str], Message]  # (command, worker_instance_id)
 Answer = Callable[[Any], Message]  # the command's answer -> the response
 Result = Callable[[Any], Any]  # the response -> the command's answer
+Build = Callable[[Any, Outside], Awaitable[Command[Any]]]  # (request, its sender) -> command
 
 
 @dataclass(frozen=True, slots=True)
 class Rpc:
     """One method of ``runcontrol.v1.RunControl``.
 
-    A row with ``to_command`` is served generically: the request is its command (plus the
-    caller's identity), sent to the run's grain, and ``answer`` makes the response. A row
-    without one is a method of ``RunControlRpc`` of the same name in snake case (a long-poll,
-    a stream). ``commands`` are those the worker's client sends through the method:
-    ``to_request`` makes the request, ``result`` reads the command's answer back.
+    A row with ``to_command`` (a worker command) or ``build`` (an outside command: the
+    request through the builder the HTTP route calls too, ``edge.commands``) is served
+    generically: the request is its command (plus the caller's identity), sent to the run's
+    grain, and ``answer`` makes the response. A row with neither is a method of
+    ``RunControlRpc`` of the same name in snake case (a long-poll, a stream). ``commands``
+    are those the client sends through the method: ``to_request`` makes the request,
+    ``result`` reads the command's answer back.
     """
 
     method: str
@@ -109,6 +109,7 @@ class Rpc:
     answer: Answer | None = None
     result: Result | None = None
     stream: bool = False
+    build: Build | None = None
 
     @property
     def attr(self) -> str:
@@ -125,26 +126,26 @@ def _messages(method: str) -> tuple[type[Message], type[Message]]:
     return GetMessageClass(m.input_type), GetMessageClass(m.output_type)
 
 
-def command_rpc(
-    method: str,
-    command: type[Command[Any]],
-    reply: Codec[Any] | tuple[Answer, Result],
-    *,
-    inside: str | None = None,
-) -> Rpc:
-    """A fenced worker command: its request message carries the command's fields by name.
-    ``reply``: the codec of the command's answer (the whole response, or its field
-    ``inside``), or how the answer becomes the response and back."""
-    request, response = _messages(method)
+def command_rpc(method: str, command: type[Command[Any]], answers: Any) -> Rpc:
+    """A fenced worker command: its request message carries the command's fields by name,
+    its response the answer through ``REPLIES[answers]`` (the whole response, or the one
+    field of the codec's message)."""
+    try:
+        request, response = _messages(method)
+    except KeyError:
+        raise TypeError(f"{command.__name__}: the proto has no rpc {method}") from None
     codec = _fenced(command, request)
+    reply = REPLIES.get(answers)
+    if reply is None:
+        raise TypeError(f"{command.__name__}: no codec in REPLIES for its answer {answers}")
     if isinstance(reply, tuple):
         answer, result = reply
-    elif inside is None:
+    elif reply.message is response:
         answer, result = reply.encode, reply.decode
     else:
-        field, answers = inside, reply
-        answer = lambda value: response(**{field: answers.encode(value)})  # noqa: E731
-        result = lambda message: answers.decode(getattr(message, field))  # noqa: E731
+        field = _field_of(response, reply.message)
+        answer = lambda value: response(**{field: reply.encode(value)})  # noqa: E731
+        result = lambda message: reply.decode(getattr(message, field))  # noqa: E731
     return Rpc(
         method,
         request,
@@ -178,30 +179,95 @@ def _approval(response: pb.RequestApprovalResponse) -> ApprovalRequest | None:
     return APPROVAL.decode(response.approval) if response.required else None
 
 
-RPCS: tuple[Rpc, ...] = (
+# ---------------------------------------------------------------------- outside commands
+
+
+def _json_value(text: str, name: str) -> Any:
+    """Any JSON value as its text; the empty text is null."""
+    try:
+        return json.loads(text) if text else None
+    except ValueError:
+        raise errors.ValidationFailed(f"{name} must be JSON", field=name) from None
+
+
+async def _send_signal(request: pb.SendSignalRequest, sender: Outside) -> SendSignal:
+    return await outside.send_signal(
+        sender,
+        request.command_id,
+        run_id=uuid_field(request.run_id, "run_id"),
+        name=request.name,
+        body=_json_value(request.body_json, "body_json"),
+    )
+
+
+def outside_rpc(
+    method: str,
+    command: type[Command[Any]],
+    build: Build,
+    reply: Codec[Any],
+    *,
+    from_caller: tuple[str, ...],
+) -> Rpc:
+    """An outside command: ``build`` makes it through its builder, ``reply`` is the codec of
+    its answer (the whole response). Its request message carries the command's fields by name
+    (checked here, as a worker command's codec is) but ``from_caller``: who sends it is the
+    token's, never the request's, and ``command_id`` is the caller's idempotency key, which
+    the builder scopes to the caller."""
+    request, response = _messages(method)
+    Codec(command, request, supplied=from_caller)  # a field missing on either side: TypeError
+    return Rpc(method, request, response, RUNS_WRITE, answer=reply.encode, build=build)
+
+
+def _field_of(response: type[Message], message: type[Message]) -> str:
+    """The one field of ``response`` holding a ``message``."""
+    found = [
+        f.name
+        for f in response.DESCRIPTOR.fields
+        if f.message_type is not None and f.message_type.full_name == message.DESCRIPTOR.full_name
+    ]
+    if len(found) != 1:
+        raise TypeError(f"{response.DESCRIPTOR.name} has no one field of {message.DESCRIPTOR.name}")
+    return found[0]
+
+
+# The response of a worker command, by what the command answers (``Command[R]``).
+REPLIES: Mapping[Any, Codec[Any] | tuple[Answer, Result]] = {
+    Attempt: ATTEMPT,
+    ApprovalRequest | None: (_approval_response, _approval),
+    ProgressAck: PROGRESS_ACK,
+    ToolCallClaim: TOOL_CALL,
+    RateConsumed: RATE_CONSUMED,
+}
+
+# The lease RPC carries two commands; every other worker command's row is its declaration's.
+_LEASE_COMMANDS = (AcquireLease, RenewLease)
+
+_ROWS: tuple[Rpc, ...] = (
     # Claim the next attempt (a long-poll, no command), or acquire / renew one attempt's lease.
     Rpc(
         "AcquireLease",
         *_messages("AcquireLease"),
         RUNTIME,
-        commands=(AcquireLease, RenewLease),
+        commands=_LEASE_COMMANDS,
         to_request=_lease_request,
         result=lambda response: LEASE.decode(response.lease),
     ),
-    command_rpc("ReportAttemptOutcome", ReportOutcome, ATTEMPT, inside="attempt"),
-    command_rpc("RequestApproval", RequestApproval, (_approval_response, _approval)),
+    *(
+        command_rpc(d.rpc, d.command, d.answers)
+        for d in DECLARATIONS.values()
+        if d.rpc is not None and d.command not in _LEASE_COMMANDS
+    ),
     Rpc("WatchRun", *_messages("WatchRun"), RUNS_READ, stream=True),
-    command_rpc("ReportProgress", ReportProgress, PROGRESS_ACK),
-    command_rpc("ClaimToolCall", ClaimToolCall, TOOL_CALL),
-    command_rpc("CompleteToolCall", CompleteToolCall, TOOL_CALL),
-    # A worker session's exchange with one run host (``rpc.sessions``, DESIGN 10): the
+    # A worker session's exchange with one run host (``rpc.exchange``, DESIGN 10): the
     # commands above travel in it as their own requests.
     Rpc("Exchange", *_messages("Exchange"), RUNTIME),
     # Not a worker's call: input from outside for a signal step (the roles that submit).
-    Rpc("SendSignal", *_messages("SendSignal"), RUNS_WRITE),
-    # The lease holder's usage of a named rate limit (issue 21): fenced like progress.
-    command_rpc("ConsumeRateLimit", ConsumeRateLimit, RATE_CONSUMED),
+    outside_rpc(
+        "SendSignal", SendSignal, _send_signal, SIGNAL, from_caller=("tenant_id", "sent_by")
+    ),
 )
+_ORDER = {m.name: i for i, m in enumerate(_SERVICE.methods)}
+RPCS: tuple[Rpc, ...] = tuple(sorted(_ROWS, key=lambda r: _ORDER.get(r.method, len(_ORDER))))
 
 BY_COMMAND: Mapping[type[Command[Any]], Rpc] = {c: r for r in RPCS for c in r.commands}
 
@@ -209,6 +275,9 @@ BY_COMMAND: Mapping[type[Command[Any]], Rpc] = {c: r for r in RPCS for c in r.co
 def _check_service() -> None:
     """Every method of the proto's service has one row, streaming as the proto says."""
     rows = {r.method: r for r in RPCS}
+    for d in DECLARATIONS.values():
+        if d.rpc is not None and d.command not in rows[d.rpc].commands:
+            raise TypeError(f"RPCS {d.rpc} does not carry {d.command.__name__}")
     if sorted(rows) != sorted(_SERVICE.methods_by_name) or len(rows) != len(RPCS):
         raise TypeError(f"RPCS {sorted(rows)} != RunControl {sorted(_SERVICE.methods_by_name)}")
     for m in _SERVICE.methods:

@@ -20,7 +20,7 @@ from typing import Any  # noqa: E402
 
 from reference_worker import EchoExecutor, ReferenceWorker, TransientError  # noqa: E402
 
-from runcontrol.rpc.sessions import GrpcSessionTransport  # noqa: E402
+from runcontrol.rpc.exchange import GrpcSessionTransport  # noqa: E402
 from runcontrol.sdk import token_identity  # noqa: E402
 
 

@@ -54,7 +54,7 @@ from runcontrol.client import RunControlClient
 from runcontrol.commands import ReportOutcome, new_command_id
 from runcontrol.config import Settings
 from runcontrol.domain import WorkerIdentity, errors
-from runcontrol.session import SessionDown, SessionUp
+from runcontrol.workers.protocol import SessionDown, SessionUp
 
 log = logging.getLogger("chaos.service")
 

@@ -1,7 +1,8 @@
 """The import structure, read from the source with ``ast`` (DESIGN §3):
 
 - no import cycle between the modules of ``runcontrol/`` (a relative or absolute import, at the
-  top or in a function; imports under ``if TYPE_CHECKING:`` do not run and do not count);
+  top, in a function or under ``if TYPE_CHECKING:``: a circle of types is still a circle a
+  reader walks);
 - ``runcontrol`` never imports the hosts (``actors``) or the Serve entry (``serve_app``): they
   import it, and the CLI gets the Ray runtime handed in (``runcontrol/cli/cluster.py``);
 - ``runcontrol/domain/`` imports the standard library and itself, nothing else.
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import ast
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +31,6 @@ HOSTS = ("actors", "serve_app", "grpc_ingress")
 class Import:
     line: int
     module: str  # absolute; ``from . import x`` names the submodule x when there is one
-    type_checking: bool  # under ``if TYPE_CHECKING:``: for the type checker only
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -40,12 +40,6 @@ def module_name(path: Path, root: Path) -> str:
 
 def modules(root: Path, package: str) -> dict[str, Path]:
     return {module_name(p, root): p for p in sorted((root / package).rglob("*.py"))}
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
 
 
 def _dynamic(node: ast.Call) -> str | None:
@@ -66,16 +60,9 @@ def imports(path: Path, root: Path, known: Iterable[str] = ()) -> list[Import]:
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     submodules = set(known)
     found: list[Import] = []
-
-    def visit(node: ast.AST, type_checking: bool) -> Iterator[None]:
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            for child in node.body:
-                yield from visit(child, True)
-            for child in node.orelse:
-                yield from visit(child, type_checking)
-            return
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
         if isinstance(node, ast.Import):
-            found.extend(Import(node.lineno, a.name, type_checking) for a in node.names)
+            found.extend(Import(node.lineno, a.name) for a in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
@@ -83,27 +70,22 @@ def imports(path: Path, root: Path, known: Iterable[str] = ()) -> list[Import]:
                 base = f"{anchor}.{node.module}" if node.module else anchor
             for alias in node.names:
                 sub = f"{base}.{alias.name}"
-                found.append(Import(node.lineno, sub if sub in submodules else base, type_checking))
+                found.append(Import(node.lineno, sub if sub in submodules else base))
         elif isinstance(node, ast.Call) and (dynamic := _dynamic(node)) is not None:
-            found.append(Import(node.lineno, dynamic, type_checking))
-        for child in ast.iter_child_nodes(node):
-            yield from visit(child, type_checking)
-
-    for _ in visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)), False):
-        pass
-    return list(dict.fromkeys(found))
+            found.append(Import(node.lineno, dynamic))
+    return sorted(dict.fromkeys(found), key=lambda i: i.line)
 
 
 Graph = dict[str, dict[str, int]]  # module -> {module it imports: the line}
 
 
 def import_graph(root: Path, package: str) -> Graph:
-    """The imports between ``package``'s modules that run (not those for the type checker)."""
+    """The imports between ``package``'s modules."""
     known = modules(root, package)
     graph: Graph = {name: {} for name in known}
     for name, path in known.items():
         for imp in imports(path, root, known):
-            if imp.module in known and imp.module != name and not imp.type_checking:
+            if imp.module in known and imp.module != name:
                 graph[name].setdefault(imp.module, imp.line)
     return graph
 
@@ -177,7 +159,9 @@ def _package(tmp_path: Path, files: dict[str, str]) -> Path:
     return tmp_path
 
 
-def test_the_reader_resolves_relative_dynamic_and_type_checking_imports(tmp_path: Path) -> None:
+def test_the_reader_resolves_relative_and_dynamic_imports_wherever_they_are(
+    tmp_path: Path,
+) -> None:
     root = _package(
         tmp_path,
         {
@@ -193,31 +177,26 @@ def test_the_reader_resolves_relative_dynamic_and_type_checking_imports(tmp_path
             "def f():\n"
             "    importlib.import_module('fastapi')\n"
             "if TYPE_CHECKING:\n"
-            "    from .sub import z\n"
-            "else:\n"
-            "    import json\n",
+            "    from .other import z\n",
         },
     )
     known = modules(root, "pkg")
-    found = [
-        (i.line, i.module, i.type_checking) for i in imports(root / "pkg/sample.py", root, known)
-    ]
+    found = [(i.line, i.module) for i in imports(root / "pkg/sample.py", root, known)]
     assert found == [
-        (1, "os", False),
-        (1, "ray.util", False),
-        (2, "pkg.hashing", False),  # a submodule
-        (2, "pkg", False),  # a name of the package
-        (3, "pkg.hashing", False),
-        (4, "pkg.sub", False),
-        (5, "sqlalchemy.orm", False),
-        (6, "grpc", False),
-        (8, "fastapi", False),  # in a function: it runs when called
-        (10, "pkg.sub", True),
-        (12, "json", False),
+        (1, "os"),
+        (1, "ray.util"),
+        (2, "pkg.hashing"),  # a submodule
+        (2, "pkg"),  # a name of the package
+        (3, "pkg.hashing"),
+        (4, "pkg.sub"),
+        (5, "sqlalchemy.orm"),
+        (6, "grpc"),
+        (8, "fastapi"),  # in a function: it runs when called
+        (10, "pkg.other"),  # for the type checker: still an import a reader follows
     ]
 
 
-def test_a_cycle_is_found_and_a_type_checking_import_closes_none(tmp_path: Path) -> None:
+def test_a_cycle_is_found_lazy_or_for_the_type_checker(tmp_path: Path) -> None:
     root = _package(
         tmp_path,
         {
@@ -226,11 +205,12 @@ def test_a_cycle_is_found_and_a_type_checking_import_closes_none(tmp_path: Path)
             "b.py": "def later():\n    from .c import thing\n",
             "c.py": "from .a import x\n",  # a -> b -> c -> a, one of them lazy
             "d.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .e import T\n",
-            "e.py": "from .d import y\n",  # d -> e only for the type checker: no cycle
+            "e.py": "from .d import y\n",  # d -> e for the type checker: a circle too
+            "f.py": "from . import a\n",  # into a circle, not on it
         },
     )
     graph = import_graph(root, "pkg")
-    assert cycles(graph) == [["pkg.a", "pkg.b", "pkg.c", "pkg.a"]]
+    assert cycles(graph) == [["pkg.a", "pkg.b", "pkg.c", "pkg.a"], ["pkg.d", "pkg.e", "pkg.d"]]
     assert describe(graph, cycles(graph)[0]) == (
         "pkg.a (line 1) -> pkg.b (line 2) -> pkg.c (line 1) -> pkg.a"
     )

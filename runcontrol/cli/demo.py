@@ -42,7 +42,7 @@ def demo_workers(
 ) -> list[DemoWorker]:
     """The demo workers of ``runcontrol up``: the SDK's echo app (``runcontrol.sdk.echo``,
     what ``runcontrol worker`` runs without ``--app``), one per holder, in this process."""
-    from ..sdk.echo import echo_worker  # the SDK (and pyjwt) only for a service with workers
+    from ..sdk.echo import echo_worker
 
     agents = [s["agentId"] for s in DEMO_WORKFLOW["steps"]]
     renew = max(settings.leases.duration_seconds / 3, 0.5)

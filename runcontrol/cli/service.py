@@ -53,8 +53,6 @@ class _Stop:
         self.stages: dict[str, float] = {}
 
     def begin(self) -> None:
-        import time
-
         if self.started is not None:
             self.now("second signal")
             return

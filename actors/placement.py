@@ -26,8 +26,8 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError,
 
 from runcontrol.commands import Command
 from runcontrol.domain import errors
-from runcontrol.session import SessionDown, SessionUp
 from runcontrol.telemetry import Carrier, current_carrier
+from runcontrol.workers.protocol import SessionDown, SessionUp
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")

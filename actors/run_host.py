@@ -1,11 +1,14 @@
 """RunHost: a named async Ray actor hosting many RunGrain activations (virtual actors).
 
-Thin by design: it owns mailboxes (one asyncio.Lock per run, so one run's commands run strictly
-in order while other runs interleave), activation and idle deactivation, and long-poll waiting.
-Every rule lives in ``runcontrol``. Grains run on the host's event loop: their loads, port reads
-and commits are awaited (``runcontrol.store.commit``), and the commits made at the same moment
-share one statement (``GroupCommit``). The host's few remaining reads (claims, run views,
-event pages) are synchronous queries run off the loop.
+The Ray shell and the mailbox: it owns mailboxes (one asyncio.Lock per run, so one run's
+commands run strictly in order while other runs interleave), activation and idle deactivation,
+and the long-poll waits of event watchers. Every rule lives in ``runcontrol``: the worker path
+(sessions, the book of credits and offers, fair shares, grants, claims) is
+``runcontrol.workers``, which this host hands its mailboxes, router and database. Grains run
+on the host's event loop: their loads, port reads and commits are awaited
+(``runcontrol.store.commit``), and the commits made at the same moment share one statement
+(``GroupCommit``). The host's few remaining reads (claims, run views, event pages) are
+synchronous queries run off the loop.
 """
 
 from __future__ import annotations
@@ -13,13 +16,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -30,18 +31,19 @@ from sqlalchemy import exc as sa_exc
 from runcontrol.bootstrap import DATABASE_WAIT_S, build, build_database
 from runcontrol.commands import AcquireLease, CancelRun, Command, new_command_id
 from runcontrol.config import Settings
-from runcontrol.domain import Event, LeaseGrant, RunAggregate, errors
+from runcontrol.domain import LeaseGrant, RunAggregate, errors
 from runcontrol.domain.run import RUN_CONTROL
 from runcontrol.drain import Drain
-from runcontrol.fairness import FairShare
 from runcontrol.grain import RunGrain
-from runcontrol.session import MAX_WAIT_S, Answer, Credit, Grant, SessionDown, SessionUp
-from runcontrol.sessions import Match, Offer, SessionBook, view
-from runcontrol.store import answers
 from runcontrol.store import queries as q
 from runcontrol.store.commit import CONFIG_CHANNEL, DISPATCH_CHANNEL, EVENTS_CHANNEL
 from runcontrol.store.notify import Listener
 from runcontrol.telemetry import Carrier, configure
+from runcontrol.workers.book import CreditBook
+from runcontrol.workers.claims import Claims
+from runcontrol.workers.fair_shares import FairShare
+from runcontrol.workers.protocol import SessionDown, SessionUp
+from runcontrol.workers.sessions import FusedGrants, HostSessions
 
 from .metrics import HostMetrics, command_span
 from .placement import HostRouter, get_or_create, host_index, host_name, pack_answers, unpack
@@ -58,16 +60,6 @@ HOST_OPTIONS: dict[str, Any] = {
     "enable_task_events": False,  # Serve turns them off for its actors; ours cost per call
 }
 
-# A session that has not exchanged for this long is gone (its worker died): its credits are
-# withdrawn (its grants' leases expire unworked, as any lease of a dead worker).
-SESSION_TTL_S = MAX_WAIT_S + 30.0
-# The session sweep takes attempts of runs placed on other hosts only once they have waited
-# this long (their own host serves them sooner; this is for a host restarted or drained).
-FOREIGN_AFTER_S = 5.0
-# ... and its own runs' attempts once they are this old (younger ones its book already has).
-OWN_AFTER_S = 0.5
-# An exchange answers once the leases it started are made (one commit each), at most this long.
-GRANT_WAIT_S = 0.5
 # The claimers' and watchers' LISTEN connection closes once nobody waited on it for this long.
 WATCH_IDLE_S = 30.0
 
@@ -115,43 +107,6 @@ class Activation:
             self.last_used = time.monotonic()
 
 
-class FusedGrants:
-    """The grains' ``Credits`` port on a run host (``runcontrol.grain.env``): a dispatch takes
-    a waiting credit from the session book and leases its attempt in the same commit. The
-    matching is the book's; this only wakes the sessions and lets an exchange wait for the
-    commit (a credit withdrawn meanwhile is answered its grant, never offered twice)."""
-
-    def __init__(self, host: RunHost) -> None:
-        self._host = host
-        self._making: dict[UUID, asyncio.Future[None]] = {}
-
-    def reserve(self, offer: Offer) -> Match | None:
-        host = self._host
-        if host._drain.draining:
-            return None
-        match = host._book.reserve(offer)
-        if match is not None:
-            making: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._making[offer.attempt_id] = making
-            host._track(match, making)
-        return match
-
-    def granted(self, match: Match, lease: LeaseGrant, results: Mapping[str, Any]) -> None:
-        _, matches, woken = self._host._book.granted(match, lease, results)
-        self._settled(match, matches, woken)
-
-    def refused(self, match: Match) -> None:
-        matches, woken = self._host._book.refused(match)
-        self._settled(match, matches, woken)
-
-    def _settled(self, match: Match, matches: list[Match], woken: set[str]) -> None:
-        making = self._making.pop(match.offer.attempt_id, None)
-        if making is not None and not making.done():
-            making.set_result(None)
-        self._host._lease(matches)
-        self._host._wake(woken)
-
-
 class RunHost:
     def __init__(self, config: dict[str, Any]) -> None:
         self._config = config
@@ -190,34 +145,33 @@ class RunHost:
         self._drain = Drain(self.settings.drain.retry_after_seconds)
         self._reads = 0  # claims, run views, event pages: host calls that are not commands
         self._calls = 0  # actor calls served on the data path (batches, claims, reads, exchanges)
-        self._exchanges = 0
-        self._late_exchanges = 0  # arrived after a newer one of their session: credits ignored
-        # attempt -> holder, while a claim on this host is leasing it
-        self._acquiring: dict[UUID, str] = {}
-        # The worker sessions (DESIGN 10): credits, the attempts this host's commits dispatch,
-        # grants and cancels (``runcontrol.sessions``); the host waits and leases.
         # One fair share of this host's untenanted slots (its book's grants and its claims).
         flow = self.settings.flow
-        self._fair = FairShare(flow.tenant_weights, flow.default_tenant_weight)
-        self._book = SessionBook(self._fair)
-        # session -> the events of its exchanges waiting now, one each: a newer exchange's
-        # wait must not clear the wake-up meant for the one it supersedes
-        self._wakes: dict[str, set[asyncio.Event]] = {}
-        self._generations: dict[str, int] = {}  # session -> exchanges seen (a newer supersedes)
-        self._seqs: dict[str, int] = {}  # session -> the newest ``SessionUp.seq`` seen
-        # attempt -> its lease being made (a grant task, or a fused grant's commit)
-        self._granting: dict[UUID, asyncio.Future[None]] = {}
-        self._session_granting: dict[str, set[asyncio.Future[None]]] = {}  # the same, by session
-        self._sweep_now = asyncio.Event()
-        self._index = _own_index(self.settings.grains.host_count)
-        self._env.observers.append(self._observe_sessions)
-        self._env.credits = FusedGrants(self)
+        fair = FairShare(flow.tenant_weights, flow.default_tenant_weight)
+        self._claims = Claims(db, self._router, self._watch, fair, self._drain, self._in_thread)
+        # The worker sessions (docs/sessions.md): the book, the exchanges, the grants.
+        count = self.settings.grains.host_count
+        index = _own_index(count)
+        self._sessions = HostSessions(
+            book=CreditBook(fair),
+            runs=self,
+            drain=self._drain,
+            db=db,
+            read=self._in_thread,
+            clock=self._env.clock,
+            options=self._env.options,
+            hosts=count,
+            sweep_interval=self.settings.scheduler.dispatch_sweep_interval,
+            own=lambda run_id: index is None or host_index(run_id, count) == index,
+        )
+        self._env.observers.append(self._sessions.observe)
+        self._env.credits = FusedGrants(self._sessions, self._drain)
         self._env.cancel_runs = self._cancel_run
         self._cancels: set[asyncio.Future[Any]] = set()  # cancel-oldest's CancelRuns in flight
         loop = asyncio.get_running_loop()
         self._loop = loop  # the commands' and exchanges' loop (the control group has its own)
         self._reaper = loop.create_task(self._reap())
-        self._sweeper = loop.create_task(self._sweep_sessions())
+        self._sweeper = loop.create_task(self._sessions.sweep())
 
     def _cancel_run(self, tenant_id: str, run_id: UUID, reason: str, wanted_by: UUID) -> None:
         """A holder displaced by a ``cancel-oldest`` limit (docs/flow-control.md): a CancelRun
@@ -257,11 +211,7 @@ class RunHost:
             for run_id, act in list(self._activations.items()):
                 if act.last_used < cutoff and act.idle:
                     del self._activations[run_id]
-            gone = self._book.expire(time.monotonic() - SESSION_TTL_S)
-            for session_id in gone:
-                self._wakes.pop(session_id, None)
-                self._generations.pop(session_id, None)
-                self._seqs.pop(session_id, None)
+            self._sessions.expire(time.monotonic())
 
     async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
         """A synchronous read (claims, run views, event pages) off the loop. A read that met a
@@ -327,253 +277,29 @@ class RunHost:
         self._calls += 1
         return pack_answers(await self.command_batch(unpack(payload), carriers))
 
+    async def lease(self, command: AcquireLease) -> tuple[LeaseGrant, RunAggregate]:
+        """A session's grant (``HostSessions``): the lease made in the run's mailbox (the
+        session checked the drain), then the run as committed, read in its mailbox."""
+        act = self._activation(command.tenant_id, command.run_id)
+        lease = await self._in_mailbox(act, command)
+        return lease, await self._committed(act)
+
+    async def committed(self, tenant_id: str, run_id: UUID) -> RunAggregate:
+        return await self._committed(self._activation(tenant_id, run_id))
+
+    @staticmethod
+    async def _committed(act: Activation) -> RunAggregate:
+        """The run's cached rows, read in its mailbox (no read of the store while the
+        activation holds them)."""
+        async with act.mailbox():
+            return await act.grain.load_cached()
+
     # ------------------------------------------------------------------ worker sessions
 
     async def exchange(self, up: SessionUp) -> SessionDown:
-        """One exchange of a worker session (``runcontrol.session``): its commands answered
-        each as if sent alone, its credits offered (replacing the last set), its acks taken;
-        then, with nothing to say yet, a wait of up to ``up.wait_s`` (at most ``MAX_WAIT_S``)
-        for a grant or a cancel. A newer exchange of the session answers this one at once.
-
-        An exchange older (``seq``) than the newest this host saw of its session arrived late
-        (exchanges are not delivered in order): its commands and acks count, its credits do not
-        (the newer one's replaced them, and may have withdrawn one it still carries), and it
-        is answered at once without superseding the newer one."""
-        sid = up.session_id
+        """One exchange of a worker session (``runcontrol.workers.sessions.HostSessions``)."""
         self._calls += 1
-        self._exchanges += 1
-        if up.seq < self._seqs.get(sid, 0):
-            return await self._late_exchange(up)
-        self._seqs[sid] = up.seq
-        generation = self._generations.get(sid, 0) + 1
-        self._generations[sid] = generation
-        self._wake({sid})  # the exchange still waiting, if any, answers now
-        self._book.ack(sid, up.acks)
-        if self._drain.draining:
-            return await self._drained_exchange(up)
-        with self._drain.track():
-            credits = await self._recover(sid, up.credits)
-            matches, withdrawn = self._book.offer(sid, credits, time.monotonic())
-            self._lease(matches)
-            if self._book.waiting_credits():
-                self._sweep_now.set()
-            answers = await asyncio.gather(*map(self._answer, up.commands))
-            # A credit left out while its lease was being made: its grant comes down now. And
-            # the leases this exchange's own credits and commands started (a report whose next
-            # step went to the slot it freed) come down in this answer, not in the next.
-            await self._granted(withdrawn)
-            started = self._session_granting.get(sid)
-            if started:
-                await asyncio.wait(set(started), timeout=GRANT_WAIT_S)
-        if not answers and not self._book.has_news(sid):
-            await self._wait(sid, generation, min(max(up.wait_s, 0.0), MAX_WAIT_S))
-        # a drain that began while it waited ends the wait: the worker moves its credits now
-        return self._down(sid, answers, draining=self._drain.draining)
-
-    def _down(self, sid: str, answers: list[Answer], *, draining: bool = False) -> SessionDown:
-        self._book.take_backlog_news(sid)
-        return SessionDown(
-            answers=answers,
-            grants=self._book.grants(sid),
-            cancels=self._book.take_cancels(sid),
-            backlog=self._book.backlog(),
-            hosts=self.settings.grains.host_count,
-            draining=draining,
-        )
-
-    async def _late_exchange(self, up: SessionUp) -> SessionDown:
-        sid = up.session_id
-        self._late_exchanges += 1
-        self._book.ack(sid, up.acks)
-        if self._drain.draining:
-            answers = [
-                Answer(c.command_id, False, self._drain.refuse(type(c).__name__))
-                for c in up.commands
-            ]
-            return self._down(sid, answers, draining=True)
-        with self._drain.track():
-            answers = await asyncio.gather(*map(self._answer, up.commands))
-        return self._down(sid, answers)
-
-    async def _drained_exchange(self, up: SessionUp) -> SessionDown:
-        """A draining host takes no credit and refuses every command (the worker offers them
-        to another host); the grants and cancels it still has come down."""
-        sid = up.session_id
-        _, withdrawn = self._book.offer(sid, (), time.monotonic())
-        await self._granted(withdrawn)
-        answers = [
-            Answer(c.command_id, False, self._drain.refuse(type(c).__name__)) for c in up.commands
-        ]
-        return self._down(sid, answers, draining=True)
-
-    async def _answer(self, command: Command[Any]) -> Answer:
-        try:
-            return Answer(command.command_id, True, await self.command(command))
-        except Exception as exc:  # noqa: BLE001 - the command's answer, not the exchange's
-            return Answer(command.command_id, False, exc)
-
-    async def _recover(self, sid: str, credits: Sequence[Credit]) -> list[Credit]:
-        """A credit resent after a lost exchange finds the lease it was granted by its claim id:
-        in the book, or (this host restarted since) once in the store. Answers the credits
-        still free."""
-        free: list[Credit] = []
-        for credit in credits:
-            if not credit.resent or self._book.knows(sid, credit.claim_id):
-                free.append(credit)
-                continue
-            try:
-                grant = await self._in_thread(self._claimed_grant, credit)
-            except errors.IdempotencyConflict:
-                log.warning("a resent credit's claim id belongs to another holder: dropped")
-                continue
-            if grant is None:
-                free.append(credit)
-            else:
-                act = self._activation(grant.tenant_id, grant.lease.run_id)
-                results = await self._grant_results(act, grant.lease.attempt_id)
-                grant = dataclasses.replace(grant, results=results)
-                self._book.recovered(sid, credit.claim_id, grant)
-        return free
-
-    def _claimed_grant(self, credit: Credit) -> Grant | None:
-        found = self._claimed(credit.claim_id, credit.holder, credit.tenant_id)
-        if found is None:
-            return None
-        return Grant(credit.claim_id, found["tenant_id"], found["grant"], found["input"])
-
-    async def _wait(self, sid: str, generation: int, wait_s: float) -> None:
-        """Until news for the session, a newer exchange of it, a drain or ``wait_s``. The event
-        is this exchange's own. One shared per session lost wake-ups: an exchange superseded
-        before its wait had begun (``wait_for`` not yet waiting) saw the newer exchange's wait
-        clear the event its wake-up had set, and sat out its whole wait (a worker's stop, or a
-        credit's move, held for 20 s: one stop in two in tests/actors/test_session_waits.py)."""
-        deadline = time.monotonic() + wait_s
-        event = asyncio.Event()
-        waiting = self._wakes.setdefault(sid, set())
-        waiting.add(event)
-        try:
-            while self._generations.get(sid) == generation and not self._drain.draining:
-                event.clear()
-                remaining = deadline - time.monotonic()
-                if self._book.has_news(sid) or remaining <= 0:
-                    return
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), remaining)
-        finally:
-            waiting.discard(event)
-            if not waiting and self._wakes.get(sid) is waiting:
-                del self._wakes[sid]
-
-    def _wake(self, sessions: set[str]) -> None:
-        for sid in sessions:
-            for event in self._wakes.get(sid, ()):
-                event.set()
-
-    def _observe_sessions(self, agg: RunAggregate, events: Sequence[Event]) -> None:
-        """Every commit of this host: the run's leasable attempts to the book (matched to a
-        waiting credit at once), its cancels to the holders' sessions."""
-        matches, woken = self._book.observe(view(agg, events, self._env.options))
-        self._lease(matches)
-        self._wake(woken)
-
-    def _lease(self, matches: list[Match]) -> None:
-        loop = asyncio.get_running_loop()
-        for match in matches:
-            self._track(match, loop.create_task(self._grant(match)))
-
-    def _track(self, match: Match, making: asyncio.Future[None]) -> None:
-        """``making`` ends once the match's lease is made or refused (an exchange waits)."""
-        attempt_id = match.offer.attempt_id
-        self._granting[attempt_id] = making
-        self._session_granting.setdefault(match.session_id, set()).add(making)
-        making.add_done_callback(functools.partial(self._lease_done, attempt_id, match.session_id))
-
-    def _lease_done(self, attempt_id: UUID, sid: str, task: asyncio.Future[None]) -> None:
-        if self._granting.get(attempt_id) is task:
-            del self._granting[attempt_id]
-        tasks = self._session_granting.get(sid)
-        if tasks is not None:
-            tasks.discard(task)
-            if not tasks:
-                del self._session_granting[sid]
-
-    async def _grant(self, match: Match) -> None:
-        """Lease the match's attempt to its credit, through the run's mailbox, the lease's
-        command id the credit's claim id (a lost answer is found again by it)."""
-        offer, credit = match.offer, match.credit
-        command = AcquireLease(
-            tenant_id=offer.tenant_id,
-            run_id=offer.run_id,
-            attempt_id=offer.attempt_id,
-            holder=credit.holder,
-            command_id=credit.claim_id,
-        )
-        try:
-            if self._drain.draining:
-                raise self._drain.refuse("a grant")
-            with self._drain.track():
-                act = self._activation(offer.tenant_id, offer.run_id)
-                lease = await self._in_mailbox(act, command)
-                results = await self._grant_results(act, lease.attempt_id)
-        except Exception as exc:  # noqa: BLE001 - refused or failed: the credit waits again
-            if not isinstance(exc, errors.RunControlError):
-                log.warning("a grant to a session failed: %r", exc)
-            matches, woken = self._book.refused(match)
-        else:
-            _, matches, woken = self._book.granted(match, lease, results)
-        self._lease(matches)
-        self._wake(woken)
-
-    async def _grant_results(self, act: Activation, attempt_id: UUID) -> dict[str, Any]:
-        """What the attempt's grant carries of its dependencies' results: from the run's cached
-        rows, read in its mailbox (no read of the store while the activation holds them)."""
-        async with act.mailbox():
-            return (await act.grain.load_cached()).grant_results(attempt_id)
-
-    async def grant_results(self, tenant_id: str, run_id: UUID, attempt_id: UUID) -> dict[str, Any]:
-        """The dependencies' results a unary claim's lease of ``attempt_id`` carries, asked
-        of the run's own host (a claim may be served by another): from the run's cached rows,
-        as a session's grant carries them."""
-        self._calls += 1
-        return await self._grant_results(self._activation(tenant_id, run_id), attempt_id)
-
-    async def _granted(self, matches: list[Match]) -> None:
-        tasks = [t for m in matches if (t := self._granting.get(m.offer.attempt_id)) is not None]
-        if tasks:
-            await asyncio.wait(tasks, timeout=10.0)
-
-    async def _sweep_sessions(self) -> None:
-        """The attempts no commit of this host gave its book (dispatched before it started, or
-        by a host that no longer serves them): one read per sweep while credits wait, at the
-        dispatch sweep's rate (and at once when credits first wait), never a read per claim."""
-        interval = self.settings.scheduler.dispatch_sweep_interval
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._sweep_now.wait(), interval)
-            self._sweep_now.clear()
-            if self._drain.draining or not self._book.waiting_credits():
-                continue
-            try:
-                found = await self._in_thread(self._leasable)
-            except Exception:  # noqa: BLE001 - the next sweep tries again
-                log.exception("the session sweep failed")
-                continue
-            matches, woken = self._book.found(found)
-            self._lease(matches)
-            self._wake(woken)
-            await asyncio.sleep(interval)  # at most one sweep per interval
-
-    def _leasable(self) -> list[Offer]:
-        now = self._env.clock.now()
-        foreign = now - timedelta(seconds=FOREIGN_AFTER_S)
-        with self._db.system_tx() as conn:
-            rows = q.leasable(conn, now - timedelta(seconds=OWN_AFTER_S))
-        count = self.settings.grains.host_count
-        return [
-            Offer(tenant, run_id, attempt_id, agent, at, input, priority)
-            for tenant, run_id, attempt_id, agent, at, input, priority in rows
-            if at < foreign or self._index is None or host_index(run_id, count) == self._index
-        ]
+        return await self._sessions.exchange(up)
 
     # ------------------------------------------------------------------ claims
 
@@ -586,13 +312,9 @@ class RunHost:
         claim_id: str | None = None,
     ) -> dict[str, Any] | None:
         """Pull the oldest dispatched attempt for these agents and lease it (long-poll);
-        with ``tenant_id``, only that tenant's (read under its row-level security).
-
-        ``claim_id`` is the claim's request id, made once by the worker and resent until
-        answered; it is the command id of the claim's ``AcquireLease``. A resend whose first
-        send was granted a lease (its answer lost: this host died after the commit) gets that
-        lease back, while it is current, instead of leaving it to expire unworked. The run's
-        input is read before the grant, so no failing read can strand a granted lease.
+        with ``tenant_id``, only that tenant's (``runcontrol.workers.claims``). ``claim_id``:
+        the claim's request id, the command id of its ``AcquireLease`` (a resend after a lost
+        answer gets the lease the first send was granted).
 
         A draining host refuses a new claim and ends a long poll with None (at its next
         wake-up, within 2 s); a claim granting a lease finishes first (the drain waits for it:
@@ -601,108 +323,17 @@ class RunHost:
         self._reads += 1
         self._calls += 1
         with self._drain.track():
-            return await self._claim(
+            return await self._claims.claim(
                 agent_ids, holder, timeout_s, tenant_id, claim_id or new_command_id()
             )
 
-    async def _claim(
-        self,
-        agent_ids: list[str],
-        holder: str,
-        timeout_s: float,
-        tenant_id: str | None,
-        claim_id: str,
-    ) -> dict[str, Any] | None:
-        deadline = time.monotonic() + max(timeout_s, 0.0)
-        payloads = tuple(agent_ids)
-        held = await self._in_thread(self._claimed, claim_id, holder, tenant_id)
-        if held is not None:
-            held["results"] = await self._claim_results(held["tenant_id"], held["grant"])
-            return held
-        while not self._drain.draining:
-            since = self._watch.generation(DISPATCH_CHANNEL, payloads)
-            candidates = await self._in_thread(self._claimable, agent_ids, tenant_id)
-            for run_tenant, run_id, attempt_id in candidates:
-                if self._acquiring.get(attempt_id, holder) != holder:
-                    # Another holder's claim on this host is leasing it (one NOTIFY wakes them
-                    # all): it would only be refused, and each refusal reloads the run. The
-                    # same holder's claim (a retry) goes on: it is answered the same lease.
-                    continue
-                self._acquiring[attempt_id] = holder
-                try:
-                    input = await self._in_thread(self._run_input, run_tenant, run_id)
-                    grant: LeaseGrant = await self._router.send(
-                        AcquireLease(
-                            tenant_id=run_tenant,
-                            run_id=run_id,
-                            attempt_id=attempt_id,
-                            holder=holder,
-                            command_id=claim_id,
-                        )
-                    )
-                except (errors.LeaseHeld, errors.LeaseRejected, errors.IdempotencyConflict):
-                    # Another worker won it, or the run moved on (nothing stored); or this
-                    # claim was granted a lease of this run before, since gone: a claim with
-                    # a new id takes the attempt.
-                    continue
-                finally:
-                    if self._acquiring.get(attempt_id) == holder:
-                        del self._acquiring[attempt_id]
-                if tenant_id is None:
-                    self._fair.charge(run_tenant)
-                results = await self._claim_results(run_tenant, grant)
-                return {"grant": grant, "tenant_id": run_tenant, "input": input, "results": results}
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            await self._watch.wait(DISPATCH_CHANNEL, payloads, since, min(remaining, 2.0))
-        return None
-
-    async def _claim_results(self, tenant_id: str, grant: LeaseGrant) -> dict[str, Any]:
-        """The claimed attempt's dependencies' results, from the run's host. Its failure fails
-        the claim (a step never runs without its inputs); the lease stands, and the worker's
-        resend of the claim (same claim id) is answered that lease and asks again."""
-        found: dict[str, Any] = await self._router.call(
-            grant.run_id, "grant_results", tenant_id, grant.run_id, grant.attempt_id
-        )
-        return found
-
-    def _claimable(
-        self, agent_ids: list[str], tenant_id: str | None
-    ) -> list[tuple[str, UUID, UUID]]:
-        """The attempts a claim tries, in turn: a tenant's claim its 8 oldest; an untenanted
-        one each tenant's 8 oldest, the tenant whose fair-share turn it is first (ties by the
-        oldest head), so a deep backlog of one tenant does not hide another's."""
-        if tenant_id:
-            with self._db.tenant(tenant_id) as conn:
-                return q.claimable(conn, agent_ids, limit=8)
-        with self._db.system_tx() as conn:
-            found = q.claimable(conn, agent_ids, limit=32, per_tenant=8)
-        heads: dict[str, int] = {}
-        for position, (tenant, _, _) in enumerate(found):
-            heads.setdefault(tenant, position)
-        ranked = sorted(
-            enumerate(found), key=lambda c: (self._fair.tag(c[1][0]), heads[c[1][0]], c[0])
-        )
-        return [candidate for _, candidate in ranked]
-
-    def _claimed(self, claim_id: str, holder: str, tenant_id: str | None) -> dict[str, Any] | None:
-        """The current lease claim ``claim_id`` was granted, as ``claim`` answers it."""
-        scope = self._db.tenant(tenant_id) if tenant_id else self._db.system_tx()
-        with scope as conn:
-            found = q.claimed(conn, claim_id)
-        if found is None:
-            return None
-        run_tenant, _, stored, input = found
-        grant = answers.decode(stored)
-        if not isinstance(grant, LeaseGrant) or grant.holder != holder:
-            # Another holder's claim id: its lease is not this caller's to take.
-            raise errors.IdempotencyConflict("this claim id was already used by another holder")
-        return {"grant": grant, "tenant_id": run_tenant, "input": input}
-
-    def _run_input(self, tenant_id: str, run_id: UUID) -> dict[str, Any] | None:
-        with self._db.tenant(tenant_id) as conn:
-            return q.run_input(conn, run_id)
+    async def grant_results(self, tenant_id: str, run_id: UUID, attempt_id: UUID) -> dict[str, Any]:
+        """The dependencies' results a unary claim's lease of ``attempt_id`` carries, asked
+        of the run's own host (a claim may be served by another): from the run's cached rows,
+        as a session's grant carries them."""
+        self._calls += 1
+        agg = await self.committed(tenant_id, run_id)
+        return agg.grant_results(attempt_id)
 
     # ------------------------------------------------------------------ reads
 
@@ -760,8 +391,8 @@ class RunHost:
             "commands": self._commands,
             "reads": self._reads,  # claim, get_run and events calls
             "calls": self._calls,  # command batches, claims, reads and exchanges served
-            "exchanges": self._exchanges,
-            "late_exchanges": self._late_exchanges,
+            "exchanges": self._sessions.exchanges,
+            "late_exchanges": self._sessions.late_exchanges,
             # commit statements sent (each a group: store/commit.py) and the documents in them
             "commit_groups": self._store.statements_sent,
             "commit_documents": self._store.documents_sent,
@@ -784,7 +415,7 @@ class RunHost:
         # Waiting exchanges answer now, as draining. They wait on the command loop, in another
         # thread than this control group's: woken through that loop (an event set from here
         # woke none of them; they answered when their wait ran out).
-        self._loop.call_soon_threadsafe(lambda: self._wake(set(self._wakes)))
+        self._loop.call_soon_threadsafe(self._sessions.wake_all)
         report = await self._drain.wait(grace)
         released = len(self._activations)
         self._activations.clear()

@@ -2,11 +2,11 @@
 
 ``python -m bench.session_worker --address A --holder H --concurrency N --agents ...``: joins
 the Ray cluster (or, with ``--grpc TARGET --token T``, reaches Serve's gRPC ingress as a worker
-outside it: ``rpc.sessions.GrpcSessionTransport``), keeps one session with each run host
-(``actors.sessions``), offers its slots
-as credits (split evenly over the hosts) and reports every grant ``Succeeded`` in the next
-exchange of the same session, with the freed slot's new credit. Bench only: the product's
-worker is the SDK (``runcontrol.sdk``, issue 20); this measures the host side apart from it.
+outside it: ``rpc.exchange.GrpcSessionTransport``), keeps one session with each run host
+(the router, ``actors.placement.HostRouter``, in the cluster), offers its slots as credits (split
+evenly over the hosts) and reports every grant ``Succeeded`` in the next exchange of the same
+session, with the freed slot's new credit. Bench only: the product's worker is the SDK
+(``runcontrol.sdk``, issue 20); this measures the host side apart from it.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import signal
 import uuid
 from typing import Any
 
+from actors.placement import HostRouter
 from actors.run_host import host_config, make_router
 from actors.service import start_ray
-from actors.sessions import ActorSessionTransport
 from runcontrol.commands import Command, ReportOutcome
 from runcontrol.config import Settings
 from runcontrol.domain import AttemptOutcome, canonical_hash, errors
-from runcontrol.session import Credit, SessionDown, SessionTransport, SessionUp
+from runcontrol.workers.protocol import Credit, SessionDown, SessionTransport, SessionUp
 
 OUTCOME = canonical_hash({"ok": True})
 
@@ -31,7 +31,7 @@ OUTCOME = canonical_hash({"ok": True})
 class Session:
     def __init__(
         self,
-        transport: ActorSessionTransport,
+        transport: HostRouter,
         host: int,
         agents: tuple[str, ...],
         holder: str,
@@ -83,13 +83,13 @@ class Session:
 async def main(args: argparse.Namespace) -> None:
     transport: SessionTransport
     if args.grpc:
-        from runcontrol.rpc.sessions import GrpcSessionTransport
+        from runcontrol.rpc.exchange import GrpcSessionTransport
 
         app = (("application", args.application),) if args.application else ()
         transport = GrpcSessionTransport(args.grpc, args.token, metadata=app)
     else:
         start_ray(address=args.address)
-        transport = ActorSessionTransport(make_router(host_config(Settings(), "")))
+        transport = make_router(host_config(Settings(), ""))
     for _ in range(60):  # the ingress may still be starting
         try:
             hosts = await transport.hosts()

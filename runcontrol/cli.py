@@ -27,7 +27,7 @@ from .telemetry import configure as configure_telemetry
 
 if TYPE_CHECKING:
     from .sdk import Worker
-    from .session import SessionTransport
+    from .workers.protocol import SessionTransport
 
 log = logging.getLogger(__name__)
 
@@ -470,14 +470,13 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         return _grpc_worker(args, settings, app)
     from actors.run_host import host_config, make_router
     from actors.service import start_ray
-    from actors.sessions import ActorSessionTransport
 
     start_ray(address=args.address or "auto")
     router = make_router(host_config(settings, settings.database_url or ""))
     holder: str | WorkerIdentity = args.holder
     if args.tenant:
         holder = WorkerIdentity(args.tenant, args.sub, args.holder)
-    _run_worker(args, settings, app, lambda: ActorSessionTransport(router), holder)
+    _run_worker(args, settings, app, lambda: router, holder)
     return 0
 
 
@@ -497,7 +496,7 @@ def _grpc_worker(args: argparse.Namespace, settings: Settings, app: Worker) -> i
     are the token's subject and ``--holder`` (one instance per slot: ``HOLDER.k``)."""
     import os
 
-    from .rpc.sessions import GrpcSessionTransport
+    from .rpc.exchange import GrpcSessionTransport
     from .sdk import token_identity
 
     token = args.token or os.environ.get("RUNCONTROL_WORKER_TOKEN")

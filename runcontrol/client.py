@@ -18,7 +18,7 @@ from uuid import UUID
 from .commands import Command, new_command_id
 from .domain import LeaseGrant, WorkerIdentity, errors
 from .domain.events import TERMINAL_EVENTS as TERMINAL_EVENTS  # the streams end there
-from .session import SessionDown, SessionUp
+from .workers.protocol import SessionDown, SessionUp
 
 R = TypeVar("R")
 
@@ -89,8 +89,9 @@ class RunControlClient:
         return await self._router.hosts()
 
     async def exchange(self, host: int, up: SessionUp) -> SessionDown:
-        """One exchange of a worker session with run host ``host`` (``runcontrol.session``):
-        the client is a ``SessionTransport``. A draining host answers ``draining=True``."""
+        """One exchange of a worker session with run host ``host``
+        (``runcontrol.workers.protocol``): the client is a ``SessionTransport``. A draining host
+        answers ``draining=True``."""
         return await self._router.exchange(host, up)
 
     # ------------------------------------------------------------------ reads

@@ -1,4 +1,5 @@
-"""Commands as typed messages: one frozen dataclass per command a run's grain handles.
+"""Commands as typed messages, each declared once: one frozen dataclass per command a run's
+grain handles, with its ``declare(...)`` line.
 
 Every command names the run it is for (``tenant_id``, ``run_id``: a host routes on them) and
 carries a ``command_id``, made by the client when the caller does not give one. The grain
@@ -6,10 +7,12 @@ stores a committed command's answer with its effect, keyed by (tenant, run, comm
 resend (a Ray retry, a lost reply, a client retry) gets the stored answer, never a second
 effect (``runcontrol.grain``, DESIGN 4). ``Command[R]`` says what the command answers.
 
-The wire formats map onto these types: Ray carries them as they are, the HTTP edge builds
-them from requests (an ``Idempotency-Key`` becomes the ``command_id``). Which handler runs a
-type, and whether a host may commit it with other runs' commands, is the grain's registry
-(``runcontrol.grain.HANDLERS``).
+``declare`` (``runcontrol.declaration``) names the rest once: who sends it, the rule of the
+run aggregate that decides it (``runcontrol.domain.run``), whether its statement dispatches
+what became due, its after-commit effect, its gRPC method. From ``DECLARATIONS`` come the
+grain's handler table (``grain.handlers``), the stored answer types (``store.answers``) and the
+RPC table's command rows (``rpc.table``). Which run states admit a command is the
+``RUN_COMMANDS`` table beside the state machines (``domain.machines``), checked by the rule.
 """
 
 from __future__ import annotations
@@ -17,14 +20,26 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from enum import Enum, StrEnum
 from typing import Any, Generic, TypeVar
 from uuid import UUID
 
 import orjson
 
+from .declaration import (
+    LEASE_HOLDER,
+    OPERATOR,
+    REVIEWER,
+    SUBMITTER,
+    AfterCommit,
+    Declaration,
+    caller,
+    declare,
+    declared,
+    system,
+)
 from .domain import (
     ApprovalRequest,
     Attempt,
@@ -36,10 +51,14 @@ from .domain import (
     Principal,
     ProgressAck,
     ProgressMessage,
+    RateConsumed,
+    RunAggregate,
     SideEffectClass,
     ToolCallClaim,
     canonical_hash,
 )
+from .domain.run import RESTORE_CHECK
+from .domain.run.progress import gap_refusal
 
 R = TypeVar("R")
 
@@ -148,6 +167,7 @@ class SubmitRequest:
         return payload
 
 
+@declare(SUBMITTER)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SubmitRun(Command[SubmitResult]):
     """SubmitRun: accept (idempotent on tenant + project + key), reserve budget, dispatch.
@@ -157,16 +177,23 @@ class SubmitRun(Command[SubmitResult]):
     request: SubmitRequest
 
 
+@declare(system("run-dispatcher"))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StartRun(Command[None]):
     """Reserve the budget of an Accepted run and dispatch its first step (safe to repeat)."""
 
 
+@declare(system("run-dispatcher"))
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DispatchRun(Command["Attempt | None"]):
+class DispatchRun(Command[Attempt | None]):
     """RunDispatcher: dispatch the next due Pending step if capacity allows."""
 
 
+@declare(
+    caller("requested_by"),
+    RunAggregate.cancel,
+    answer=lambda run, c, cancelled, _: str(run.run.state),  # the state observed after it
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CancelRun(Command[str]):
     """Record the cancellation intent; answers the run's state observed after it."""
@@ -187,6 +214,20 @@ class SignalResult:
     state: str
 
 
+def signal_result(
+    run: RunAggregate, command: SendSignal, step: Any, dispatched: Attempt | None
+) -> SignalResult:
+    """The step the signal is for, whether it took it now, and the run's state after it."""
+    return SignalResult(
+        run_id=run.run.run_id,
+        step_id=step.step_id,
+        name=command.name,
+        delivered=step.state.terminal,
+        state=str(run.run.state),
+    )
+
+
+@declare(caller("sent_by"), RunAggregate.receive_signal, dispatches=True, answer=signal_result)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SendSignal(Command[SignalResult]):
     """An input from outside for the run's signal step named ``name``; ``body`` (JSON)
@@ -197,11 +238,13 @@ class SendSignal(Command[SignalResult]):
     sent_by: str
 
 
+@declare(system("reminder"))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WakeRun(Command[WakeResult]):
     """The reminder: expire leases and approvals that are due, dispatch due retries."""
 
 
+@declare(system("run-host"))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OpenAttempts(Command[list[UUID]]):
     """A read of the activation: ids of the run's non-terminal attempts (changes nothing)."""
@@ -210,12 +253,14 @@ class OpenAttempts(Command[list[UUID]]):
 # ---------------------------------------------------------------------- workers
 
 
+@declare(LEASE_HOLDER, RunAggregate.acquire_lease, rpc="AcquireLease")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AcquireLease(Command[LeaseGrant]):
     attempt_id: UUID
     holder: str
 
 
+@declare(LEASE_HOLDER, RunAggregate.renew_lease, rpc="AcquireLease")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RenewLease(Command[LeaseGrant]):
     attempt_id: UUID
@@ -224,6 +269,7 @@ class RenewLease(Command[LeaseGrant]):
     lease_id: UUID | None = None  # when given, it must be the current lease
 
 
+@declare(LEASE_HOLDER, RunAggregate.report_outcome, dispatches=True, rpc="ReportAttemptOutcome")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReportOutcome(Command[Attempt]):
     """The attempt's one outcome. ``result``: what it produced, as JSON (at most
@@ -243,8 +289,9 @@ class ReportOutcome(Command[Attempt]):
     result_ref: dict[str, Any] | None = None
 
 
+@declare(LEASE_HOLDER, RunAggregate.request_approval, rpc="RequestApproval")
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RequestApproval(Command["ApprovalRequest | None"]):
+class RequestApproval(Command[ApprovalRequest | None]):
     attempt_id: UUID
     holder: str
     fencing_token: int
@@ -253,6 +300,7 @@ class RequestApproval(Command["ApprovalRequest | None"]):
     lease_id: UUID | None = None
 
 
+@declare(LEASE_HOLDER, RunAggregate.report_progress, refuse=gap_refusal, rpc="ReportProgress")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReportProgress(Command[ProgressAck]):
     """The lease holder's progress messages, in sequence (at most ``PROGRESS_BATCH_MAX``):
@@ -266,17 +314,12 @@ class ReportProgress(Command[ProgressAck]):
     lease_id: UUID | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class RateConsumed:
-    """What a consumption answers: the named limit, its tenant's bucket, the units taken and
-    when (a resend of the command gets the same answer, the units taken once)."""
-
-    name: str
-    bucket: str
-    units: float
-    at: datetime
-
-
+@declare(
+    LEASE_HOLDER,
+    RunAggregate.consume_rate,
+    after_commit=AfterCommit.MOVE_RATE_BUCKET,
+    rpc="ConsumeRateLimit",
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConsumeRateLimit(Command[RateConsumed]):
     """The lease holder used ``units`` of the named rate limit ``name`` (model tokens, say):
@@ -291,6 +334,7 @@ class ConsumeRateLimit(Command[RateConsumed]):
     lease_id: UUID | None = None
 
 
+@declare(LEASE_HOLDER, RunAggregate.claim_tool_call, rpc="ClaimToolCall")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClaimToolCall(Command[ToolCallClaim]):
     """Claim ``call_id`` before its side effect; execute only if the answer says ``proceed``."""
@@ -303,6 +347,7 @@ class ClaimToolCall(Command[ToolCallClaim]):
     lease_id: UUID | None = None
 
 
+@declare(LEASE_HOLDER, RunAggregate.complete_tool_call, rpc="CompleteToolCall")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CompleteToolCall(Command[ToolCallClaim]):
     """Store the result hash of a call this attempt claimed and executed."""
@@ -318,6 +363,7 @@ class CompleteToolCall(Command[ToolCallClaim]):
 # ---------------------------------------------------------------------- people
 
 
+@declare(REVIEWER, RunAggregate.decide_approval, dispatches=True)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DecideApproval(Command[ApprovalRequest]):
     approval_id: UUID
@@ -344,6 +390,22 @@ class ControlResult:
     attempt_number: int | None = None
 
 
+def control_result(
+    agg: RunAggregate, attempt: Attempt | None = None, step_id: UUID | None = None
+) -> ControlResult:
+    run = agg.run
+    return ControlResult(
+        run_id=run.run_id,
+        state=str(run.state),
+        suspended=run.suspended_at is not None,
+        step_id=attempt.step_id if attempt is not None else step_id,
+        attempt_id=attempt.attempt_id if attempt is not None else None,
+        attempt_state=str(attempt.state) if attempt is not None else None,
+        attempt_number=attempt.number if attempt is not None else None,
+    )
+
+
+@declare(OPERATOR, RunAggregate.suspend, answer=lambda run, c, _, __: control_result(run))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SuspendRun(Command[ControlResult]):
     """Hold the run: nothing new is dispatched or leased; leases in hand may finish."""
@@ -352,6 +414,9 @@ class SuspendRun(Command[ControlResult]):
     reason: str
 
 
+@declare(
+    OPERATOR, RunAggregate.resume, dispatches=True, answer=lambda run, c, _, __: control_result(run)
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResumeRun(Command[ControlResult]):
     """Lift a suspension and dispatch what is due."""
@@ -360,6 +425,12 @@ class ResumeRun(Command[ControlResult]):
     reason: str
 
 
+@declare(
+    OPERATOR,
+    RunAggregate.retry_step,
+    dispatches=True,
+    answer=lambda run, c, step, attempt: control_result(run, attempt, step.step_id),
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RetryStep(Command[ControlResult]):
     """Dispatch a new attempt now of a step waiting for its retry (a live run only)."""
@@ -369,6 +440,12 @@ class RetryStep(Command[ControlResult]):
     step_id: UUID
 
 
+@declare(
+    OPERATOR,
+    RunAggregate.resolve_attempt,
+    dispatches=True,
+    answer=lambda run, c, attempt, _: control_result(run, attempt),
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResolveAttempt(Command[ControlResult]):
     """Settle an Uncertain attempt as Succeeded or Failed."""
@@ -386,6 +463,7 @@ class RerunRelease(StrEnum):
     CURRENT = "current"
 
 
+@declare(OPERATOR)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RerunRun(Command[SubmitResult]):
     """Submit a new run (``run_id``, the new id) with the input of the finished run
@@ -402,18 +480,29 @@ class RerunRun(Command[SubmitResult]):
 # ---------------------------------------------------------------------- operations
 
 
+@declare(
+    system(RESTORE_CHECK),
+    RunAggregate.settle_restored_leases,
+    answer=lambda run, c, settled, _: [str(attempt) for attempt in settled],
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SettleRestoredLeases(Command[list[str]]):
     """restore-check, after the store was restored from a backup: revoke the run's open
     leases and settle their attempts Uncertain; answers the ids of the attempts settled."""
 
 
+# Every command, declared (the grain's handlers, the stored answer types and the RPC table's
+# command rows are derived from it).
+DECLARATIONS: Mapping[type[Command[Any]], Declaration] = declared()
+
 __all__ = [
+    "DECLARATIONS",
     "AcquireLease",
     "CancelRun",
     "ClaimToolCall",
     "Command",
     "CompleteToolCall",
+    "ConsumeRateLimit",
     "ControlResult",
     "DecideApproval",
     "DispatchRun",
@@ -427,7 +516,9 @@ __all__ = [
     "ResolveAttempt",
     "ResumeRun",
     "RetryStep",
+    "SendSignal",
     "SettleRestoredLeases",
+    "SignalResult",
     "StartRun",
     "SubmitRequest",
     "SubmitResult",
@@ -435,6 +526,12 @@ __all__ = [
     "SuspendRun",
     "WakeResult",
     "WakeRun",
+    "control_result",
     "fingerprint",
     "new_command_id",
+    "signal_result",
 ]
+
+_undeclared = {c.__name__ for c in DECLARATIONS} - set(__all__)
+if _undeclared:
+    raise TypeError(f"commands.__all__ lacks {sorted(_undeclared)}")

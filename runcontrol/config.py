@@ -103,14 +103,14 @@ class CapacityOptions(BaseModel):
 
 class FlowOptions(BaseModel):
     """Flow control across tenants (issue 21): weighted fair shares of the worker slots that
-    serve every tenant (``runcontrol.fairness``)."""
+    serve every tenant (``runcontrol.workers.fair_shares``)."""
 
     tenant_weights: dict[str, Annotated[float, Field(gt=0)]] = Field(
         default_factory=dict,
         description="Flow:TenantWeights: a tenant's share of the worker slots that serve every "
         "tenant (untenanted workers), relative to the others' while they all have attempts "
         "waiting: a tenant of weight 2 is granted twice as many as one of weight 1. Each run "
-        "host's grants are fair (its session book and its unary claims); a tenant idle for a "
+        "host's grants are fair (its credit book and its unary claims); a tenant idle for a "
         "while starts again at the others' virtual time, never with a burst.",
     )
     default_tenant_weight: float = Field(

@@ -18,7 +18,7 @@ from .clock import Clock
 from .domain import WorkerIdentity, canonical_hash
 from .sdk import Backoff, Step, Transient, Worker
 from .sdk._worker import slot_holders
-from .session import SessionTransport
+from .workers.protocol import SessionTransport
 
 # What an executor raises for a failure a retry may fix (the SDK's ``Transient``).
 TransientError = Transient

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
@@ -20,6 +21,11 @@ from support import Faults, new_database
 
 from runcontrol import embedded
 from runcontrol.store import Database
+
+# Hypothesis checks properties, not speed: on a shared 2-core machine an example can take longer
+# than its default 200 ms deadline while another process runs (a flaky DeadlineExceeded).
+settings.register_profile("runcontrol", deadline=None)
+settings.load_profile("runcontrol")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -4,18 +4,35 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import threading
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
 import pytest
 from sqlalchemy import Engine, create_engine, select, text
 from sqlalchemy.engine import make_url
 
-from runcontrol.commands import Command
+from runcontrol.commands import (
+    AcquireLease,
+    CancelRun,
+    Command,
+    DecideApproval,
+    RenewLease,
+    ReportOutcome,
+    RequestApproval,
+)
+from runcontrol.domain import (
+    ApprovalRequest,
+    AttemptOutcome,
+    Decision,
+    LeaseGrant,
+    Principal,
+    canonical_hash,
+)
 from runcontrol.grain import RunGrain
 from runcontrol.store import Database
 
@@ -79,6 +96,137 @@ def race(*calls: Callable[[], Any]) -> list[tuple[str, Any]]:
     return results
 
 
+# ---------------------------------------------------------------------- a run's commands
+
+# What a test's grain is sent, with the fields every such command carries filled in (the tenant
+# and run from the grain, the lease fields from the grant); ``overrides`` replace any of them.
+# ``*_command`` builds the command (to await it on a RunGrain, or to send it twice); the
+# function without the suffix sends it to a SyncGrain.
+
+WORKER = "worker-1"
+
+
+def proposal(n: int = 1) -> str:
+    return canonical_hash({"proposal": n})
+
+
+def fenced(grant: LeaseGrant, tenant: str, **overrides: Any) -> dict[str, Any]:
+    """The fields every lease holder's command carries, from its grant."""
+    values: dict[str, Any] = {
+        "tenant_id": tenant,
+        "run_id": grant.run_id,
+        "attempt_id": grant.attempt_id,
+        "holder": grant.holder,
+        "fencing_token": grant.fencing_token,
+        "lease_id": grant.lease_id,
+    }
+    values.update(overrides)
+    return values
+
+
+class AddressesRun(Protocol):
+    """A grain a test sends commands to (``SyncGrain`` or ``RunGrain``)."""
+
+    @property
+    def tenant_id(self) -> str: ...
+
+    @property
+    def run_id(self) -> UUID: ...
+
+
+def held(grain: AddressesRun, grant: LeaseGrant, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a lease holder's command to ``grain``, from its grant, with ``overrides``."""
+    fields: dict[str, Any] = {
+        "tenant_id": grain.tenant_id,
+        "run_id": grain.run_id,
+        "attempt_id": grant.attempt_id,
+        "holder": grant.holder,
+        "fencing_token": grant.fencing_token,
+    }
+    fields.update(overrides)
+    return fields
+
+
+def report_command(
+    grain: AddressesRun, grant: LeaseGrant, outcome: AttemptOutcome, **overrides: Any
+) -> ReportOutcome:
+    """The lease holder reports ``outcome`` (``overrides``: a hash, a failure class, ...)."""
+    return ReportOutcome(outcome=outcome, **held(grain, grant, overrides))
+
+
+def report(grain: SyncGrain, grant: LeaseGrant, outcome: AttemptOutcome, **overrides: Any) -> Any:
+    return grain.execute(report_command(grain, grant, outcome, **overrides))
+
+
+def acquire(grain: SyncGrain, attempt_id: UUID, holder: str = WORKER) -> LeaseGrant:
+    """``holder`` claims the attempt ``attempt_id``."""
+    return grain.execute(
+        AcquireLease(
+            tenant_id=grain.tenant_id, run_id=grain.run_id, attempt_id=attempt_id, holder=holder
+        )
+    )
+
+
+def renew_command(grain: AddressesRun, grant: LeaseGrant, **overrides: Any) -> RenewLease:
+    """The lease holder renews its lease (``overrides``: another holder, token, ...)."""
+    return RenewLease(**held(grain, grant, overrides))
+
+
+def renew(grain: SyncGrain, grant: LeaseGrant, **overrides: Any) -> LeaseGrant:
+    return grain.execute(renew_command(grain, grant, **overrides))
+
+
+def request_approval(
+    grain: SyncGrain, grant: LeaseGrant, n: int = 1, **overrides: Any
+) -> ApprovalRequest | None:
+    """The lease holder asks approval for ``proposal(n)``."""
+    return grain.execute(
+        RequestApproval(proposal_hash=proposal(n), **held(grain, grant, overrides))
+    )
+
+
+def decide_command(
+    grain: AddressesRun,
+    approval: ApprovalRequest,
+    principal: Principal,
+    decision: Decision = Decision.APPROVE,
+    *,
+    version: int | None = None,
+    proposal_hash: str | None = None,
+    reason: str | None = None,
+) -> DecideApproval:
+    """``principal`` decides ``approval`` (by default at the version and hash it was seen at)."""
+    return DecideApproval(
+        tenant_id=grain.tenant_id,
+        run_id=grain.run_id,
+        approval_id=approval.approval_id,
+        principal=principal,
+        decision=decision,
+        version=approval.version if version is None else version,
+        proposal_hash=proposal_hash or approval.proposal_hash,
+        reason=reason,
+    )
+
+
+def decide(
+    grain: SyncGrain, approval: ApprovalRequest, principal: Principal, *args: Any, **kw: Any
+) -> ApprovalRequest:
+    return grain.execute(decide_command(grain, approval, principal, *args, **kw))
+
+
+def cancel_command(
+    grain: AddressesRun, reason: str = "stop", requested_by: str = "ops"
+) -> CancelRun:
+    """A cancellation of the run; its answer is the run's state name."""
+    return CancelRun(
+        tenant_id=grain.tenant_id, run_id=grain.run_id, requested_by=requested_by, reason=reason
+    )
+
+
+def cancel(grain: SyncGrain, reason: str = "stop", requested_by: str = "ops") -> str:
+    return grain.execute(cancel_command(grain, reason, requested_by))
+
+
 def run_rows(db: Database, tenant: str, table: Any, run_id: UUID, order: Any = None) -> list[Any]:
     """A run's rows of ``table`` as its tenant sees them (row-level security applies)."""
     stmt = select(table).where(table.c.run_id == run_id)
@@ -86,6 +234,34 @@ def run_rows(db: Database, tenant: str, table: Any, run_id: UUID, order: Any = N
         stmt = stmt.order_by(order)
     with db.tenant(tenant) as conn:
         return list(conn.execute(stmt))
+
+
+# ---------------------------------------------------------------------- workers
+
+
+def endless_agent(worker: Any, agent_id: str) -> tuple[asyncio.Event, asyncio.Event]:
+    """Register on the SDK ``worker`` an async function for ``agent_id`` that runs until it is
+    cancelled; answers the events (started, interrupted) it sets."""
+    started, interrupted = asyncio.Event(), asyncio.Event()
+
+    @worker.agent(agent_id)
+    async def endless(step: Any) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            interrupted.set()
+            raise
+
+    return started, interrupted
+
+
+def stop_processes(*processes: subprocess.Popen[Any] | None) -> None:
+    """Terminate the child processes still running (a test's ``finally``)."""
+    for process in processes:
+        if process is not None and process.poll() is None:
+            process.terminate()
+            process.wait(30)
 
 
 # ---------------------------------------------------------------------- injected faults

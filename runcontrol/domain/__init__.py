@@ -32,6 +32,7 @@ from .run import (
     LeaseGrant,
     Options,
     Principal,
+    RateConsumed,
     RunAggregate,
     Submission,
 )
@@ -49,7 +50,7 @@ from .states import (
     ToolCallState,
     ToolCallStatus,
 )
-from .workers import WorkerIdentity
+from .worker_identity import WorkerIdentity
 from .workflow import PolicyDocument, Release, StepSpec, WorkflowDefinition, dependencies
 
 __all__ = [
@@ -80,6 +81,7 @@ __all__ = [
     "PolicyRef",
     "Principal",
     "ProgressAck",
+    "RateConsumed",
     "ProgressMessage",
     "RecoveryJournalEntry",
     "Release",

@@ -4,21 +4,23 @@ The grain is a virtual actor in the Orleans sense: its memory is a cache of the 
 never the authority. Every command commits in one ``runcontrol_apply`` statement that writes the
 rows, the outbox events, the journal entries and the command's answer together, guarded by the
 run's ``version``. If another activation committed first the guard fails; the grain reloads
-and decides again, once, before answering ``ConcurrencyConflict`` (``retry``). A host must call
-one grain's commands one at a time.
+and decides again, once, before answering ``ConcurrencyConflict`` (``decision``). A host must
+call one grain's commands one at a time. After each commit the grain publishes one notice
+(``bus.Committed``) that the parts of the activation subscribe to.
 
-Commands are the typed messages of ``runcontrol.commands``; ``HANDLERS`` (``handlers``) maps
-each type to the grain's handler. Every handler is a coroutine on the caller's event loop:
-loads, port reads and commits are awaited (``runcontrol.store.commit``), and every commit joins
-the process's group commit, so the commands of many runs committing at the same moment share
-one statement. A committed command's answer is stored with its effect; a resend of its
-``command_id`` within the window (``RunControl:Commands:AnswerRetentionHours``) gets that
-answer, never a second effect (``memo``). Submission, duplicate submission and rerun are
-``submission``.
+Commands are the typed messages of ``runcontrol.commands``; ``HANDLERS`` (``bus``, filled by
+``handlers``) maps each type to the grain's handler. Every handler is a coroutine on the
+caller's event loop: loads, port reads and commits are awaited (``runcontrol.store.commit``),
+and every commit joins the process's group commit, so the commands of many runs committing at
+the same moment share one statement. A committed command's answer is stored with its effect;
+a resend of its ``command_id`` within the window (``RunControl:Commands:AnswerRetentionHours``)
+gets that answer, never a second effect (``memo``). Submission, duplicate submission and rerun
+are ``submission``.
 """
 
+from . import handlers  # noqa: F401 - registers every handler and after-commit effect
+from .bus import HANDLERS, Committed, Handler
 from .env import GrainEnv, Observer, Plan
 from .grain import RunGrain
-from .handlers import HANDLERS, Handler
 
-__all__ = ["HANDLERS", "GrainEnv", "Handler", "Observer", "Plan", "RunGrain"]
+__all__ = ["HANDLERS", "Committed", "GrainEnv", "Handler", "Observer", "Plan", "RunGrain"]

@@ -5,32 +5,20 @@ from __future__ import annotations
 import logging
 import random
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 from uuid import UUID
 
 from ..clock import Clock
-from ..domain import CommandContext, Event, LeaseGrant, Options, RunAggregate
+from ..domain import CommandContext, Event, Options, RunAggregate
 from ..ports import Budget, Capacity, PolicyStore, ReleaseRegistry
-from ..sessions import Match, Offer
 from ..store.commit import GroupCommit, Store
+from ..workers.grants import Credits
 
 log = logging.getLogger("runcontrol.grain")
 T = TypeVar("T")
 Observer = Callable[[RunAggregate, Sequence[Event]], None]
-
-
-class Credits(Protocol):
-    """Worker credits waiting in this process (a run host's sessions, DESIGN 10). A dispatch
-    that finds one leases its attempt to it in the same commit (a fused grant): ``reserve``
-    takes the credit; then exactly one of ``granted`` (the commit is in) or ``refused``."""
-
-    def reserve(self, offer: Offer) -> Match | None: ...
-
-    def granted(self, match: Match, lease: LeaseGrant, results: Mapping[str, Any]) -> None: ...
-
-    def refused(self, match: Match) -> None: ...
 
 
 @dataclass

@@ -1,44 +1,32 @@
-"""``RunGrain``: one activation of a run, and what its handlers share."""
+"""``RunGrain``: one activation of a run, what its handlers share, and the parts of it a
+commit's notice reaches (``bus.Committed``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
-from ..commands import AcquireLease, Command, ControlResult, fingerprint
+from ..commands import Command
 from ..domain import (
     Attempt,
     CommandContext,
     Event,
     FlowGate,
-    LeaseGrant,
     PolicyDocument,
     RunAggregate,
-    RunState,
     errors,
 )
 from ..domain.rates import Admission, Draw
-from ..sessions import Match, Offer
 from ..store import rates
 from ..store.commit import Reservation, StoredAnswer
+from ..workers.grants import Fused, fuse
+from .bus import HANDLERS, Committed, subscribe
 from .env import GrainEnv, log
-from .handlers import HANDLERS
 from .memo import AnswerMemo
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Fused:
-    """A grant made by the commit of the command deciding now."""
-
-    match: Match
-    lease: LeaseGrant
-    answer: StoredAnswer
-    results: dict[str, Any]  # the dependencies' results the grant carries
 
 
 class RunGrain:
@@ -182,38 +170,10 @@ class RunGrain:
 
     def _fuse(self, agg: RunAggregate, ctx: CommandContext, attempt: Attempt, agent: str) -> None:
         """Lease the attempt just dispatched to a credit waiting for its agent, in the same
-        commit, its answer stored under the credit's claim id (a lost grant is found again by
-        it, as an ``AcquireLease`` of that id would be)."""
-        credits, run = self.env.credits, agg.run
-        if credits is None or run.state is not RunState.RUNNING or run.suspended_at is not None:
-            return
-        offer = Offer(
-            self.tenant_id,
-            self.run_id,
-            attempt.attempt_id,
-            agent,
-            attempt.dispatched_at,
-            run.input,
-            run.priority,
-        )
-        match = credits.reserve(offer)
-        if match is None:
-            return
-        holder, claim_id = match.credit.holder, match.credit.claim_id
-        try:
-            lease = agg.acquire_lease(ctx, attempt.attempt_id, holder, self.env.options)
-        except errors.RunControlError:
-            credits.refused(match)
-            return
-        acquire = AcquireLease(
-            tenant_id=self.tenant_id,
-            run_id=self.run_id,
-            attempt_id=attempt.attempt_id,
-            holder=holder,
-            command_id=claim_id,
-        )
-        answer = StoredAnswer(claim_id, "AcquireLease", lease, ctx.now, fingerprint(acquire))
-        self.fused.append(Fused(match, lease, answer, agg.grant_results(attempt.attempt_id)))
+        commit (``runcontrol.workers.grants.fuse``)."""
+        fused = fuse(self.env.credits, agg, ctx, attempt, agent, self.env.options)
+        if fused is not None:
+            self.fused.append(fused)
 
     def fused_answers(self) -> list[StoredAnswer]:
         return [f.answer for f in self.fused]
@@ -225,7 +185,7 @@ class RunGrain:
         for f in fused:
             self.memo.remember(f.answer)
             if credits is not None:
-                credits.granted(f.match, f.lease, f.results)
+                credits.granted(f.match, f.grant)
 
     def fused_dropped(self) -> None:
         """The command decides again, or failed: its fused grants' credits wait again."""
@@ -235,23 +195,32 @@ class RunGrain:
             for f in fused:
                 credits.refused(f.match)
 
-    # ------------------------------------------------------------------ operator controls
 
-    def operator(self, principal_tenant: str) -> None:
-        if principal_tenant != self.tenant_id:
-            raise errors.RunNotFound(f"run {self.run_id} not found")
+# ---------------------------------------------------------------------- after a commit
+# What a commit's notice reaches in the activation, in this order.
 
-    @staticmethod
-    def control_result(
-        agg: RunAggregate, attempt: Attempt | None = None, step_id: UUID | None = None
-    ) -> ControlResult:
-        run = agg.run
-        return ControlResult(
-            run_id=run.run_id,
-            state=str(run.state),
-            suspended=run.suspended_at is not None,
-            step_id=attempt.step_id if attempt is not None else step_id,
-            attempt_id=attempt.attempt_id if attempt is not None else None,
-            attempt_state=str(attempt.state) if attempt is not None else None,
-            attempt_number=attempt.number if attempt is not None else None,
-        )
+
+@subscribe
+def remember_answer(grain: RunGrain, notice: Committed) -> None:
+    """The exactly-once memo: a resend of the command gets this answer."""
+    grain.memo.remember(notice.answer)
+
+
+@subscribe
+def tell_observers(grain: RunGrain, notice: Committed) -> None:
+    grain.observe(notice.run, notice.changes.events)
+
+
+@subscribe
+def hand_over_fused_grants(grain: RunGrain, notice: Committed) -> None:
+    grain.fused_committed()
+
+
+@subscribe
+def cancel_displaced_runs(grain: RunGrain, notice: Committed) -> None:
+    grain.flow_committed(notice.changes)
+
+
+@subscribe
+def spend_rate_reservations(grain: RunGrain, notice: Committed) -> None:
+    grain.rates_committed(notice.run)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..commands import (
     RerunRelease,
@@ -18,6 +18,7 @@ from ..commands import (
     SubmitRun,
     fingerprint,
 )
+from ..declaration import OPERATOR
 from ..domain import (
     CommandContext,
     RunAggregate,
@@ -29,11 +30,10 @@ from ..domain import (
 from ..domain.access import may_set_priority, scopes_of
 from ..domain.rates import RatesNeeded
 from ..store.commit import DuplicateSubmission, Reservation, StoredAnswer, prepare
+from .bus import Committed, publish
+from .decision import commit, decide
 from .env import Plan
-from .retry import commit, decide
-
-if TYPE_CHECKING:
-    from .grain import RunGrain
+from .grain import RunGrain
 
 Also = Callable[[RunAggregate, CommandContext], None]
 
@@ -163,13 +163,9 @@ async def _accept_loop(
         except DuplicateSubmission:
             return await resubmitted(grain, command, input_hash, ctx.now)
         break
-    grain.observe(agg, pending.changes.events)
     grain.agg = agg
     grain.memo.loaded(set())
-    grain.memo.remember(answer)
-    grain.fused_committed()
-    grain.flow_committed(pending.changes)
-    grain.rates_committed(agg)
+    await publish(grain, Committed(command, agg, pending.changes, answer))
     return result
 
 
@@ -236,7 +232,7 @@ async def rerun(grain: RunGrain, c: RerunRun) -> SubmitResult:
     """Accept the new run (this grain's) with the finished run's input, linked to it: the
     SubmitRun of the old run's project, keyed by this command's id (a resend answers the
     same run). The old run is read, never written."""
-    grain.operator(c.principal.tenant_id)
+    OPERATOR.admit(c, grain.tenant_id)
     if not c.reason or not c.reason.strip():
         raise errors.ValidationFailed("an operator control needs a reason")
     old, _ = await grain.env.store.load(grain.tenant_id, c.rerun_of, grain.env.clock.now())

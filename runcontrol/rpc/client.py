@@ -2,7 +2,7 @@
 
 A worker does not use this client: the worker SDK (``runcontrol.sdk``, ``runcontrol worker
 --transport grpc``) keeps one session per run host over ``Exchange``
-(``rpc.sessions.GrpcSessionTransport``, ``runcontrol.session``): its free slots go up as
+(``rpc.exchange.GrpcSessionTransport``, ``runcontrol.workers.protocol``): its free slots go up as
 credits, the host pushes grants with the run's input and the dependencies' results, and
 reports, renewals, progress and tool calls travel batched in the same exchanges, cancels down
 them. This client is for a caller that wants the spec's unary surface: a tool, an operator's

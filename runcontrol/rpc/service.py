@@ -37,11 +37,11 @@ from ..edge import reads
 from ..edge.auth import Caller, TokenVerifier, watch_scope
 from ..edge.commands import Outside
 from ..edge.errors import InsufficientScope, Unauthorized
-from ..session import MAX_WAIT_S, SessionUp
 from ..store import Database
 from ..store import queries as q
 from ..store.tables import runs
-from . import sessions
+from ..workers.protocol import MAX_WAIT_S, SessionUp
+from . import exchange
 from .codec import Codec, json_text, uuid_field
 from .status import DETAILS_KEY, rich_status
 from .table import (
@@ -218,7 +218,7 @@ class RunControlRpc:
         )
 
     async def exchange(self, request: pb.ExchangeRequest, context: RpcContext) -> pb.ExchangeReply:
-        """One exchange of a worker session with run host ``request.host`` (``rpc.sessions``):
+        """One exchange of a worker session with run host ``request.host`` (``rpc.exchange``):
         the credits' tenant and holders are the token's; each command is answered as its own
         RPC would answer it. An empty ``session_id`` answers the host count only."""
 
@@ -229,30 +229,30 @@ class RunControlRpc:
                 return pb.ExchangeReply(hosts=hosts)
             if not 0 <= request.host < hosts:
                 raise errors.ValidationFailed(f"host must be in [0, {hosts})", field="host")
-            credits = [sessions.credit_from(c, worker) for c in request.credits]
+            credits = [exchange.credit_from(c, worker) for c in request.credits]
             if credits and self._drain.draining:
                 credits = []  # the replica drains: no new leases through it
             commands: dict[str, Command[Any]] = {}
             refused: list[pb.SessionAnswer] = []
             for message in request.commands:
                 try:
-                    command = sessions.command_from(message, worker)
+                    command = exchange.command_from(message, worker)
                     self._drain.admit(command)
                 except errors.RunControlError as exc:
                     field = message.WhichOneof("command")
                     command_id = getattr(message, field).command_id if field else ""
-                    refused.append(sessions.refusal(command_id, exc))
+                    refused.append(exchange.refusal(command_id, exc))
                     continue
                 commands[command.command_id] = command
             up = SessionUp(
-                sessions.session_key(worker, request.session_id),
+                exchange.session_key(worker, request.session_id),
                 credits=credits,
                 commands=tuple(commands.values()),
                 acks=tuple(request.acks),
                 wait_s=min(max(request.wait_seconds, 0.0), MAX_WAIT_S),
                 seq=request.seq,
             )
-            reply = sessions.reply_message(await self._client.exchange(request.host, up), commands)
+            reply = exchange.reply_message(await self._client.exchange(request.host, up), commands)
             reply.answers.extend(refused)
             return reply
 

@@ -2,10 +2,12 @@
 
 The servicer (``service.RunControlRpc``), the worker's client (``client.GrpcWorkerClient``)
 and Serve's ingress methods (``grpc_ingress.GrpcIngress``) are built from ``RPCS``: a worker
-command over gRPC is a message in the proto, its codec and a row here; an outside command
-(not a worker's) is the same, plus the builder the HTTP route calls too (``edge.commands``).
-A codec is checked when this module loads (``codec.Codec``): a field of a domain type the
-proto lacks fails the import.
+command over gRPC is its declaration's ``rpc`` (``commands.declare``) and its messages in the
+proto: its row here is derived, its answer's codec found in ``REPLIES``. An outside command (not
+a worker's) is a row built by ``outside_rpc``, with the builder the HTTP route calls too
+(``edge.commands``). A codec is checked when this module loads (``codec.Codec``): a field of a
+domain type the proto lacks fails the import, as does a declared rpc the proto lacks or an
+answer with no codec.
 """
 
 from __future__ import annotations
@@ -21,26 +23,14 @@ from google.protobuf.message_factory import GetMessageClass
 
 from schemas import runcontrol_pb2 as pb
 
-from ..commands import (
-    AcquireLease,
-    ClaimToolCall,
-    Command,
-    CompleteToolCall,
-    ConsumeRateLimit,
-    RateConsumed,
-    RenewLease,
-    ReportOutcome,
-    ReportProgress,
-    RequestApproval,
-    SendSignal,
-    SignalResult,
-)
+from ..commands import DECLARATIONS, AcquireLease, Command, RenewLease, SendSignal, SignalResult
 from ..domain import (
     ApprovalRequest,
     Attempt,
     Event,
     LeaseGrant,
     ProgressAck,
+    RateConsumed,
     ToolCallClaim,
     WorkerIdentity,
     errors,
@@ -136,26 +126,26 @@ def _messages(method: str) -> tuple[type[Message], type[Message]]:
     return GetMessageClass(m.input_type), GetMessageClass(m.output_type)
 
 
-def command_rpc(
-    method: str,
-    command: type[Command[Any]],
-    reply: Codec[Any] | tuple[Answer, Result],
-    *,
-    inside: str | None = None,
-) -> Rpc:
-    """A fenced worker command: its request message carries the command's fields by name.
-    ``reply``: the codec of the command's answer (the whole response, or its field
-    ``inside``), or how the answer becomes the response and back."""
-    request, response = _messages(method)
+def command_rpc(method: str, command: type[Command[Any]], answers: Any) -> Rpc:
+    """A fenced worker command: its request message carries the command's fields by name,
+    its response the answer through ``REPLIES[answers]`` (the whole response, or the one
+    field of the codec's message)."""
+    try:
+        request, response = _messages(method)
+    except KeyError:
+        raise TypeError(f"{command.__name__}: the proto has no rpc {method}") from None
     codec = _fenced(command, request)
+    reply = REPLIES.get(answers)
+    if reply is None:
+        raise TypeError(f"{command.__name__}: no codec in REPLIES for its answer {answers}")
     if isinstance(reply, tuple):
         answer, result = reply
-    elif inside is None:
+    elif reply.message is response:
         answer, result = reply.encode, reply.decode
     else:
-        field, answers = inside, reply
-        answer = lambda value: response(**{field: answers.encode(value)})  # noqa: E731
-        result = lambda message: answers.decode(getattr(message, field))  # noqa: E731
+        field = _field_of(response, reply.message)
+        answer = lambda value: response(**{field: reply.encode(value)})  # noqa: E731
+        result = lambda message: reply.decode(getattr(message, field))  # noqa: E731
     return Rpc(
         method,
         request,
@@ -228,32 +218,56 @@ def outside_rpc(
     return Rpc(method, request, response, RUNS_WRITE, answer=reply.encode, build=build)
 
 
-RPCS: tuple[Rpc, ...] = (
+def _field_of(response: type[Message], message: type[Message]) -> str:
+    """The one field of ``response`` holding a ``message``."""
+    found = [
+        f.name
+        for f in response.DESCRIPTOR.fields
+        if f.message_type is not None and f.message_type.full_name == message.DESCRIPTOR.full_name
+    ]
+    if len(found) != 1:
+        raise TypeError(f"{response.DESCRIPTOR.name} has no one field of {message.DESCRIPTOR.name}")
+    return found[0]
+
+
+# The response of a worker command, by what the command answers (``Command[R]``).
+REPLIES: Mapping[Any, Codec[Any] | tuple[Answer, Result]] = {
+    Attempt: ATTEMPT,
+    ApprovalRequest | None: (_approval_response, _approval),
+    ProgressAck: PROGRESS_ACK,
+    ToolCallClaim: TOOL_CALL,
+    RateConsumed: RATE_CONSUMED,
+}
+
+# The lease RPC carries two commands; every other worker command's row is its declaration's.
+_LEASE_COMMANDS = (AcquireLease, RenewLease)
+
+_ROWS: tuple[Rpc, ...] = (
     # Claim the next attempt (a long-poll, no command), or acquire / renew one attempt's lease.
     Rpc(
         "AcquireLease",
         *_messages("AcquireLease"),
         RUNTIME,
-        commands=(AcquireLease, RenewLease),
+        commands=_LEASE_COMMANDS,
         to_request=_lease_request,
         result=lambda response: LEASE.decode(response.lease),
     ),
-    command_rpc("ReportAttemptOutcome", ReportOutcome, ATTEMPT, inside="attempt"),
-    command_rpc("RequestApproval", RequestApproval, (_approval_response, _approval)),
+    *(
+        command_rpc(d.rpc, d.command, d.answers)
+        for d in DECLARATIONS.values()
+        if d.rpc is not None and d.command not in _LEASE_COMMANDS
+    ),
     Rpc("WatchRun", *_messages("WatchRun"), RUNS_READ, stream=True),
-    command_rpc("ReportProgress", ReportProgress, PROGRESS_ACK),
-    command_rpc("ClaimToolCall", ClaimToolCall, TOOL_CALL),
-    command_rpc("CompleteToolCall", CompleteToolCall, TOOL_CALL),
-    # A worker session's exchange with one run host (``rpc.sessions``, DESIGN 10): the
+    # A worker session's exchange with one run host (``rpc.exchange``, DESIGN 10): the
     # commands above travel in it as their own requests.
     Rpc("Exchange", *_messages("Exchange"), RUNTIME),
     # Not a worker's call: input from outside for a signal step (the roles that submit).
     outside_rpc(
         "SendSignal", SendSignal, _send_signal, SIGNAL, from_caller=("tenant_id", "sent_by")
     ),
-    # The lease holder's usage of a named rate limit (issue 21): fenced like progress.
-    command_rpc("ConsumeRateLimit", ConsumeRateLimit, RATE_CONSUMED),
 )
+_ORDER = {m.name: i for i, m in enumerate(_SERVICE.methods)}
+RPCS: tuple[Rpc, ...] = tuple(sorted(_ROWS, key=lambda r: _ORDER.get(r.method, len(_ORDER))))
 
 BY_COMMAND: Mapping[type[Command[Any]], Rpc] = {c: r for r in RPCS for c in r.commands}
 
@@ -261,6 +275,9 @@ BY_COMMAND: Mapping[type[Command[Any]], Rpc] = {c: r for r in RPCS for c in r.co
 def _check_service() -> None:
     """Every method of the proto's service has one row, streaming as the proto says."""
     rows = {r.method: r for r in RPCS}
+    for d in DECLARATIONS.values():
+        if d.rpc is not None and d.command not in rows[d.rpc].commands:
+            raise TypeError(f"RPCS {d.rpc} does not carry {d.command.__name__}")
     if sorted(rows) != sorted(_SERVICE.methods_by_name) or len(rows) != len(RPCS):
         raise TypeError(f"RPCS {sorted(rows)} != RunControl {sorted(_SERVICE.methods_by_name)}")
     for m in _SERVICE.methods:

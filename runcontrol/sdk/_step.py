@@ -23,7 +23,6 @@ from ..commands import (
     Command,
     CompleteToolCall,
     ConsumeRateLimit,
-    RateConsumed,
     ReportProgress,
     RequestApproval,
 )
@@ -31,13 +30,14 @@ from ..domain import (
     ApprovalState,
     ProgressAck,
     ProgressMessage,
+    RateConsumed,
     SideEffectClass,
     ToolCallClaim,
     ToolCallStatus,
     canonical_hash,
     errors,
 )
-from ..session import Grant
+from ..workers.protocol import Grant
 from ._backoff import Backoff, transient
 
 log = logging.getLogger(__name__)
@@ -193,6 +193,11 @@ class AttemptContext:
             self.request_stop(f"refused: {exc} ({exc.code})")
             raise LeaseLost(str(exc)) from exc
 
+    async def command(self, kind: Callable[..., Command[R]], **fields: Any) -> R:
+        """The function's fenced command ``kind`` (this lease's fields, and ``fields``), sent
+        by ``fenced_send``: a step's verb is one call of this."""
+        return await self.fenced_send(kind(**self.fenced(), **fields))
+
     def blocking(self, coro: Coroutine[Any, Any, R]) -> R:
         """Run ``coro`` on the worker's loop from the function's thread and wait for it."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
@@ -202,9 +207,9 @@ class AttemptContext:
     async def progress(self, text: str | None, data: dict[str, Any] | None) -> None:
         seq = self.progress_seq + 1
         for _ in range(3):
-            command = ReportProgress(**self.fenced(), messages=(ProgressMessage(seq, text, data),))
+            message = ProgressMessage(seq, text, data)
             try:
-                ack: ProgressAck = await self.fenced_send(command)
+                ack: ProgressAck = await self.command(ReportProgress, messages=(message,))
             except errors.ProgressGap as gap:  # numbering behind the attempt's: catch up
                 seq = int(gap.details.get("acked_seq", seq - 1)) + 1
                 continue
@@ -216,13 +221,9 @@ class AttemptContext:
             return
         raise errors.RunControlError("progress numbering did not settle")
 
-    async def consume(self, name: str, units: float) -> RateConsumed:
-        return await self.fenced_send(ConsumeRateLimit(**self.fenced(), name=name, units=units))
-
     async def tool_call(self, call_id: str, request: Any) -> ToolCallClaim:
-        return await self.fenced_send(
-            ClaimToolCall(**self.fenced(), call_id=call_id, request_hash=canonical_hash(request))
-        )
+        request_hash = canonical_hash(request)
+        return await self.command(ClaimToolCall, call_id=call_id, request_hash=request_hash)
 
     async def approval(self, proposal: Any, action_class: SideEffectClass | None) -> Approval:
         proposal_hash = canonical_hash(proposal)
@@ -234,8 +235,8 @@ class AttemptContext:
                 "attempt %s: the proposal changed since it was approved; asking again",
                 self.lease.attempt_id,
             )
-        request = await self.fenced_send(
-            RequestApproval(**self.fenced(), proposal_hash=proposal_hash, action_class=action_class)
+        request = await self.command(
+            RequestApproval, proposal_hash=proposal_hash, action_class=action_class
         )
         if request is None:
             return Approval(proposal_hash)
@@ -311,7 +312,7 @@ class Step(_StepBase):
         """Report ``units`` of the named rate limit ``name`` this attempt used (model tokens,
         say): the tenant's bucket moves by them, so later dispatches drawing on it wait
         (units / rate). Once per call, whatever the resends."""
-        return await self._attempt.consume(name, units)
+        return await self._attempt.command(ConsumeRateLimit, name=name, units=units)
 
     async def tool_call(self, call_id: str, request: Any) -> AsyncToolCall:
         """Claim tool call ``call_id`` (one per run) before its side effect: run it only if
@@ -339,7 +340,8 @@ class SyncStep(_StepBase):
         self._attempt.blocking(self._attempt.progress(text, data))
 
     def consume(self, name: str, units: float) -> RateConsumed:
-        return self._attempt.blocking(self._attempt.consume(name, units))
+        attempt = self._attempt
+        return attempt.blocking(attempt.command(ConsumeRateLimit, name=name, units=units))
 
     def tool_call(self, call_id: str, request: Any) -> SyncToolCall:
         claim = self._attempt.blocking(self._attempt.tool_call(call_id, request))

@@ -1,7 +1,7 @@
 """``Worker``: agent functions by agent id, and the one loop that runs them.
 
-One loop per worker process: a session with each run host (``_session.HostSession``), the
-process's slots as credits (``_credits.CreditBook``), and one task per leased attempt that
+One loop per worker process: a session with each run host (``_host_session.HostSession``), the
+process's slots as credits (``_slots.SlotBook``), and one task per leased attempt that
 calls the agent function, renews the lease, stops the function on a cancel and reports its
 outcome once.
 """
@@ -26,11 +26,11 @@ from uuid import UUID
 from ..clock import Clock, SystemClock
 from ..commands import Command, RenewLease, ReportOutcome
 from ..domain import AttemptOutcome, FailureClass, WorkerIdentity, canonical_hash, errors
-from ..session import Credit, Grant, SessionDown, SessionTransport
+from ..workers.protocol import Credit, Grant, SessionDown, SessionTransport
 from ._backoff import Backoff
-from ._credits import EXTRA, CreditBook, Offer, Slot
 from ._errors import outcome_of
-from ._session import HostSession
+from ._host_session import HostSession
+from ._slots import EXTRA, Placement, Slot, SlotBook
 from ._step import AttemptContext, LeaseGone, LeaseLost, Parked, Step, SyncStep
 
 log = logging.getLogger("runcontrol.sdk")
@@ -221,12 +221,12 @@ class _Loop:
         self.attempts: dict[UUID, AttemptContext] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.changed = asyncio.Event()
-        self.book: CreditBook
+        self.book: SlotBook
 
     async def main(self) -> None:
         hosts = await self.transport.hosts()
         tenant = self.holder.tenant_id if isinstance(self.holder, WorkerIdentity) else None
-        self.book = CreditBook(
+        self.book = SlotBook(
             hosts,
             slot_holders(self.holder, self.concurrency),
             tuple(self.worker._agents),
@@ -284,7 +284,7 @@ class _Loop:
                 asyncio.create_task(session.run(), name=f"session host {session.host}")
             )
 
-    def _offer(self, offer: Offer | None) -> None:
+    def _offer(self, offer: Placement | None) -> None:
         if offer is not None:
             self.sessions[offer.host].offer(offer.credit)
         self.changed.set()

@@ -2,7 +2,8 @@
 
 An answer is stored as ``{"type": <class name or null>, "value": ...}``: orjson writes the
 dataclass (UUIDs, datetimes and enums as strings); reading it back rebuilds the dataclass from
-its field types. Only the answer types below are ever stored; anything else is a plain JSON value.
+its field types. Only the declared commands' answer types (``commands.DECLARATIONS``) are ever
+stored; anything else is a plain JSON value.
 """
 
 from __future__ import annotations
@@ -15,24 +16,24 @@ from enum import Enum
 from typing import Any
 from uuid import UUID
 
-from ..commands import ControlResult, RateConsumed, SignalResult, SubmitResult, WakeResult
-from ..domain import ApprovalRequest, Attempt, LeaseGrant, ProgressAck, ToolCallClaim
+from ..commands import DECLARATIONS
 
-ANSWER_TYPES: dict[str, type[Any]] = {
-    cls.__name__: cls
-    for cls in (
-        LeaseGrant,
-        Attempt,
-        ApprovalRequest,
-        SubmitResult,
-        WakeResult,
-        ProgressAck,
-        ToolCallClaim,
-        ControlResult,
-        SignalResult,
-        RateConsumed,
-    )
-}
+
+def _answer_types() -> dict[str, type[Any]]:
+    """The dataclasses the declared commands answer (``Command[R]``; ``R | None`` too), by
+    name: the stored ``type``."""
+    found: dict[str, type[Any]] = {}
+    for declared in DECLARATIONS.values():
+        answers = declared.answers
+        if typing.get_origin(answers) in (typing.Union, types.UnionType):
+            answers = next(a for a in typing.get_args(answers) if a is not type(None))
+        if dataclasses.is_dataclass(answers) and isinstance(answers, type):
+            if found.setdefault(answers.__name__, answers) is not answers:
+                raise TypeError(f"two answer types are named {answers.__name__}")
+    return found
+
+
+ANSWER_TYPES: dict[str, type[Any]] = _answer_types()
 
 
 def encode(value: Any) -> dict[str, Any]:

@@ -427,8 +427,8 @@ def claimable(
     With ``per_tenant``: each tenant's first ``per_tenant`` of them in that order, by rank
     (every tenant's first, in the order of their heads, then every tenant's second, ...), so
     that one tenant's backlog cannot hide another's attempts from a claim that serves both (the
-    host picks the tenant: ``runcontrol.fairness``). A scan of the agents' dispatched attempts
-    (the claimable index), not of the first ``limit``."""
+    host picks the tenant: ``runcontrol.workers.fair_shares``). A scan of the agents' dispatched
+    attempts (the claimable index), not of the first ``limit``."""
     condition = attempts.c.state == "Dispatched"
     if agent_ids:
         condition = and_(condition, attempts.c.agent_id.in_(list(agent_ids)))

@@ -173,6 +173,29 @@ class RayHarness:
             )
         )
 
+    async def approve(
+        self, approval: ApprovalRequest, principal: Principal | None = None
+    ) -> ApprovalRequest:
+        """An approval of ``approval`` as it was seen (its version and hash), by a Reviewer."""
+        return await self.decide(
+            principal or self.reviewer(),
+            approval.approval_id,
+            Decision.APPROVE,
+            approval.version,
+            approval.proposal_hash,
+        )
+
+    async def approve_requested(self, payload: dict[str, Any]) -> ApprovalRequest:
+        """A Reviewer approves the request an ``ApprovalRequested`` event's ``payload`` announced
+        (at its first version)."""
+        return await self.decide(
+            self.reviewer(),
+            UUID(payload["approvalId"]),
+            Decision.APPROVE,
+            1,
+            payload["proposalHash"],
+        )
+
     async def decide(
         self,
         principal: Principal,

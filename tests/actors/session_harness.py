@@ -13,7 +13,7 @@ from uuid import UUID
 
 from runcontrol.commands import Command, ReportOutcome
 from runcontrol.domain import AttemptOutcome, canonical_hash
-from runcontrol.session import Credit, Grant, SessionDown, SessionTransport, SessionUp
+from runcontrol.workers.protocol import Credit, Grant, SessionDown, SessionTransport, SessionUp
 
 
 @dataclass

@@ -15,11 +15,12 @@ from typing import Any
 from uuid import UUID
 
 from actor_harness import RayHarness, poll, run_async
+from support import stop_processes
 from test_sdk import outcomes_per_attempt, serving, worker_process
 
 from examples.repository_assessment import agents
 from examples.repository_assessment.repository import SAMPLE, branch_head, content_at, make_sample
-from runcontrol.domain import Decision, WorkflowDefinition, canonical_hash
+from runcontrol.domain import WorkflowDefinition, canonical_hash
 from runcontrol.store import queries as q
 
 TOTALS = {
@@ -53,9 +54,7 @@ async def approve_the_patch(h: RayHarness, run_id: UUID) -> dict[str, Any]:
     ]
     approval = requested["payload"]
     assert canonical_hash(shown[-1]) == approval["proposalHash"]
-    await h.decide(
-        h.reviewer(), UUID(approval["approvalId"]), Decision.APPROVE, 1, approval["proposalHash"]
-    )
+    await h.approve_requested(approval)
     return dict(shown[-1])
 
 
@@ -134,10 +133,7 @@ def test_a_worker_killed_during_analyse_and_restarted_completes_the_run(
     try:
         run_id = run_async(scenario(), timeout=240)
     finally:
-        for proc in (first, second):
-            if proc is not None and proc.poll() is None:
-                proc.terminate()
-                proc.wait(30)
+        stop_processes(first, second)
     h.assert_consistent(run_id)
     check_result(h, run_id, repository, revision)
     # plan, the killed analyse (expired), its retry (a retry granted to the dead worker's

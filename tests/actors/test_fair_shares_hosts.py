@@ -13,7 +13,6 @@ from session_harness import SessionDriver
 from sqlalchemy import select
 
 from actors.run_host import make_router
-from actors.sessions import ActorSessionTransport
 from runcontrol.domain import WorkflowDefinition
 from runcontrol.store.tables import attempts, leases
 
@@ -55,9 +54,7 @@ def test_one_run_of_a_tenant_is_granted_before_anothers_deep_backlog_drains(
     agent = h.agent("fair")
     b = two_tenants(h, agent)
     # One slot per host, untenanted (an in-cluster worker): every grant is a choice.
-    driver = SessionDriver(
-        ActorSessionTransport(make_router(h.rt.config)), (agent,), slots_per_host=1
-    )
+    driver = SessionDriver(make_router(h.rt.config), (agent,), slots_per_host=1)
 
     async def main() -> None:
         backlog = [(await h.submit()).run_id for _ in range(BACKLOG)]

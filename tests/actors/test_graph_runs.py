@@ -199,7 +199,6 @@ def test_a_fan_out_runs_at_once_on_sdk_workers_through_the_sessions(h: RayHarnes
     """The same fan-out with the worker SDK over the hosts' sessions: several attempts of one
     run open at once, each granted (fused with its dispatch, or claimed) to its own worker."""
     from actors.run_host import make_router
-    from actors.sessions import ActorSessionTransport
     from runcontrol.sdk import Backoff, Step, Worker
 
     h.publish(*FAN)
@@ -219,10 +218,7 @@ def test_a_fan_out_runs_at_once_on_sdk_workers_through_the_sessions(h: RayHarnes
 
     async def scenario() -> Any:
         router = make_router(h.rt.config)
-        tasks = [
-            asyncio.create_task(w.run(ActorSessionTransport(router), f"{agent}-sdk"))
-            for agent, w in workers.items()
-        ]
+        tasks = [asyncio.create_task(w.run(router, f"{agent}-sdk")) for agent, w in workers.items()]
         try:
             run_id = (await h.submit()).run_id
             await h.wait_type(run_id, "RunCompleted", timeout=60)

@@ -26,7 +26,7 @@ from test_host_faults import restart_host
 from actors.service import replace_host
 from runcontrol.client import Claim
 from runcontrol.commands import ReportOutcome, RequestApproval, SubmitRun
-from runcontrol.domain import AttemptOutcome, Decision, errors
+from runcontrol.domain import AttemptOutcome, errors
 from runcontrol.store import Database
 
 DRAINED = 0  # the host drained here; the session has two (host 1 takes its runs)
@@ -104,15 +104,7 @@ def test_a_drained_host_finishes_its_commands_and_its_runs_move_on_at_once(
         lock = owner.connect()
         tx = lock.begin()
         locker = hold_row_lock(lock, a)
-        decide_a = asyncio.ensure_future(
-            h.decide(
-                h.reviewer(),
-                approval_a.approval_id,
-                Decision.APPROVE,
-                approval_a.version,
-                approval_a.proposal_hash,
-            )
-        )
+        decide_a = asyncio.ensure_future(h.approve(approval_a))
 
         async def in_flight() -> bool:
             waiting = await asyncio.to_thread(blocked_by, owner, locker)
@@ -129,13 +121,7 @@ def test_a_drained_host_finishes_its_commands_and_its_runs_move_on_at_once(
             # B's commands go to the other host at once: while the drained host still waits
             # for A's commit, B's decision, the claim of its resumed attempt and the new
             # holder's report are served.
-            decided_b = await h.decide(
-                h.reviewer(),
-                approval_b.approval_id,
-                Decision.APPROVE,
-                approval_b.version,
-                approval_b.proposal_hash,
-            )
+            decided_b = await h.approve(approval_b)
             assert str(decided_b.state) == "Approved"
             claim_b = await h.claim("apply", holder="w-b2")
             assert claim_b.run_id == b

@@ -8,7 +8,7 @@ from actor_harness import RayHarness, outcome_hash, poll, proposal_hash, run_asy
 
 from actors.placement import NAMESPACE, host_name
 from runcontrol.commands import RenewLease, ReportOutcome, RequestApproval
-from runcontrol.domain import AttemptOutcome, Decision, FailureClass, errors
+from runcontrol.domain import AttemptOutcome, FailureClass, errors
 
 
 async def restart_host(h: RayHarness, index: int) -> None:
@@ -48,13 +48,7 @@ def test_killed_host_between_lease_and_outcome_records_the_outcome_once(h: RayHa
 
         await restart_host(h, h.host_of(run_id))  # between the lease grant and the outcome
 
-        decided = await h.decide(
-            h.reviewer(),
-            approval.approval_id,
-            Decision.APPROVE,
-            approval.version,
-            approval.proposal_hash,
-        )
+        decided = await h.approve(approval)
         assert str(decided.state) == "Approved"
         # The request parked the attempt; the decision resumed it: the worker claims it again.
         parked = claim

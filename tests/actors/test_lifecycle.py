@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
-from uuid import UUID
 
 from actor_harness import RayHarness, run_async
 
 from runcontrol.commands import CancelRun
-from runcontrol.domain import Decision
 from runcontrol.worker import Backoff, ReferenceWorker
 
 
@@ -116,13 +114,7 @@ def test_runs_waiting_for_approval_do_not_starve_the_others(h: RayHarness) -> No
             (approval,) = [
                 e["payload"] for e in h.outbox_events(first) if e["type"] == "ApprovalRequested"
             ]
-            await h.decide(
-                h.reviewer(),
-                UUID(approval["approvalId"]),
-                Decision.APPROVE,
-                1,
-                approval["proposalHash"],
-            )
+            await h.approve_requested(approval)
             await h.wait_type(first, "RunCompleted", timeout=60)
         finally:
             for w in workers:

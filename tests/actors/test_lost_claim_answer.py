@@ -28,20 +28,19 @@ from actor_harness import RayHarness, hold_next_event, poll, run_async, waiting_
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
-from actors.placement import NAMESPACE, host_name
+from actors.placement import NAMESPACE, HostRouter, host_name
 from actors.run_host import make_router
-from actors.sessions import ActorSessionTransport
 from runcontrol.client import RunControlClient
 from runcontrol.commands import ReportOutcome, SubmitRun
 from runcontrol.domain import AttemptOutcome, canonical_hash, errors
-from runcontrol.session import Credit, Grant, SessionDown, SessionUp
 from runcontrol.worker import Backoff, EchoExecutor, ReferenceWorker
+from runcontrol.workers.protocol import Credit, Grant, SessionDown, SessionUp
 
 
 class RecordingTransport:
     """The worker's session transport, recording each exchange's credits and grants."""
 
-    def __init__(self, inner: ActorSessionTransport) -> None:
+    def __init__(self, inner: HostRouter) -> None:
         self.inner = inner
         self.sent: list[Credit] = []
         self.grants: list[Grant] = []
@@ -81,7 +80,7 @@ def test_a_grant_lost_with_its_host_is_found_again_by_the_resent_credit(
     h: RayHarness, long_leases: dict[str, Any]
 ) -> None:
     h.publish({"name": "only", "agentId": "lost"})
-    transport = RecordingTransport(ActorSessionTransport(make_router(long_leases)))
+    transport = RecordingTransport(make_router(long_leases))
     worker = ReferenceWorker(
         transport,
         "lost-answer",

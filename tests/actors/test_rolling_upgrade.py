@@ -30,10 +30,9 @@ from sqlalchemy.pool import NullPool
 
 from actors.run_host import make_router
 from actors.service import replace_host
-from actors.sessions import ActorSessionTransport
 from runcontrol.client import Claim
 from runcontrol.commands import ReportOutcome, RequestApproval, SubmitRun
-from runcontrol.domain import AttemptOutcome, Decision
+from runcontrol.domain import AttemptOutcome
 from runcontrol.store import Database
 from runcontrol.store.schema import SchemaVersion
 from runcontrol.store.writers import revisions
@@ -149,20 +148,14 @@ def test_every_open_run_completes_across_a_rolling_upgrade(
         for n, claim in enumerate(leased.values()):  # the holders report with their tokens
             assert await report(h, claim, n) == "Succeeded"
         for approval in parked.values():
-            decided = await h.decide(
-                h.reviewer(),
-                approval.approval_id,
-                Decision.APPROVE,
-                approval.version,
-                approval.proposal_hash,
-            )
+            decided = await h.approve(approval)
             assert str(decided.state) == "Approved"
         for n in range(len(parked)):
             claim = await h.claim("up-apply", holder=f"g2-{n}")
             assert claim.run_id in parked
             assert await report(h, claim, f"apply-{n}") == "Succeeded"
         worker = ReferenceWorker(
-            ActorSessionTransport(make_router(long_leases)),
+            make_router(long_leases),
             "after-upgrade",
             {h.agent("up-queued"): EchoExecutor("queued", seconds=0)},
             concurrency=2,

@@ -22,11 +22,11 @@ from uuid import UUID
 
 import ray
 from actor_harness import RayHarness, poll, run_async
+from support import endless_agent, stop_processes
 
 from actors.run_host import make_router
-from actors.sessions import ActorSessionTransport
 from runcontrol.commands import CancelRun
-from runcontrol.domain import Decision, canonical_hash
+from runcontrol.domain import canonical_hash
 from runcontrol.sdk import Backoff, Step, SyncStep, Worker
 
 HERE = Path(__file__).resolve().parent
@@ -46,9 +46,7 @@ def serving(
     h: RayHarness, worker: Worker, scenario: Callable[[], Awaitable[None]], holder: str = "sdk-w"
 ) -> Callable[[], Awaitable[None]]:
     async def main() -> None:
-        task = asyncio.create_task(
-            worker.run(ActorSessionTransport(make_router(h.rt.config)), holder)
-        )
+        task = asyncio.create_task(worker.run(make_router(h.rt.config), holder))
         try:
             await scenario()
         finally:
@@ -121,16 +119,7 @@ def test_a_cancel_reaches_a_running_async_function_and_settles_it_cancelled_with
 ) -> None:
     h.publish({"name": "long", "agentId": "long"})
     worker = sdk_worker()
-    started, interrupted = asyncio.Event(), asyncio.Event()
-
-    @worker.agent(h.agent("long"))
-    async def long(step: Step) -> None:
-        started.set()
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            interrupted.set()
-            raise
+    started, interrupted = endless_agent(worker, h.agent("long"))
 
     async def scenario() -> None:
         run_id = (await h.submit()).run_id
@@ -218,13 +207,7 @@ def test_approval_parks_and_the_resumed_attempt_reenters_the_function(h: RayHarn
             e["payload"] for e in h.outbox_events(gated) if e["type"] == "ApprovalRequested"
         ]
         assert approval["proposalHash"] == canonical_hash(proposal)
-        await h.decide(
-            h.reviewer(),
-            UUID(approval["approvalId"]),
-            Decision.APPROVE,
-            1,
-            approval["proposalHash"],
-        )
+        await h.approve_requested(approval)
         await h.wait_type(gated, "RunCompleted", timeout=60)
         h.assert_consistent(gated)
         events = h.outbox_events(gated)
@@ -293,10 +276,7 @@ def test_a_worker_process_killed_mid_step_and_restarted_completes_the_run(
     try:
         run_id = run_async(scenario(), timeout=150)
     finally:
-        for proc in (first, second):
-            if proc is not None and proc.poll() is None:
-                proc.terminate()
-                proc.wait(30)
+        stop_processes(first, second)
     h.assert_consistent(run_id)
     per_attempt = outcomes_per_attempt(h, run_id)
     assert set(per_attempt.values()) == {1}, per_attempt

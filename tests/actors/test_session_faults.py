@@ -18,9 +18,8 @@ from test_lost_claim_answer import submit_on_host
 
 from actors.placement import NAMESPACE, host_name
 from actors.run_host import make_router
-from actors.sessions import ActorSessionTransport
 from runcontrol.domain import errors
-from runcontrol.session import Credit, SessionUp
+from runcontrol.workers.protocol import Credit, SessionUp
 
 
 async def kill_and_restart(index: int) -> None:
@@ -44,7 +43,7 @@ def test_a_credit_resent_to_a_restarted_host_finds_its_lease(
 ) -> None:
     h.publish({"name": "only", "agentId": "killed-s"})
     agents = (h.agent("killed-s"),)
-    t = ActorSessionTransport(make_router(long_leases))
+    t = make_router(long_leases)
 
     async def main() -> None:
         run_id = await submit_on_host(h, 0)
@@ -73,7 +72,7 @@ def test_a_draining_host_takes_no_credit_and_another_host_grants_its_attempts(
 ) -> None:
     h.publish({"name": "only", "agentId": "drained-s"})
     agents = (h.agent("drained-s"),)
-    t = ActorSessionTransport(make_router(long_leases))
+    t = make_router(long_leases)
     draining = ray.get_actor(host_name(1), namespace=NAMESPACE)
 
     async def main() -> None:
@@ -121,7 +120,7 @@ def test_an_exchange_waiting_on_a_host_answers_at_once_when_the_host_drains(
     import asyncio
 
     agents = (h.agent("nothing-dispatched"),)
-    t = ActorSessionTransport(make_router(long_leases))
+    t = make_router(long_leases)
     draining = ray.get_actor(host_name(1), namespace=NAMESPACE)
 
     async def main() -> None:
@@ -159,7 +158,7 @@ def test_a_fused_first_grant_lost_with_its_host_is_found_by_claim_id(
 
     h.publish({"name": "only", "agentId": "fused-s"})
     agents = (h.agent("fused-s"),)
-    t = ActorSessionTransport(make_router(long_leases))
+    t = make_router(long_leases)
 
     async def main() -> None:
         sid = f"s-{uuid.uuid4().hex[:8]}"

@@ -1,5 +1,5 @@
 """A worker session's waiting exchange is answered at once when a newer one supersedes it, however
-close behind the newer one follows (the real hosts; ``RunHost.exchange`` / ``_wait``).
+close behind the newer one follows (the real hosts; ``HostSessions.exchange`` / ``_wait``).
 
 Before each waiting exchange had its own event, the newer exchange's own wait cleared the
 session's one event after setting it: an exchange superseded before its wait had begun sat out
@@ -16,10 +16,9 @@ from collections import Counter
 from actor_harness import RayHarness, poll, run_async
 
 from actors.run_host import make_router
-from actors.sessions import ActorSessionTransport
 from runcontrol.client import RunControlClient
 from runcontrol.sdk import Step, Worker
-from runcontrol.session import SessionDown, SessionUp
+from runcontrol.workers.protocol import SessionDown, SessionUp
 
 TRIES = 20
 
@@ -27,7 +26,7 @@ TRIES = 20
 def test_a_long_poll_superseded_right_behind_is_answered_at_once(h: RayHarness) -> None:
     """A 20 s long poll and a newer exchange sent right behind it (the same loop turn): both
     answered within a second, every try."""
-    t = ActorSessionTransport(make_router(h.rt.config))
+    t = make_router(h.rt.config)
 
     async def main() -> list[float]:
         took = []

@@ -17,16 +17,15 @@ import ray
 from actor_harness import RayHarness, run_async
 from session_harness import SessionDriver, report
 
-from actors.placement import NAMESPACE, host_name
+from actors.placement import NAMESPACE, HostRouter, host_name
 from actors.run_host import make_router
-from actors.sessions import ActorSessionTransport
 from runcontrol.commands import CancelRun
 from runcontrol.domain import AttemptOutcome
-from runcontrol.session import MAX_WAIT_S, Credit, SessionUp
+from runcontrol.workers.protocol import MAX_WAIT_S, Credit, SessionUp
 
 
-def transport(h: RayHarness) -> ActorSessionTransport:
-    return ActorSessionTransport(make_router(h.rt.config))
+def transport(h: RayHarness) -> HostRouter:
+    return make_router(h.rt.config)
 
 
 def three_steps(h: RayHarness, name: str) -> tuple[str, ...]:

@@ -56,15 +56,7 @@ def test_domain_errors_arrive_as_their_own_classes(h: RayHarness) -> None:
         )
         assert approval is not None
         requester = h.principal("alice", Role.REQUESTER, Role.REVIEWER)
-        exc = await raised(
-            h.decide(
-                requester,
-                approval.approval_id,
-                Decision.APPROVE,
-                approval.version,
-                approval.proposal_hash,
-            )
-        )
+        exc = await raised(h.approve(approval, requester))
         assert_typed(exc, errors.SeparationOfDuties)
         assert isinstance(exc, errors.Forbidden)
         # ...and an unknown approval id is ApprovalNotFound.
@@ -74,23 +66,9 @@ def test_domain_errors_arrive_as_their_own_classes(h: RayHarness) -> None:
         assert_typed(exc, errors.ApprovalNotFound)
 
         # The refused decision changed nothing; a Reviewer's decision then applies.
-        decided = await h.decide(
-            h.reviewer(),
-            approval.approval_id,
-            Decision.APPROVE,
-            approval.version,
-            approval.proposal_hash,
-        )
+        decided = await h.approve(approval)
         assert str(decided.state) == "Approved" and decided.decided_by == "rita"
-        exc = await raised(
-            h.decide(
-                h.principal("bob", Role.REVIEWER),
-                approval.approval_id,
-                Decision.APPROVE,
-                approval.version,
-                approval.proposal_hash,
-            )
-        )
+        exc = await raised(h.approve(approval, h.principal("bob", Role.REVIEWER)))
         assert_typed(exc, errors.ApprovalAlreadyDecided)
         cancelled = CancelRun(
             tenant_id=h.tenant, run_id=first.run_id, requested_by=REQUESTER, reason="done testing"

@@ -11,7 +11,8 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -68,6 +69,42 @@ def wait_live(base_url: str, timeout: float = 60.0) -> None:
                 pass
             assert time.monotonic() < deadline, "the Serve app did not come up"
             time.sleep(0.2)
+
+
+def deploy_app(
+    name: str, database_url: str, settings: dict[str, Any] | None, **options: Any
+) -> None:
+    """Another ``RunControlApi`` app on the session's Serve instance, at ``/name``; its replica
+    stops at once when deleted (``serve.delete(name)``). ``options``: the deployment's."""
+    from ray import serve
+
+    from serve_app import RunControlApi
+
+    deployment = RunControlApi.options(
+        name=f"RunControlApi-{name}",
+        graceful_shutdown_timeout_s=0.5,
+        graceful_shutdown_wait_loop_s=0.1,
+        **options,
+    )
+    serve.run(
+        deployment.bind(database_url=database_url, settings=settings),
+        name=name,
+        route_prefix=f"/{name}",
+    )
+
+
+@contextmanager
+def extra_app(
+    api: Any, name: str, database_url: str, settings: dict[str, Any] | None
+) -> Iterator[str]:
+    """``deploy_app`` for the block; yields the app's base URL and deletes the app after."""
+    from ray import serve
+
+    deploy_app(name, database_url, settings)
+    try:
+        yield f"{api.base_url}/{name}"
+    finally:
+        serve.delete(name)
 
 
 def api_settings(ray_runtime: Any, jwks_file: Path) -> dict[str, Any]:

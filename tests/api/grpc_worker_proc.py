@@ -16,7 +16,7 @@ import asyncio  # noqa: E402
 import signal  # noqa: E402
 from typing import Any  # noqa: E402
 
-from runcontrol.rpc.sessions import GrpcSessionTransport  # noqa: E402
+from runcontrol.rpc.exchange import GrpcSessionTransport  # noqa: E402
 from runcontrol.sdk import token_identity  # noqa: E402
 from runcontrol.worker import EchoExecutor, ReferenceWorker, TransientError  # noqa: E402
 

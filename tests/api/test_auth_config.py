@@ -28,6 +28,8 @@ from api_harness import (
     Api,
     api_settings,
     assert_problem,
+    deploy_app,
+    extra_app,
 )
 
 from runcontrol.api.auth import RUNS_READ, RUNS_WRITE, jwks_document
@@ -54,19 +56,6 @@ def forged(tenant: str, secret: str = PUBLISHED_SECRET, **extra: Any) -> str:
     return jwt.encode(claims, secret, algorithm="HS256")
 
 
-def _deploy(ray_runtime: Any, name: str, settings: dict[str, Any] | None, **options: Any) -> None:
-    from ray import serve
-
-    from serve_app import RunControlApi
-
-    deployment = RunControlApi.options(name=f"RunControlApi-{name}", **options)
-    serve.run(
-        deployment.bind(database_url=ray_runtime.owner_url, settings=settings),
-        name=name,
-        route_prefix=f"/{name}",
-    )
-
-
 @pytest.fixture(scope="module")
 def jwks_file(api: Api, tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("strict") / "jwks.json"
@@ -77,7 +66,6 @@ def jwks_file(api: Api, tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def strict(api: Api, ray_runtime: Any, jwks_file: Path) -> Iterator[str]:
     """A deployment with a JWKS and, left in its environment, a shared secret."""
-    from ray import serve
 
     settings = api_settings(ray_runtime, jwks_file)
     settings["auth"] = {
@@ -86,11 +74,8 @@ def strict(api: Api, ray_runtime: Any, jwks_file: Path) -> Iterator[str]:
         "issuer": ISSUER,
         "audience": AUDIENCE,
     }
-    _deploy(ray_runtime, "strict", settings)
-    try:
-        yield f"{api.base_url}/strict"
-    finally:
-        serve.delete("strict")
+    with extra_app(api, "strict", ray_runtime.owner_url, settings) as url:
+        yield url
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
@@ -148,7 +133,7 @@ def _refused_at_start(ray_runtime: Any, name: str, match: str, **options: Any) -
     try:
         with pytest.raises(RuntimeError, match=f"Deploying application {name} failed"):
             # one constructor retry, not Serve's default 20: the same error every time
-            _deploy(ray_runtime, name, None, max_constructor_retry_count=1, **options)
+            deploy_app(name, ray_runtime.owner_url, None, max_constructor_retry_count=1, **options)
         status = serve.status().applications[name].deployments[f"RunControlApi-{name}"]
         assert "AuthNotConfigured" in status.message, status.message
         assert match in status.message, status.message
@@ -189,7 +174,6 @@ def test_runcontrol_up_without_a_key_or_dev_refuses_at_once(tmp_path: Path) -> N
 def test_dev_mode_secret_is_random_per_data_dir_and_signs_cli_tokens(
     api: Api, ray_runtime: Any, tmp_path: Path, tenant: str
 ) -> None:
-    from ray import serve
 
     data_dir = str(tmp_path / "pgdata")
     no_secret = _cli(
@@ -236,9 +220,8 @@ def test_dev_mode_secret_is_random_per_data_dir_and_signs_cli_tokens(
         "factory.runs.read",
     ]
     assert app_settings is not None
-    _deploy(ray_runtime, "dev", {**ray_runtime.settings.model_dump(mode="json"), **app_settings})
-    try:
-        base = f"{api.base_url}/dev"
+    dev_settings = {**ray_runtime.settings.model_dump(mode="json"), **app_settings}
+    with extra_app(api, "dev", ray_runtime.owner_url, dev_settings) as base:
         with api.client(token) as http:
             assert http.get(f"{base}/factory/runs").status_code == 200
             submitted = http.post(f"{base}/factory/runs", json={}, headers={"Idempotency-Key": "k"})
@@ -247,5 +230,3 @@ def test_dev_mode_secret_is_random_per_data_dir_and_signs_cli_tokens(
             assert_problem(http.get(f"{base}/factory/runs"), 401, "unauthorized")
         with api.client(api.token(tenant, "alice", ["Observer"])) as http:  # another secret
             assert_problem(http.get(f"{base}/factory/runs"), 401, "unauthorized")
-    finally:
-        serve.delete("dev")

@@ -1,4 +1,4 @@
-"""Worker sessions over gRPC: ``Exchange`` through Serve's gRPC ingress (``rpc.sessions``).
+"""Worker sessions over gRPC: ``Exchange`` through Serve's gRPC ingress (``rpc.exchange``).
 
 The same messages as in the cluster: credits whose tenant and holder come from the worker's
 token, commands answered each as its own RPC would answer it (a refusal as its typed error),
@@ -18,8 +18,8 @@ from grpc_harness import WORKER_SUB, GrpcTenant
 from actors.placement import host_index
 from runcontrol.commands import CancelRun, ReportOutcome
 from runcontrol.domain import AttemptOutcome, canonical_hash, errors
-from runcontrol.rpc.sessions import GrpcSessionTransport
-from runcontrol.session import MAX_WAIT_S, Credit, Grant, SessionUp
+from runcontrol.rpc.exchange import GrpcSessionTransport
+from runcontrol.workers.protocol import MAX_WAIT_S, Credit, Grant, SessionUp
 
 HOLDER = f"{WORKER_SUB}/inst-s"
 

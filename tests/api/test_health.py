@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from api_harness import Api, TenantView, api_settings, assert_problem
+from api_harness import Api, TenantView, api_settings, assert_problem, extra_app
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
@@ -27,30 +27,18 @@ def test_live_and_ready(api: Api) -> None:
 def test_not_ready_without_a_database_is_503(
     api: Api, ray_runtime: Any, serve_instance: int, tmp_path: Path
 ) -> None:
-    from ray import serve
-
-    from serve_app import RunControlApi
-
     settings = api_settings(ray_runtime, tmp_path / "unused-jwks.json")
     settings["api"]["readiness_timeout_seconds"] = 2
-    # A second app on the same Serve instance whose database URL points nowhere.
-    broken = RunControlApi.options(
-        graceful_shutdown_timeout_s=0.5, graceful_shutdown_wait_loop_s=0.1
-    )
-    serve.run(
-        broken.bind(database_url=BROKEN_DB, settings=settings),
-        name="broken",
-        route_prefix="/broken",
-    )
     token = api.token("t-broken")
-    try:
-        with httpx.Client(base_url=f"{api.base_url}/broken", timeout=30) as http:
-            assert http.get("/health/live").status_code == 200
-            response = http.get("/health/ready")
-            # A read meets the database down: 503 to retry, never an internal error.
-            read = http.get("/factory/runs", headers={"Authorization": f"Bearer {token}"})
-    finally:
-        serve.delete("broken")
+    # A second app on the same Serve instance whose database URL points nowhere.
+    with (
+        extra_app(api, "broken", BROKEN_DB, settings) as base_url,
+        httpx.Client(base_url=base_url, timeout=30) as http,
+    ):
+        assert http.get("/health/live").status_code == 200
+        response = http.get("/health/ready")
+        # A read meets the database down: 503 to retry, never an internal error.
+        read = http.get("/factory/runs", headers={"Authorization": f"Bearer {token}"})
     assert_problem(read, 503, "unavailable")
     assert read.headers["retry-after"]
     body = assert_problem(response, 503, "not-ready")
@@ -66,29 +54,19 @@ def test_a_replica_on_a_schema_that_keeps_no_older_code_is_not_ready_and_says_wh
     """A replica of this release on a database a newer, incompatible release migrated
     (``tests/upgrade_migrations`` to 9002) answers 503 with the refusal, so a load balancer
     sends nothing to it until the rolling upgrade replaces it."""
-    from ray import serve
     from support import new_database
 
     from runcontrol.store.writers import revisions
-    from serve_app import RunControlApi
 
     newer = new_database(ray_runtime.owner_url, "runcontrol_newer")
     newer.migrate(more_versions=[Path(__file__).resolve().parent.parent / "upgrade_migrations"])
     newer.dispose()
     settings = api_settings(ray_runtime, tmp_path / "unused-jwks.json")
-    older = RunControlApi.options(
-        graceful_shutdown_timeout_s=0.5, graceful_shutdown_wait_loop_s=0.1
-    )
-    serve.run(
-        older.bind(database_url=newer.owner_url, settings=settings),
-        name="older",
-        route_prefix="/older",
-    )
-    try:
-        with httpx.Client(base_url=f"{api.base_url}/older", timeout=30) as http:
-            response = http.get("/health/ready")
-    finally:
-        serve.delete("older")
+    with (
+        extra_app(api, "older", newer.owner_url, settings) as base_url,
+        httpx.Client(base_url=base_url, timeout=30) as http,
+    ):
+        response = http.get("/health/ready")
     body = assert_problem(response, 503, "not-ready")
     assert body["checks"] == {
         "database": (
@@ -103,21 +81,10 @@ def test_a_replica_on_a_schema_that_keeps_no_older_code_is_not_ready_and_says_wh
 def test_a_tenant_without_workers_leaves_readiness_alone_and_sees_its_stall(
     api: Api, t: TenantView, ray_runtime: Any, tmp_path: Path
 ) -> None:
-    from ray import serve
-
     from runcontrol import reconcilers
-    from serve_app import RunControlApi
 
     settings = api_settings(ray_runtime, tmp_path / "unused-jwks.json")
     settings["api"]["dispatch_stall_seconds"] = 60
-    watching = RunControlApi.options(
-        graceful_shutdown_timeout_s=0.5, graceful_shutdown_wait_loop_s=0.1
-    )
-    serve.run(
-        watching.bind(database_url=ray_runtime.owner_url, settings=settings),
-        name="stall",
-        route_prefix="/stall",
-    )
     t.publish()
     runs = [t.submit(), t.submit()]
     for run_id in runs:
@@ -137,19 +104,19 @@ def test_a_tenant_without_workers_leaves_readiness_alone_and_sees_its_stall(
     owner.dispose()
     mine = {"Authorization": f"Bearer {t.token()}"}
     other = {"Authorization": f"Bearer {api.token(f'other-{t.tenant}')}"}
-    try:
-        with httpx.Client(base_url=f"{api.base_url}/stall", timeout=30) as http:
-            ready = http.get("/health/ready")
-            stalled = http.get("/health/workers", headers=mine)
-            elsewhere = http.get("/health/workers", headers=other)
-            anonymous = http.get("/health/workers")
-            sample = reconcilers.sample_gauges(ray_runtime.container.db, datetime.now(UTC), 60)
-            # A worker of the agent claims one: the other still waits, but work is taken.
-            claim = asyncio.run(ray_runtime.client.claim([t.agent], f"w-{t.tenant}", 15))
-            assert claim is not None
-            after_claim = http.get("/health/workers", headers=mine)
-    finally:
-        serve.delete("stall")
+    with (
+        extra_app(api, "stall", ray_runtime.owner_url, settings) as base_url,
+        httpx.Client(base_url=base_url, timeout=30) as http,
+    ):
+        ready = http.get("/health/ready")
+        stalled = http.get("/health/workers", headers=mine)
+        elsewhere = http.get("/health/workers", headers=other)
+        anonymous = http.get("/health/workers")
+        sample = reconcilers.sample_gauges(ray_runtime.container.db, datetime.now(UTC), 60)
+        # A worker of the agent claims one: the other still waits, but work is taken.
+        claim = asyncio.run(ray_runtime.client.claim([t.agent], f"w-{t.tenant}", 15))
+        assert claim is not None
+        after_claim = http.get("/health/workers", headers=mine)
     # Readiness is this replica's: its database, its run hosts, its drain; nothing else.
     assert ready.status_code == 200, ready.text
     assert ready.json()["checks"] == {"database": "ok", "runHosts": "ok"}

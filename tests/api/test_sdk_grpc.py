@@ -12,10 +12,11 @@ from typing import Any
 from uuid import UUID
 
 from grpc_harness import WORKER_SUB, GrpcTenant
+from support import endless_agent
 
 from runcontrol.commands import CancelRun
 from runcontrol.domain import canonical_hash
-from runcontrol.rpc.sessions import GrpcSessionTransport
+from runcontrol.rpc.exchange import GrpcSessionTransport
 from runcontrol.sdk import Backoff, Step, Worker, token_identity
 
 
@@ -78,16 +79,7 @@ def test_a_cancel_reaches_an_async_function_over_grpc_within_5s(
 ) -> None:
     g.view.publish()
     worker = Worker("sdk-grpc", concurrency=1, wait_s=2.0, backoff=Backoff(0.05, 0.5))
-    started, interrupted = asyncio.Event(), asyncio.Event()
-
-    @worker.agent(g.view.agent)
-    async def forever(step: Step) -> None:
-        started.set()
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            interrupted.set()
-            raise
+    started, interrupted = endless_agent(worker, g.view.agent)
 
     async def scenario() -> None:
         run_id = await asyncio.to_thread(g.view.submit)

@@ -53,8 +53,8 @@ from runcontrol.client import RunControlClient
 from runcontrol.commands import ReportOutcome, new_command_id
 from runcontrol.config import Settings
 from runcontrol.domain import WorkerIdentity, errors
-from runcontrol.session import SessionDown, SessionUp
 from runcontrol.worker import EchoExecutor, ReferenceWorker
+from runcontrol.workers.protocol import SessionDown, SessionUp
 
 log = logging.getLogger("chaos.service")
 

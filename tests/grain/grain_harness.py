@@ -13,13 +13,11 @@ from collections.abc import Iterable
 from typing import Any
 from uuid import UUID
 
-from support import SyncGrain, drive, run_rows
+from support import WORKER, SyncGrain, acquire, drive, report, run_rows
 
 from runcontrol.bootstrap import Container
 from runcontrol.clock import ManualClock
 from runcontrol.commands import (
-    AcquireLease,
-    ReportOutcome,
     SubmitRequest,
     SubmitResult,
     SubmitRun,
@@ -46,7 +44,6 @@ from runcontrol.store.tables import audit_log, outbox, recovery_journal
 
 PROJECT = "proj-1"
 REQUESTER = "alice"
-WORKER = "worker-1"
 
 
 class CeilingRandom(random.Random):
@@ -54,10 +51,6 @@ class CeilingRandom(random.Random):
 
     def uniform(self, a: float, b: float) -> float:
         return b
-
-
-def proposal(n: int = 1) -> str:
-    return canonical_hash({"proposal": n})
 
 
 def outcome_hash(n: int = 1) -> str:
@@ -147,14 +140,7 @@ class Harness:
         return grain, self.lease(grain)
 
     def lease(self, grain: SyncGrain, holder: str = WORKER) -> LeaseGrant:
-        return grain.execute(
-            AcquireLease(
-                tenant_id=grain.tenant_id,
-                run_id=grain.run_id,
-                attempt_id=self.open_attempt(grain.run_id).attempt_id,
-                holder=holder,
-            )
-        )
+        return acquire(grain, self.open_attempt(grain.run_id).attempt_id, holder)
 
     def succeed(self, grain: SyncGrain, grant: LeaseGrant, n: int = 1) -> Attempt:
         attempt: Attempt = report(
@@ -198,35 +184,6 @@ class Harness:
 
 SHARED = SideEffectClass.SHARED_WRITE
 OPERATOR = "olga"
-
-
-def fenced(grant: LeaseGrant, tenant: str, **overrides: Any) -> dict[str, Any]:
-    """The fields every lease holder's command carries, from its grant."""
-    values: dict[str, Any] = {
-        "tenant_id": tenant,
-        "run_id": grant.run_id,
-        "attempt_id": grant.attempt_id,
-        "holder": grant.holder,
-        "fencing_token": grant.fencing_token,
-        "lease_id": grant.lease_id,
-    }
-    values.update(overrides)
-    return values
-
-
-def report(grain: SyncGrain, grant: LeaseGrant, outcome: AttemptOutcome, **kw: Any) -> Any:
-    """The lease holder reports ``outcome``."""
-    return grain.execute(
-        ReportOutcome(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            attempt_id=grant.attempt_id,
-            holder=grant.holder,
-            fencing_token=grant.fencing_token,
-            outcome=outcome,
-            **kw,
-        )
-    )
 
 
 def operator(h: Harness) -> Principal:

@@ -6,16 +6,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from grain_harness import SHARED, WORKER, Harness, outcome_hash, proposal
+from grain_harness import SHARED, Harness, outcome_hash
+from support import acquire, cancel, decide, renew, report, request_approval
 
 from runcontrol import reconcilers
 from runcontrol.commands import (
-    AcquireLease,
-    CancelRun,
-    DecideApproval,
     RenewLease,
-    ReportOutcome,
-    RequestApproval,
     WakeResult,
 )
 from runcontrol.domain import (
@@ -39,17 +35,7 @@ def intents(h: Harness, run_id) -> list:
 
 def test_cancel_records_intent_and_waits_for_the_leased_attempt_to_settle(h: Harness):
     grain, grant = h.start_run(StepSpec("first", "agent-a"), StepSpec("second", "agent-b"))
-    assert (
-        grain.execute(
-            CancelRun(
-                tenant_id=grain.tenant_id,
-                run_id=grain.run_id,
-                requested_by="ops",
-                reason="no longer needed",
-            )
-        )
-        == "Cancelling"
-    )
+    assert cancel(grain, "no longer needed") == "Cancelling"
 
     # The intent is committed (and announced) before anything has settled.
     (intent,) = intents(h, grain.run_id)
@@ -64,23 +50,8 @@ def test_cancel_records_intent_and_waits_for_the_leased_attempt_to_settle(h: Har
     assert agg.attempts[grant.attempt_id].state is AttemptState.LEASED
 
     # The holder learns of it on renewal; asking again records no second intent.
-    assert grain.execute(
-        RenewLease(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            attempt_id=grant.attempt_id,
-            holder=WORKER,
-            fencing_token=grant.fencing_token,
-        )
-    ).cancel_requested
-    assert (
-        grain.execute(
-            CancelRun(
-                tenant_id=grain.tenant_id, run_id=grain.run_id, requested_by="ops", reason="again"
-            )
-        )
-        == "Cancelling"
-    )
+    assert renew(grain, grant).cancel_requested
+    assert cancel(grain, "again") == "Cancelling"
     assert len(intents(h, grain.run_id)) == 1
 
     # The attempt finished its work anyway: the effect stays visible, then the run is Cancelled.
@@ -103,14 +74,7 @@ def test_cancel_records_intent_and_waits_for_the_leased_attempt_to_settle(h: Har
 
 def test_stop_timeout_settles_an_unreported_shared_write_attempt_as_uncertain(h: Harness):
     grain, grant = h.start_run(StepSpec("write", "agent-a", side_effect_class=SHARED))
-    assert (
-        grain.execute(
-            CancelRun(
-                tenant_id=grain.tenant_id, run_id=grain.run_id, requested_by="ops", reason="stop"
-            )
-        )
-        == "Cancelling"
-    )
+    assert cancel(grain) == "Cancelling"
     h.clock.advance(60)
     assert h.wake(grain) == WakeResult()
     assert h.load(grain.run_id).run.state is RunState.CANCELLING  # not assumed settled
@@ -124,51 +88,25 @@ def test_stop_timeout_settles_an_unreported_shared_write_attempt_as_uncertain(h:
 
 def test_cancel_while_waiting_for_approval(h: Harness):
     grain, grant = h.start_run(StepSpec("write", "agent-a", side_effect_class=SHARED))
-    approval = grain.execute(
-        RequestApproval(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            attempt_id=grant.attempt_id,
-            holder=WORKER,
-            fencing_token=grant.fencing_token,
-            proposal_hash=proposal(),
-        )
-    )
+    approval = request_approval(grain, grant)
     assert (
-        grain.execute(
-            CancelRun(
-                tenant_id=grain.tenant_id, run_id=grain.run_id, requested_by="ops", reason="stop"
-            )
-        )
+        cancel(grain)
         == "Cancelled"  # nobody holds the parked attempt: it settles with the run at once
     )
     agg = h.load(grain.run_id)
     assert agg.approvals[approval.approval_id].state is ApprovalState.CANCELLED
     assert agg.attempts[grant.attempt_id].state is AttemptState.CANCELLED
     with pytest.raises(errors.ApprovalAlreadyDecided):
-        grain.execute(
-            DecideApproval(
-                tenant_id=grain.tenant_id,
-                run_id=grain.run_id,
-                approval_id=approval.approval_id,
-                principal=h.reviewer(),
-                decision=Decision.APPROVE,
-                version=agg.approvals[approval.approval_id].version,
-                proposal_hash=proposal(),
-            )
+        decide(
+            grain,
+            approval,
+            h.reviewer(),
+            Decision.APPROVE,
+            version=agg.approvals[approval.approval_id].version,
         )
     # The holder before the park reports late: refused (and audited).
     with pytest.raises(errors.StaleFencingToken):
-        grain.execute(
-            ReportOutcome(
-                tenant_id=grain.tenant_id,
-                run_id=grain.run_id,
-                attempt_id=grant.attempt_id,
-                holder=WORKER,
-                fencing_token=grant.fencing_token,
-                outcome=AttemptOutcome.CANCELLED,
-            )
-        )
+        report(grain, grant, AttemptOutcome.CANCELLED)
     assert h.load(grain.run_id).run.state is RunState.CANCELLED
 
 
@@ -176,36 +114,18 @@ def test_an_attempt_never_leased_settles_at_once(h: Harness):
     h.publish(StepSpec("s", "agent-a"))
     grain, _ = h.submit()
     (attempt,) = h.load(grain.run_id).attempts.values()
-    assert (
-        grain.execute(
-            CancelRun(
-                tenant_id=grain.tenant_id, run_id=grain.run_id, requested_by="ops", reason="stop"
-            )
-        )
-        == "Cancelled"
-    )
+    assert cancel(grain) == "Cancelled"
     agg = h.load(grain.run_id)
     assert agg.attempts[attempt.attempt_id].state is AttemptState.CANCELLED
     assert len(intents(h, grain.run_id)) == 1
     with pytest.raises(errors.LeaseRejected):
-        grain.execute(
-            AcquireLease(
-                tenant_id=grain.tenant_id,
-                run_id=grain.run_id,
-                attempt_id=attempt.attempt_id,
-                holder=WORKER,
-            )
-        )
+        acquire(grain, attempt.attempt_id)
 
 
 def test_a_cancellation_needs_a_reason(h: Harness):
     grain, _ = h.start_run()
     with pytest.raises(errors.ValidationFailed):
-        grain.execute(
-            CancelRun(
-                tenant_id=grain.tenant_id, run_id=grain.run_id, requested_by="ops", reason="  "
-            )
-        )
+        cancel(grain, "  ")
     assert intents(h, grain.run_id) == []
     assert h.load(grain.run_id).run.state is RunState.RUNNING
 

@@ -4,14 +4,11 @@ WaitingForApproval or Cancelling."""
 from __future__ import annotations
 
 import pytest
-from grain_harness import SHARED, WORKER, CeilingRandom, Harness, proposal
-from support import race_async
+from grain_harness import SHARED, CeilingRandom, Harness
+from support import cancel, race_async, report, request_approval
 
 from runcontrol.commands import (
-    CancelRun,
     DispatchRun,
-    ReportOutcome,
-    RequestApproval,
     WakeResult,
     WakeRun,
 )
@@ -44,17 +41,7 @@ def test_repeated_dispatch_and_wake_never_open_a_second_attempt(h: Harness):
 def test_two_activations_dispatching_a_due_retry_open_one_attempt(h: Harness):
     h.env.rng = CeilingRandom()  # retry 1 is due exactly retry_base_seconds (1 s) later
     grain, grant = h.start_run(StepSpec("s", "agent-a", max_attempts=3))
-    grain.execute(
-        ReportOutcome(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            attempt_id=grant.attempt_id,
-            holder=WORKER,
-            fencing_token=grant.fencing_token,
-            outcome=AttemptOutcome.FAILED,
-            failure_class=FailureClass.TRANSIENT,
-        )
-    )
+    report(grain, grant, AttemptOutcome.FAILED, failure_class=FailureClass.TRANSIENT)
     a, b = h.grain(grain.run_id), h.grain(grain.run_id)
     assert (
         a.execute(DispatchRun(tenant_id=a.tenant_id, run_id=a.run_id)) is None
@@ -96,29 +83,13 @@ def test_no_dispatch_while_waiting_for_approval(h: Harness):
     grain, grant = h.start_run(
         StepSpec("write", "agent-a", side_effect_class=SHARED), StepSpec("next", "agent-b")
     )
-    grain.execute(
-        RequestApproval(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            attempt_id=grant.attempt_id,
-            holder=WORKER,
-            fencing_token=grant.fencing_token,
-            proposal_hash=proposal(),
-        )
-    )
+    request_approval(grain, grant)
     _assert_no_dispatch(h, grain.run_id, RunState.WAITING_FOR_APPROVAL)
 
 
 def test_no_dispatch_while_cancelling(h: Harness):
     grain, _ = h.start_run(StepSpec("first", "agent-a"), StepSpec("next", "agent-b"))
-    assert (
-        grain.execute(
-            CancelRun(
-                tenant_id=grain.tenant_id, run_id=grain.run_id, requested_by="ops", reason="stop"
-            )
-        )
-        == "Cancelling"
-    )
+    assert cancel(grain) == "Cancelling"
     _assert_no_dispatch(h, grain.run_id, RunState.CANCELLING)
 
 

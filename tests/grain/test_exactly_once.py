@@ -13,17 +13,21 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from grain_harness import SHARED, WORKER, Harness, outcome_hash, proposal
+from grain_harness import SHARED, Harness, outcome_hash
 from sqlalchemy import text
+from support import (
+    cancel_command,
+    decide_command,
+    proposal,
+    renew,
+    renew_command,
+    report_command,
+    request_approval,
+)
 
 from runcontrol import reconcilers
 from runcontrol.commands import (
-    CancelRun,
-    DecideApproval,
     DispatchRun,
-    RenewLease,
-    ReportOutcome,
-    RequestApproval,
     SubmitRun,
 )
 from runcontrol.domain import AttemptOutcome, Decision, RunState, StepSpec, errors
@@ -35,27 +39,9 @@ WINDOW_S = 24 * 3600  # the default answer retention
 
 def waiting(h: Harness):
     grain, grant = h.start_run(StepSpec("write", "agent-a", side_effect_class=SHARED))
-    approval = grain.execute(
-        RequestApproval(
-            tenant_id=h.tenant,
-            run_id=grain.run_id,
-            attempt_id=grant.attempt_id,
-            holder=WORKER,
-            fencing_token=grant.fencing_token,
-            proposal_hash=proposal(),
-        )
-    )
+    approval = request_approval(grain, grant)
     assert approval is not None
-    decide = DecideApproval(
-        tenant_id=h.tenant,
-        run_id=grain.run_id,
-        approval_id=approval.approval_id,
-        principal=h.reviewer(),
-        decision=Decision.APPROVE,
-        version=approval.version,
-        proposal_hash=proposal(),
-        reason="fine",
-    )
+    decide = decide_command(grain, approval, h.reviewer(), proposal_hash=proposal(), reason="fine")
     return grain, grant, decide
 
 
@@ -99,15 +85,7 @@ def test_a_command_id_reused_for_another_command_is_refused_not_answered(h: Harn
 
 def test_an_outcome_resent_after_a_restart_is_answered_once(h: Harness):
     grain, grant = h.start_run(StepSpec("a", "agent-a"), StepSpec("b", "agent-b"))
-    report = ReportOutcome(
-        tenant_id=h.tenant,
-        run_id=grain.run_id,
-        attempt_id=grant.attempt_id,
-        holder=grant.holder,
-        fencing_token=grant.fencing_token,
-        outcome=AttemptOutcome.SUCCEEDED,
-        outcome_hash=outcome_hash(),
-    )
+    report = report_command(grain, grant, AttemptOutcome.SUCCEEDED, outcome_hash=outcome_hash())
     first = grain.execute(report)
     types = h.event_types(grain.run_id)
 
@@ -120,7 +98,7 @@ def test_an_outcome_resent_after_a_restart_is_answered_once(h: Harness):
 
 def test_a_cancel_resent_records_one_intent(h: Harness):
     grain, _ = h.start_run()
-    cancel = CancelRun(tenant_id=h.tenant, run_id=grain.run_id, requested_by="ops", reason="stop")
+    cancel = cancel_command(grain)
     assert grain.execute(cancel) == "Cancelling"
     assert fresh(h, grain).execute(cancel) == "Cancelling"
     assert len(h.rows(cancellation_intents, grain.run_id)) == 1
@@ -147,13 +125,7 @@ def test_a_resend_reaching_an_activation_loaded_after_the_commit_has_no_second_e
     """Activation A commits a renewal; B loaded the run afterwards (for another command) and
     then receives the resend: it must find the answer in the store, not renew again."""
     grain, grant = h.start_run()
-    renew = RenewLease(
-        tenant_id=h.tenant,
-        run_id=grain.run_id,
-        attempt_id=grant.attempt_id,
-        holder=grant.holder,
-        fencing_token=grant.fencing_token,
-    )
+    renew = renew_command(grain, grant)
     h.clock.advance(5)
     first = grain.execute(renew)
     other = fresh(h, grain)
@@ -167,15 +139,7 @@ def test_a_resend_reaching_an_activation_loaded_after_the_commit_has_no_second_e
 def test_answers_are_stored_with_the_effect_and_only_for_commits(h: Harness):
     grain, grant = h.start_run()
     with pytest.raises(errors.StaleFencingToken):
-        grain.execute(
-            RenewLease(
-                tenant_id=h.tenant,
-                run_id=grain.run_id,
-                attempt_id=grant.attempt_id,
-                holder=grant.holder,
-                fencing_token=grant.fencing_token + 7,
-            )
-        )
+        renew(grain, grant, fencing_token=grant.fencing_token + 7)
     stored = {(row.command, row.command_id) for row in answers(h, grain.run_id)}
     assert {name for name, _ in stored} == {"SubmitRun", "AcquireLease"}
 

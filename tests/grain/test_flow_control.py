@@ -15,11 +15,11 @@ from uuid import UUID
 
 import psycopg
 import pytest
-from grain_harness import Harness, report
+from grain_harness import Harness
 from sqlalchemy import select, text
-from support import Faults, race_async
+from support import Faults, cancel, race_async, report, report_command
 
-from runcontrol.commands import CancelRun, ReportOutcome, RequestApproval, SubmitRun, WakeRun
+from runcontrol.commands import RequestApproval, SubmitRun, WakeRun
 from runcontrol.config import Settings
 from runcontrol.domain import (
     AttemptOutcome,
@@ -194,9 +194,7 @@ def test_a_held_run_cancelled_leaves_the_queue_and_the_next_is_promoted(h: Harne
     holder = submit(h, "repo-x")
     gone = submit(h, "repo-x")
     next_ = submit(h, "repo-x")
-    gone.execute(
-        CancelRun(tenant_id=h.tenant, run_id=gone.run_id, requested_by="alice", reason="no")
-    )
+    cancel(gone, "no", requested_by="alice")
     assert h.load(gone.run_id).run.state is RunState.CANCELLED
     assert [w.run_id for w in waiters(h)] == [next_.run_id]
     finish(h, holder)
@@ -211,9 +209,7 @@ def test_a_waiter_promoted_then_cancelled_passes_the_slot_on(h: Harness):
     after = submit(h, "repo-x")
     finish(h, holder)
     assert [w.promoted for w in waiters(h)] == [True, False]
-    promoted.execute(
-        CancelRun(tenant_id=h.tenant, run_id=promoted.run_id, requested_by="alice", reason="no")
-    )
+    cancel(promoted, "no", requested_by="alice")
     (w,) = waiters(h)
     assert w.run_id == after.run_id and w.promoted
     assert wake_all(h, [after]) == [after]
@@ -393,11 +389,7 @@ def test_cancel_oldest_queues_the_newcomer_and_cancels_the_holder(h: Harness):
     h.wake(newest)  # held again on the same key: the holder is not asked twice
     assert len(asked) == 1
 
-    holder.execute(
-        CancelRun(
-            tenant_id=h.tenant, run_id=holder.run_id, requested_by="run-control", reason=reason
-        )
-    )
+    cancel(holder, reason, requested_by="run-control")
     assert h.load(holder.run_id).run.state is RunState.CANCELLING
     report(holder, grant, AttemptOutcome.CANCELLED)
     assert h.load(holder.run_id).run.state is RunState.CANCELLED
@@ -481,14 +473,7 @@ def test_a_slot_is_freed_in_the_transaction_that_ends_its_holder(
     waiting = submit(h, "repo-x")
     faults.arm(holder.run_id, checkpoint)
     faulty = h.grain(holder.run_id)  # a fresh activation
-    outcome = ReportOutcome(
-        tenant_id=h.tenant,
-        run_id=holder.run_id,
-        attempt_id=grant.attempt_id,
-        holder=grant.holder,
-        fencing_token=grant.fencing_token,
-        outcome=AttemptOutcome.SUCCEEDED,
-    )
+    outcome = report_command(holder, grant, AttemptOutcome.SUCCEEDED)
     with pytest.raises(psycopg.DatabaseError, match=faults.message(checkpoint)):
         faulty.execute(outcome)
     assert h.load(holder.run_id).run.state is RunState.RUNNING

@@ -9,8 +9,8 @@ import dataclasses
 from datetime import timedelta
 
 import pytest
-from grain_harness import REQUESTER, SHARED, WORKER, Harness, proposal
-from support import race_async
+from grain_harness import REQUESTER, SHARED, Harness
+from support import WORKER, decide, decide_command, proposal, race_async, request_approval
 
 from runcontrol.commands import DecideApproval, DispatchRun, RequestApproval, WakeResult
 from runcontrol.domain import (
@@ -34,16 +34,7 @@ APPROVE = Decision.APPROVE
 def waiting(h: Harness, proposal_n: int = 1):
     """A run WaitingForApproval on its shared-write step (the built-in policy gates it)."""
     grain, grant = h.start_run(StepSpec("write", "agent-a", side_effect_class=SHARED))
-    approval = grain.execute(
-        RequestApproval(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            attempt_id=grant.attempt_id,
-            holder=WORKER,
-            fencing_token=grant.fencing_token,
-            proposal_hash=proposal(proposal_n),
-        )
-    )
+    approval = request_approval(grain, grant, proposal_n)
     assert approval is not None and approval.state is ApprovalState.PENDING
     assert h.load(grain.run_id).run.state is RunState.WAITING_FOR_APPROVAL
     return grain, grant, approval
@@ -56,43 +47,13 @@ def decisions(h: Harness, run_id) -> list:
 def test_decision_authorises_exactly_its_proposal_hash(h: Harness):
     grain, grant, approval = waiting(h)
     with pytest.raises(errors.ProposalHashMismatch):
-        grain.execute(
-            DecideApproval(
-                tenant_id=grain.tenant_id,
-                run_id=grain.run_id,
-                approval_id=approval.approval_id,
-                principal=h.reviewer(),
-                decision=APPROVE,
-                version=approval.version,
-                proposal_hash=proposal(2),
-            )
-        )
+        decide(grain, approval, h.reviewer(), proposal_hash=proposal(2))
     with pytest.raises(errors.ApprovalVersionMismatch):
-        grain.execute(
-            DecideApproval(
-                tenant_id=grain.tenant_id,
-                run_id=grain.run_id,
-                approval_id=approval.approval_id,
-                principal=h.reviewer(),
-                decision=APPROVE,
-                version=approval.version + 1,
-                proposal_hash=proposal(),
-            )
-        )
+        decide(grain, approval, h.reviewer(), version=approval.version + 1)
     assert decisions(h, grain.run_id) == []
     assert h.load(grain.run_id).run.state is RunState.WAITING_FOR_APPROVAL
 
-    decided = grain.execute(
-        DecideApproval(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            approval_id=approval.approval_id,
-            principal=h.reviewer(),
-            decision=APPROVE,
-            version=approval.version,
-            proposal_hash=proposal(),
-        )
-    )
+    decided = decide(grain, approval, h.reviewer())
     assert decided.state is ApprovalState.APPROVED
     assert [(d.decided_by, d.proposal_hash) for d in decisions(h, grain.run_id)] == [
         ("rita", proposal())
@@ -132,30 +93,16 @@ def test_changes_requested_then_a_regenerated_proposal(h: Harness):
     """Request-changes makes the request Stale and resumes the attempt; its next holder
     regenerates the proposal, which opens a new request; only that one can be decided."""
     grain, grant, first = waiting(h)
-    grain.execute(
-        DecideApproval(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            approval_id=first.approval_id,
-            principal=h.principal("sam", Role.REVIEWER),
-            decision=Decision.REQUEST_CHANGES,
-            version=first.version,
-            proposal_hash=proposal(),
-            reason="smaller change please",
-        )
+    decide(
+        grain,
+        first,
+        h.principal("sam", Role.REVIEWER),
+        Decision.REQUEST_CHANGES,
+        reason="smaller change please",
     )
     regrant = h.lease(grain, "worker-2")
     assert regrant.approved_proposal_hash is None
-    second = grain.execute(
-        RequestApproval(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            attempt_id=regrant.attempt_id,
-            holder="worker-2",
-            fencing_token=regrant.fencing_token,
-            proposal_hash=proposal(2),
-        )
-    )
+    second = request_approval(grain, regrant, 2)
     assert second.approval_id != first.approval_id
     approvals = h.load(grain.run_id).approvals
     assert approvals[first.approval_id].state is ApprovalState.STALE
@@ -163,28 +110,8 @@ def test_changes_requested_then_a_regenerated_proposal(h: Harness):
 
     stale_version = approvals[first.approval_id].version
     with pytest.raises(errors.ApprovalGone):
-        grain.execute(
-            DecideApproval(
-                tenant_id=grain.tenant_id,
-                run_id=grain.run_id,
-                approval_id=first.approval_id,
-                principal=h.reviewer(),
-                decision=APPROVE,
-                version=stale_version,
-                proposal_hash=proposal(),
-            )
-        )
-    grain.execute(
-        DecideApproval(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            approval_id=second.approval_id,
-            principal=h.reviewer(),
-            decision=APPROVE,
-            version=second.version,
-            proposal_hash=proposal(2),
-        )
-    )
+        decide(grain, first, h.reviewer(), version=stale_version)
+    decide(grain, second, h.reviewer(), proposal_hash=proposal(2))
     assert h.load(grain.run_id).run.state is RunState.RUNNING
     assert [(d.decided_by, d.proposal_hash) for d in decisions(h, grain.run_id)] == [
         ("sam", proposal()),
@@ -200,18 +127,7 @@ def test_requester_may_never_decide(h: Harness):
         (Role.PLATFORM_ADMIN,),
     ):
         with pytest.raises(errors.SeparationOfDuties):
-            grain.execute(
-                DecideApproval(
-                    tenant_id=grain.tenant_id,
-                    run_id=grain.run_id,
-                    approval_id=approval.approval_id,
-                    principal=h.principal(REQUESTER, *roles),
-                    decision=APPROVE,
-                    version=approval.version,
-                    proposal_hash=proposal(),
-                    reason="it is fine, trust me",
-                )
-            )
+            decide(grain, approval, h.principal(REQUESTER, *roles), reason="it is fine, trust me")
     assert decisions(h, grain.run_id) == []
     assert h.load(grain.run_id).approvals[approval.approval_id].state is ApprovalState.PENDING
 
@@ -220,48 +136,18 @@ def test_only_approver_roles_decide(h: Harness):
     grain, _, approval = waiting(h)
     for roles in ((Role.OBSERVER,), (Role.OPERATOR,), (Role.REQUESTER,)):
         with pytest.raises(errors.Forbidden):
-            grain.execute(
-                DecideApproval(
-                    tenant_id=grain.tenant_id,
-                    run_id=grain.run_id,
-                    approval_id=approval.approval_id,
-                    principal=h.principal("bob", *roles),
-                    decision=APPROVE,
-                    version=1,
-                    proposal_hash=proposal(),
-                )
-            )
+            decide(grain, approval, h.principal("bob", *roles), version=1)
     assert decisions(h, grain.run_id) == []
 
 
 def test_second_decision_is_a_conflict(h: Harness):
     grain, _, approval = waiting(h)
-    grain.execute(
-        DecideApproval(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            approval_id=approval.approval_id,
-            principal=h.reviewer(),
-            decision=Decision.REJECT,
-            version=approval.version,
-            proposal_hash=proposal(),
-        )
-    )
+    decide(grain, approval, h.reviewer(), Decision.REJECT)
     current = h.load(grain.run_id).approvals[approval.approval_id]
     assert current.state is ApprovalState.REJECTED
     for who in (h.reviewer("rita"), h.reviewer("bob")):
         with pytest.raises(errors.ApprovalAlreadyDecided):
-            grain.execute(
-                DecideApproval(
-                    tenant_id=grain.tenant_id,
-                    run_id=grain.run_id,
-                    approval_id=approval.approval_id,
-                    principal=who,
-                    decision=APPROVE,
-                    version=current.version,
-                    proposal_hash=proposal(),
-                )
-            )
+            decide(grain, approval, who, version=current.version)
     assert len(decisions(h, grain.run_id)) == 1
     assert h.load(grain.run_id).run.state is RunState.FAILED
 
@@ -276,25 +162,11 @@ def test_concurrent_decisions_record_exactly_one(h: Harness):
 
     results = race_async(
         a.grain.execute(
-            DecideApproval(
-                tenant_id=a.tenant_id,
-                run_id=a.run_id,
-                approval_id=approval.approval_id,
-                principal=h.reviewer("rita"),
-                decision=APPROVE,
-                version=1,
-                proposal_hash=proposal(),
-            )
+            decide_command(a, approval, h.reviewer("rita"), version=1, proposal_hash=proposal())
         ),
         b.grain.execute(
-            DecideApproval(
-                tenant_id=b.tenant_id,
-                run_id=b.run_id,
-                approval_id=approval.approval_id,
-                principal=h.reviewer("bob"),
-                decision=Decision.REJECT,
-                version=1,
-                proposal_hash=proposal(),
+            decide_command(
+                b, approval, h.reviewer("bob"), Decision.REJECT, version=1, proposal_hash=proposal()
             )
         ),
     )
@@ -313,33 +185,13 @@ def test_expired_request_is_gone_and_the_reminder_fails_the_run(h: Harness):
     grain, _, approval = waiting(h)
     h.clock.advance(72 * 3600)  # RunControl:Approvals:DefaultExpiryHours
     with pytest.raises(errors.ApprovalGone):
-        grain.execute(
-            DecideApproval(
-                tenant_id=grain.tenant_id,
-                run_id=grain.run_id,
-                approval_id=approval.approval_id,
-                principal=h.reviewer(),
-                decision=APPROVE,
-                version=approval.version,
-                proposal_hash=proposal(),
-            )
-        )
+        decide(grain, approval, h.reviewer())
     assert h.wake(grain) == WakeResult(approvals_expired=1)
     agg = h.load(grain.run_id)
     assert agg.approvals[approval.approval_id].state is ApprovalState.EXPIRED
     assert agg.run.state is RunState.FAILED
     with pytest.raises(errors.ApprovalGone):
-        grain.execute(
-            DecideApproval(
-                tenant_id=grain.tenant_id,
-                run_id=grain.run_id,
-                approval_id=approval.approval_id,
-                principal=h.reviewer(),
-                decision=APPROVE,
-                version=agg.approvals[approval.approval_id].version,
-                proposal_hash=proposal(),
-            )
-        )
+        decide(grain, approval, h.reviewer(), version=agg.approvals[approval.approval_id].version)
     assert decisions(h, grain.run_id) == []
 
 
@@ -347,17 +199,7 @@ def test_wrong_tenant_is_not_found(h: Harness, make_harness, tenant):
     grain, _, approval = waiting(h)
     outsider = Principal("rita", f"{tenant}-other", "proj-1", frozenset({Role.REVIEWER}))
     with pytest.raises(errors.NotFound):
-        grain.execute(
-            DecideApproval(
-                tenant_id=grain.tenant_id,
-                run_id=grain.run_id,
-                approval_id=approval.approval_id,
-                principal=outsider,
-                decision=APPROVE,
-                version=approval.version,
-                proposal_hash=proposal(),
-            )
-        )
+        decide(grain, approval, outsider)
     other = make_harness(tenant_id=f"{tenant}-other")
     with pytest.raises(errors.NotFound):  # the run itself is invisible to the other tenant
         other.grain(grain.run_id).execute(
@@ -379,32 +221,10 @@ def test_break_glass_needs_a_reason_and_is_audited(h: Harness):
     admin = h.principal("pat", Role.PLATFORM_ADMIN)
     for reason in (None, "   "):
         with pytest.raises(errors.BreakGlassReasonRequired):
-            grain.execute(
-                DecideApproval(
-                    tenant_id=grain.tenant_id,
-                    run_id=grain.run_id,
-                    approval_id=approval.approval_id,
-                    principal=admin,
-                    decision=APPROVE,
-                    version=approval.version,
-                    proposal_hash=proposal(),
-                    reason=reason,
-                )
-            )
+            decide(grain, approval, admin, reason=reason)
     assert h.audits(grain.run_id) == []
 
-    grain.execute(
-        DecideApproval(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            approval_id=approval.approval_id,
-            principal=admin,
-            decision=APPROVE,
-            version=approval.version,
-            proposal_hash=proposal(),
-            reason="incident 42",
-        )
-    )
+    decide(grain, approval, admin, reason="incident 42")
     (vote,) = decisions(h, grain.run_id)
     assert (vote.decided_by, vote.break_glass, vote.reason) == ("pat", True, "incident 42")
     (audit,) = h.audits(grain.run_id)
@@ -421,58 +241,20 @@ def test_quorum_needs_distinct_approvers(h: Harness):
         h.clock.now(),
     )
     grain, _, approval = waiting(h)
-    first = grain.execute(
-        DecideApproval(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            approval_id=approval.approval_id,
-            principal=h.reviewer("rita"),
-            decision=APPROVE,
-            version=1,
-            proposal_hash=proposal(),
-        )
-    )
+    first = decide(grain, approval, h.reviewer("rita"), version=1)
     assert first.state is ApprovalState.PENDING and first.version == 2
     with pytest.raises(errors.ApprovalAlreadyDecided):
-        grain.execute(
-            DecideApproval(
-                tenant_id=grain.tenant_id,
-                run_id=grain.run_id,
-                approval_id=approval.approval_id,
-                principal=h.reviewer("rita"),
-                decision=APPROVE,
-                version=2,
-                proposal_hash=proposal(),
-            )
-        )
-    done = grain.execute(
-        DecideApproval(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            approval_id=approval.approval_id,
-            principal=h.reviewer("bob"),
-            decision=APPROVE,
-            version=2,
-            proposal_hash=proposal(),
-        )
-    )
+        decide(grain, approval, h.reviewer("rita"), version=2)
+    done = decide(grain, approval, h.reviewer("bob"), version=2)
     assert done.state is ApprovalState.APPROVED
     assert len(decisions(h, grain.run_id)) == 2
     assert h.load(grain.run_id).run.state is RunState.RUNNING
 
 
-def decide(h: Harness, grain, approval, principal: Principal, decision: Decision = APPROVE):
-    return grain.execute(
-        DecideApproval(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            approval_id=approval.approval_id,
-            principal=principal,
-            decision=decision,
-            version=h.load(grain.run_id).approvals[approval.approval_id].version,
-            proposal_hash=approval.proposal_hash,
-        )
-    )
+def decide_current(h: Harness, grain, approval, principal: Principal):
+    """An approval of ``approval`` at its current version."""
+    version = h.load(grain.run_id).approvals[approval.approval_id].version
+    return decide(grain, approval, principal, version=version)
 
 
 def test_assignees_decide_and_reach_the_quorum(h: Harness):
@@ -491,11 +273,11 @@ def test_assignees_decide_and_reach_the_quorum(h: Harness):
     grain, _, approval = waiting(h)
     assert approval.approver_rule.endswith(";assignees:ann,bob")
     with pytest.raises(errors.Forbidden, match="assignees:ann,bob"):
-        decide(h, grain, approval, h.reviewer("rita"))
-    assert decide(h, grain, approval, h.reviewer("ann")).state is ApprovalState.PENDING
+        decide_current(h, grain, approval, h.reviewer("rita"))
+    assert decide_current(h, grain, approval, h.reviewer("ann")).state is ApprovalState.PENDING
     with pytest.raises(errors.ApprovalAlreadyDecided):
-        decide(h, grain, approval, h.reviewer("ann"))
-    assert decide(h, grain, approval, h.reviewer("bob")).state is ApprovalState.APPROVED
+        decide_current(h, grain, approval, h.reviewer("ann"))
+    assert decide_current(h, grain, approval, h.reviewer("bob")).state is ApprovalState.APPROVED
     assert [d.decided_by for d in decisions(h, grain.run_id)] == ["ann", "bob"]
     assert h.load(grain.run_id).run.state is RunState.RUNNING
 

@@ -11,21 +11,10 @@ import uuid
 from typing import Any
 
 import pytest
-from grain_harness import (
-    OPERATOR,
-    PROJECT,
-    WORKER,
-    CeilingRandom,
-    Harness,
-    control,
-    operator,
-    outcome_hash,
-    report,
-)
+from grain_harness import OPERATOR, PROJECT, CeilingRandom, Harness, control, operator, outcome_hash
+from support import acquire, cancel, report
 
 from runcontrol.commands import (
-    AcquireLease,
-    CancelRun,
     ControlResult,
     RerunRelease,
     RerunRun,
@@ -107,14 +96,7 @@ def test_a_dispatched_attempt_is_neither_claimed_nor_leased_while_suspended(h: H
 
     assert not claimable(h, grain.run_id)
     with pytest.raises(errors.LeaseRejected):
-        grain.execute(
-            AcquireLease(
-                tenant_id=grain.tenant_id,
-                run_id=grain.run_id,
-                attempt_id=attempt.attempt_id,
-                holder=WORKER,
-            )
-        )
+        acquire(grain, attempt.attempt_id)
     control(h, grain, ResumeRun)
     assert claimable(h, grain.run_id)
     assert h.lease(grain).attempt_id == attempt.attempt_id
@@ -276,11 +258,7 @@ def test_a_rerun_is_a_new_run_with_the_same_input_linked_to_the_finished_one(h: 
     grain, _ = h.submit(h.request(input={"repo": "y", "n": 1}))
     with pytest.raises(errors.RunNotFinished):
         rerun(h, grain.run_id, "early")
-    grain.execute(
-        CancelRun(
-            tenant_id=grain.tenant_id, run_id=grain.run_id, requested_by="alice", reason="stop"
-        )
-    )
+    cancel(grain, "stop", requested_by="alice")
     second_release = h.publish(StepSpec("changed", "agent-a"))
 
     pinned = rerun(h, grain.run_id, "cmd-1")

@@ -10,24 +10,14 @@ from __future__ import annotations
 
 import uuid
 
-from grain_harness import (
-    REQUESTER,
-    SHARED,
-    WORKER,
-    Harness,
-    control,
-    fenced,
-    proposal,
-    report,
-)
+from grain_harness import REQUESTER, SHARED, Harness, control
 from jsonschema import Draft202012Validator
+from support import WORKER, cancel, decide, fenced, proposal, report
 
 from runcontrol.commands import (
-    CancelRun,
     ClaimToolCall,
     CompleteToolCall,
     ConsumeRateLimit,
-    DecideApproval,
     ReportProgress,
     RequestApproval,
     RerunRun,
@@ -77,17 +67,7 @@ def approved_run_with_progress_and_a_tool_call(h: Harness) -> None:
     )
     approval = grain.execute(RequestApproval(**fenced(grant, h.tenant), proposal_hash=proposal()))
     assert approval is not None
-    grain.execute(
-        DecideApproval(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            approval_id=approval.approval_id,
-            principal=h.reviewer(),
-            decision=Decision.APPROVE,
-            version=approval.version,
-            proposal_hash=approval.proposal_hash,
-        )
-    )
+    decide(grain, approval, h.reviewer(), Decision.APPROVE)
     h.succeed(grain, h.lease(grain))
 
 
@@ -107,11 +87,7 @@ def retried_suspended_and_cancelled_run(h: Harness) -> None:
     control(h, grain, SuspendRun)
     control(h, grain, ResumeRun)
     grant = h.lease(grain)
-    grain.execute(
-        CancelRun(
-            tenant_id=grain.tenant_id, run_id=grain.run_id, requested_by=REQUESTER, reason="stop"
-        )
-    )
+    cancel(grain, "stop", requested_by=REQUESTER)
     report(grain, grant, AttemptOutcome.CANCELLED)
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections import defaultdict
 
 import pytest
-from grain_harness import SHARED, WORKER, CeilingRandom, Harness, proposal
+from grain_harness import SHARED, CeilingRandom, Harness
+from support import decide, report, request_approval
 
-from runcontrol.commands import DecideApproval, ReportOutcome, RequestApproval
 from runcontrol.domain import (
     AttemptOutcome,
     Decision,
@@ -30,66 +30,18 @@ def test_full_run_has_gap_free_events_and_one_journal_entry_per_transition(h: Ha
     run_id = grain.run_id
 
     first = h.lease(grain)
-    grain.execute(
-        ReportOutcome(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            attempt_id=first.attempt_id,
-            holder=WORKER,
-            fencing_token=first.fencing_token,
-            outcome=AttemptOutcome.FAILED,
-            failure_class=FailureClass.TRANSIENT,
-        )
-    )
+    report(grain, first, AttemptOutcome.FAILED, failure_class=FailureClass.TRANSIENT)
     h.clock.advance(1)
     h.wake(grain)
     retry = h.lease(grain)
     with pytest.raises(errors.StaleFencingToken):  # refused: audited, nothing else
-        grain.execute(
-            ReportOutcome(
-                tenant_id=grain.tenant_id,
-                run_id=grain.run_id,
-                attempt_id=retry.attempt_id,
-                holder=WORKER,
-                fencing_token=first.fencing_token,
-                outcome=AttemptOutcome.SUCCEEDED,
-            )
-        )
+        report(grain, first, AttemptOutcome.SUCCEEDED, attempt_id=retry.attempt_id)
     h.succeed(grain, retry)
     write = h.lease(grain, "worker-2")
-    approval = grain.execute(
-        RequestApproval(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            attempt_id=write.attempt_id,
-            holder="worker-2",
-            fencing_token=write.fencing_token,
-            proposal_hash=proposal(),
-        )
-    )
+    approval = request_approval(grain, write)
     with pytest.raises(errors.SeparationOfDuties):  # refused: nothing recorded
-        grain.execute(
-            DecideApproval(
-                tenant_id=grain.tenant_id,
-                run_id=grain.run_id,
-                approval_id=approval.approval_id,
-                principal=h.principal(),
-                decision=Decision.APPROVE,
-                version=1,
-                proposal_hash=proposal(),
-            )
-        )
-    grain.execute(
-        DecideApproval(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            approval_id=approval.approval_id,
-            principal=h.reviewer(),
-            decision=Decision.APPROVE,
-            version=1,
-            proposal_hash=proposal(),
-        )
-    )
+        decide(grain, approval, h.principal(), Decision.APPROVE, version=1)
+    decide(grain, approval, h.reviewer(), Decision.APPROVE, version=1)
     resumed = h.lease(grain, "worker-3")  # the approval parked the attempt; any worker resumes
     h.succeed(grain, resumed, 2)
 

@@ -11,8 +11,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from grain_harness import WORKER, Harness, fenced
-from support import race_async
+from grain_harness import Harness
+from support import WORKER, fenced, race_async
 
 from runcontrol import reconcilers
 from runcontrol.commands import (

@@ -6,9 +6,10 @@ command fails); a second outcome is rejected. Plus lease expiry through the remi
 from __future__ import annotations
 
 import pytest
-from grain_harness import WORKER, CeilingRandom, Harness, outcome_hash
+from grain_harness import CeilingRandom, Harness, outcome_hash
+from support import WORKER, acquire, renew, report
 
-from runcontrol.commands import AcquireLease, RenewLease, ReportOutcome, WakeResult
+from runcontrol.commands import AcquireLease, ReportOutcome, WakeResult
 from runcontrol.domain import (
     AttemptOutcome,
     AttemptState,
@@ -25,17 +26,7 @@ GRACE = 30  # RunControl:Leases:RenewalGraceSeconds
 
 def test_claims_are_idempotent_for_the_holder_and_refused_for_others(h: Harness):
     grain, grant = h.start_run()
-    assert (
-        grain.execute(
-            AcquireLease(
-                tenant_id=grain.tenant_id,
-                run_id=grain.run_id,
-                attempt_id=grant.attempt_id,
-                holder=WORKER,
-            )
-        )
-        == grant
-    )
+    assert acquire(grain, grant.attempt_id) == grant
     with pytest.raises(errors.LeaseHeld):
         h.grain(grain.run_id).execute(
             AcquireLease(
@@ -112,15 +103,7 @@ def test_stale_token_and_non_holder_are_refused_and_audited(h: Harness):
                 )
             )
     with pytest.raises(errors.StaleFencingToken):
-        grain.execute(
-            RenewLease(
-                tenant_id=grain.tenant_id,
-                run_id=grain.run_id,
-                attempt_id=second.attempt_id,
-                holder="worker-2",
-                fencing_token=first.fencing_token,
-            )
-        )
+        renew(grain, second, fencing_token=first.fencing_token, holder="worker-2")
 
     audits = h.audits(grain.run_id)
     assert [(a.kind, a.actor, a.detail["fencing_token"]) for a in audits] == [
@@ -146,29 +129,9 @@ def test_one_outcome_per_attempt(h: Harness):
     assert h.load(grain.run_id).run.version == version
     # ... a different second outcome is refused and audited.
     with pytest.raises(errors.OutcomeAlreadyRecorded):
-        grain.execute(
-            ReportOutcome(
-                tenant_id=grain.tenant_id,
-                run_id=grain.run_id,
-                attempt_id=grant.attempt_id,
-                holder=WORKER,
-                fencing_token=grant.fencing_token,
-                outcome=AttemptOutcome.FAILED,
-                failure_class=FailureClass.PERMANENT,
-            )
-        )
+        report(grain, grant, AttemptOutcome.FAILED, failure_class=FailureClass.PERMANENT)
     with pytest.raises(errors.OutcomeAlreadyRecorded):
-        grain.execute(
-            ReportOutcome(
-                tenant_id=grain.tenant_id,
-                run_id=grain.run_id,
-                attempt_id=grant.attempt_id,
-                holder=WORKER,
-                fencing_token=grant.fencing_token,
-                outcome=AttemptOutcome.SUCCEEDED,
-                outcome_hash=outcome_hash(2),
-            )
-        )
+        report(grain, grant, AttemptOutcome.SUCCEEDED, outcome_hash=outcome_hash(2))
     assert [a.kind for a in h.audits(grain.run_id)] == ["duplicate-outcome"] * 2
     agg = h.load(grain.run_id)
     assert agg.attempts[grant.attempt_id].outcome is AttemptOutcome.SUCCEEDED
@@ -179,15 +142,7 @@ def test_one_outcome_per_attempt(h: Harness):
 def test_renewal_extends_the_lease_and_postpones_expiry(h: Harness):
     grain, grant = h.start_run()
     h.clock.advance(LEASE - 10)
-    renewed = grain.execute(
-        RenewLease(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            attempt_id=grant.attempt_id,
-            holder=WORKER,
-            fencing_token=grant.fencing_token,
-        )
-    )
+    renewed = renew(grain, grant)
     assert renewed.fencing_token == grant.fencing_token
     assert renewed.expires_at > grant.expires_at
     h.clock.advance(LEASE)  # past the original expiry + grace, within the renewed one

@@ -5,9 +5,10 @@ exponential backoff; anything else fails the step at once)."""
 from __future__ import annotations
 
 import pytest
-from grain_harness import WORKER, CeilingRandom, Harness
+from grain_harness import CeilingRandom, Harness
+from support import report
 
-from runcontrol.commands import ReportOutcome, WakeResult
+from runcontrol.commands import WakeResult
 from runcontrol.config import Settings
 from runcontrol.domain import (
     AttemptOutcome,
@@ -36,16 +37,7 @@ def test_reported_uncertain_is_retried_only_below_shared_write(h: Harness, side_
     grain, grant = h.start_run(
         StepSpec("s", "agent-a", max_attempts=3, side_effect_class=side_effect)
     )
-    grain.execute(
-        ReportOutcome(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            attempt_id=grant.attempt_id,
-            holder=WORKER,
-            fencing_token=grant.fencing_token,
-            outcome=AttemptOutcome.UNCERTAIN,
-        )
-    )
+    report(grain, grant, AttemptOutcome.UNCERTAIN)
     h.clock.advance(3600)
     h.wake(grain)
 
@@ -92,17 +84,7 @@ def test_transient_failure_is_retried_up_to_max_attempts_with_backoff(make_harne
         assert grant.attempt_number == number
         tokens.append(grant.fencing_token)
         failed_at = h.clock.now()
-        grain.execute(
-            ReportOutcome(
-                tenant_id=grain.tenant_id,
-                run_id=grain.run_id,
-                attempt_id=grant.attempt_id,
-                holder=WORKER,
-                fencing_token=grant.fencing_token,
-                outcome=AttemptOutcome.FAILED,
-                failure_class=FailureClass.TRANSIENT,
-            )
-        )
+        report(grain, grant, AttemptOutcome.FAILED, failure_class=FailureClass.TRANSIENT)
         if delay is None:
             break
         step = h.load(grain.run_id).steps[0]
@@ -131,17 +113,7 @@ def test_transient_failure_is_retried_up_to_max_attempts_with_backoff(make_harne
 )
 def test_non_transient_failure_is_not_retried(h: Harness, failure):
     grain, grant = h.start_run(StepSpec("s", "agent-a", max_attempts=3))
-    grain.execute(
-        ReportOutcome(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            attempt_id=grant.attempt_id,
-            holder=WORKER,
-            fencing_token=grant.fencing_token,
-            outcome=AttemptOutcome.FAILED,
-            failure_class=failure,
-        )
-    )
+    report(grain, grant, AttemptOutcome.FAILED, failure_class=failure)
     h.clock.advance(3600)
     h.wake(grain)
     agg = h.load(grain.run_id)

@@ -10,8 +10,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from grain_harness import Harness, control, fenced, report
-from support import SyncGrain
+from grain_harness import Harness, control
+from support import SyncGrain, fenced, report
 
 from runcontrol import reconcilers
 from runcontrol.commands import ConsumeRateLimit, RetryStep, SubmitRun

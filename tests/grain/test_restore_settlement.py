@@ -6,9 +6,10 @@ operator, a read step is retried. A resend answers the same; a second check chan
 
 from __future__ import annotations
 
-from grain_harness import SHARED, WORKER, Harness, proposal
+from grain_harness import SHARED, Harness
+from support import request_approval
 
-from runcontrol.commands import RequestApproval, SettleRestoredLeases
+from runcontrol.commands import SettleRestoredLeases
 from runcontrol.domain import (
     ApprovalState,
     AttemptState,
@@ -79,16 +80,7 @@ def test_a_read_lease_settles_uncertain_and_its_step_is_retried(h: Harness):
 def test_a_run_waiting_for_approval_holds_no_lease_and_is_left_alone(h: Harness):
     """Its attempt is parked before the side effect it asked about: nothing to settle."""
     grain, grant = h.start_run(StepSpec("write", "agent-a", side_effect_class=SHARED))
-    approval = grain.execute(
-        RequestApproval(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            attempt_id=grant.attempt_id,
-            holder=WORKER,
-            fencing_token=grant.fencing_token,
-            proposal_hash=proposal(),
-        )
-    )
+    approval = request_approval(grain, grant)
     before = h.event_types(grain.run_id)
     assert settle(grain) == []
     assert h.event_types(grain.run_id) == before

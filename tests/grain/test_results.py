@@ -7,8 +7,9 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from grain_harness import Harness, fenced, report
+from grain_harness import Harness
 from sqlalchemy import select
+from support import fenced, report
 
 from runcontrol.commands import ReportOutcome
 from runcontrol.config import ResultOptions, Settings

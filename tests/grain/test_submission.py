@@ -7,16 +7,19 @@ import uuid
 
 import psycopg
 import pytest
-from grain_harness import PROJECT, SHARED, WORKER, Harness, proposal
+from grain_harness import PROJECT, SHARED, Harness
 from sqlalchemy import func, select
-from support import Faults, race_async
+from support import (
+    Faults,
+    acquire,
+    cancel,
+    decide,
+    race_async,
+    report,
+    request_approval,
+)
 
 from runcontrol.commands import (
-    AcquireLease,
-    CancelRun,
-    DecideApproval,
-    ReportOutcome,
-    RequestApproval,
     SubmitRun,
     WakeRun,
 )
@@ -151,28 +154,9 @@ def test_pins_survive_a_moved_alias_and_a_new_policy_revision(h: Harness):
         second_policy.revision,
     )
     # ... the pinned run keeps evaluating its own: revision 1 still requires the approval,
-    approval = grain.execute(
-        RequestApproval(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            attempt_id=grant.attempt_id,
-            holder=WORKER,
-            fencing_token=grant.fencing_token,
-            proposal_hash=proposal(),
-        )
-    )
+    approval = request_approval(grain, grant)
     assert approval is not None and approval.policy_revision == first_policy.revision
-    grain.execute(
-        DecideApproval(
-            tenant_id=grain.tenant_id,
-            run_id=grain.run_id,
-            approval_id=approval.approval_id,
-            principal=h.reviewer(),
-            decision=Decision.APPROVE,
-            version=approval.version,
-            proposal_hash=proposal(),
-        )
-    )
+    decide(grain, approval, h.reviewer(), Decision.APPROVE)
     # ... and its release's single step: one success (by the resumed holder) completes it.
     h.succeed(grain, h.lease(grain))
     run = h.load(grain.run_id).run
@@ -249,16 +233,7 @@ def test_the_terminal_transition_itself_releases_the_reservation(
     faults.arm(grain.run_id, checkpoint)
     faulty = h.grain(grain.run_id)  # a fresh activation
     with pytest.raises(psycopg.DatabaseError, match=faults.message(checkpoint)):
-        faulty.execute(
-            ReportOutcome(
-                tenant_id=faulty.tenant_id,
-                run_id=faulty.run_id,
-                attempt_id=grant.attempt_id,
-                holder=grant.holder,
-                fencing_token=grant.fencing_token,
-                outcome=AttemptOutcome.SUCCEEDED,
-            )
-        )
+        report(faulty, grant, AttemptOutcome.SUCCEEDED)
     assert h.load(grain.run_id).run.state is RunState.RUNNING
     assert reservation_released_at(h, grain.run_id) is None
 
@@ -324,33 +299,10 @@ def test_another_tenants_grain_cannot_see_or_command_the_run(h: Harness, make_ha
     other = make_harness(tenant_id=f"{tenant}-other")
     foreign = other.grain(grain.run_id)
     commands = (
-        lambda: foreign.execute(
-            CancelRun(
-                tenant_id=foreign.tenant_id,
-                run_id=foreign.run_id,
-                requested_by="mallory",
-                reason="mine now",
-            )
-        ),
+        lambda: cancel(foreign, "mine now", requested_by="mallory"),
         lambda: foreign.execute(WakeRun(tenant_id=foreign.tenant_id, run_id=foreign.run_id)),
-        lambda: foreign.execute(
-            AcquireLease(
-                tenant_id=foreign.tenant_id,
-                run_id=foreign.run_id,
-                attempt_id=grant.attempt_id,
-                holder="mallory",
-            )
-        ),
-        lambda: foreign.execute(
-            ReportOutcome(
-                tenant_id=foreign.tenant_id,
-                run_id=foreign.run_id,
-                attempt_id=grant.attempt_id,
-                holder=WORKER,
-                fencing_token=grant.fencing_token,
-                outcome=AttemptOutcome.SUCCEEDED,
-            )
-        ),
+        lambda: acquire(foreign, grant.attempt_id, "mallory"),
+        lambda: report(foreign, grant, AttemptOutcome.SUCCEEDED),
     )
     for command in commands:
         with pytest.raises(errors.RunNotFound):

@@ -5,6 +5,7 @@ commit it through the group commit or send it alone)."""
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -13,6 +14,7 @@ from support import SyncGrain, drive
 
 from runcontrol.bootstrap import Container
 from runcontrol.commands import SubmitRequest, SubmitResult, SubmitRun
+from runcontrol.config import WebhookOptions
 from runcontrol.domain import (
     AttemptOutcome,
     CommandContext,
@@ -27,6 +29,7 @@ from runcontrol.domain import (
 )
 from runcontrol.store import Database
 from runcontrol.store.commit import APPLICATION_NAME, PendingCommit, conclude, prepare
+from runcontrol.webhooks import create_subscription
 
 
 def publish(container: Container, tenant: str) -> None:
@@ -194,7 +197,7 @@ def complete(container: Container, agg: RunAggregate, grant: LeaseGrant) -> RunA
     return agg
 
 
-def renew(container: Container, agg: RunAggregate, grant: LeaseGrant) -> RunAggregate:
+def renewed(container: Container, agg: RunAggregate, grant: LeaseGrant) -> RunAggregate:
     """A lease renewal decided on ``agg``: it bumps the version and rewrites the lease (the
     clock moves first, so the new ``expires_at`` differs from the stored one)."""
     container.env.clock.advance(1)
@@ -217,3 +220,17 @@ def terminate_store_backends(owner_engine: Engine) -> int:
         ).scalar_one()
         owner.commit()
     return int(killed)
+
+
+def subscribe(db: Database, tenant: str, now: datetime) -> dict[str, Any]:
+    """A webhook subscription of ``tenant`` created at ``now`` (to a port nobody listens on)."""
+    return create_subscription(
+        db,
+        tenant,
+        url="http://127.0.0.1:9/hook",
+        description=None,
+        max_attempts=3,
+        created_by="oscar",
+        options=WebhookOptions(allow_private_addresses=True),
+        now=now,
+    )

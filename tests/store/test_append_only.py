@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy.exc import DBAPIError
+from support import cancel, report
 
-from runcontrol.commands import CancelRun, ReportOutcome
 from runcontrol.domain import AttemptOutcome, errors
 from runcontrol.store.tables import APPEND_ONLY_TABLES
 
@@ -31,27 +31,8 @@ def evidence(make_leased_run, tenant):
     """A run with journal rows, an audit_log row (a refused report) and a cancellation intent."""
     run = make_leased_run(tenant)
     with pytest.raises(errors.LeaseNotHeld):
-        run.grain.execute(
-            ReportOutcome(
-                tenant_id=run.grain.tenant_id,
-                run_id=run.grain.run_id,
-                attempt_id=run.attempt_id,
-                holder="intruder",
-                fencing_token=run.grant.fencing_token,
-                outcome=AttemptOutcome.SUCCEEDED,
-            )
-        )
-    assert (
-        run.grain.execute(
-            CancelRun(
-                tenant_id=run.grain.tenant_id,
-                run_id=run.grain.run_id,
-                requested_by="ops",
-                reason="stop",
-            )
-        )
-        == "Cancelling"
-    )
+        report(run.grain, run.grant, AttemptOutcome.SUCCEEDED, holder="intruder")
+    assert cancel(run.grain) == "Cancelling"
     return run
 
 

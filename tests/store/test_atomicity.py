@@ -16,9 +16,9 @@ from uuid import UUID
 import psycopg
 import pytest
 from store_support import load, send
-from support import CHECKPOINTS, Faults, SyncGrain
+from support import CHECKPOINTS, Faults, SyncGrain, report_command
 
-from runcontrol.commands import ReportOutcome, SubmitRequest, SubmitRun
+from runcontrol.commands import SubmitRequest, SubmitRun
 from runcontrol.domain import (
     AttemptOutcome,
     CommandContext,
@@ -68,14 +68,8 @@ def test_fault_in_grain_command_leaves_no_trace_and_its_resend_commits_all(
     run = make_leased_run(tenant)
     before = snapshot(container.db, tenant, run.run_id)
     assert before["run"][0][0] == "Running"
-    command = ReportOutcome(
-        tenant_id=run.grain.tenant_id,
-        run_id=run.grain.run_id,
-        attempt_id=run.grant.attempt_id,
-        holder=run.grant.holder,
-        fencing_token=run.grant.fencing_token,
-        outcome=AttemptOutcome.SUCCEEDED,
-        outcome_hash=canonical_hash({"result": 1}),
+    command = report_command(
+        run.grain, run.grant, AttemptOutcome.SUCCEEDED, outcome_hash=canonical_hash({"result": 1})
     )
 
     def report() -> None:

@@ -24,7 +24,7 @@ from store_support import (
     load,
     principal,
     publish,
-    renew,
+    renewed,
     request,
     runs_for_key,
     send,
@@ -55,7 +55,9 @@ def one_connection(db: Database, clock: ManualClock) -> Iterator[Container]:
 def another_activation_commits(container: Container, run) -> None:
     """Another activation wins the race: it renews the lease and commits first."""
     send(
-        container, run.tenant, renew(container, load(container, run.tenant, run.run_id), run.grant)
+        container,
+        run.tenant,
+        renewed(container, load(container, run.tenant, run.run_id), run.grant),
     )
 
 

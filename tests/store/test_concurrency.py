@@ -13,10 +13,16 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-from store_support import load, renew, send
-from support import SyncGrain, race_async
+from store_support import load, renewed, send
+from support import (
+    SyncGrain,
+    cancel_command,
+    race_async,
+    renew_command,
+    report_command,
+)
 
-from runcontrol.commands import AcquireLease, CancelRun, DispatchRun, RenewLease, ReportOutcome
+from runcontrol.commands import AcquireLease, DispatchRun, ReportOutcome
 from runcontrol.domain import AttemptOutcome, CommandContext, canonical_hash, errors
 from runcontrol.grain import RunGrain
 
@@ -113,19 +119,11 @@ def test_outcome_racing_cancellation_commits_a_serial_order(
 
     results = race_async(
         a.grain.execute(
-            ReportOutcome(
-                tenant_id=a.tenant_id,
-                run_id=a.run_id,
-                attempt_id=grant.attempt_id,
-                holder=grant.holder,
-                fencing_token=grant.fencing_token,
-                outcome=AttemptOutcome.SUCCEEDED,
-                outcome_hash=canonical_hash({"r": round_}),
+            report_command(
+                a, grant, AttemptOutcome.SUCCEEDED, outcome_hash=canonical_hash({"r": round_})
             )
         ),
-        b.grain.execute(
-            CancelRun(tenant_id=b.tenant_id, run_id=b.run_id, requested_by="ops", reason="stop it")
-        ),
+        b.grain.execute(cancel_command(b, "stop it")),
     )
 
     # Neither command is refused: each re-decides on what the other committed.
@@ -160,7 +158,7 @@ def test_a_document_decided_on_a_stale_version_is_a_concurrency_conflict(
     before = run_row(db, tenant, run.run_id)
 
     stale = load(container, tenant, run.run_id)
-    send(container, tenant, renew(container, load(container, tenant, run.run_id), run.grant))
+    send(container, tenant, renewed(container, load(container, tenant, run.run_id), run.grant))
 
     stale.cancel(ctx, "ops", "stop")
     with pytest.raises(errors.ConcurrencyConflict):
@@ -200,15 +198,7 @@ def test_refusal_decided_on_fresh_rows_is_answered_even_if_the_run_moves_again(
         # Another activation commits (a lease renewal bumps the version) just before the check.
         moved.append(run_id)
         clock.advance(1)
-        await holder_grain.grain.execute(
-            RenewLease(
-                tenant_id=holder_grain.tenant_id,
-                run_id=holder_grain.run_id,
-                attempt_id=grant.attempt_id,
-                holder=grant.holder,
-                fencing_token=grant.fencing_token,
-            )
-        )
+        await holder_grain.grain.execute(renew_command(holder_grain, grant))
         return await real_run_version(tenant_id, run_id)
 
     monkeypatch.setattr(store, "run_version", run_version_after_a_concurrent_commit)

@@ -14,10 +14,10 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 from store_support import terminate_store_backends
-from support import drive
+from support import drive, report_command
 
 from runcontrol.bootstrap import Container
-from runcontrol.commands import Command, ReportOutcome
+from runcontrol.commands import Command
 from runcontrol.domain import AttemptOutcome, errors
 from runcontrol.store.tables import outbox
 
@@ -47,14 +47,7 @@ def test_a_lost_connection_is_unavailable_and_the_resend_commits_once(
     assert run.grant is not None
     drive(container.store.rows(tenant, "SELECT 1"))  # the pool holds at least one connection
     assert terminate_store_backends(owner_engine) >= 1
-    command: Command[Any] = ReportOutcome(
-        tenant_id=run.grain.tenant_id,
-        run_id=run.grain.run_id,
-        attempt_id=run.attempt_id,
-        holder="worker-1",
-        fencing_token=run.grant.fencing_token,
-        outcome=AttemptOutcome.SUCCEEDED,
-    )
+    command: Command[Any] = report_command(run.grain, run.grant, AttemptOutcome.SUCCEEDED)
 
     outcomes = until_answered(lambda: run.grain.execute(command), container.settings.pool_size)
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
+from store_support import subscribe
 
 from runcontrol import reconcilers
-from runcontrol.config import WebhookOptions
 from runcontrol.store import webhooks as feed
 from runcontrol.store.tables import event_feed, outbox, webhook_deliveries
-from runcontrol.webhooks import create_subscription
 
 LONG_AGO = datetime(2001, 1, 1, tzinfo=UTC)  # no other test publishes at this time
 
@@ -25,16 +24,7 @@ def test_relay_positions_fan_out_and_retention_cascade(db, make_leased_run, tena
     # Other tests' events are published now; only this test's are published LONG_AGO, so the
     # retention below removes this test's events only.
     _relay_all(db, datetime.now(UTC))
-    sub = create_subscription(
-        db,
-        tenant,
-        url="http://127.0.0.1:9/hook",
-        description=None,
-        max_attempts=3,
-        created_by="oscar",
-        options=WebhookOptions(allow_private_addresses=True),
-        now=LONG_AGO,
-    )
+    sub = subscribe(db, tenant, LONG_AGO)
     run = make_leased_run(tenant)
     _relay_all(db, LONG_AGO)
     with db.tenant(tenant) as conn:

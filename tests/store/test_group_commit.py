@@ -31,7 +31,7 @@ from store_support import (
     complete,
     load,
     principal,
-    renew,
+    renewed,
     request,
     runs_for_key,
     send,
@@ -285,7 +285,7 @@ def test_a_lost_race_fails_alone_in_its_group(container, tenant, make_leased_run
     db = container.db
     first, loser, last = (make_leased_run(tenant) for _ in range(3))
     stale = complete(container, load(container, tenant, loser.run_id), loser.grant)
-    send(container, tenant, renew(container, load(container, tenant, loser.run_id), loser.grant))
+    send(container, tenant, renewed(container, load(container, tenant, loser.run_id), loser.grant))
     runs = (first, last)
     before = {run.run_id: snapshot(db, tenant, run.run_id) for run in (*runs, loser)}
     aggs = [complete(container, load(container, tenant, run.run_id), run.grant) for run in runs]

@@ -13,13 +13,12 @@ from uuid import UUID
 
 import psycopg
 from sqlalchemy import event, text
+from store_support import subscribe
 
 from runcontrol import reconcilers
-from runcontrol.config import WebhookOptions
 from runcontrol.store import Database
 from runcontrol.store.notify import libpq_url
 from runcontrol.store.webhooks import FEED_CHANNEL
-from runcontrol.webhooks import create_subscription
 
 NOW = datetime(2026, 6, 2, tzinfo=UTC)
 
@@ -45,17 +44,7 @@ def _statements(db: Database) -> Iterator[list[str]]:
 
 
 def _subscribe(db: Database, tenant: str) -> UUID:
-    sub = create_subscription(
-        db,
-        tenant,
-        url="http://127.0.0.1:9/hook",
-        description=None,
-        max_attempts=3,
-        created_by="oscar",
-        options=WebhookOptions(allow_private_addresses=True),
-        now=NOW,
-    )
-    return UUID(sub["subscriptionId"])
+    return UUID(subscribe(db, tenant, NOW)["subscriptionId"])
 
 
 def _fed(db: Database, run_ids: list[UUID]) -> list[Any]:

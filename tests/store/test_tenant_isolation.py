@@ -16,9 +16,8 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, create_engine
 from sqlalchemy.exc import DBAPIError
-from support import drive
+from support import drive, report
 
-from runcontrol.commands import ReportOutcome
 from runcontrol.domain import AttemptOutcome, StepSpec, WorkflowDefinition, errors
 from runcontrol.store import APP_ROLE, SYSTEM_ROLE
 from runcontrol.store.tables import INSERT_ONLY_TABLES, READ_ONLY_TABLES, TENANT_TABLES
@@ -53,16 +52,7 @@ def two_tenants(container, tenant, make_leased_run):
     b = make_leased_run(f"{tenant}-b")
     for run in (a, b):  # a refused report leaves an audit_log row in the run's tenant
         with pytest.raises(errors.LeaseNotHeld):
-            run.grain.execute(
-                ReportOutcome(
-                    tenant_id=run.grain.tenant_id,
-                    run_id=run.grain.run_id,
-                    attempt_id=run.attempt_id,
-                    holder="intruder",
-                    fencing_token=run.grant.fencing_token,
-                    outcome=AttemptOutcome.SUCCEEDED,
-                )
-            )
+            report(run.grain, run.grant, AttemptOutcome.SUCCEEDED, holder="intruder")
     return a, b
 
 

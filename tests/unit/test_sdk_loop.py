@@ -1,6 +1,6 @@
 """The worker SDK's loop against an in-process fake of the run hosts' session side.
 
-``FakeHosts`` keeps the rules of ``runcontrol.session`` (credits replace the last set, a
+``FakeHosts`` keeps the rules of ``runcontrol.workers.protocol`` (credits replace the last set, a
 grant is resent until acked, commands are answered by command id and a resend gets the
 stored answer, a second outcome is refused, a new exchange supersedes the waiting one) and
 nothing else: no leases, no database. It tests the SDK's slot, credit and resend logic only;
@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 import pytest
+from support import endless_agent
 
 from runcontrol.commands import (
     ClaimToolCall,
@@ -43,7 +44,7 @@ from runcontrol.domain import (
     errors,
 )
 from runcontrol.sdk import Backoff, Permanent, Step, SyncStep, Transient, Uncertain, Worker
-from runcontrol.session import Answer, Credit, Grant, SessionDown, SessionUp
+from runcontrol.workers.protocol import Answer, Credit, Grant, SessionDown, SessionUp
 
 T = TypeVar("T")
 TENANT = "t-1"
@@ -620,16 +621,7 @@ def test_a_stopping_worker_works_what_was_granted_meanwhile() -> None:
 def test_a_pushed_cancel_interrupts_an_async_function_which_reports_cancelled() -> None:
     hosts = FakeHosts()
     worker = fast(concurrency=1)
-    started, interrupted = asyncio.Event(), asyncio.Event()
-
-    @worker.agent("a")
-    async def forever(step: Step) -> None:
-        started.set()
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            interrupted.set()
-            raise
+    started, interrupted = endless_agent(worker, "a")
 
     attempt = FakeAttempt("a", host=0)
 

@@ -1,6 +1,7 @@
 """The run aggregate, by concern: ``RunAggregate`` and what its commands take and answer."""
 
 from .aggregate import RunAggregate
+from .usage import RateConsumed
 from .values import (
     APPROVAL_EXPIRY,
     LIFETIME_EXCEEDED,
@@ -34,6 +35,7 @@ __all__ = [
     "LeaseGrant",
     "Options",
     "Principal",
+    "RateConsumed",
     "RunAggregate",
     "Submission",
 ]

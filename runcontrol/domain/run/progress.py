@@ -74,3 +74,16 @@ class Progress(Leases):
             )
             stored += 1
         return ProgressAck(attempt_id, attempt.progress_seq, stored, duplicates, gap_at)
+
+
+def gap_refusal(ack: ProgressAck) -> errors.ProgressGap | None:
+    """The refusal a report answered with a gap gets, after the messages before the gap were
+    stored (a resend of the command gets the same ack, so the same refusal)."""
+    if ack.gap_at is None:
+        return None
+    return errors.ProgressGap(
+        f"progress message {ack.gap_at} follows {ack.acked_seq}: resend from {ack.acked_seq + 1}",
+        attempt_id=str(ack.attempt_id),
+        acked_seq=ack.acked_seq,
+        gap_at=ack.gap_at,
+    )

@@ -1,17 +1,43 @@
 """Worker-reported usage of a named rate limit (issue 21 item 2): the lease holder says how
 many units of a named limit (model tokens, say) its attempt used; the bucket moves by them
-after the commit (``grain.handlers.consume_rate_limit``), so later dispatches wait."""
+after the commit (the grain's after-commit effect of ``ConsumeRateLimit``), so later
+dispatches wait."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from datetime import datetime
 from uuid import UUID
 
 from .. import errors
 from .. import events as ev
 from ..rates import Draw, RateLimits, named_bucket
+from ..workflow import PolicyDocument
 from .leases import Leases
 from .values import CommandContext, Options
+
+
+@dataclass(frozen=True, slots=True)
+class RateConsumed:
+    """What a consumption answers: the named limit, its tenant's bucket, the units taken and
+    when (a resend of the command gets the same answer, the units taken once)."""
+
+    name: str
+    bucket: str
+    units: float
+    at: datetime
+
+
+def rate_draw(limits: RateLimits | None, name: str, units: float) -> Draw:
+    """What ``units`` of the named limit ``name`` take from its bucket (the policy's rate)."""
+    rate = limits.named.get(name) if limits is not None else None
+    if rate is None:
+        raise errors.ValidationFailed(
+            f"the run's policy revision defines no rate limit {name!r} (rateLimits.named)",
+            limit=name,
+        )
+    return Draw(named_bucket(name), rate.per_second, rate.burst, float(units))
 
 
 class RateUsage(Leases):
@@ -23,11 +49,11 @@ class RateUsage(Leases):
         fencing_token: int,
         name: str,
         units: float,
-        limits: RateLimits | None,
+        policy: PolicyDocument,
         options: Options,
         *,
         lease_id: UUID | None = None,
-    ) -> Draw:
+    ) -> RateConsumed:
         """Check the report (from the current lease holder, of a limit the run's pinned
         policy revision defines) and record it as a ``RateLimitConsumed`` event; answers what
         the bucket takes."""
@@ -35,15 +61,9 @@ class RateUsage(Leases):
             raise errors.ValidationFailed("units must be a number")
         if not math.isfinite(units) or units <= 0:
             raise errors.ValidationFailed("units must be a positive number")
-        rate = limits.named.get(name) if limits is not None else None
-        if rate is None:
-            raise errors.ValidationFailed(
-                f"the run's policy revision defines no rate limit {name!r} (rateLimits.named)",
-                limit=name,
-            )
+        draw = rate_draw(policy.rate_limits, name, units)
         attempt = self.attempt(attempt_id)
         self._held_lease(ctx, attempt, holder, fencing_token, options, lease_id)
-        draw = Draw(named_bucket(name), rate.per_second, rate.burst, float(units))
         self._emit(
             ctx,
             ev.RateLimitConsumed(
@@ -57,4 +77,4 @@ class RateUsage(Leases):
             step_id=attempt.step_id,
             attempt_id=attempt_id,
         )
-        return draw
+        return RateConsumed(name, draw.bucket, draw.units, ctx.now)

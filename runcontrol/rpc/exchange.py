@@ -1,6 +1,6 @@
 """Worker sessions over gRPC: ``Exchange`` (a unary long poll per run host, DESIGN 10).
 
-The messages of ``runcontrol.session`` to and from ``ExchangeRequest`` / ``ExchangeReply``,
+The messages of ``runcontrol.workers.protocol`` to and from ``ExchangeRequest`` / ``ExchangeReply``,
 derived from the RPC table: a command in an exchange is the request of its own RPC, in the
 ``SessionCommand`` oneof field named as the RPC's servicer method (``report_attempt_outcome``
 ...), and its answer the RPC's response in the ``SessionAnswer`` field of the same name (or a
@@ -28,7 +28,7 @@ from schemas import runcontrol_pb2_grpc as pb_grpc
 
 from ..commands import AcquireLease, Command, RenewLease
 from ..domain import LeaseGrant, WorkerIdentity, errors
-from ..session import MAX_WAIT_S, Answer, Credit, Grant, SessionDown, SessionUp
+from ..workers.protocol import MAX_WAIT_S, Answer, Credit, Grant, SessionDown, SessionUp
 from .codec import json_object, json_text, timestamp
 from .status import error_from_rpc, error_from_status, rich_status
 from .table import BY_COMMAND, LEASE, NAMED_ACQUIRE, NAMED_RENEW, RPCS, Rpc, identity

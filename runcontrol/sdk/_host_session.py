@@ -1,4 +1,4 @@
-"""One worker process's session with one run host: the exchanges (``runcontrol.session``).
+"""One worker process's session with one run host: the exchanges (``runcontrol.workers.protocol``).
 
 A ``HostSession`` always keeps one exchange waiting on its host (a long poll with the slots
 it offers there as credits); anything new to say (a command, a credit, an ack) starts a new
@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from ..commands import Command
 from ..domain import errors
-from ..session import MAX_WAIT_S, Credit, Grant, SessionDown, SessionTransport, SessionUp
+from ..workers.protocol import MAX_WAIT_S, Credit, Grant, SessionDown, SessionTransport, SessionUp
 from ._backoff import Backoff
 
 log = logging.getLogger(__name__)

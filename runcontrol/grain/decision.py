@@ -1,4 +1,5 @@
-"""The retry loop: decide a command on the run and commit it with its answer.
+"""A command's decision: decide it on the run, commit it with its answer in one statement,
+publish the commit (``bus.Committed``); decide again on a lost race.
 
 A lost race (the version guard, or a deadlock between two activations) decides again once, on
 fresh rows, before answering ``ConcurrencyConflict``; a refusal decided on the cache decides
@@ -9,7 +10,7 @@ one of the tenant's cap) decides again holding the step (docs/flow-control.md).
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from ..commands import Command, fingerprint
 from ..domain import AuditRecord, errors
@@ -22,10 +23,9 @@ from ..store.commit import (
     conclude,
     prepare,
 )
+from .bus import Committed, publish
 from .env import Plan
-
-if TYPE_CHECKING:
-    from .grain import RunGrain
+from .grain import RunGrain
 
 T = TypeVar("T")
 
@@ -102,11 +102,8 @@ async def _decide(
             except errors.FlowDenied as denied:
                 grain.refused_flow(denied)  # decide again holding what needs the key
                 continue
-            grain.memo.remember(answer)
-            grain.observe(agg, pending.changes.events)
-            grain.fused_committed()
-            grain.flow_committed(pending.changes)
-            grain.rates_committed(agg)
+            grain.agg = agg
+            await publish(grain, Committed(command, agg, pending.changes, answer))
         grain.agg = agg
         return result
 

@@ -10,7 +10,7 @@ tenant's tag is ever behind it: a tenant that was idle, or new, starts at ``now`
 banks no credit and a returning tenant gets its share, not a burst. Two tenants of weights 2
 and 1, both backlogged, are granted 2:1.
 
-One ``FairShare`` per run host (the session book's grants and the host's unary claims share
+One ``FairShare`` per run host (the credit book's grants and the host's unary claims share
 it): each host's grants are fair; hosts keep no common virtual time (a tenant served on one
 host is not charged on another). Only the grants of a slot that could have served another
 tenant are charged (a credit bound to one tenant, a worker of that tenant's own, takes none

@@ -1,5 +1,5 @@
-"""Weighted fair shares across tenants (``runcontrol.fairness``) and the session book's use of
-them: a credit that serves every tenant takes the tenant whose turn it is. Pure."""
+"""Weighted fair shares across tenants (``runcontrol.workers.fair_shares``) and the host's
+book's use of them: a credit that serves every tenant takes the tenant whose turn it is. Pure."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from domain_harness import T0
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runcontrol.fairness import FairShare
-from runcontrol.session import Credit
-from runcontrol.sessions import Offer, RunView, SessionBook
+from runcontrol.workers.book import CreditBook, Offer, RunView
+from runcontrol.workers.fair_shares import FairShare
+from runcontrol.workers.protocol import Credit
 
 
 def credit(tenant: str | None = None) -> Credit:
@@ -26,7 +26,7 @@ class Backlog:
     credit at a time, each taken at once (as a slot freed by a report would be)."""
 
     def __init__(self, weights: dict[str, float] | None = None) -> None:
-        self.book = SessionBook(FairShare(weights))
+        self.book = CreditBook(FairShare(weights))
         self.clock = 0.0
 
     def dispatch(self, tenant: str, n: int = 1) -> list[Offer]:
@@ -98,7 +98,7 @@ def test_a_credit_bound_to_a_tenant_is_not_charged_to_its_share() -> None:
 
 def test_a_fused_grant_is_charged_to_its_tenants_share() -> None:
     fair = FairShare()
-    book = SessionBook(fair)
+    book = CreditBook(fair)
     book.offer("s", [credit()], now=0)
     o = Offer("x", uuid4(), uuid4(), "a", T0)
     match = book.reserve(o)

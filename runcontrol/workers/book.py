@@ -1,4 +1,5 @@
-"""The host side of the worker session (DESIGN 10, ``runcontrol.session``): a run host's book.
+"""A run host's book of the credits offered to it and the attempts (offers) waiting for one
+(docs/sessions.md; the messages: ``runcontrol.workers.protocol``).
 
 Pure: no Ray, no I/O, no clock of its own (times are passed in). A run host keeps one book and
 tells it what its own commits did to each run (``observe``, from the grain's observers); the
@@ -7,7 +8,7 @@ book keeps
 - the credits each session offers this host (a tenant-bound credit matches only its tenant),
 - the attempts dispatched on this host that no credit has taken yet, per agent and tenant,
   oldest first; a credit that serves every tenant takes the tenant whose turn it is by
-  weighted fair shares (``runcontrol.fairness``),
+  weighted fair shares (``runcontrol.workers.fair_shares``),
 - the matches made (a credit and an attempt, while the host leases it through the run's
   mailbox), then the grants, kept until their session acks them,
 - which session holds which attempt, so that the host can push the cancels of those attempts,
@@ -28,12 +29,11 @@ import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 from uuid import UUID
 
-from .domain import AttemptState, Event, LeaseGrant, Options, RunAggregate, RunState
-from .fairness import FairShare
-from .session import Credit, Grant
+from ..domain import Attempt, AttemptState, Event, RunAggregate, RunState
+from .fair_shares import FairShare
+from .protocol import Credit, Grant
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +45,20 @@ class Offer:
     attempt_id: UUID
     agent_id: str
     dispatched_at: datetime
-    input: dict[str, Any] | None = None
     priority: int = 3  # the run's (issue 21): a tenant's waiting attempts, highest first
+
+    @classmethod
+    def of(cls, agg: RunAggregate, attempt: Attempt, agent_id: str) -> Offer:
+        """A dispatched attempt of the run ``agg`` (its step's agent ``agent_id``)."""
+        run = agg.run
+        return cls(
+            run.tenant_id,
+            run.run_id,
+            attempt.attempt_id,
+            agent_id,
+            attempt.dispatched_at,
+            run.priority,
+        )
 
 
 # A waiting attempt in its (agent, tenant) heap: priority first (highest), then dispatch order.
@@ -74,15 +86,9 @@ class RunView:
     new_leases: Mapping[UUID, UUID]
     # True while a leased attempt's holder must stop (the run is being cancelled)
     cancelling: bool
-    # when the control plane cancels the run (given ``options``)
-    deadline: datetime | None = None
 
 
-def view(
-    agg: RunAggregate,
-    events: Sequence[Event] = (),
-    options: Options | None = None,
-) -> RunView:
+def view(agg: RunAggregate, events: Sequence[Event] = ()) -> RunView:
     """The run as the book needs it, just after a commit whose ``events`` are given: its
     leasable attempts (Dispatched, run Running and not suspended: what ``acquire_lease``
     accepts), its current leases, the leases the commit granted, whether it is cancelling."""
@@ -92,17 +98,7 @@ def view(
     leased: dict[UUID, UUID] = {}
     for attempt in agg.attempts.values():
         if attempt.state is AttemptState.DISPATCHED and leasable:
-            offers.append(
-                Offer(
-                    run.tenant_id,
-                    run.run_id,
-                    attempt.attempt_id,
-                    agg.step(attempt.step_id).agent_id,
-                    attempt.dispatched_at,
-                    run.input,
-                    run.priority,
-                )
-            )
+            offers.append(Offer.of(agg, attempt, agg.step(attempt.step_id).agent_id))
         elif attempt.state is AttemptState.LEASED and attempt.lease_id is not None:
             leased[attempt.attempt_id] = attempt.lease_id
     new_leases = {
@@ -111,8 +107,7 @@ def view(
         if e.event_type == "LeaseGranted" and e.attempt_id in leased
     }
     cancelling = run.state is RunState.CANCELLING
-    deadline = agg.deadline(options) if options is not None and new_leases else None
-    return RunView(run.run_id, tuple(offers), leased, new_leases, cancelling, deadline)
+    return RunView(run.run_id, tuple(offers), leased, new_leases, cancelling)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,10 +117,10 @@ class _Held:
     lease_id: UUID
 
 
-class SessionBook:
-    """``fair``: the host's fair shares across tenants (``runcontrol.fairness``): a credit that
-    serves every tenant takes the attempt of the tenant whose turn it is, each tenant's own
-    attempts oldest first."""
+class CreditBook:
+    """A run host's book of credits and offers. ``fair``: the host's fair shares across
+    tenants (``runcontrol.workers.fair_shares``): a credit that serves every tenant takes the
+    attempt of the tenant whose turn it is, each tenant's own attempts oldest first."""
 
     def __init__(self, fair: FairShare | None = None) -> None:
         self._fair = fair if fair is not None else FairShare()
@@ -145,7 +140,7 @@ class SessionBook:
         self._news_woken: set[str] = set()  # ... of whom not yet woken
         # attempt -> the match leasing it; the lease ids this host's commits created for them
         self._matching: dict[UUID, Match] = {}
-        self._fresh: dict[UUID, tuple[UUID, datetime | None]] = {}  # (lease, run deadline)
+        self._fresh: dict[UUID, UUID] = {}
         # session -> claim id -> grant, until acked
         self._grants: dict[str, dict[str, Grant]] = {}
         self._held: dict[UUID, _Held] = {}  # attempt -> who holds its lease
@@ -229,7 +224,7 @@ class SessionBook:
                 self._drop_offer(attempt_id)
         for attempt_id, lease_id in run.new_leases.items():
             if attempt_id in self._matching:
-                self._fresh[attempt_id] = (lease_id, run.deadline)
+                self._fresh[attempt_id] = lease_id
         for attempt_id in list(self._held_by_run.get(run.run_id, ())):
             held = self._held[attempt_id]
             current = run.leased.get(attempt_id)
@@ -288,20 +283,16 @@ class SessionBook:
 
     # ------------------------------------------------------------------ grants
 
-    def granted(
-        self, match: Match, lease: LeaseGrant, results: Mapping[str, Any]
-    ) -> tuple[bool, list[Match], set[str]]:
-        """The match's ``AcquireLease`` answered ``lease`` (the attempt's step receives
-        ``results``). Delivered (True) only if this host's commit created that lease; otherwise
-        the credit waits again. Answers also the matches the returned credit made and the
-        sessions woken."""
+    def granted(self, match: Match, grant: Grant) -> tuple[bool, list[Match], set[str]]:
+        """The match's ``AcquireLease`` answered ``grant.lease`` (``runcontrol.workers.grants``).
+        Delivered (True) only if this host's commit created that lease; otherwise the credit
+        waits again. Answers also the matches the returned credit made and the sessions woken."""
+        lease = grant.lease
         fresh = self._fresh.pop(match.offer.attempt_id, None)
         self._matching.pop(match.offer.attempt_id, None)
-        if fresh is None or fresh[0] != lease.lease_id or lease.attempt_id in self._held:
+        if fresh is None or fresh != lease.lease_id or lease.attempt_id in self._held:
             return False, *self._credit_back(match)
-        self._deliver(
-            match.session_id, match.credit.claim_id, match.offer, lease, fresh[1], results
-        )
+        self._deliver(match.session_id, grant)
         return True, [], {match.session_id}
 
     def refused(self, match: Match) -> tuple[list[Match], set[str]]:
@@ -311,17 +302,9 @@ class SessionBook:
         self._matching.pop(match.offer.attempt_id, None)
         return self._credit_back(match)
 
-    def recovered(self, session_id: str, claim_id: str, grant: Grant) -> set[str]:
+    def recovered(self, session_id: str, grant: Grant) -> set[str]:
         """A resent credit's lease found again by its claim id (the store's answer)."""
-        offer = Offer(
-            grant.tenant_id,
-            grant.lease.run_id,
-            grant.lease.attempt_id,
-            grant.lease.agent_id,
-            grant.lease.expires_at,
-            grant.input,
-        )
-        self._deliver(session_id, claim_id, offer, grant.lease, grant.deadline_at, grant.results)
+        self._deliver(session_id, grant)
         return {session_id}
 
     def grants(self, session_id: str) -> list[Grant]:
@@ -350,17 +333,9 @@ class SessionBook:
 
     # ------------------------------------------------------------------ internals
 
-    def _deliver(
-        self,
-        session_id: str,
-        claim_id: str,
-        offer: Offer,
-        lease: LeaseGrant,
-        deadline: datetime | None,
-        results: Mapping[str, Any],
-    ) -> None:
-        grant = Grant(claim_id, offer.tenant_id, lease, offer.input, results, deadline)
-        self._grants.setdefault(session_id, {})[claim_id] = grant
+    def _deliver(self, session_id: str, grant: Grant) -> None:
+        lease = grant.lease
+        self._grants.setdefault(session_id, {})[grant.claim_id] = grant
         self._held[lease.attempt_id] = _Held(session_id, lease.run_id, lease.lease_id)
         self._held_by_run.setdefault(lease.run_id, set()).add(lease.attempt_id)
 
@@ -402,8 +377,8 @@ class SessionBook:
 
     def _take(self, session_id: str, credit: Credit) -> Match | None:
         """The attempt ``credit`` accepts of the tenant whose turn it is (the least fair-share
-        tag, then the oldest head: ``runcontrol.fairness``), matched to it (or None). A credit
-        bound to a tenant takes that tenant's oldest. O(agents x tenants waiting)."""
+        tag, then the oldest head: ``runcontrol.workers.fair_shares``), matched to it (or None). A
+        credit bound to a tenant takes that tenant's oldest. O(agents x tenants waiting)."""
         fair = self._fair
         best: tuple[float, Entry] | None = None
         for agent_id in credit.agent_ids:
@@ -455,7 +430,7 @@ class SessionBook:
         if not waiting:
             # The agent's first attempt waiting here, and no credit here takes it: every
             # session hears of it now (its exchange answers), not when its long poll ends, so
-            # a worker with idle credits on another host moves one here (``sdk._credits``).
+            # a worker with idle credits on another host moves one here (``sdk._slots``).
             # Once per backlog, not per attempt: a deep backlog costs no wake-ups.
             self._backlog_news.update(self._seen)
             self._news_woken.update(self._seen)

@@ -1,18 +1,18 @@
-"""Where the worker SDK offers its free slots (``runcontrol.sdk._credits``, pure)."""
+"""Where the worker SDK offers its free slots (``runcontrol.sdk._slots``, pure)."""
 
 from __future__ import annotations
 
 import itertools
 
-from runcontrol.sdk._credits import CreditBook, Move, SlotState
+from runcontrol.sdk._slots import Move, SlotBook, SlotState
 
 
-def book(hosts: int, slots: int) -> CreditBook:
+def book(hosts: int, slots: int) -> SlotBook:
     ids = (f"c{n}" for n in itertools.count())
-    return CreditBook(hosts, [f"w/{k}" for k in range(slots)], ("a",), new_id=lambda: next(ids))
+    return SlotBook(hosts, [f"w/{k}" for k in range(slots)], ("a",), new_id=lambda: next(ids))
 
 
-def offer_all(b: CreditBook) -> list[int]:
+def offer_all(b: SlotBook) -> list[int]:
     return [offer.host for slot in b.slots if (offer := b.free(slot)) is not None]
 
 

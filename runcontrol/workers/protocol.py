@@ -44,8 +44,8 @@ from datetime import datetime
 from typing import Any, Protocol
 from uuid import UUID
 
-from .commands import Command
-from .domain import LeaseGrant
+from ..commands import Command
+from ..domain import LeaseGrant
 
 # Longest a host holds an exchange with nothing to say (the worker asks for less).
 MAX_WAIT_S = 30.0

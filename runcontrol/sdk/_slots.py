@@ -1,16 +1,16 @@
 """Which run host each free slot is offered to (pure: no I/O, no clock).
 
 A free slot is one *credit* (a claim id) offered to exactly one host at a time, so no slot is
-ever granted twice (``runcontrol.session``). A new credit goes where work waits: the host the
-slot's last attempt came from (whose commit of that attempt's outcome may grant the next step
-to it at once) unless another host has attempts waiting and no slot of this worker at all,
-else the host whose backlog most exceeds the credits offered there, else the host with the
-fewest. Idle credits move towards hosts whose ``backlog`` says they dispatched
-attempts that no credit has taken: a move is a withdrawal from one host, and an offer to the
-other once the first certainly did not grant it, under a new claim id.
+ever granted twice (``runcontrol.workers.protocol``). A new credit goes where work waits: the host
+the slot's last attempt came from (whose commit of that attempt's outcome may grant the next step to
+it at once) unless another host has attempts waiting and no slot of this worker at all, else the
+host whose backlog most exceeds the credits offered there, else the host with the fewest. Idle
+credits move towards hosts whose ``backlog`` says they dispatched attempts that no credit has taken:
+a move is a withdrawal from one host, and an offer to the other once the first certainly did not
+grant it, under a new claim id.
 
 Exchanges are not delivered in order, but an older one that still carries a withdrawn credit
-offers nothing: its ``seq`` is older than the newest its host saw (``runcontrol.session``).
+offers nothing: its ``seq`` is older than the newest its host saw (``runcontrol.workers.protocol``).
 A host can still grant a credit after the worker took it back in one case: the exchange that
 withdrew it found the credit's lease being made and the lease took longer to commit than that
 exchange waits for it (``RunHost.exchange``, a stalled store); the grant then comes down in a
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from ..commands import new_command_id
-from ..session import Credit
+from ..workers.protocol import Credit
 
 
 class SlotState(Enum):
@@ -51,7 +51,7 @@ class Slot:
 
 
 @dataclass(frozen=True, slots=True)
-class Offer:
+class Placement:
     host: int
     credit: Credit
 
@@ -64,7 +64,7 @@ class Move:
 
 
 @dataclass
-class CreditBook:
+class SlotBook:
     hosts: int
     holders: Sequence[str]
     agent_ids: tuple[str, ...]
@@ -109,7 +109,7 @@ class CreditBook:
             self.backlog += [0] * (hosts - self.hosts)
             self.hosts = hosts
 
-    def free(self, slot: Slot) -> Offer | None:
+    def free(self, slot: Slot) -> Placement | None:
         """The slot is free: its new credit and the host to offer it to (None: stopping, or
         an extra slot, which ends with its attempt)."""
         if self.stopping or slot.index == EXTRA:
@@ -118,7 +118,7 @@ class CreditBook:
         host = self._best_host(slot.last_host)
         slot.credit = self._credit(slot)
         slot.state, slot.host, slot.target = SlotState.OFFERED, host, None
-        return Offer(host, slot.credit)
+        return Placement(host, slot.credit)
 
     def granted(self, claim_id: str, host: int) -> Slot | None:
         """The slot that works this grant: the one offering the credit, or an extra one for
@@ -132,7 +132,7 @@ class CreditBook:
             return None
         return Slot(EXTRA, origin.holder, SlotState.BUSY, host=host, last_host=host)
 
-    def withdrawn(self, claim_id: str) -> Offer | None:
+    def withdrawn(self, claim_id: str) -> Placement | None:
         """A withdrawal is confirmed: offer the slot where it was moving, under a new claim
         id (or stop it)."""
         slot = self.by_claim(claim_id)
@@ -144,7 +144,7 @@ class CreditBook:
             return None
         slot.credit = self._credit(slot)
         slot.state, slot.host, slot.target = SlotState.OFFERED, slot.target, None
-        return Offer(slot.host, slot.credit)
+        return Placement(slot.host, slot.credit)
 
     def _credit(self, slot: Slot) -> Credit:
         return Credit(

@@ -1,5 +1,6 @@
-"""The host's session book (runcontrol.sessions): matching credits to the attempts a host
-dispatched, grants kept until acked, cancels to the holders' sessions. Pure: no Ray, no I/O."""
+"""A run host's book of credits and offers (``runcontrol.workers.book``): matching credits
+to the attempts a host dispatched, grants kept until acked, cancels to the holders' sessions.
+Pure: no Ray, no I/O."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from uuid import uuid4
 
 from domain_harness import READ_STEP, T0, TENANT, Harness
 
-from runcontrol.session import Credit
-from runcontrol.sessions import Offer, RunView, SessionBook, view
+from runcontrol.workers.book import CreditBook, Offer, RunView, view
+from runcontrol.workers.grants import grant
+from runcontrol.workers.protocol import Credit
 
 
 def credit(*agents: str, tenant: str | None = None, claim: str | None = None) -> Credit:
@@ -26,7 +28,7 @@ def waiting(*offers: Offer) -> RunView:
 
 
 def test_a_dispatched_attempt_goes_to_the_oldest_waiting_credit_that_accepts_it() -> None:
-    book = SessionBook()
+    book = CreditBook()
     book.offer("s1", [credit("a")], now=0)
     book.offer("s2", [credit("a"), credit("b")], now=0)
     b = offer("b")
@@ -38,7 +40,7 @@ def test_a_dispatched_attempt_goes_to_the_oldest_waiting_credit_that_accepts_it(
 
 
 def test_a_tenant_bound_credit_takes_only_its_tenants_attempts() -> None:
-    book = SessionBook()
+    book = CreditBook()
     other, mine = offer("a", "t-other"), offer("a", "t-mine", seconds=1)
     assert book.observe(waiting(other)) == ([], set())
     book.observe(waiting(mine))
@@ -50,7 +52,7 @@ def test_a_tenant_bound_credit_takes_only_its_tenants_attempts() -> None:
 
 
 def test_a_credit_takes_the_oldest_attempt_of_its_agents() -> None:
-    book = SessionBook()
+    book = CreditBook()
     later, older, oldest_b = offer("a", seconds=5), offer("a", seconds=2), offer("b", seconds=1)
     for o in (later, older, oldest_b):
         book.observe(waiting(o))
@@ -60,7 +62,7 @@ def test_a_credit_takes_the_oldest_attempt_of_its_agents() -> None:
 
 
 def test_credits_replace_the_sessions_last_set() -> None:
-    book = SessionBook()
+    book = CreditBook()
     first, second = credit("a"), credit("a")
     book.offer("s", [first], now=0)
     book.offer("s", [second], now=0)  # the first is withdrawn (offered to another host)
@@ -70,7 +72,7 @@ def test_credits_replace_the_sessions_last_set() -> None:
 
 
 def test_an_attempt_that_leaves_the_leasable_set_leaves_the_book() -> None:
-    book = SessionBook()
+    book = CreditBook()
     o = offer("a")
     book.observe(waiting(o))
     book.observe(RunView(o.run_id, (), {}, {}, False))  # suspended, cancelled, leased elsewhere
@@ -81,19 +83,17 @@ def test_an_attempt_that_leaves_the_leasable_set_leaves_the_book() -> None:
 def test_a_grant_is_delivered_only_for_a_lease_this_hosts_commit_made() -> None:
     run = Harness((READ_STEP,))
     attempt = run.dispatch()
-    book = SessionBook()
+    book = CreditBook()
     c = credit("reader")
     book.offer("s", [c], now=0)
     (match,), _ = book.observe(view(run.agg, run.batches[-1].events))
-    assert match.offer.input == run.agg.run.input and match.offer.tenant_id == TENANT
+    assert match.offer.tenant_id == TENANT
     lease = run.lease(attempt, "w-1")
-    book.observe(view(run.agg, run.batches[-1].events, run.options))
-    delivered, again, woken = book.granted(match, lease, {})
+    book.observe(view(run.agg, run.batches[-1].events))
+    made = grant(c.claim_id, run.agg, lease, run.options)
+    delivered, again, woken = book.granted(match, made)
     assert delivered and woken == {"s"} and not again
-    (grant,) = book.grants("s")
-    assert grant.claim_id == c.claim_id and grant.lease == lease
-    assert grant.deadline_at == run.agg.deadline(run.options)
-    assert book.grants("s") == [grant]  # sent again until acked
+    assert book.grants("s") == [made]  # sent again until acked
     book.ack("s", [c.claim_id])
     assert book.grants("s") == []
 
@@ -104,18 +104,19 @@ def test_a_lease_answered_again_without_a_commit_is_not_a_second_grant() -> None
     run = Harness((READ_STEP,))
     attempt = run.dispatch()
     lease = run.lease(attempt, "w-1")
-    book = SessionBook()
+    book = CreditBook()
     c = credit("reader")
     book.offer("s", [c], now=0)
     stale = Offer(TENANT, attempt.run_id, attempt.attempt_id, "reader", T0)
     (match,), _ = book.found([stale])
-    delivered, again, _ = book.granted(match, lease, {})  # no commit was observed
+    made = grant(c.claim_id, run.agg, lease, run.options)
+    delivered, again, _ = book.granted(match, made)  # no commit was observed
     assert not delivered and not again
     assert book.grants("s") == [] and c.claim_id in book.credits("s")
 
 
 def test_a_refused_grant_gives_the_credit_back_to_the_next_attempt() -> None:
-    book = SessionBook()
+    book = CreditBook()
     c = credit("a")
     book.offer("s", [c], now=0)
     (match,), _ = book.observe(waiting(offer("a")))
@@ -125,7 +126,7 @@ def test_a_refused_grant_gives_the_credit_back_to_the_next_attempt() -> None:
 
 
 def test_a_credit_withdrawn_while_its_lease_is_being_made_is_answered_not_offered_twice() -> None:
-    book = SessionBook()
+    book = CreditBook()
     c = credit("a")
     book.offer("s", [c], now=0)
     (match,), _ = book.observe(waiting(offer("a")))
@@ -137,12 +138,12 @@ def test_a_credit_withdrawn_while_its_lease_is_being_made_is_answered_not_offere
 def test_the_holder_of_a_cancelled_runs_attempt_is_told_once() -> None:
     run = Harness((READ_STEP,))
     attempt = run.dispatch()
-    book = SessionBook()
+    book = CreditBook()
     book.offer("s", [credit("reader")], now=0)
     (match,), _ = book.observe(view(run.agg, run.batches[-1].events))
     lease = run.lease(attempt, "w-1")
     book.observe(view(run.agg, run.batches[-1].events))
-    book.granted(match, lease, {})
+    book.granted(match, grant(match.credit.claim_id, run.agg, lease, run.options))
     run.cancel()
     _, woken = book.observe(view(run.agg, run.batches[-1].events))
     assert woken == {"s"}
@@ -152,7 +153,7 @@ def test_the_holder_of_a_cancelled_runs_attempt_is_told_once() -> None:
 
 
 def test_a_gone_session_is_forgotten() -> None:
-    book = SessionBook()
+    book = CreditBook()
     book.offer("s", [credit("a")], now=0)
     assert book.expire(before=10) == ["s"]
     assert book.waiting_credits() == 0
@@ -174,7 +175,7 @@ def test_an_agents_backlog_beginning_wakes_every_session_once() -> None:
     """The first attempt of an agent that no credit here takes: every session's exchange
     answers with the backlog (a worker moves an idle credit here from another host); further
     attempts of that backlog wake nobody."""
-    book = SessionBook()
+    book = CreditBook()
     book.offer("elsewhere", [], now=0)  # a session whose credits are on another host
     book.offer("other-agent", [credit("b")], now=0)
     _, woken = book.observe(waiting(offer("a")))

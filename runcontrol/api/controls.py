@@ -36,9 +36,9 @@ from ..commands import (
 from ..domain import AttemptOutcome
 from ..domain.access import Operation
 from ..edge import commands
+from ..edge.metering import TenantRateLimiter
 from .auth import Caller, require
 from .context import Services, Svc
-from .limits import TenantRateLimiter
 from .problems import responses
 from .runs import RetryKey, RunIdPath, location
 

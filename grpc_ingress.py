@@ -56,16 +56,19 @@ class GrpcIngress:
     async def ping_hosts(self) -> None:
         raise NotImplementedError
 
+    @property
+    def edge_shared(self) -> dict[str, Any]:
+        """What the replica's two doors share: the host probe of their readiness, one drain
+        and one tenant command rate (``create_app`` and ``RunControlRpc`` take them)."""
+        return {
+            "host_probe": self.ping_hosts,
+            "drain": self.edge_drain,
+            "rate_limiter": self.edge_limiter,
+        }
+
     @cached_property
     def _rpc(self) -> RunControlRpc:
-        return RunControlRpc(
-            self.client,
-            self.db,
-            self.settings,
-            host_probe=self.ping_hosts,
-            drain=self.edge_drain,
-            rate_limiter=self.edge_limiter,
-        )
+        return RunControlRpc(self.client, self.db, self.settings, **self.edge_shared)
 
     # grpc.health.v1.Health
 

@@ -63,14 +63,7 @@ class RunControlApi(GrpcIngress):  # + the gRPC methods (grpc_ingress.py)
         await asyncio.gather(*(self.router.call_named(name, "ping") for name in names))
 
     def __serve_build_asgi_app__(self) -> FastAPI:
-        return create_app(
-            self.client,
-            self.db,
-            self.settings,
-            host_probe=self.ping_hosts,
-            drain=self.edge_drain,
-            rate_limiter=self.edge_limiter,
-        )
+        return create_app(self.client, self.db, self.settings, **self.edge_shared)
 
     # Called through the app's handle (``actors.service.drain_service``), not routed: Serve
     # gives a replica no hook when its own stop begins (``__del__`` runs after its requests

@@ -15,6 +15,7 @@ from uuid import UUID
 from runcontrol.domain import (
     Attempt,
     AttemptOutcome,
+    AttemptState,
     Changes,
     CommandContext,
     Decision,
@@ -144,6 +145,10 @@ class Harness:
         self.journal.extend(changes.journal)
         return changes
 
+    def last_event_types(self) -> list[str]:
+        """The types of the events the last committed batch recorded, in order."""
+        return [e.event_type for e in self.batches[-1].events]
+
     @property
     def run(self) -> Any:
         return self.agg.run
@@ -271,3 +276,51 @@ class Harness:
         done = self.agg.enforce_deadlines(self.ctx("reminder"), self.options)
         self.commit()
         return done
+
+
+# ---------------------------------------------------------------------- shared by the rules' tests
+
+LOCAL_STEP = {"name": "local", "agentId": "editor", "sideEffectClass": "local-write"}
+IRREVERSIBLE_STEP = {
+    "name": "deploy",
+    "agentId": "deployer",
+    "sideEffectClass": "external-irreversible",
+}
+GATED_READ_STEP = {"name": "gated", "agentId": "reader", "gate": "approval"}
+NO_APPROVALS = PolicyDocument(policy_id="pol-1", revision="7", approval_required_for=frozenset())
+
+LEASE = Options().lease_seconds
+GRACE = Options().renewal_grace_seconds
+
+
+def assert_refused_cleanly(h: Harness, *audit_kinds: str) -> list:
+    """A refused command leaves only the audit records it was asked to keep."""
+    audits = h.agg.take_audits()
+    assert [a.kind for a in audits] == list(audit_kinds)
+    version = h.run.version
+    leftover = h.agg.take_changes()
+    assert leftover.empty, leftover
+    assert not leftover.events and not leftover.journal and not leftover.audits
+    assert h.run.version == version
+    return audits
+
+
+def legacy_holder_waiting(h: Harness, attempt: Any) -> None:
+    """Put back the state a run written before parking (migration 0011) loads with: the holder
+    kept its lease while a human decided."""
+    lease = next(
+        x
+        for b in reversed(h.batches)
+        for x in b.leases.values()
+        if x.attempt_id == attempt.attempt_id
+    )
+    lease.released_at = lease.release_cause = None
+    attempt.state = AttemptState.LEASED
+    h.agg.leases[attempt.attempt_id] = lease
+
+
+def approval_harness(**kwargs) -> tuple[Harness, object, object, object]:
+    h = Harness([WRITE_STEP], **kwargs)
+    attempt, grant = h.start(0)
+    approval = h.request_approval(grant, proposal(1))
+    return h, attempt, grant, approval

@@ -18,6 +18,7 @@ from support import SyncGrain, race_async
 
 from runcontrol.commands import AcquireLease, CancelRun, DispatchRun, RenewLease, ReportOutcome
 from runcontrol.domain import AttemptOutcome, CommandContext, canonical_hash, errors
+from runcontrol.domain.run.cancellation import cancel
 from runcontrol.grain import RunGrain
 
 
@@ -162,7 +163,7 @@ def test_a_document_decided_on_a_stale_version_is_a_concurrency_conflict(
     stale = load(container, tenant, run.run_id)
     send(container, tenant, renew(container, load(container, tenant, run.run_id), run.grant))
 
-    stale.cancel(ctx, "ops", "stop")
+    cancel(stale, ctx, "ops", "stop")
     with pytest.raises(errors.ConcurrencyConflict):
         send(container, tenant, stale)
 

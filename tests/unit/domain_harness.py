@@ -27,11 +27,15 @@ from runcontrol.domain import (
     Principal,
     Release,
     Role,
-    RunAggregate,
     Submission,
     WorkflowDefinition,
     canonical_hash,
 )
+from runcontrol.domain.run.approvals import decide_approval, expire_approval, request_approval
+from runcontrol.domain.run.cancellation import cancel, enforce_deadlines
+from runcontrol.domain.run.leases import acquire_lease, renew_lease
+from runcontrol.domain.run.outcomes import expire_lease, report_outcome
+from runcontrol.domain.run.submission import accept_run, dispatch
 
 T0 = datetime(2026, 3, 1, 9, 0, 0, tzinfo=UTC)
 TENANT = "tenant-a"
@@ -124,9 +128,7 @@ class Harness:
         self.journal: list[Any] = []
         self.batches: list[Changes] = []
         submission = make_submission() if limits is None else make_submission(limits=limits)
-        self.agg = RunAggregate.accept(
-            submission, self.release, self.policy, self.options, self.ctx()
-        )
+        self.agg = accept_run(submission, self.release, self.policy, self.options, self.ctx())
         self.commit()
 
     # -- plumbing -----------------------------------------------------------------------
@@ -162,12 +164,12 @@ class Harness:
     # -- actors -------------------------------------------------------------------------
 
     def dispatch(self, index: int = 0) -> Attempt:
-        attempt = self.agg.dispatch(self.ctx("run-dispatcher"), self.step(index))
+        attempt = dispatch(self.agg, self.ctx("run-dispatcher"), self.step(index))
         self.commit()
         return attempt
 
     def lease(self, attempt: Attempt, holder: str = "worker-1") -> LeaseGrant:
-        grant = self.agg.acquire_lease(self.ctx(holder), attempt.attempt_id, holder, self.options)
+        grant = acquire_lease(self.agg, self.ctx(holder), attempt.attempt_id, holder, self.options)
         self.commit()
         return grant
 
@@ -186,7 +188,8 @@ class Harness:
         receipt: str | None = "default",
     ) -> Attempt:
         who = holder or grant.holder
-        attempt = self.agg.report_outcome(
+        attempt = report_outcome(
+            self.agg,
             self.ctx(who),
             grant.attempt_id,
             who,
@@ -200,7 +203,8 @@ class Harness:
         return attempt
 
     def request_approval(self, grant: LeaseGrant, proposal_hash: str) -> Any:
-        approval = self.agg.request_approval(
+        approval = request_approval(
+            self.agg,
             self.ctx(grant.holder),
             grant.attempt_id,
             grant.holder,
@@ -227,7 +231,8 @@ class Harness:
         principal = Principal(
             subject=subject, tenant_id=tenant, project_id=PROJECT, roles=frozenset(roles)
         )
-        result = self.agg.decide_approval(
+        result = decide_approval(
+            self.agg,
             self.ctx(subject),
             approval.approval_id,
             principal,
@@ -242,26 +247,31 @@ class Harness:
         return result
 
     def expire_lease(self, attempt: Attempt) -> bool:
-        done = self.agg.expire_lease(
-            self.ctx("lease-expiry-reconciler"), attempt.attempt_id, self.options
+        done = expire_lease(
+            self.agg, self.ctx("lease-expiry-reconciler"), attempt.attempt_id, self.options
         )
         self.commit()
         return done
 
     def expire_approval(self, approval: Any) -> bool:
-        done = self.agg.expire_approval(
-            self.ctx("approval-expiry-reconciler"), approval.approval_id, self.policy, self.options
+        done = expire_approval(
+            self.agg,
+            self.ctx("approval-expiry-reconciler"),
+            approval.approval_id,
+            self.policy,
+            self.options,
         )
         self.commit()
         return done
 
     def cancel(self, who: str = REQUESTER, reason: str = "no longer needed") -> bool:
-        done = self.agg.cancel(self.ctx(who), who, reason, self.options)
+        done = cancel(self.agg, self.ctx(who), who, reason, self.options)
         self.commit()
         return done
 
     def renew(self, grant: LeaseGrant) -> LeaseGrant:
-        renewed = self.agg.renew_lease(
+        renewed = renew_lease(
+            self.agg,
             self.ctx(grant.holder),
             grant.attempt_id,
             grant.holder,
@@ -273,7 +283,7 @@ class Harness:
 
     def remind(self) -> str | None:
         """The reminder's deadline check (``WakeRun``)."""
-        done = self.agg.enforce_deadlines(self.ctx("reminder"), self.options)
+        done = enforce_deadlines(self.agg, self.ctx("reminder"), self.options)
         self.commit()
         return done
 

@@ -34,6 +34,7 @@ from runcontrol.domain import (
     StepState,
     errors,
 )
+from runcontrol.domain.run.approvals import decide_approval, request_approval
 
 # ============================================================================ approvals
 
@@ -82,18 +83,18 @@ class TestApprovals:
         h = Harness([WRITE_STEP])
         attempt, grant = h.start(0)
         with pytest.raises(errors.StaleFencingToken):
-            h.agg.request_approval(
-                h.ctx(), attempt.attempt_id, "worker-1", 0, proposal(1), h.policy, h.options
+            request_approval(
+                h.agg, h.ctx(), attempt.attempt_id, "worker-1", 0, proposal(1), h.policy, h.options
             )
         assert_refused_cleanly(h, "stale-fencing-token")
         with pytest.raises(errors.LeaseNotHeld):
-            h.agg.request_approval(
-                h.ctx(), attempt.attempt_id, "worker-2", 1, proposal(1), h.policy, h.options
+            request_approval(
+                h.agg, h.ctx(), attempt.attempt_id, "worker-2", 1, proposal(1), h.policy, h.options
             )
         assert_refused_cleanly(h, "lease-not-held")
         with pytest.raises(errors.ValidationFailed, match="proposalHash"):
-            h.agg.request_approval(
-                h.ctx(), attempt.attempt_id, "worker-1", 1, "deadbeef", h.policy, h.options
+            request_approval(
+                h.agg, h.ctx(), attempt.attempt_id, "worker-1", 1, "deadbeef", h.policy, h.options
             )
         assert_refused_cleanly(h)
 
@@ -221,7 +222,8 @@ class TestApprovals:
     def test_unknown_approval(self):
         h, _, _, _ = approval_harness()
         with pytest.raises(errors.ApprovalNotFound):
-            h.agg.decide_approval(
+            decide_approval(
+                h.agg,
                 h.ctx(),
                 UUID(int=31337),
                 Principal("rita", TENANT, "project-a", frozenset({Role.REVIEWER})),

@@ -35,6 +35,8 @@ from runcontrol.domain import (
     StepState,
     errors,
 )
+from runcontrol.domain.run.cancellation import cancel
+from runcontrol.domain.run.leases import acquire_lease, renew_lease
 
 # ============================================================================ cancellation
 
@@ -44,7 +46,7 @@ class TestCancel:
     def test_needs_a_reason(self, reason):
         h = Harness()
         with pytest.raises(errors.ValidationFailed):
-            h.agg.cancel(h.ctx(), REQUESTER, reason)
+            cancel(h.agg, h.ctx(), REQUESTER, reason)
         assert h.agg.take_changes().empty
 
     def test_accepted_is_cancelled_directly(self):
@@ -93,12 +95,12 @@ class TestCancel:
         assert not h.cancel()  # intent already recorded
         assert h.batches[-1].empty
         # The holder learns about the cancellation when it renews.
-        renewed = h.agg.renew_lease(h.ctx(), attempt.attempt_id, "worker-1", 1, h.options)
+        renewed = renew_lease(h.agg, h.ctx(), attempt.attempt_id, "worker-1", 1, h.options)
         h.commit()
         assert renewed.cancel_requested
         # No new lease for anyone while cancelling.
         with pytest.raises(errors.LeaseHeld):
-            h.agg.acquire_lease(h.ctx(), attempt.attempt_id, "worker-2", h.options)
+            acquire_lease(h.agg, h.ctx(), attempt.attempt_id, "worker-2", h.options)
         h.report(grant, AttemptOutcome.CANCELLED)
         assert attempt.state is AttemptState.CANCELLED
         assert [s.state for s in h.agg.steps] == [StepState.CANCELLED, StepState.CANCELLED]

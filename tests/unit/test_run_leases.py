@@ -32,6 +32,8 @@ from runcontrol.domain import (
     StepState,
     errors,
 )
+from runcontrol.domain.run.leases import acquire_lease, renew_lease
+from runcontrol.domain.run.outcomes import expire_lease
 
 # ============================================================================ leases
 
@@ -54,7 +56,7 @@ class TestLeases:
     def test_a_retried_claim_by_the_holder_returns_the_same_lease(self):
         h = Harness()
         attempt, grant = h.start(0)
-        again = h.agg.acquire_lease(h.ctx(), attempt.attempt_id, "worker-1", h.options)
+        again = acquire_lease(h.agg, h.ctx(), attempt.attempt_id, "worker-1", h.options)
         assert again == grant
         assert h.agg.take_changes().empty
 
@@ -62,26 +64,26 @@ class TestLeases:
         h = Harness()
         attempt, _ = h.start(0)
         with pytest.raises(errors.LeaseHeld):
-            h.agg.acquire_lease(h.ctx(), attempt.attempt_id, "worker-2", h.options)
+            acquire_lease(h.agg, h.ctx(), attempt.attempt_id, "worker-2", h.options)
         assert_refused_cleanly(h)
 
     def test_a_lease_needs_a_holder(self):
         h = Harness()
         attempt = h.dispatch(0)
         with pytest.raises(errors.ValidationFailed):
-            h.agg.acquire_lease(h.ctx(), attempt.attempt_id, "", h.options)
+            acquire_lease(h.agg, h.ctx(), attempt.attempt_id, "", h.options)
 
     def test_no_lease_on_a_settled_attempt(self):
         h = Harness()
         attempt, grant = h.start(0)
         h.report(grant)
         with pytest.raises(errors.LeaseRejected, match="settled"):
-            h.agg.acquire_lease(h.ctx(), attempt.attempt_id, "worker-2", h.options)
+            acquire_lease(h.agg, h.ctx(), attempt.attempt_id, "worker-2", h.options)
 
     def test_unknown_attempt(self):
         h = Harness()
         with pytest.raises(errors.AttemptNotFound):
-            h.agg.acquire_lease(h.ctx(), UUID(int=999_999), "worker-1", h.options)
+            acquire_lease(h.agg, h.ctx(), UUID(int=999_999), "worker-1", h.options)
 
     def test_fencing_tokens_strictly_increase_across_leases(self):
         h = Harness([READ_STEP, LOCAL_STEP], options=Options(default_max_attempts=4))
@@ -105,7 +107,7 @@ class TestLeases:
         h = Harness()
         attempt, grant = h.start(0)
         h.advance(100)
-        renewed = h.agg.renew_lease(h.ctx(), attempt.attempt_id, "worker-1", 1, h.options)
+        renewed = renew_lease(h.agg, h.ctx(), attempt.attempt_id, "worker-1", 1, h.options)
         assert renewed.expires_at == h.now + timedelta(seconds=LEASE)
         assert renewed.fencing_token == grant.fencing_token  # renewal is not a new lease
         batch = h.commit()
@@ -116,11 +118,11 @@ class TestLeases:
         h = Harness()
         attempt, _ = h.start(0)
         h.advance(LEASE + GRACE)  # exactly at the deadline: still the holder's
-        h.agg.renew_lease(h.ctx(), attempt.attempt_id, "worker-1", 1, h.options)
+        renew_lease(h.agg, h.ctx(), attempt.attempt_id, "worker-1", 1, h.options)
         h.commit()
         h.advance(LEASE + GRACE + 0.001)
         with pytest.raises(errors.LeaseExpired):
-            h.agg.renew_lease(h.ctx("worker-1"), attempt.attempt_id, "worker-1", 1, h.options)
+            renew_lease(h.agg, h.ctx("worker-1"), attempt.attempt_id, "worker-1", 1, h.options)
         (audit,) = assert_refused_cleanly(h, "lease-expired")
         assert audit.actor == "worker-1"
         assert audit.detail["attempt_id"] == str(attempt.attempt_id)
@@ -129,7 +131,7 @@ class TestLeases:
         h = Harness()
         attempt, _ = h.start(0)
         with pytest.raises(errors.StaleFencingToken):
-            h.agg.renew_lease(h.ctx(), attempt.attempt_id, "worker-1", 0, h.options)
+            renew_lease(h.agg, h.ctx(), attempt.attempt_id, "worker-1", 0, h.options)
         (audit,) = assert_refused_cleanly(h, "stale-fencing-token")
         assert audit.detail["fencing_token"] == 0 and audit.detail["current_token"] == 1
 
@@ -137,7 +139,7 @@ class TestLeases:
         h = Harness()
         attempt, _ = h.start(0)
         with pytest.raises(errors.LeaseNotHeld):
-            h.agg.renew_lease(h.ctx(), attempt.attempt_id, "worker-2", 1, h.options)
+            renew_lease(h.agg, h.ctx(), attempt.attempt_id, "worker-2", 1, h.options)
         assert_refused_cleanly(h, "lease-not-held")
 
 
@@ -197,7 +199,7 @@ class TestLeaseExpiry:
         h = Harness()
         attempt, _ = h.start(0)
         h.advance(LEASE)
-        h.agg.renew_lease(h.ctx(), attempt.attempt_id, "worker-1", 1, h.options)
+        renew_lease(h.agg, h.ctx(), attempt.attempt_id, "worker-1", 1, h.options)
         h.commit()
         h.advance(LEASE + GRACE)
         assert not h.expire_lease(attempt)
@@ -214,7 +216,7 @@ class TestLeaseExpiry:
         assert attempt.attempt_id not in h.agg.leases
         # The old holder holds nothing: its renewal is refused and audited.
         with pytest.raises(errors.StaleFencingToken):
-            h.agg.renew_lease(h.ctx(), attempt.attempt_id, "worker-1", 1, h.options)
+            renew_lease(h.agg, h.ctx(), attempt.attempt_id, "worker-1", 1, h.options)
         assert_refused_cleanly(h, "lease-rejected")
         h.decide(approval)
         # After the decision a claim gets a full term from the claim's time.
@@ -230,4 +232,4 @@ class TestLeaseExpiry:
         attempt = h.dispatch(0)
         h.advance(10 * LEASE)
         assert not h.expire_lease(attempt)
-        assert not h.agg.expire_lease(h.ctx(), UUID(int=424242), h.options)
+        assert not expire_lease(h.agg, h.ctx(), UUID(int=424242), h.options)

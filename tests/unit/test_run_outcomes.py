@@ -33,6 +33,8 @@ from runcontrol.domain import (
     canonical_hash,
     errors,
 )
+from runcontrol.domain.run.outcomes import report_outcome
+from runcontrol.domain.run.submission import dispatchable_step
 
 # ============================================================================ outcomes
 
@@ -111,7 +113,8 @@ class TestOutcomes:
         h = Harness()
         attempt = h.dispatch(0)
         with pytest.raises(errors.StaleFencingToken):
-            h.agg.report_outcome(
+            report_outcome(
+                h.agg,
                 h.ctx("worker-1"),
                 attempt.attempt_id,
                 "worker-1",
@@ -161,7 +164,8 @@ class TestOutcomes:
         attempt, grant = h.start(0)
         h.report(grant, receipt=outcome_hash(1))
         events, journal, version = len(h.events), len(h.journal), h.run.version
-        again = h.agg.report_outcome(
+        again = report_outcome(
+            h.agg,
             h.ctx("worker-1"),
             attempt.attempt_id,
             "worker-1",
@@ -221,10 +225,10 @@ class TestRetries:
         assert retry.payload["nextAttemptNumber"] == 2
         assert retry.payload["notBefore"] == step.not_before.isoformat()
         # Not before the backoff has passed.
-        assert h.agg.dispatchable_step(h.now) is None
-        assert h.agg.dispatchable_step(step.not_before - timedelta(microseconds=1)) is None
+        assert dispatchable_step(h.agg, h.now) is None
+        assert dispatchable_step(h.agg, step.not_before - timedelta(microseconds=1)) is None
         h.now = step.not_before
-        assert h.agg.dispatchable_step(h.now) is step
+        assert dispatchable_step(h.agg, h.now) is step
 
         attempt2, grant = h.start(0)
         assert attempt2.number == 2 and step.not_before is None

@@ -35,6 +35,8 @@ from runcontrol.domain.machines import (
     RUN_TRANSITIONS,
     STEP_TRANSITIONS,
 )
+from runcontrol.domain.run.leases import acquire_lease
+from runcontrol.domain.run.outcomes import expire_lease
 
 # ============================================================================ sequences
 
@@ -113,7 +115,7 @@ class TestSequences:
             assert batch.expected_version == versions[-1]
             versions.append(versions[-1] + 1)
         assert h.run.version == versions[-1]
-        h.agg.acquire_lease(h.ctx(), attempt.attempt_id, "worker-1", h.options)  # no-op
+        acquire_lease(h.agg, h.ctx(), attempt.attempt_id, "worker-1", h.options)  # no-op
         assert h.commit().empty and h.run.version == versions[-1]
         h.report(grant)
         assert h.batches[-1].expected_version == versions[-1]
@@ -151,9 +153,9 @@ class TestNextDue:
         _, grant = h.start(0)
         due = h.agg.next_due(h.options)
         assert due == grant.expires_at + timedelta(seconds=GRACE)
-        assert h.agg.expire_lease(h.ctx(at=due), grant.attempt_id, h.options) is False
+        assert expire_lease(h.agg, h.ctx(at=due), grant.attempt_id, h.options) is False
         later = due + timedelta(microseconds=1)
-        assert h.agg.expire_lease(h.ctx(at=later), grant.attempt_id, h.options) is True
+        assert expire_lease(h.agg, h.ctx(at=later), grant.attempt_id, h.options) is True
 
     def test_a_backoff_is_due_at_not_before(self):
         h = Harness()

@@ -30,13 +30,19 @@ from runcontrol.domain import (
     AttemptState,
     FailureClass,
     Limits,
-    RunAggregate,
     RunState,
     StepState,
     canonical_hash,
     errors,
 )
 from runcontrol.domain.events import TOPICS
+from runcontrol.domain.run.submission import (
+    accept_run,
+    assert_same_submission,
+    deny_budget,
+    dispatch,
+    dispatchable_step,
+)
 
 # ============================================================================ SubmitRun
 
@@ -96,21 +102,19 @@ class TestAccept:
     def test_rejects_a_non_canonical_input_hash(self):
         h = Harness()
         with pytest.raises(errors.ValidationFailed, match="inputHash"):
-            RunAggregate.accept(
-                make_submission(input_hash="abc"), h.release, h.policy, h.options, h.ctx()
-            )
+            accept_run(make_submission(input_hash="abc"), h.release, h.policy, h.options, h.ctx())
 
     def test_rejects_a_release_of_another_workflow(self):
         h = Harness()
         other = make_release([READ_STEP], workflow_id="other-workflow")
         with pytest.raises(errors.ValidationFailed, match="release"):
-            RunAggregate.accept(make_submission(), other, h.policy, h.options, h.ctx())
+            accept_run(make_submission(), other, h.policy, h.options, h.ctx())
 
     def test_idempotency_same_input_is_the_same_run_different_input_conflicts(self):
         h = Harness()
-        h.agg.assert_same_submission(canonical_hash(dict(reversed(list(INPUT.items())))))
+        assert_same_submission(h.agg, canonical_hash(dict(reversed(list(INPUT.items())))))
         with pytest.raises(errors.IdempotencyConflict) as info:
-            h.agg.assert_same_submission(canonical_hash({**INPUT, "revision": "ffff"}))
+            assert_same_submission(h.agg, canonical_hash({**INPUT, "revision": "ffff"}))
         assert info.value.details == {"run_id": str(RUN_ID)}
         assert h.agg.take_changes().empty
 
@@ -128,7 +132,7 @@ class TestAccept:
 
     def test_budget_denial_fails_an_accepted_run_policy_denied(self):
         h = Harness([READ_STEP, READ_STEP | {"name": "two"}])
-        h.agg.deny_budget(h.ctx("budget"), "over the tenant limit")
+        deny_budget(h.agg, h.ctx("budget"), "over the tenant limit")
         h.commit()
         assert h.run.state is RunState.FAILED
         assert h.run.failure_class is FailureClass.POLICY_DENIED
@@ -145,7 +149,7 @@ class TestAccept:
 class TestDispatch:
     def test_first_dispatch_moves_the_run_to_running(self):
         h = Harness([READ_STEP, WRITE_STEP])
-        assert h.agg.dispatchable_step(h.now) is h.step(0)
+        assert dispatchable_step(h.agg, h.now) is h.step(0)
         attempt = h.dispatch(0)
         assert attempt.number == 1 and attempt.state is AttemptState.DISPATCHED
         assert attempt.dispatched_at == T0 and attempt.fencing_token is None
@@ -165,19 +169,19 @@ class TestDispatch:
     def test_steps_run_in_order(self):
         h = Harness([READ_STEP, WRITE_STEP])
         _, grant = h.start(0)
-        assert h.agg.dispatchable_step(h.now) is None  # step 1 in flight
+        assert dispatchable_step(h.agg, h.now) is None  # step 1 in flight
         h.report(grant)
-        assert h.agg.dispatchable_step(h.now) is h.step(1)
+        assert dispatchable_step(h.agg, h.now) is h.step(1)
 
     def test_at_most_one_open_attempt_per_step(self):
         h = Harness()
         attempt = h.dispatch(0)
         with pytest.raises(errors.IllegalTransition):
-            h.agg.dispatch(h.ctx(), h.step(0))
+            dispatch(h.agg, h.ctx(), h.step(0))
         assert_refused_cleanly(h)
         h.lease(attempt)
         with pytest.raises(errors.IllegalTransition):
-            h.agg.dispatch(h.ctx(), h.step(0))
+            dispatch(h.agg, h.ctx(), h.step(0))
         assert_refused_cleanly(h)
         assert len(h.agg.attempts_of(h.step(0))) == 1
 
@@ -187,7 +191,7 @@ class TestDispatch:
         h.dispatch(0)
         h.step(0).state = StepState.PENDING
         with pytest.raises(errors.IllegalTransition, match="one non-terminal attempt") as info:
-            h.agg.dispatch(h.ctx(), h.step(0))
+            dispatch(h.agg, h.ctx(), h.step(0))
         assert info.value.details == {"step_id": str(h.step(0).step_id)}
         assert len(h.agg.attempts) == 1
 
@@ -196,10 +200,10 @@ class TestDispatch:
         _, grant = h.start(0)
         h.request_approval(grant, proposal(1))
         assert h.run.state is RunState.WAITING_FOR_APPROVAL
-        assert h.agg.dispatchable_step(h.now) is None
+        assert dispatchable_step(h.agg, h.now) is None
         for index in (0, 1):
             with pytest.raises(errors.IllegalTransition, match="WaitingForApproval") as info:
-                h.agg.dispatch(h.ctx(), h.step(index))
+                dispatch(h.agg, h.ctx(), h.step(index))
             assert info.value.details == {"run_state": "WaitingForApproval"}
             assert_refused_cleanly(h)
 
@@ -208,9 +212,9 @@ class TestDispatch:
         _, _grant = h.start(0)
         h.cancel()
         assert h.run.state is RunState.CANCELLING
-        assert h.agg.dispatchable_step(h.now) is None
+        assert dispatchable_step(h.agg, h.now) is None
         with pytest.raises(errors.IllegalTransition, match="Cancelling"):
-            h.agg.dispatch(h.ctx(), h.step(1))
+            dispatch(h.agg, h.ctx(), h.step(1))
         assert_refused_cleanly(h)
 
     @pytest.mark.parametrize("end", ["completed", "cancelled", "failed"])
@@ -222,9 +226,9 @@ class TestDispatch:
         elif end == "cancelled":
             h.cancel()
         else:
-            h.agg.deny_budget(h.ctx(), "denied")
+            deny_budget(h.agg, h.ctx(), "denied")
             h.commit()
         assert h.run.state.terminal
-        assert h.agg.dispatchable_step(h.now) is None
+        assert dispatchable_step(h.agg, h.now) is None
         with pytest.raises(errors.IllegalTransition):
-            h.agg.dispatch(h.ctx(), h.step(0))
+            dispatch(h.agg, h.ctx(), h.step(0))

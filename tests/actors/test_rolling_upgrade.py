@@ -25,6 +25,7 @@ from uuid import UUID
 
 import pytest
 from actor_harness import RayHarness, outcome_hash, proposal_hash, run_async
+from reference_worker import Backoff, EchoExecutor, ReferenceWorker
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
@@ -36,7 +37,6 @@ from runcontrol.domain import AttemptOutcome
 from runcontrol.store import Database
 from runcontrol.store.schema import SchemaVersion
 from runcontrol.store.writers import revisions
-from runcontrol.worker import Backoff, EchoExecutor, ReferenceWorker
 
 HEAD = revisions()[-1]
 NEXT_RELEASE = Path(__file__).resolve().parent.parent / "upgrade_migrations"

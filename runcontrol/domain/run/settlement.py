@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from .. import events as ev
+from ..backoff import backoff_delay
 from ..hashing import canonical_hash
 from ..model import (
     ApprovalRequest,
@@ -16,7 +17,6 @@ from ..model import (
     CancellationIntent,
     Step,
 )
-from ..retry import backoff_delay
 from ..states import (
     ApprovalState,
     AttemptOutcome,

@@ -322,6 +322,13 @@ class TenantView:
         body: dict[str, Any] = response.json()
         return body
 
+    def history(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's committed events (up to 500), as the requester reads them."""
+        response = self.requester().get(f"/factory/runs/{run_id}/events/history?limit=500")
+        assert response.status_code == 200, response.text
+        events: list[dict[str, Any]] = response.json()
+        return events
+
     def wait_state(self, run_id: str, *states: str, timeout: float = 15.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while True:

@@ -15,10 +15,10 @@ from fastapi import FastAPI
 from ray import serve
 from ray.serve.config import BackpressureConfig
 
+from actors.grpc_ingress import GrpcIngress
 from actors.ingress import ACCESS_LOG_OFF
 from actors.placement import host_name
 from actors.run_host import host_config, make_router
-from grpc_ingress import GrpcIngress
 from runcontrol.api import create_app
 from runcontrol.bootstrap import build_database
 from runcontrol.client import RunControlClient
@@ -41,7 +41,7 @@ from runcontrol.telemetry import configure
     logging_config=ACCESS_LOG_OFF,
 )
 @serve.ingress()  # the app is built per replica by __serve_build_asgi_app__, after __init__
-class RunControlApi(GrpcIngress):  # + the gRPC methods (grpc_ingress.py)
+class RunControlApi(GrpcIngress):  # + the gRPC methods (actors/grpc_ingress.py)
     def __init__(
         self, database_url: str | None = None, settings: dict[str, Any] | None = None
     ) -> None:

@@ -90,8 +90,9 @@ def start_service(
     os.environ["RUNCONTROL_DATABASE_URL"] = owner_url
     hosts = ensure_hosts(settings, owner_url, host_options=host_options)
     scheduler = ensure_scheduler(settings, owner_url)
-    from grpc_ingress import grpc_options
     from serve_app import RunControlApi
+
+    from .grpc_ingress import grpc_options
 
     # Serve's gRPC proxy listens on every interface ([::]:port) whatever ``host`` is.
     serve.start(

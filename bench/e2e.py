@@ -45,7 +45,7 @@ from . import common, cpu
 from .stack import Stack, api_stack
 
 STEPS = 3
-WORKER = "from runcontrol.cli import main; raise SystemExit(main())"
+WORKER = "from actors.cli import main; raise SystemExit(main())"
 TRANSPORTS = ("claim", "session", "sdk", "grpc", "grpc-session")
 DEFAULT_TRANSPORTS = "claim,session,sdk,grpc"
 

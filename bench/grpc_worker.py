@@ -74,7 +74,7 @@ async def _round_trips(claim: Claimer, send: Sender, n: int, drivers: int) -> tu
 
 
 def run(owner_url: str, *, runs: int, drivers: int) -> dict[str, Any]:
-    from grpc_ingress import grpc_options
+    from actors.grpc_ingress import grpc_options
     from serve_app import RunControlApi
 
     settings = Settings()

@@ -102,7 +102,7 @@ def api_stack(
     container.releases.publish(
         tenant, WorkflowDefinition.from_dict(definition), "bench", container.env.clock.now()
     )
-    from grpc_ingress import grpc_options
+    from actors.grpc_ingress import grpc_options
 
     hosts = ensure_hosts(config, owner_url)
     port = free_port()

@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterable
 from enum import StrEnum
 from urllib.parse import urlsplit
 
+from .backoff import backoff_delay
 from .errors import InvalidWebhookUrl
-from .retry import backoff_delay
 
 EVENT_ID_HEADER = "Runcontrol-Event-Id"
 TIMESTAMP_HEADER = "Runcontrol-Timestamp"

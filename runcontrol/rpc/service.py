@@ -2,7 +2,7 @@
 
 Transport-neutral: each RPC takes the request message and a context with the calls both
 ``grpc.aio.ServicerContext`` and Ray Serve's ``RayServegRPCContext`` offer (metadata in, code,
-details and trailers out). Ray Serve's gRPC ingress serves them (``grpc_ingress.py``).
+details and trailers out). Ray Serve's gRPC ingress serves them (``actors/grpc_ingress.py``).
 
 Who the caller is comes only from the verified JWT in the ``authorization`` metadata: the
 worker RPCs need role ``Worker`` and scope ``factory.runtime``; the tenant is the token's and

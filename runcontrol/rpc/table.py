@@ -1,8 +1,8 @@
 """The gRPC surface as data: the codec of each message and the one table of RPCs.
 
 The servicer (``service.RunControlRpc``), the worker's client (``client.GrpcWorkerClient``)
-and Serve's ingress methods (``grpc_ingress.GrpcIngress``) are built from ``RPCS``: a worker
-command over gRPC is its declaration's ``rpc`` (``commands.declare``) and its messages in the
+and Serve's ingress methods (``actors.grpc_ingress.GrpcIngress``) are built from ``RPCS``: a
+worker command over gRPC is its declaration's ``rpc`` (``commands.declare``) and its messages in the
 proto: its row here is derived, its answer's codec found in ``REPLIES``. An outside command (not
 a worker's) is a row built by ``outside_rpc``, with the builder the HTTP route calls too
 (``edge.commands``). A codec is checked when this module loads (``codec.Codec``): a field of a

@@ -8,12 +8,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from ..domain import errors
-from ..domain.retry import backoff_delay
+from ..domain.backoff import backoff_delay
 
 
 @dataclass(frozen=True)
 class Backoff:
-    """Exponential backoff with full jitter, capped (``domain.retry``); both the draw and the
+    """Exponential backoff with full jitter, capped (``domain.backoff``); both the draw and the
     sleep are injectable, so tests move a clock instead of sleeping."""
 
     base_s: float = 0.2

@@ -11,7 +11,7 @@ from collections import defaultdict
 import psycopg
 from sqlalchemy.engine import make_url
 
-from ..domain.retry import backoff_delay
+from ..domain.backoff import backoff_delay
 
 log = logging.getLogger(__name__)
 

@@ -35,14 +35,14 @@ from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from ..domain.webhooks import DeliveryState
-from .queries import EVENT, _fields, _view, event_view
+from .queries.views import api_view, event_view, render
 from .tables import TZ, event_feed, outbox, webhook_deliveries, webhook_subscriptions
 
 FEED_CHANNEL = "runcontrol_feed"  # NOTIFY payload: the tenant id whose feed grew
 FEED_LOCK = zlib.crc32(b"runcontrol:event-feed")
 
-SUBSCRIPTION = _fields(c for c in webhook_subscriptions.c.keys() if c != "secret")
-DELIVERY = _fields(webhook_deliveries.c.keys())
+SUBSCRIPTION = api_view(c for c in webhook_subscriptions.c.keys() if c != "secret")
+DELIVERY = api_view(webhook_deliveries.c.keys())
 _PENDING = DeliveryState.PENDING.value
 
 
@@ -151,7 +151,7 @@ def feed_after(conn: Connection, after: int, limit: int) -> list[dict[str, Any]]
 
 
 def subscription_view(m: Any) -> dict[str, Any]:
-    return _view(m, SUBSCRIPTION)
+    return render(m, SUBSCRIPTION)
 
 
 def create_subscription(
@@ -252,7 +252,7 @@ def list_deliveries(
     rows = conn.execute(query.order_by(d.c.position).limit(limit))
     return [
         {
-            **_view(r._mapping, DELIVERY),
+            **render(r._mapping, DELIVERY),
             "eventId": str(r.event_id),
             "type": r.event_type,
         }
@@ -356,7 +356,7 @@ def envelope(conn: Connection, position: int) -> dict[str, Any] | None:
         .join(event_feed, event_feed.c.event_id == outbox.c.event_id)
         .where(event_feed.c.position == position)
     ).first()
-    return None if row is None else _view(row._mapping, EVENT)
+    return None if row is None else event_view(row._mapping)
 
 
 def record(

@@ -10,10 +10,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from actor_harness import RayHarness, run_async
+from reference_worker import Backoff, EchoExecutor, ReferenceWorker
 from test_host_faults import restart_host
 
 from runcontrol.store.tables import outbox, steps
-from runcontrol.worker import Backoff, EchoExecutor, ReferenceWorker
 
 FAN = [
     {"name": "plan", "agentId": "plan"},

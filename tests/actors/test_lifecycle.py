@@ -8,9 +8,9 @@ import asyncio
 from typing import Any
 
 from actor_harness import RayHarness, run_async
+from reference_worker import Backoff, ReferenceWorker
 
 from runcontrol.commands import CancelRun
-from runcontrol.worker import Backoff, ReferenceWorker
 
 
 class Forever:

@@ -25,6 +25,7 @@ from uuid import UUID
 import pytest
 import ray
 from actor_harness import RayHarness, hold_next_event, poll, run_async, waiting_on
+from reference_worker import Backoff, EchoExecutor, ReferenceWorker
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
@@ -33,7 +34,6 @@ from actors.run_host import make_router
 from runcontrol.client import RunControlClient
 from runcontrol.commands import ReportOutcome, SubmitRun
 from runcontrol.domain import AttemptOutcome, canonical_hash, errors
-from runcontrol.worker import Backoff, EchoExecutor, ReferenceWorker
 from runcontrol.workers.protocol import Credit, Grant, SessionDown, SessionUp
 
 

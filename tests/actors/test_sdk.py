@@ -31,7 +31,7 @@ from runcontrol.sdk import Backoff, Step, SyncStep, Worker
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-WORKER_CLI = "from runcontrol.cli import main; raise SystemExit(main())"
+WORKER_CLI = "from actors.cli import main; raise SystemExit(main())"
 
 
 def sdk_worker(**kw: Any) -> Worker:

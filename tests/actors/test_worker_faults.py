@@ -16,6 +16,7 @@ from uuid import UUID
 
 import pytest
 from actor_harness import RayHarness, poll, run_async
+from reference_worker import Backoff, ReferenceWorker
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import NullPool
@@ -23,7 +24,6 @@ from sqlalchemy.pool import NullPool
 from runcontrol.client import Claim
 from runcontrol.commands import SubmitRun
 from runcontrol.store import Database
-from runcontrol.worker import Backoff, ReferenceWorker
 
 RUNS = 6
 KILL = text(

@@ -38,7 +38,7 @@ def serve_instance(ray_runtime: Any, grpc_port: int) -> Iterator[int]:
     """``serve.start`` on free ports (HTTP, gRPC); shut down before the session's Ray runtime."""
     from ray import serve
 
-    from grpc_ingress import grpc_options
+    from actors.grpc_ingress import grpc_options
 
     port = free_port()
     serve.start(

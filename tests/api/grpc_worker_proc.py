@@ -1,24 +1,27 @@
 """A runtime worker process that talks only gRPC, with Ray made unimportable.
 
-``python grpc_worker_proc.py TARGET TOKEN INSTANCE FLAKY_AGENT AGENT...``: runs the reference
-worker (``runcontrol.worker.ReferenceWorker`` over ``GrpcSessionTransport``) for these agents
-until SIGTERM; the first execution of FLAKY_AGENT fails transiently. Any ``import ray`` in
+``python grpc_worker_proc.py TARGET TOKEN INSTANCE FLAKY_AGENT AGENT...``: runs the tests'
+reference worker (``ReferenceWorker`` over ``GrpcSessionTransport``) for these agents until
+SIGTERM; the first execution of FLAKY_AGENT fails transiently. Any ``import ray`` in
 this process raises ImportError, so finishing work proves the worker path needs no Ray.
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 sys.modules["ray"] = None  # type: ignore[assignment]  # every `import ray` now fails
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the reference worker
 
 import asyncio  # noqa: E402
 import signal  # noqa: E402
 from typing import Any  # noqa: E402
 
+from reference_worker import EchoExecutor, ReferenceWorker, TransientError  # noqa: E402
+
 from runcontrol.rpc.exchange import GrpcSessionTransport  # noqa: E402
 from runcontrol.sdk import token_identity  # noqa: E402
-from runcontrol.worker import EchoExecutor, ReferenceWorker, TransientError  # noqa: E402
 
 
 class FlakyOnce(EchoExecutor):

@@ -33,7 +33,7 @@ from api_harness import (
 )
 
 from runcontrol.api.auth import RUNS_READ, RUNS_WRITE, jwks_document
-from runcontrol.cli import _with_dev_auth, dev_secret_file
+from runcontrol.cli.tokens import dev_secret_file, with_dev_auth
 from runcontrol.config import AuthNotConfigured, AuthOptions, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -189,16 +189,16 @@ def test_dev_mode_secret_is_random_per_data_dir_and_signs_cli_tokens(
     assert no_secret.returncode != 0 and "runcontrol up --dev" in no_secret.stderr
 
     settings = Settings(data_dir=data_dir)
-    app_settings = _with_dev_auth(settings)  # what `runcontrol up --dev` does
+    app_settings = with_dev_auth(settings)  # what `runcontrol up --dev` does
     path = dev_secret_file(settings)
     assert app_settings == {"auth": {"hs256_secret_file": str(path)}}
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     secret = path.read_text().strip()
     assert len(secret) >= 48 and secret != PUBLISHED_SECRET
-    assert _with_dev_auth(Settings(data_dir=data_dir)) == app_settings  # reused, not remade
+    assert with_dev_auth(Settings(data_dir=data_dir)) == app_settings  # reused, not remade
     assert path.read_text().strip() == secret
     other = Settings(data_dir=str(tmp_path / "other" / "pgdata"))
-    _with_dev_auth(other)
+    with_dev_auth(other)
     assert dev_secret_file(other).read_text().strip() != secret
 
     minted = _cli(

@@ -246,7 +246,7 @@ class Chaos:
 
         from runcontrol.api import mint_dev_token
         from runcontrol.bootstrap import build
-        from runcontrol.cli import DEMO_WORKFLOW
+        from runcontrol.cli.demo import DEMO_WORKFLOW
         from runcontrol.config import Settings
         from runcontrol.domain import WorkflowDefinition
         from runcontrol.store import Database

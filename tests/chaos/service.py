@@ -44,16 +44,16 @@ import time
 from typing import Any
 
 import ray
+from reference_worker import EchoExecutor, ReferenceWorker
 
 from actors.placement import NAMESPACE, SCHEDULER_NAME, host_name
 from actors.run_host import host_config, make_router
 from actors.service import drain_service, start_ray, start_service, stop_service
-from runcontrol.cli import DEMO_WORKFLOW, _start_workers, _stop_workers
+from runcontrol.cli.demo import DEMO_WORKFLOW, start_workers, stop_workers
 from runcontrol.client import RunControlClient
 from runcontrol.commands import ReportOutcome, new_command_id
 from runcontrol.config import Settings
 from runcontrol.domain import WorkerIdentity, errors
-from runcontrol.worker import EchoExecutor, ReferenceWorker
 from runcontrol.workers.protocol import SessionDown, SessionUp
 
 log = logging.getLogger("chaos.service")
@@ -297,12 +297,12 @@ def main(http_port: int, grpc_port: int) -> int:
             **placement,
         )
         running = [(w.worker, w.client, w.identity) for w in workers]
-        tasks = _start_workers(running)
+        tasks = start_workers(running)
         await stop.wait()
         report = await drain_service(
             service,
             settings.drain.grace_seconds,
-            lambda grace_s: _stop_workers(running, tasks, grace_s),
+            lambda grace_s: stop_workers(running, tasks, grace_s),
         )
         say(drained=report)
 

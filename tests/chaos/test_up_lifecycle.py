@@ -33,7 +33,7 @@ from actors.ingress import free_port
 from runcontrol import lifeline
 
 GRACE_S = 8.0
-MARGIN_S = 5.0  # runcontrol.cli.STOP_MARGIN_S: the promise is grace + 5 s
+MARGIN_S = 5.0  # runcontrol.cli.service.STOP_MARGIN_S: the promise is grace + 5 s
 START_TIMEOUT_S = 180.0
 
 
@@ -61,7 +61,7 @@ class Up:
         env.pop("RUNCONTROL_DATABASE_URL", None)
         self._log = open(log, "wb")  # noqa: SIM115 - closed in wait_gone
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "runcontrol.cli", "up", "--dev", "--port", str(self.port)]
+            [sys.executable, "-m", "actors.cli", "up", "--dev", "--port", str(self.port)]
             + ["--grpc-port", str(self.grpc_port), *extra],
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -263,7 +263,7 @@ def test_a_port_held_by_another_process_is_one_line_naming_it(root: Path) -> Non
         held.listen()
         port = held.getsockname()[1]
         answer = subprocess.run(
-            [sys.executable, "-m", "runcontrol.cli", "up", "--dev", "--port", str(port)],
+            [sys.executable, "-m", "actors.cli", "up", "--dev", "--port", str(port)],
             capture_output=True,
             text=True,
             timeout=60,

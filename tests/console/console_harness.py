@@ -67,7 +67,7 @@ class Service:
     def _start(self) -> subprocess.Popen[bytes]:
         with open(self.log, "w", encoding="utf-8") as out:
             return subprocess.Popen(
-                [sys.executable, "-m", "runcontrol.cli", "up", "--dev", *self._args],
+                [sys.executable, "-m", "actors.cli", "up", "--dev", *self._args],
                 env=self.env,
                 stdin=subprocess.DEVNULL,
                 stdout=out,

@@ -108,7 +108,7 @@ def service(service_db: Database, otlp: OtlpReceiver) -> Iterator[Service]:
         [
             sys.executable,
             "-m",
-            "runcontrol.cli",
+            "actors.cli",
             "up",
             "--no-workers",
             "--no-demo",

@@ -1,4 +1,4 @@
-"""Retry delays: exponential backoff with full jitter (AWS architecture blog, 2015)."""
+"""Backoff delays: exponential backoff with full jitter (AWS architecture blog, 2015)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The reference worker: ``Executor`` objects (``propose`` / ``execute``) run by the worker SDK.
+"""The tests' reference worker: ``Executor`` objects (``propose`` / ``execute``) run by the
+worker SDK (importable because tests/ holds the root conftest; not part of the product).
 
-``ReferenceWorker`` keeps the constructor the tests, the chaos suite and the benches build
+``ReferenceWorker`` keeps the constructor the tests and the chaos suite build
 (a transport, a holder, executors by agent id) and runs them as SDK agents
 (``runcontrol.sdk``): one worker loop in the codebase. An executor's step asks for approval
 first when its step needs it (an approval gate, or a side effect of local-write or more),
@@ -14,11 +15,11 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
-from .clock import Clock
-from .domain import WorkerIdentity, canonical_hash
-from .sdk import Backoff, Step, Transient, Worker
-from .sdk._worker import slot_holders
-from .workers.protocol import SessionTransport
+from runcontrol.clock import Clock
+from runcontrol.domain import WorkerIdentity, canonical_hash
+from runcontrol.sdk import Backoff, Step, Transient, Worker
+from runcontrol.sdk._worker import slot_holders
+from runcontrol.workers.protocol import SessionTransport
 
 # What an executor raises for a failure a retry may fix (the SDK's ``Transient``).
 TransientError = Transient

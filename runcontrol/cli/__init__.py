@@ -1,0 +1,49 @@
+"""The ``runcontrol`` command, one module per audience:
+
+- the service, which runs on the Ray runtime handed in (``cluster``): ``up`` and ``hosts``
+  (``service``, with the demo ``up`` runs in ``demo``) and ``worker`` (``workers``);
+- the platform's setup: ``token`` (``tokens``), ``db``/``migrate``, ``release``, ``policy`` and
+  ``restore-check`` (``admin``);
+- people, over the HTTP API (``http_api``): ``runs`` and ``events`` (``runs``), ``approvals``,
+  ``webhooks``, and for operators ``queues`` and ``ops`` (``ops``).
+
+runcontrol never imports ``actors``: the console script (``actors/cli.py``) calls ``main``
+with the Ray runtime's loader; ``python -m runcontrol.cli`` runs every command but those.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from ..store.schema import SchemaMismatch
+from . import admin, approvals, ops, runs, service, tokens, webhooks, workers
+from .cluster import ClusterLoader
+
+
+def main(argv: list[str] | None = None, cluster: ClusterLoader | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    parser = argparse.ArgumentParser(
+        prog="runcontrol", description="Run-control plane for agent runs"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    service.add_up(sub, cluster)
+    service.add_hosts(sub, cluster)
+    workers.add_worker(sub, cluster)
+    tokens.add_token(sub)
+    admin.add_db(sub)
+    admin.add_release(sub)
+    admin.add_policy(sub)
+    admin.add_restore_check(sub)
+    runs.add_runs(sub)
+    approvals.add_approvals(sub)
+    webhooks.add_webhooks(sub)
+    ops.add_queues(sub)
+    runs.add_events(sub)
+    ops.add_ops(sub)
+
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except SchemaMismatch as exc:  # a process that may not run on this schema: say why, once
+        raise SystemExit(f"runcontrol: {exc}") from None

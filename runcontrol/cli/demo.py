@@ -1,0 +1,113 @@
+"""The demo of ``runcontrol up``: tenant ``demo``'s workflow, the echo workers that take its
+attempts in the service's process, and a hint for the work no worker takes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from ..config import Settings
+from ..domain import WorkerIdentity
+from ..store import queries as q
+from .output import say
+
+if TYPE_CHECKING:
+    from ..sdk import Worker
+    from ..workers.protocol import SessionTransport
+
+log = logging.getLogger(__name__)
+
+DEMO_TENANT = "demo"
+DEMO_PROJECT = "demo"
+
+DEMO_WORKFLOW: dict[str, Any] = {
+    "workflowId": "demo-review",
+    "steps": [
+        {"name": "plan", "agentId": "planner", "sideEffectClass": "read"},
+        {"name": "apply", "agentId": "applier", "sideEffectClass": "shared-write"},
+        {"name": "report", "agentId": "reporter", "sideEffectClass": "read"},
+    ],
+}
+
+
+# A demo worker: an app of the SDK, the transport it runs over and its identity.
+DemoWorker = tuple["Worker", "SessionTransport", WorkerIdentity]
+
+
+def demo_workers(
+    transport: SessionTransport, holders: list[WorkerIdentity], settings: Settings
+) -> list[DemoWorker]:
+    """The demo workers of ``runcontrol up``: the SDK's echo app (``runcontrol.sdk.echo``,
+    what ``runcontrol worker`` runs without ``--app``), one per holder, in this process."""
+    from ..sdk.echo import echo_worker  # the SDK (and pyjwt) only for a service with workers
+
+    agents = [s["agentId"] for s in DEMO_WORKFLOW["steps"]]
+    renew = max(settings.leases.duration_seconds / 3, 0.5)
+    grace = settings.leases.renewal_grace_seconds + 5.0
+    return [
+        (
+            echo_worker(agents, 0.5, renew_every_s=renew, lease_grace_s=grace),
+            transport,
+            who,
+        )
+        for who in holders
+    ]
+
+
+def start_workers(workers: list[DemoWorker]) -> list[asyncio.Task[None]]:
+    """Each worker's supervised loop as a task of this event loop."""
+    return [
+        asyncio.create_task(app.run_supervised(transport, who), name=f"worker {who.holder}")
+        for app, transport, who in workers
+    ]
+
+
+async def stop_workers(
+    workers: list[DemoWorker], tasks: list[asyncio.Task[None]], grace_s: float
+) -> None:
+    """Stop offering slots; wait up to ``grace_s`` for the attempts in hand to finish and
+    report (a stopping SDK worker withdraws its credits at once: no long poll to sit out)."""
+    for app, _, _ in workers:
+        app.stop()
+    if not tasks:
+        return
+    done, pending = await asyncio.wait(tasks, timeout=grace_s)
+    for task in pending:
+        log.warning("%s did not drain within %.0f s; cancelling it", task.get_name(), grace_s)
+        task.cancel()
+    for task in done:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s ended with an error", task.get_name(), exc_info=task.exception())
+
+
+async def hint_workers(db: Any, stall_s: float | None, stop: asyncio.Event) -> None:
+    """Say once per (tenant, agent) how to start a worker for work nobody takes (a tenant
+    that published a workflow but runs no worker: the demo workers take tenant demo's only)."""
+    if stall_s is None:
+        return
+    said: set[tuple[str, str]] = set()
+
+    def stalled() -> list[tuple[str, str, int, datetime]]:
+        with db.system_tx() as conn:
+            return q.stalled_attempts(conn, datetime.now(UTC), stall_s)
+
+    while not stop.is_set():
+        try:
+            found = await asyncio.to_thread(stalled)
+        except Exception as exc:  # noqa: BLE001 - a hint; the next look may work
+            log.warning("could not look for work nobody takes: %r", exc)
+            found = []
+        for tenant, agent, n, _ in found:
+            if (tenant, agent) not in said:
+                said.add((tenant, agent))
+                say(
+                    f"tenant {tenant!r}: {n} attempt(s) of agent {agent!r} waiting over "
+                    f"{stall_s:g} s with no worker; start one: runcontrol worker --tenant "
+                    f"{tenant} --sub worker --agents {agent} (or over gRPC: --transport grpc "
+                    f"--token of role Worker for tenant {tenant})"
+                )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), min(stall_s, 30.0))

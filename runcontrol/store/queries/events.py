@@ -1,0 +1,57 @@
+"""The outbox read: a run's events after a cursor (the SSE replay), the relay's take of the
+unpublished ones, and their backlog."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import Connection, func, select, update
+
+from ..tables import outbox
+from .views import event_view
+
+
+def events_after(
+    conn: Connection, run_id: UUID, after_seq: int, limit: int = 500
+) -> list[dict[str, Any]]:
+    """The run's committed events with seq > after_seq, in order (the SSE replay cursor)."""
+    rows = conn.execute(
+        select(outbox)
+        .where(outbox.c.run_id == run_id, outbox.c.seq > after_seq)
+        .order_by(outbox.c.seq)
+        .limit(limit)
+    )
+    return [event_view(r._mapping) for r in rows]
+
+
+def take_unpublished(conn: Connection, now: datetime, limit: int = 500) -> list[dict[str, Any]]:
+    """Mark the oldest unpublished outbox rows published at ``now`` and answer them, oldest
+    first: one ``UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED) ... RETURNING``, so a
+    second relay skips them. The mark is the caller's transaction's: if it does not commit (a
+    sink failed, the relay died after its sinks had the events) the rows stay unpublished and
+    the next relay publishes them again (at-least-once)."""
+    picked = (
+        select(outbox.c.id)
+        .where(outbox.c.published_at.is_(None))
+        .order_by(outbox.c.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+        .subquery("picked")
+    )
+    rows = conn.execute(
+        update(outbox)
+        .where(outbox.c.id == picked.c.id)
+        .values(published_at=now)
+        .returning(*outbox.c)
+    )
+    return sorted((dict(r._mapping) for r in rows), key=lambda r: int(r["id"]))
+
+
+def unpublished_backlog(conn: Connection) -> tuple[int, datetime | None]:
+    """How many committed events wait for the outbox relay, and the oldest one's commit."""
+    row = conn.execute(
+        select(func.count(), func.min(outbox.c.occurred_at)).where(outbox.c.published_at.is_(None))
+    ).one()
+    return int(row[0]), row[1]

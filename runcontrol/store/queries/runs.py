@@ -1,0 +1,151 @@
+"""Tenant reads of runs (row-level security applies): one run whole, a page of them, a run's
+input and result; and the keyset paging the lists share."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import ColumnElement, Connection, select, tuple_
+
+from ...domain.flow import held_label
+from ..tables import approval_requests, attempt_results, attempts, leases, runs, steps
+from .views import ATTEMPT, LEASE, STEP, approval_view, render, run_summary
+
+
+def in_project(project_id: str | None) -> list[ColumnElement[bool]]:
+    return [] if project_id is None else [runs.c.project_id == project_id]
+
+
+def run_visible(conn: Connection, run_id: UUID, *, project_id: str | None) -> bool:
+    """True when the run exists in this tenant and, if given, in ``project_id``."""
+    found = conn.execute(
+        select(runs.c.run_id).where(runs.c.run_id == run_id, *in_project(project_id))
+    ).first()
+    return found is not None
+
+
+def get_run(
+    conn: Connection, run_id: UUID, *, project_id: str | None = None
+) -> dict[str, Any] | None:
+    """A run with its steps, attempts, current leases and pending approvals; None when it is
+    not in this tenant or (``project_id``) not in that project."""
+    row = conn.execute(select(runs).where(runs.c.run_id == run_id, *in_project(project_id))).first()
+    if row is None:
+        return None
+    view = run_summary(row._mapping)
+    view["input"] = row._mapping["input"]
+    view["result"], view["resultRef"] = run_result(conn, run_id, row._mapping["result_hash"])
+    current = {
+        r.attempt_id: r._mapping
+        for r in conn.execute(
+            select(leases).where(leases.c.run_id == run_id, leases.c.released_at.is_(None))
+        )
+    }
+    by_step: dict[UUID, list[dict[str, Any]]] = {}
+    for a in conn.execute(
+        select(attempts).where(attempts.c.run_id == run_id).order_by(attempts.c.number)
+    ):
+        m = a._mapping
+        lease = current.get(m["attempt_id"])
+        attempt = render(m, ATTEMPT)
+        attempt["lease"] = None if lease is None else render(lease, LEASE)
+        by_step.setdefault(m["step_id"], []).append(attempt)
+    view["steps"] = [
+        {
+            **render(r._mapping, STEP),
+            "heldReason": held_label(r._mapping["held"]),
+            "attempts": by_step.get(r.step_id, []),
+        }
+        for r in conn.execute(
+            select(steps).where(steps.c.run_id == run_id).order_by(steps.c.ordinal)
+        )
+    ]
+    view["pendingApprovals"] = [
+        approval_view(r._mapping)
+        for r in conn.execute(
+            select(approval_requests).where(
+                approval_requests.c.run_id == run_id, approval_requests.c.state == "Pending"
+            )
+        )
+    ]
+    return view
+
+
+def run_result(conn: Connection, run_id: UUID, result_hash: str | None) -> tuple[Any, Any]:
+    """The run's result content (result, result_ref): a stored result of the run with its
+    result's hash (any of them holds the same content); (None, None) when it has none, or
+    retention removed it."""
+    if result_hash is None:
+        return None, None
+    r = attempt_results
+    found = conn.execute(
+        select(r.c.result_json, r.c.result_ref)
+        .where(r.c.run_id == run_id, r.c.outcome_hash == result_hash)
+        .limit(1)
+    ).first()
+    if found is None:
+        return None, None
+    content = None if found.result_json is None else json.loads(found.result_json)
+    return content, found.result_ref
+
+
+def run_input(conn: Connection, run_id: UUID) -> dict[str, Any] | None:
+    """The run's input (what a claim hands its worker with the lease)."""
+    found = conn.execute(select(runs.c.input).where(runs.c.run_id == run_id)).first()
+    return None if found is None else found.input
+
+
+def encode_cursor(created_at: datetime, key: str) -> str:
+    raw = json.dumps([created_at.isoformat(), key]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    padded = cursor + "=" * (-len(cursor) % 4)
+    created, key = json.loads(base64.urlsafe_b64decode(padded))
+    return datetime.fromisoformat(created), str(key)
+
+
+def list_runs(
+    conn: Connection,
+    *,
+    project_id: str | None,
+    states: Sequence[str] = (),
+    workflow_id: str | None = None,
+    cursor: str | None = None,
+    limit: int = 50,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Newest first, keyset-paged on (created_at, run_id)."""
+    conditions = in_project(project_id)
+    if states:
+        conditions.append(runs.c.state.in_(list(states)))
+    if workflow_id:
+        conditions.append(runs.c.workflow_id == workflow_id)
+    return page(conn, runs, runs.c.run_id, conditions, cursor, limit, run_summary)
+
+
+def page(
+    conn: Connection,
+    table: Any,
+    key: Any,
+    conditions: list[Any],
+    cursor: str | None,
+    limit: int,
+    view: Any,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One page newest first, keyset-paged on (created_at, key), plus the next page's cursor."""
+    query = select(table).where(*conditions).order_by(table.c.created_at.desc(), key.desc())
+    if cursor:
+        created, after = decode_cursor(cursor)
+        query = query.where(tuple_(table.c.created_at, key) < (created, UUID(after)))
+    rows = [r._mapping for r in conn.execute(query.limit(limit + 1))]
+    next_cursor = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        next_cursor = encode_cursor(rows[-1]["created_at"], str(rows[-1][key.name]))
+    return [view(m) for m in rows], next_cursor

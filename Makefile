@@ -15,8 +15,12 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/runcontrol up --dev
 
+# Two pytest-xdist workers, each with its own PostgreSQL and Ray runtime (tests/conftest.py's
+# session fixtures), each taking whole files (module fixtures stay in one process) in the order
+# collected: the longest files first (LONGEST_FILES in tests/conftest.py). docs/testing.md.
 test: $(STAMP)
-	RUNCONTROL_RUN_SLOW=1 $(BIN)/python -m pytest -q --durations=15
+	RUNCONTROL_RUN_SLOW=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder \
+		--durations=15
 
 # The long variants of what `make test` checks short (tests marked `long`: the SIGTERM drain
 # under load on its own, every `runcontrol up` stop and kill case, the rate limit over 30 s).

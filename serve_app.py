@@ -24,6 +24,7 @@ from runcontrol.bootstrap import build_database
 from runcontrol.client import RunControlClient
 from runcontrol.config import Settings
 from runcontrol.drain import Drain
+from runcontrol.edge.metering import TenantRateLimiter
 from runcontrol.telemetry import configure
 
 
@@ -55,15 +56,14 @@ class RunControlApi(GrpcIngress):  # + the gRPC methods (actors/grpc_ingress.py)
         self.client = RunControlClient(self.router)
         # One drain for the replica's HTTP routes and gRPC methods (runcontrol/drain.py).
         self.edge_drain = Drain(self.settings.drain.retry_after_seconds)
+        self.edge_limiter = TenantRateLimiter(self.settings.api)  # and one command rate
 
     async def ping_hosts(self) -> None:
         names = [host_name(k) for k in range(self.router.host_count)]
         await asyncio.gather(*(self.router.call_named(name, "ping") for name in names))
 
     def __serve_build_asgi_app__(self) -> FastAPI:
-        return create_app(
-            self.client, self.db, self.settings, host_probe=self.ping_hosts, drain=self.edge_drain
-        )
+        return create_app(self.client, self.db, self.settings, **self.edge_shared)
 
     # Called through the app's handle (``actors.service.drain_service``), not routed: Serve
     # gives a replica no hook when its own stop begins (``__del__`` runs after its requests

@@ -21,6 +21,7 @@ from ray.serve.config import gRPCOptions
 from runcontrol.client import RunControlClient
 from runcontrol.config import Settings
 from runcontrol.drain import Drain
+from runcontrol.edge.metering import TenantRateLimiter
 from runcontrol.rpc.service import SERVICE_NAME, RunControlRpc
 from runcontrol.rpc.table import RPCS, Rpc
 from runcontrol.store import Database
@@ -43,21 +44,31 @@ def grpc_options(port: int) -> gRPCOptions:
 
 class GrpcIngress:
     """The gRPC methods of the ingress deployment (a mixin: the class provides the client,
-    the database, the settings, the replica's drain and ``ping_hosts``)."""
+    the database, the settings, the replica's drain and tenant command rate, and
+    ``ping_hosts``)."""
 
     client: RunControlClient
     db: Database
     settings: Settings
     edge_drain: Drain
+    edge_limiter: TenantRateLimiter
 
     async def ping_hosts(self) -> None:
         raise NotImplementedError
 
+    @property
+    def edge_shared(self) -> dict[str, Any]:
+        """What the replica's two doors share: the host probe of their readiness, one drain
+        and one tenant command rate (``create_app`` and ``RunControlRpc`` take them)."""
+        return {
+            "host_probe": self.ping_hosts,
+            "drain": self.edge_drain,
+            "rate_limiter": self.edge_limiter,
+        }
+
     @cached_property
     def _rpc(self) -> RunControlRpc:
-        return RunControlRpc(
-            self.client, self.db, self.settings, host_probe=self.ping_hosts, drain=self.edge_drain
-        )
+        return RunControlRpc(self.client, self.db, self.settings, **self.edge_shared)
 
     # grpc.health.v1.Health
 

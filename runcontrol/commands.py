@@ -57,8 +57,19 @@ from .domain import (
     ToolCallClaim,
     canonical_hash,
 )
-from .domain.run import RESTORE_CHECK
-from .domain.run.progress import gap_refusal
+from .domain.run import (
+    RESTORE_CHECK,
+    approvals,
+    cancellation,
+    controls,
+    leases,
+    outcomes,
+    progress,
+    restore,
+    tool_calls,
+    usage,
+    waits,
+)
 
 R = TypeVar("R")
 
@@ -191,7 +202,7 @@ class DispatchRun(Command[Attempt | None]):
 
 @declare(
     caller("requested_by"),
-    RunAggregate.cancel,
+    cancellation.cancel,
     answer=lambda run, c, cancelled, _: str(run.run.state),  # the state observed after it
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -227,7 +238,7 @@ def signal_result(
     )
 
 
-@declare(caller("sent_by"), RunAggregate.receive_signal, dispatches=True, answer=signal_result)
+@declare(caller("sent_by"), waits.receive_signal, dispatches=True, answer=signal_result)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SendSignal(Command[SignalResult]):
     """An input from outside for the run's signal step named ``name``; ``body`` (JSON)
@@ -253,14 +264,14 @@ class OpenAttempts(Command[list[UUID]]):
 # ---------------------------------------------------------------------- workers
 
 
-@declare(LEASE_HOLDER, RunAggregate.acquire_lease, rpc="AcquireLease")
+@declare(LEASE_HOLDER, leases.acquire_lease, rpc="AcquireLease")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AcquireLease(Command[LeaseGrant]):
     attempt_id: UUID
     holder: str
 
 
-@declare(LEASE_HOLDER, RunAggregate.renew_lease, rpc="AcquireLease")
+@declare(LEASE_HOLDER, leases.renew_lease, rpc="AcquireLease")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RenewLease(Command[LeaseGrant]):
     attempt_id: UUID
@@ -269,7 +280,7 @@ class RenewLease(Command[LeaseGrant]):
     lease_id: UUID | None = None  # when given, it must be the current lease
 
 
-@declare(LEASE_HOLDER, RunAggregate.report_outcome, dispatches=True, rpc="ReportAttemptOutcome")
+@declare(LEASE_HOLDER, outcomes.report_outcome, dispatches=True, rpc="ReportAttemptOutcome")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReportOutcome(Command[Attempt]):
     """The attempt's one outcome. ``result``: what it produced, as JSON (at most
@@ -289,7 +300,7 @@ class ReportOutcome(Command[Attempt]):
     result_ref: dict[str, Any] | None = None
 
 
-@declare(LEASE_HOLDER, RunAggregate.request_approval, rpc="RequestApproval")
+@declare(LEASE_HOLDER, approvals.request_approval, rpc="RequestApproval")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequestApproval(Command[ApprovalRequest | None]):
     attempt_id: UUID
@@ -300,7 +311,7 @@ class RequestApproval(Command[ApprovalRequest | None]):
     lease_id: UUID | None = None
 
 
-@declare(LEASE_HOLDER, RunAggregate.report_progress, refuse=gap_refusal, rpc="ReportProgress")
+@declare(LEASE_HOLDER, progress.report_progress, refuse=progress.gap_refusal, rpc="ReportProgress")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReportProgress(Command[ProgressAck]):
     """The lease holder's progress messages, in sequence (at most ``PROGRESS_BATCH_MAX``):
@@ -316,7 +327,7 @@ class ReportProgress(Command[ProgressAck]):
 
 @declare(
     LEASE_HOLDER,
-    RunAggregate.consume_rate,
+    usage.consume_rate,
     after_commit=AfterCommit.MOVE_RATE_BUCKET,
     rpc="ConsumeRateLimit",
 )
@@ -334,7 +345,7 @@ class ConsumeRateLimit(Command[RateConsumed]):
     lease_id: UUID | None = None
 
 
-@declare(LEASE_HOLDER, RunAggregate.claim_tool_call, rpc="ClaimToolCall")
+@declare(LEASE_HOLDER, tool_calls.claim_tool_call, rpc="ClaimToolCall")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClaimToolCall(Command[ToolCallClaim]):
     """Claim ``call_id`` before its side effect; execute only if the answer says ``proceed``."""
@@ -347,7 +358,7 @@ class ClaimToolCall(Command[ToolCallClaim]):
     lease_id: UUID | None = None
 
 
-@declare(LEASE_HOLDER, RunAggregate.complete_tool_call, rpc="CompleteToolCall")
+@declare(LEASE_HOLDER, tool_calls.complete_tool_call, rpc="CompleteToolCall")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CompleteToolCall(Command[ToolCallClaim]):
     """Store the result hash of a call this attempt claimed and executed."""
@@ -363,7 +374,7 @@ class CompleteToolCall(Command[ToolCallClaim]):
 # ---------------------------------------------------------------------- people
 
 
-@declare(REVIEWER, RunAggregate.decide_approval, dispatches=True)
+@declare(REVIEWER, approvals.decide_approval, dispatches=True)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DecideApproval(Command[ApprovalRequest]):
     approval_id: UUID
@@ -405,7 +416,7 @@ def control_result(
     )
 
 
-@declare(OPERATOR, RunAggregate.suspend, answer=lambda run, c, _, __: control_result(run))
+@declare(OPERATOR, controls.suspend, answer=lambda run, c, _, __: control_result(run))
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SuspendRun(Command[ControlResult]):
     """Hold the run: nothing new is dispatched or leased; leases in hand may finish."""
@@ -415,7 +426,7 @@ class SuspendRun(Command[ControlResult]):
 
 
 @declare(
-    OPERATOR, RunAggregate.resume, dispatches=True, answer=lambda run, c, _, __: control_result(run)
+    OPERATOR, controls.resume, dispatches=True, answer=lambda run, c, _, __: control_result(run)
 )
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResumeRun(Command[ControlResult]):
@@ -427,7 +438,7 @@ class ResumeRun(Command[ControlResult]):
 
 @declare(
     OPERATOR,
-    RunAggregate.retry_step,
+    controls.retry_step,
     dispatches=True,
     answer=lambda run, c, step, attempt: control_result(run, attempt, step.step_id),
 )
@@ -442,7 +453,7 @@ class RetryStep(Command[ControlResult]):
 
 @declare(
     OPERATOR,
-    RunAggregate.resolve_attempt,
+    controls.resolve_attempt,
     dispatches=True,
     answer=lambda run, c, attempt, _: control_result(run, attempt),
 )
@@ -482,7 +493,7 @@ class RerunRun(Command[SubmitResult]):
 
 @declare(
     system(RESTORE_CHECK),
-    RunAggregate.settle_restored_leases,
+    restore.settle_restored_leases,
     answer=lambda run, c, settled, _: [str(attempt) for attempt in settled],
 )
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -9,8 +9,10 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -20,6 +22,7 @@ from sqlalchemy.pool import NullPool
 from support import Faults, new_database
 
 from runcontrol import embedded
+from runcontrol.config import Settings
 from runcontrol.store import Database
 
 # Hypothesis checks properties, not speed: on a shared 2-core machine an example can take longer
@@ -27,11 +30,36 @@ from runcontrol.store import Database
 settings.register_profile("runcontrol", deadline=None)
 settings.load_profile("runcontrol")
 
+# The files that start a service of their own (PostgreSQL, Ray, `runcontrol up`, Chromium) and
+# take a minute or more each, longest first. They run before the rest: `make test` runs two
+# pytest-xdist workers that each take whole files in this order, and one of these left for the
+# end would keep one worker busy long after the other has run out of files.
+LONGEST_FILES = (
+    "chaos/test_chaos.py",
+    "console/test_console.py",
+    "chaos/test_up_lifecycle.py",
+    "telemetry/test_telemetry.py",
+    "actors/test_two_node.py",
+)
+
+
+def _file_rank(item: pytest.Item) -> int:
+    """``LONGEST_FILES`` first; then the tests on hosts with long leases (``long_leases``), so
+    that their hosts are replaced once, not once per module; then the rest."""
+    path = Path(str(item.path)).as_posix()
+    for rank, name in enumerate(LONGEST_FILES):
+        if path.endswith(f"tests/{name}"):
+            return rank
+    return len(LONGEST_FILES) + ("long_leases" not in getattr(item, "fixturenames", ()))
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``long`` (the long variants: minutes each) run only when selected (``-m
+    """The longest files first (``_file_rank``; every file's tests keep their order).
+
+    Tests marked ``long`` (the long variants: minutes each) run only when selected (``-m
     long``, or RUNCONTROL_RUN_LONG=1 as ``make test-long`` sets); ``make test`` runs their short
     variants."""
+    items.sort(key=_file_rank)  # stable: the rest keep the order they were collected in
     if "long" in (config.getoption("-m") or "") or os.environ.get("RUNCONTROL_RUN_LONG"):
         return
     skip = pytest.mark.skip(reason="long: make test-long (or -m long)")
@@ -121,16 +149,48 @@ class RayRuntime:
         from actors.scheduler import ensure_scheduler
         from runcontrol.bootstrap import build
         from runcontrol.client import RunControlClient
-        from runcontrol.config import Settings
 
         self.ray = ray
         self.owner_url = owner_url
         self.settings = Settings.model_validate(RAY_TEST_SETTINGS)
         self.container = build(self.settings, db=db, migrate=False)
         self.hosts = ensure_hosts(self.settings, owner_url)
+        self.host_settings = self.settings  # what the hosts run with now (``use_hosts``)
         self.scheduler = ensure_scheduler(self.settings, owner_url)
         self.config = host_config(self.settings, owner_url)
         self.client = RunControlClient(make_router(self.config))
+
+    def use_hosts(self, settings: Settings, *, check: bool = False) -> None:
+        """Run hosts with ``settings``: stopped for good and started again only when they run
+        with others, or (``check``) when one of them does not answer (a test left it dead)."""
+        if settings == self.host_settings and not (check and not self._hosts_answer()):
+            return
+        from actors.placement import NAMESPACE, host_name
+        from actors.run_host import ensure_hosts
+
+        def gone(name: str) -> bool:
+            try:
+                self.ray.get_actor(name, namespace=NAMESPACE)
+            except ValueError:
+                return True
+            return False
+
+        for handle in self.hosts:
+            self.ray.kill(handle, no_restart=True)
+        deadline = time.monotonic() + 30
+        for k in range(self.host_settings.grains.host_count):
+            while not gone(host_name(k)):
+                assert time.monotonic() < deadline, f"{host_name(k)} is still there"
+                time.sleep(0.1)
+        self.hosts = ensure_hosts(settings, self.owner_url)
+        self.host_settings = settings
+
+    def _hosts_answer(self) -> bool:
+        try:
+            self.ray.get([host.stats.remote() for host in self.hosts], timeout=30)
+        except Exception:  # dead, refused to start, or not answering: replaced
+            return False
+        return True
 
 
 @pytest.fixture(scope="session")
@@ -169,3 +229,14 @@ def ray_runtime(ray_db: Database) -> Iterator[RayRuntime]:
         yield RayRuntime(ray_db.owner_url, ray_db)
     finally:
         ray.shutdown()  # before the database fixture stops PostgreSQL
+
+
+@pytest.fixture(autouse=True)
+def _session_hosts(request: pytest.FixtureRequest) -> None:
+    """A test on the session's Ray runtime meets run hosts with the session's settings, unless
+    it asks for others (``long_leases`` in tests/actors/conftest.py). Hosts are replaced only
+    when the settings change: the modules that want long leases run one after another
+    (``pytest_collection_modifyitems``) on one replacement."""
+    if "ray_runtime" in request.fixturenames and "long_leases" not in request.fixturenames:
+        runtime: RayRuntime = request.getfixturevalue("ray_runtime")
+        runtime.use_hosts(runtime.settings)

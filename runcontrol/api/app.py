@@ -11,6 +11,7 @@ from fastapi.telemetry import TelemetryConfig
 from ..client import RunControlClient
 from ..config import Settings
 from ..drain import Drain
+from ..edge.metering import TenantRateLimiter
 from ..store import Database
 from ..store.commit import EVENTS_CHANNEL
 from ..store.notify import Listener
@@ -34,7 +35,7 @@ from . import (
 )
 from .auth import TokenVerifier
 from .context import HostProbe, Services
-from .limits import BodyLimit, TenantRateLimiter
+from .limits import BodyLimit
 
 # The replica's LISTEN connection closes once no event stream waited on it for this long
 # (issue 24: a replica nobody watches is not sent every commit's NOTIFY).
@@ -48,13 +49,15 @@ def create_app(
     *,
     host_probe: HostProbe | None = None,
     drain: Drain | None = None,
+    rate_limiter: TenantRateLimiter | None = None,
 ) -> FastAPI:
     """The HTTP API over ``client`` (commands) and ``db`` (tenant-scoped reads, and the event
     feed: one LISTEN connection for all of this app's streams).
 
     ``host_probe`` is awaited by ``/health/ready``: it should ping every run host. ``drain``
     is the replica's (shared with its gRPC methods); while it drains, submissions answer 503
-    ``draining`` and readiness 503.
+    ``draining`` and readiness 503. ``rate_limiter``, the replica's tenant command rate, is
+    shared with its gRPC methods too (None: this app's own).
     """
     settings = settings or Settings()
     services = Services(
@@ -97,7 +100,7 @@ def create_app(
     )
     app.state.services = services
     app.state.verifier = TokenVerifier(settings.auth)  # AuthNotConfigured: refuse to start
-    app.state.rate_limiter = TenantRateLimiter(settings.api)
+    app.state.rate_limiter = rate_limiter or TenantRateLimiter(settings.api)
     problems.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.api.max_body_bytes)
     for module in (runs, events, feed, approvals, webhooks, policies, schemas, health):

@@ -22,7 +22,7 @@ from ..edge import commands
 from ..edge.commands import require_visible
 from ..store import queries as q
 from .auth import ApprovalsReader, Caller
-from .context import Services, Svc, check_cursor
+from .context import Cursor, PageLimit, Services, Svc, check_cursor
 from .limits import MeteredDecider
 from .problems import responses
 from .runs import RetryKey
@@ -30,6 +30,7 @@ from .runs import RetryKey
 router = APIRouter(prefix="/factory/approvals", tags=["approvals"])
 # The approvals of one run, under the run's path.
 runs_router = APIRouter(prefix="/factory/runs", tags=["approvals"])
+ApprovalStates = Annotated[list[ApprovalState] | None, Query()]
 
 
 @router.post(
@@ -76,10 +77,10 @@ async def decide_approval(
 async def list_approvals(
     caller: ApprovalsReader,
     svc: Svc,
-    state: Annotated[list[ApprovalState] | None, Query()] = None,
+    state: ApprovalStates = None,
     run_id: Annotated[UUID | None, Query(alias="runId")] = None,
-    cursor: Annotated[str | None, Query(max_length=1000)] = None,
-    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: Cursor = None,
+    limit: PageLimit = 50,
 ) -> dict[str, Any]:
     return await _approvals_page(caller, svc, state, run_id, cursor, limit)
 
@@ -125,9 +126,9 @@ async def list_run_approvals(
     caller: ApprovalsReader,
     svc: Svc,
     run_id: Annotated[UUID, Path(alias="runId")],
-    state: Annotated[list[ApprovalState] | None, Query()] = None,
-    cursor: Annotated[str | None, Query(max_length=1000)] = None,
-    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    state: ApprovalStates = None,
+    cursor: Cursor = None,
+    limit: PageLimit = 50,
 ) -> dict[str, Any]:
     await require_visible(caller, svc.db, run_id, tenant_wide_too=True)
     return await _approvals_page(caller, svc, state, run_id, cursor, limit)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar
 from uuid import UUID
 
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
 from sqlalchemy import Connection
 
 from ..client import RunControlClient
@@ -94,6 +94,11 @@ async def services(request: Request) -> Services:
 
 
 Svc = Annotated[Services, Depends(services)]
+
+
+# A page of a list: the cursor the previous page answered (``nextCursor``), and its size.
+Cursor = Annotated[str | None, Query(max_length=1000)]
+PageLimit = Annotated[int, Query(ge=1, le=200)]
 
 
 def check_cursor(cursor: str | None) -> str | None:

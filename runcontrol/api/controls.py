@@ -36,9 +36,9 @@ from ..commands import (
 from ..domain import AttemptOutcome
 from ..domain.access import Operation
 from ..edge import commands
+from ..edge.metering import TenantRateLimiter
 from .auth import Caller, require
 from .context import Services, Svc
-from .limits import TenantRateLimiter
 from .problems import responses
 from .runs import RetryKey, RunIdPath, location
 
@@ -78,41 +78,41 @@ async def _control(
     return await svc.send(command)
 
 
-@router.post(
+def _run_control(kind: type[Command[ControlResult]], path: str, summary: str, refused: str) -> None:
+    """The route of a control on the run itself, whose body is its reason alone."""
+
+    async def route(
+        caller: RunOperator,
+        svc: Svc,
+        body: ControlRequest,
+        run_id: RunIdPath,
+        idempotency_key: RetryKey = None,
+    ) -> Any:
+        return await _control(svc, caller, kind, run_id, idempotency_key, reason=body.reason)
+
+    route.__name__ = route.__qualname__ = f"{path.rsplit('/', 1)[-1]}_run"
+    router.post(
+        path,
+        operation_id=kind.__name__,
+        response_model=ControlResponse,
+        responses=CONTROL_RESPONSES,
+        summary=summary,
+        description=f"{ROLES} {refused}",
+    )(route)
+
+
+_run_control(
+    SuspendRun,
     "/{runId}/suspend",
-    operation_id="SuspendRun",
-    response_model=ControlResponse,
-    responses=CONTROL_RESPONSES,
-    summary="Suspend a run: nothing new is dispatched or leased; leases in hand may finish.",
-    description=ROLES + " 409 when the run has ended, is being cancelled, has not started or "
-    "is suspended already.",
+    "Suspend a run: nothing new is dispatched or leased; leases in hand may finish.",
+    "409 when the run has ended, is being cancelled, has not started or is suspended already.",
 )
-async def suspend_run(
-    caller: RunOperator,
-    svc: Svc,
-    body: ControlRequest,
-    run_id: RunIdPath,
-    idempotency_key: RetryKey = None,
-) -> Any:
-    return await _control(svc, caller, SuspendRun, run_id, idempotency_key, reason=body.reason)
-
-
-@router.post(
+_run_control(
+    ResumeRun,
     "/{runId}/resume",
-    operation_id="ResumeRun",
-    response_model=ControlResponse,
-    responses=CONTROL_RESPONSES,
-    summary="Resume a suspended run and dispatch what is due.",
-    description=ROLES + " 409 `run-not-suspended` when it is not suspended.",
+    "Resume a suspended run and dispatch what is due.",
+    "409 `run-not-suspended` when it is not suspended.",
 )
-async def resume_run(
-    caller: RunOperator,
-    svc: Svc,
-    body: ControlRequest,
-    run_id: RunIdPath,
-    idempotency_key: RetryKey = None,
-) -> Any:
-    return await _control(svc, caller, ResumeRun, run_id, idempotency_key, reason=body.reason)
 
 
 @router.post(

@@ -29,7 +29,7 @@ from ..edge import commands
 from ..store import queries as q
 from ..store.commit import EVENTS_CHANNEL
 from .auth import Caller, RunsReader
-from .context import Services, Svc, check_cursor
+from .context import Cursor, PageLimit, Services, Svc, check_cursor
 from .limits import MeteredCanceller, MeteredSubmitter
 from .problems import responses
 
@@ -187,8 +187,8 @@ async def list_runs(
     workflow_id: Annotated[
         str | None, Query(alias="workflowId", min_length=1, max_length=200, pattern=r"^[^\x00]*$")
     ] = None,
-    cursor: Annotated[str | None, Query(max_length=1000)] = None,
-    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: Cursor = None,
+    limit: PageLimit = 50,
 ) -> dict[str, Any]:
     check_cursor(cursor)
     states = [str(s) for s in state or ()]

@@ -41,6 +41,7 @@ from ..store import queries as q
 from . import reads
 from .auth import Caller, permit
 from .errors import IdempotencyKeyRequired, RequestInvalid
+from .metering import TenantRateLimiter
 from .storable import MAX_NAME, UNSTORABLE, storable_json
 
 T = TypeVar("T")
@@ -49,11 +50,14 @@ T = TypeVar("T")
 @dataclass(frozen=True, slots=True)
 class Outside:
     """Who sends an outside command, through which door, and the database its builder reads
-    (in the caller's tenant and, for a caller bound to its project, that project)."""
+    (in the caller's tenant and, for a caller bound to its project, that project). ``meter``:
+    the replica's tenant command rate, taken once the caller may send the command; None where
+    the door took it already (HTTP's caller dependency, before the body is read)."""
 
     caller: Caller
     db: Database
     door: str  # "http" or "grpc": the head of a command id made from an idempotency key
+    meter: TenantRateLimiter | None = None
 
     @property
     def tenant_id(self) -> str:
@@ -62,6 +66,12 @@ class Outside:
     @property
     def subject(self) -> str:
         return self.caller.principal.subject
+
+    def admit(self, operation: Operation) -> None:
+        """The caller may ``operation`` (``edge.auth.permit``); then its tenant's rate."""
+        permit(self.caller, operation)
+        if self.meter is not None:
+            self.meter.check(self.tenant_id)
 
     async def read(self, query: Callable[[Connection], T]) -> T:
         project = self.caller.project_scope
@@ -110,7 +120,7 @@ def submit_run(
     """SubmitRun in the caller's project; ``fields``: those of ``SubmitRequest`` the caller
     gives (``workflow_id``, ``release_alias`` ...). A priority above the default is an
     operator's decision."""
-    permit(o.caller, Operation.SUBMIT_RUN)
+    o.admit(Operation.SUBMIT_RUN)
     request = SubmitRequest(
         project_id=o.caller.principal.project_id,
         idempotency_key=required_key(key),
@@ -128,7 +138,7 @@ def submit_run(
 
 
 async def cancel_run(o: Outside, key: str | None, *, run_id: UUID, reason: str) -> CancelRun:
-    permit(o.caller, Operation.CANCEL_RUN)
+    o.admit(Operation.CANCEL_RUN)
     await require_visible(o.caller, o.db, run_id)
     return CancelRun(
         tenant_id=o.tenant_id,
@@ -144,7 +154,7 @@ async def send_signal(
 ) -> SendSignal:
     """Input from outside for the run's signal step ``name``: giving a run input, as a
     submission does (the same operation), within the caller's project."""
-    permit(o.caller, Operation.SUBMIT_RUN)
+    o.admit(Operation.SUBMIT_RUN)
     key = required_key(key)
     if not name or len(name) > MAX_NAME or UNSTORABLE.search(name):
         raise errors.ValidationFailed(
@@ -187,7 +197,7 @@ async def decide_approval(
     the caller's scope (unknown, another tenant's or another project's: the same 404), so only
     the command itself goes to the run's host. Who may decide on this request (never its
     requester, the policy's approvers, break-glass) is the domain's rule."""
-    permit(o.caller, Operation.DECIDE_APPROVAL)
+    o.admit(Operation.DECIDE_APPROVAL)
     project = o.caller.project_scope
     run_id = await o.read(lambda conn: q.approval_run(conn, approval_id, project_id=project))
     if run_id is None:
@@ -220,7 +230,7 @@ async def control(
     """The operator control ``kind`` (suspend, resume, retry a step, resolve an attempt) on
     ``run_id``; ``target`` (the step or attempt it names) scopes the key beside the run;
     ``fields``: the control's own (``reason``, ``step_id`` ...)."""
-    permit(o.caller, Operation.OPERATE_RUNS)
+    o.admit(Operation.OPERATE_RUNS)
     await require_visible(o.caller, o.db, run_id)
     operation = kind.__name__ if target is None else f"{kind.__name__}:{target}"
     fields |= {
@@ -242,7 +252,7 @@ async def rerun_run(
     release_alias: str,
 ) -> RerunRun:
     """A new run (a new id) with the input of the finished run ``run_id``, linked to it."""
-    permit(o.caller, Operation.OPERATE_RUNS)
+    o.admit(Operation.OPERATE_RUNS)
     await require_visible(o.caller, o.db, run_id)
     return RerunRun(
         tenant_id=o.tenant_id,

@@ -19,6 +19,7 @@ from ..domain import (
     errors,
 )
 from ..domain.rates import Admission, Draw
+from ..domain.run.submission import dispatchable_steps, next_attempt_number, start_ready
 from ..store import rates
 from ..store.commit import Reservation, StoredAnswer
 from ..workers.grants import Fused, fuse
@@ -120,10 +121,10 @@ class RunGrain:
         """Start every step due now (a graph's fan-out, in one statement: attempts, and the
         timers of wait steps); answer the first attempt. A step needing a concurrency key (or
         a slot of the tenant's cap) the statement refused is held (docs/flow-control.md)."""
-        if agg.run.budget_reservation_id is None or not agg.dispatchable_steps(ctx.now):
+        if agg.run.budget_reservation_id is None or not dispatchable_steps(agg, ctx.now):
             return None
         gate = FlowGate(self.env.capacity.max_open_attempts_per_tenant, self.flow_denied)
-        attempts = agg.start_ready(ctx, gate, self.admits)
+        attempts = start_ready(agg, ctx, gate, self.admits)
         for attempt in attempts:  # each to a credit waiting for its agent, if one is
             self._fuse(agg, ctx, attempt, agg.step(attempt.step_id).agent_id)
         return attempts[0] if attempts else None
@@ -163,7 +164,7 @@ class RunGrain:
         if not self.admits:
             return
         spent: set[tuple[str, Any]] = {
-            (s.name, n) for s in agg.steps for n in range(1, agg.next_attempt_number(s))
+            (s.name, n) for s in agg.steps for n in range(1, next_attempt_number(agg, s))
         }
         spent |= {(s.name, s.held.get("attempt")) for s in agg.steps if s.held is not None}
         self.admits = {k: v for k, v in self.admits.items() if k not in spent}

@@ -28,7 +28,12 @@ from ..commands import (
 )
 from ..declaration import AfterCommit
 from ..domain import Attempt, CommandContext, RateConsumed, RunAggregate, RunState
+from ..domain.run.approvals import expire_approval
+from ..domain.run.cancellation import enforce_deadlines
+from ..domain.run.outcomes import expire_lease
+from ..domain.run.tool_calls import expire_tool_calls
 from ..domain.run.usage import rate_draw
+from ..domain.run.waits import fire_due_waits
 from ..store import rates
 from . import submission
 from .bus import HANDLERS, Committed, Handler, subscribe
@@ -66,18 +71,18 @@ async def wake(g: RunGrain, command: WakeRun) -> WakeResult:
     policy = await g.pinned_policy() if due else None  # for its expiry action
 
     def decided(a: RunAggregate, c: CommandContext) -> WakeResult:
-        calls = a.expire_tool_calls(c)
-        stopped = a.enforce_deadlines(c, options)
+        calls = expire_tool_calls(a, c)
+        stopped = enforce_deadlines(a, c, options)
         if a.run.state.terminal:
             return WakeResult(stopped=stopped, tool_calls_expired=calls)
-        leases = sum(1 for attempt_id in list(a.leases) if a.expire_lease(c, attempt_id, options))
-        a.fire_due_waits(c, options)  # a wait step's timer, once
+        leases = sum(1 for attempt_id in list(a.leases) if expire_lease(a, c, attempt_id, options))
+        fire_due_waits(a, c, options)  # a wait step's timer, once
         approvals = 0
         if policy is not None:
             approvals = sum(
                 1
                 for ap in a.pending_approvals()
-                if a.expire_approval(c, ap.approval_id, policy, options)
+                if expire_approval(a, c, ap.approval_id, policy, options)
             )
         dispatched = g.dispatch_due(a, c) is not None
         return WakeResult(False, leases, approvals, dispatched, stopped, calls)

@@ -29,6 +29,13 @@ from ..domain import (
 )
 from ..domain.access import may_set_priority, scopes_of
 from ..domain.rates import RatesNeeded
+from ..domain.run.controls import record_rerun
+from ..domain.run.submission import (
+    accept_run,
+    assert_same_submission,
+    deny_budget,
+    record_budget_reservation,
+)
 from ..store.commit import DuplicateSubmission, Reservation, StoredAnswer, prepare
 from .bus import Committed, publish
 from .decision import commit, decide
@@ -110,13 +117,13 @@ async def _accept_loop(
     denied: str | None = None
     while True:
         grain.fused_dropped()
-        agg = RunAggregate.accept(submission, release, policy, env.options, ctx)
+        agg = accept_run(submission, release, policy, env.options, ctx)
         if also is not None:
             also(agg, ctx)
         reserve: Reservation | None = None
         if denied is None:
             reserve = grain.reservation(agg, ctx.now)
-            agg.record_budget_reservation(reserve.reservation_id)
+            record_budget_reservation(agg, reserve.reservation_id)
             try:
                 grain.dispatch_due(agg, ctx)
             except RatesNeeded as needed:  # the first steps draw on rate limits
@@ -128,7 +135,7 @@ async def _accept_loop(
                 await grain.reserve_rates(needed.wanted, ctx.now)
                 continue
         else:
-            agg.deny_budget(ctx, denied)
+            deny_budget(agg, ctx, denied)
         run = agg.run
         result = SubmitResult(
             run.run_id,
@@ -195,7 +202,7 @@ async def existing(
     if run_id is None:
         return None
     agg, _ = await store.load(grain.tenant_id, run_id, grain.env.clock.now())
-    agg.assert_same_submission(input_hash)
+    assert_same_submission(agg, input_hash)
     run = agg.run
     return SubmitResult(
         run.run_id, str(run.state), run.release_id, run.policy_revision, run.snapshot_id, False
@@ -218,14 +225,14 @@ async def start(grain: RunGrain, command: StartRun) -> None:
 
     def reserve_and_dispatch(a: RunAggregate, c: CommandContext) -> None:
         if a.run.budget_reservation_id is None:
-            a.record_budget_reservation(reserve.reservation_id)
+            record_budget_reservation(a, reserve.reservation_id)
         grain.dispatch_due(a, c)
 
     try:
         await decide(grain, Plan(reserve_and_dispatch, "run-dispatcher"), command, reserve=reserve)
     except errors.BudgetReservationDenied as denied:
         reason = str(denied)
-        await decide(grain, Plan(lambda a, c: a.deny_budget(c, reason), "budget"), command)
+        await decide(grain, Plan(lambda a, c: deny_budget(a, c, reason), "budget"), command)
 
 
 async def rerun(grain: RunGrain, c: RerunRun) -> SubmitResult:
@@ -265,5 +272,5 @@ async def rerun(grain: RunGrain, c: RerunRun) -> SubmitResult:
         request=request,
     )
     return await accept(
-        grain, command, lambda a, x: a.record_rerun(x, run.run_id, str(c.release), c.reason)
+        grain, command, lambda a, x: record_rerun(a, x, run.run_id, str(c.release), c.reason)
     )

@@ -37,6 +37,7 @@ from ..edge import reads
 from ..edge.auth import Caller, TokenVerifier, watch_scope
 from ..edge.commands import Outside
 from ..edge.errors import InsufficientScope, Unauthorized
+from ..edge.metering import TenantRateLimiter
 from ..store import Database
 from ..store import queries as q
 from ..store.tables import runs
@@ -110,6 +111,7 @@ class RunControlRpc:
         verifier: TokenVerifier | None = None,
         host_probe: HostProbe | None = None,
         drain: Drain | None = None,
+        rate_limiter: TenantRateLimiter | None = None,
     ) -> None:
         self._client = client
         self._db = db
@@ -119,6 +121,8 @@ class RunControlRpc:
         # The replica's drain (shared with its HTTP app): no new leases while it drains; the
         # fenced calls of leases already held go on, and the drain waits for them.
         self._drain = drain or Drain(settings.drain.retry_after_seconds)
+        # The replica's tenant command rate (shared with its HTTP app): outside commands only.
+        self._rate_limiter = rate_limiter or TenantRateLimiter(settings.api)
 
     # ------------------------------------------------------------------ identity
 
@@ -160,7 +164,8 @@ class RunControlRpc:
         async def work() -> Message:
             command: Command[Any]
             if rpc.build is not None:
-                sender = Outside(await self._caller(context), self._db, "grpc")
+                caller = await self._caller(context)
+                sender = Outside(caller, self._db, "grpc", self._rate_limiter)
                 command = await rpc.build(request, sender)
             else:
                 assert rpc.to_command is not None

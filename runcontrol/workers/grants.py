@@ -19,6 +19,7 @@ from typing import Protocol
 
 from ..commands import AcquireLease, fingerprint
 from ..domain import Attempt, CommandContext, LeaseGrant, Options, RunAggregate, RunState, errors
+from ..domain.run.leases import acquire_lease
 from ..store.commit import StoredAnswer
 from .book import Match, Offer
 from .protocol import Grant
@@ -87,7 +88,7 @@ def fuse(
     if match is None:
         return None
     try:
-        lease = agg.acquire_lease(ctx, attempt.attempt_id, match.credit.holder, options)
+        lease = acquire_lease(agg, ctx, attempt.attempt_id, match.credit.holder, options)
     except errors.RunControlError:
         credits.refused(match)
         return None

@@ -131,7 +131,8 @@ class SessionDown:
 
 class SessionTransport(Protocol):
     """How a worker reaches run host ``host`` (0 <= host < hosts): an actor call in the
-    cluster (``actors``), a gRPC ``Exchange`` anywhere else (``runcontrol.rpc``)."""
+    cluster (the router, ``actors.placement.HostRouter``, or a ``RunControlClient`` over it),
+    a gRPC ``Exchange`` anywhere else (``runcontrol.rpc.exchange.GrpcSessionTransport``)."""
 
     async def hosts(self) -> int: ...
 

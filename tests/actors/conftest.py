@@ -7,12 +7,11 @@ Tests marked ``slow`` here (the multi-node cluster test) run only when selected 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from actor_harness import RayHarness, poll, run_async
+from actor_harness import RayHarness
 from support import skip_slow_unless_selected
 
 from runcontrol.config import Settings
@@ -40,39 +39,17 @@ def h(ray_runtime: Any, db: Database, tenant: str) -> RayHarness:
 LONG_LEASE_S = 120
 
 
-def _replace_hosts(runtime: Any, settings: Settings) -> None:
-    """Stop the session's hosts for good and start them again with ``settings``."""
-    import ray
-
-    from actors.placement import NAMESPACE, host_name
-    from actors.run_host import ensure_hosts
-
-    def gone(name: str) -> bool:
-        try:
-            ray.get_actor(name, namespace=NAMESPACE)
-        except ValueError:
-            return True
-        return False
-
-    for handle in runtime.hosts:
-        ray.kill(handle, no_restart=True)
-    for k in range(settings.grains.host_count):
-        name = host_name(k)
-        run_async(poll(lambda n=name: gone(n), f"{name} to be gone", timeout=30), timeout=40)
-    runtime.hosts = ensure_hosts(settings, runtime.owner_url)
-
-
 @pytest.fixture(scope="module")
-def long_leases(ray_runtime: Any) -> Iterator[dict[str, Any]]:
+def long_leases(ray_runtime: Any) -> dict[str, Any]:
     """The hosts grant ``LONG_LEASE_S`` leases while the module runs (the session's last two
-    seconds: shorter than a host's restart or a pg_dump under load); yields their config."""
+    seconds: shorter than a host's restart or a pg_dump under load); answers their config.
+    The modules using it run one after another (tests/conftest.py): the hosts are replaced when
+    the first starts, checked by each next one, and given the session's settings again by the
+    first test after them that does not ask for these."""
     from actors.run_host import host_config
 
     raw = ray_runtime.settings.model_dump(mode="json")
     raw["leases"]["duration_seconds"] = LONG_LEASE_S
     settings = Settings.model_validate(raw)
-    _replace_hosts(ray_runtime, settings)
-    try:
-        yield host_config(settings, ray_runtime.owner_url)
-    finally:
-        _replace_hosts(ray_runtime, ray_runtime.settings)
+    ray_runtime.use_hosts(settings, check=True)
+    return host_config(settings, ray_runtime.owner_url)

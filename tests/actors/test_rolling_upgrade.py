@@ -194,8 +194,8 @@ def test_a_host_replaced_onto_a_schema_that_keeps_no_older_code_refuses_in_one_l
 ) -> None:
     """The other half: a newer schema whose marker excludes this release. The replaced host's
     constructor refuses it, Ray does not restart it, and ``replace_host`` (``runcontrol hosts
-    --replace``) says why in one line at once. (The module's ``long_leases`` starts the hosts
-    again afterwards, on the schema restored.)"""
+    --replace``) says why in one line at once. (The next test starts the hosts again, on the
+    schema restored: ``long_leases``.)"""
     next_release("9002")
     assert db.schema_version() == SchemaVersion("9002", "9002")
     with pytest.raises(RuntimeError) as refused:

@@ -49,6 +49,7 @@ HEARTBEAT_S = 0.5  # the test deployment's SSE heartbeat
 # commands, then one per 20 s; every other tenant is unlimited (the default).
 RATE_LIMITED_TENANT = f"t-limited-{uuid.uuid4().hex[:8]}"
 RATE_LIMIT = {"per_second": 0.05, "burst": 3}
+DOORS_RATE_TENANT = f"t-doors-{uuid.uuid4().hex[:8]}"  # test_two_doors: one rate, two doors
 
 
 def free_port() -> int:
@@ -123,7 +124,7 @@ def api_settings(ray_runtime: Any, jwks_file: Path) -> dict[str, Any]:
         # tested on an app of its own (test_health.py).
         "dispatch_stall_seconds": None,
         "sse_max_streams": SSE_MAX_STREAMS,
-        "tenant_command_rates": {RATE_LIMITED_TENANT: RATE_LIMIT},
+        "tenant_command_rates": {RATE_LIMITED_TENANT: RATE_LIMIT, DOORS_RATE_TENANT: RATE_LIMIT},
     }
     return settings
 
@@ -321,6 +322,13 @@ class TenantView:
         assert response.status_code == 200, response.text
         body: dict[str, Any] = response.json()
         return body
+
+    def history(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's committed events (up to 500), as the requester reads them."""
+        response = self.requester().get(f"/factory/runs/{run_id}/events/history?limit=500")
+        assert response.status_code == 200, response.text
+        events: list[dict[str, Any]] = response.json()
+        return events
 
     def wait_state(self, run_id: str, *states: str, timeout: float = 15.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout

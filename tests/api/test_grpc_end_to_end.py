@@ -97,7 +97,7 @@ def test_three_steps_approval_and_transient_failure_with_grpc_workers_only(
     assert (first["state"], first["failureClass"]) == ("Failed", "transient")
     assert second["state"] == "Succeeded"
     # Every lease was held by the token's subject and a worker instance, never a free string.
-    history = g.view.requester().get(f"/factory/runs/{run_id}/events/history?limit=500").json()
+    history = g.view.history(run_id)
     holders = {
         e["payload"]["attemptId"]: e["payload"]["holder"]
         for e in history

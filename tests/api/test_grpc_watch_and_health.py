@@ -4,7 +4,6 @@ grpc.health.v1 service and server reflection, over a real channel to Serve's gRP
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import grpc
 from api_harness import decision
@@ -18,13 +17,6 @@ from runcontrol.domain import canonical_hash
 from schemas import runcontrol_pb2 as pb
 
 TERMINAL = {"RunCompleted", "RunFailed", "RunCancelled"}
-
-
-def _history(g: GrpcTenant, run_id: str) -> list[dict[str, Any]]:
-    response = g.view.requester().get(f"/factory/runs/{run_id}/events/history?limit=500")
-    assert response.status_code == 200, response.text
-    events: list[dict[str, Any]] = response.json()
-    return events
 
 
 def test_watch_run_resumes_after_a_dropped_stream_without_gap_or_duplicate(
@@ -72,7 +64,7 @@ def test_watch_run_resumes_after_a_dropped_stream_without_gap_or_duplicate(
     resumed = list(worker.watch(run_id, after_seq=seen[-1].seq))
     assert resumed and resumed[-1].type == "RunCompleted"  # the stream ended by itself
     watched = seen + resumed
-    history = _history(g, run_id)
+    history = g.view.history(run_id)
     assert [e.seq for e in watched] == list(range(1, len(history) + 1))
     assert [e.seq for e in watched] == [e["seq"] for e in history]
     assert [e.event_id for e in watched] == [e["eventId"] for e in history]

@@ -43,15 +43,8 @@ def test_claim_renew_report_and_resend(g: GrpcTenant) -> None:
 
     # A resend of the same command id answers the first answer, with no second effect.
     assert worker.report(request) == attempt
-    events = [e["type"] for e in _history(g, run_id)]
+    events = [e["type"] for e in g.view.history(run_id)]
     assert events.count("AttemptOutcomeRecorded") == 1
-
-
-def _history(g: GrpcTenant, run_id: str) -> list[dict[str, Any]]:
-    response = g.view.requester().get(f"/factory/runs/{run_id}/events/history?limit=500")
-    assert response.status_code == 200, response.text
-    events: list[dict[str, Any]] = response.json()
-    return events
 
 
 def test_claim_next_answers_not_granted_when_nothing_is_dispatched(g: GrpcTenant) -> None:

@@ -30,13 +30,6 @@ def send(t: TenantView, run_id: str, name: str, body: Any, key: str | None = Non
     )
 
 
-def events(t: TenantView, run_id: str) -> list[dict[str, Any]]:
-    response = t.requester().get(f"/factory/runs/{run_id}/events/history", params={"limit": 500})
-    assert response.status_code == 200, response.text
-    found: list[dict[str, Any]] = response.json()
-    return found
-
-
 def test_an_early_signal_is_delivered_once_and_a_resend_gets_the_first_answer(
     t: TenantView,
 ) -> None:
@@ -56,7 +49,7 @@ def test_an_early_signal_is_delivered_once_and_a_resend_gets_the_first_answer(
     view = t.wait_state(run_id, "Completed")
     go = next(s for s in view["steps"] if s["name"] == "go")
     assert go["state"] == "Succeeded" and go["kind"] == "signal" and go["attempts"] == []
-    types = [e["type"] for e in events(t, run_id)]
+    types = [e["type"] for e in t.history(run_id)]
     assert types.count("SignalReceived") == 1 and types.count("StepWaitEnded") == 1
     assert_problem(send(t, run_id, "go", {}), 409, "run-terminal")
 
@@ -68,7 +61,7 @@ def test_a_waiting_step_says_what_it_waits_for_and_a_signal_ends_it(t: TenantVie
     (go,) = view["steps"]
     assert go["state"] == "Running"
     assert go["wait"]["signal"] == "review" and go["dueAt"] is not None
-    waiting = next(e for e in events(t, run_id) if e["type"] == "StepWaiting")
+    waiting = next(e for e in t.history(run_id) if e["type"] == "StepWaiting")
     assert waiting["payload"]["signal"] == "review" and waiting["payload"]["until"]
     sent = send(t, run_id, "review", {"ok": 1})
     assert sent.status_code == 202 and sent.json()["delivered"] is True, sent.text

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from api_harness import PROJECT, TenantView, new_tenant
+from api_harness import DOORS_RATE_TENANT, PROJECT, RATE_LIMIT, Api, TenantView, new_tenant
 from grpc_harness import GrpcWorker
 from test_signals import publish
 
@@ -30,6 +30,7 @@ GRPC_FAMILY = {
     404: grpc.StatusCode.NOT_FOUND,
     409: grpc.StatusCode.FAILED_PRECONDITION,
     422: grpc.StatusCode.INVALID_ARGUMENT,
+    429: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
 
@@ -44,9 +45,9 @@ class Signal:
     key: str | None = "k-1"
 
 
-def over_http(t: TenantView, s: Signal) -> tuple[int, str]:
+def over_http(api: Api, s: Signal) -> tuple[int, str]:
     headers = {} if s.key is None else {"Idempotency-Key": s.key}
-    with t.api.client(s.token) as http:
+    with api.client(s.token) as http:
         response = http.post(
             f"/factory/runs/{s.run_id}/signals/{s.name}", json=s.body, headers=headers
         )
@@ -95,7 +96,7 @@ def test_the_same_bad_signal_is_the_same_refusal_through_both_doors(t: TenantVie
         "a signal the run does not wait for": (Signal(requester, run_id, name="nope"), 404),
     }
     for case, (signal, status) in cases.items():
-        http_status, http_code = over_http(t, signal)
+        http_status, http_code = over_http(t.api, signal)
         grpc_status, grpc_code = over_grpc(g, signal)
         assert http_status == status, f"{case}: HTTP {http_status} {http_code}"
         assert (grpc_status, grpc_code) == (GRPC_FAMILY[status], http_code), case
@@ -135,3 +136,14 @@ def test_watching_a_run_is_refused_alike_through_both_doors(t: TenantView, g: An
     events = GrpcWorker(g.stub, t.token()).watch(run_id)  # the project's own reader watches
     assert next(events).type == "RunAccepted"
     events.cancel()
+
+
+def test_one_command_rate_for_both_doors(api: Api, g: Any) -> None:
+    """The replica's tenant command rate meters outside commands through either door, from one
+    bucket: what one door spends the other cannot (``edge.metering``)."""
+    unknown = Signal(api.token(DOORS_RATE_TENANT, "alice"), str(uuid.uuid4()))
+    for i in range(int(RATE_LIMIT["burst"])):  # each spends a token, then finds no run
+        refusal = over_grpc(g, unknown) if i % 2 else over_http(api, unknown)
+        assert refusal[1] == "run-not-found", refusal
+    assert over_http(api, unknown) == (429, "rate-limited")
+    assert over_grpc(g, unknown) == (GRPC_FAMILY[429], "rate-limited")

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from grain_harness import WORKER, Harness, fenced
+from grain_harness import WORKER, Harness
+from support import fenced
 
 from runcontrol.commands import AcquireLease, RenewLease, SubmitRun
 from runcontrol.domain import StepSpec, errors

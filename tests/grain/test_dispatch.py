@@ -20,6 +20,7 @@ from runcontrol.domain import (
     StepSpec,
     errors,
 )
+from runcontrol.domain.run.submission import dispatch, dispatchable_step
 
 
 def test_repeated_dispatch_and_wake_never_open_a_second_attempt(h: Harness):
@@ -74,9 +75,9 @@ def _assert_no_dispatch(h: Harness, run_id, state: RunState) -> None:
     assert len(agg.attempts) == 1
     # The rule itself: even handed the next Pending step explicitly, the run refuses.
     pending = next(s for s in agg.steps if s.state.value == "Pending")
-    assert agg.dispatchable_step(h.clock.now()) is None
+    assert dispatchable_step(agg, h.clock.now()) is None
     with pytest.raises(errors.IllegalTransition):
-        agg.dispatch(h.env.context("run-dispatcher"), pending)
+        dispatch(agg, h.env.context("run-dispatcher"), pending)
 
 
 def test_no_dispatch_while_waiting_for_approval(h: Harness):

@@ -27,6 +27,9 @@ from runcontrol.domain import (
     WorkflowDefinition,
     canonical_hash,
 )
+from runcontrol.domain.run.leases import renew_lease
+from runcontrol.domain.run.outcomes import report_outcome
+from runcontrol.domain.run.submission import accept_run
 from runcontrol.store import Database
 from runcontrol.store.commit import APPLICATION_NAME, PendingCommit, conclude, prepare
 from runcontrol.webhooks import create_subscription
@@ -53,7 +56,7 @@ def accepted(container: Container, tenant: str, key: str) -> RunAggregate:
     """A new run accepted for ``key``, not yet committed."""
     env = container.env
     req = request(key)
-    return RunAggregate.accept(
+    return accept_run(
         Submission(
             run_id=uuid.uuid4(),
             tenant_id=tenant,
@@ -185,7 +188,8 @@ def sent_since(container: Container, start: tuple[int, int]) -> tuple[int, int]:
 def complete(container: Container, agg: RunAggregate, grant: LeaseGrant) -> RunAggregate:
     """The holder's success decided on ``agg``: attempt, step and run settle, with three events
     and three journal entries."""
-    agg.report_outcome(
+    report_outcome(
+        agg,
         ctx(container),
         grant.attempt_id,
         grant.holder,
@@ -201,8 +205,13 @@ def renewed(container: Container, agg: RunAggregate, grant: LeaseGrant) -> RunAg
     """A lease renewal decided on ``agg``: it bumps the version and rewrites the lease (the
     clock moves first, so the new ``expires_at`` differs from the stored one)."""
     container.env.clock.advance(1)
-    agg.renew_lease(
-        ctx(container), grant.attempt_id, grant.holder, grant.fencing_token, container.env.options
+    renew_lease(
+        agg,
+        ctx(container),
+        grant.attempt_id,
+        grant.holder,
+        grant.fencing_token,
+        container.env.options,
     )
     return agg
 

@@ -28,6 +28,7 @@ from runcontrol.domain import (
     WorkflowDefinition,
     canonical_hash,
 )
+from runcontrol.domain.run.cancellation import cancel
 from runcontrol.grain import RunGrain
 from runcontrol.store import Database
 
@@ -152,14 +153,14 @@ def test_fault_in_a_prepared_document_rolls_back_row_changes_outbox_and_journal(
 
     faults.arm(run.run_id, checkpoint)
     agg = load(container, tenant, run.run_id)
-    assert agg.cancel(ctx, "ops", "stop")
+    assert cancel(agg, ctx, "ops", "stop")
     with injected(checkpoint):
         send(container, tenant, agg)
     assert snapshot(db, tenant, run.run_id) == before
 
     faults.disarm(run.run_id)
     agg = load(container, tenant, run.run_id)
-    agg.cancel(ctx, "ops", "stop")
+    cancel(agg, ctx, "ops", "stop")
     send(container, tenant, agg)
     after = snapshot(db, tenant, run.run_id)
     assert after["run"][0][:2] == ("Cancelling", before["run"][0][1] + 1)

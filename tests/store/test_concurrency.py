@@ -24,6 +24,7 @@ from support import (
 
 from runcontrol.commands import AcquireLease, DispatchRun, ReportOutcome
 from runcontrol.domain import AttemptOutcome, CommandContext, canonical_hash, errors
+from runcontrol.domain.run.cancellation import cancel
 from runcontrol.grain import RunGrain
 
 
@@ -160,7 +161,7 @@ def test_a_document_decided_on_a_stale_version_is_a_concurrency_conflict(
     stale = load(container, tenant, run.run_id)
     send(container, tenant, renewed(container, load(container, tenant, run.run_id), run.grant))
 
-    stale.cancel(ctx, "ops", "stop")
+    cancel(stale, ctx, "ops", "stop")
     with pytest.raises(errors.ConcurrencyConflict):
         send(container, tenant, stale)
 

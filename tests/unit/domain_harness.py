@@ -15,6 +15,7 @@ from uuid import UUID
 from runcontrol.domain import (
     Attempt,
     AttemptOutcome,
+    AttemptState,
     Changes,
     CommandContext,
     Decision,
@@ -26,11 +27,15 @@ from runcontrol.domain import (
     Principal,
     Release,
     Role,
-    RunAggregate,
     Submission,
     WorkflowDefinition,
     canonical_hash,
 )
+from runcontrol.domain.run.approvals import decide_approval, expire_approval, request_approval
+from runcontrol.domain.run.cancellation import cancel, enforce_deadlines
+from runcontrol.domain.run.leases import acquire_lease, renew_lease
+from runcontrol.domain.run.outcomes import expire_lease, report_outcome
+from runcontrol.domain.run.submission import accept_run, dispatch
 
 T0 = datetime(2026, 3, 1, 9, 0, 0, tzinfo=UTC)
 TENANT = "tenant-a"
@@ -123,9 +128,7 @@ class Harness:
         self.journal: list[Any] = []
         self.batches: list[Changes] = []
         submission = make_submission() if limits is None else make_submission(limits=limits)
-        self.agg = RunAggregate.accept(
-            submission, self.release, self.policy, self.options, self.ctx()
-        )
+        self.agg = accept_run(submission, self.release, self.policy, self.options, self.ctx())
         self.commit()
 
     # -- plumbing -----------------------------------------------------------------------
@@ -144,6 +147,10 @@ class Harness:
         self.journal.extend(changes.journal)
         return changes
 
+    def last_event_types(self) -> list[str]:
+        """The types of the events the last committed batch recorded, in order."""
+        return [e.event_type for e in self.batches[-1].events]
+
     @property
     def run(self) -> Any:
         return self.agg.run
@@ -157,12 +164,12 @@ class Harness:
     # -- actors -------------------------------------------------------------------------
 
     def dispatch(self, index: int = 0) -> Attempt:
-        attempt = self.agg.dispatch(self.ctx("run-dispatcher"), self.step(index))
+        attempt = dispatch(self.agg, self.ctx("run-dispatcher"), self.step(index))
         self.commit()
         return attempt
 
     def lease(self, attempt: Attempt, holder: str = "worker-1") -> LeaseGrant:
-        grant = self.agg.acquire_lease(self.ctx(holder), attempt.attempt_id, holder, self.options)
+        grant = acquire_lease(self.agg, self.ctx(holder), attempt.attempt_id, holder, self.options)
         self.commit()
         return grant
 
@@ -181,7 +188,8 @@ class Harness:
         receipt: str | None = "default",
     ) -> Attempt:
         who = holder or grant.holder
-        attempt = self.agg.report_outcome(
+        attempt = report_outcome(
+            self.agg,
             self.ctx(who),
             grant.attempt_id,
             who,
@@ -195,7 +203,8 @@ class Harness:
         return attempt
 
     def request_approval(self, grant: LeaseGrant, proposal_hash: str) -> Any:
-        approval = self.agg.request_approval(
+        approval = request_approval(
+            self.agg,
             self.ctx(grant.holder),
             grant.attempt_id,
             grant.holder,
@@ -222,7 +231,8 @@ class Harness:
         principal = Principal(
             subject=subject, tenant_id=tenant, project_id=PROJECT, roles=frozenset(roles)
         )
-        result = self.agg.decide_approval(
+        result = decide_approval(
+            self.agg,
             self.ctx(subject),
             approval.approval_id,
             principal,
@@ -237,26 +247,31 @@ class Harness:
         return result
 
     def expire_lease(self, attempt: Attempt) -> bool:
-        done = self.agg.expire_lease(
-            self.ctx("lease-expiry-reconciler"), attempt.attempt_id, self.options
+        done = expire_lease(
+            self.agg, self.ctx("lease-expiry-reconciler"), attempt.attempt_id, self.options
         )
         self.commit()
         return done
 
     def expire_approval(self, approval: Any) -> bool:
-        done = self.agg.expire_approval(
-            self.ctx("approval-expiry-reconciler"), approval.approval_id, self.policy, self.options
+        done = expire_approval(
+            self.agg,
+            self.ctx("approval-expiry-reconciler"),
+            approval.approval_id,
+            self.policy,
+            self.options,
         )
         self.commit()
         return done
 
     def cancel(self, who: str = REQUESTER, reason: str = "no longer needed") -> bool:
-        done = self.agg.cancel(self.ctx(who), who, reason, self.options)
+        done = cancel(self.agg, self.ctx(who), who, reason, self.options)
         self.commit()
         return done
 
     def renew(self, grant: LeaseGrant) -> LeaseGrant:
-        renewed = self.agg.renew_lease(
+        renewed = renew_lease(
+            self.agg,
             self.ctx(grant.holder),
             grant.attempt_id,
             grant.holder,
@@ -268,6 +283,54 @@ class Harness:
 
     def remind(self) -> str | None:
         """The reminder's deadline check (``WakeRun``)."""
-        done = self.agg.enforce_deadlines(self.ctx("reminder"), self.options)
+        done = enforce_deadlines(self.agg, self.ctx("reminder"), self.options)
         self.commit()
         return done
+
+
+# ---------------------------------------------------------------------- shared by the rules' tests
+
+LOCAL_STEP = {"name": "local", "agentId": "editor", "sideEffectClass": "local-write"}
+IRREVERSIBLE_STEP = {
+    "name": "deploy",
+    "agentId": "deployer",
+    "sideEffectClass": "external-irreversible",
+}
+GATED_READ_STEP = {"name": "gated", "agentId": "reader", "gate": "approval"}
+NO_APPROVALS = PolicyDocument(policy_id="pol-1", revision="7", approval_required_for=frozenset())
+
+LEASE = Options().lease_seconds
+GRACE = Options().renewal_grace_seconds
+
+
+def assert_refused_cleanly(h: Harness, *audit_kinds: str) -> list:
+    """A refused command leaves only the audit records it was asked to keep."""
+    audits = h.agg.take_audits()
+    assert [a.kind for a in audits] == list(audit_kinds)
+    version = h.run.version
+    leftover = h.agg.take_changes()
+    assert leftover.empty, leftover
+    assert not leftover.events and not leftover.journal and not leftover.audits
+    assert h.run.version == version
+    return audits
+
+
+def legacy_holder_waiting(h: Harness, attempt: Any) -> None:
+    """Put back the state a run written before parking (migration 0011) loads with: the holder
+    kept its lease while a human decided."""
+    lease = next(
+        x
+        for b in reversed(h.batches)
+        for x in b.leases.values()
+        if x.attempt_id == attempt.attempt_id
+    )
+    lease.released_at = lease.release_cause = None
+    attempt.state = AttemptState.LEASED
+    h.agg.leases[attempt.attempt_id] = lease
+
+
+def approval_harness(**kwargs) -> tuple[Harness, object, object, object]:
+    h = Harness([WRITE_STEP], **kwargs)
+    attempt, grant = h.start(0)
+    approval = h.request_approval(grant, proposal(1))
+    return h, attempt, grant, approval

@@ -18,11 +18,11 @@ from runcontrol.domain import (
     Attempt,
     AttemptState,
     ProgressAck,
-    RunAggregate,
     SideEffectClass,
     ToolCallStatus,
     errors,
 )
+from runcontrol.domain.run.leases import acquire_lease
 from runcontrol.grain import HANDLERS
 from runcontrol.rpc import table
 from runcontrol.store.answers import ANSWER_TYPES, decode
@@ -205,7 +205,7 @@ def test_a_declaration_that_does_not_fit_its_rule_fails(
         kw_only=True,
     )
     with pytest.raises(TypeError, match=refusal):
-        declare(sender, RunAggregate.acquire_lease)(kind)
+        declare(sender, acquire_lease)(kind)
 
 
 def test_a_worker_command_without_its_proto_rpc_or_answer_codec_fails() -> None:

@@ -20,6 +20,9 @@ from runcontrol.domain import (
     dependencies,
     errors,
 )
+from runcontrol.domain.run import submission
+from runcontrol.domain.run.submission import dispatch, dispatchable_steps
+from runcontrol.domain.run.waits import fire_due_waits, receive_signal
 from runcontrol.domain.workflow import final_step
 
 DIAMOND = [
@@ -112,20 +115,20 @@ def names(steps) -> list[str]:
 
 def test_fan_out_dispatches_together_and_fan_in_waits_for_all():
     h = Harness(DIAMOND)
-    assert names(h.agg.dispatchable_steps(h.now)) == ["plan"]
+    assert names(dispatchable_steps(h.agg, h.now)) == ["plan"]
     _, grant = h.start(0)
-    assert h.agg.dispatchable_steps(h.now) == []
+    assert dispatchable_steps(h.agg, h.now) == []
     h.report(grant)
-    assert names(h.agg.dispatchable_steps(h.now)) == ["left", "middle", "right"]
+    assert names(dispatchable_steps(h.agg, h.now)) == ["left", "middle", "right"]
     grants = [h.start(i, holder=f"w{i}")[1] for i in (1, 2, 3)]
-    assert h.agg.dispatchable_steps(h.now) == []  # one non-terminal attempt per step
+    assert dispatchable_steps(h.agg, h.now) == []  # one non-terminal attempt per step
     with pytest.raises(errors.IllegalTransition):
-        h.agg.dispatch(h.ctx(), h.step(1))
+        dispatch(h.agg, h.ctx(), h.step(1))
     h.report(grants[0])
     h.report(grants[2])
-    assert h.agg.dispatchable_steps(h.now) == []  # join waits for middle too
+    assert dispatchable_steps(h.agg, h.now) == []  # join waits for middle too
     h.report(grants[1])
-    assert names(h.agg.dispatchable_steps(h.now)) == ["join"]
+    assert names(dispatchable_steps(h.agg, h.now)) == ["join"]
     h.report(h.start(4)[1])
     assert h.run.state is RunState.COMPLETED
 
@@ -136,7 +139,7 @@ def test_a_retry_of_one_branch_keeps_the_others_going():
     grants = [h.start(i, holder=f"w{i}")[1] for i in (1, 2, 3)]
     h.report(grants[0], AttemptOutcome.FAILED, failure_class=FailureClass.TRANSIENT)
     assert h.step(1).state is StepState.PENDING and h.run.state is RunState.RUNNING
-    assert h.agg.dispatchable_steps(h.step(1).not_before) == [h.step(1)]
+    assert dispatchable_steps(h.agg, h.step(1).not_before) == [h.step(1)]
     h.report(grants[1])  # a sibling's outcome is accepted meanwhile
     assert h.step(2).state is StepState.SUCCEEDED
 
@@ -197,10 +200,10 @@ def test_a_sibling_parked_for_approval_holds_dispatch_not_the_others():
     assert h.run.state is RunState.WAITING_FOR_APPROVAL
     h.report(read)  # its outcome is accepted while the run waits
     assert h.step(2).state is StepState.SUCCEEDED
-    assert h.agg.dispatchable_steps(h.now) == []  # nothing new until the decision
+    assert dispatchable_steps(h.agg, h.now) == []  # nothing new until the decision
     h.decide(approval, decision=Decision.APPROVE)
     assert h.run.state is RunState.RUNNING
-    assert names(h.agg.dispatchable_steps(h.now)) == ["after-read"]
+    assert names(dispatchable_steps(h.agg, h.now)) == ["after-read"]
 
 
 def test_a_rejection_with_a_held_sibling_stops_it_and_fails():
@@ -230,13 +233,13 @@ WAITING = [
 
 
 def start_ready(h: Harness) -> list:
-    attempts = h.agg.start_ready(h.ctx("run-dispatcher"))
+    attempts = submission.start_ready(h.agg, h.ctx("run-dispatcher"))
     h.commit()
     return attempts
 
 
 def fire(h: Harness) -> int:
-    fired = h.agg.fire_due_waits(h.ctx("reminder"), h.options)
+    fired = fire_due_waits(h.agg, h.ctx("reminder"), h.options)
     h.commit()
     return fired
 
@@ -285,7 +288,7 @@ def test_a_cancel_ends_a_wait_at_once():
 def test_a_wait_step_is_never_dispatched_as_an_attempt():
     h = Harness([{"name": "w", "kind": "wait", "seconds": 1, "dependsOn": []}])
     with pytest.raises(errors.IllegalTransition):
-        h.agg.dispatch(h.ctx(), h.step(0))
+        dispatch(h.agg, h.ctx(), h.step(0))
 
 
 @pytest.mark.parametrize(
@@ -315,7 +318,7 @@ SIGNALLED = [
 
 
 def signal(h: Harness, name: str = "go", body: object = None, who: str = "carol"):
-    step = h.agg.receive_signal(h.ctx(who), name, {"ok": True} if body is None else body, who)
+    step = receive_signal(h.agg, h.ctx(who), name, {"ok": True} if body is None else body, who)
     h.commit()
     return step
 

@@ -32,6 +32,8 @@ from runcontrol.domain import (
 )
 from runcontrol.domain.events import TOPICS
 from runcontrol.domain.machines import TOOL_CALL_TRANSITIONS, check
+from runcontrol.domain.run.progress import report_progress
+from runcontrol.domain.run.tool_calls import claim_tool_call, complete_tool_call, expire_tool_calls
 from runcontrol.rpc.status import status_for as grpc_status
 
 CLAIM_TIMEOUT = Options().tool_call_claim_timeout_seconds
@@ -49,7 +51,8 @@ def progress(
     h: Harness, grant: LeaseGrant, *seqs: int, token: int | None = None, holder: str | None = None
 ) -> ProgressAck:
     who = holder or grant.holder
-    ack = h.agg.report_progress(
+    ack = report_progress(
+        h.agg,
         h.ctx(who),
         grant.attempt_id,
         who,
@@ -74,7 +77,8 @@ def claim(
     *,
     token: int | None = None,
 ) -> ToolCallClaim:
-    answer = h.agg.claim_tool_call(
+    answer = claim_tool_call(
+        h.agg,
         h.ctx(grant.holder),
         grant.attempt_id,
         grant.holder,
@@ -90,7 +94,8 @@ def claim(
 def complete(
     h: Harness, grant: LeaseGrant, call_id: str = "call-1", result_hash: str | None = None
 ) -> ToolCallClaim:
-    answer = h.agg.complete_tool_call(
+    answer = complete_tool_call(
+        h.agg,
         h.ctx(grant.holder),
         grant.attempt_id,
         grant.holder,
@@ -272,7 +277,7 @@ class TestToolCalls:
         assert h.agg.next_due(options) == call.expires_at
 
         h.advance(CLAIM_TIMEOUT - 1)
-        assert h.agg.expire_tool_calls(h.ctx("reminder")) == 0
+        assert expire_tool_calls(h.agg, h.ctx("reminder")) == 0
         h.advance(1)
         # Due but not yet closed: no result is taken, and a repeat claim is told it expired.
         with pytest.raises(errors.ToolCallExpired):
@@ -280,7 +285,7 @@ class TestToolCalls:
         refused_with_audit(h, "tool-call-late-result")
         assert claim(h, grant).status is ToolCallStatus.EXPIRED
 
-        assert h.agg.expire_tool_calls(h.ctx("reminder")) == 1
+        assert expire_tool_calls(h.agg, h.ctx("reminder")) == 1
         h.commit()
         assert call.state is ToolCallState.EXPIRED and call.error
         assert h.events[-1].event_type == "ToolCallExpired"

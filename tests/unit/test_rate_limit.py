@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from runcontrol.api.limits import TenantRateLimiter, TokenBucket
-from runcontrol.api.problems import RateLimited
 from runcontrol.config import ApiOptions, RateLimit
+from runcontrol.edge.errors import RateLimited
+from runcontrol.edge.metering import TenantRateLimiter, TokenBucket
 
 
 class Clock:

@@ -35,7 +35,11 @@ from runcontrol.domain.machines import (
     RUN_TRANSITIONS,
     STEP_TRANSITIONS,
 )
-from runcontrol.domain.run import APPROVAL_EXPIRY
+from runcontrol.domain.run import APPROVAL_EXPIRY, cancellation, submission
+from runcontrol.domain.run.approvals import decide_approval, expire_approval, request_approval
+from runcontrol.domain.run.leases import acquire_lease, renew_lease
+from runcontrol.domain.run.outcomes import expire_lease, report_outcome
+from runcontrol.domain.run.submission import dispatchable_step
 
 LOCAL_STEP = {"name": "local", "agentId": "editor", "sideEffectClass": "local-write"}
 TABLES = {
@@ -154,7 +158,7 @@ class Walk:
     def _progress(self):
         """The natural next command of an honest run: what a healthy system would do."""
         h = self.h
-        if h.agg.dispatchable_step(h.now) is not None:
+        if dispatchable_step(h.agg, h.now) is not None:
             return ("dispatch",)
         if h.run.state is RunState.WAITING_FOR_APPROVAL:
             (pending,) = h.agg.pending_approvals()
@@ -186,19 +190,19 @@ class Walk:
             action = self._progress()
             kind = action[0]
         if kind == "dispatch":
-            step = h.agg.dispatchable_step(h.now)
+            step = dispatchable_step(h.agg, h.now)
             if step is not None:
-                h.agg.dispatch(h.ctx("run-dispatcher"), step)
+                submission.dispatch(h.agg, h.ctx("run-dispatcher"), step)
             else:
                 # Try to dispatch the in-flight or first step anyway: must be refused.
                 target = next((s for s in h.agg.steps if not s.state.terminal), h.agg.steps[0])
-                h.agg.dispatch(h.ctx("run-dispatcher"), target)
+                submission.dispatch(h.agg, h.ctx("run-dispatcher"), target)
         elif kind == "lease":
             attempt = self._current_attempt()
             if attempt is None:
                 return
             before = attempt.state
-            grant = h.agg.acquire_lease(h.ctx(action[1]), attempt.attempt_id, action[1], h.options)
+            grant = acquire_lease(h.agg, h.ctx(action[1]), attempt.attempt_id, action[1], h.options)
             if before is AttemptState.DISPATCHED:
                 self.tokens_granted.append(grant.fencing_token)
             self.grants[attempt.attempt_id] = grant
@@ -210,7 +214,8 @@ class Walk:
             worker = self._who(attempt, worker)
             grant = self.grants.get(attempt.attempt_id)
             token = (grant.fencing_token if grant else 1) + offset
-            h.agg.report_outcome(
+            report_outcome(
+                h.agg,
                 h.ctx(worker),
                 attempt.attempt_id,
                 worker,
@@ -227,7 +232,7 @@ class Walk:
             worker = self._who(attempt, worker)
             grant = self.grants.get(attempt.attempt_id)
             token = (grant.fencing_token if grant else 1) + offset
-            h.agg.renew_lease(h.ctx(worker), attempt.attempt_id, worker, token, h.options)
+            renew_lease(h.agg, h.ctx(worker), attempt.attempt_id, worker, token, h.options)
         elif kind == "approval":
             _, worker, n = action
             attempt = self._current_attempt()
@@ -236,8 +241,15 @@ class Walk:
             worker = self._who(attempt, worker)
             grant = self.grants.get(attempt.attempt_id)
             token = grant.fencing_token if grant else 1
-            h.agg.request_approval(
-                h.ctx(worker), attempt.attempt_id, worker, token, proposal(n), h.policy, h.options
+            request_approval(
+                h.agg,
+                h.ctx(worker),
+                attempt.attempt_id,
+                worker,
+                token,
+                proposal(n),
+                h.policy,
+                h.options,
             )
         elif kind == "decide":
             _, who, decision, version_offset, own_hash = action
@@ -245,7 +257,8 @@ class Walk:
                 return
             approval = max(h.agg.approvals.values(), key=lambda a: a.created_at)
             subject, roles, reason = REVIEWERS[who]
-            h.agg.decide_approval(
+            decide_approval(
+                h.agg,
                 h.ctx(subject),
                 approval.approval_id,
                 Principal(subject, h.run.tenant_id, h.run.project_id, roles),
@@ -260,14 +273,14 @@ class Walk:
             h.advance(action[1])
         elif kind == "expire-leases":
             for attempt_id in list(h.agg.leases):
-                h.agg.expire_lease(h.ctx("lease-expiry-reconciler"), attempt_id, h.options)
+                expire_lease(h.agg, h.ctx("lease-expiry-reconciler"), attempt_id, h.options)
         elif kind == "expire-approvals":
             for approval_id in list(h.agg.approvals):
-                h.agg.expire_approval(
-                    h.ctx("approval-expiry-reconciler"), approval_id, h.policy, h.options
+                expire_approval(
+                    h.agg, h.ctx("approval-expiry-reconciler"), approval_id, h.policy, h.options
                 )
         elif kind == "cancel":
-            h.agg.cancel(h.ctx(REQUESTER), REQUESTER, "walk cancelled")
+            cancellation.cancel(h.agg, h.ctx(REQUESTER), REQUESTER, "walk cancelled")
 
     def run(self, action):
         h = self.h

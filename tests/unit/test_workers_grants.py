@@ -7,6 +7,7 @@ from domain_harness import READ_STEP, TENANT, WRITE_STEP, Harness
 
 from runcontrol.commands import AcquireLease
 from runcontrol.domain import AttemptOutcome
+from runcontrol.domain.run.outcomes import report_outcome
 from runcontrol.workers.book import Match, Offer
 from runcontrol.workers.grants import grant, lease_command
 from runcontrol.workers.protocol import Credit
@@ -32,7 +33,8 @@ def test_a_grant_found_again_by_its_claim_id_carries_no_deadline() -> None:
 def test_a_later_steps_grant_carries_its_dependencies_results_by_step_name() -> None:
     run = Harness((READ_STEP, WRITE_STEP))
     _, first = run.start(0)
-    run.agg.report_outcome(
+    report_outcome(
+        run.agg,
         run.ctx(first.holder),
         first.attempt_id,
         first.holder,

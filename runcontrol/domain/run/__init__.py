@@ -1,6 +1,17 @@
-"""The run aggregate, by concern: ``RunAggregate`` and what its commands take and answer."""
+"""The run aggregate: the run's state as data (``core.RunAggregate``: its entities and what a
+command records), and its rules as functions over it, one module per concern (``submission``,
+``leases``, ``outcomes``, ``settlement``, ``approvals``, ``cancellation``, ``progress``,
+``tool_calls``, ``controls``, ``restore``, ``waits``, ``usage``), each taking the state first.
 
-from .aggregate import RunAggregate
+The rules are pure: they take a ``CommandContext`` (clock reading, id source, jitter, actor)
+and ``Options``, change the in-memory entities, and record what must be persisted in one
+transaction: changed entities, outbox events, journal entries and audit records. Validation
+always happens before the first change, so a rule that raises leaves the state as it was,
+except for audit records that must be kept even when the command is refused. Which command a
+run's state admits is the ``RUN_COMMANDS`` table of ``runcontrol.domain.machines``.
+"""
+
+from .core import RunAggregate
 from .usage import RateConsumed
 from .values import (
     APPROVAL_EXPIRY,

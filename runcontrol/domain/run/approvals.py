@@ -31,7 +31,9 @@ from ..states import (
     SideEffectClass,
 )
 from ..workflow import PolicyDocument
-from .settlement import Settlement
+from .core import RunAggregate
+from .leases import held_lease, release_lease
+from .settlement import emit_approval_decided, fail_run
 from .values import (
     APPROVAL_EXPIRY,
     CommandContext,
@@ -40,354 +42,358 @@ from .values import (
 )
 
 
-class Approvals(Settlement):
-    def request_approval(
-        self,
-        ctx: CommandContext,
-        attempt_id: UUID,
-        holder: str,
-        fencing_token: int,
-        proposal_hash: str,
-        policy: PolicyDocument,
-        options: Options,
-        *,
-        action_class: SideEffectClass | None = None,
-        lease_id: UUID | None = None,
-    ) -> ApprovalRequest | None:
-        """Open (or return) the approval for this exact proposal; None if policy needs none."""
-        if not is_hash(proposal_hash):
-            raise errors.ValidationFailed("proposalHash must be a sha256 canonical hash")
-        attempt = self.attempt(attempt_id)
-        if attempt.state.terminal:
-            self._audit(
-                ctx,
-                "stale-fencing-token",
-                attempt_id=attempt_id,
-                holder=holder,
-                fencing_token=fencing_token,
-                reason=f"attempt settled as {attempt.state}",
-            )
-            raise errors.StaleFencingToken("the attempt is settled; this lease is stale")
-        self._held_lease(ctx, attempt, holder, fencing_token, options, lease_id)
-        require(RunCommand.REQUEST_APPROVAL, self.run.state)
-        step = self.step(attempt.step_id)
-        action = action_class or step.side_effect_class
-        if not policy.needs_approval(action, step.gate):
-            return None
-        same_step = [a for a in self.approvals.values() if a.step_id == step.step_id]
-        for existing in same_step:
-            if existing.proposal_hash == proposal_hash and existing.state in (
-                ApprovalState.PENDING,
-                ApprovalState.APPROVED,
-            ):
-                # The same proposal asked again: the same request. Approved: the holder goes
-                # on to execute. Pending: the attempt parks until the decision.
-                if existing.state is ApprovalState.PENDING:
-                    self._park(ctx, attempt, existing)
-                return existing
-        for existing in same_step:
-            if existing.state is ApprovalState.PENDING:
-                # Invariant 7: a regenerated proposal makes the pending request Stale.
-                self._move_approval(ctx, existing, ApprovalState.STALE, "ProposalChanged")
-                existing.reason = "proposal regenerated"
-                self._emit_approval_decided(ctx, existing)
-        approval = self._open_approval(
-            ctx, step, attempt_id, action, proposal_hash, policy, options
-        )
-        if self.run.state is RunState.RUNNING:
-            self._move_run(ctx, RunState.WAITING_FOR_APPROVAL)
-        self._park(ctx, attempt, approval)
-        return approval
-
-    def _open_approval(
-        self,
-        ctx: CommandContext,
-        step: Step,
-        attempt_id: UUID,
-        action: SideEffectClass,
-        proposal_hash: str,
-        policy: PolicyDocument,
-        options: Options,
-    ) -> ApprovalRequest:
-        expiry_hours = policy.expiry_hours or options.approval_expiry_hours
-        approval = ApprovalRequest(
-            approval_id=ctx.new_id(),
-            run_id=self.run.run_id,
-            step_id=step.step_id,
+def request_approval(
+    agg: RunAggregate,
+    ctx: CommandContext,
+    attempt_id: UUID,
+    holder: str,
+    fencing_token: int,
+    proposal_hash: str,
+    policy: PolicyDocument,
+    options: Options,
+    *,
+    action_class: SideEffectClass | None = None,
+    lease_id: UUID | None = None,
+) -> ApprovalRequest | None:
+    """Open (or return) the approval for this exact proposal; None if policy needs none."""
+    if not is_hash(proposal_hash):
+        raise errors.ValidationFailed("proposalHash must be a sha256 canonical hash")
+    attempt = agg.attempt(attempt_id)
+    if attempt.state.terminal:
+        agg.audit(
+            ctx,
+            "stale-fencing-token",
             attempt_id=attempt_id,
-            tenant_id=self.run.tenant_id,
+            holder=holder,
+            fencing_token=fencing_token,
+            reason=f"attempt settled as {attempt.state}",
+        )
+        raise errors.StaleFencingToken("the attempt is settled; this lease is stale")
+    held_lease(agg, ctx, attempt, holder, fencing_token, options, lease_id)
+    require(RunCommand.REQUEST_APPROVAL, agg.run.state)
+    step = agg.step(attempt.step_id)
+    action = action_class or step.side_effect_class
+    if not policy.needs_approval(action, step.gate):
+        return None
+    same_step = [a for a in agg.approvals.values() if a.step_id == step.step_id]
+    for existing in same_step:
+        if existing.proposal_hash == proposal_hash and existing.state in (
+            ApprovalState.PENDING,
+            ApprovalState.APPROVED,
+        ):
+            # The same proposal asked again: the same request. Approved: the holder goes
+            # on to execute. Pending: the attempt parks until the decision.
+            if existing.state is ApprovalState.PENDING:
+                _park(agg, ctx, attempt, existing)
+            return existing
+    for existing in same_step:
+        if existing.state is ApprovalState.PENDING:
+            # Invariant 7: a regenerated proposal makes the pending request Stale.
+            agg.move_approval(ctx, existing, ApprovalState.STALE, "ProposalChanged")
+            existing.reason = "proposal regenerated"
+            emit_approval_decided(agg, ctx, existing)
+    approval = _open_approval(agg, ctx, step, attempt_id, action, proposal_hash, policy, options)
+    if agg.run.state is RunState.RUNNING:
+        agg.move_run(ctx, RunState.WAITING_FOR_APPROVAL)
+    _park(agg, ctx, attempt, approval)
+    return approval
+
+
+def _open_approval(
+    agg: RunAggregate,
+    ctx: CommandContext,
+    step: Step,
+    attempt_id: UUID,
+    action: SideEffectClass,
+    proposal_hash: str,
+    policy: PolicyDocument,
+    options: Options,
+) -> ApprovalRequest:
+    expiry_hours = policy.expiry_hours or options.approval_expiry_hours
+    approval = ApprovalRequest(
+        approval_id=ctx.new_id(),
+        run_id=agg.run.run_id,
+        step_id=step.step_id,
+        attempt_id=attempt_id,
+        tenant_id=agg.run.tenant_id,
+        action_class=action,
+        proposal_hash=proposal_hash,
+        policy_revision=agg.run.policy_revision,
+        approver_rule=policy.approver_rule,
+        required_approvals=max(policy.required_approvals, 1),
+        requested_by=agg.run.requested_by,
+        created_at=ctx.now,
+        expires_at=ctx.now + timedelta(hours=expiry_hours),
+    )
+    agg.approvals[approval.approval_id] = approval
+    agg.changes.approvals[approval.approval_id] = approval
+    agg.journal(
+        ctx,
+        "ApprovalRequest",
+        approval.approval_id,
+        None,
+        ApprovalState.PENDING,
+        "ApprovalRequested",
+    )
+    agg.emit(
+        ctx,
+        ev.ApprovalRequested(
+            approval_id=approval.approval_id,
+            run_id=agg.run.run_id,
+            step_id=step.step_id,
+            tenant_id=agg.run.tenant_id,
             action_class=action,
             proposal_hash=proposal_hash,
-            policy_revision=self.run.policy_revision,
-            approver_rule=policy.approver_rule,
-            required_approvals=max(policy.required_approvals, 1),
-            requested_by=self.run.requested_by,
-            created_at=ctx.now,
-            expires_at=ctx.now + timedelta(hours=expiry_hours),
-        )
-        self.approvals[approval.approval_id] = approval
-        self._changes.approvals[approval.approval_id] = approval
-        self._journal(
-            ctx,
-            "ApprovalRequest",
-            approval.approval_id,
-            None,
-            ApprovalState.PENDING,
-            "ApprovalRequested",
-        )
-        self._emit(
-            ctx,
-            ev.ApprovalRequested(
-                approval_id=approval.approval_id,
-                run_id=self.run.run_id,
-                step_id=step.step_id,
-                tenant_id=self.run.tenant_id,
-                action_class=action,
-                proposal_hash=proposal_hash,
-                approver_rule=approval.approver_rule,
-                expires_at=approval.expires_at,
-            ),
-            step_id=step.step_id,
-            attempt_id=attempt_id,
-        )
-        return approval
+            approver_rule=approval.approver_rule,
+            expires_at=approval.expires_at,
+        ),
+        step_id=step.step_id,
+        attempt_id=attempt_id,
+    )
+    return approval
 
-    def _park(self, ctx: CommandContext, attempt: Attempt, approval: ApprovalRequest) -> None:
-        """A human's wait holds no worker: the lease is released (its holder's later reports
-        are refused as stale) and the attempt waits, unclaimable, for the decision."""
-        lease = self._release_lease(ctx, attempt, "ParkedForApproval")
-        self._move_attempt(ctx, attempt, AttemptState.PARKED, "ParkedForApproval")
-        self._emit(
-            ctx,
-            ev.AttemptParked(
-                run_id=self.run.run_id,
-                step_id=attempt.step_id,
-                attempt_id=attempt.attempt_id,
-                approval_id=approval.approval_id,
-                lease_id=lease.lease_id if lease else None,
-                fencing_token=lease.fencing_token if lease else None,
-                holder=lease.holder if lease else None,
-            ),
+
+def _park(
+    agg: RunAggregate, ctx: CommandContext, attempt: Attempt, approval: ApprovalRequest
+) -> None:
+    """A human's wait holds no worker: the lease is released (its holder's later reports
+    are refused as stale) and the attempt waits, unclaimable, for the decision."""
+    lease = release_lease(agg, ctx, attempt, "ParkedForApproval")
+    agg.move_attempt(ctx, attempt, AttemptState.PARKED, "ParkedForApproval")
+    agg.emit(
+        ctx,
+        ev.AttemptParked(
+            run_id=agg.run.run_id,
             step_id=attempt.step_id,
             attempt_id=attempt.attempt_id,
-        )
+            approval_id=approval.approval_id,
+            lease_id=lease.lease_id if lease else None,
+            fencing_token=lease.fencing_token if lease else None,
+            holder=lease.holder if lease else None,
+        ),
+        step_id=attempt.step_id,
+        attempt_id=attempt.attempt_id,
+    )
 
-    def _resume_parked(
-        self, ctx: CommandContext, attempt: Attempt, approval: ApprovalRequest
-    ) -> None:
-        """After the decision any worker may claim the attempt again (a new lease, a new
-        fencing token); an approval's grant carries the approved proposal hash."""
-        self._move_attempt(ctx, attempt, AttemptState.DISPATCHED, "ApprovalDecided")
-        attempt.dispatched_at = ctx.now
-        step = self.step(attempt.step_id)
-        self._emit(
-            ctx,
-            ev.AttemptResumed(
-                run_id=self.run.run_id,
-                step_id=step.step_id,
-                attempt_id=attempt.attempt_id,
-                approval_id=approval.approval_id,
-                approval_state=approval.state,
-                agent_id=step.agent_id,
-                skill_id=step.skill_id,
-                attempt_number=attempt.number,
-            ),
+
+def _resume_parked(
+    agg: RunAggregate, ctx: CommandContext, attempt: Attempt, approval: ApprovalRequest
+) -> None:
+    """After the decision any worker may claim the attempt again (a new lease, a new
+    fencing token); an approval's grant carries the approved proposal hash."""
+    agg.move_attempt(ctx, attempt, AttemptState.DISPATCHED, "ApprovalDecided")
+    attempt.dispatched_at = ctx.now
+    step = agg.step(attempt.step_id)
+    agg.emit(
+        ctx,
+        ev.AttemptResumed(
+            run_id=agg.run.run_id,
             step_id=step.step_id,
             attempt_id=attempt.attempt_id,
-        )
+            approval_id=approval.approval_id,
+            approval_state=approval.state,
+            agent_id=step.agent_id,
+            skill_id=step.skill_id,
+            attempt_number=attempt.number,
+        ),
+        step_id=step.step_id,
+        attempt_id=attempt.attempt_id,
+    )
 
-    def decide_approval(
-        self,
-        ctx: CommandContext,
-        approval_id: UUID,
-        principal: Principal,
-        decision: Decision,
-        version: int,
-        proposal_hash: str,
-        reason: str | None,
-        policy: PolicyDocument,
-        options: Options,
-    ) -> ApprovalRequest:
-        approval = self.approval(approval_id)
-        if principal.tenant_id != self.run.tenant_id:
-            raise errors.ApprovalNotFound("approval not found")  # never reveal other tenants
-        if approval.state in (ApprovalState.EXPIRED, ApprovalState.STALE):
-            raise errors.ApprovalGone(f"the approval request is {approval.state}")
-        if approval.state.terminal:
-            raise errors.ApprovalAlreadyDecided(f"the approval request is {approval.state}")
-        if ctx.now >= approval.expires_at:
-            raise errors.ApprovalGone("the approval request expired")
-        if principal.subject == self.run.requested_by:
-            raise errors.SeparationOfDuties("the requester of a run may never decide its approvals")
-        break_glass = False
-        if not policy.may_decide(principal.subject, principal.roles):
-            if Role.PLATFORM_ADMIN not in principal.roles:
-                raise errors.Forbidden(
-                    f"deciding needs to match the rule: {approval.approver_rule}"
-                )
-            if not (reason and reason.strip()):
-                raise errors.BreakGlassReasonRequired("break-glass decisions require a reason")
-            break_glass = True
-        if version != approval.version:
-            raise errors.ApprovalVersionMismatch(
-                f"approval version is {approval.version}, not {version}",
-                current_version=approval.version,
-            )
-        if proposal_hash != approval.proposal_hash:
-            raise errors.ProposalHashMismatch("the decision is for a different proposal")
-        votes = self.decisions.setdefault(approval_id, [])
-        if any(v.decided_by == principal.subject for v in votes):
-            raise errors.ApprovalAlreadyDecided("this approver already decided")
-        vote = ApprovalDecision(
-            approval_id=approval_id,
-            run_id=self.run.run_id,
-            tenant_id=self.run.tenant_id,
-            decided_by=principal.subject,
-            decision=decision,
-            proposal_hash=proposal_hash,
-            reason=reason,
-            break_glass=break_glass,
-            decided_at=ctx.now,
+
+def decide_approval(
+    agg: RunAggregate,
+    ctx: CommandContext,
+    approval_id: UUID,
+    principal: Principal,
+    decision: Decision,
+    version: int,
+    proposal_hash: str,
+    reason: str | None,
+    policy: PolicyDocument,
+    options: Options,
+) -> ApprovalRequest:
+    approval = agg.approval(approval_id)
+    if principal.tenant_id != agg.run.tenant_id:
+        raise errors.ApprovalNotFound("approval not found")  # never reveal other tenants
+    if approval.state in (ApprovalState.EXPIRED, ApprovalState.STALE):
+        raise errors.ApprovalGone(f"the approval request is {approval.state}")
+    if approval.state.terminal:
+        raise errors.ApprovalAlreadyDecided(f"the approval request is {approval.state}")
+    if ctx.now >= approval.expires_at:
+        raise errors.ApprovalGone("the approval request expired")
+    if principal.subject == agg.run.requested_by:
+        raise errors.SeparationOfDuties("the requester of a run may never decide its approvals")
+    break_glass = False
+    if not policy.may_decide(principal.subject, principal.roles):
+        if Role.PLATFORM_ADMIN not in principal.roles:
+            raise errors.Forbidden(f"deciding needs to match the rule: {approval.approver_rule}")
+        if not (reason and reason.strip()):
+            raise errors.BreakGlassReasonRequired("break-glass decisions require a reason")
+        break_glass = True
+    if version != approval.version:
+        raise errors.ApprovalVersionMismatch(
+            f"approval version is {approval.version}, not {version}",
+            current_version=approval.version,
         )
-        votes.append(vote)
-        self._changes.decisions.append(vote)
-        if break_glass:
-            self._audit(
-                ctx,
-                "break-glass-decision",
-                approval_id=approval_id,
-                decision=str(decision),
-                reason=reason,
-            )
-        approvals = sum(1 for v in votes if v.decision is Decision.APPROVE)
-        if decision is Decision.APPROVE and (
-            break_glass or approvals >= approval.required_approvals
-        ):
-            self._finish_approval(ctx, approval, ApprovalState.APPROVED, "Approve", vote)
-            self._resume_after_approval(ctx, approval, options)
-        elif decision is Decision.REJECT:
-            self._finish_approval(ctx, approval, ApprovalState.REJECTED, "Reject", vote)
-            self._fail_run(
+    if proposal_hash != approval.proposal_hash:
+        raise errors.ProposalHashMismatch("the decision is for a different proposal")
+    votes = agg.decisions.setdefault(approval_id, [])
+    if any(v.decided_by == principal.subject for v in votes):
+        raise errors.ApprovalAlreadyDecided("this approver already decided")
+    vote = ApprovalDecision(
+        approval_id=approval_id,
+        run_id=agg.run.run_id,
+        tenant_id=agg.run.tenant_id,
+        decided_by=principal.subject,
+        decision=decision,
+        proposal_hash=proposal_hash,
+        reason=reason,
+        break_glass=break_glass,
+        decided_at=ctx.now,
+    )
+    votes.append(vote)
+    agg.changes.decisions.append(vote)
+    if break_glass:
+        agg.audit(
+            ctx,
+            "break-glass-decision",
+            approval_id=approval_id,
+            decision=str(decision),
+            reason=reason,
+        )
+    approvals = sum(1 for v in votes if v.decision is Decision.APPROVE)
+    if decision is Decision.APPROVE and (break_glass or approvals >= approval.required_approvals):
+        _finish_approval(agg, ctx, approval, ApprovalState.APPROVED, "Approve", vote)
+        _resume_after_approval(agg, ctx, approval, options)
+    elif decision is Decision.REJECT:
+        _finish_approval(agg, ctx, approval, ApprovalState.REJECTED, "Reject", vote)
+        fail_run(
+            agg,
+            ctx,
+            FailureClass.POLICY_DENIED,
+            f"approval rejected: {reason or 'no reason given'}",
+            cause="ApprovalRejected",
+        )
+    elif decision is Decision.REQUEST_CHANGES:
+        # The proposal must be regenerated: the request goes Stale, the worker resumes.
+        _finish_approval(agg, ctx, approval, ApprovalState.STALE, "ChangesRequested", vote)
+        _resume_after_approval(agg, ctx, approval, options)
+    else:
+        approval.version += 1  # a vote short of quorum: still Pending, new version
+        agg.changes.approvals[approval_id] = approval
+        agg.touch(ctx)
+    return approval
+
+
+def _finish_approval(
+    agg: RunAggregate,
+    ctx: CommandContext,
+    approval: ApprovalRequest,
+    target: ApprovalState,
+    cause: str,
+    vote: ApprovalDecision,
+) -> None:
+    agg.move_approval(ctx, approval, target, cause)
+    approval.decided_by = vote.decided_by
+    approval.decided_at = vote.decided_at
+    approval.reason = vote.reason
+    emit_approval_decided(agg, ctx, approval)
+
+
+def _resume_after_approval(
+    agg: RunAggregate, ctx: CommandContext, approval: ApprovalRequest, options: Options
+) -> None:
+    if agg.run.state is RunState.WAITING_FOR_APPROVAL and not agg.pending_approvals():
+        cause = (
+            "ApprovalGranted" if approval.state is ApprovalState.APPROVED else "ChangesRequested"
+        )
+        agg.move_run(ctx, RunState.RUNNING, cause)
+    attempt = agg.attempts.get(approval.attempt_id)
+    if (
+        attempt is not None
+        and attempt.state is AttemptState.PARKED
+        and agg.run.state is RunState.RUNNING
+    ):
+        _resume_parked(agg, ctx, attempt, approval)
+    lease = agg.leases.get(approval.attempt_id)
+    if lease is not None:
+        # The lease was suspended while a human decided: give the holder a full term.
+        lease.expires_at = ctx.now + timedelta(seconds=options.lease_seconds)
+        agg.changes.leases[lease.lease_id] = lease
+
+
+def expire_approval(
+    agg: RunAggregate,
+    ctx: CommandContext,
+    approval_id: UUID,
+    policy: PolicyDocument,
+    options: Options,
+) -> bool:
+    """ApprovalExpiryReconciler: a Pending request past expiresAt gets its policy's expiry
+    action (the run's pinned policy revision): ``fail`` (Expired, run Failed),
+    ``reject`` (Rejected, run Failed policy-denied), ``auto-approve`` (Approved, the
+    attempt resumes), ``re-request`` (Expired and asked again, up to
+    ``maxReRequests`` times, then ``fail``). Each is audited as the reconciler's act."""
+    approval = agg.approvals.get(approval_id)
+    if approval is None or approval.state is not ApprovalState.PENDING:
+        return False
+    if ctx.now < approval.expires_at:
+        return False
+    action = policy.expiry_action
+    if action is ExpiryAction.RE_REQUEST and _re_requests(agg, approval) >= (
+        policy.max_re_requests
+    ):
+        action = ExpiryAction.FAIL
+    agg.audit(ctx, "approval-expired", approval_id=approval_id, action=str(action))
+    approval.decided_at = ctx.now
+    approval.decided_by = APPROVAL_EXPIRY
+    if action is ExpiryAction.AUTO_APPROVE:
+        approval.reason = "expired without a decision: approved by policy"
+        agg.move_approval(ctx, approval, ApprovalState.APPROVED, "ExpiryReminder")
+        emit_approval_decided(agg, ctx, approval)
+        _resume_after_approval(agg, ctx, approval, options)
+        return True
+    if action is ExpiryAction.REJECT:
+        approval.reason = "expired without a decision: rejected by policy"
+        agg.move_approval(ctx, approval, ApprovalState.REJECTED, "ExpiryReminder")
+        emit_approval_decided(agg, ctx, approval)
+        if agg.run.state is RunState.WAITING_FOR_APPROVAL:
+            fail_run(
+                agg,
                 ctx,
                 FailureClass.POLICY_DENIED,
-                f"approval rejected: {reason or 'no reason given'}",
-                cause="ApprovalRejected",
+                "approval expired; the policy rejects it",
+                cause="ApprovalExpired",
             )
-        elif decision is Decision.REQUEST_CHANGES:
-            # The proposal must be regenerated: the request goes Stale, the worker resumes.
-            self._finish_approval(ctx, approval, ApprovalState.STALE, "ChangesRequested", vote)
-            self._resume_after_approval(ctx, approval, options)
-        else:
-            approval.version += 1  # a vote short of quorum: still Pending, new version
-            self._changes.approvals[approval_id] = approval
-            self._touch(ctx)
-        return approval
-
-    def _finish_approval(
-        self,
-        ctx: CommandContext,
-        approval: ApprovalRequest,
-        target: ApprovalState,
-        cause: str,
-        vote: ApprovalDecision,
-    ) -> None:
-        self._move_approval(ctx, approval, target, cause)
-        approval.decided_by = vote.decided_by
-        approval.decided_at = vote.decided_at
-        approval.reason = vote.reason
-        self._emit_approval_decided(ctx, approval)
-
-    def _resume_after_approval(
-        self, ctx: CommandContext, approval: ApprovalRequest, options: Options
-    ) -> None:
-        if self.run.state is RunState.WAITING_FOR_APPROVAL and not self.pending_approvals():
-            cause = (
-                "ApprovalGranted"
-                if approval.state is ApprovalState.APPROVED
-                else "ChangesRequested"
-            )
-            self._move_run(ctx, RunState.RUNNING, cause)
-        attempt = self.attempts.get(approval.attempt_id)
-        if (
-            attempt is not None
-            and attempt.state is AttemptState.PARKED
-            and self.run.state is RunState.RUNNING
-        ):
-            self._resume_parked(ctx, attempt, approval)
-        lease = self.leases.get(approval.attempt_id)
-        if lease is not None:
-            # The lease was suspended while a human decided: give the holder a full term.
-            lease.expires_at = ctx.now + timedelta(seconds=options.lease_seconds)
-            self._changes.leases[lease.lease_id] = lease
-
-    def expire_approval(
-        self,
-        ctx: CommandContext,
-        approval_id: UUID,
-        policy: PolicyDocument,
-        options: Options,
-    ) -> bool:
-        """ApprovalExpiryReconciler: a Pending request past expiresAt gets its policy's expiry
-        action (the run's pinned policy revision): ``fail`` (Expired, run Failed),
-        ``reject`` (Rejected, run Failed policy-denied), ``auto-approve`` (Approved, the
-        attempt resumes), ``re-request`` (Expired and asked again, up to
-        ``maxReRequests`` times, then ``fail``). Each is audited as the reconciler's act."""
-        approval = self.approvals.get(approval_id)
-        if approval is None or approval.state is not ApprovalState.PENDING:
-            return False
-        if ctx.now < approval.expires_at:
-            return False
-        action = policy.expiry_action
-        if action is ExpiryAction.RE_REQUEST and self._re_requests(approval) >= (
-            policy.max_re_requests
-        ):
-            action = ExpiryAction.FAIL
-        self._audit(ctx, "approval-expired", approval_id=approval_id, action=str(action))
-        approval.decided_at = ctx.now
-        approval.decided_by = APPROVAL_EXPIRY
-        if action is ExpiryAction.AUTO_APPROVE:
-            approval.reason = "expired without a decision: approved by policy"
-            self._move_approval(ctx, approval, ApprovalState.APPROVED, "ExpiryReminder")
-            self._emit_approval_decided(ctx, approval)
-            self._resume_after_approval(ctx, approval, options)
-            return True
-        if action is ExpiryAction.REJECT:
-            approval.reason = "expired without a decision: rejected by policy"
-            self._move_approval(ctx, approval, ApprovalState.REJECTED, "ExpiryReminder")
-            self._emit_approval_decided(ctx, approval)
-            if self.run.state is RunState.WAITING_FOR_APPROVAL:
-                self._fail_run(
-                    ctx,
-                    FailureClass.POLICY_DENIED,
-                    "approval expired; the policy rejects it",
-                    cause="ApprovalExpired",
-                )
-            return True
-        approval.reason = "expired without a decision"
-        self._move_approval(ctx, approval, ApprovalState.EXPIRED, "ExpiryReminder")
-        self._emit_approval_decided(ctx, approval)
-        if self.run.state is not RunState.WAITING_FOR_APPROVAL:
-            return True
-        if action is ExpiryAction.RE_REQUEST:
-            self._open_approval(
-                ctx,
-                self.step(approval.step_id),
-                approval.attempt_id,
-                approval.action_class,
-                approval.proposal_hash,
-                policy,
-                options,
-            )
-            return True
-        self._fail_run(ctx, FailureClass.CANCELLATION, "approval expired", cause="ApprovalExpired")
         return True
-
-    def _re_requests(self, approval: ApprovalRequest) -> int:
-        """How many times this attempt's proposal was asked again after an expiry."""
-        return sum(
-            1
-            for a in self.approvals.values()
-            if a.attempt_id == approval.attempt_id
-            and a.proposal_hash == approval.proposal_hash
-            and a.state is ApprovalState.EXPIRED
+    approval.reason = "expired without a decision"
+    agg.move_approval(ctx, approval, ApprovalState.EXPIRED, "ExpiryReminder")
+    emit_approval_decided(agg, ctx, approval)
+    if agg.run.state is not RunState.WAITING_FOR_APPROVAL:
+        return True
+    if action is ExpiryAction.RE_REQUEST:
+        _open_approval(
+            agg,
+            ctx,
+            agg.step(approval.step_id),
+            approval.attempt_id,
+            approval.action_class,
+            approval.proposal_hash,
+            policy,
+            options,
         )
+        return True
+    fail_run(agg, ctx, FailureClass.CANCELLATION, "approval expired", cause="ApprovalExpired")
+    return True
+
+
+def _re_requests(agg: RunAggregate, approval: ApprovalRequest) -> int:
+    """How many times this attempt's proposal was asked again after an expiry."""
+    return sum(
+        1
+        for a in agg.approvals.values()
+        if a.attempt_id == approval.attempt_id
+        and a.proposal_hash == approval.proposal_hash
+        and a.state is ApprovalState.EXPIRED
+    )

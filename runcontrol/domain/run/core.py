@@ -1,6 +1,7 @@
-"""The aggregate's state and bookkeeping: the entities it holds, what a command records
+"""The run's state as data (``RunAggregate``): the entities it holds, what a command records
 (changed rows, events, journal entries, audits), the guarded moves of each state machine, and
-the queries every concern shares."""
+the queries every concern shares. The rules are functions over it, in the concern modules
+beside this one; none of them keeps state of its own."""
 
 from __future__ import annotations
 
@@ -52,8 +53,10 @@ from .values import (
 )
 
 
-class AggregateCore:
-    """The run's entities and what the current command recorded; every concern builds on it."""
+class RunAggregate:
+    """One run's state as data: its entities, what the current command recorded (changed
+    rows, events, journal entries, audits), the guarded moves of its state machines and the
+    queries every concern shares. The rules are functions over it, one module per concern."""
 
     def __init__(
         self,
@@ -85,7 +88,7 @@ class AggregateCore:
         # attempt -> its stored result: kept in the cache so a grant reads no row
         self.results: dict[UUID, AttemptResult] = {r.attempt_id: r for r in results}
         self._is_new = is_new
-        self._changes = self._fresh_changes()
+        self.changes = self._fresh_changes()
 
     def _fresh_changes(self) -> Changes:
         expected = None if self._is_new else self.run.version
@@ -93,22 +96,22 @@ class AggregateCore:
 
     def take_changes(self) -> Changes:
         """Hand the pending writes to the unit of work and start a new batch."""
-        changes = self._changes
+        changes = self.changes
         if changes.run_dirty and not self._is_new:
             self.run.version += 1
         self._is_new = False
-        self._changes = self._fresh_changes()
+        self.changes = self._fresh_changes()
         return changes
 
     def take_audits(self) -> list[AuditRecord]:
-        audits, self._changes.audits = self._changes.audits, []
+        audits, self.changes.audits = self.changes.audits, []
         return audits
 
-    def _touch(self, ctx: CommandContext) -> None:
+    def touch(self, ctx: CommandContext) -> None:
         self.run.updated_at = ctx.now
-        self._changes.run_dirty = True
+        self.changes.run_dirty = True
 
-    def _emit(
+    def emit(
         self,
         ctx: CommandContext,
         body: ev.EventBody,
@@ -118,8 +121,8 @@ class AggregateCore:
     ) -> None:
         """Record ``body`` as the run's next event (its stored payload made once, here)."""
         self.run.event_seq += 1
-        self._touch(ctx)
-        self._changes.events.append(
+        self.touch(ctx)
+        self.changes.events.append(
             Event(
                 event_id=ctx.new_id(),
                 run_id=self.run.run_id,
@@ -139,7 +142,7 @@ class AggregateCore:
             )
         )
 
-    def _journal(
+    def journal(
         self,
         ctx: CommandContext,
         entity: str,
@@ -149,8 +152,8 @@ class AggregateCore:
         cause: str,
     ) -> None:
         self.run.journal_seq += 1
-        self._touch(ctx)
-        self._changes.journal.append(
+        self.touch(ctx)
+        self.changes.journal.append(
             RecoveryJournalEntry(
                 run_id=self.run.run_id,
                 tenant_id=self.run.tenant_id,
@@ -165,8 +168,8 @@ class AggregateCore:
             )
         )
 
-    def _audit(self, ctx: CommandContext, kind: str, **detail: Any) -> None:
-        self._changes.audits.append(
+    def audit(self, ctx: CommandContext, kind: str, **detail: Any) -> None:
+        self.changes.audits.append(
             AuditRecord(
                 tenant_id=self.run.tenant_id,
                 run_id=self.run.run_id,
@@ -177,14 +180,14 @@ class AggregateCore:
             )
         )
 
-    def _move_run(self, ctx: CommandContext, target: RunState, cause: str | None = None) -> None:
+    def move_run(self, ctx: CommandContext, target: RunState, cause: str | None = None) -> None:
         current = self.run.state
         spec_cause = check("Run", RUN_TRANSITIONS, current, target)
         self.run.state = target
         if target.terminal:
             self.run.suspended_at = None  # a suspension ends with the run
-        self._journal(ctx, "Run", self.run.run_id, current, target, cause or spec_cause)
-        self._emit(
+        self.journal(ctx, "Run", self.run.run_id, current, target, cause or spec_cause)
+        self.emit(
             ctx,
             ev.RunStateChanged(
                 run_id=self.run.run_id,
@@ -195,38 +198,38 @@ class AggregateCore:
             ),
         )
 
-    def _move_step(self, ctx: CommandContext, step: Step, target: StepState, cause: str) -> None:
+    def move_step(self, ctx: CommandContext, step: Step, target: StepState, cause: str) -> None:
         current = step.state
         check("Step", STEP_TRANSITIONS, current, target)
         step.state = target
-        self._changes.steps[step.step_id] = step
-        self._journal(ctx, "Step", step.step_id, current, target, cause)
+        self.changes.steps[step.step_id] = step
+        self.journal(ctx, "Step", step.step_id, current, target, cause)
 
-    def _move_attempt(
+    def move_attempt(
         self, ctx: CommandContext, attempt: Attempt, target: AttemptState, cause: str
     ) -> None:
         current = attempt.state
         check("Attempt", ATTEMPT_TRANSITIONS, current, target)
         attempt.state = target
-        self._changes.attempts[attempt.attempt_id] = attempt
-        self._journal(ctx, "Attempt", attempt.attempt_id, current, target, cause)
+        self.changes.attempts[attempt.attempt_id] = attempt
+        self.journal(ctx, "Attempt", attempt.attempt_id, current, target, cause)
 
-    def _move_approval(
+    def move_approval(
         self, ctx: CommandContext, approval: ApprovalRequest, target: ApprovalState, cause: str
     ) -> None:
         current = approval.state
         check("ApprovalRequest", APPROVAL_TRANSITIONS, current, target)
         approval.state = target
         approval.version += 1
-        self._changes.approvals[approval.approval_id] = approval
-        self._journal(ctx, "ApprovalRequest", approval.approval_id, current, target, cause)
+        self.changes.approvals[approval.approval_id] = approval
+        self.journal(ctx, "ApprovalRequest", approval.approval_id, current, target, cause)
 
-    def _move_tool_call(self, ctx: CommandContext, call: ToolCall, target: ToolCallState) -> None:
+    def move_tool_call(self, ctx: CommandContext, call: ToolCall, target: ToolCallState) -> None:
         current = call.state
         cause = check("ToolCall", TOOL_CALL_TRANSITIONS, current, target)
         call.state = target
-        self._changes.tool_calls[call.tool_call_id] = call
-        self._journal(ctx, "ToolCall", call.tool_call_id, current, target, cause)
+        self.changes.tool_calls[call.tool_call_id] = call
+        self.journal(ctx, "ToolCall", call.tool_call_id, current, target, cause)
 
     def step(self, step_id: UUID) -> Step:
         for step in self.steps:

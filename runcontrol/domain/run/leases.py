@@ -21,7 +21,7 @@ from ..model import (
 from ..states import (
     AttemptState,
 )
-from .core import AggregateCore
+from .core import RunAggregate
 from .values import (
     CommandContext,
     LeaseGrant,
@@ -29,162 +29,162 @@ from .values import (
 )
 
 
-class Leases(AggregateCore):
-    def acquire_lease(
-        self, ctx: CommandContext, attempt_id: UUID, holder: str, options: Options
-    ) -> LeaseGrant:
-        attempt = self.attempt(attempt_id)
-        if not holder:
-            raise errors.ValidationFailed("a lease needs a holder identity")
-        if attempt.state is AttemptState.LEASED:
-            lease = self.leases[attempt_id]
-            if lease.holder == holder:
-                return self.lease_grant(attempt, lease)  # a retried claim: same lease
-            raise errors.LeaseHeld("the attempt is leased to another worker")
-        if attempt.state.terminal:
-            raise errors.LeaseRejected(
-                f"the attempt is settled ({attempt.state})", attempt_id=str(attempt_id)
-            )
-        if attempt.state is AttemptState.PARKED:
-            raise errors.LeaseRejected(
-                "the attempt waits for an approval decision", attempt_id=str(attempt_id)
-            )
-        require(RunCommand.ACQUIRE_LEASE, self.run.state)
-        if self.run.suspended_at is not None:
-            raise errors.LeaseRejected("no new lease while the run is suspended", suspended=True)
-        self.run.fencing_seq += 1
-        if self.run.deadline_at is None and self.run.limits.max_minutes:
-            # The wall-clock budget runs from the first lease grant: work starts there.
-            self.run.deadline_at = ctx.now + timedelta(minutes=self.run.limits.max_minutes)
-        lease = Lease(
-            lease_id=ctx.new_id(),
-            attempt_id=attempt_id,
-            run_id=self.run.run_id,
-            tenant_id=self.run.tenant_id,
-            holder=holder,
-            fencing_token=self.run.fencing_seq,
-            granted_at=ctx.now,
-            expires_at=ctx.now + timedelta(seconds=options.lease_seconds),
+def acquire_lease(
+    agg: RunAggregate, ctx: CommandContext, attempt_id: UUID, holder: str, options: Options
+) -> LeaseGrant:
+    attempt = agg.attempt(attempt_id)
+    if not holder:
+        raise errors.ValidationFailed("a lease needs a holder identity")
+    if attempt.state is AttemptState.LEASED:
+        lease = agg.leases[attempt_id]
+        if lease.holder == holder:
+            return agg.lease_grant(attempt, lease)  # a retried claim: same lease
+        raise errors.LeaseHeld("the attempt is leased to another worker")
+    if attempt.state.terminal:
+        raise errors.LeaseRejected(
+            f"the attempt is settled ({attempt.state})", attempt_id=str(attempt_id)
         )
-        self._move_attempt(ctx, attempt, AttemptState.LEASED, "LeaseGranted")
-        attempt.lease_id = lease.lease_id
-        attempt.fencing_token = lease.fencing_token
-        attempt.holder = holder
-        self.leases[attempt_id] = lease
-        self._changes.leases[lease.lease_id] = lease
-        self._emit(
-            ctx,
-            ev.LeaseGranted(
-                run_id=self.run.run_id,
-                step_id=attempt.step_id,
-                attempt_id=attempt_id,
-                lease_id=lease.lease_id,
-                fencing_token=lease.fencing_token,
-                holder=holder,
-                expires_at=lease.expires_at,
-            ),
+    if attempt.state is AttemptState.PARKED:
+        raise errors.LeaseRejected(
+            "the attempt waits for an approval decision", attempt_id=str(attempt_id)
+        )
+    require(RunCommand.ACQUIRE_LEASE, agg.run.state)
+    if agg.run.suspended_at is not None:
+        raise errors.LeaseRejected("no new lease while the run is suspended", suspended=True)
+    agg.run.fencing_seq += 1
+    if agg.run.deadline_at is None and agg.run.limits.max_minutes:
+        # The wall-clock budget runs from the first lease grant: work starts there.
+        agg.run.deadline_at = ctx.now + timedelta(minutes=agg.run.limits.max_minutes)
+    lease = Lease(
+        lease_id=ctx.new_id(),
+        attempt_id=attempt_id,
+        run_id=agg.run.run_id,
+        tenant_id=agg.run.tenant_id,
+        holder=holder,
+        fencing_token=agg.run.fencing_seq,
+        granted_at=ctx.now,
+        expires_at=ctx.now + timedelta(seconds=options.lease_seconds),
+    )
+    agg.move_attempt(ctx, attempt, AttemptState.LEASED, "LeaseGranted")
+    attempt.lease_id = lease.lease_id
+    attempt.fencing_token = lease.fencing_token
+    attempt.holder = holder
+    agg.leases[attempt_id] = lease
+    agg.changes.leases[lease.lease_id] = lease
+    agg.emit(
+        ctx,
+        ev.LeaseGranted(
+            run_id=agg.run.run_id,
             step_id=attempt.step_id,
             attempt_id=attempt_id,
+            lease_id=lease.lease_id,
+            fencing_token=lease.fencing_token,
+            holder=holder,
+            expires_at=lease.expires_at,
+        ),
+        step_id=attempt.step_id,
+        attempt_id=attempt_id,
+    )
+    return agg.lease_grant(attempt, lease)
+
+
+def held_lease(
+    agg: RunAggregate,
+    ctx: CommandContext,
+    attempt: Attempt,
+    holder: str,
+    token: int,
+    options: Options,
+    lease_id: UUID | None = None,
+) -> Lease:
+    """The caller's lease if it is the current one; otherwise audit and refuse (inv. 5).
+    ``lease_id``, when the caller names its lease, must be the current lease's id."""
+    lease = agg.leases.get(attempt.attempt_id)
+
+    def refuse(kind: str, error: errors.RunControlError, **detail: Any) -> errors.RunControlError:
+        agg.audit(
+            ctx,
+            kind,
+            attempt_id=attempt.attempt_id,
+            holder=holder,
+            fencing_token=token,
+            **detail,
         )
-        return self.lease_grant(attempt, lease)
+        return error
 
-    def _held_lease(
-        self,
-        ctx: CommandContext,
-        attempt: Attempt,
-        holder: str,
-        token: int,
-        options: Options,
-        lease_id: UUID | None = None,
-    ) -> Lease:
-        """The caller's lease if it is the current one; otherwise audit and refuse (inv. 5).
-        ``lease_id``, when the caller names its lease, must be the current lease's id."""
-        lease = self.leases.get(attempt.attempt_id)
+    attempt_key = str(attempt.attempt_id)
+    if lease is None or attempt.state is not AttemptState.LEASED:
+        raise refuse(
+            "lease-rejected",
+            errors.StaleFencingToken(
+                "the attempt has no current lease for this token", attempt_id=attempt_key
+            ),
+            reason="no current lease",
+        )
+    if token != lease.fencing_token:
+        raise refuse(
+            "stale-fencing-token",
+            errors.StaleFencingToken(
+                f"fencing token {token} is stale (current {lease.fencing_token})",
+                attempt_id=attempt_key,
+            ),
+            current_token=lease.fencing_token,
+        )
+    if lease_id is not None and lease_id != lease.lease_id:
+        raise refuse(
+            "lease-rejected",
+            errors.StaleFencingToken(
+                f"lease {lease_id} is not the attempt's current lease", attempt_id=attempt_key
+            ),
+            reason=f"lease {lease_id} is not the current lease",
+        )
+    if holder != lease.holder:
+        raise refuse("lease-not-held", errors.LeaseNotHeld("the caller does not hold this lease"))
+    deadline = lease.expires_at + timedelta(seconds=options.renewal_grace_seconds)
+    if ctx.now > deadline and allows(RunCommand.EXPIRE_LEASE, agg.run.state):
+        raise refuse(
+            "lease-expired", errors.LeaseExpired("the lease expired and is being reconciled")
+        )
+    return lease
 
-        def refuse(
-            kind: str, error: errors.RunControlError, **detail: Any
-        ) -> errors.RunControlError:
-            self._audit(
-                ctx,
-                kind,
-                attempt_id=attempt.attempt_id,
-                holder=holder,
-                fencing_token=token,
-                **detail,
-            )
-            return error
 
-        attempt_key = str(attempt.attempt_id)
-        if lease is None or attempt.state is not AttemptState.LEASED:
-            raise refuse(
-                "lease-rejected",
-                errors.StaleFencingToken(
-                    "the attempt has no current lease for this token", attempt_id=attempt_key
-                ),
-                reason="no current lease",
-            )
-        if token != lease.fencing_token:
-            raise refuse(
-                "stale-fencing-token",
-                errors.StaleFencingToken(
-                    f"fencing token {token} is stale (current {lease.fencing_token})",
-                    attempt_id=attempt_key,
-                ),
-                current_token=lease.fencing_token,
-            )
-        if lease_id is not None and lease_id != lease.lease_id:
-            raise refuse(
-                "lease-rejected",
-                errors.StaleFencingToken(
-                    f"lease {lease_id} is not the attempt's current lease", attempt_id=attempt_key
-                ),
-                reason=f"lease {lease_id} is not the current lease",
-            )
-        if holder != lease.holder:
-            raise refuse(
-                "lease-not-held", errors.LeaseNotHeld("the caller does not hold this lease")
-            )
-        deadline = lease.expires_at + timedelta(seconds=options.renewal_grace_seconds)
-        if ctx.now > deadline and allows(RunCommand.EXPIRE_LEASE, self.run.state):
-            raise refuse(
-                "lease-expired", errors.LeaseExpired("the lease expired and is being reconciled")
-            )
-        return lease
+def renew_lease(
+    agg: RunAggregate,
+    ctx: CommandContext,
+    attempt_id: UUID,
+    holder: str,
+    fencing_token: int,
+    options: Options,
+    *,
+    lease_id: UUID | None = None,
+) -> LeaseGrant:
+    attempt = agg.attempt(attempt_id)
+    lease = held_lease(agg, ctx, attempt, holder, fencing_token, options, lease_id)
+    stop = agg.stop_deadline(options)
+    if stop is not None and ctx.now >= stop:
+        agg.audit(
+            ctx,
+            "renewal-after-stop-timeout",
+            attempt_id=attempt_id,
+            holder=holder,
+            fencing_token=fencing_token,
+        )
+        raise errors.LeaseRejected(
+            "the run was cancelled and its stop timeout has passed",
+            attempt_id=str(attempt_id),
+        )
+    lease.expires_at = ctx.now + timedelta(seconds=options.lease_seconds)
+    agg.changes.leases[lease.lease_id] = lease
+    agg.touch(ctx)
+    return agg.lease_grant(attempt, lease)
 
-    def renew_lease(
-        self,
-        ctx: CommandContext,
-        attempt_id: UUID,
-        holder: str,
-        fencing_token: int,
-        options: Options,
-        *,
-        lease_id: UUID | None = None,
-    ) -> LeaseGrant:
-        attempt = self.attempt(attempt_id)
-        lease = self._held_lease(ctx, attempt, holder, fencing_token, options, lease_id)
-        stop = self.stop_deadline(options)
-        if stop is not None and ctx.now >= stop:
-            self._audit(
-                ctx,
-                "renewal-after-stop-timeout",
-                attempt_id=attempt_id,
-                holder=holder,
-                fencing_token=fencing_token,
-            )
-            raise errors.LeaseRejected(
-                "the run was cancelled and its stop timeout has passed",
-                attempt_id=str(attempt_id),
-            )
-        lease.expires_at = ctx.now + timedelta(seconds=options.lease_seconds)
-        self._changes.leases[lease.lease_id] = lease
-        self._touch(ctx)
-        return self.lease_grant(attempt, lease)
 
-    def _release_lease(self, ctx: CommandContext, attempt: Attempt, cause: str) -> Lease | None:
-        lease = self.leases.pop(attempt.attempt_id, None)
-        if lease is not None:
-            lease.released_at = ctx.now
-            lease.release_cause = cause
-            self._changes.leases[lease.lease_id] = lease
-        return lease
+def release_lease(
+    agg: RunAggregate, ctx: CommandContext, attempt: Attempt, cause: str
+) -> Lease | None:
+    lease = agg.leases.pop(attempt.attempt_id, None)
+    if lease is not None:
+        lease.released_at = ctx.now
+        lease.release_cause = cause
+        agg.changes.leases[lease.lease_id] = lease
+    return lease

@@ -25,7 +25,9 @@ from ..states import (
     FailureClass,
     SideEffectClass,
 )
-from .settlement import Settlement
+from .core import RunAggregate
+from .leases import held_lease
+from .settlement import after_settled, settle
 from .values import (
     WORKER_OUTCOMES,
     CommandContext,
@@ -34,122 +36,124 @@ from .values import (
 )
 
 
-class Outcomes(Settlement):
-    def report_outcome(
-        self,
-        ctx: CommandContext,
-        attempt_id: UUID,
-        holder: str,
-        fencing_token: int,
-        outcome: AttemptOutcome,
-        options: Options,
-        *,
-        failure_class: FailureClass | None = None,
-        outcome_hash: str | None = None,
-        lease_id: UUID | None = None,
-        result: Any = None,
-        result_ref: dict[str, Any] | None = None,
-    ) -> Attempt:
-        attempt = self.attempt(attempt_id)
-        if outcome not in WORKER_OUTCOMES:
-            raise errors.ValidationFailed(f"a worker cannot report {outcome}")
-        if outcome_hash is not None and not is_hash(outcome_hash):
-            raise errors.ValidationFailed("outcomeHash must be a sha256 canonical hash")
-        stored = _stored_result(ctx, attempt, result, result_ref, options)
-        if stored is not None:
-            # outcomeHash is the server's canonical hash of what it stores
-            if outcome_hash is not None and outcome_hash != stored.outcome_hash:
-                raise errors.OutcomeHashMismatch(
-                    "outcomeHash is not the canonical hash of the result sent",
-                    attempt_id=str(attempt_id),
-                    expected=stored.outcome_hash,
-                )
-            outcome_hash = stored.outcome_hash
-        failure_class = failure_class_for(outcome, failure_class)
-        if attempt.state.terminal:
-            if (
-                attempt.settled_by == holder
-                and attempt.fencing_token == fencing_token
-                and attempt.outcome is outcome
-                and attempt.outcome_hash == outcome_hash
-                and attempt.failure_class == failure_class
-            ):
-                return attempt  # the same report retried (at-least-once delivery): no effect
-            if attempt.settled_by == holder and attempt.fencing_token == fencing_token:
-                self._audit(
-                    ctx,
-                    "duplicate-outcome",
-                    attempt_id=attempt_id,
-                    holder=holder,
-                    fencing_token=fencing_token,
-                    outcome=str(outcome),
-                )
-                raise errors.OutcomeAlreadyRecorded(
-                    "this attempt already has its outcome", attempt_id=str(attempt_id)
-                )
-            self._audit(
+def report_outcome(
+    agg: RunAggregate,
+    ctx: CommandContext,
+    attempt_id: UUID,
+    holder: str,
+    fencing_token: int,
+    outcome: AttemptOutcome,
+    options: Options,
+    *,
+    failure_class: FailureClass | None = None,
+    outcome_hash: str | None = None,
+    lease_id: UUID | None = None,
+    result: Any = None,
+    result_ref: dict[str, Any] | None = None,
+) -> Attempt:
+    attempt = agg.attempt(attempt_id)
+    if outcome not in WORKER_OUTCOMES:
+        raise errors.ValidationFailed(f"a worker cannot report {outcome}")
+    if outcome_hash is not None and not is_hash(outcome_hash):
+        raise errors.ValidationFailed("outcomeHash must be a sha256 canonical hash")
+    stored = _stored_result(ctx, attempt, result, result_ref, options)
+    if stored is not None:
+        # outcomeHash is the server's canonical hash of what it stores
+        if outcome_hash is not None and outcome_hash != stored.outcome_hash:
+            raise errors.OutcomeHashMismatch(
+                "outcomeHash is not the canonical hash of the result sent",
+                attempt_id=str(attempt_id),
+                expected=stored.outcome_hash,
+            )
+        outcome_hash = stored.outcome_hash
+    failure_class = failure_class_for(outcome, failure_class)
+    if attempt.state.terminal:
+        if (
+            attempt.settled_by == holder
+            and attempt.fencing_token == fencing_token
+            and attempt.outcome is outcome
+            and attempt.outcome_hash == outcome_hash
+            and attempt.failure_class == failure_class
+        ):
+            return attempt  # the same report retried (at-least-once delivery): no effect
+        if attempt.settled_by == holder and attempt.fencing_token == fencing_token:
+            agg.audit(
                 ctx,
-                "stale-fencing-token",
+                "duplicate-outcome",
                 attempt_id=attempt_id,
                 holder=holder,
                 fencing_token=fencing_token,
-                reason=f"attempt settled as {attempt.state}",
+                outcome=str(outcome),
             )
-            raise errors.StaleFencingToken(
-                f"the attempt was settled as {attempt.state}; this lease is stale",
-                attempt_id=str(attempt_id),
+            raise errors.OutcomeAlreadyRecorded(
+                "this attempt already has its outcome", attempt_id=str(attempt_id)
             )
-        self._held_lease(ctx, attempt, holder, fencing_token, options, lease_id)
-        if any(a.attempt_id == attempt_id for a in self.pending_approvals()):
-            raise errors.IllegalTransition(
-                "the attempt awaits an approval decision; report after the decision"
-            )
-        self._settle(
-            ctx, attempt, outcome, failure_class, outcome_hash, settled_by=holder, result=stored
-        )
-        self._after_settled(ctx, attempt, options)
-        return attempt
-
-    def expire_lease(self, ctx: CommandContext, attempt_id: UUID, options: Options) -> bool:
-        """LeaseExpiryReconciler: settle an attempt whose lease passed expiry + grace."""
-        attempt = self.attempts.get(attempt_id)
-        lease = self.leases.get(attempt_id)
-        if attempt is None or lease is None or attempt.state is not AttemptState.LEASED:
-            return False
-        if not allows(RunCommand.EXPIRE_LEASE, self.run.state):
-            return False  # the lease is suspended while a human decides
-        if ctx.now <= lease.expires_at + timedelta(seconds=options.renewal_grace_seconds):
-            return False
-        step = self.step(attempt.step_id)
-        side_effecting = step.side_effect_class.at_least(SideEffectClass.SHARED_WRITE)
-        self._emit(
+        agg.audit(
             ctx,
-            ev.LeaseExpired(
-                attempt_id=attempt_id,
-                lease_id=lease.lease_id,
-                holder=lease.holder,
-                fencing_token=lease.fencing_token,
-            ),
-            step_id=step.step_id,
+            "stale-fencing-token",
             attempt_id=attempt_id,
+            holder=holder,
+            fencing_token=fencing_token,
+            reason=f"attempt settled as {attempt.state}",
         )
-        if side_effecting:  # invariant 6: the side effect may have happened
-            outcome, failure, cause = (
-                AttemptOutcome.UNCERTAIN,
-                FailureClass.UNCERTAIN,
-                "OutcomeReported",
-            )
-        else:
-            outcome, failure, cause = (
-                AttemptOutcome.TIMED_OUT,
-                FailureClass.TRANSIENT,
-                "LeaseExpired",
-            )
-        self._settle(
-            ctx, attempt, outcome, failure, None, settled_by="lease-expiry-reconciler", cause=cause
+        raise errors.StaleFencingToken(
+            f"the attempt was settled as {attempt.state}; this lease is stale",
+            attempt_id=str(attempt_id),
         )
-        self._after_settled(ctx, attempt, options)
-        return True
+    held_lease(agg, ctx, attempt, holder, fencing_token, options, lease_id)
+    if any(a.attempt_id == attempt_id for a in agg.pending_approvals()):
+        raise errors.IllegalTransition(
+            "the attempt awaits an approval decision; report after the decision"
+        )
+    settle(
+        agg, ctx, attempt, outcome, failure_class, outcome_hash, settled_by=holder, result=stored
+    )
+    after_settled(agg, ctx, attempt, options)
+    return attempt
+
+
+def expire_lease(
+    agg: RunAggregate, ctx: CommandContext, attempt_id: UUID, options: Options
+) -> bool:
+    """LeaseExpiryReconciler: settle an attempt whose lease passed expiry + grace."""
+    attempt = agg.attempts.get(attempt_id)
+    lease = agg.leases.get(attempt_id)
+    if attempt is None or lease is None or attempt.state is not AttemptState.LEASED:
+        return False
+    if not allows(RunCommand.EXPIRE_LEASE, agg.run.state):
+        return False  # the lease is suspended while a human decides
+    if ctx.now <= lease.expires_at + timedelta(seconds=options.renewal_grace_seconds):
+        return False
+    step = agg.step(attempt.step_id)
+    side_effecting = step.side_effect_class.at_least(SideEffectClass.SHARED_WRITE)
+    agg.emit(
+        ctx,
+        ev.LeaseExpired(
+            attempt_id=attempt_id,
+            lease_id=lease.lease_id,
+            holder=lease.holder,
+            fencing_token=lease.fencing_token,
+        ),
+        step_id=step.step_id,
+        attempt_id=attempt_id,
+    )
+    if side_effecting:  # invariant 6: the side effect may have happened
+        outcome, failure, cause = (
+            AttemptOutcome.UNCERTAIN,
+            FailureClass.UNCERTAIN,
+            "OutcomeReported",
+        )
+    else:
+        outcome, failure, cause = (
+            AttemptOutcome.TIMED_OUT,
+            FailureClass.TRANSIENT,
+            "LeaseExpired",
+        )
+    settle(
+        agg, ctx, attempt, outcome, failure, None, settled_by="lease-expiry-reconciler", cause=cause
+    )
+    after_settled(agg, ctx, attempt, options)
+    return True
 
 
 REF_KEYS = frozenset({"uri", "sha256", "bytes"})

@@ -12,7 +12,8 @@ from ..model import (
     ProgressAck,
     ProgressMessage,
 )
-from .leases import Leases
+from .core import RunAggregate
+from .leases import held_lease
 from .values import (
     PROGRESS_BATCH_MAX,
     CommandContext,
@@ -20,60 +21,59 @@ from .values import (
 )
 
 
-class Progress(Leases):
-    def report_progress(
-        self,
-        ctx: CommandContext,
-        attempt_id: UUID,
-        holder: str,
-        fencing_token: int,
-        messages: Sequence[ProgressMessage],
-        options: Options,
-        *,
-        lease_id: UUID | None = None,
-    ) -> ProgressAck:
-        """Store the lease holder's progress messages in sequence, each as a per-run event
-        (``ProgressReported``). A message at or below the attempt's last stored seq is a
-        duplicate (a resend) and is dropped; a message past the next seq is a gap: the batch
-        stops there, keeping what came before it (the answer's ``gap_at`` says where)."""
-        if not messages:
-            raise errors.ValidationFailed("a progress report needs at least one message")
-        if len(messages) > PROGRESS_BATCH_MAX:
-            raise errors.ValidationFailed(
-                f"at most {PROGRESS_BATCH_MAX} progress messages per report",
-                count=len(messages),
-            )
-        for message in messages:
-            if message.seq < 1:
-                raise errors.ValidationFailed("progress messages are numbered from 1")
-        attempt = self.attempt(attempt_id)
-        self._held_lease(ctx, attempt, holder, fencing_token, options, lease_id)
-        stored = duplicates = 0
-        gap_at: int | None = None
-        for message in messages:
-            if message.seq <= attempt.progress_seq:
-                duplicates += 1
-                continue
-            if message.seq != attempt.progress_seq + 1:
-                gap_at = message.seq
-                break
-            attempt.progress_seq = message.seq
-            self._changes.attempts[attempt_id] = attempt
-            self._emit(
-                ctx,
-                ev.ProgressReported(
-                    run_id=self.run.run_id,
-                    step_id=attempt.step_id,
-                    attempt_id=attempt_id,
-                    seq=message.seq,
-                    text=message.text,
-                    payload=message.payload,
-                ),
+def report_progress(
+    agg: RunAggregate,
+    ctx: CommandContext,
+    attempt_id: UUID,
+    holder: str,
+    fencing_token: int,
+    messages: Sequence[ProgressMessage],
+    options: Options,
+    *,
+    lease_id: UUID | None = None,
+) -> ProgressAck:
+    """Store the lease holder's progress messages in sequence, each as a per-run event
+    (``ProgressReported``). A message at or below the attempt's last stored seq is a
+    duplicate (a resend) and is dropped; a message past the next seq is a gap: the batch
+    stops there, keeping what came before it (the answer's ``gap_at`` says where)."""
+    if not messages:
+        raise errors.ValidationFailed("a progress report needs at least one message")
+    if len(messages) > PROGRESS_BATCH_MAX:
+        raise errors.ValidationFailed(
+            f"at most {PROGRESS_BATCH_MAX} progress messages per report",
+            count=len(messages),
+        )
+    for message in messages:
+        if message.seq < 1:
+            raise errors.ValidationFailed("progress messages are numbered from 1")
+    attempt = agg.attempt(attempt_id)
+    held_lease(agg, ctx, attempt, holder, fencing_token, options, lease_id)
+    stored = duplicates = 0
+    gap_at: int | None = None
+    for message in messages:
+        if message.seq <= attempt.progress_seq:
+            duplicates += 1
+            continue
+        if message.seq != attempt.progress_seq + 1:
+            gap_at = message.seq
+            break
+        attempt.progress_seq = message.seq
+        agg.changes.attempts[attempt_id] = attempt
+        agg.emit(
+            ctx,
+            ev.ProgressReported(
+                run_id=agg.run.run_id,
                 step_id=attempt.step_id,
                 attempt_id=attempt_id,
-            )
-            stored += 1
-        return ProgressAck(attempt_id, attempt.progress_seq, stored, duplicates, gap_at)
+                seq=message.seq,
+                text=message.text,
+                payload=message.payload,
+            ),
+            step_id=attempt.step_id,
+            attempt_id=attempt_id,
+        )
+        stored += 1
+    return ProgressAck(attempt_id, attempt.progress_seq, stored, duplicates, gap_at)
 
 
 def gap_refusal(ack: ProgressAck) -> errors.ProgressGap | None:

@@ -22,7 +22,8 @@ from ..states import (
     ToolCallState,
     ToolCallStatus,
 )
-from .leases import Leases
+from .core import RunAggregate
+from .leases import held_lease
 from .values import (
     CLAIM_TIMED_OUT,
     MAX_CALL_ID,
@@ -31,187 +32,188 @@ from .values import (
 )
 
 
-class ToolCalls(Leases):
-    def _tool_call_checks(
-        self,
-        ctx: CommandContext,
-        attempt_id: UUID,
-        holder: str,
-        fencing_token: int,
-        call_id: str,
-        options: Options,
-        lease_id: UUID | None,
-    ) -> Attempt:
-        """What claims and completions share: a live run, and the caller's current lease."""
-        if not call_id or len(call_id) > MAX_CALL_ID:
-            raise errors.ValidationFailed(f"a call id has 1 to {MAX_CALL_ID} characters")
-        attempt = self.attempt(attempt_id)
-        refused = refusal(RunCommand.USE_TOOL_CALL, self.run.state)
-        if refused is not None:
-            self._audit(
-                ctx,
-                "tool-call-after-run-ended",
-                attempt_id=attempt_id,
-                holder=holder,
-                fencing_token=fencing_token,
-                call_id=call_id,
-                run_state=str(self.run.state),
-            )
-            raise refused
-        self._held_lease(ctx, attempt, holder, fencing_token, options, lease_id)
-        return attempt
-
-    def claim_tool_call(
-        self,
-        ctx: CommandContext,
-        attempt_id: UUID,
-        holder: str,
-        fencing_token: int,
-        call_id: str,
-        request_hash: str,
-        options: Options,
-        *,
-        lease_id: UUID | None = None,
-    ) -> ToolCallClaim:
-        """Claim ``call_id`` before its side effect. The first claim answers ``proceed``; any
-        later one (another command, another attempt) answers what became of the first:
-        ``in-progress``, ``completed`` (with its result hash) or ``expired``; never
-        ``proceed`` again."""
-        if not is_hash(request_hash):
-            raise errors.ValidationFailed("requestHash must be a sha256 canonical hash")
-        self._tool_call_checks(ctx, attempt_id, holder, fencing_token, call_id, options, lease_id)
-        existing = self.tool_calls.get(call_id)
-        if existing is not None:
-            if existing.request_hash != request_hash:
-                self._audit(
-                    ctx,
-                    "tool-call-conflict",
-                    attempt_id=attempt_id,
-                    holder=holder,
-                    call_id=call_id,
-                    reason="another request under this call id",
-                )
-                raise errors.ToolCallConflict(
-                    "this call id was claimed for a different request", call_id=call_id
-                )
-            return _claim_answer(existing, ctx.now)
-        refused = refusal(RunCommand.START_TOOL_CALL, self.run.state)
-        if refused is not None:
-            self._audit(
-                ctx,
-                "tool-call-refused",
-                attempt_id=attempt_id,
-                holder=holder,
-                call_id=call_id,
-                reason="the run is being cancelled",
-            )
-            raise refused
-        call = ToolCall(
-            tool_call_id=ctx.new_id(),
-            run_id=self.run.run_id,
-            tenant_id=self.run.tenant_id,
-            call_id=call_id,
+def _tool_call_checks(
+    agg: RunAggregate,
+    ctx: CommandContext,
+    attempt_id: UUID,
+    holder: str,
+    fencing_token: int,
+    call_id: str,
+    options: Options,
+    lease_id: UUID | None,
+) -> Attempt:
+    """What claims and completions share: a live run, and the caller's current lease."""
+    if not call_id or len(call_id) > MAX_CALL_ID:
+        raise errors.ValidationFailed(f"a call id has 1 to {MAX_CALL_ID} characters")
+    attempt = agg.attempt(attempt_id)
+    refused = refusal(RunCommand.USE_TOOL_CALL, agg.run.state)
+    if refused is not None:
+        agg.audit(
+            ctx,
+            "tool-call-after-run-ended",
             attempt_id=attempt_id,
-            request_hash=request_hash,
-            claimed_by=holder,
+            holder=holder,
             fencing_token=fencing_token,
-            claimed_at=ctx.now,
-            expires_at=ctx.now + timedelta(seconds=options.tool_call_claim_timeout_seconds),
+            call_id=call_id,
+            run_state=str(agg.run.state),
         )
-        self.tool_calls[call_id] = call
-        self._changes.tool_calls[call.tool_call_id] = call
-        self._journal(ctx, "ToolCall", call.tool_call_id, None, call.state, "ToolCallClaimed")
-        self._emit_tool_call(ctx, ev.ToolCallClaimed, call)
-        return ToolCallClaim(call.tool_call_id, call_id, ToolCallStatus.PROCEED)
+        raise refused
+    held_lease(agg, ctx, attempt, holder, fencing_token, options, lease_id)
+    return attempt
 
-    def complete_tool_call(
-        self,
-        ctx: CommandContext,
-        attempt_id: UUID,
-        holder: str,
-        fencing_token: int,
-        call_id: str,
-        result_hash: str,
-        options: Options,
-        *,
-        lease_id: UUID | None = None,
-    ) -> ToolCallClaim:
-        """Store the result hash of a call this attempt claimed (the same result again is a
-        no-op). A claim past its timeout takes no result: it is closed, or about to be."""
-        if not is_hash(result_hash):
-            raise errors.ValidationFailed("resultHash must be a sha256 canonical hash")
-        self._tool_call_checks(ctx, attempt_id, holder, fencing_token, call_id, options, lease_id)
-        call = self.tool_calls.get(call_id)
-        if call is None:
-            raise errors.ToolCallNotFound(f"no claim of call {call_id!r}", call_id=call_id)
-        if call.attempt_id != attempt_id:
-            self._audit(
+
+def claim_tool_call(
+    agg: RunAggregate,
+    ctx: CommandContext,
+    attempt_id: UUID,
+    holder: str,
+    fencing_token: int,
+    call_id: str,
+    request_hash: str,
+    options: Options,
+    *,
+    lease_id: UUID | None = None,
+) -> ToolCallClaim:
+    """Claim ``call_id`` before its side effect. The first claim answers ``proceed``; any
+    later one (another command, another attempt) answers what became of the first:
+    ``in-progress``, ``completed`` (with its result hash) or ``expired``; never
+    ``proceed`` again."""
+    if not is_hash(request_hash):
+        raise errors.ValidationFailed("requestHash must be a sha256 canonical hash")
+    _tool_call_checks(agg, ctx, attempt_id, holder, fencing_token, call_id, options, lease_id)
+    existing = agg.tool_calls.get(call_id)
+    if existing is not None:
+        if existing.request_hash != request_hash:
+            agg.audit(
                 ctx,
                 "tool-call-conflict",
                 attempt_id=attempt_id,
                 holder=holder,
                 call_id=call_id,
-                reason="claimed by another attempt",
+                reason="another request under this call id",
             )
-            raise errors.ToolCallConflict("another attempt claimed this call", call_id=call_id)
-        if call.state is ToolCallState.COMPLETED:
-            if call.result_hash == result_hash:
-                return _claim_answer(call, ctx.now)  # the same completion retried
             raise errors.ToolCallConflict(
-                "the call already has a different result", call_id=call_id
+                "this call id was claimed for a different request", call_id=call_id
             )
-        if call.state is ToolCallState.EXPIRED or ctx.now >= call.expires_at:
-            self._audit(
-                ctx,
-                "tool-call-late-result",
-                attempt_id=attempt_id,
-                holder=holder,
-                call_id=call_id,
-                result_hash=result_hash,
-            )
-            raise errors.ToolCallExpired(
-                "the claim timed out without a result; the result is not stored",
-                call_id=call_id,
-            )
-        self._move_tool_call(ctx, call, ToolCallState.COMPLETED)
-        call.result_hash = result_hash
-        call.completed_at = ctx.now
-        self._emit_tool_call(ctx, ev.ToolCallCompleted, call)
-        return _claim_answer(call, ctx.now)
-
-    def expire_tool_calls(self, ctx: CommandContext) -> int:
-        """The reminder's part: close every claim past its timeout without a result (it is
-        never executed: a repeat claim answers ``expired``). Answers how many it closed."""
-        closed = 0
-        for call in self.open_tool_calls():
-            if ctx.now < call.expires_at:
-                continue
-            self._move_tool_call(ctx, call, ToolCallState.EXPIRED)
-            call.completed_at = ctx.now
-            call.error = CLAIM_TIMED_OUT
-            self._emit_tool_call(ctx, ev.ToolCallExpired, call)
-            closed += 1
-        return closed
-
-    def _emit_tool_call(
-        self, ctx: CommandContext, event: type[ev.ToolCallEventBody], call: ToolCall
-    ) -> None:
-        attempt = self.attempt(call.attempt_id)
-        self._emit(
+        return _claim_answer(existing, ctx.now)
+    refused = refusal(RunCommand.START_TOOL_CALL, agg.run.state)
+    if refused is not None:
+        agg.audit(
             ctx,
-            event(
-                run_id=self.run.run_id,
-                attempt_id=call.attempt_id,
-                tool_call_id=call.tool_call_id,
-                call_id=call.call_id,
-                request_hash=call.request_hash,
-                state=call.state,
-                result_hash=call.result_hash,
-                error=call.error,
-            ),
-            step_id=attempt.step_id,
-            attempt_id=call.attempt_id,
+            "tool-call-refused",
+            attempt_id=attempt_id,
+            holder=holder,
+            call_id=call_id,
+            reason="the run is being cancelled",
         )
+        raise refused
+    call = ToolCall(
+        tool_call_id=ctx.new_id(),
+        run_id=agg.run.run_id,
+        tenant_id=agg.run.tenant_id,
+        call_id=call_id,
+        attempt_id=attempt_id,
+        request_hash=request_hash,
+        claimed_by=holder,
+        fencing_token=fencing_token,
+        claimed_at=ctx.now,
+        expires_at=ctx.now + timedelta(seconds=options.tool_call_claim_timeout_seconds),
+    )
+    agg.tool_calls[call_id] = call
+    agg.changes.tool_calls[call.tool_call_id] = call
+    agg.journal(ctx, "ToolCall", call.tool_call_id, None, call.state, "ToolCallClaimed")
+    _emit_tool_call(agg, ctx, ev.ToolCallClaimed, call)
+    return ToolCallClaim(call.tool_call_id, call_id, ToolCallStatus.PROCEED)
+
+
+def complete_tool_call(
+    agg: RunAggregate,
+    ctx: CommandContext,
+    attempt_id: UUID,
+    holder: str,
+    fencing_token: int,
+    call_id: str,
+    result_hash: str,
+    options: Options,
+    *,
+    lease_id: UUID | None = None,
+) -> ToolCallClaim:
+    """Store the result hash of a call this attempt claimed (the same result again is a
+    no-op). A claim past its timeout takes no result: it is closed, or about to be."""
+    if not is_hash(result_hash):
+        raise errors.ValidationFailed("resultHash must be a sha256 canonical hash")
+    _tool_call_checks(agg, ctx, attempt_id, holder, fencing_token, call_id, options, lease_id)
+    call = agg.tool_calls.get(call_id)
+    if call is None:
+        raise errors.ToolCallNotFound(f"no claim of call {call_id!r}", call_id=call_id)
+    if call.attempt_id != attempt_id:
+        agg.audit(
+            ctx,
+            "tool-call-conflict",
+            attempt_id=attempt_id,
+            holder=holder,
+            call_id=call_id,
+            reason="claimed by another attempt",
+        )
+        raise errors.ToolCallConflict("another attempt claimed this call", call_id=call_id)
+    if call.state is ToolCallState.COMPLETED:
+        if call.result_hash == result_hash:
+            return _claim_answer(call, ctx.now)  # the same completion retried
+        raise errors.ToolCallConflict("the call already has a different result", call_id=call_id)
+    if call.state is ToolCallState.EXPIRED or ctx.now >= call.expires_at:
+        agg.audit(
+            ctx,
+            "tool-call-late-result",
+            attempt_id=attempt_id,
+            holder=holder,
+            call_id=call_id,
+            result_hash=result_hash,
+        )
+        raise errors.ToolCallExpired(
+            "the claim timed out without a result; the result is not stored",
+            call_id=call_id,
+        )
+    agg.move_tool_call(ctx, call, ToolCallState.COMPLETED)
+    call.result_hash = result_hash
+    call.completed_at = ctx.now
+    _emit_tool_call(agg, ctx, ev.ToolCallCompleted, call)
+    return _claim_answer(call, ctx.now)
+
+
+def expire_tool_calls(agg: RunAggregate, ctx: CommandContext) -> int:
+    """The reminder's part: close every claim past its timeout without a result (it is
+    never executed: a repeat claim answers ``expired``). Answers how many it closed."""
+    closed = 0
+    for call in agg.open_tool_calls():
+        if ctx.now < call.expires_at:
+            continue
+        agg.move_tool_call(ctx, call, ToolCallState.EXPIRED)
+        call.completed_at = ctx.now
+        call.error = CLAIM_TIMED_OUT
+        _emit_tool_call(agg, ctx, ev.ToolCallExpired, call)
+        closed += 1
+    return closed
+
+
+def _emit_tool_call(
+    agg: RunAggregate, ctx: CommandContext, event: type[ev.ToolCallEventBody], call: ToolCall
+) -> None:
+    attempt = agg.attempt(call.attempt_id)
+    agg.emit(
+        ctx,
+        event(
+            run_id=agg.run.run_id,
+            attempt_id=call.attempt_id,
+            tool_call_id=call.tool_call_id,
+            call_id=call.call_id,
+            request_hash=call.request_hash,
+            state=call.state,
+            result_hash=call.result_hash,
+            error=call.error,
+        ),
+        step_id=attempt.step_id,
+        attempt_id=call.attempt_id,
+    )
 
 
 def _claim_answer(call: ToolCall, now: datetime) -> ToolCallClaim:

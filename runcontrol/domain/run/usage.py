@@ -14,7 +14,8 @@ from .. import errors
 from .. import events as ev
 from ..rates import Draw, RateLimits, named_bucket
 from ..workflow import PolicyDocument
-from .leases import Leases
+from .core import RunAggregate
+from .leases import held_lease
 from .values import CommandContext, Options
 
 
@@ -40,41 +41,40 @@ def rate_draw(limits: RateLimits | None, name: str, units: float) -> Draw:
     return Draw(named_bucket(name), rate.per_second, rate.burst, float(units))
 
 
-class RateUsage(Leases):
-    def consume_rate(
-        self,
-        ctx: CommandContext,
-        attempt_id: UUID,
-        holder: str,
-        fencing_token: int,
-        name: str,
-        units: float,
-        policy: PolicyDocument,
-        options: Options,
-        *,
-        lease_id: UUID | None = None,
-    ) -> RateConsumed:
-        """Check the report (from the current lease holder, of a limit the run's pinned
-        policy revision defines) and record it as a ``RateLimitConsumed`` event; answers what
-        the bucket takes."""
-        if isinstance(units, bool) or not isinstance(units, int | float):
-            raise errors.ValidationFailed("units must be a number")
-        if not math.isfinite(units) or units <= 0:
-            raise errors.ValidationFailed("units must be a positive number")
-        draw = rate_draw(policy.rate_limits, name, units)
-        attempt = self.attempt(attempt_id)
-        self._held_lease(ctx, attempt, holder, fencing_token, options, lease_id)
-        self._emit(
-            ctx,
-            ev.RateLimitConsumed(
-                run_id=self.run.run_id,
-                step_id=attempt.step_id,
-                attempt_id=attempt_id,
-                name=name,
-                bucket=draw.bucket,
-                units=draw.units,
-            ),
+def consume_rate(
+    agg: RunAggregate,
+    ctx: CommandContext,
+    attempt_id: UUID,
+    holder: str,
+    fencing_token: int,
+    name: str,
+    units: float,
+    policy: PolicyDocument,
+    options: Options,
+    *,
+    lease_id: UUID | None = None,
+) -> RateConsumed:
+    """Check the report (from the current lease holder, of a limit the run's pinned
+    policy revision defines) and record it as a ``RateLimitConsumed`` event; answers what
+    the bucket takes."""
+    if isinstance(units, bool) or not isinstance(units, int | float):
+        raise errors.ValidationFailed("units must be a number")
+    if not math.isfinite(units) or units <= 0:
+        raise errors.ValidationFailed("units must be a positive number")
+    draw = rate_draw(policy.rate_limits, name, units)
+    attempt = agg.attempt(attempt_id)
+    held_lease(agg, ctx, attempt, holder, fencing_token, options, lease_id)
+    agg.emit(
+        ctx,
+        ev.RateLimitConsumed(
+            run_id=agg.run.run_id,
             step_id=attempt.step_id,
             attempt_id=attempt_id,
-        )
-        return RateConsumed(name, draw.bucket, draw.units, ctx.now)
+            name=name,
+            bucket=draw.bucket,
+            units=draw.units,
+        ),
+        step_id=attempt.step_id,
+        attempt_id=attempt_id,
+    )
+    return RateConsumed(name, draw.bucket, draw.units, ctx.now)

@@ -25,7 +25,8 @@ from ..machines import RunCommand, require
 from ..model import Step
 from ..states import FailureClass, RunState, StepState
 from ..workflow import SIGNAL, WAIT
-from .settlement import Settlement
+from .core import RunAggregate
+from .settlement import fail_run, step_succeeded
 from .values import CommandContext, Options
 
 TIMER_FIRED = "timer-fired"
@@ -34,120 +35,127 @@ SIGNAL_TIMED_OUT = "signal-timed-out"
 MAX_SIGNAL_BYTES = 64 * 1024  # a signal's body, as canonical JSON: a result's size
 
 
-class Waits(Settlement):
-    def start_wait(self, ctx: CommandContext, step: Step) -> None:
-        """A ready wait or signal step starts waiting (the dispatch of a step no worker
-        executes); a signal kept for it is delivered at once."""
-        require(RunCommand.DISPATCH, self.run.state)
+def start_wait(agg: RunAggregate, ctx: CommandContext, step: Step) -> None:
+    """A ready wait or signal step starts waiting (the dispatch of a step no worker
+    executes); a signal kept for it is delivered at once."""
+    require(RunCommand.DISPATCH, agg.run.state)
+    wait = step.wait or {}
+    due: datetime | None
+    if step.kind == SIGNAL:
+        timeout = wait.get("timeoutSeconds")
+        due = None if timeout is None else ctx.now + timedelta(seconds=float(timeout))
+    elif "until" in wait:
+        due = datetime.fromisoformat(str(wait["until"]))
+    else:
+        due = ctx.now + timedelta(seconds=float(wait.get("seconds") or 0))
+    step.due_at = due
+    agg.move_step(ctx, step, StepState.RUNNING, "WaitStarted")
+    agg.emit(
+        ctx,
+        ev.StepWaiting(
+            run_id=agg.run.run_id,
+            step_id=step.step_id,
+            kind=step.kind,
+            signal=wait.get("signal") if step.kind == SIGNAL else None,
+            until=due,
+        ),
+        step_id=step.step_id,
+    )
+    if agg.run.state is RunState.ACCEPTED:
+        agg.move_run(ctx, RunState.RUNNING)
+    if step.signal is not None:
+        _end_wait(agg, ctx, step, step.signal["body"], SIGNAL_RECEIVED)
+
+
+def waiting_steps(agg: RunAggregate) -> list[Step]:
+    return [s for s in agg.steps if s.kind in (WAIT, SIGNAL) and s.state is StepState.RUNNING]
+
+
+def receive_signal(
+    agg: RunAggregate, ctx: CommandContext, name: str, body: Any, sent_by: str
+) -> Step:
+    """A signal from outside (``sent_by``, audited): kept on the step that waits for it,
+    and delivered if that step waits now. Answers the step."""
+    require(RunCommand.SIGNAL, agg.run.state)
+    if len(canonical_json(body)) > MAX_SIGNAL_BYTES:
+        raise errors.ValidationFailed(
+            f"a signal's body is at most {MAX_SIGNAL_BYTES} bytes of canonical JSON"
+        )
+    named = [s for s in agg.steps if s.kind == SIGNAL and (s.wait or {}).get("signal") == name]
+    if not named:
+        raise errors.SignalNotAwaited(
+            f"no step of this run waits for a signal named {name!r}", signal=name
+        )
+    step = next((s for s in named if not s.state.terminal and s.signal is None), None)
+    if step is None:
+        raise errors.SignalAlreadyReceived(
+            f"the run's steps waiting for {name!r} have their signal", signal=name
+        )
+    signal_id = ctx.new_id()
+    step.signal = {
+        "signalId": str(signal_id),
+        "body": body,
+        "sentBy": sent_by,
+        "receivedAt": ctx.now.isoformat(),
+    }
+    agg.changes.steps[step.step_id] = step
+    agg.audit(ctx, "signal-received", step_id=step.step_id, signal=name, sent_by=sent_by)
+    waiting = step.state is StepState.RUNNING
+    agg.emit(
+        ctx,
+        ev.SignalReceived(
+            run_id=agg.run.run_id,
+            step_id=step.step_id,
+            signal_id=signal_id,
+            name=name,
+            sent_by=sent_by,
+            delivered=waiting,
+        ),
+        step_id=step.step_id,
+    )
+    if waiting:
+        _end_wait(agg, ctx, step, body, SIGNAL_RECEIVED)
+    return step
+
+
+def fire_due_waits(agg: RunAggregate, ctx: CommandContext, options: Options) -> int:
+    """The reminder's part: every waiting step whose timer (or signal timeout) is due
+    settles, once (a second wake finds it settled). Answers how many did."""
+    fired = 0
+    for step in waiting_steps(agg):
+        if agg.run.state.terminal or agg.run.state is RunState.CANCELLING:
+            break
+        if step.due_at is None or step.due_at > ctx.now:
+            continue
+        fired += 1
+        if step.kind == WAIT:
+            _end_wait(agg, ctx, step, {"firedAt": step.due_at.isoformat()}, TIMER_FIRED)
+            continue
         wait = step.wait or {}
-        due: datetime | None
-        if step.kind == SIGNAL:
-            timeout = wait.get("timeoutSeconds")
-            due = None if timeout is None else ctx.now + timedelta(seconds=float(timeout))
-        elif "until" in wait:
-            due = datetime.fromisoformat(str(wait["until"]))
-        else:
-            due = ctx.now + timedelta(seconds=float(wait.get("seconds") or 0))
-        step.due_at = due
-        self._move_step(ctx, step, StepState.RUNNING, "WaitStarted")
-        self._emit(
+        if wait.get("onTimeout") == "continue":
+            _end_wait(agg, ctx, step, wait.get("default"), SIGNAL_TIMED_OUT)
+            continue
+        _emit_wait_ended(agg, ctx, step, SIGNAL_TIMED_OUT)
+        step.failure_class = FailureClass.PERMANENT
+        agg.move_step(ctx, step, StepState.FAILED, "SignalTimedOut")
+        fail_run(
+            agg,
             ctx,
-            ev.StepWaiting(
-                run_id=self.run.run_id,
-                step_id=step.step_id,
-                kind=step.kind,
-                signal=wait.get("signal") if step.kind == SIGNAL else None,
-                until=due,
-            ),
-            step_id=step.step_id,
+            FailureClass.PERMANENT,
+            f"step {step.name!r} received no signal {wait.get('signal')!r} in time",
         )
-        if self.run.state is RunState.ACCEPTED:
-            self._move_run(ctx, RunState.RUNNING)
-        if step.signal is not None:
-            self._end_wait(ctx, step, step.signal["body"], SIGNAL_RECEIVED)
+    return fired
 
-    def waiting_steps(self) -> list[Step]:
-        return [s for s in self.steps if s.kind in (WAIT, SIGNAL) and s.state is StepState.RUNNING]
 
-    def receive_signal(self, ctx: CommandContext, name: str, body: Any, sent_by: str) -> Step:
-        """A signal from outside (``sent_by``, audited): kept on the step that waits for it,
-        and delivered if that step waits now. Answers the step."""
-        require(RunCommand.SIGNAL, self.run.state)
-        if len(canonical_json(body)) > MAX_SIGNAL_BYTES:
-            raise errors.ValidationFailed(
-                f"a signal's body is at most {MAX_SIGNAL_BYTES} bytes of canonical JSON"
-            )
-        named = [s for s in self.steps if s.kind == SIGNAL and (s.wait or {}).get("signal") == name]
-        if not named:
-            raise errors.SignalNotAwaited(
-                f"no step of this run waits for a signal named {name!r}", signal=name
-            )
-        step = next((s for s in named if not s.state.terminal and s.signal is None), None)
-        if step is None:
-            raise errors.SignalAlreadyReceived(
-                f"the run's steps waiting for {name!r} have their signal", signal=name
-            )
-        signal_id = ctx.new_id()
-        step.signal = {
-            "signalId": str(signal_id),
-            "body": body,
-            "sentBy": sent_by,
-            "receivedAt": ctx.now.isoformat(),
-        }
-        self._changes.steps[step.step_id] = step
-        self._audit(ctx, "signal-received", step_id=step.step_id, signal=name, sent_by=sent_by)
-        waiting = step.state is StepState.RUNNING
-        self._emit(
-            ctx,
-            ev.SignalReceived(
-                run_id=self.run.run_id,
-                step_id=step.step_id,
-                signal_id=signal_id,
-                name=name,
-                sent_by=sent_by,
-                delivered=waiting,
-            ),
-            step_id=step.step_id,
-        )
-        if waiting:
-            self._end_wait(ctx, step, body, SIGNAL_RECEIVED)
-        return step
+def _end_wait(agg: RunAggregate, ctx: CommandContext, step: Step, result: Any, cause: str) -> None:
+    step.outcome_hash = canonical_hash({"step": step.name, "result": result})
+    _emit_wait_ended(agg, ctx, step, cause)
+    step_succeeded(agg, ctx, step, "WaitEnded")
 
-    def fire_due_waits(self, ctx: CommandContext, options: Options) -> int:
-        """The reminder's part: every waiting step whose timer (or signal timeout) is due
-        settles, once (a second wake finds it settled). Answers how many did."""
-        fired = 0
-        for step in self.waiting_steps():
-            if self.run.state.terminal or self.run.state is RunState.CANCELLING:
-                break
-            if step.due_at is None or step.due_at > ctx.now:
-                continue
-            fired += 1
-            if step.kind == WAIT:
-                self._end_wait(ctx, step, {"firedAt": step.due_at.isoformat()}, TIMER_FIRED)
-                continue
-            wait = step.wait or {}
-            if wait.get("onTimeout") == "continue":
-                self._end_wait(ctx, step, wait.get("default"), SIGNAL_TIMED_OUT)
-                continue
-            self._emit_wait_ended(ctx, step, SIGNAL_TIMED_OUT)
-            step.failure_class = FailureClass.PERMANENT
-            self._move_step(ctx, step, StepState.FAILED, "SignalTimedOut")
-            self._fail_run(
-                ctx,
-                FailureClass.PERMANENT,
-                f"step {step.name!r} received no signal {wait.get('signal')!r} in time",
-            )
-        return fired
 
-    def _end_wait(self, ctx: CommandContext, step: Step, result: Any, cause: str) -> None:
-        step.outcome_hash = canonical_hash({"step": step.name, "result": result})
-        self._emit_wait_ended(ctx, step, cause)
-        self._step_succeeded(ctx, step, "WaitEnded")
-
-    def _emit_wait_ended(self, ctx: CommandContext, step: Step, cause: str) -> None:
-        self._emit(
-            ctx,
-            ev.StepWaitEnded(run_id=self.run.run_id, step_id=step.step_id, cause=cause),
-            step_id=step.step_id,
-        )
+def _emit_wait_ended(agg: RunAggregate, ctx: CommandContext, step: Step, cause: str) -> None:
+    agg.emit(
+        ctx,
+        ev.StepWaitEnded(run_id=agg.run.run_id, step_id=step.step_id, cause=cause),
+        step_id=step.step_id,
+    )

@@ -119,7 +119,12 @@ class RunAggregate:
         step_id: UUID | None = None,
         attempt_id: UUID | None = None,
     ) -> None:
-        """Record ``body`` as the run's next event (its stored payload made once, here)."""
+        """Record ``body`` as the run's next event (its stored payload made once, here). The
+        envelope names the step and attempt the body names, unless told otherwise."""
+        if step_id is None:
+            step_id = getattr(body, "step_id", None)
+        if attempt_id is None:
+            attempt_id = getattr(body, "attempt_id", None)
         self.run.event_seq += 1
         self.touch(ctx)
         self.changes.events.append(

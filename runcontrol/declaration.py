@@ -19,6 +19,7 @@ from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
 from .domain import Attempt, CommandContext, Principal, RunAggregate, errors
+from .domain.machines import RUN_COMMANDS, Guard, RunCommand
 
 
 class Addressed(Protocol):
@@ -122,6 +123,16 @@ class Declaration:
     def policy(self) -> bool:
         """The rule takes the run's pinned policy revision (the grain reads it first)."""
         return "policy" in self.given
+
+    @property
+    def guard(self) -> Guard | None:
+        """The run states that admit the command: its row of ``RUN_COMMANDS`` (the one source,
+        beside the state machines; its rule checks it), None when only its rule's other checks
+        limit it (a fenced command: its lease)."""
+        try:
+            return RUN_COMMANDS[RunCommand(self.command.__name__)]
+        except ValueError:
+            return None
 
     @property
     def answers(self) -> Any:

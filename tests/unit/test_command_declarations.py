@@ -11,7 +11,7 @@ from uuid import UUID
 import pytest
 
 import runcontrol.commands as commands
-from runcontrol.commands import DECLARATIONS, Command, ReportProgress
+from runcontrol.commands import DECLARATIONS, CancelRun, Command, ReportProgress
 from runcontrol.declaration import LEASE_HOLDER, OPERATOR, Sender, declare
 from runcontrol.domain import (
     ApprovalState,
@@ -22,6 +22,7 @@ from runcontrol.domain import (
     ToolCallStatus,
     errors,
 )
+from runcontrol.domain.machines import RUN_COMMANDS, RunCommand
 from runcontrol.domain.run.leases import acquire_lease
 from runcontrol.grain import HANDLERS
 from runcontrol.rpc import table
@@ -213,3 +214,12 @@ def test_a_worker_command_without_its_proto_rpc_or_answer_codec_fails() -> None:
         table.command_rpc("Nope", ReportProgress, ProgressAck)
     with pytest.raises(TypeError, match="no codec in REPLIES"):
         table.command_rpc("ReportProgress", ReportProgress, str)
+
+
+def test_a_guard_row_names_a_declared_command_or_a_check_inside_one() -> None:
+    names = {c.__name__ for c in DECLARATIONS}
+    inside = {"ToolCall", "StartToolCall", "EnforceDeadlines", "ExpireLease"}
+    assert {str(m) for m in RunCommand} - names == inside
+    guarded = {c.__name__ for c, d in DECLARATIONS.items() if d.guard is not None}
+    assert {"AcquireLease", "CancelRun", "SendSignal", "SuspendRun"} <= guarded
+    assert DECLARATIONS[CancelRun].guard is RUN_COMMANDS[RunCommand.CANCEL]

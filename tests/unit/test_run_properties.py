@@ -155,6 +155,14 @@ class Walk:
             return max(self.h.agg.attempts.values(), key=lambda a: a.dispatched_at)
         return None
 
+    def _holder(self, worker, offset=0):
+        """(the attempt in flight, who sends for it, the fencing token it sends), or None."""
+        attempt = self._current_attempt()
+        if attempt is None:
+            return None
+        grant = self.grants.get(attempt.attempt_id)
+        return attempt, self._who(attempt, worker), (grant.fencing_token if grant else 1) + offset
+
     def _progress(self):
         """The natural next command of an honest run: what a healthy system would do."""
         h = self.h
@@ -208,12 +216,9 @@ class Walk:
             self.grants[attempt.attempt_id] = grant
         elif kind == "report":
             _, worker, outcome, failure, offset = action
-            attempt = self._current_attempt()
-            if attempt is None:
+            if (held := self._holder(worker, offset)) is None:
                 return
-            worker = self._who(attempt, worker)
-            grant = self.grants.get(attempt.attempt_id)
-            token = (grant.fencing_token if grant else 1) + offset
+            attempt, worker, token = held
             report_outcome(
                 h.agg,
                 h.ctx(worker),
@@ -226,21 +231,15 @@ class Walk:
             )
         elif kind == "renew":
             _, worker, offset = action
-            attempt = self._current_attempt()
-            if attempt is None:
+            if (held := self._holder(worker, offset)) is None:
                 return
-            worker = self._who(attempt, worker)
-            grant = self.grants.get(attempt.attempt_id)
-            token = (grant.fencing_token if grant else 1) + offset
+            attempt, worker, token = held
             renew_lease(h.agg, h.ctx(worker), attempt.attempt_id, worker, token, h.options)
         elif kind == "approval":
             _, worker, n = action
-            attempt = self._current_attempt()
-            if attempt is None:
+            if (held := self._holder(worker)) is None:
                 return
-            worker = self._who(attempt, worker)
-            grant = self.grants.get(attempt.attempt_id)
-            token = grant.fencing_token if grant else 1
+            attempt, worker, token = held
             request_approval(
                 h.agg,
                 h.ctx(worker),

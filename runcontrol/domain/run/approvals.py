@@ -147,7 +147,6 @@ def _open_approval(
             approver_rule=approval.approver_rule,
             expires_at=approval.expires_at,
         ),
-        step_id=step.step_id,
         attempt_id=attempt_id,
     )
     return approval
@@ -171,8 +170,6 @@ def _park(
             fencing_token=lease.fencing_token if lease else None,
             holder=lease.holder if lease else None,
         ),
-        step_id=attempt.step_id,
-        attempt_id=attempt.attempt_id,
     )
 
 
@@ -196,8 +193,6 @@ def _resume_parked(
             skill_id=step.skill_id,
             attempt_number=attempt.number,
         ),
-        step_id=step.step_id,
-        attempt_id=attempt.attempt_id,
     )
 
 

@@ -5,8 +5,9 @@ beside this one; none of them keeps state of its own."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
@@ -119,7 +120,12 @@ class RunAggregate:
         step_id: UUID | None = None,
         attempt_id: UUID | None = None,
     ) -> None:
-        """Record ``body`` as the run's next event (its stored payload made once, here)."""
+        """Record ``body`` as the run's next event (its stored payload made once, here). The
+        envelope names the step and attempt the body names, unless told otherwise."""
+        if step_id is None:
+            step_id = getattr(body, "step_id", None)
+        if attempt_id is None:
+            attempt_id = getattr(body, "attempt_id", None)
         self.run.event_seq += 1
         self.touch(ctx)
         self.changes.events.append(
@@ -199,37 +205,43 @@ class RunAggregate:
         )
 
     def move_step(self, ctx: CommandContext, step: Step, target: StepState, cause: str) -> None:
-        current = step.state
-        check("Step", STEP_TRANSITIONS, current, target)
-        step.state = target
+        self._move(ctx, "Step", STEP_TRANSITIONS, step, step.step_id, target, cause)
         self.changes.steps[step.step_id] = step
-        self.journal(ctx, "Step", step.step_id, current, target, cause)
 
     def move_attempt(
         self, ctx: CommandContext, attempt: Attempt, target: AttemptState, cause: str
     ) -> None:
-        current = attempt.state
-        check("Attempt", ATTEMPT_TRANSITIONS, current, target)
-        attempt.state = target
+        self._move(ctx, "Attempt", ATTEMPT_TRANSITIONS, attempt, attempt.attempt_id, target, cause)
         self.changes.attempts[attempt.attempt_id] = attempt
-        self.journal(ctx, "Attempt", attempt.attempt_id, current, target, cause)
 
     def move_approval(
         self, ctx: CommandContext, approval: ApprovalRequest, target: ApprovalState, cause: str
     ) -> None:
-        current = approval.state
-        check("ApprovalRequest", APPROVAL_TRANSITIONS, current, target)
-        approval.state = target
+        table = APPROVAL_TRANSITIONS
+        self._move(ctx, "ApprovalRequest", table, approval, approval.approval_id, target, cause)
         approval.version += 1
         self.changes.approvals[approval.approval_id] = approval
-        self.journal(ctx, "ApprovalRequest", approval.approval_id, current, target, cause)
 
     def move_tool_call(self, ctx: CommandContext, call: ToolCall, target: ToolCallState) -> None:
-        current = call.state
-        cause = check("ToolCall", TOOL_CALL_TRANSITIONS, current, target)
-        call.state = target
+        self._move(ctx, "ToolCall", TOOL_CALL_TRANSITIONS, call, call.tool_call_id, target, None)
         self.changes.tool_calls[call.tool_call_id] = call
-        self.journal(ctx, "ToolCall", call.tool_call_id, current, target, cause)
+
+    def _move(
+        self,
+        ctx: CommandContext,
+        entity: str,
+        table: Mapping[tuple[Any, Any], str],
+        thing: Any,
+        thing_id: UUID,
+        target: StrEnum,
+        cause: str | None,
+    ) -> None:
+        """``thing`` (an ``entity``) moves to ``target`` by its machine's ``table``, journaled
+        with ``cause`` (or the table's)."""
+        current = thing.state
+        spec_cause = check(entity, table, current, target)
+        thing.state = target
+        self.journal(ctx, entity, thing_id, current, target, cause or spec_cause)
 
     def step(self, step_id: UUID) -> Step:
         for step in self.steps:

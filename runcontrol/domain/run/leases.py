@@ -82,8 +82,6 @@ def acquire_lease(
             holder=holder,
             expires_at=lease.expires_at,
         ),
-        step_id=attempt.step_id,
-        attempt_id=attempt_id,
     )
     return agg.lease_grant(attempt, lease)
 

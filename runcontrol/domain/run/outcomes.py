@@ -135,7 +135,6 @@ def expire_lease(
             fencing_token=lease.fencing_token,
         ),
         step_id=step.step_id,
-        attempt_id=attempt_id,
     )
     if side_effecting:  # invariant 6: the side effect may have happened
         outcome, failure, cause = (

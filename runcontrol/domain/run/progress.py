@@ -69,8 +69,6 @@ def report_progress(
                 text=message.text,
                 payload=message.payload,
             ),
-            step_id=attempt.step_id,
-            attempt_id=attempt_id,
         )
         stored += 1
     return ProgressAck(attempt_id, attempt.progress_seq, stored, duplicates, gap_at)

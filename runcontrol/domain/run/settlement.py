@@ -67,8 +67,6 @@ def settle(
             failure_class=failure_class,
             outcome_hash=outcome_hash,
         ),
-        step_id=attempt.step_id,
-        attempt_id=attempt.attempt_id,
     )
 
 
@@ -123,7 +121,6 @@ def after_settled(
                 next_attempt_number=attempt.number + 1,
                 not_before=step.not_before,
             ),
-            step_id=step.step_id,
         )
         return
     step.failure_class = failure

@@ -423,8 +423,6 @@ def dispatch(agg: RunAggregate, ctx: CommandContext, step: Step) -> Attempt:
             skill_id=step.skill_id,
             attempt_number=attempt.number,
         ),
-        step_id=step.step_id,
-        attempt_id=attempt.attempt_id,
     )
     if agg.run.state is RunState.ACCEPTED:
         agg.move_run(ctx, RunState.RUNNING)

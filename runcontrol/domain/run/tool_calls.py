@@ -212,7 +212,6 @@ def _emit_tool_call(
             error=call.error,
         ),
         step_id=attempt.step_id,
-        attempt_id=call.attempt_id,
     )
 
 

@@ -74,7 +74,5 @@ def consume_rate(
             bucket=draw.bucket,
             units=draw.units,
         ),
-        step_id=attempt.step_id,
-        attempt_id=attempt_id,
     )
     return RateConsumed(name, draw.bucket, draw.units, ctx.now)

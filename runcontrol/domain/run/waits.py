@@ -59,7 +59,6 @@ def start_wait(agg: RunAggregate, ctx: CommandContext, step: Step) -> None:
             signal=wait.get("signal") if step.kind == SIGNAL else None,
             until=due,
         ),
-        step_id=step.step_id,
     )
     if agg.run.state is RunState.ACCEPTED:
         agg.move_run(ctx, RunState.RUNNING)
@@ -111,7 +110,6 @@ def receive_signal(
             sent_by=sent_by,
             delivered=waiting,
         ),
-        step_id=step.step_id,
     )
     if waiting:
         _end_wait(agg, ctx, step, body, SIGNAL_RECEIVED)
@@ -157,5 +155,4 @@ def _emit_wait_ended(agg: RunAggregate, ctx: CommandContext, step: Step, cause: 
     agg.emit(
         ctx,
         ev.StepWaitEnded(run_id=agg.run.run_id, step_id=step.step_id, cause=cause),
-        step_id=step.step_id,
     )

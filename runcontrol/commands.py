@@ -345,6 +345,20 @@ class ConsumeRateLimit(Command[RateConsumed]):
     lease_id: UUID | None = None
 
 
+@declare(LEASE_HOLDER, outcomes.hand_back, dispatches=True, rpc="HandBackAttempt")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HandBackAttempt(Command[Attempt]):
+    """The lease holder gives its attempt back now, for ``reason``: it settles as an expired
+    lease's would (``TimedOut``, or ``Uncertain`` for a side-effecting step) and its step is
+    retried under its policy, without waiting for the lease's expiry plus grace."""
+
+    attempt_id: UUID
+    holder: str
+    fencing_token: int
+    reason: str
+    lease_id: UUID | None = None
+
+
 @declare(LEASE_HOLDER, tool_calls.claim_tool_call, rpc="ClaimToolCall")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClaimToolCall(Command[ToolCallClaim]):
@@ -517,6 +531,7 @@ __all__ = [
     "ControlResult",
     "DecideApproval",
     "DispatchRun",
+    "HandBackAttempt",
     "OpenAttempts",
     "RenewLease",
     "ReportOutcome",

@@ -409,6 +409,30 @@ class ConsumeRateLimitRequest(_message.Message):
     worker_instance_id: str
     def __init__(self, run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., name: _Optional[str] = ..., units: _Optional[float] = ..., command_id: _Optional[str] = ..., worker_instance_id: _Optional[str] = ...) -> None: ...
 
+class HandBackAttemptRequest(_message.Message):
+    __slots__ = ("run_id", "attempt_id", "lease_id", "fencing_token", "reason", "command_id", "worker_instance_id")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    attempt_id: str
+    lease_id: str
+    fencing_token: int
+    reason: str
+    command_id: str
+    worker_instance_id: str
+    def __init__(self, run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., reason: _Optional[str] = ..., command_id: _Optional[str] = ..., worker_instance_id: _Optional[str] = ...) -> None: ...
+
+class HandBackAttemptResponse(_message.Message):
+    __slots__ = ("attempt",)
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    attempt: Attempt
+    def __init__(self, attempt: _Optional[_Union[Attempt, _Mapping]] = ...) -> None: ...
+
 class ConsumeRateLimitResponse(_message.Message):
     __slots__ = ("name", "bucket", "units", "at")
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -448,7 +472,7 @@ class SessionCredit(_message.Message):
     def __init__(self, claim_id: _Optional[str] = ..., worker_instance_id: _Optional[str] = ..., agent_ids: _Optional[_Iterable[str]] = ..., resent: _Optional[bool] = ...) -> None: ...
 
 class SessionCommand(_message.Message):
-    __slots__ = ("acquire_lease", "report_attempt_outcome", "request_approval", "report_progress", "claim_tool_call", "complete_tool_call", "consume_rate_limit")
+    __slots__ = ("acquire_lease", "report_attempt_outcome", "request_approval", "report_progress", "claim_tool_call", "complete_tool_call", "consume_rate_limit", "hand_back_attempt")
     ACQUIRE_LEASE_FIELD_NUMBER: _ClassVar[int]
     REPORT_ATTEMPT_OUTCOME_FIELD_NUMBER: _ClassVar[int]
     REQUEST_APPROVAL_FIELD_NUMBER: _ClassVar[int]
@@ -456,6 +480,7 @@ class SessionCommand(_message.Message):
     CLAIM_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     COMPLETE_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     CONSUME_RATE_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    HAND_BACK_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     acquire_lease: AcquireLeaseRequest
     report_attempt_outcome: ReportAttemptOutcomeRequest
     request_approval: RequestApprovalRequest
@@ -463,7 +488,8 @@ class SessionCommand(_message.Message):
     claim_tool_call: ClaimToolCallRequest
     complete_tool_call: CompleteToolCallRequest
     consume_rate_limit: ConsumeRateLimitRequest
-    def __init__(self, acquire_lease: _Optional[_Union[AcquireLeaseRequest, _Mapping]] = ..., report_attempt_outcome: _Optional[_Union[ReportAttemptOutcomeRequest, _Mapping]] = ..., request_approval: _Optional[_Union[RequestApprovalRequest, _Mapping]] = ..., report_progress: _Optional[_Union[ReportProgressRequest, _Mapping]] = ..., claim_tool_call: _Optional[_Union[ClaimToolCallRequest, _Mapping]] = ..., complete_tool_call: _Optional[_Union[CompleteToolCallRequest, _Mapping]] = ..., consume_rate_limit: _Optional[_Union[ConsumeRateLimitRequest, _Mapping]] = ...) -> None: ...
+    hand_back_attempt: HandBackAttemptRequest
+    def __init__(self, acquire_lease: _Optional[_Union[AcquireLeaseRequest, _Mapping]] = ..., report_attempt_outcome: _Optional[_Union[ReportAttemptOutcomeRequest, _Mapping]] = ..., request_approval: _Optional[_Union[RequestApprovalRequest, _Mapping]] = ..., report_progress: _Optional[_Union[ReportProgressRequest, _Mapping]] = ..., claim_tool_call: _Optional[_Union[ClaimToolCallRequest, _Mapping]] = ..., complete_tool_call: _Optional[_Union[CompleteToolCallRequest, _Mapping]] = ..., consume_rate_limit: _Optional[_Union[ConsumeRateLimitRequest, _Mapping]] = ..., hand_back_attempt: _Optional[_Union[HandBackAttemptRequest, _Mapping]] = ...) -> None: ...
 
 class SessionError(_message.Message):
     __slots__ = ("code", "message", "status_details")
@@ -476,7 +502,7 @@ class SessionError(_message.Message):
     def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., status_details: _Optional[bytes] = ...) -> None: ...
 
 class SessionAnswer(_message.Message):
-    __slots__ = ("command_id", "acquire_lease", "report_attempt_outcome", "request_approval", "report_progress", "claim_tool_call", "complete_tool_call", "error", "consume_rate_limit")
+    __slots__ = ("command_id", "acquire_lease", "report_attempt_outcome", "request_approval", "report_progress", "claim_tool_call", "complete_tool_call", "error", "consume_rate_limit", "hand_back_attempt")
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
     ACQUIRE_LEASE_FIELD_NUMBER: _ClassVar[int]
     REPORT_ATTEMPT_OUTCOME_FIELD_NUMBER: _ClassVar[int]
@@ -486,6 +512,7 @@ class SessionAnswer(_message.Message):
     COMPLETE_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     CONSUME_RATE_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    HAND_BACK_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     command_id: str
     acquire_lease: AcquireLeaseResponse
     report_attempt_outcome: ReportAttemptOutcomeResponse
@@ -495,7 +522,8 @@ class SessionAnswer(_message.Message):
     complete_tool_call: ToolCallResponse
     error: SessionError
     consume_rate_limit: ConsumeRateLimitResponse
-    def __init__(self, command_id: _Optional[str] = ..., acquire_lease: _Optional[_Union[AcquireLeaseResponse, _Mapping]] = ..., report_attempt_outcome: _Optional[_Union[ReportAttemptOutcomeResponse, _Mapping]] = ..., request_approval: _Optional[_Union[RequestApprovalResponse, _Mapping]] = ..., report_progress: _Optional[_Union[ReportProgressResponse, _Mapping]] = ..., claim_tool_call: _Optional[_Union[ToolCallResponse, _Mapping]] = ..., complete_tool_call: _Optional[_Union[ToolCallResponse, _Mapping]] = ..., error: _Optional[_Union[SessionError, _Mapping]] = ..., consume_rate_limit: _Optional[_Union[ConsumeRateLimitResponse, _Mapping]] = ...) -> None: ...
+    hand_back_attempt: HandBackAttemptResponse
+    def __init__(self, command_id: _Optional[str] = ..., acquire_lease: _Optional[_Union[AcquireLeaseResponse, _Mapping]] = ..., report_attempt_outcome: _Optional[_Union[ReportAttemptOutcomeResponse, _Mapping]] = ..., request_approval: _Optional[_Union[RequestApprovalResponse, _Mapping]] = ..., report_progress: _Optional[_Union[ReportProgressResponse, _Mapping]] = ..., claim_tool_call: _Optional[_Union[ToolCallResponse, _Mapping]] = ..., complete_tool_call: _Optional[_Union[ToolCallResponse, _Mapping]] = ..., error: _Optional[_Union[SessionError, _Mapping]] = ..., consume_rate_limit: _Optional[_Union[ConsumeRateLimitResponse, _Mapping]] = ..., hand_back_attempt: _Optional[_Union[HandBackAttemptResponse, _Mapping]] = ...) -> None: ...
 
 class SessionGrant(_message.Message):
     __slots__ = ("claim_id", "lease", "results_json", "deadline_at")

@@ -84,6 +84,11 @@ class RunControlStub:
                 request_serializer=schemas_dot_runcontrol__pb2.ConsumeRateLimitRequest.SerializeToString,
                 response_deserializer=schemas_dot_runcontrol__pb2.ConsumeRateLimitResponse.FromString,
                 _registered_method=True)
+        self.HandBackAttempt = channel.unary_unary(
+                '/runcontrol.v1.RunControl/HandBackAttempt',
+                request_serializer=schemas_dot_runcontrol__pb2.HandBackAttemptRequest.SerializeToString,
+                response_deserializer=schemas_dot_runcontrol__pb2.HandBackAttemptResponse.FromString,
+                _registered_method=True)
 
 
 class RunControlServicer:
@@ -174,6 +179,14 @@ class RunControlServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def HandBackAttempt(self, request, context):
+        """The lease holder gives its attempt back before its lease ends: it settles as an expired
+        lease's would and its step is retried under its policy (docs/workers.md).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RunControlServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -226,6 +239,11 @@ def add_RunControlServicer_to_server(servicer, server):
                     servicer.ConsumeRateLimit,
                     request_deserializer=schemas_dot_runcontrol__pb2.ConsumeRateLimitRequest.FromString,
                     response_serializer=schemas_dot_runcontrol__pb2.ConsumeRateLimitResponse.SerializeToString,
+            ),
+            'HandBackAttempt': grpc.unary_unary_rpc_method_handler(
+                    servicer.HandBackAttempt,
+                    request_deserializer=schemas_dot_runcontrol__pb2.HandBackAttemptRequest.FromString,
+                    response_serializer=schemas_dot_runcontrol__pb2.HandBackAttemptResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -498,6 +516,33 @@ class RunControl:
             '/runcontrol.v1.RunControl/ConsumeRateLimit',
             schemas_dot_runcontrol__pb2.ConsumeRateLimitRequest.SerializeToString,
             schemas_dot_runcontrol__pb2.ConsumeRateLimitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HandBackAttempt(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runcontrol.v1.RunControl/HandBackAttempt',
+            schemas_dot_runcontrol__pb2.HandBackAttemptRequest.SerializeToString,
+            schemas_dot_runcontrol__pb2.HandBackAttemptResponse.FromString,
             options,
             channel_credentials,
             insecure,

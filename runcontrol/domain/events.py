@@ -278,6 +278,19 @@ class LeaseExpired(EventBody):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseHandedBack(EventBody):
+    """The lease holder gave its attempt back before its lease ended; the attempt settles
+    next, as an expired lease's would."""
+
+    topic = "run-control.leases.v1.lease-handed-back"
+    attempt_id: UUID
+    lease_id: UUID
+    holder: str
+    fencing_token: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LeaseRevoked(EventBody):
     """The lease was revoked (after a restore from backup: it may have been acted on)."""
 

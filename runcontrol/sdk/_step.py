@@ -14,7 +14,7 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 from uuid import UUID
 
 from ..clock import Clock
@@ -23,6 +23,7 @@ from ..commands import (
     Command,
     CompleteToolCall,
     ConsumeRateLimit,
+    HandBackAttempt,
     ReportProgress,
     RequestApproval,
 )
@@ -59,6 +60,11 @@ class LeaseGone(Exception):
 class LeaseLost(BaseException):
     """Run Control refused a command of this attempt for good (a stale fencing token, the
     attempt settled, the lease revoked): the function ends and reports nothing."""
+
+
+class HandedBack(LeaseLost):
+    """The function gave its attempt back (``step.hand_back``): it ends and reports nothing;
+    the attempt settled when Run Control took it back."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,6 +320,15 @@ class Step(_StepBase):
         (units / rate). Once per call, whatever the resends."""
         return await self._attempt.command(ConsumeRateLimit, name=name, units=units)
 
+    async def hand_back(self, reason: str) -> NoReturn:
+        """Give this attempt back now, for ``reason`` (this worker cannot run it: it is going
+        away, a resource it needs is missing). The attempt settles at once as an expired
+        lease's would (``TimedOut``; ``Uncertain`` for a side-effecting step) and its step is
+        retried under its policy, on any worker, without waiting for the lease to expire.
+        Does not return: the function ends without an outcome."""
+        await self._attempt.command(HandBackAttempt, reason=reason)
+        raise HandedBack(reason)
+
     async def tool_call(self, call_id: str, request: Any) -> AsyncToolCall:
         """Claim tool call ``call_id`` (one per run) before its side effect: run it only if
         the answer ``proceed``s, then ``complete`` it with its result."""
@@ -342,6 +357,10 @@ class SyncStep(_StepBase):
     def consume(self, name: str, units: float) -> RateConsumed:
         attempt = self._attempt
         return attempt.blocking(attempt.command(ConsumeRateLimit, name=name, units=units))
+
+    def hand_back(self, reason: str) -> NoReturn:
+        self._attempt.blocking(self._attempt.command(HandBackAttempt, reason=reason))
+        raise HandedBack(reason)
 
     def tool_call(self, call_id: str, request: Any) -> SyncToolCall:
         claim = self._attempt.blocking(self._attempt.tool_call(call_id, request))

@@ -74,6 +74,38 @@ def test_sdk_agents_complete_runs_over_grpc(g: GrpcTenant, grpc_port: int) -> No
         assert sum(e["type"] == "ProgressReported" for e in history) == 1
 
 
+def test_a_step_handed_back_is_retried_at_once_and_completes(g: GrpcTenant, grpc_port: int) -> None:
+    """``step.hand_back``: the first attempt gives itself back (no outcome from the function);
+    it settles TimedOut without waiting for its lease to expire, and the retry completes."""
+    g.view.publish()
+    worker = Worker("sdk-grpc", concurrency=2, wait_s=2.0, backoff=Backoff(0.05, 0.5))
+    attempts: list[int] = []
+
+    @worker.agent(g.view.agent)
+    async def only(step: Step) -> dict[str, Any]:
+        attempts.append(step.attempt)
+        if step.attempt == 1:
+            await step.hand_back("a resource this worker needs is missing")
+        return {"attempt": step.attempt}
+
+    async def scenario() -> None:
+        run_id = await asyncio.to_thread(g.view.submit)
+        view = await asyncio.to_thread(
+            lambda: g.view.wait_state(run_id, "Completed", "Failed", timeout=60)
+        )
+        assert view["state"] == "Completed", view
+        history = g.view.requester().get(f"/factory/runs/{run_id}/events/history").json()
+        handed = [e["payload"] for e in history if e["type"] == "LeaseHandedBack"]
+        assert [h["reason"] for h in handed] == ["a resource this worker needs is missing"]
+        outcomes = [
+            e["payload"]["outcome"] for e in history if e["type"] == "AttemptOutcomeRecorded"
+        ]
+        assert outcomes == ["TimedOut", "Succeeded"]
+
+    serve_over_grpc(g, grpc_port, worker, scenario)
+    assert attempts == [1, 2] and worker.completed == 1
+
+
 def test_a_cancel_reaches_an_async_function_over_grpc_within_5s(
     g: GrpcTenant, grpc_port: int
 ) -> None:

@@ -18,6 +18,7 @@ from runcontrol.commands import (
     ClaimToolCall,
     CompleteToolCall,
     ConsumeRateLimit,
+    HandBackAttempt,
     ReportProgress,
     RequestApproval,
     RerunRun,
@@ -138,13 +139,15 @@ def waited_and_signalled_run(h: Harness) -> None:
 
 
 def consumed_a_named_rate_limit(h: Harness) -> None:
-    """A lease holder reports the units of a named rate limit it used."""
+    """A lease holder reports the units of a named rate limit it used, then hands back."""
     limits = {"rateLimits": {"named": {"model-tokens": {"perSecond": 100, "burst": 100}}}}
     h.c.policies.publish(h.tenant, document_from_dict(DEFAULT_POLICY_ID, "", limits), h.clock.now())
     h.publish(StepSpec("gen", "agent-a"), workflow_id="rated")
     grain, _ = h.submit(h.request(workflow_id="rated"))
     grant = h.lease(grain)
     grain.execute(ConsumeRateLimit(**fenced(grant, h.tenant), name="model-tokens", units=12))
+    # ... and then gives the attempt back (LeaseHandedBack)
+    grain.execute(HandBackAttempt(**fenced(grant, h.tenant), reason="worker going away"))
 
 
 def test_every_emitted_event_matches_its_generated_schema(h: Harness) -> None:

@@ -42,6 +42,7 @@ PUBLISHED_TOPICS = {
     "StepWaitEnded": "run-control.steps.v1.step-wait-ended",
     "SignalReceived": "run-control.signals.v1.signal-received",
     "LeaseExpired": "run-control.leases.v1.lease-expired",
+    "LeaseHandedBack": "run-control.leases.v1.lease-handed-back",
     "LeaseRevoked": "run-control.leases.v1.lease-revoked",
     "ApprovalRequested": "run-control.approvals.v1.approval-requested",
     "ApprovalDecided": "run-control.approvals.v1.approval-decided",

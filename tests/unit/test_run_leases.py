@@ -33,7 +33,7 @@ from runcontrol.domain import (
     errors,
 )
 from runcontrol.domain.run.leases import acquire_lease, renew_lease
-from runcontrol.domain.run.outcomes import expire_lease
+from runcontrol.domain.run.outcomes import expire_lease, hand_back
 
 # ============================================================================ leases
 
@@ -233,3 +233,90 @@ class TestLeaseExpiry:
         h.advance(10 * LEASE)
         assert not h.expire_lease(attempt)
         assert not expire_lease(h.agg, h.ctx(), UUID(int=424242), h.options)
+
+
+# ============================================================================ hand-back
+
+
+class TestHandBack:
+    """``HandBackAttempt``: the holder gives its attempt back before the lease ends; it settles
+    at once as an expired lease's would."""
+
+    def hand_back(self, h: Harness, grant, reason: str = "GPU busy", **overrides):
+        fields = {"holder": grant.holder, "fencing_token": grant.fencing_token, **overrides}
+        attempt = hand_back(
+            h.agg,
+            h.ctx(fields["holder"]),
+            grant.attempt_id,
+            fields["holder"],
+            fields["fencing_token"],
+            reason,
+            h.options,
+            lease_id=grant.lease_id,
+        )
+        h.commit()
+        return attempt
+
+    def test_a_read_step_times_out_now_and_is_retried(self):
+        h = Harness()
+        attempt, grant = h.start(0)
+        self.hand_back(h, grant)  # long before LEASE + GRACE
+        assert attempt.state is AttemptState.TIMED_OUT
+        assert attempt.failure_class is FailureClass.TRANSIENT
+        assert attempt.settled_by == "worker-1"
+        assert attempt.attempt_id not in h.agg.leases
+        assert h.last_event_types() == [
+            "LeaseHandedBack",
+            "AttemptOutcomeRecorded",
+            "StepRetryScheduled",
+        ]
+        assert h.batches[-1].events[0].payload == {
+            "attemptId": str(attempt.attempt_id),
+            "leaseId": str(grant.lease_id),
+            "holder": "worker-1",
+            "fencingToken": 1,
+            "reason": "GPU busy",
+        }
+        assert h.step(0).state is StepState.PENDING
+        assert h.run.state is RunState.RUNNING
+        assert not h.expire_lease(attempt)  # nothing left for the reconciler
+
+    def test_a_shared_write_step_settles_uncertain_and_is_not_retried(self):
+        h = Harness([WRITE_STEP], policy=NO_APPROVALS)
+        attempt, grant = h.start(0)
+        self.hand_back(h, grant)
+        assert attempt.state is AttemptState.UNCERTAIN  # invariant 6: the holder's word
+        assert h.jitter.calls == []
+        assert h.run.state is RunState.FAILED
+
+    @pytest.mark.parametrize(
+        "overrides, refusal, audit",
+        [
+            ({"fencing_token": 7}, errors.StaleFencingToken, "stale-fencing-token"),
+            ({"holder": "worker-2"}, errors.LeaseNotHeld, "lease-not-held"),
+        ],
+    )
+    def test_only_the_current_holder_may_hand_back_and_others_are_audited(
+        self, overrides, refusal, audit
+    ):
+        h = Harness()
+        attempt, grant = h.start(0)
+        with pytest.raises(refusal):
+            self.hand_back(h, grant, **overrides)
+        assert attempt.state is AttemptState.LEASED
+        assert [a.kind for a in h.agg.take_audits()] == [audit]
+
+    def test_a_settled_attempt_cannot_be_handed_back(self):
+        h = Harness()
+        attempt, grant = h.start(0)
+        self.hand_back(h, grant)
+        with pytest.raises(errors.StaleFencingToken):
+            self.hand_back(h, grant)
+        assert attempt.state is AttemptState.TIMED_OUT
+
+    def test_a_hand_back_names_its_reason(self):
+        h = Harness()
+        _, grant = h.start(0)
+        with pytest.raises(errors.ValidationFailed):
+            self.hand_back(h, grant, reason="  ")
+        assert_refused_cleanly(h)

@@ -124,19 +124,76 @@ def expire_lease(
         return False  # the lease is suspended while a human decides
     if ctx.now <= lease.expires_at + timedelta(seconds=options.renewal_grace_seconds):
         return False
-    step = agg.step(attempt.step_id)
-    side_effecting = step.side_effect_class.at_least(SideEffectClass.SHARED_WRITE)
-    agg.emit(
+    _end_lease(
+        agg,
         ctx,
+        attempt,
         ev.LeaseExpired(
             attempt_id=attempt_id,
             lease_id=lease.lease_id,
             holder=lease.holder,
             fencing_token=lease.fencing_token,
         ),
-        step_id=step.step_id,
+        "lease-expiry-reconciler",
+        options,
     )
-    if side_effecting:  # invariant 6: the side effect may have happened
+    return True
+
+
+def hand_back(
+    agg: RunAggregate,
+    ctx: CommandContext,
+    attempt_id: UUID,
+    holder: str,
+    fencing_token: int,
+    reason: str,
+    options: Options,
+    *,
+    lease_id: UUID | None = None,
+) -> Attempt:
+    """The lease holder gives its attempt back before its lease ends (it cannot run it now:
+    the worker is going away, a resource it needs is missing): the attempt settles at once as
+    an expired lease would settle it, and its step is retried under its policy, instead of
+    after the lease's expiry plus grace. ``TimedOut``, or ``Uncertain`` for a step whose side
+    effect may have happened (invariant 6: the holder's word that it did nothing is not proof)."""
+    attempt = agg.attempt(attempt_id)
+    if not reason.strip():
+        raise errors.ValidationFailed("a hand-back names its reason", field="reason")
+    lease = held_lease(agg, ctx, attempt, holder, fencing_token, options, lease_id)
+    if any(a.attempt_id == attempt_id for a in agg.pending_approvals()):
+        raise errors.IllegalTransition(
+            "the attempt awaits an approval decision; hand it back after the decision"
+        )
+    _end_lease(
+        agg,
+        ctx,
+        attempt,
+        ev.LeaseHandedBack(
+            attempt_id=attempt_id,
+            lease_id=lease.lease_id,
+            holder=holder,
+            fencing_token=fencing_token,
+            reason=reason,
+        ),
+        holder,
+        options,
+    )
+    return attempt
+
+
+def _end_lease(
+    agg: RunAggregate,
+    ctx: CommandContext,
+    attempt: Attempt,
+    ended: ev.LeaseExpired | ev.LeaseHandedBack,
+    settled_by: str,
+    options: Options,
+) -> None:
+    """Record how the lease ended, then settle its attempt with no outcome reported."""
+    step = agg.step(attempt.step_id)
+    agg.emit(ctx, ended, step_id=step.step_id)
+    if step.side_effect_class.at_least(SideEffectClass.SHARED_WRITE):
+        # invariant 6: the side effect may have happened
         outcome, failure, cause = (
             AttemptOutcome.UNCERTAIN,
             FailureClass.UNCERTAIN,
@@ -148,11 +205,8 @@ def expire_lease(
             FailureClass.TRANSIENT,
             "LeaseExpired",
         )
-    settle(
-        agg, ctx, attempt, outcome, failure, None, settled_by="lease-expiry-reconciler", cause=cause
-    )
+    settle(agg, ctx, attempt, outcome, failure, None, settled_by=settled_by, cause=cause)
     after_settled(agg, ctx, attempt, options)
-    return True
 
 
 REF_KEYS = frozenset({"uri", "sha256", "bytes"})

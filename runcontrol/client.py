@@ -18,7 +18,7 @@ from uuid import UUID
 from .commands import Command, new_command_id
 from .domain import LeaseGrant, WorkerIdentity, errors
 from .domain.events import TERMINAL_EVENTS as TERMINAL_EVENTS  # the streams end there
-from .workers.protocol import SessionDown, SessionUp
+from .workers.protocol import SessionDown, SessionUp, fenced_fields
 
 R = TypeVar("R")
 
@@ -64,14 +64,7 @@ class Claim:
     def fenced(self) -> dict[str, Any]:
         """The fields a fenced command takes from this lease:
         ``ReportOutcome(**claim.fenced(), outcome=...)``."""
-        return {
-            "tenant_id": self.tenant_id,
-            "run_id": self.run_id,
-            "attempt_id": self.attempt_id,
-            "holder": self.holder,
-            "fencing_token": self.fencing_token,
-            "lease_id": self.grant.lease_id,
-        }
+        return fenced_fields(self.tenant_id, self.grant)
 
 
 class RunControlClient:

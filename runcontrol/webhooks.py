@@ -17,7 +17,7 @@ import socket
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 from uuid import UUID, uuid4
@@ -136,36 +136,27 @@ class _Tally:
     dead_lettered: int = 0
 
 
+@dataclass(frozen=True)
 class Deliverer:
     """The delivery job: ``run`` sends what is due and returns. Safe to run twice at once
     (each attempt is claimed by a guarded UPDATE); the scheduler also holds a job lock."""
 
-    def __init__(
-        self,
-        db: Database,
-        transport: Transport,
-        options: WebhookOptions,
-        now: Callable[[], datetime],
-        *,
-        uniform: Callable[[float, float], float] = random.uniform,
-        resolve: Resolve = resolve_host,
-        wall_clock: Callable[[], float] = time.time,
-    ) -> None:
-        self._db = db
-        self._transport = transport
-        self._options = options
-        self._now = now
-        self._uniform = uniform
-        self._resolve = resolve
-        self._wall_clock = wall_clock
+    db: Database
+    transport: Transport
+    options: WebhookOptions
+    now: Callable[[], datetime]
+    _: KW_ONLY
+    uniform: Callable[[float, float], float] = random.uniform
+    resolve: Resolve = resolve_host
+    wall_clock: Callable[[], float] = time.time
 
     def run(self, limit: int = 500) -> DeliveryReport:
-        with self._db.system_tx() as conn:
-            heads = store.due_heads(conn, self._now(), limit)
+        with self.db.system_tx() as conn:
+            heads = store.due_heads(conn, self.now(), limit)
         if not heads:
             return DeliveryReport()
         tally = _Tally()
-        workers = min(self._options.max_parallel, len(heads))
+        workers = min(self.options.max_parallel, len(heads))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="webhooks") as pool:
             for result in pool.map(self._run_chain, heads):
                 tally.delivered += result.delivered
@@ -178,7 +169,7 @@ class Deliverer:
         tally = _Tally()
         delivery: dict[str, Any] | None = head
         for _ in range(max_per_chain):
-            if delivery is None or delivery["next_attempt_at"] > self._now():
+            if delivery is None or delivery["next_attempt_at"] > self.now():
                 break
             try:
                 outcome = self._attempt(delivery)
@@ -194,16 +185,16 @@ class Deliverer:
                 break
             else:  # not claimed: another job has it
                 break
-            with self._db.system_tx() as conn:
+            with self.db.system_tx() as conn:
                 delivery = store.next_pending(conn, delivery["subscription_id"], delivery["run_id"])
         return tally
 
     def _attempt(self, delivery: dict[str, Any]) -> DeliveryState | None:
         """One attempt: claim, send, record. Answers the delivery's state after it, or None
         when it was not ours to send."""
-        now = self._now()
-        hold = now + timedelta(seconds=self._options.timeout_seconds * 3)
-        with self._db.system_tx() as conn:
+        now = self.now()
+        hold = now + timedelta(seconds=self.options.timeout_seconds * 3)
+        with self.db.system_tx() as conn:
             if not store.claim(conn, delivery, hold, now):
                 return None
             event = store.envelope(conn, delivery["position"])
@@ -216,9 +207,9 @@ class Deliverer:
         delay = retry_delay(
             delivery["attempts"] + 1,
             delivery["max_attempts"],
-            base_seconds=self._options.base_delay_seconds,
-            cap_seconds=self._options.max_delay_seconds,
-            uniform=self._uniform,
+            base_seconds=self.options.base_delay_seconds,
+            cap_seconds=self.options.max_delay_seconds,
+            uniform=self.uniform,
         )
         if delay is None:
             log.warning(
@@ -234,14 +225,12 @@ class Deliverer:
     def _send(self, delivery: dict[str, Any], event: dict[str, Any]) -> tuple[int | None, str]:
         url = delivery["url"]
         try:  # checked again at each attempt: the host's addresses may have changed
-            check_url(
-                url, allow_private=self._options.allow_private_addresses, resolve=self._resolve
-            )
+            check_url(url, allow_private=self.options.allow_private_addresses, resolve=self.resolve)
         except errors.InvalidWebhookUrl as exc:
             return None, str(exc)
         # The same envelope as the event history and SSE ``data``, byte for byte.
         body = EventEnvelope.model_validate(event).model_dump_json(by_alias=True).encode()
-        timestamp = int(self._wall_clock())
+        timestamp = int(self.wall_clock())
         headers = {
             "Content-Type": "application/json",
             "User-Agent": "runcontrol-webhooks/1",
@@ -252,7 +241,7 @@ class Deliverer:
             ATTEMPT_HEADER: str(delivery["attempts"] + 1),
         }
         try:
-            status = self._transport.post(url, body, headers)
+            status = self.transport.post(url, body, headers)
         except httpx.HTTPError as exc:
             return None, f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
         return status, "" if succeeded(status) else f"HTTP {status}"
@@ -265,8 +254,8 @@ class Deliverer:
         error: str | None,
         delay_s: float = 0.0,
     ) -> DeliveryState | None:
-        now = self._now()
-        with self._db.system_tx() as conn:
+        now = self.now()
+        with self.db.system_tx() as conn:
             recorded = store.record(
                 conn,
                 delivery,

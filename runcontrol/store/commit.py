@@ -24,7 +24,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from sqlalchemy import Table
 
-from ..domain import AuditRecord, Options, RunAggregate, errors
+from ..domain import AuditRecord, Options, RunAggregate, errors, model
 from ..domain.events import AttemptDispatched, AttemptResumed
 from ..domain.flow import lock_order
 from . import answers, rows
@@ -138,7 +138,7 @@ def prepare(
     changes = agg.take_changes()
     if changes.empty:
         return None
-    run_row = rows.run_to_row(changes.run)
+    run_row = rows.to_row(changes.run)
     run_row["next_due_at"] = agg.next_due(options)
     doc: dict[str, Any] = {"tenant": tenant_id, "run": run_row}
     if changes.expected_version is None:
@@ -147,26 +147,26 @@ def prepare(
         doc["mode"] = "update"
         doc["expected_version"] = changes.expected_version
     if changes.steps:
-        doc["steps"] = [rows.step_to_row(x) for x in changes.steps.values()]
+        doc["steps"] = [rows.to_row(x) for x in changes.steps.values()]
     if changes.attempts:
         agent = {s.step_id: s.agent_id for s in agg.steps}
         doc["attempts"] = [
-            rows.attempt_to_row(a, agent[a.step_id]) for a in changes.attempts.values()
+            rows.to_row(a, agent_id=agent[a.step_id]) for a in changes.attempts.values()
         ]
     if changes.results:
-        doc["results"] = [rows.result_to_row(r) for r in changes.results]
+        doc["results"] = [rows.to_row(r) for r in changes.results]
     if changes.leases:
-        doc["leases"] = [rows.lease_to_row(x) for x in changes.leases.values()]
+        doc["leases"] = [rows.to_row(x) for x in changes.leases.values()]
     if changes.tool_calls:
-        doc["tool_calls"] = [rows.tool_call_to_row(t) for t in changes.tool_calls.values()]
+        doc["tool_calls"] = [rows.to_row(t) for t in changes.tool_calls.values()]
     if changes.approvals:
-        doc["approvals"] = [rows.approval_to_row(a) for a in changes.approvals.values()]
+        doc["approvals"] = [rows.to_row(a) for a in changes.approvals.values()]
     if changes.decisions:
-        doc["decisions"] = [rows.decision_to_row(d) for d in changes.decisions]
+        doc["decisions"] = [rows.to_row(d) for d in changes.decisions]
     if changes.intents:
-        doc["intents"] = [rows.intent_to_row(i) for i in changes.intents]
+        doc["intents"] = [rows.to_row(i) for i in changes.intents]
     if changes.events:
-        doc["outbox"] = [rows.event_to_row(e) for e in changes.events]
+        doc["outbox"] = [rows.to_row(e, published_at=None) for e in changes.events]
         # Wake event watchers, and long-polling claimers of a dispatched agent; NOTIFY is
         # delivered only on commit.
         doc["notify_run"] = str(changes.run.run_id)
@@ -189,9 +189,9 @@ def prepare(
     if "mode" in doc and any(s.held is not None for s in agg.steps):
         doc["flow_held"] = True  # the statement keeps a promotion's reminder (0017)
     if changes.journal:
-        doc["journal"] = [rows.journal_to_row(j) for j in changes.journal]
+        doc["journal"] = [rows.to_row(j) for j in changes.journal]
     if changes.audits:
-        doc["audits"] = [rows.audit_to_row(a) for a in changes.audits]
+        doc["audits"] = [rows.to_row(a) for a in changes.audits]
     if release_budget_at is not None:
         doc["release_budget"] = release_budget_at.isoformat()
     if reserve is not None:
@@ -222,7 +222,7 @@ def prepare(
 
 def audits_document(tenant_id: str, audits: Sequence[AuditRecord]) -> str:
     """A document that only appends audit records (a refused command's)."""
-    return _dumps({"tenant": tenant_id, "audits": [rows.audit_to_row(a) for a in audits]})
+    return _dumps({"tenant": tenant_id, "audits": [rows.to_row(a) for a in audits]})
 
 
 def conclude(pending: PendingCommit, answer: Answer) -> None:
@@ -425,15 +425,15 @@ class Store:
         if not run:
             raise errors.RunNotFound(f"run {run_id} not found", run_id=str(run_id))
         agg = RunAggregate(
-            rows.row_to_run(run[0]),
-            [rows.row_to_step(r) for r in step],
-            [rows.row_to_attempt(r) for r in attempt],
-            [rows.row_to_lease(r) for r in lease],
-            [rows.row_to_approval(r) for r in approval],
-            [rows.row_to_decision(r) for r in decision],
-            [rows.row_to_intent(r) for r in intent],
-            [rows.row_to_tool_call(r) for r in call],
-            [rows.row_to_result(r) for r in result],
+            rows.from_row(model.Run, run[0]),
+            [rows.from_row(model.Step, r) for r in step],
+            [rows.from_row(model.Attempt, r) for r in attempt],
+            [rows.from_row(model.Lease, r) for r in lease],
+            [rows.from_row(model.ApprovalRequest, r) for r in approval],
+            [rows.from_row(model.ApprovalDecision, r) for r in decision],
+            [rows.from_row(model.CancellationIntent, r) for r in intent],
+            [rows.from_row(model.ToolCall, r) for r in call],
+            [rows.from_row(model.AttemptResult, r) for r in result],
         )
         return agg, {r["command_id"] for r in answered}
 

@@ -20,34 +20,8 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Row, Table
 
-from ..domain import (
-    ApprovalDecision,
-    ApprovalRequest,
-    Attempt,
-    AttemptResult,
-    AuditRecord,
-    CancellationIntent,
-    Event,
-    Lease,
-    RecoveryJournalEntry,
-    Run,
-    Step,
-    ToolCall,
-)
-from .tables import (
-    approval_decisions,
-    approval_requests,
-    attempt_results,
-    attempts,
-    audit_log,
-    cancellation_intents,
-    leases,
-    outbox,
-    recovery_journal,
-    runs,
-    steps,
-    tool_calls,
-)
+from ..domain import model
+from . import tables
 
 T = TypeVar("T")
 # A row as SQLAlchemy returns it, or as psycopg's ``dict_row`` does (the grains' store).
@@ -159,8 +133,8 @@ MAPPERS: dict[type[Any], _Mapper] = {
     m.cls: m
     for m in (
         _Mapper(
-            Run,
-            runs,
+            model.Run,
+            tables.runs,
             nested={
                 "release": ("release_id", "release_hash"),
                 "policy": ("policy_id", "policy_revision"),
@@ -168,17 +142,18 @@ MAPPERS: dict[type[Any], _Mapper] = {
             },
             supplied=("next_due_at",),
         ),
-        _Mapper(Step, steps),
-        _Mapper(Attempt, attempts, supplied=("agent_id",)),  # the step's agent, for claims
-        _Mapper(AttemptResult, attempt_results),
-        _Mapper(Lease, leases),
-        _Mapper(ApprovalRequest, approval_requests),
-        _Mapper(ApprovalDecision, approval_decisions),
-        _Mapper(CancellationIntent, cancellation_intents),
-        _Mapper(ToolCall, tool_calls),
-        _Mapper(Event, outbox, supplied=("published_at",), generated=("id",)),
-        _Mapper(RecoveryJournalEntry, recovery_journal, generated=("id",)),
-        _Mapper(AuditRecord, audit_log, generated=("id",)),
+        _Mapper(model.Step, tables.steps),
+        # the step's agent, for claims
+        _Mapper(model.Attempt, tables.attempts, supplied=("agent_id",)),
+        _Mapper(model.AttemptResult, tables.attempt_results),
+        _Mapper(model.Lease, tables.leases),
+        _Mapper(model.ApprovalRequest, tables.approval_requests),
+        _Mapper(model.ApprovalDecision, tables.approval_decisions),
+        _Mapper(model.CancellationIntent, tables.cancellation_intents),
+        _Mapper(model.ToolCall, tables.tool_calls),
+        _Mapper(model.Event, tables.outbox, supplied=("published_at",), generated=("id",)),
+        _Mapper(model.RecoveryJournalEntry, tables.recovery_journal, generated=("id",)),
+        _Mapper(model.AuditRecord, tables.audit_log, generated=("id",)),
     )
 }
 
@@ -191,102 +166,3 @@ def to_row(entity: Any, **supplied: Any) -> dict[str, Any]:
 def from_row(cls: type[T], row: RowLike) -> T:
     result: T = MAPPERS[cls].from_row(row)
     return result
-
-
-# The names the unit of work calls.
-
-
-def run_to_row(run: Run) -> dict[str, Any]:
-    return to_row(run)
-
-
-def row_to_run(row: RowLike) -> Run:
-    return from_row(Run, row)
-
-
-def step_to_row(step: Step) -> dict[str, Any]:
-    return to_row(step)
-
-
-def row_to_step(row: RowLike) -> Step:
-    return from_row(Step, row)
-
-
-def attempt_to_row(attempt: Attempt, agent_id: str) -> dict[str, Any]:
-    return to_row(attempt, agent_id=agent_id)
-
-
-def row_to_attempt(row: RowLike) -> Attempt:
-    return from_row(Attempt, row)
-
-
-def result_to_row(r: AttemptResult) -> dict[str, Any]:
-    return to_row(r)
-
-
-def row_to_result(row: RowLike) -> AttemptResult:
-    return from_row(AttemptResult, row)
-
-
-def lease_to_row(lease: Lease) -> dict[str, Any]:
-    return to_row(lease)
-
-
-def row_to_lease(row: RowLike) -> Lease:
-    return from_row(Lease, row)
-
-
-def approval_to_row(a: ApprovalRequest) -> dict[str, Any]:
-    return to_row(a)
-
-
-def row_to_approval(row: RowLike) -> ApprovalRequest:
-    return from_row(ApprovalRequest, row)
-
-
-def decision_to_row(d: ApprovalDecision) -> dict[str, Any]:
-    return to_row(d)
-
-
-def row_to_decision(row: RowLike) -> ApprovalDecision:
-    return from_row(ApprovalDecision, row)
-
-
-def intent_to_row(i: CancellationIntent) -> dict[str, Any]:
-    return to_row(i)
-
-
-def row_to_intent(row: RowLike) -> CancellationIntent:
-    return from_row(CancellationIntent, row)
-
-
-def tool_call_to_row(t: ToolCall) -> dict[str, Any]:
-    return to_row(t)
-
-
-def row_to_tool_call(row: RowLike) -> ToolCall:
-    return from_row(ToolCall, row)
-
-
-def event_to_row(e: Event) -> dict[str, Any]:
-    return to_row(e, published_at=None)
-
-
-def row_to_event(row: RowLike) -> Event:
-    return from_row(Event, row)
-
-
-def journal_to_row(j: RecoveryJournalEntry) -> dict[str, Any]:
-    return to_row(j)
-
-
-def row_to_journal(row: RowLike) -> RecoveryJournalEntry:
-    return from_row(RecoveryJournalEntry, row)
-
-
-def audit_to_row(a: AuditRecord) -> dict[str, Any]:
-    return to_row(a)
-
-
-def row_to_audit(row: RowLike) -> AuditRecord:
-    return from_row(AuditRecord, row)

@@ -83,15 +83,19 @@ class Grant:
     def fenced(self) -> dict[str, Any]:
         """The fields a fenced command takes from this grant's lease:
         ``ReportOutcome(**grant.fenced(), outcome=..., outcome_hash=...)``."""
-        lease = self.lease
-        return {
-            "tenant_id": self.tenant_id,
-            "run_id": lease.run_id,
-            "attempt_id": lease.attempt_id,
-            "holder": lease.holder,
-            "fencing_token": lease.fencing_token,
-            "lease_id": lease.lease_id,
-        }
+        return fenced_fields(self.tenant_id, self.lease)
+
+
+def fenced_fields(tenant_id: str, lease: LeaseGrant) -> dict[str, Any]:
+    """The fields a fenced command takes from a lease of a run of ``tenant_id``."""
+    return {
+        "tenant_id": tenant_id,
+        "run_id": lease.run_id,
+        "attempt_id": lease.attempt_id,
+        "holder": lease.holder,
+        "fencing_token": lease.fencing_token,
+        "lease_id": lease.lease_id,
+    }
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,10 +17,13 @@ run: $(STAMP)
 
 # Two pytest-xdist workers, each with its own PostgreSQL and Ray runtime (tests/conftest.py's
 # session fixtures), each taking whole files (module fixtures stay in one process) in the order
-# collected: the longest files first (LONGEST_FILES in tests/conftest.py). docs/testing.md.
+# collected, the longest files first (LONGEST_FILES in tests/conftest.py); then the tests
+# marked `alone` (timed against the wall clock) in one process, nothing else running.
+# `make test TEST_WORKERS=` runs the first part in one process too. docs/testing.md.
+TEST_WORKERS ?= -n 2 --dist loadfile --no-loadscope-reorder
 test: $(STAMP)
-	RUNCONTROL_RUN_SLOW=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder \
-		--durations=15
+	RUNCONTROL_RUN_SLOW=1 $(BIN)/python -m pytest -q $(TEST_WORKERS) -m "not alone" --durations=15
+	RUNCONTROL_RUN_SLOW=1 $(BIN)/python -m pytest -q -m alone
 
 # The long variants of what `make test` checks short (tests marked `long`: the SIGTERM drain
 # under load on its own, every `runcontrol up` stop and kill case, the rate limit over 30 s).

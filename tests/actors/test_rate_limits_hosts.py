@@ -48,6 +48,7 @@ BURST = 2.0
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # a second of CPU starved while the hosts restart is 10 % of the window
 @pytest.mark.parametrize("window_s", [15, pytest.param(30, marks=pytest.mark.long)])
 def test_a_tenant_rate_holds_within_10_percent_over_its_window_across_hosts_and_restarts(
     h: RayHarness, window_s: int

@@ -20,6 +20,21 @@ from runcontrol.store import Database
 APP_NAME = "runcontrol"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Schemathesis names each operation's test ``test_x[GET /path]`` (test_schemathesis.py)
+    but, on pytest 9.2, gives every one of them the same node id, ``...::test_x``: pytest-xdist
+    (``make test``) schedules tests by node id and would run one operation of them. Their ids
+    get the operation back."""
+    for item in items:
+        if (
+            isinstance(item, pytest.Function)
+            and item.name != item.originalname
+            and item.nodeid.endswith(f"::{item.originalname}")
+        ):
+            operation = item.name[len(item.originalname) + 1 : -1]
+            item._id = item.parent.id.child(item.originalname).with_params(operation)  # type: ignore[union-attr]
+
+
 @pytest.fixture(scope="session")
 def db(ray_runtime: Any) -> Database:
     """Tests here read the Ray runtime's own database (see ``ray_db`` in tests/conftest.py)."""

@@ -176,20 +176,20 @@ def test_retry_refuses_a_finished_run_and_a_busy_step(h: Harness):
 # ---------------------------------------------------------------------- resolve
 
 
+def resolve(h: Harness, grain, grant, outcome: AttemptOutcome, reason: str = "checking"):
+    """An operator resolves the attempt ``grant`` leased as ``outcome``."""
+    return control(
+        h, grain, ResolveAttempt, reason=reason, attempt_id=grant.attempt_id, outcome=outcome
+    )
+
+
 def test_resolving_an_awaited_uncertain_attempt_as_succeeded_completes_the_run(h: Harness):
     h.env.rng = CeilingRandom()
     grain, grant = h.start_run(StepSpec("only", "agent-a", max_attempts=3))
     report(grain, grant, AttemptOutcome.UNCERTAIN)  # read-only: a retry is scheduled
     assert h.load(grain.run_id).steps[0].state is StepState.PENDING
 
-    answer = control(
-        h,
-        grain,
-        ResolveAttempt,
-        reason="the report reached the tracker",
-        attempt_id=grant.attempt_id,
-        outcome=AttemptOutcome.SUCCEEDED,
-    )
+    answer = resolve(h, grain, grant, AttemptOutcome.SUCCEEDED, "the report reached the tracker")
 
     assert (answer.state, answer.attempt_state) == ("Completed", "Succeeded")
     agg = h.load(grain.run_id)
@@ -199,13 +199,7 @@ def test_resolving_an_awaited_uncertain_attempt_as_succeeded_completes_the_run(h
     resolved = audited(h, grain.run_id, "attempt-resolved")
     assert resolved.detail["outcome"] == "Succeeded" and resolved.actor == OPERATOR
     with pytest.raises(errors.IllegalTransition):  # no longer Uncertain
-        control(
-            h,
-            grain,
-            ResolveAttempt,
-            attempt_id=grant.attempt_id,
-            outcome=AttemptOutcome.FAILED,
-        )
+        resolve(h, grain, grant, AttemptOutcome.FAILED)
 
 
 def test_resolving_an_attempt_of_a_failed_run_corrects_the_record_only(h: Harness):
@@ -214,14 +208,7 @@ def test_resolving_an_attempt_of_a_failed_run_corrects_the_record_only(h: Harnes
     )
     report(grain, grant, AttemptOutcome.UNCERTAIN)
 
-    answer = control(
-        h,
-        grain,
-        ResolveAttempt,
-        reason="no row was written",
-        attempt_id=grant.attempt_id,
-        outcome=AttemptOutcome.FAILED,
-    )
+    answer = resolve(h, grain, grant, AttemptOutcome.FAILED, "no row was written")
 
     assert (answer.state, answer.attempt_state) == ("Failed", "Failed")
     agg = h.load(grain.run_id)
@@ -230,9 +217,7 @@ def test_resolving_an_attempt_of_a_failed_run_corrects_the_record_only(h: Harnes
     (entry,) = [j for j in h.journal(grain.run_id) if j.cause == "OperatorResolved"]
     assert (entry.from_state, entry.to_state, entry.actor) == ("Uncertain", "Failed", OPERATOR)
     with pytest.raises(errors.ValidationFailed):
-        control(
-            h, grain, ResolveAttempt, attempt_id=grant.attempt_id, outcome=AttemptOutcome.CANCELLED
-        )
+        resolve(h, grain, grant, AttemptOutcome.CANCELLED)
 
 
 # ---------------------------------------------------------------------- rerun

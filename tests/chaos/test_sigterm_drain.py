@@ -3,7 +3,7 @@ refuses new submissions with 503 ``draining`` (the driver resends them with thei
 workers finish and report the attempts in hand, the edge and the run hosts their commands in
 flight; then the service starts again. Every accepted run must end, none ``Uncertain`` (no
 attempt in hand was abandoned), with gap-free event sequences and nothing half-written
-(``chaos.check``: journal, outbox, steps, leases, budget)."""
+(``chaos_checks.check``: journal, outbox, steps, leases, budget)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from chaos import ChaosOptions, breaches, run
+from chaos import ChaosOptions, run
+from chaos_checks import breaches
 
 
 @pytest.mark.slow

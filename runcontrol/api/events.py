@@ -114,7 +114,8 @@ async def event_history(
 ) -> list[dict[str, Any]]:
     read = _run_and_events(run_id, caller.project_scope, after, limit)
     run, events = await svc.read_in_scope(caller, read)
-    found(run, errors.RunNotFound(f"run {run_id} not found"))
+    if run is None:
+        raise errors.RunNotFound(f"run {run_id} not found")
     return events
 
 

@@ -7,12 +7,10 @@ domain's rule; this module only hands it the verified principal and the request'
 from __future__ import annotations
 
 from dataclasses import asdict
-from datetime import UTC, datetime
 from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Path, Query
-from sqlalchemy import Connection
 
 from schemas.api import ApprovalPage, ApprovalView, DecisionRequest
 
@@ -22,7 +20,7 @@ from ..edge import commands
 from ..edge.commands import require_visible
 from ..store import queries as q
 from .auth import ApprovalsReader, Caller
-from .context import Cursor, PageLimit, Services, Svc, check_cursor
+from .context import Cursor, PageLimit, Services, Svc, found, list_page
 from .limits import MeteredDecider
 from .problems import responses
 from .runs import RetryKey
@@ -93,24 +91,16 @@ async def _approvals_page(
     cursor: str | None,
     limit: int,
 ) -> dict[str, Any]:
-    check_cursor(cursor)
-    states = [str(s) for s in state or ()]
-    requested_by = approvals_visible_only_to(caller.principal)
-
-    def page(conn: Connection) -> tuple[list[dict[str, Any]], str | None]:
-        return q.list_approvals(
-            conn,
-            project_id=caller.project_scope,
-            states=states,
-            requested_by=requested_by,
-            run_id=run_id,
-            cursor=cursor,
-            limit=limit,
-        )
-
-    as_of = datetime.now(UTC)
-    items, next_cursor = await svc.read(caller.tenant_id, page, project_id=caller.project_scope)
-    return {"items": items, "nextCursor": next_cursor, "asOf": as_of}
+    return await list_page(
+        svc,
+        caller,
+        q.list_approvals,
+        cursor,
+        limit,
+        states=[str(s) for s in state or ()],
+        requested_by=approvals_visible_only_to(caller.principal),
+        run_id=run_id,
+    )
 
 
 @runs_router.get(
@@ -149,13 +139,10 @@ async def get_approval(
     approval_id: Annotated[UUID, Path(alias="approvalId")],
 ) -> dict[str, Any]:
     requested_by = approvals_visible_only_to(caller.principal)
-    found = await svc.read(
-        caller.tenant_id,
+    view = await svc.read_in_scope(
+        caller,
         lambda conn: q.get_approval(
             conn, approval_id, project_id=caller.project_scope, requested_by=requested_by
         ),
-        project_id=caller.project_scope,
     )
-    if found is None:
-        raise errors.ApprovalNotFound(f"approval {approval_id} not found")
-    return found
+    return found(view, errors.ApprovalNotFound(f"approval {approval_id} not found"))

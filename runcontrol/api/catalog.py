@@ -31,7 +31,7 @@ from ..domain import WorkflowDefinition, errors
 from ..ports.releases import move_alias, publish_release
 from ..store import catalog
 from .auth import ReleasePublisher, RunsReader
-from .context import Svc
+from .context import Svc, found
 from .problems import responses
 
 releases_router = APIRouter(prefix="/factory/releases", tags=["catalog"])
@@ -74,10 +74,8 @@ async def publish(
         body.aliases,
     )
     response.headers["Location"] = f"{workflows_router.prefix}/{release.workflow_id}"
-    return await svc.read(
-        caller.tenant_id,
-        lambda conn: _released(conn, release.workflow_id, release.release_id),
-        project_id=None,
+    return await svc.read_in_tenant(
+        caller, lambda conn: _released(conn, release.workflow_id, release.release_id)
     )
 
 
@@ -90,7 +88,7 @@ async def publish(
     description="Scope `factory.runs.read`.",
 )
 async def list_workflows(caller: RunsReader, svc: Svc) -> dict[str, Any]:
-    items = await svc.read(caller.tenant_id, catalog.list_workflows, project_id=None)
+    items = await svc.read_in_tenant(caller, catalog.list_workflows)
     return {"items": items}
 
 
@@ -103,14 +101,11 @@ async def list_workflows(caller: RunsReader, svc: Svc) -> dict[str, Any]:
     description="Scope `factory.runs.read`.",
 )
 async def get_workflow(caller: RunsReader, svc: Svc, workflow_id: WorkflowIdPath) -> dict[str, Any]:
-    view = await svc.read(
-        caller.tenant_id, lambda conn: catalog.get_workflow(conn, workflow_id), project_id=None
+    view = await svc.read_in_tenant(caller, lambda conn: catalog.get_workflow(conn, workflow_id))
+    missing = errors.WorkflowNotFound(
+        f"workflow {workflow_id!r} has no release", workflow_id=workflow_id
     )
-    if view is None:
-        raise errors.WorkflowNotFound(
-            f"workflow {workflow_id!r} has no release", workflow_id=workflow_id
-        )
-    return view
+    return found(view, missing)
 
 
 @workflows_router.put(
@@ -138,10 +133,8 @@ async def put_alias(
         body.release_id,
         datetime.now(UTC),
     )
-    return await svc.read(
-        caller.tenant_id,
-        lambda conn: _released(conn, workflow_id, body.release_id),
-        project_id=None,
+    return await svc.read_in_tenant(
+        caller, lambda conn: _released(conn, workflow_id, body.release_id)
     )
 
 
@@ -156,11 +149,7 @@ async def put_alias(
 )
 async def get_run_graph(caller: RunsReader, svc: Svc, run_id: RunIdPath) -> dict[str, Any]:
     project = caller.project_scope
-    view = await svc.read(
-        caller.tenant_id,
-        lambda conn: catalog.run_graph(conn, run_id, project_id=project),
-        project_id=project,
+    view = await svc.read_in_scope(
+        caller, lambda conn: catalog.run_graph(conn, run_id, project_id=project)
     )
-    if view is None:
-        raise errors.RunNotFound(f"run {run_id} not found")
-    return view
+    return found(view, errors.RunNotFound(f"run {run_id} not found"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 from uuid import UUID
 
@@ -86,6 +87,16 @@ class Services:
         (``runcontrol.edge.reads``: a lost database answers 503)."""
         return await reads.read(self.db, tenant_id, query, project_id=project_id)
 
+    async def read_in_scope(self, caller: Caller, query: Callable[[Connection], T]) -> T:
+        """``read`` in the caller's tenant and project scope (``Caller.project_scope``: its
+        project, or the whole tenant for a role that spans it)."""
+        return await self.read(caller.tenant_id, query, project_id=caller.project_scope)
+
+    async def read_in_tenant(self, caller: Caller, query: Callable[[Connection], T]) -> T:
+        """``read`` across the caller's tenant: what the tenant owns, not a project (the
+        catalog, webhook subscriptions, the approval policy)."""
+        return await self.read(caller.tenant_id, query, project_id=None)
+
 
 async def services(request: Request) -> Services:
     # async: FastAPI runs a plain ``def`` dependency on a thread pool, a hop per request
@@ -94,6 +105,13 @@ async def services(request: Request) -> Services:
 
 
 Svc = Annotated[Services, Depends(services)]
+
+
+def found(view: T | None, missing: Exception) -> T:
+    """What a read found, or ``missing`` raised (a not-found error: 404) when it found nothing."""
+    if view is None:
+        raise missing
+    return view
 
 
 # A page of a list: the cursor the previous page answered (``nextCursor``), and its size.
@@ -111,3 +129,28 @@ def check_cursor(cursor: str | None) -> str | None:
     except (ValueError, TypeError):
         raise InvalidCursor("the cursor is not one this API returned") from None
     return cursor
+
+
+Page = tuple[list[dict[str, Any]], str | None]
+
+
+async def list_page(
+    svc: Services,
+    caller: Caller,
+    query: Callable[..., Page],
+    cursor: str | None,
+    limit: int,
+    **filters: Any,
+) -> dict[str, Any]:
+    """One page of a read model list in the caller's scope, as the list routes answer it: the
+    items, the cursor of the next page (None after the last) and when it was read.
+    ``query(conn, project_id=, cursor=, limit=, **filters)`` reads the page."""
+    check_cursor(cursor)
+    project = caller.project_scope
+
+    def page(conn: Connection) -> Page:
+        return query(conn, project_id=project, cursor=cursor, limit=limit, **filters)
+
+    as_of = datetime.now(UTC)
+    items, next_cursor = await svc.read_in_scope(caller, page)
+    return {"items": items, "nextCursor": next_cursor, "asOf": as_of}

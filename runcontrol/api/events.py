@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Header, Path, Query
+from fastapi import APIRouter, Depends, Header, Path, Query
 from fastapi.responses import Response, StreamingResponse
 from sqlalchemy import Connection
 
@@ -28,7 +28,7 @@ from ..domain.events import TERMINAL_EVENTS
 from ..store import queries as q
 from ..store.commit import EVENTS_CHANNEL
 from .auth import RunsReader
-from .context import Services, Streams, Svc
+from .context import Services, Streams, Svc, found
 from .problems import TooManySubscribers, responses
 
 router = APIRouter(prefix="/factory/runs", tags=["events"])
@@ -44,6 +44,39 @@ def sse_frame(event: dict[str, Any]) -> str:
     """One event as an SSE frame; ``data`` is the same envelope the history answers with."""
     data = EventEnvelope.model_validate(event).model_dump_json(by_alias=True)
     return f"id: {event['seq']}\nevent: {event['type']}\ndata: {data}\n\n"
+
+
+async def resume_after(
+    after: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
+    last_event_id: Annotated[int | None, Header(alias="Last-Event-ID", ge=0, le=MAX_SEQ)] = None,
+) -> int:
+    """Where a stream starts: after ``Last-Event-ID`` (an EventSource reconnecting), else
+    after ``?after=``, else from the start."""
+    return last_event_id if last_event_id is not None else (after or 0)
+
+
+# A stream route's position to resume after (``resume_after``).
+ResumeAfter = Annotated[int, Depends(resume_after)]
+
+
+def admit_live_stream(svc: Services, history: str) -> None:
+    """Refuse a live stream (429) while this replica serves ``api.sse_max_streams`` already,
+    pointing at the ``history`` read instead; else make sure the replica listens."""
+    if svc.streams.live >= svc.settings.api.sse_max_streams:
+        raise TooManySubscribers(
+            f"this replica already serves {svc.streams.live} live event streams; "
+            f"retry later (another replica may take it) or read {history}"
+        )
+    svc.feed.start()
+
+
+def sse_response(frames: AsyncIterator[str]) -> StreamingResponse:
+    """A stream of SSE frames as the answer, never cached nor buffered by a proxy."""
+    return StreamingResponse(
+        frames,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
 RunAndEvents = tuple[dict[str, Any] | None, list[dict[str, Any]]]
@@ -80,7 +113,7 @@ async def event_history(
     limit: Annotated[int, Query(ge=1, le=REPLAY_BATCH)] = 100,
 ) -> list[dict[str, Any]]:
     read = _run_and_events(run_id, caller.project_scope, after, limit)
-    run, events = await svc.read(caller.tenant_id, read, project_id=caller.project_scope)
+    run, events = await svc.read_in_scope(caller, read)
     if run is None:
         raise errors.RunNotFound(f"run {run_id} not found")
     return events
@@ -195,34 +228,22 @@ async def stream_events(
     caller: RunsReader,
     svc: Svc,
     run_id: RunIdPath,
-    after: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
-    last_event_id: Annotated[int | None, Header(alias="Last-Event-ID", ge=0, le=MAX_SEQ)] = None,
+    cursor: ResumeAfter,
 ) -> Response:
-    cursor = last_event_id if last_event_id is not None else (after or 0)
     tenant_id, project_id = caller.tenant_id, caller.project_scope
     since = svc.feed.generation(EVENTS_CHANNEL, (str(run_id),))
-    run, first = await svc.read(
-        tenant_id, _run_and_events(run_id, project_id, cursor, REPLAY_BATCH), project_id=project_id
+    run, first = await svc.read_in_scope(
+        caller, _run_and_events(run_id, project_id, cursor, REPLAY_BATCH)
     )
-    if run is None:
-        raise errors.RunNotFound(f"run {run_id} not found")
+    run = found(run, errors.RunNotFound(f"run {run_id} not found"))
     frames: AsyncIterator[str]
     if RunState(run["state"]).terminal:
         if not first:
             return Response(status_code=204)  # nothing more will come: EventSource stops
         frames = _replay(svc, tenant_id, project_id, run_id, first)
     else:
-        if svc.streams.live >= svc.settings.api.sse_max_streams:
-            raise TooManySubscribers(
-                f"this replica already serves {svc.streams.live} live event streams; "
-                "retry later (another replica may take it) or read /events/history"
-            )
-        svc.feed.start()
+        admit_live_stream(svc, "/events/history")
         frames = counted(
             svc.streams, _live(svc, tenant_id, project_id, run_id, first, cursor, since)
         )
-    return StreamingResponse(
-        frames,
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    return sse_response(frames)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 from sqlalchemy import Connection
 
@@ -23,8 +23,16 @@ from schemas.api import FeedEvent
 from ..store import webhooks as store
 from .auth import RunsReader
 from .context import Services, Svc
-from .events import MAX_SEQ, REPLAY_BATCH, RETRY_MS, counted
-from .problems import TooManySubscribers, responses
+from .events import (
+    MAX_SEQ,
+    REPLAY_BATCH,
+    RETRY_MS,
+    ResumeAfter,
+    admit_live_stream,
+    counted,
+    sse_response,
+)
+from .problems import responses
 
 router = APIRouter(prefix="/factory/events", tags=["events"])
 
@@ -49,11 +57,7 @@ async def feed_history(
     after: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
     limit: Annotated[int, Query(ge=1, le=REPLAY_BATCH)] = 100,
 ) -> list[dict[str, Any]]:
-    return await svc.read(
-        caller.tenant_id,
-        lambda conn: store.feed_after(conn, after, limit),
-        project_id=caller.project_scope,
-    )
+    return await svc.read_in_scope(caller, lambda conn: store.feed_after(conn, after, limit))
 
 
 def _feed_after(after: int) -> Callable[[Connection], list[dict[str, Any]]]:
@@ -95,20 +99,9 @@ async def _live(
 async def stream_feed(
     caller: RunsReader,
     svc: Svc,
-    after: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
-    last_event_id: Annotated[int | None, Header(alias="Last-Event-ID", ge=0, le=MAX_SEQ)] = None,
+    cursor: ResumeAfter,
 ) -> StreamingResponse:
-    cursor = last_event_id if last_event_id is not None else (after or 0)
-    if svc.streams.live >= svc.settings.api.sse_max_streams:
-        raise TooManySubscribers(
-            f"this replica already serves {svc.streams.live} live event streams; "
-            "retry later (another replica may take it) or read /factory/events/history"
-        )
-    svc.feed.start()
+    admit_live_stream(svc, "/factory/events/history")
     since = svc.feed.generation(store.FEED_CHANNEL, (caller.tenant_id,))
     frames = counted(svc.streams, _live(svc, caller.tenant_id, caller.project_scope, cursor, since))
-    return StreamingResponse(
-        frames,
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    return sse_response(frames)

@@ -117,11 +117,7 @@ async def workers(caller: RunsReader, svc: Svc) -> dict[str, Any]:
     if stall is None:
         return {"status": "ok", "stall_seconds": None, "stalled": []}
     now = datetime.now(UTC)
-    found = await svc.read(
-        caller.tenant_id,
-        lambda conn: q.stalled_attempts(conn, now, stall),
-        project_id=caller.project_scope,
-    )
+    found = await svc.read_in_scope(caller, lambda conn: q.stalled_attempts(conn, now, stall))
     stalled = [
         {"agent_id": agent, "waiting": n, "oldest_dispatched_at": oldest}
         for tenant, agent, n, oldest in found

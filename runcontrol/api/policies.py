@@ -65,5 +65,5 @@ async def publish(
     "revision published yet).",
 )
 async def current(caller: ApprovalsReader, svc: Svc) -> dict[str, Any]:
-    doc = await svc.read(caller.tenant_id, current_policy, project_id=None)
+    doc = await svc.read_in_tenant(caller, current_policy)
     return _view(doc.policy_id, doc.revision, document_to_dict(doc))

@@ -31,5 +31,5 @@ router = APIRouter(prefix="/factory/queues", tags=["flow control"])
 )
 async def list_queues(caller: RunsReader, svc: Svc) -> dict[str, Any]:
     now = datetime.now(UTC)
-    items = await svc.read(caller.tenant_id, lambda conn: q.flow_queues(conn, now), project_id=None)
+    items = await svc.read_in_tenant(caller, lambda conn: q.flow_queues(conn, now))
     return {"items": items, "asOf": now}

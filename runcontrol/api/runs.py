@@ -7,13 +7,11 @@ read models. Routes translate HTTP to calls and back, nothing more.
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
 from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Header, Path, Query, Response
 from fastapi.responses import JSONResponse
-from sqlalchemy import Connection
 
 from schemas.api import (
     CancelRunRequest,
@@ -29,7 +27,7 @@ from ..edge import commands
 from ..store import queries as q
 from ..store.commit import EVENTS_CHANNEL
 from .auth import Caller, RunsReader
-from .context import Cursor, PageLimit, Services, Svc, check_cursor
+from .context import Cursor, PageLimit, Services, Svc, found, list_page
 from .limits import MeteredCanceller, MeteredSubmitter
 from .problems import responses
 
@@ -90,10 +88,8 @@ async def wait_terminal(
     svc.feed.start()
     while True:
         since = svc.feed.generation(EVENTS_CHANNEL, key)
-        view = await svc.read(
-            caller.tenant_id,
-            lambda conn: q.get_run(conn, run_id, project_id=project),
-            project_id=project,
+        view = await svc.read_in_scope(
+            caller, lambda conn: q.get_run(conn, run_id, project_id=project)
         )
         if view is not None and RunState(view["state"]).terminal:
             return view
@@ -161,14 +157,8 @@ async def get_run(
     run_id: RunIdPath,
 ) -> dict[str, Any]:
     project = caller.project_scope
-    view = await svc.read(
-        caller.tenant_id,
-        lambda conn: q.get_run(conn, run_id, project_id=project),
-        project_id=project,
-    )
-    if view is None:
-        raise errors.RunNotFound(f"run {run_id} not found")
-    return view
+    view = await svc.read_in_scope(caller, lambda conn: q.get_run(conn, run_id, project_id=project))
+    return found(view, errors.RunNotFound(f"run {run_id} not found"))
 
 
 @router.get(
@@ -190,22 +180,10 @@ async def list_runs(
     cursor: Cursor = None,
     limit: PageLimit = 50,
 ) -> dict[str, Any]:
-    check_cursor(cursor)
     states = [str(s) for s in state or ()]
-
-    def page(conn: Connection) -> tuple[list[dict[str, Any]], str | None]:
-        return q.list_runs(
-            conn,
-            project_id=caller.project_scope,
-            states=states,
-            workflow_id=workflow_id,
-            cursor=cursor,
-            limit=limit,
-        )
-
-    as_of = datetime.now(UTC)
-    items, next_cursor = await svc.read(caller.tenant_id, page, project_id=caller.project_scope)
-    return {"items": items, "nextCursor": next_cursor, "asOf": as_of}
+    return await list_page(
+        svc, caller, q.list_runs, cursor, limit, states=states, workflow_id=workflow_id
+    )
 
 
 @router.post(

@@ -31,7 +31,7 @@ from ..domain import errors
 from ..domain.webhooks import DeliveryState
 from ..store import webhooks as store
 from .auth import WebhooksManager
-from .context import Svc
+from .context import Svc, found
 from .problems import responses
 
 router = APIRouter(prefix="/factory/webhooks", tags=["webhooks"])
@@ -80,7 +80,7 @@ async def create_webhook(
     summary="The tenant's webhook subscriptions (disabled ones too), oldest first.",
 )
 async def list_webhooks(caller: WebhooksManager, svc: Svc) -> dict[str, Any]:
-    items = await svc.read(caller.tenant_id, store.list_subscriptions, project_id=None)
+    items = await svc.read_in_tenant(caller, store.list_subscriptions)
     return {"items": items}
 
 
@@ -94,14 +94,10 @@ async def list_webhooks(caller: WebhooksManager, svc: Svc) -> dict[str, Any]:
 async def get_webhook(
     caller: WebhooksManager, svc: Svc, subscription_id: SubscriptionIdPath
 ) -> dict[str, Any]:
-    found = await svc.read(
-        caller.tenant_id,
-        lambda conn: store.get_subscription(conn, subscription_id),
-        project_id=None,
+    view = await svc.read_in_tenant(
+        caller, lambda conn: store.get_subscription(conn, subscription_id)
     )
-    if found is None:
-        raise _not_found(subscription_id)
-    return found
+    return found(view, _not_found(subscription_id))
 
 
 @router.delete(
@@ -115,12 +111,10 @@ async def disable_webhook(
     caller: WebhooksManager, svc: Svc, subscription_id: SubscriptionIdPath
 ) -> Response:
     now = datetime.now(UTC)
-    found = await svc.read(
-        caller.tenant_id,
-        lambda conn: store.disable_subscription(conn, subscription_id, now),
-        project_id=None,
+    disabled = await svc.read_in_tenant(
+        caller, lambda conn: store.disable_subscription(conn, subscription_id, now)
     )
-    if not found:
+    if not disabled:
         raise _not_found(subscription_id)
     return Response(status_code=204)
 
@@ -149,9 +143,7 @@ async def list_deliveries(
             return None
         return store.list_deliveries(conn, subscription_id, states=states, after=after, limit=limit)
 
-    items = await svc.read(caller.tenant_id, page, project_id=None)
-    if items is None:
-        raise _not_found(subscription_id)
+    items = found(await svc.read_in_tenant(caller, page), _not_found(subscription_id))
     next_after = items[-1]["position"] if len(items) == limit else None
     return {"items": items, "nextAfter": next_after}
 

@@ -11,7 +11,7 @@ except for audit records that must be kept even when the command is refused. Whi
 run's state admits is the ``RUN_COMMANDS`` table of ``runcontrol.domain.machines``.
 """
 
-from .core import RunAggregate
+from .core import Changes, RunAggregate
 from .usage import RateConsumed
 from .values import (
     APPROVAL_EXPIRY,
@@ -22,7 +22,6 @@ from .values import (
     RUN_CONTROL,
     WALL_CLOCK_EXCEEDED,
     WORKER_OUTCOMES,
-    Changes,
     CommandContext,
     FlowGate,
     LeaseGrant,

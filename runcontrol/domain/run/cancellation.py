@@ -11,7 +11,6 @@ from ..machines import (
     allows,
 )
 from ..states import (
-    AttemptOutcome,
     AttemptState,
     FailureClass,
     RunState,
@@ -19,14 +18,13 @@ from ..states import (
 )
 from .core import RunAggregate
 from .settlement import (
-    after_settled,
     cancel_unheld,
     cancel_unleased,
     close_remaining,
     emit_cancelled,
     finish_cancelling,
     record_intent,
-    settle,
+    settle_unreported,
 )
 from .values import (
     LIFETIME_EXCEEDED,
@@ -93,16 +91,6 @@ def enforce_deadlines(agg: RunAggregate, ctx: CommandContext, options: Options) 
             cancel_unleased(agg, ctx, attempt)
             agg.move_step(ctx, agg.step(attempt.step_id), StepState.CANCELLED, "RunCancelled")
             continue
-        settle(
-            agg,
-            ctx,
-            attempt,
-            AttemptOutcome.UNCERTAIN,
-            FailureClass.UNCERTAIN,
-            None,
-            settled_by=RUN_CONTROL,
-            cause="StopTimeout",
-        )
-        after_settled(agg, ctx, attempt, options)
+        settle_unreported(agg, ctx, attempt, options, settled_by=RUN_CONTROL, cause="StopTimeout")
     finish_cancelling(agg, ctx)
     return "stop-timeout"

@@ -6,6 +6,7 @@ beside this one; none of them keeps state of its own."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -47,11 +48,55 @@ from ..workflow import dependencies, final_step
 from .values import (
     LIFETIME_EXCEEDED,
     WALL_CLOCK_EXCEEDED,
-    Changes,
     CommandContext,
     LeaseGrant,
     Options,
 )
+
+
+@dataclass(slots=True)
+class Changes:
+    """What one command must persist, atomically."""
+
+    run: Run
+    expected_version: int | None
+    steps: dict[UUID, Step] = field(default_factory=dict)
+    attempts: dict[UUID, Attempt] = field(default_factory=dict)
+    leases: dict[UUID, Lease] = field(default_factory=dict)
+    approvals: dict[UUID, ApprovalRequest] = field(default_factory=dict)
+    decisions: list[ApprovalDecision] = field(default_factory=list)
+    intents: list[CancellationIntent] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    journal: list[RecoveryJournalEntry] = field(default_factory=list)
+    audits: list[AuditRecord] = field(default_factory=list)
+    tool_calls: dict[UUID, ToolCall] = field(default_factory=dict)
+    results: list[AttemptResult] = field(default_factory=list)
+    # Flow control (issue 21): the slots the dispatches need (the statement admits or refuses
+    # them) and the held steps' places in their keys' queues.
+    flow: list[dict[str, Any]] = field(default_factory=list)
+    flow_wait: list[dict[str, Any]] = field(default_factory=list)
+    # ``cancel-oldest``: the runs holding a key this run now waits for, and why; the host
+    # cancels them after the commit (not stored: the audit record is).
+    flow_cancel: list[tuple[UUID, str]] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (
+            self.steps
+            or self.attempts
+            or self.leases
+            or self.approvals
+            or self.decisions
+            or self.intents
+            or self.events
+            or self.journal
+            or self.tool_calls
+            or self.results
+            or self.flow_wait
+            or self.run_dirty
+        )
+
+    run_dirty: bool = False
 
 
 class RunAggregate:

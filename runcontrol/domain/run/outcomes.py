@@ -27,7 +27,7 @@ from ..states import (
 )
 from .core import RunAggregate
 from .leases import held_lease
-from .settlement import after_settled, settle
+from .settlement import after_settled, settle, settle_unreported
 from .values import (
     WORKER_OUTCOMES,
     CommandContext,
@@ -194,19 +194,20 @@ def _end_lease(
     agg.emit(ctx, ended, step_id=step.step_id)
     if step.side_effect_class.at_least(SideEffectClass.SHARED_WRITE):
         # invariant 6: the side effect may have happened
-        outcome, failure, cause = (
-            AttemptOutcome.UNCERTAIN,
-            FailureClass.UNCERTAIN,
-            "OutcomeReported",
+        settle_unreported(
+            agg, ctx, attempt, options, settled_by=settled_by, cause="OutcomeReported"
         )
     else:
-        outcome, failure, cause = (
-            AttemptOutcome.TIMED_OUT,
-            FailureClass.TRANSIENT,
-            "LeaseExpired",
+        settle_unreported(
+            agg,
+            ctx,
+            attempt,
+            options,
+            settled_by=settled_by,
+            cause="LeaseExpired",
+            outcome=AttemptOutcome.TIMED_OUT,
+            failure_class=FailureClass.TRANSIENT,
         )
-    settle(agg, ctx, attempt, outcome, failure, None, settled_by=settled_by, cause=cause)
-    after_settled(agg, ctx, attempt, options)
 
 
 REF_KEYS = frozenset({"uri", "sha256", "bytes"})

@@ -7,13 +7,11 @@ from uuid import UUID
 from .. import events as ev
 from ..states import (
     ApprovalState,
-    AttemptOutcome,
     AttemptState,
-    FailureClass,
     RunState,
 )
 from .core import RunAggregate
-from .settlement import after_settled, emit_approval_decided, settle
+from .settlement import emit_approval_decided, settle_unreported
 from .values import (
     RESTORE_CHECK,
     RESTORED_FROM_BACKUP,
@@ -59,16 +57,8 @@ def settle_restored_leases(agg: RunAggregate, ctx: CommandContext, options: Opti
                 emit_approval_decided(agg, ctx, approval)
         if agg.run.state is RunState.WAITING_FOR_APPROVAL and not agg.pending_approvals():
             agg.move_run(ctx, RunState.RUNNING, RESTORED_FROM_BACKUP)
-        settle(
-            agg,
-            ctx,
-            attempt,
-            AttemptOutcome.UNCERTAIN,
-            FailureClass.UNCERTAIN,
-            None,
-            settled_by=RESTORE_CHECK,
-            cause=RESTORED_FROM_BACKUP,
+        settle_unreported(
+            agg, ctx, attempt, options, settled_by=RESTORE_CHECK, cause=RESTORED_FROM_BACKUP
         )
-        after_settled(agg, ctx, attempt, options)
         settled.append(attempt_id)
     return settled

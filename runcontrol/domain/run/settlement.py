@@ -70,6 +70,24 @@ def settle(
     )
 
 
+def settle_unreported(
+    agg: RunAggregate,
+    ctx: CommandContext,
+    attempt: Attempt,
+    options: Options,
+    *,
+    settled_by: str,
+    cause: str,
+    outcome: AttemptOutcome = AttemptOutcome.UNCERTAIN,
+    failure_class: FailureClass = FailureClass.UNCERTAIN,
+) -> None:
+    """Settle an attempt no worker reported on (its lease ended, the run's stop timeout
+    passed, a restore found it leased), Uncertain unless told otherwise (invariant 6: its
+    side effect may have happened), and move its step and run on."""
+    settle(agg, ctx, attempt, outcome, failure_class, None, settled_by=settled_by, cause=cause)
+    after_settled(agg, ctx, attempt, options)
+
+
 def after_settled(
     agg: RunAggregate, ctx: CommandContext, attempt: Attempt, options: Options
 ) -> None:

@@ -3,7 +3,7 @@ and dispatching its next step as an attempt (invariant 4)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -346,29 +346,34 @@ def _cancel_oldest(agg: RunAggregate, ctx: CommandContext, k: dict[str, Any], fo
     reason = (
         f"concurrency key {k['key']} is wanted by run {agg.run.run_id} ({k['name']}: cancel-oldest)"
     )
-    agg.audit(
-        ctx,
-        "flow.cancel-oldest",
-        name=k["name"],
-        key=k["key"],
-        limit=k["limit"],
-        holder_runs=",".join(str(r) for r in holders),
-    )
+    _audit_cancelling(agg, ctx, flow.CANCEL_OLDEST, k, holders)
     agg.changes.flow_cancel.extend((run_id, reason) for run_id in holders)
 
 
 def _cancel_newest(agg: RunAggregate, ctx: CommandContext, k: dict[str, Any], found: Any) -> None:
     """``cancel-newest``: the run that finds the key busy is cancelled, not held."""
     reason = f"concurrency key {k['key']} is busy ({k['name']}: cancel-newest)"
+    _audit_cancelling(agg, ctx, flow.CANCEL_NEWEST, k, found.get("holderRuns", ()))
+    cancel(agg, ctx, RUN_CONTROL, reason)
+
+
+def _audit_cancelling(
+    agg: RunAggregate,
+    ctx: CommandContext,
+    strategy: str,
+    k: dict[str, Any],
+    holder_runs: Iterable[Any],
+) -> None:
+    """The audit of a busy concurrency key whose ``strategy`` cancels runs (``flow.<strategy>``),
+    naming the key and the runs holding it."""
     agg.audit(
         ctx,
-        "flow.cancel-newest",
+        f"flow.{strategy}",
         name=k["name"],
         key=k["key"],
         limit=k["limit"],
-        holder_runs=",".join(str(r) for r in found.get("holderRuns", ())),
+        holder_runs=",".join(str(r) for r in holder_runs),
     )
-    cancel(agg, ctx, RUN_CONTROL, reason)
 
 
 def next_attempt_number(agg: RunAggregate, step: Step) -> int:

@@ -1,6 +1,5 @@
 """What the aggregate's commands take and answer: options, the command context, the
-caller, the changes of one command, a submission and a lease grant; and the constants its
-rules name."""
+caller, a submission and a lease grant; and the constants its rules name."""
 
 from __future__ import annotations
 
@@ -13,21 +12,7 @@ from typing import Any
 from uuid import UUID
 
 from .. import errors
-from ..model import (
-    ApprovalDecision,
-    ApprovalRequest,
-    Attempt,
-    AttemptResult,
-    AuditRecord,
-    CancellationIntent,
-    Event,
-    Lease,
-    Limits,
-    RecoveryJournalEntry,
-    Run,
-    Step,
-    ToolCall,
-)
+from ..model import Limits
 from ..states import AttemptOutcome, FailureClass, Role, SideEffectClass
 
 # Who decides an approval that expired (``decided_by``): the reconciler, on the policy's behalf.
@@ -100,51 +85,6 @@ class Principal:
     tenant_id: str
     project_id: str
     roles: frozenset[Role] = frozenset()
-
-
-@dataclass(slots=True)
-class Changes:
-    """What one command must persist, atomically."""
-
-    run: Run
-    expected_version: int | None
-    steps: dict[UUID, Step] = field(default_factory=dict)
-    attempts: dict[UUID, Attempt] = field(default_factory=dict)
-    leases: dict[UUID, Lease] = field(default_factory=dict)
-    approvals: dict[UUID, ApprovalRequest] = field(default_factory=dict)
-    decisions: list[ApprovalDecision] = field(default_factory=list)
-    intents: list[CancellationIntent] = field(default_factory=list)
-    events: list[Event] = field(default_factory=list)
-    journal: list[RecoveryJournalEntry] = field(default_factory=list)
-    audits: list[AuditRecord] = field(default_factory=list)
-    tool_calls: dict[UUID, ToolCall] = field(default_factory=dict)
-    results: list[AttemptResult] = field(default_factory=list)
-    # Flow control (issue 21): the slots the dispatches need (the statement admits or refuses
-    # them) and the held steps' places in their keys' queues.
-    flow: list[dict[str, Any]] = field(default_factory=list)
-    flow_wait: list[dict[str, Any]] = field(default_factory=list)
-    # ``cancel-oldest``: the runs holding a key this run now waits for, and why; the host
-    # cancels them after the commit (not stored: the audit record is).
-    flow_cancel: list[tuple[UUID, str]] = field(default_factory=list)
-
-    @property
-    def empty(self) -> bool:
-        return not (
-            self.steps
-            or self.attempts
-            or self.leases
-            or self.approvals
-            or self.decisions
-            or self.intents
-            or self.events
-            or self.journal
-            or self.tool_calls
-            or self.results
-            or self.flow_wait
-            or self.run_dirty
-        )
-
-    run_dirty: bool = False
 
 
 @dataclass(frozen=True, slots=True)

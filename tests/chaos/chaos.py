@@ -271,7 +271,8 @@ class Chaos:
         env.update(SERVICE_ENV)
         env.update(
             {
-                "PYTHONPATH": os.pathsep.join((str(ROOT), str(HERE))),
+                # the project, tests/ (reference_worker) and tests/chaos/ (this harness)
+                "PYTHONPATH": os.pathsep.join((str(ROOT), str(HERE.parent), str(HERE))),
                 "RUNCONTROL_DATABASE_URL": self.pg.owner_url,
                 "CHAOS_TENANT": self.tenant,
                 "CHAOS_REFUSALS": str(self.refusals),

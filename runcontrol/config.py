@@ -323,8 +323,9 @@ class ApiOptions(BaseModel):
     )
     command_rate: RateLimit | None = Field(
         None,
-        description="Per tenant and replica: submissions, cancels and decisions beyond this "
-        "token bucket get 429 with Retry-After. None: no limit.",
+        description="Per tenant and replica, shared by the HTTP and gRPC doors: submissions, "
+        "cancels, decisions and signals beyond this token bucket get 429 with Retry-After "
+        "(gRPC: RESOURCE_EXHAUSTED). None: no limit.",
     )
     tenant_command_rates: dict[str, RateLimit] = Field(
         default_factory=dict, description="Per-tenant overrides of command_rate."

@@ -79,6 +79,26 @@ _LOCAL_INTERNAL_PORTS = (32000, 32768)
 _handed_out: set[int] = set()  # by this process, maybe not bound yet: never handed out twice
 
 
+# Clusters started at the same moment on one machine (a CI runner's parallel test workers) each
+# pick ports free *now*, and two can pick the same one before either binds it (seen: HAProxy's
+# metrics listener "Address already in use" when two pytest-xdist workers started their
+# clusters together). ``RUNCONTROL_LOCAL_PORT_SHARD=i/n`` gives this process, and the processes
+# it starts, the i-th of n equal slices of every local range above, so such clusters never pick
+# alike; unset, the whole ranges.
+SHARD_VARIABLE = "RUNCONTROL_LOCAL_PORT_SHARD"
+
+
+def _sharded(within: tuple[int, int]) -> tuple[int, int]:
+    shard = os.environ.get(SHARD_VARIABLE)
+    if not shard:
+        return within
+    index, count = (int(part) for part in shard.split("/"))
+    if not 0 <= index < count:
+        raise ValueError(f"{SHARD_VARIABLE}={shard}: want i/n with 0 <= i < n")
+    size = (within[1] - within[0]) // count
+    return within[0] + index * size, within[0] + (index + 1) * size
+
+
 def _ephemeral_low() -> int:
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as ports:
@@ -90,7 +110,8 @@ def _ephemeral_low() -> int:
 def free_port(within: tuple[int, int] = _LOCAL_LISTEN_PORTS) -> int:
     """A port free to listen on now, outside the ephemeral range (so no outgoing connection
     takes it before its listener binds it) and never handed out before by this process."""
-    low, high = within[0], min(within[1], _ephemeral_low())
+    low, high = _sharded(within)
+    high = min(high, _ephemeral_low())
     candidates = [port for port in range(low, high) if port not in _handed_out]
     random.shuffle(candidates)
     for port in candidates:
@@ -116,7 +137,7 @@ def free_port_block(size: int, taken: set[int] | None = None) -> int:
     """The first of ``size`` consecutive ports in the local replica range, none of them bound
     now nor in ``taken``; a random block, so clusters started one after another differ. Every
     block is tried (in random order) before the answer is that none is free."""
-    low, high = _LOCAL_REPLICA_PORTS
+    low, high = _sharded(_LOCAL_REPLICA_PORTS)
     firsts = list(range(low, high - size + 1, size))
     random.shuffle(firsts)
     for first in firsts:

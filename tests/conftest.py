@@ -30,6 +30,15 @@ from runcontrol.store import Database
 settings.register_profile("runcontrol", deadline=None)
 settings.load_profile("runcontrol")
 
+# Each pytest-xdist worker starts its own Ray runtime (and its tests start services): its local
+# ports come from a slice of their own (actors.ingress.SHARD_VARIABLE), so two workers starting
+# clusters at the same moment never pick the same free port. Child processes inherit it.
+if os.environ.get("PYTEST_XDIST_WORKER", "").startswith("gw"):
+    os.environ.setdefault(
+        "RUNCONTROL_LOCAL_PORT_SHARD",
+        f"{int(os.environ['PYTEST_XDIST_WORKER'][2:])}/{os.environ['PYTEST_XDIST_WORKER_COUNT']}",
+    )
+
 # The files that start a service of their own (PostgreSQL, Ray, `runcontrol up`, Chromium) and
 # take a minute or more each, longest first. They run before the rest: `make test` runs two
 # pytest-xdist workers that each take whole files in this order, and one of these left for the

@@ -10,6 +10,7 @@ import socket
 
 import pytest
 
+from actors import ingress
 from actors.ingress import (
     _LOCAL_INTERNAL_PORTS,
     _LOCAL_LISTEN_PORTS,
@@ -148,3 +149,21 @@ def test_a_local_cluster_moves_every_fixed_port_off_serves_defaults(
         assert chosen[name] not in fixed
     assert "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT" in PORT_VARIABLES
     assert "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT" in PORT_VARIABLES
+
+
+def test_sharded_processes_pick_from_disjoint_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two processes started together (pytest-xdist workers) with shards 0/2 and 1/2 never
+    pick the same port: each takes its own half of every local range."""
+    picked: dict[str, set[int]] = {}
+    for shard in ("0/2", "1/2"):
+        monkeypatch.setenv(ingress.SHARD_VARIABLE, shard)
+        ports = {ingress.free_port() for _ in range(20)}
+        ports |= {ingress.free_port(ingress._LOCAL_INTERNAL_PORTS) for _ in range(20)}
+        ports |= {ingress.free_port_block(ingress.REPLICA_PORT_BLOCK)}
+        picked[shard] = ports
+    assert not picked["0/2"] & picked["1/2"]
+    low, high = ingress._LOCAL_LISTEN_PORTS
+    assert all(p < low + (high - low) // 2 for p in picked["0/2"] if low <= p < high)
+    monkeypatch.setenv(ingress.SHARD_VARIABLE, "2/2")
+    with pytest.raises(ValueError):
+        ingress.free_port()

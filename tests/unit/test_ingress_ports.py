@@ -110,8 +110,9 @@ def test_haproxys_own_ports_never_take_one_a_parent_picked_for_its_child(
         assert port not in picked_for_a_child
 
 
-def test_a_port_in_use_is_never_handed_out() -> None:
+def test_a_port_in_use_is_never_handed_out(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every port of the range but a handful held by someone: the ones handed out are those."""
+    monkeypatch.delenv(ingress.SHARD_VARIABLE, raising=False)  # the whole range (no slice)
     low, high = _LOCAL_LISTEN_PORTS
     held: list[socket.socket] = []
     spare: list[int] = []

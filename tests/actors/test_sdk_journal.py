@@ -1,0 +1,95 @@
+"""Journaled calls (``step.run``) through the worker SDK against the real run hosts (Ray,
+PostgreSQL): a worker process killed after its step's first journaled call was recorded and
+restarted completes the run without calling the function again; a step that asks for approval
+of a proposal a journaled call made at random is approved and completes on re-entry."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from actor_harness import RayHarness, poll, run_async
+from support import stop_processes
+from test_sdk import outcomes_per_attempt, sdk_worker, serving, worker_process
+
+from runcontrol.sdk import Step
+
+
+def start_journal_worker(h: RayHarness, marks: Path, holder: str) -> subprocess.Popen[bytes]:
+    return worker_process(
+        h,
+        marks,
+        holder,
+        "journal_apps:worker",
+        JOURNAL_TEST_MARKS=str(marks),
+        JOURNAL_TEST_AGENT=h.agent("planner"),
+    )
+
+
+def test_a_worker_killed_after_a_journaled_call_completes_the_run_without_calling_it_again(
+    h: RayHarness, tmp_path: Path
+) -> None:
+    h.publish({"name": "plan", "agentId": "planner"})
+    first = start_journal_worker(h, tmp_path, "journal-kill-1")
+    second: subprocess.Popen[bytes] | None = None
+
+    async def scenario() -> UUID:
+        nonlocal second
+        run_id = (await h.submit()).run_id
+        await poll(lambda: list(tmp_path.glob("recorded-*")), "the call recorded", timeout=60)
+        first.send_signal(signal.SIGKILL)  # after the record: its lease is left to expire
+        first.wait(10)
+        second = start_journal_worker(h, tmp_path, "journal-kill-2")
+        await h.wait_type(run_id, "RunCompleted", timeout=90)
+        return run_id
+
+    try:
+        run_id = run_async(scenario(), timeout=150)
+    finally:
+        stop_processes(first, second)
+    h.assert_consistent(run_id)
+    assert (tmp_path / "plan-calls").read_text() == "release notes\n"  # called once
+    marks = sorted(tmp_path.glob("recorded-*"))
+    assert len(marks) == 2  # both executions got the same plan
+    assert len({m.read_text() for m in marks}) == 1
+    per_attempt = outcomes_per_attempt(h, run_id)
+    assert set(per_attempt.values()) == {1} and len(per_attempt) == 2
+    events = h.outbox_events(run_id)
+    assert sum(e["type"] == "CallRecorded" for e in events) == 1
+
+
+def test_an_approval_of_a_journaled_random_proposal_holds_on_re_entry(h: RayHarness) -> None:
+    h.publish({"name": "apply", "agentId": "gated", "sideEffectClass": "shared-write"})
+    worker = sdk_worker(concurrency=1)
+    made: list[str] = []
+    applied: list[Any] = []
+
+    def propose() -> dict[str, Any]:
+        made.append(f"plan-{len(made)}")  # worded differently on every call
+        return {"patch": made[-1]}
+
+    @worker.agent(h.agent("gated"))
+    async def apply(step: Step) -> dict[str, Any]:
+        proposal = await step.run("propose", propose)
+        approval = await step.approval(proposal)
+        applied.append(proposal)
+        return {"applied": approval.proposal_hash}
+
+    async def scenario() -> None:
+        run_id = (await h.submit()).run_id
+        await h.wait_type(run_id, "AttemptParked", timeout=60)
+        (approval,) = [
+            e["payload"] for e in h.outbox_events(run_id) if e["type"] == "ApprovalRequested"
+        ]
+        await h.approve_requested(approval)  # a reviewer, not the requester
+        await h.wait_type(run_id, "RunCompleted", timeout=60)
+        h.assert_consistent(run_id)
+        events = h.outbox_events(run_id)
+        assert sum(e["type"] == "ApprovalRequested" for e in events) == 1
+
+    run_async(serving(h, worker, scenario)(), timeout=120)
+    assert made == ["plan-0"]  # the re-entry got the stored proposal
+    assert applied == [{"patch": "plan-0"}]

@@ -5,15 +5,18 @@ of a proposal a journaled call made at random is approved and completes on re-en
 
 from __future__ import annotations
 
-import signal
 import subprocess
 from pathlib import Path
 from typing import Any
-from uuid import UUID
 
-from actor_harness import RayHarness, poll, run_async
-from support import stop_processes
-from test_sdk import outcomes_per_attempt, sdk_worker, serving, worker_process
+from actor_harness import RayHarness, run_async
+from test_sdk import (
+    killed_and_restarted,
+    outcomes_per_attempt,
+    sdk_worker,
+    serving,
+    worker_process,
+)
 
 from runcontrol.sdk import Step
 
@@ -33,23 +36,13 @@ def test_a_worker_killed_after_a_journaled_call_completes_the_run_without_callin
     h: RayHarness, tmp_path: Path
 ) -> None:
     h.publish({"name": "plan", "agentId": "planner"})
-    first = start_journal_worker(h, tmp_path, "journal-kill-1")
-    second: subprocess.Popen[bytes] | None = None
-
-    async def scenario() -> UUID:
-        nonlocal second
-        run_id = (await h.submit()).run_id
-        await poll(lambda: list(tmp_path.glob("recorded-*")), "the call recorded", timeout=60)
-        first.send_signal(signal.SIGKILL)  # after the record: its lease is left to expire
-        first.wait(10)
-        second = start_journal_worker(h, tmp_path, "journal-kill-2")
-        await h.wait_type(run_id, "RunCompleted", timeout=90)
-        return run_id
-
-    try:
-        run_id = run_async(scenario(), timeout=150)
-    finally:
-        stop_processes(first, second)
+    run_id = killed_and_restarted(
+        h,
+        lambda holder: start_journal_worker(h, tmp_path, holder),
+        tmp_path,
+        "recorded-*",  # after the record
+        "journal-kill",
+    )
     h.assert_consistent(run_id)
     assert (tmp_path / "plan-calls").read_text() == "release notes\n"  # called once
     marks = sorted(tmp_path.glob("recorded-*"))

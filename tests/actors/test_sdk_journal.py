@@ -1,7 +1,8 @@
 """Journaled calls (``step.run``) through the worker SDK against the real run hosts (Ray,
 PostgreSQL): a worker process killed after its step's first journaled call was recorded and
 restarted completes the run without calling the function again; a step that asks for approval
-of a proposal a journaled call made at random is approved and completes on re-entry."""
+of a proposal a journaled call made at random is approved and completes on re-entry, and its
+tool call's repeated claim gets the stored result back."""
 
 from __future__ import annotations
 
@@ -64,8 +65,14 @@ def test_an_approval_of_a_journaled_random_proposal_holds_on_re_entry(h: RayHarn
         made.append(f"plan-{len(made)}")  # worded differently on every call
         return {"patch": made[-1]}
 
+    looked_up: list[Any] = []
+
     @worker.agent(h.agent("gated"))
     async def apply(step: Step) -> dict[str, Any]:
+        call = await step.tool_call("lookup", {"ticket": 7})
+        if call.proceed:
+            await call.complete({"ticket": 7, "open": True})
+        looked_up.append((call.status.value, call.result))  # the stored result on re-entry
         proposal = await step.run("propose", propose)
         approval = await step.approval(proposal)
         applied.append(proposal)
@@ -86,3 +93,5 @@ def test_an_approval_of_a_journaled_random_proposal_holds_on_re_entry(h: RayHarn
     run_async(serving(h, worker, scenario)(), timeout=120)
     assert made == ["plan-0"]  # the re-entry got the stored proposal
     assert applied == [{"patch": "plan-0"}]
+    result = {"ticket": 7, "open": True}
+    assert looked_up == [("completed", result), ("completed", result)]

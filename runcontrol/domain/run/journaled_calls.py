@@ -67,14 +67,14 @@ def record_call(
         )
     text, failed = _stored_text(value, error, options)
     size = len(text)
-    calls = agg.step_calls(attempt.step_id)
-    if len(calls) >= options.calls_max_per_step:
+    sizes = [c.bytes for c in agg.calls.values() if c.step_id == attempt.step_id]
+    if len(sizes) >= options.calls_max_per_step:
         raise errors.CallLimitReached(
-            f"the step has recorded {len(calls)} journaled calls, its maximum "
+            f"the step has recorded {len(sizes)} journaled calls, its maximum "
             "(RunControl:Calls:MaxPerStep)",
             max_calls=options.calls_max_per_step,
         )
-    total = sum(c.bytes for c in calls) + size
+    total = sum(sizes) + size
     if total > options.calls_max_bytes_per_step:
         raise errors.CallLimitReached(
             f"the step's journaled calls would hold {total} bytes, over its maximum of "

@@ -222,6 +222,17 @@ def test_progress_and_tool_calls_over_grpc(g: GrpcTenant) -> None:
     assert (done.status, done.result_hash) == ("completed", canonical_hash(7))
     assert (claim().status, claim().result_hash) == ("completed", canonical_hash(7))
 
+    with_result = pb.ClaimToolCallRequest(**fenced, call_id="pr-2", request_hash=canonical_hash(2))
+    assert worker._call("ClaimToolCall", with_result).status == "proceed"
+    worker._call(
+        "CompleteToolCall",
+        pb.CompleteToolCallRequest(
+            **fenced, call_id="pr-2", result_hash=canonical_hash({"pr": 2}), result_json='{"pr":2}'
+        ),
+    )
+    repeat = worker._call("ClaimToolCall", with_result)  # the stored result comes back
+    assert (repeat.status, repeat.result_json) == ("completed", '{"pr":2}')
+
     worker.report(worker.report_request(lease))
     events = list(worker.watch(run_id))
     progressed = [json.loads(e.payload_json) for e in events if e.type == "ProgressReported"]
@@ -229,7 +240,42 @@ def test_progress_and_tool_calls_over_grpc(g: GrpcTenant) -> None:
         (n, f"m{n}", {"s": n}) for n in (1, 2, 3)
     ]
     types = [e.type for e in events]
-    assert types.count("ToolCallClaimed") == types.count("ToolCallCompleted") == 1
+    assert types.count("ToolCallClaimed") == types.count("ToolCallCompleted") == 2
+
+
+def test_journaled_calls_over_grpc(g: GrpcTenant) -> None:
+    """RecordCall as a worker in another language calls it: the first value is stored, a
+    second record of the key is answered the stored value, a stale token is refused."""
+    g.view.publish()
+    run_id = g.view.submit()
+    worker = g.worker("inst-1")
+    lease = worker.claimed([g.view.agent], run_id)
+    fenced = {
+        "run_id": lease.run_id,
+        "attempt_id": lease.attempt_id,
+        "lease_id": lease.lease_id,
+        "fencing_token": lease.fencing_token,
+        "worker_instance_id": worker.instance,
+    }
+
+    def record(value: str, **overrides: Any) -> pb.RecordCallRequest:
+        return pb.RecordCallRequest(
+            **{**fenced, **overrides}, name="plan", occurrence=1, value_json=value
+        )
+
+    first = worker._call("RecordCall", record('{"plan":"A"}'))
+    assert first.recorded and first.value_json == ""
+    assert first.value_hash == canonical_hash({"plan": "A"}) and first.bytes == 12
+    second = worker._call("RecordCall", record('{"plan":"B"}'))
+    assert not second.recorded and second.value_json == '{"plan":"A"}'
+    refusal = worker.refused("RecordCall", record("1", fencing_token=lease.fencing_token + 9))
+    assert (refusal.status, refusal.reason) == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "stale-fencing-token",
+    )
+    view = g.view.requester().get(f"/factory/runs/{run_id}").json()
+    (call,) = view["steps"][0]["calls"]
+    assert (call["name"], call["occurrence"], call["valueHash"]) == ("plan", 1, first.value_hash)
 
 
 def test_a_claim_resent_with_its_command_id_gets_the_same_lease(g: GrpcTenant) -> None:

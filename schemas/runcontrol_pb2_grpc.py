@@ -147,7 +147,7 @@ class RunControlServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CompleteToolCall(self, request, context):
-        """Store the result hash of a call this attempt claimed and executed.
+        """Store the result hash (and, optionally, the result) of a call this attempt claimed and executed.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

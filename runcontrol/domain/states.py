@@ -89,7 +89,7 @@ class ToolCallState(StrEnum):
     """A tool call claimed before its side effect (at most once per run and ``call_id``)."""
 
     CLAIMED = "Claimed"  # the claimer may be executing it; no result yet
-    COMPLETED = "Completed"  # its result hash is stored; a repeat gets it
+    COMPLETED = "Completed"  # its result hash (and result, if sent) is stored; a repeat gets it
     EXPIRED = "Expired"  # no result within the claim timeout: closed, never executed again
 
     @property

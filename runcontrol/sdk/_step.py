@@ -40,6 +40,7 @@ from ..domain import (
 )
 from ..workers.protocol import Grant
 from ._backoff import Backoff, transient
+from ._output import OutputStream
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -142,6 +143,7 @@ class AttemptContext:
         self.stop = asyncio.Event()  # cancelled, or the lease is no longer ours
         self.cancelled = threading.Event()  # what a sync function polls
         self.progress_seq = 0
+        self.output = OutputStream(self)  # ``step.stream``
 
     def fenced(self) -> dict[str, Any]:
         lease = self.lease
@@ -227,6 +229,10 @@ class AttemptContext:
             return
         raise errors.RunControlError("progress numbering did not settle")
 
+    async def hand_back(self, reason: str) -> None:
+        await self.output.flush()
+        await self.command(HandBackAttempt, reason=reason)
+
     async def tool_call(self, call_id: str, request: Any) -> ToolCallClaim:
         request_hash = canonical_hash(request)
         return await self.command(ClaimToolCall, call_id=call_id, request_hash=request_hash)
@@ -241,6 +247,7 @@ class AttemptContext:
                 "attempt %s: the proposal changed since it was approved; asking again",
                 self.lease.attempt_id,
             )
+        await self.output.flush()  # parked, the lease ends: what was streamed is stored first
         request = await self.command(
             RequestApproval, proposal_hash=proposal_hash, action_class=action_class
         )
@@ -326,8 +333,16 @@ class Step(_StepBase):
         lease's would (``TimedOut``; ``Uncertain`` for a side-effecting step) and its step is
         retried under its policy, on any worker, without waiting for the lease to expire.
         Does not return: the function ends without an outcome."""
-        await self._attempt.command(HandBackAttempt, reason=reason)
+        await self._attempt.hand_back(reason)
         raise HandedBack(reason)
+
+    async def stream(self, chunk: Any) -> None:
+        """Stream ``chunk`` (text, or any JSON value) to the run's readers, after the chunks
+        before it: batched with those that follow within a moment (docs/streaming.md), stored
+        before this attempt's outcome is reported. Returns once queued; raises
+        ``OutputChunkTooLarge`` (over 64 KiB) or ``OutputLimitExceeded`` (the attempt wrote
+        8 MiB), and ends the function (``LeaseLost``) once a write was refused for good."""
+        await self._attempt.output.add(chunk)
 
     async def tool_call(self, call_id: str, request: Any) -> AsyncToolCall:
         """Claim tool call ``call_id`` (one per run) before its side effect: run it only if
@@ -359,8 +374,11 @@ class SyncStep(_StepBase):
         return attempt.blocking(attempt.command(ConsumeRateLimit, name=name, units=units))
 
     def hand_back(self, reason: str) -> NoReturn:
-        self._attempt.blocking(self._attempt.command(HandBackAttempt, reason=reason))
+        self._attempt.blocking(self._attempt.hand_back(reason))
         raise HandedBack(reason)
+
+    def stream(self, chunk: Any) -> None:
+        self._attempt.blocking(self._attempt.output.add(chunk))
 
     def tool_call(self, call_id: str, request: Any) -> SyncToolCall:
         claim = self._attempt.blocking(self._attempt.tool_call(call_id, request))

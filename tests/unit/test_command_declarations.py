@@ -129,6 +129,7 @@ STORED: dict[str, dict[str, Any]] = {
         "state": "Running",
     },
     "RateConsumed": {"name": "tokens", "bucket": "named:tokens", "units": 5.0, "at": AT},
+    "OutputAck": {"attempt_id": ID, "acked_seq": 3, "stored": 2, "duplicates": 1},
 }
 
 

@@ -14,12 +14,13 @@ from typing import Any
 from uuid import UUID
 
 import orjson
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection
 
 from ..commands import AppendOutput
 from ..domain import canonical_json, errors
 from ..domain.output import OUTPUT_ATTEMPT_MAX_BYTES, OutputAck, check_write, refusal
 from .commit import GroupCommit, Store
+from .queries.events import run_rows_after
 from .tables import output_chunks
 
 # NOTIFYed (the run id as payload) by a write that stored chunks: wakes the run's readers.
@@ -100,10 +101,5 @@ def output_after(
     conn: Connection, run_id: UUID, after: int, limit: int = 500
 ) -> list[dict[str, Any]]:
     """The run's chunks at positions after ``after``, in order (a tenant-scoped read)."""
-    rows = conn.execute(
-        select(output_chunks)
-        .where(output_chunks.c.run_id == run_id, output_chunks.c.position > after)
-        .order_by(output_chunks.c.position)
-        .limit(limit)
-    )
+    rows = conn.execute(run_rows_after(output_chunks, "position", run_id, after, limit))
     return [output_view(r._mapping) for r in rows]

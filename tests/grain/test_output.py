@@ -5,16 +5,20 @@ What the store holds is read back as the tenant (row-level security applies)."""
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from grain_harness import Harness
+from sqlalchemy import create_engine, select, text
 from support import WORKER, acquire, drive, fenced, race_async
 
+from runcontrol import reconcilers
 from runcontrol.commands import AppendOutput
 from runcontrol.domain import LeaseGrant, StepSpec, errors
 from runcontrol.domain.output import OUTPUT_CHUNK_MAX_BYTES, OutputAck, OutputChunk
 from runcontrol.store.output import output_after
+from runcontrol.store.tables import output_heads
 
 
 def write(h: Harness, grant: LeaseGrant, *seqs: int, **overrides: Any) -> AppendOutput:
@@ -116,3 +120,27 @@ def test_parallel_attempts_of_one_run_share_one_gap_free_sequence(h: Harness, ma
     for grant in grants:
         mine = [c["seq"] for c in found if c["attemptId"] == str(grant.attempt_id)]
         assert mine == list(range(1, 51))
+
+
+def test_output_goes_with_the_event_history_retention(h: Harness, owner_url: str):
+    grain, grant = h.start_run()
+    grain.execute(write(h, grant, 1, 2))
+    young, young_grant = h.start_run()
+    young.execute(write(h, young_grant, 1))  # written now: retention keeps it
+    long_ago = datetime(2001, 1, 1, tzinfo=UTC)  # no other test writes at this time
+    owner = create_engine(owner_url)
+    try:
+        with owner.begin() as conn:  # the rows grow old (the owner: a superuser in tests)
+            for table, column in (("output_chunks", "written_at"), ("output_heads", "updated_at")):
+                conn.execute(
+                    text(f"UPDATE {table} SET {column} = :at WHERE run_id = :run"),
+                    {"at": long_ago, "run": grain.run_id},
+                )
+    finally:
+        owner.dispose()
+    reconcilers.retention(h.db, long_ago + timedelta(days=91), journal_days=365, outbox_days=90)
+    assert stored(h, grain.run_id) == []
+    assert [c["seq"] for c in stored(h, young.run_id)] == [1]
+    with h.db.tenant(h.tenant) as conn:
+        heads = conn.execute(select(output_heads).where(output_heads.c.run_id == grain.run_id))
+        assert heads.all() == []

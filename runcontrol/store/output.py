@@ -38,10 +38,13 @@ class OutputWriter:
         self._store = store
         self._group: GroupCommit[dict[str, Any]] = GroupCommit(self._send)
         self.attempt_max = OUTPUT_ATTEMPT_MAX_BYTES  # what one attempt may write in all
+        # the writes answered, the chunks they stored and the statements that carried them
         self.writes = 0
         self.chunks = 0
+        self.statements = 0
 
     async def _send(self, docs: list[str]) -> list[dict[str, Any]]:
+        self.statements += 1
         rows = await self._store.call(_APPEND, ("[" + ",".join(docs) + "]", self.attempt_max))
         answers: list[dict[str, Any]] = rows[0]["answers"]
         return answers

@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from grain_harness import Harness
+from grain_harness import SHARED, Harness
 from sqlalchemy import create_engine, select, text
-from support import WORKER, acquire, drive, fenced, race_async
+from support import WORKER, acquire, decide, drive, fenced, race_async, request_approval
 
 from runcontrol import reconcilers
 from runcontrol.commands import AppendOutput
@@ -144,3 +144,31 @@ def test_output_goes_with_the_event_history_retention(h: Harness, owner_url: str
     with h.db.tenant(h.tenant) as conn:
         heads = conn.execute(select(output_heads).where(output_heads.c.run_id == grain.run_id))
         assert heads.all() == []
+
+
+def test_a_resumed_attempt_numbers_from_1_and_its_chunks_follow_the_first_leases(h: Harness):
+    """Parked for an approval and leased again (a new fencing token), the re-entered function
+    streams from 1 again: its chunks are new ones, after the first lease's, and the holder
+    before the park is refused."""
+    grain, grant = h.start_run(StepSpec("write", "agent-a", side_effect_class=SHARED))
+    grain.execute(write(h, grant, 1, 2, 3))
+    approval = request_approval(grain, grant)
+    assert approval is not None
+    decide(grain, approval, h.reviewer())
+    resumed = h.lease(grain, "worker-2")
+    assert resumed.attempt_id == grant.attempt_id
+
+    assert grain.execute(write(h, resumed, 1, 2)) == OutputAck(grant.attempt_id, 2, 2, 0)
+    assert grain.execute(write(h, resumed, 1, 2, 3)) == OutputAck(grant.attempt_id, 3, 1, 2)
+    with pytest.raises(errors.StaleFencingToken):
+        grain.execute(write(h, grant, 4))
+    found = stored(h, grain.run_id)
+    assert [(c["position"], c["seq"]) for c in found] == [(n, n) for n in range(1, 7)]
+    assert [c.get("text") or c["data"] for c in found] == [
+        "t1",
+        {"n": 2},
+        "t3",
+        "t1",
+        {"n": 2},
+        "t3",
+    ]

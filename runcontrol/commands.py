@@ -58,6 +58,7 @@ from .domain import (
     ToolCallClaim,
     canonical_hash,
 )
+from .domain.output import OutputAck, OutputChunk
 from .domain.run import (
     RESTORE_CHECK,
     approvals,
@@ -361,6 +362,20 @@ class HandBackAttempt(Command[Attempt]):
     lease_id: UUID | None = None
 
 
+@declare(LEASE_HOLDER, rpc="AppendOutput")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppendOutput(Command[OutputAck]):
+    """The lease holder's streamed output (``step.stream``), numbered per lease from 1: its
+    own fenced insert beside the run's commits, not a turn of the grain (docs/streaming.md);
+    chunks at or below the lease's last stored one are resends and dropped."""
+
+    attempt_id: UUID
+    holder: str
+    fencing_token: int
+    chunks: tuple[OutputChunk, ...]
+    lease_id: UUID | None = None
+
+
 @declare(LEASE_HOLDER, tool_calls.claim_tool_call, rpc="ClaimToolCall")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClaimToolCall(Command[ToolCallClaim]):
@@ -550,6 +565,7 @@ DECLARATIONS: Mapping[type[Command[Any]], Declaration] = declared()
 __all__ = [
     "DECLARATIONS",
     "AcquireLease",
+    "AppendOutput",
     "CancelRun",
     "ClaimToolCall",
     "Command",

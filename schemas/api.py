@@ -454,6 +454,20 @@ class FeedEvent(EventEnvelope):
     position: int
 
 
+class OutputChunkView(ResponseModel):
+    """One stored chunk of a step's streamed output (docs/streaming.md): ``position`` (the
+    run's, from 1, gap-free: the SSE id and the cursor), the attempt's ``seq``, and ``text`` or
+    ``data`` (any JSON value)."""
+
+    position: int
+    attempt_id: UUID
+    step_id: UUID
+    seq: int
+    text: str | None = None
+    data: Any = None
+    written_at: datetime
+
+
 # ---------------------------------------------------------------------- webhooks
 
 Url = Annotated[str, Field(min_length=8, max_length=2000), AfterValidator(storable)]

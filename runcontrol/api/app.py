@@ -15,6 +15,7 @@ from ..edge.metering import TenantRateLimiter
 from ..store import Database
 from ..store.commit import EVENTS_CHANNEL
 from ..store.notify import Listener
+from ..store.output import OUTPUT_CHANNEL
 from ..store.webhooks import FEED_CHANNEL
 from ..telemetry import tracing
 from . import (
@@ -25,6 +26,7 @@ from . import (
     events,
     feed,
     health,
+    output,
     policies,
     problems,
     queues,
@@ -67,7 +69,7 @@ def create_app(
         # Started by the first stream; closed once no stream waited on it for a while.
         Listener(
             db.app_url,
-            (EVENTS_CHANNEL, FEED_CHANNEL),
+            (EVENTS_CHANNEL, FEED_CHANNEL, OUTPUT_CHANNEL),
             application_name=events.FEED_APPLICATION_NAME,
             idle_s=STREAMS_IDLE_S,
         ),
@@ -103,7 +105,7 @@ def create_app(
     app.state.rate_limiter = rate_limiter or TenantRateLimiter(settings.api)
     problems.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.api.max_body_bytes)
-    for module in (runs, events, feed, approvals, webhooks, policies, schemas, health):
+    for module in (runs, events, output, feed, approvals, webhooks, policies, schemas, health):
         app.include_router(module.router)
     app.include_router(approvals.runs_router)
     app.include_router(controls.router)  # operator controls (issue 14)

@@ -591,8 +591,21 @@ async function runPage(main, runId, signal) {
     }
   };
 
+  // The steps' streamed output (docs/streaming.md), live from position 0: text as written, a
+  // JSON chunk on a line of its own, a marker where another attempt's output begins.
+  const output = h("pre", { class: "mono output", id: "run-output" });
+  let outputAttempt = null;
+  const addOutput = (c) => {
+    if (c.attemptId !== outputAttempt) {
+      outputAttempt = c.attemptId;
+      output.append(h("span", { class: "output-mark" }, `— step ${short(c.stepId)} · attempt ${short(c.attemptId)} —\n`));
+    }
+    output.append(c.text !== undefined ? c.text : `${JSON.stringify(c.data)}\n`);
+  };
+
   main.replaceChildren(
     problem, head, approvals, steps, control,
+    h("h2", {}, "Output"), output,
     h("h2", {}, "Events"),
     h("table", { class: "events", id: "events" },
       h("thead", {}, h("tr", {}, ["Seq", "When", "Type", "Step", "Attempt", "Payload"].map((c) => h("th", {}, c)))),
@@ -609,6 +622,11 @@ async function runPage(main, runId, signal) {
     return;
   }
   drawTimeline();
+  follow(`../factory/runs/${runId}/output/stream`, {
+    after: 0,
+    signal,
+    onEvent: (frame) => { addOutput(frame.data); return false; },
+  });
   follow(`../factory/runs/${runId}/events`, {
     after: lastSeq,
     signal,

@@ -63,6 +63,19 @@ class CallNotRecorded(ValidationFailed):
     code = "call-not-recorded"
 
 
+class OutputChunkTooLarge(ValidationFailed):
+    """A streamed chunk is over ``OUTPUT_CHUNK_MAX_BYTES`` (``domain.output``): not sent."""
+
+    code = "output-chunk-too-large"
+
+
+class OutputLimitExceeded(ValidationFailed):
+    """The attempt wrote ``OUTPUT_ATTEMPT_MAX_BYTES`` of output already: the chunks before the
+    one that would pass it are stored, no later one of the attempt is."""
+
+    code = "output-limit-exceeded"
+
+
 class OutcomeHashMismatch(ValidationFailed):
     """The ``outcomeHash`` sent is not the canonical hash of the result sent with it."""
 
@@ -216,6 +229,13 @@ class ProgressGap(DataLoss):
     none after it. ``details``: ``acked_seq`` (resend from the next one) and ``gap_at``."""
 
     code = "progress-gap"
+
+
+class OutputGap(DataLoss):
+    """An output write skipped a chunk number: the chunks before the gap are stored, none
+    after it. ``details``: ``acked_seq`` (resend from the next one)."""
+
+    code = "output-gap"
 
 
 class ApprovalGone(RunControlError):

@@ -13,7 +13,8 @@ from uuid import UUID
 from ..clock import Clock
 from ..domain import CommandContext, Event, Options, RunAggregate
 from ..ports import Budget, Capacity, PolicyStore, ReleaseRegistry
-from ..store.commit import GroupCommit, Store
+from ..store.commit import Answer, GroupCommit, Store
+from ..store.output import OutputWriter
 from ..workers.grants import Credits
 
 log = logging.getLogger("runcontrol.grain")
@@ -42,10 +43,13 @@ class GrainEnv:
     # Told, after a commit, of the runs a ``cancel-oldest`` limit wants cancelled (tenant, run,
     # reason, the run asking): a run host sends each a CancelRun through its router.
     cancel_runs: Callable[[str, UUID, str, UUID], None] | None = None
-    commits: GroupCommit = field(init=False)
+    commits: GroupCommit[Answer] = field(init=False)
+    # Streamed output's fenced inserts, grouped as the commits are (``store.output``).
+    output: OutputWriter = field(init=False)
 
     def __post_init__(self) -> None:
         self.commits = GroupCommit(self.store.send)
+        self.output = OutputWriter(self.store)
 
     def context(self, actor: str, command_id: str | None = None) -> CommandContext:
         return CommandContext(

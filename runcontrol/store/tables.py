@@ -478,6 +478,41 @@ rate_buckets = Table(
     PrimaryKeyConstraint("tenant_id", "bucket"),
 )
 
+# Streamed output (0022, docs/streaming.md): each chunk a lease holder wrote, by its position
+# in the run (gap-free, in commit order: the readers' cursor); ``seq`` numbers it in its attempt
+# and (``fencing_token``, ``lease_seq``) is the holder's own number, what a resend repeats.
+# Written only by ``runcontrol_append_output``; kept as long as the event history.
+output_chunks = Table(
+    "output_chunks",
+    metadata,
+    Column("run_id", UUID(as_uuid=True), nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("attempt_id", UUID(as_uuid=True), nullable=False),
+    Column("step_id", UUID(as_uuid=True), nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("fencing_token", BigInteger, nullable=False),
+    Column("lease_seq", BigInteger, nullable=False),
+    Column("attempt_bytes", BigInteger, nullable=False),  # the attempt's total up to this one
+    Column("text", Text),
+    Column("data_json", Text),  # canonical JSON text (jsonb would rewrite its numbers)
+    Column("written_at", TZ, nullable=False),
+    PrimaryKeyConstraint("run_id", "position"),
+    UniqueConstraint("attempt_id", "seq", name="uq_output_chunks_seq"),
+    Index("ix_output_chunks_written", "written_at"),
+)
+
+# The last output position of each run that streamed: its row lock orders the run's writes.
+output_heads = Table(
+    "output_heads",
+    metadata,
+    Column("run_id", UUID(as_uuid=True), primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("updated_at", TZ, nullable=False),
+    Index("ix_output_heads_updated", "updated_at"),
+)
+
 # Events out (0010): the tenant-wide feed position of each published event, webhook
 # subscriptions and one delivery row per (subscription, event).
 event_feed = Table(
@@ -558,6 +593,7 @@ INSERT_ONLY_TABLES = (
     "command_answers",
     "attempt_results",
     "journaled_calls",
+    "output_chunks",
 )
 # The write path only adds rows to these: their writers insert, never upsert (the relay marks
 # outbox rows published on the system path).

@@ -150,6 +150,15 @@ def test_runs_list_filters_and_a_run_moving_live(service: Service, browser: Cons
     )
     assert browser.same_page()
     assert browser.text("#live", "the live marker") == "ended"
+    # What each step streamed (the echo agents stream a line each), live, in order.
+    browser.wait(lambda: "reporter:" in browser.css("#run-output").text, "the steps' output")
+    lines = [line for line in browser.text("#run-output", "the output").splitlines() if ":" in line]
+    assert [line.split(":")[0] for line in lines if not line.startswith("—")] == [
+        "planner",
+        "applier",
+        "applier",  # parked for the approval, re-entered from the start once approved
+        "reporter",
+    ]
     assert (
         browser.attributes("#timeline > li", "data-state", "the steps' states") == ["Succeeded"] * 3
     )

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
 
+from ..a2a.routes import agent_mount
 from ..client import RunControlClient
 from ..config import Settings
 from ..drain import Drain
@@ -112,4 +113,6 @@ def create_app(
         app.include_router(router)  # the workflow catalog and run graphs (issue 22)
     app.include_router(queues.router)  # flow control, seen (issue 21)
     app.include_router(console.router)  # the web console's static files (runcontrol/console/)
+    # Workflows as A2A agents (issue 31): /a2a/{workflowId}/..., a2a-sdk's bindings
+    app.router.routes.append(agent_mount(services, app.state.verifier, app.state.rate_limiter))
     return app

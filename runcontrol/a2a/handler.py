@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -42,14 +41,10 @@ from a2a.types.a2a_pb2 import (
     Task,
     TaskArtifactUpdateEvent,
     TaskPushNotificationConfig,
-    TaskState,
     TaskStatusUpdateEvent,
 )
 from a2a.utils.errors import (
-    A2AError,
-    InternalError,
     InvalidParamsError,
-    InvalidRequestError,
     PushNotificationNotSupportedError,
     TaskNotCancelableError,
     TaskNotFoundError,
@@ -60,17 +55,16 @@ from sqlalchemy import Connection
 from ..api.context import Services
 from ..commands import Command
 from ..domain import Decision, Limits, RunState, errors
-from ..domain.access import Operation
 from ..domain.agent import DataPart, Part, TextPart
 from ..edge import commands
-from ..edge.auth import Caller, permit
 from ..edge.commands import Outside
-from ..edge.errors import ApiError, InsufficientScope, RateLimited
+from ..edge.errors import RateLimited
 from ..edge.metering import TenantRateLimiter
 from ..store import queries as q
 from ..store.commit import EVENTS_CHANNEL
 from . import tasks
-from .cards import Agent, agent_card
+from .cards import agent_card
+from .store import Call, RunTaskStore, a2a_error
 from .tasks import Ask
 
 T = TypeVar("T")
@@ -79,76 +73,24 @@ Event = Task | Message | TaskStatusUpdateEvent | TaskArtifactUpdateEvent
 BATCH = 500  # events per read of a stream
 HEARTBEAT_S = 15.0  # a stream reads again after this long without a notification
 CURSOR_HEADER = "last-event-id"  # a stream resumes after this run event seq
-# ListTasks: A2A's task states by the run states that may show them.
-_RUN_STATES: dict[int, tuple[RunState, ...]] = {
-    TaskState.TASK_STATE_SUBMITTED: (RunState.ACCEPTED,),
-    TaskState.TASK_STATE_WORKING: (RunState.RUNNING, RunState.CANCELLING),
-    TaskState.TASK_STATE_INPUT_REQUIRED: (RunState.RUNNING, RunState.WAITING_FOR_APPROVAL),
-    TaskState.TASK_STATE_COMPLETED: (RunState.COMPLETED,),
-    TaskState.TASK_STATE_FAILED: (RunState.FAILED,),
-    TaskState.TASK_STATE_REJECTED: (RunState.FAILED,),
-    TaskState.TASK_STATE_CANCELED: (RunState.CANCELLED,),
-}
 
 
-@dataclass(frozen=True, slots=True)
-class Call:
-    """One A2A call: the verified caller and the agent (the workflow) it addresses, both put
-    in the call's context by the door (``routes``)."""
-
-    caller: Caller
-    agent: Agent
-    outside: Outside
+# Refusals of admission before a run exists: the answer is a REJECTED task, not stored.
+ADMISSION = (RateLimited, errors.CapacityDenied, errors.FlowDenied, errors.BudgetReservationDenied)
 
 
-def a2a_error(error: errors.RunControlError) -> A2AError:
-    """The A2A error for a refusal (the same refusal HTTP answers with its problem)."""
-    data = {"code": error.code, "retryable": error.retryable}
-    if isinstance(error, errors.NotFound):
-        return TaskNotFoundError(str(error), data)
-    if isinstance(error, errors.Forbidden | InsufficientScope):
-        return InvalidRequestError(str(error), data)
-    if isinstance(error, errors.ValidationFailed | ApiError):
-        return InvalidParamsError(str(error), data)
-    if isinstance(error, errors.Conflict | errors.ApprovalGone):
-        return UnsupportedOperationError(str(error), data)
-    return InternalError(str(error), data)
+class Rejected(Exception):
+    """A submission refused admission: ``task`` is the REJECTED answer."""
+
+    def __init__(self, task: Task) -> None:
+        super().__init__(task.id)
+        self.task = task
 
 
 class RunTaskHandler(RequestHandler):
     def __init__(self, services: Services, rate_limiter: TenantRateLimiter) -> None:
         self.svc = services
-        self.rate_limiter = rate_limiter
-
-    # ------------------------------------------------------------------ the call
-
-    def _call(self, context: ServerCallContext) -> Call:
-        caller: Caller = context.state["caller"]
-        agent: Agent = context.state["agent"]
-        if context.tenant and context.tenant != caller.tenant_id:
-            # A tenant is the token's: another one named is as unknown as its tasks are.
-            raise TaskNotFoundError(f"no agent {agent.workflow_id!r} in tenant {context.tenant!r}")
-        return Call(caller, agent, Outside(caller, self.svc.db, "a2a", self.rate_limiter))
-
-    async def _read(self, call: Call, query: Callable[[Connection], T]) -> T:
-        try:
-            permit(call.caller, Operation.READ_RUNS)
-            return await self.svc.read_in_scope(call.caller, query)
-        except errors.RunControlError as exc:
-            raise a2a_error(exc) from None
-
-    async def _view(self, call: Call, task_id: str) -> dict[str, Any]:
-        """The task's run as the read model shows it, or ``TaskNotFound``: an id that is no
-        run id, another tenant's or project's run, or a run of another workflow."""
-        try:
-            run_id = UUID(task_id)
-        except ValueError:
-            raise TaskNotFoundError(f"task {task_id!r} not found") from None
-        project = call.caller.project_scope
-        view = await self._read(call, lambda conn: q.get_run(conn, run_id, project_id=project))
-        if view is None or view["workflowId"] != call.agent.workflow_id:
-            raise TaskNotFoundError(f"task {task_id} not found")
-        return view
+        self.store = RunTaskStore(services, rate_limiter)
 
     async def _send(self, build: Any) -> Any:
         """Build an outside command (an awaitable or a command) and send it; a refusal is the
@@ -163,52 +105,15 @@ class RunTaskHandler(RequestHandler):
 
     @validate_request_params
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task:
-        call = self._call(context)
-        return tasks.task_of(await self._view(call, params.id))
+        task = await self.store.get(params.id, context)
+        assert task is not None  # the store raises TaskNotFound
+        return task
 
     @validate_request_params
     async def on_list_tasks(
         self, params: ListTasksRequest, context: ServerCallContext
     ) -> ListTasksResponse:
-        call = self._call(context)
-        size = params.page_size if params.HasField("page_size") else 50
-        if not 1 <= size <= 100:
-            raise InvalidParamsError("pageSize must be between 1 and 100")
-        wanted = params.status or None  # 0: TASK_STATE_UNSPECIFIED, no filter
-        run_states = [str(s) for s in _RUN_STATES.get(wanted, ())] if wanted else []
-        cursor = params.page_token or None
-        project = call.caller.project_scope
-
-        def page(conn: Connection) -> tuple[list[dict[str, Any]], str | None, int]:
-            items, next_cursor = q.list_runs(
-                conn,
-                project_id=project,
-                states=run_states,
-                workflow_id=call.agent.workflow_id,
-                cursor=cursor,
-                limit=size,
-            )
-            views = [q.get_run(conn, UUID(i["runId"]), project_id=project) for i in items]
-            total = q.count_runs(
-                conn, project_id=project, states=run_states, workflow_id=call.agent.workflow_id
-            )
-            return [v for v in views if v is not None], next_cursor, total
-
-        if cursor is not None:
-            try:
-                q.decode_cursor(cursor)
-            except (ValueError, TypeError):
-                raise InvalidParamsError("pageToken is not one this agent returned") from None
-        views, next_cursor, total = await self._read(call, page)
-        found = [
-            tasks.task_of(v, with_artifacts=params.include_artifacts)
-            for v in views
-            if (wanted is None or tasks.task_state(v) == wanted)
-            and (not params.context_id or tasks.context_id(v) == params.context_id)
-        ]
-        return ListTasksResponse(
-            tasks=found, next_page_token=next_cursor or "", page_size=size, total_size=total
-        )
+        return await self.store.list(params, context)
 
     # ------------------------------------------------------------------ commands
 
@@ -216,8 +121,11 @@ class RunTaskHandler(RequestHandler):
     async def on_message_send(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> Task | Message:
-        call = self._call(context)
-        view, answered = await self._message(call, params)
+        call = self.store.call(context)
+        try:
+            view, answered = await self._message(call, params)
+        except Rejected as refused:
+            return refused.task
         if params.configuration.return_immediately or tasks.task_of(view).status.state in (
             tasks.TERMINAL
         ):
@@ -250,15 +158,15 @@ class RunTaskHandler(RequestHandler):
                 model_profile_id=agent.exposure.model_profile_id,
                 input=run_input,
             )
-        except RateLimited as exc:  # an admission refusal before anything is stored
-            raise a2a_error(exc) from None
+            result = await self.svc.send(command)
+        except ADMISSION as exc:
+            raise Rejected(tasks.rejected(message, exc)) from None
         except errors.RunControlError as exc:
             raise a2a_error(exc) from None
-        result = await self._send(command)
-        return await self._view(call, str(result.run_id))
+        return await self.store.view(call, str(result.run_id))
 
     async def _answer(self, call: Call, message: Message) -> tuple[dict[str, Any], str]:
-        view = await self._view(call, message.task_id)
+        view = await self.store.view(call, message.task_id)
         if message.context_id and message.context_id != tasks.context_id(view):
             raise InvalidParamsError(
                 f"context {message.context_id} is not task {message.task_id}'s context"
@@ -279,7 +187,7 @@ class RunTaskHandler(RequestHandler):
             )
         else:
             await self._send(_decision(call.outside, message, ask))
-        return await self._view(call, message.task_id), ask.key
+        return await self.store.view(call, message.task_id), ask.key
 
     async def _settled(
         self, call: Call, view: dict[str, Any], answered: str | None
@@ -292,7 +200,7 @@ class RunTaskHandler(RequestHandler):
         self.svc.feed.start()
         while True:
             since = self.svc.feed.generation(EVENTS_CHANNEL, key)
-            view = await self._view(call, str(view["runId"]))
+            view = await self.store.view(call, str(view["runId"]))
             if _stops(view, answered):
                 return view
             left = deadline - loop.time()
@@ -302,8 +210,8 @@ class RunTaskHandler(RequestHandler):
 
     @validate_request_params
     async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task:
-        call = self._call(context)
-        view = await self._view(call, params.id)
+        call = self.store.call(context)
+        view = await self.store.view(call, params.id)
         if RunState(view["state"]).terminal:
             raise TaskNotCancelableError(f"task {params.id} has ended ({view['state']})")
         try:
@@ -316,7 +224,7 @@ class RunTaskHandler(RequestHandler):
         except errors.RunControlError as exc:
             raise a2a_error(exc) from None
         # Cancelling shows as WORKING: CANCELED only once every attempt settled.
-        return tasks.task_of(await self._view(call, params.id))
+        return tasks.task_of(await self.store.view(call, params.id))
 
     # ------------------------------------------------------------------ streams
 
@@ -324,8 +232,12 @@ class RunTaskHandler(RequestHandler):
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event, None]:
-        call = self._call(context)
-        view, answered = await self._message(call, params)
+        call = self.store.call(context)
+        try:
+            view, answered = await self._message(call, params)
+        except Rejected as refused:
+            yield refused.task
+            return
         async for event in self._follow(call, view, _cursor(context), answered, until_asked=True):
             yield event
 
@@ -333,8 +245,8 @@ class RunTaskHandler(RequestHandler):
     async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event, None]:
-        call = self._call(context)
-        view = await self._view(call, params.id)
+        call = self.store.call(context)
+        view = await self.store.view(call, params.id)
         if RunState(view["state"]).terminal and _cursor(context) is None:
             raise UnsupportedOperationError(f"task {params.id} has ended ({view['state']})")
         async for event in self._follow(call, view, _cursor(context), None, until_asked=False):
@@ -370,7 +282,7 @@ class RunTaskHandler(RequestHandler):
 
         while True:
             since = self.svc.feed.generation(EVENTS_CHANNEL, key)
-            now, events = await self._read(call, read(after))
+            now, events = await self.store.read(call, read(after))
             if now is None:
                 raise TaskNotFoundError(f"task {run_id} not found")
             if events:
@@ -397,7 +309,7 @@ class RunTaskHandler(RequestHandler):
     async def on_get_extended_agent_card(
         self, params: GetExtendedAgentCardRequest, context: ServerCallContext
     ) -> AgentCard:
-        call = self._call(context)
+        call = self.store.call(context)
         return agent_card(call.agent, context.state["agent_url"], extended=True)
 
     # ------------------------------------------------------------------ push notifications
@@ -509,6 +421,3 @@ def _decision(o: Outside, message: Message, ask: Ask) -> Any:
         proposal_hash=proposal_hash,
         reason=reason,
     )
-
-
-__all__ = ["RunTaskHandler", "a2a_error"]

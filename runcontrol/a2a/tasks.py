@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from uuid import uuid4
 
 from a2a.types.a2a_pb2 import (
     Artifact,
@@ -190,6 +191,23 @@ def task_of(view: dict[str, Any], *, with_artifacts: bool = True) -> Task:
     )
     task.metadata.update(run_metadata(view))
     return task
+
+
+def rejected(message: Message, error: Exception) -> Task:
+    """The answer to a submission refused before a run existed (a rate limit, capacity,
+    budget): a REJECTED task under a new id, stored nowhere (a read of it is not found)."""
+    task_id = str(uuid4())
+    code = getattr(error, "code", type(error).__name__)
+    reason = Message(
+        message_id=f"{task_id}:rejected",
+        task_id=task_id,
+        context_id=message.context_id or task_id,
+        role=Role.ROLE_AGENT,
+        parts=[Part(text=str(error)), Part(data=ParseDict({"code": code}, Value()))],
+    )
+    status = TaskStatus(state=TaskState.TASK_STATE_REJECTED, message=reason)
+    status.timestamp.GetCurrentTime()
+    return Task(id=task_id, context_id=reason.context_id, status=status)
 
 
 def status_update(view: dict[str, Any], events: list[dict[str, Any]]) -> TaskStatusUpdateEvent:

@@ -38,7 +38,14 @@ from a2a_harness import (
     text_message,
     with_client,
 )
-from api_harness import REQUESTER, REVIEWER, TenantView, assert_problem, new_tenant
+from api_harness import (
+    RATE_LIMITED_TENANT,
+    REQUESTER,
+    REVIEWER,
+    TenantView,
+    assert_problem,
+    new_tenant,
+)
 from google.protobuf.json_format import MessageToDict
 
 from runcontrol.domain import Role
@@ -262,3 +269,27 @@ def test_malformed_json_rpc_and_unknown_methods_are_errors_not_500(t: TenantView
     assert http.get(f"/a2a/{t.workflow}/rest/tasks/{'0' * 8}", headers=headers).status_code == 404
     assert agent_url(t).endswith(t.workflow)
     assert SendMessageRequest  # the request type the bindings parse
+
+
+def test_a_rate_limited_submission_is_a_rejected_task_stored_nowhere(
+    api: Any, ray_runtime: Any
+) -> None:
+    limited = TenantView(api, ray_runtime, RATE_LIMITED_TENANT)  # a burst of 3, then 1 per 20 s
+    try:
+        publish_agent(limited, signal=False, gate="none")
+
+        async def submit_four(client: Client) -> list[Any]:
+            return [await send(client, text_message(f"n{i}"), immediately=True) for i in range(4)]
+
+        answers = run(with_client(limited, limited.token(), BINDINGS[0], submit_four))
+        rejected = [a for a in answers if a.status.state == S.TASK_STATE_REJECTED]
+        assert rejected, [a.status.state for a in answers]
+        assert MessageToDict(rejected[0].status.message.parts[1].data) == {"code": "rate-limited"}
+
+        async def get(client: Client) -> Any:
+            return await client.get_task(GetTaskRequest(id=rejected[0].id))
+
+        with pytest.raises(TaskNotFoundError):
+            run(with_client(limited, limited.token(), BINDINGS[0], get))
+    finally:
+        limited.close()

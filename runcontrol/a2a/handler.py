@@ -402,6 +402,8 @@ def _decision(o: Outside, message: Message, ask: Ask) -> Any:
     proposal_hash = data.get("proposalHash")
     version = data.get("version", ask.approval["version"])
     reason = data.get("reason")
+    if isinstance(version, float) and version.is_integer():
+        version = int(version)  # a JSON number read back from the ask (a Struct's double)
     if not isinstance(proposal_hash, str) or not proposal_hash:
         raise InvalidParamsError("proposalHash is required: a decision is bound to it")
     if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version < 2**63:

@@ -129,7 +129,8 @@ def test_a_run_as_a_task_signal_approval_stream_and_result(t: TenantView, bindin
 
     def decide(token: str) -> Any:
         async def call(client: Client) -> Any:
-            body = {"decision": "approve", "proposalHash": approval["proposalHash"]}
+            # the ask's version echoed back as read (a JSON number: 1.0)
+            body = {k: approval[k] for k in ("proposalHash", "version")} | {"decision": "approve"}
             return await send(client, data_message(body, task_id=task.id), immediately=True)
 
         return run(with_client(t, token, binding, call))

@@ -72,3 +72,11 @@ def test_merge_needs_an_object() -> None:
     agent = AgentExposure.from_dict(block())
     with pytest.raises(ValidationFailed, match="object"):
         agent.run_input([DataPart([1])])
+
+
+def test_the_demo_workflow_of_make_run_is_an_agent() -> None:
+    from runcontrol.cli.demo import DEMO_WORKFLOW
+
+    agent = WorkflowDefinition.from_dict(DEMO_WORKFLOW).agent
+    assert agent is not None and agent.model_profile_id == "code-agent"
+    assert agent.run_input([TextPart("please")]) == {"request": "please"}

@@ -53,6 +53,7 @@ from a2a.utils.errors import (
 from sqlalchemy import Connection
 
 from ..api.context import Services
+from ..api.events import admit_live_stream, counted
 from ..commands import Command
 from ..domain import Decision, Limits, RunState, errors
 from ..domain.agent import DataPart, Part, TextPart
@@ -233,12 +234,15 @@ class RunTaskHandler(RequestHandler):
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event, None]:
         call = self.store.call(context)
+        cursor = _cursor(context)
+        self._admit_stream()
         try:
             view, answered = await self._message(call, params)
         except Rejected as refused:
             yield refused.task
             return
-        async for event in self._follow(call, view, _cursor(context), answered, until_asked=True):
+        follow = self._follow(call, view, cursor, answered, until_asked=True)
+        async for event in counted(self.svc.streams, follow):
             yield event
 
     @validate_request_params
@@ -249,8 +253,18 @@ class RunTaskHandler(RequestHandler):
         view = await self.store.view(call, params.id)
         if RunState(view["state"]).terminal and _cursor(context) is None:
             raise UnsupportedOperationError(f"task {params.id} has ended ({view['state']})")
-        async for event in self._follow(call, view, _cursor(context), None, until_asked=False):
+        self._admit_stream()
+        follow = self._follow(call, view, _cursor(context), None, until_asked=False)
+        async for event in counted(self.svc.streams, follow):
             yield event
+
+    def _admit_stream(self) -> None:
+        """A stream is one of the replica's live streams, as an SSE one is
+        (``api.sse_max_streams``): past them, a retryable error before anything is done."""
+        try:
+            admit_live_stream(self.svc, "GetTask")
+        except errors.RunControlError as exc:
+            raise a2a_error(exc) from None
 
     async def _follow(
         self,

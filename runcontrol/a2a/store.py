@@ -29,13 +29,21 @@ from ..domain import RunState, errors
 from ..domain.access import Operation
 from ..edge.auth import Caller, permit
 from ..edge.commands import Outside
-from ..edge.errors import ApiError, InsufficientScope
+from ..edge.errors import (
+    ApiError,
+    InsufficientScope,
+    Overloaded,
+    RateLimited,
+    TooManySubscribers,
+)
 from ..edge.metering import TenantRateLimiter
 from ..store import queries as q
 from . import tasks
 from .cards import Agent
 
 T = TypeVar("T")
+# Refusals that did nothing and may succeed on a retry (HTTP 429/503).
+TRANSIENT = (errors.Unavailable, errors.Draining, Overloaded, RateLimited, TooManySubscribers)
 PAGE_SIZE = 50
 MAX_PAGE_SIZE = 100
 # ListTasks: the run states that may show each task state (INPUT_REQUIRED and REJECTED are
@@ -64,6 +72,8 @@ class Call:
 def a2a_error(error: errors.RunControlError) -> A2AError:
     """The A2A error for a refusal (the same refusal HTTP answers with its problem)."""
     data = {"code": error.code, "retryable": error.retryable}
+    if isinstance(error, TRANSIENT):  # did nothing; retry (A2A has no code of its own)
+        return InternalError(str(error), data | {"retryable": True})
     if isinstance(error, errors.NotFound):
         return TaskNotFoundError(str(error), data)
     if isinstance(error, errors.Forbidden | InsufficientScope):

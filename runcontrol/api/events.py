@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Header, Path, Query
@@ -34,6 +34,7 @@ from .problems import TooManySubscribers, responses
 router = APIRouter(prefix="/factory/runs", tags=["events"])
 
 RunIdPath = Annotated[UUID, Path(alias="runId")]
+Item = TypeVar("Item")  # what a counted stream sends (an SSE frame, an A2A event)
 MAX_SEQ = 2**63 - 1
 REPLAY_BATCH = 500
 RETRY_MS = 2000
@@ -191,7 +192,7 @@ async def _live(
         batch = await _shared_read(svc, tenant_id, project_id, run_id, after, since)
 
 
-async def counted(streams: Streams, frames: AsyncIterator[str]) -> AsyncIterator[str]:
+async def counted(streams: Streams, frames: AsyncIterator[Item]) -> AsyncIterator[Item]:
     """The stream, counted as one of the replica's live streams from its first frame until it
     ends. Counting starts here, not in the route: a response never streamed (the client went
     away first) never runs this, so it cannot leak a count. Two requests racing past the

@@ -61,8 +61,9 @@ def publish_agent(t: TenantView, *, signal: bool = True, gate: str = "approval")
     return t.workflow
 
 
-def agent_url(t: TenantView, workflow: str | None = None) -> str:
-    return f"{t.api.base_url}/a2a/{workflow or t.workflow}"
+def agent_url(t: TenantView, base: str | None = None) -> str:
+    """The agent's URL on the session's app, or on the app at ``base``."""
+    return f"{base or t.api.base_url}/a2a/{t.workflow}"
 
 
 def text_message(text: str, **fields: Any) -> Message:
@@ -91,25 +92,27 @@ async def with_client(
     use: Callable[[Client], Awaitable[T]],
     *,
     streaming: bool = False,
+    base: str | None = None,
 ) -> T:
-    """``use`` with a2a-sdk's client for the agent's card, over ``binding``."""
+    """``use`` with a2a-sdk's client for the agent's card (on the app at ``base``), over
+    ``binding``."""
     headers = {"Authorization": f"Bearer {token}", "A2A-Version": "1.0"}
     async with httpx.AsyncClient(headers=headers, timeout=60.0) as http:
         config = ClientConfig(
             httpx_client=http, streaming=streaming, supported_protocol_bindings=[binding]
         )
-        client = await ClientFactory(config).create_from_url(agent_url(t))
+        client = await ClientFactory(config).create_from_url(agent_url(t, base))
         try:
             return await use(client)
         finally:
             await client.close()
 
 
-async def fetch_card(t: TenantView, token: str) -> AgentCard:
+async def fetch_card(t: TenantView, token: str, base: str | None = None) -> AgentCard:
     async def card(client: Client) -> AgentCard:
         return client._card  # type: ignore[attr-defined,no-any-return]
 
-    return await with_client(t, token, BINDINGS[0], card)
+    return await with_client(t, token, BINDINGS[0], card, base=base)
 
 
 async def send(client: Client, message: Message, *, immediately: bool = False) -> Any:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from .agent import AgentExposure
 from .errors import ValidationFailed
 from .flow import ConcurrencySpec, concurrency_specs
 from .hashing import canonical_hash
@@ -93,6 +94,8 @@ class WorkflowDefinition:
     # Workflow-wide concurrency limits (issue 21): a slot for the run's life, from its first
     # dispatch until it is terminal.
     concurrency: tuple[ConcurrencySpec, ...] | None = None
+    # Exposed as an A2A agent (issue 31): opt-in; None (the key absent) is no agent.
+    agent: AgentExposure | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> WorkflowDefinition:
@@ -155,6 +158,7 @@ class WorkflowDefinition:
             workflow_id=workflow_id,
             steps=tuple(steps),
             concurrency=concurrency_specs(data.get("concurrency"), "concurrency"),
+            agent=None if data.get("agent") is None else AgentExposure.from_dict(data["agent"]),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -165,6 +169,8 @@ class WorkflowDefinition:
         # Absent rather than null: a release without limits keeps its content hash.
         if self.concurrency is not None:
             out["concurrency"] = [c.to_dict() for c in self.concurrency]
+        if self.agent is not None:  # likewise
+            out["agent"] = self.agent.to_dict()
         return out
 
     @property

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import ColumnElement, Connection, select, tuple_
+from sqlalchemy import ColumnElement, Connection, func, select, tuple_
 
 from ...domain.flow import held_label
 from ..tables import (
@@ -150,12 +150,31 @@ def list_runs(
     limit: int = 50,
 ) -> tuple[list[dict[str, Any]], str | None]:
     """Newest first, keyset-paged on (created_at, run_id)."""
+    conditions = _run_filters(project_id, states, workflow_id)
+    return page(conn, runs, runs.c.run_id, conditions, cursor, limit, run_summary)
+
+
+def _run_filters(
+    project_id: str | None, states: Sequence[str], workflow_id: str | None
+) -> list[ColumnElement[bool]]:
     conditions = in_project(project_id)
     if states:
         conditions.append(runs.c.state.in_(list(states)))
     if workflow_id:
         conditions.append(runs.c.workflow_id == workflow_id)
-    return page(conn, runs, runs.c.run_id, conditions, cursor, limit, run_summary)
+    return conditions
+
+
+def count_runs(
+    conn: Connection,
+    *,
+    project_id: str | None,
+    states: Sequence[str] = (),
+    workflow_id: str | None = None,
+) -> int:
+    """How many runs ``list_runs`` would page through with these filters."""
+    conditions = _run_filters(project_id, states, workflow_id)
+    return int(conn.execute(select(func.count()).select_from(runs).where(*conditions)).scalar_one())
 
 
 def page(

@@ -75,6 +75,7 @@ RUN_SUMMARY = api_view(
         "result_hash",
         "result_bytes",
         "priority",
+        "correlation_id",
     ),
     {"event_seq": "lastEventSeq"},
 )

@@ -26,8 +26,6 @@ from enum import Enum, StrEnum
 from typing import Any, Generic, TypeVar
 from uuid import UUID
 
-import orjson
-
 from .declaration import (
     LEASE_HOLDER,
     OPERATOR,
@@ -73,6 +71,7 @@ from .domain.run import (
     usage,
     waits,
 )
+from .json_dumps import dumps
 
 R = TypeVar("R")
 
@@ -104,9 +103,7 @@ def fingerprint(command: Command[Any]) -> str:
         for f in dataclasses.fields(command)
         if f.name != "command_id"
     }
-    body = orjson.dumps(
-        [type(command).__name__, fields], default=_plain, option=orjson.OPT_SORT_KEYS
-    )
+    body = dumps([type(command).__name__, fields], _plain, sort_keys=True)
     return hashlib.sha256(body).hexdigest()
 
 

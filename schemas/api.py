@@ -34,15 +34,18 @@ from runcontrol.domain import (
     Run,
     Step,
 )
-from runcontrol.edge.storable import (
-    MAX_BIGINT,
+from runcontrol.domain.limits import (
+    INT8_MAX,
+    MAX_APPROVALS,
+    MAX_ASSIGNEES,
     MAX_COST_USD,
+    MAX_EXPIRY_HOURS,
     MAX_MINUTES,
     MAX_NAME,
+    MAX_RE_REQUESTS,
     MAX_REASON,
-    storable,
-    storable_json,
 )
+from runcontrol.edge.storable import storable, storable_json
 
 Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME), AfterValidator(storable)]
 Reason = Annotated[str, Field(min_length=1, max_length=MAX_REASON), AfterValidator(storable)]
@@ -279,7 +282,7 @@ class RunPage(ResponseModel):
 
 class DecisionRequest(RequestModel):
     decision: Decision
-    version: int = Field(ge=1, le=MAX_BIGINT, description="The request version decided on.")
+    version: int = Field(ge=1, le=INT8_MAX, description="The request version decided on.")
     proposal_hash: Name
     reason: Reason | None = None
 
@@ -296,22 +299,27 @@ class ApprovalPage(ResponseModel):
 class PolicyRequest(RequestModel):
     """An approval policy revision (``runcontrol policy FILE`` takes the same JSON)."""
 
-    model_config = ConfigDict(alias_generator=to_camel, extra="forbid", allow_inf_nan=False)
+    # strict: a number for a count, a string for a name; nothing converted (issue 34)
+    model_config = ConfigDict(
+        alias_generator=to_camel, extra="forbid", allow_inf_nan=False, strict=True
+    )
 
     approval_required_for: list[str] = Field(
         default=["shared-write", "external-irreversible"],
         description="Side-effect classes that need a decision (a step's `gate` adds its own).",
     )
     approver_roles: list[str] = Field(default=["Reviewer", "WorkspaceAdmin"], min_length=1)
-    required_approvals: int = Field(default=1, ge=1, le=20, description="Distinct approvers.")
-    assignees: list[Name] = Field(
-        default=[], max_length=100, description="When set, only these subjects decide."
+    required_approvals: int = Field(
+        default=1, ge=1, le=MAX_APPROVALS, description="Distinct approvers."
     )
-    expiry_hours: float | None = Field(default=None, gt=0, le=24 * 365)
+    assignees: list[Name] = Field(
+        default=[], max_length=MAX_ASSIGNEES, description="When set, only these subjects decide."
+    )
+    expiry_hours: float | None = Field(default=None, gt=0, le=MAX_EXPIRY_HOURS)
     expiry_action: str = Field(
         default="fail", description="fail | reject | auto-approve | re-request"
     )
-    max_re_requests: int = Field(default=3, ge=0, le=100)
+    max_re_requests: int = Field(default=3, ge=0, le=MAX_RE_REQUESTS)
     rate_limits: dict[str, Any] | None = Field(
         default=None,
         description="Token buckets (rate limits) the revision's runs draw on: "
@@ -530,7 +538,7 @@ class DeliveryPage(ResponseModel):
 
 
 class RedeliverRequest(RequestModel):
-    after: int = Field(ge=0, le=MAX_BIGINT, description="Feed position: redeliver after it.")
+    after: int = Field(ge=0, le=INT8_MAX, description="Feed position: redeliver after it.")
 
 
 class RedeliverResponse(ResponseModel):

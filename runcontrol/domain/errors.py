@@ -30,6 +30,13 @@ class RunControlError(Exception):
         return self.message
 
 
+class InternalError(RunControlError):
+    """What a client gets for an unexpected failure (``edge.unexpected``): its
+    ``correlation_id`` names the replica's log line."""
+
+    code = "internal-error"
+
+
 class ValidationFailed(RunControlError):
     code = "validation-failed"
 

@@ -27,6 +27,7 @@ from sqlalchemy import Table
 from ..domain import AuditRecord, Options, RunAggregate, errors, model
 from ..domain.events import AttemptDispatched, AttemptResumed
 from ..domain.flow import lock_order
+from ..json_dumps import dumps
 from . import answers, rows
 from .notify import libpq_url
 from .tables import (
@@ -111,7 +112,7 @@ def _json_default(value: Any) -> Any:
 
 
 def _dumps(doc: dict[str, Any]) -> str:
-    text = orjson.dumps(doc, default=_json_default).decode()
+    text = dumps(doc, _json_default).decode()
     if "\\u0000" in text and _NUL.search(text):
         # PostgreSQL text cannot hold NUL. Refused here, the command fails alone; sent, it
         # would fail every document of its group.

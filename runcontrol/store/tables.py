@@ -6,6 +6,7 @@ from __future__ import annotations
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    CheckConstraint,
     Column,
     DateTime,
     ForeignKey,
@@ -22,7 +23,18 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import DOUBLE_PRECISION, JSONB, UUID
 
+from ..domain.limits import MAX_NAME, MAX_WORKFLOW_ID
+
 metadata = MetaData()
+
+
+def length_check(table: str, column: str, limit: int) -> CheckConstraint:
+    """The database's side of a limit publication checks (``domain/limits.py``, migration
+    0025): ``column`` holds 1 to ``limit`` characters."""
+    return CheckConstraint(
+        f"char_length({column}) BETWEEN 1 AND {limit}", name=f"ck_{table}_{column}"
+    )
+
 
 TZ = DateTime(timezone=True)
 # Invariant 2: what a run is pinned to at acceptance never changes. The run's writer leaves these
@@ -385,6 +397,7 @@ releases = Table(
     Column("published_by", Text, nullable=False),
     Column("published_at", TZ, nullable=False),
     UniqueConstraint("tenant_id", "workflow_id", "content_hash", name="uq_releases_content"),
+    length_check("releases", "workflow_id", MAX_WORKFLOW_ID),
 )
 
 release_aliases = Table(
@@ -396,6 +409,8 @@ release_aliases = Table(
     Column("release_id", Text, ForeignKey("releases.release_id"), nullable=False),
     Column("moved_at", TZ, nullable=False),
     PrimaryKeyConstraint("tenant_id", "workflow_id", "alias"),
+    length_check("release_aliases", "workflow_id", MAX_WORKFLOW_ID),
+    length_check("release_aliases", "alias", MAX_NAME),
 )
 
 policies = Table(

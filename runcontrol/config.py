@@ -64,6 +64,13 @@ class RunOptions(BaseModel):
         gt=0,
         description="Every run is cancelled (lifetime-exceeded) this long after it was accepted.",
     )
+    child_check_seconds: float = Field(
+        10,
+        gt=0,
+        description="How often a run step whose child run is open submits it again and asks "
+        "it for its end (idempotent): what a host killed between two runs' commits loses "
+        "comes back within this.",
+    )
 
 
 class ToolCallOptions(BaseModel):
@@ -426,4 +433,5 @@ class Settings(BaseSettings):
             max_run_lifetime_seconds=self.runs.max_lifetime_hours * 3600,
             tool_call_claim_timeout_seconds=self.tool_calls.claim_timeout_seconds,
             result_max_bytes=self.results.max_inline_bytes,
+            child_check_seconds=self.runs.child_check_seconds,
         )

@@ -75,6 +75,9 @@ RUN_SUMMARY = api_view(
         "result_hash",
         "result_bytes",
         "priority",
+        "parent_run_id",
+        "parent_step_id",
+        "depth",
     ),
     {"event_seq": "lastEventSeq"},
 )
@@ -98,6 +101,8 @@ STEP = api_view(
         "wait",
         "due_at",
         "held",
+        "condition",
+        "child",
     )
 )
 
@@ -116,6 +121,9 @@ ATTEMPT = api_view(
 )
 
 LEASE = api_view(("lease_id", "holder", "fencing_token", "expires_at"))
+
+# A run's child runs, as its GET shows them (issue 32).
+CHILD = api_view(("run_id", "parent_step_id", "workflow_id", "release_id", "state", "created_at"))
 
 APPROVAL = api_view(approval_requests.c.keys())
 

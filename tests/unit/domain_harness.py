@@ -33,9 +33,9 @@ from runcontrol.domain import (
 )
 from runcontrol.domain.run.approvals import decide_approval, expire_approval, request_approval
 from runcontrol.domain.run.cancellation import cancel, enforce_deadlines
+from runcontrol.domain.run.children import child_ended, redrive_children
 from runcontrol.domain.run.leases import acquire_lease, renew_lease
 from runcontrol.domain.run.outcomes import expire_lease, report_outcome
-from runcontrol.domain.run.children import child_ended, redrive_children
 from runcontrol.domain.run.submission import accept_run, dispatch, start_ready
 
 T0 = datetime(2026, 3, 1, 9, 0, 0, tzinfo=UTC)

@@ -39,7 +39,9 @@ def test_killing_the_hosts_of_parent_and_child_mid_run_changes_nothing(h: RayHar
 
     async def main() -> None:
         parent = (await h.submit(h.request(workflow_id="parent"))).run_id
-        child = await poll(lambda: child_of(h, parent), "the child's id on the parent's step", timeout=30)
+        child = await poll(
+            lambda: child_of(h, parent), "the child's id on the parent's step", timeout=30
+        )
         await poll(lambda: state(h, child) == "Running", "the child to run", timeout=30)
         await restart_host(h, h.host_of(parent))
         if h.host_of(child) != h.host_of(parent):

@@ -498,7 +498,7 @@ function controls(run, reload, { out, reason, release }) {
   };
   const ended = TERMINAL_RUN.has(run.state);
   const retry = run.steps
-    .filter((s) => !["Succeeded", "Failed", "Cancelled"].includes(s.state) && s.attempts.length && RETRY_AFTER.has(s.attempts[s.attempts.length - 1].state))
+    .filter((s) => !["Succeeded", "Failed", "Cancelled", "Skipped"].includes(s.state) && s.attempts.length && RETRY_AFTER.has(s.attempts[s.attempts.length - 1].state))
     .map((s) => h("button", { class: "secondary retry", dataset: { stepId: s.stepId }, onclick: send(`steps/${s.stepId}/retry`) }, `Retry ${s.name} now`));
   const resolve = run.steps.flatMap((s) =>
     s.attempts.filter((a) => a.state === "Uncertain").map((a) => {

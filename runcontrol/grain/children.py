@@ -59,23 +59,31 @@ async def _call(grain: RunGrain, parent: RunAggregate, call: ChildCall) -> None:
     send = grain.env.send
     assert send is not None
     tenant = grain.tenant_id
-    if call.action is ChildAction.CANCEL:
-        await send(
-            CancelRun(
-                tenant_id=tenant,
-                run_id=call.child_run_id,
-                command_id=f"parent-cancel:{call.child_run_id}",
-                requested_by=CHILD_RUN,
-                reason=call.reason or "the parent run is cancelled",
-            )
-        )
-    if call.action is not ChildAction.SUBMIT:
-        try:  # a child that has ended tells its parent (again); one not there yet is submitted
-            await send(ReportToParent(tenant_id=tenant, run_id=call.child_run_id))
+    try:
+        if call.action is ChildAction.SUBMIT:
+            await _submit(grain, parent, call)
             return
-        except errors.RunNotFound:
-            if call.action is ChildAction.CANCEL:
-                return  # never submitted: nothing to cancel (the reminder asks again)
+        if call.action is ChildAction.CANCEL:
+            await send(
+                CancelRun(
+                    tenant_id=tenant,
+                    run_id=call.child_run_id,
+                    command_id=f"parent-cancel:{call.child_run_id}",
+                    requested_by=CHILD_RUN,
+                    reason=call.reason or "the parent run is cancelled",
+                )
+            )
+        # a child that has ended tells its parent (again)
+        await send(ReportToParent(tenant_id=tenant, run_id=call.child_run_id))
+    except errors.RunNotFound:  # not submitted yet (its host died first): submit it now
+        await _submit(grain, parent, call)
+        if call.action is ChildAction.CANCEL:  # then cancel it at once (its key keeps a
+            await _call(grain, parent, call)  # late submission from starting another)
+
+
+async def _submit(grain: RunGrain, parent: RunAggregate, call: ChildCall) -> None:
+    send = grain.env.send
+    assert send is not None
     try:
         await send(_submission(parent, call))
     except errors.RunControlError as refused:
@@ -85,7 +93,7 @@ async def _call(grain: RunGrain, parent: RunAggregate, call: ChildCall) -> None:
         # deep): the step's child failed; the parent's grain records it (once: its id).
         await send(
             ChildRunEnded(
-                tenant_id=tenant,
+                tenant_id=grain.tenant_id,
                 run_id=parent.run.run_id,
                 command_id=f"child-refused:{call.child_run_id}",
                 step_id=call.step_id,

@@ -233,3 +233,21 @@ def test_a_cycle_stops_at_the_depth_limit(h: Harness, router: Router) -> None:
     deepest = h.load(run_id)
     assert deepest.run.depth == 5 and deepest.run.state is RunState.FAILED
     assert "deeper than 5 levels is refused" in (deepest.run.failure_reason or "")
+
+
+def test_a_cancel_before_the_child_was_submitted_settles_through_it(
+    h: Harness, router: Router
+) -> None:
+    h.publish(CHILD, workflow_id="child")
+    h.publish(StepSpec(name="d", agent_id="", kind="run", child_workflow_id="child"))
+    h.env.send = None  # the parent's host dies before the child's submission
+    parent = submit(h, router, "wf")
+    child = child_of(h.load(parent), "d")
+    router.run(CancelRun(tenant_id=h.tenant, run_id=parent, requested_by="alice", reason="x"))
+    assert h.load(parent).run.state is RunState.CANCELLING
+    router.kill()
+    h.env.send = router.send
+    h.clock.advance(h.env.options.child_check_seconds)
+    router.run(WakeRun(tenant_id=h.tenant, run_id=parent))  # submits it, then cancels it
+    assert until(h, child, lambda a: a.run.state.terminal).run.state is RunState.CANCELLED
+    assert until(h, parent, lambda a: a.run.state.terminal).run.state is RunState.CANCELLED

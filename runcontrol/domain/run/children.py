@@ -19,19 +19,18 @@ refused, which stops a cycle of workflows calling each other.
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import timedelta
 from typing import Any
 from uuid import UUID, uuid5
 
-from .. import conditions, errors
+from .. import errors
 from .. import events as ev
 from ..hashing import canonical_json
 from ..machines import RunCommand, require
 from ..model import Step
 from ..states import FailureClass, RunState, StepState
 from ..workflow import MAX_CHILD_DEPTH
-from .core import ChildAction, ChildCall, RunAggregate
+from .core import ChildAction, RunAggregate
 from .settlement import (
     child_cancel,
     complete_if_done,
@@ -89,36 +88,7 @@ def start_child(agg: RunAggregate, ctx: CommandContext, step: Step, options: Opt
             number=number,
         ),
     )
-    agg.changes.child_calls.append(child_submission(agg, step))
-
-
-def child_input(agg: RunAggregate, step: Step) -> dict[str, Any]:
-    """The child's input: the step's ``input`` fields evaluated over the parent's input and
-    the dependencies' results, or (none given) the parent's input."""
-    fields = (step.wait or {}).get("input")
-    if fields is None:
-        return dict(agg.run.input or {})
-    results = agg.dependency_results(step)
-    return {
-        name: conditions.evaluate(conditions.parse(text), agg.run.input, results)
-        for name, text in fields.items()
-    }
-
-
-def child_submission(agg: RunAggregate, step: Step) -> ChildCall:
-    """The submission of the step's current child (the same each time it is sent)."""
-    child = step.child or {}
-    wait = step.wait or {}
-    return ChildCall(
-        action=ChildAction.SUBMIT,
-        step_id=step.step_id,
-        step_name=step.name,
-        child_run_id=UUID(str(child["runId"])),
-        number=int(child["number"]),
-        workflow_id=str(wait.get("workflowId")),
-        release_alias=wait.get("releaseAlias"),
-        input=child_input(agg, step),
-    )
+    agg.changes.child_calls.append(agg.child_call(step, ChildAction.SUBMIT))
 
 
 def redrive_children(agg: RunAggregate, ctx: CommandContext, options: Options) -> int:
@@ -130,9 +100,8 @@ def redrive_children(agg: RunAggregate, ctx: CommandContext, options: Options) -
         agg.changes.steps[step.step_id] = step
         agg.touch(ctx)
         cancelling = agg.run.state is RunState.CANCELLING
-        call = child_cancel(agg, step) if cancelling else child_submission(agg, step)
         agg.changes.child_calls.append(
-            call if cancelling else dataclasses.replace(call, action=ChildAction.CHECK)
+            child_cancel(agg, step) if cancelling else agg.child_call(step, ChildAction.CHECK)
         )
     return len(due)
 

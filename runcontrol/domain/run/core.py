@@ -12,7 +12,7 @@ from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
-from .. import errors, flow
+from .. import conditions, errors, flow
 from .. import events as ev
 from ..hashing import result_hash
 from ..machines import (
@@ -383,6 +383,31 @@ class RunAggregate:
 
     def open_attempts(self) -> list[Attempt]:
         return [a for a in self.attempts.values() if not a.state.terminal]
+
+    def child_call(self, step: Step, action: ChildAction, reason: str | None = None) -> ChildCall:
+        """What to ask of the run step's current child (the same each time it is sent): its
+        input is the step's ``input`` fields evaluated over the run's input and the
+        dependencies' results, or (none given) the run's input."""
+        child = step.child or {}
+        wait = step.wait or {}
+        fields = wait.get("input")
+        results = self.dependency_results(step)
+        return ChildCall(
+            action=action,
+            step_id=step.step_id,
+            step_name=step.name,
+            child_run_id=UUID(str(child["runId"])),
+            number=int(child["number"]),
+            workflow_id=str(wait.get("workflowId")),
+            release_alias=wait.get("releaseAlias"),
+            input=dict(self.run.input or {})
+            if fields is None
+            else {
+                name: conditions.evaluate(conditions.parse(text), self.run.input, results)
+                for name, text in fields.items()
+            },
+            reason=reason,
+        )
 
     def open_children(self) -> list[Step]:
         """The run steps whose child run has not ended yet (they hold the run open)."""

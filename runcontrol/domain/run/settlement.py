@@ -6,7 +6,6 @@ or a run goes through here."""
 from __future__ import annotations
 
 from datetime import timedelta
-from uuid import UUID
 
 from .. import events as ev
 from ..backoff import backoff_delay
@@ -272,16 +271,9 @@ def cancel_unheld(agg: RunAggregate, ctx: CommandContext) -> None:
 
 def child_cancel(agg: RunAggregate, step: Step) -> ChildCall:
     """The cancel a Cancelling run asks of a run step's open child."""
-    child = step.child or {}
     reason = (agg.intents[-1].reason if agg.intents else None) or "the parent run is cancelled"
-    return ChildCall(
-        action=ChildAction.CANCEL,
-        step_id=step.step_id,
-        step_name=step.name,
-        child_run_id=UUID(str(child["runId"])),
-        number=int(child["number"]),
-        workflow_id=str((step.wait or {}).get("workflowId")),
-        reason=f"parent run {agg.run.run_id} cancelling: {reason}",
+    return agg.child_call(
+        step, ChildAction.CANCEL, f"parent run {agg.run.run_id} cancelling: {reason}"
     )
 
 

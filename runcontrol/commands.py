@@ -61,6 +61,7 @@ from .domain.run import (
     RESTORE_CHECK,
     approvals,
     cancellation,
+    children,
     controls,
     journaled_calls,
     leases,
@@ -147,6 +148,15 @@ class WakeResult:
 
 
 @dataclass(frozen=True, slots=True)
+class ParentRef:
+    """The run and step a child run is started by, and the child's depth."""
+
+    run_id: UUID
+    step_id: UUID
+    depth: int
+
+
+@dataclass(frozen=True, slots=True)
 class SubmitRequest:
     project_id: str
     idempotency_key: str
@@ -159,6 +169,9 @@ class SubmitRequest:
     environment_id: str | None = None
     correlation_id: str | None = None
     priority: int = 3  # 1-5 (issue 21); above 3 needs the runs.priority scope
+    # A child run's (issue 32: set by its parent's grain, never by a client): the run and
+    # step that start it; its depth is the parent's + 1. Not in the canonical payload.
+    parent: ParentRef | None = None
 
     def canonical_payload(self) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -247,6 +260,30 @@ class SendSignal(Command[SignalResult]):
     name: str
     body: Any
     sent_by: str
+
+
+@declare(system(children.CHILD_RUN), children.child_ended, dispatches=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChildRunEnded(Command[str]):
+    """To a parent run: its step ``step_id``'s child run ``child_run_id`` ended ``state``
+    (with its ``result`` when Completed, its failure otherwise). Sent by the child's grain
+    after its terminal commit (and again when the parent asks, ``ReportToParent``); its id
+    names the child, so a resend is answered once. Answers the step's state after it."""
+
+    step_id: UUID
+    child_run_id: UUID
+    state: str
+    result: Any = field(default=None, metadata=JSON_VALUE)
+    failure_class: str | None = None
+    reason: str | None = None
+
+
+@declare(system(children.CHILD_RUN))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReportToParent(Command[bool]):
+    """To a child run: if it has ended, send its parent its end (``ChildRunEnded``). A
+    parent's reminder asks it until the end is recorded; a run not there yet is
+    ``RunNotFound`` (the parent then submits it). Answers whether it had ended."""
 
 
 @declare(system("reminder"))
@@ -564,6 +601,8 @@ __all__ = [
     "AcquireLease",
     "AppendOutput",
     "CancelRun",
+    "ChildRunEnded",
+    "ParentRef",
     "ClaimToolCall",
     "Command",
     "CompleteToolCall",
@@ -592,6 +631,7 @@ __all__ = [
     "SubmitRun",
     "SuspendRun",
     "WakeResult",
+    "ReportToParent",
     "WakeRun",
     "control_result",
     "fingerprint",

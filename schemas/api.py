@@ -167,8 +167,12 @@ class LimitsOut(ResponseModel):
     *("snapshot_id", "budget_reservation_id", "state", "input_hash", "requested_by"),
     *("failure_class", "failure_reason", "outcome_hash", "version", "created_at", "updated_at"),
     *("suspended_at", "rerun_of", "result_hash", "result_bytes", "priority"),
+    *("parent_run_id", "parent_step_id", "depth"),
     described={
         "rerun_of": "The finished run this run reruns.",
+        "parent_run_id": "A child run's parent: the run whose run step started it "
+        "(docs/child-runs.md); null for a run a client submitted.",
+        "parent_step_id": "The parent's step that started it.",
         "result_hash": "The canonical hash of the run's result (its final step's), once "
         "Completed; null when that step reported none.",
         "result_bytes": "The size of the run's result (canonical JSON, or the referenced "
@@ -187,6 +191,7 @@ class RunSummary(ResponseModel):
         False, description="An operator suspended the run: nothing new starts until resumed."
     )
     priority: int = Field(3, description="1-5, pinned at submission (docs/flow-control.md).")
+    depth: int = Field(0, description="0 for a client's run; a child run's parent's + 1.")
 
 
 @shows(Lease, "lease_id", "holder", "fencing_token", "expires_at")
@@ -224,7 +229,10 @@ class CallView(ResponseModel):
     Step,
     *("step_id", "ordinal", "name", "agent_id", "skill_id", "state", "max_attempts", "gate"),
     *("side_effect_class", "not_before", "depends_on", "kind", "wait", "due_at", "held"),
+    *("condition", "child"),
     described={
+        "condition": "Its `when`: false when it is ready, it ends Skipped (docs/graphs.md).",
+        "child": "A run step's current child run {runId, number} (docs/child-runs.md).",
         "depends_on": "The steps it waits for (a graph's `dependsOn`); null on a run accepted "
         "before graphs: the step before it.",
         "wait": "What a wait or signal step waits for: {seconds|until} or {signal, ...}",
@@ -236,7 +244,15 @@ class CallView(ResponseModel):
     },
 )
 class StepView(ResponseModel):
-    kind: str = Field("agent", description="agent | wait (a timer) | signal (input from outside)")
+    kind: str = Field(
+        "agent",
+        description="agent | wait (a timer) | signal (input from outside) | run (a child run)",
+    )
+    result: Any = Field(
+        None,
+        description="The result of a step no worker executes: a signal's body, when a wait "
+        "ended, a child run's result (an agent step's is its attempt's).",
+    )
     calls: list[CallView] = Field(
         default_factory=list,
         description="Its journaled calls (`step.run`), oldest first: their hash and size, "
@@ -255,6 +271,13 @@ class ApprovalView(ResponseModel):
     pass
 
 
+@shows(Run, "run_id", "parent_step_id", "workflow_id", "state", "created_at")
+class ChildRunView(ResponseModel):
+    """A child run as its parent's GET shows it (issue 32)."""
+
+    release_id: str
+
+
 class RunView(RunSummary):
     """GetRun: the run with its steps, attempts, current leases and pending approvals."""
 
@@ -268,6 +291,9 @@ class RunView(RunSummary):
         None, description="Instead of result: a reference {uri, sha256, bytes} to the artifact."
     )
     steps: list[StepView]
+    children: list[ChildRunView] = Field(
+        default_factory=list, description="The child runs its run steps started, oldest first."
+    )
     pending_approvals: list[ApprovalView]
 
 

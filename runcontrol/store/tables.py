@@ -84,10 +84,21 @@ runs = Table(
     # flow control (0017): the run's priority and its workflow-wide concurrency keys
     Column("priority", Integer, nullable=False, server_default=text("3"), info=PIN),
     Column("flow", JSONB, info=PIN),
+    # child runs (0024): the run and step that started it, and its depth
+    Column("parent_run_id", UUID(as_uuid=True), info=PIN),
+    Column("parent_step_id", UUID(as_uuid=True), info=PIN),
+    Column("depth", Integer, nullable=False, server_default=text("0"), info=PIN),
     UniqueConstraint("tenant_id", "project_id", "idempotency_key", name="uq_runs_idempotency"),
     Index("ix_runs_list", "tenant_id", "created_at", "run_id"),
     Index("ix_runs_state", "tenant_id", "state", "created_at"),
     Index("ix_runs_workflow", "tenant_id", "workflow_id", "created_at"),
+    Index(
+        "ix_runs_parent",
+        "tenant_id",
+        "parent_run_id",
+        "created_at",
+        postgresql_where=text("parent_run_id IS NOT NULL"),
+    ),
     Index(
         "ix_runs_due",
         "next_due_at",
@@ -124,6 +135,10 @@ steps = Table(
     # the rate-limit buckets its dispatch draws on, and why a Pending step is held (0018)
     Column("rate_limits", JSONB),
     Column("held", JSONB),
+    # issue 32 (0024): its condition, a step-no-worker-executes' result, a run step's child
+    Column("condition", Text),
+    Column("result_json", Text),
+    Column("child", JSONB),
     UniqueConstraint("run_id", "ordinal", name="uq_steps_ordinal"),
     Index("ix_steps_held", "tenant_id", postgresql_where=text("held IS NOT NULL")),
 )

@@ -187,10 +187,14 @@ def test_cancel_is_canceled_only_once_settled(t: TenantView, binding: str) -> No
     publish_agent(t, signal=False, gate="none")
     token = t.token()
 
+    message = text_message("cancel me")
+
     async def start(client: Client) -> Any:
-        return await send(client, text_message("cancel me"), immediately=True)
+        return await send(client, message, immediately=True)
 
     task = run(with_client(t, token, binding, start))
+    # messageId is the idempotency key: the same message again is the same task
+    assert run(with_client(t, token, binding, start)).id == task.id
     claim = t.claim(task.id)  # an attempt in flight: the cancel must wait for it
 
     async def cancel(client: Client) -> Any:

@@ -6,6 +6,11 @@ Before the SDK sees a request, the door verifies the bearer token (401 as the AP
 it), checks the caller may read runs (403), and finds the workflow as an agent in the
 token's tenant: an unknown workflow, another tenant's, or one whose newest release does not
 opt in is 404, on every binding and for the card alike.
+
+The host's own card (``/.well-known/agent-card.json`` at the root, where A2A clients and the
+conformance kit look first) is the card of the token's tenant's agent when it has exactly
+one; with several, each is at its own ``/a2a/{workflowId}/.well-known/agent-card.json`` and the
+root answers 404 naming them.
 """
 
 from __future__ import annotations
@@ -51,6 +56,16 @@ async def find_agent(svc: Services, caller: Caller, workflow_id: str) -> Agent:
     return Agent(workflow_id, release_id, definition.agent)
 
 
+async def authenticate(verifier: TokenVerifier, request: Request) -> Caller:
+    """The bearer token's caller, who must be allowed to read runs (401 / 403 otherwise)."""
+    scheme, _, token = (request.headers.get("authorization") or "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthorized("a bearer token is required")
+    caller = await verifier.verify_async(token.strip())
+    permit(caller, Operation.READ_RUNS)
+    return caller
+
+
 class AgentDoor:
     """The ASGI app under ``/a2a/{workflowId}``: authenticate, find the agent, then the
     SDK's routes (``inner``)."""
@@ -66,11 +81,7 @@ class AgentDoor:
             return
         request = Request(scope)
         try:
-            scheme, _, token = (request.headers.get("authorization") or "").partition(" ")
-            if scheme.lower() != "bearer" or not token.strip():
-                raise Unauthorized("a bearer token is required")
-            caller = await self.verifier.verify_async(token.strip())
-            permit(caller, Operation.READ_RUNS)
+            caller = await authenticate(self.verifier, request)
             agent = await find_agent(self.svc, caller, scope["path_params"]["workflowId"])
         except errors.RunControlError as exc:
             await from_error(exc)(scope, receive, send)
@@ -94,6 +105,28 @@ class CallContextBuilder(DefaultServerCallContextBuilder):
 async def _card(request: Request) -> Response:
     _, agent, url = request.scope["state"][_STATE]
     return JSONResponse(agent_card_to_dict(agent_card(agent, url)))
+
+
+def host_card_route(svc: Services, verifier: TokenVerifier) -> Route:
+    """``/.well-known/agent-card.json`` at the root: the tenant's one agent's card."""
+
+    async def host_card(request: Request) -> Response:
+        try:
+            caller = await authenticate(verifier, request)
+            ids = await svc.read_in_tenant(caller, catalog.agent_workflows)
+            if len(ids) != 1:
+                raise errors.WorkflowNotFound(
+                    f"this tenant has {len(ids)} agents: each card is at "
+                    "/a2a/{workflowId}/.well-known/agent-card.json"
+                    + (f" ({', '.join(ids[:20])})" if ids else "")
+                )
+            agent = await find_agent(svc, caller, ids[0])
+        except errors.RunControlError as exc:
+            return from_error(exc)
+        url = f"{request.url.scheme}://{request.url.netloc}" + PREFIX.format(workflowId=ids[0])
+        return JSONResponse(agent_card_to_dict(agent_card(agent, url)))
+
+    return Route(AGENT_CARD_WELL_KNOWN_PATH, host_card, methods=["GET"])
 
 
 def agent_mount(svc: Services, verifier: TokenVerifier, rate_limiter: TenantRateLimiter) -> Mount:

@@ -6,6 +6,7 @@ cancel observed as CANCELED only once settled; another tenant sees nothing."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -91,6 +92,25 @@ def test_a_card_is_404_unknown_unexposed_foreign_or_without_a_token(t: TenantVie
         # every binding of another tenant's agent: the same 404
         assert_problem(other.post(f"/a2a/{t.workflow}/jsonrpc", json={}), 404)
         assert_problem(other.get(f"/a2a/{t.workflow}/rest/tasks"), 404)
+
+
+def test_the_host_card_is_the_tenants_one_agent_and_404_with_several(t: TenantView) -> None:
+    """``/.well-known/agent-card.json`` at the root, where A2A clients look first."""
+    own = TenantView(t.api, t.runtime, new_tenant())
+    try:
+        with own.api.client() as anonymous:
+            assert_problem(anonymous.get("/.well-known/agent-card.json"), 401, "unauthorized")
+        assert_problem(own.requester().get("/.well-known/agent-card.json"), 404)
+        publish_agent(own)
+        card = own.requester().get("/.well-known/agent-card.json")
+        assert card.status_code == 200, card.text
+        urls = [i["url"] for i in card.json()["supportedInterfaces"]]
+        assert urls and all(f"/a2a/{own.workflow}/" in u for u in urls), urls
+        own.workflow = f"wf-{uuid.uuid4().hex[:6]}"
+        publish_agent(own)  # a second agent: each card at its own path only
+        assert_problem(own.requester().get("/.well-known/agent-card.json"), 404)
+    finally:
+        own.close()
 
 
 @pytest.mark.parametrize("binding", BINDINGS)

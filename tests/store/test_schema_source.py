@@ -108,6 +108,9 @@ def everything(tenant: str) -> Changes:
         result_bytes=1234,
         priority=5,
         flow=[{"name": "wf", "key": "repo-x", "limit": 1, "strategy": "queue", "scope": "run"}],
+        parent_run_id=uuid.uuid4(),
+        parent_step_id=uuid.uuid4(),
+        depth=2,
     )
     step = Step(
         step_id=step_id,
@@ -132,6 +135,9 @@ def everything(tenant: str) -> Changes:
         flow=[{"name": "wf", "key": "a", "limit": 2, "strategy": "queue", "scope": "attempt"}],
         held={"kind": "concurrency", "name": "wf", "key": "a", "limit": 2, "holders": 2},
         rate_limits=[{"bucket": "tenant", "perSecond": 2.0, "burst": 4.0, "units": 1.0}],
+        condition="input.go == true",
+        result_json='{"ok":true}',
+        child={"runId": str(uuid.uuid4()), "number": 1},
     )
     attempt = Attempt(
         attempt_id=attempt_id,
@@ -526,4 +532,7 @@ def test_the_run_update_leaves_the_pins_out(apply_definition):
         "snapshot_id",
         "priority",  # flow control (0017): pinned with the submission
         "flow",
+        "parent_run_id",  # child runs (0024): the lineage is pinned at acceptance
+        "parent_step_id",
+        "depth",
     )

@@ -397,6 +397,10 @@ class RunHost:
             # commit statements sent (each a group: store/commit.py) and the documents in them
             "commit_groups": self._store.statements_sent,
             "commit_documents": self._store.documents_sent,
+            # streamed output (store/output.py): writes, the chunks stored, their statements
+            "output_writes": self._env.output.writes,
+            "output_chunks": self._env.output.chunks,
+            "output_statements": self._env.output.statements,
             "rss_bytes": rss_kb * 1024,
             "uptime_s": time.monotonic() - self._started,
             "in_flight": self._drain.in_flight,

@@ -28,20 +28,24 @@ from runcontrol.domain import (
     Attempt,
     Decision,
     Event,
+    JournaledCall,
     Lease,
     Limits,
     Run,
     Step,
 )
-from runcontrol.edge.storable import (
-    MAX_BIGINT,
+from runcontrol.domain.limits import (
+    INT8_MAX,
+    MAX_APPROVALS,
+    MAX_ASSIGNEES,
     MAX_COST_USD,
+    MAX_EXPIRY_HOURS,
     MAX_MINUTES,
     MAX_NAME,
+    MAX_RE_REQUESTS,
     MAX_REASON,
-    storable,
-    storable_json,
 )
+from runcontrol.edge.storable import storable, storable_json
 
 Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME), AfterValidator(storable)]
 Reason = Annotated[str, Field(min_length=1, max_length=MAX_REASON), AfterValidator(storable)]
@@ -207,6 +211,23 @@ class AttemptView(ResponseModel):
 
 
 @shows(
+    JournaledCall,
+    *("name", "occurrence", "value_hash", "bytes", "recorded_at", "attempt_id"),
+    described={
+        "occurrence": "The n-th call of this name in an execution of the step, from 1.",
+        "value_hash": "The canonical hash of the stored value (or of {error} for a failed call).",
+        "bytes": "The size of the stored value's canonical JSON.",
+        "attempt_id": "The attempt whose execution recorded it.",
+    },
+)
+class CallView(ResponseModel):
+    """A journaled call of a step (``step.run``): the first value recorded under its name and
+    occurrence, which every later execution of the step gets back."""
+
+    failed: bool = Field(description="The call ended in a final error (stored in its place).")
+
+
+@shows(
     Step,
     *("step_id", "ordinal", "name", "agent_id", "skill_id", "state", "max_attempts", "gate"),
     *("side_effect_class", "not_before", "depends_on", "kind", "wait", "due_at", "held"),
@@ -233,6 +254,11 @@ class StepView(ResponseModel):
         None,
         description="The result of a step no worker executes: a signal's body, when a wait "
         "ended, a child run's result (an agent step's is its attempt's).",
+    )
+    calls: list[CallView] = Field(
+        default_factory=list,
+        description="Its journaled calls (`step.run`), oldest first: their hash and size, "
+        "never their content.",
     )
     held_reason: str | None = Field(
         None,
@@ -284,7 +310,7 @@ class RunPage(ResponseModel):
 
 class DecisionRequest(RequestModel):
     decision: Decision
-    version: int = Field(ge=1, le=MAX_BIGINT, description="The request version decided on.")
+    version: int = Field(ge=1, le=INT8_MAX, description="The request version decided on.")
     proposal_hash: Name
     reason: Reason | None = None
 
@@ -301,22 +327,27 @@ class ApprovalPage(ResponseModel):
 class PolicyRequest(RequestModel):
     """An approval policy revision (``runcontrol policy FILE`` takes the same JSON)."""
 
-    model_config = ConfigDict(alias_generator=to_camel, extra="forbid", allow_inf_nan=False)
+    # strict: a number for a count, a string for a name; nothing converted (issue 34)
+    model_config = ConfigDict(
+        alias_generator=to_camel, extra="forbid", allow_inf_nan=False, strict=True
+    )
 
     approval_required_for: list[str] = Field(
         default=["shared-write", "external-irreversible"],
         description="Side-effect classes that need a decision (a step's `gate` adds its own).",
     )
     approver_roles: list[str] = Field(default=["Reviewer", "WorkspaceAdmin"], min_length=1)
-    required_approvals: int = Field(default=1, ge=1, le=20, description="Distinct approvers.")
-    assignees: list[Name] = Field(
-        default=[], max_length=100, description="When set, only these subjects decide."
+    required_approvals: int = Field(
+        default=1, ge=1, le=MAX_APPROVALS, description="Distinct approvers."
     )
-    expiry_hours: float | None = Field(default=None, gt=0, le=24 * 365)
+    assignees: list[Name] = Field(
+        default=[], max_length=MAX_ASSIGNEES, description="When set, only these subjects decide."
+    )
+    expiry_hours: float | None = Field(default=None, gt=0, le=MAX_EXPIRY_HOURS)
     expiry_action: str = Field(
         default="fail", description="fail | reject | auto-approve | re-request"
     )
-    max_re_requests: int = Field(default=3, ge=0, le=100)
+    max_re_requests: int = Field(default=3, ge=0, le=MAX_RE_REQUESTS)
     rate_limits: dict[str, Any] | None = Field(
         default=None,
         description="Token buckets (rate limits) the revision's runs draw on: "
@@ -459,6 +490,20 @@ class FeedEvent(EventEnvelope):
     position: int
 
 
+class OutputChunkView(ResponseModel):
+    """One stored chunk of a step's streamed output (docs/streaming.md): ``position`` (the
+    run's, from 1, gap-free: the SSE id and the cursor), the attempt's ``seq``, and ``text`` or
+    ``data`` (any JSON value)."""
+
+    position: int
+    attempt_id: UUID
+    step_id: UUID
+    seq: int
+    text: str | None = None
+    data: Any = None
+    written_at: datetime
+
+
 # ---------------------------------------------------------------------- webhooks
 
 Url = Annotated[str, Field(min_length=8, max_length=2000), AfterValidator(storable)]
@@ -521,7 +566,7 @@ class DeliveryPage(ResponseModel):
 
 
 class RedeliverRequest(RequestModel):
-    after: int = Field(ge=0, le=MAX_BIGINT, description="Feed position: redeliver after it.")
+    after: int = Field(ge=0, le=INT8_MAX, description="Feed position: redeliver after it.")
 
 
 class RedeliverResponse(ResponseModel):

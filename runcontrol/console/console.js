@@ -446,7 +446,16 @@ function timeline(run, attemptEvents) {
                 ? h("div", { class: "lease current" },
                     `now held by `, h("code", {}, a.lease.holder),
                     ` · lease ${short(a.lease.leaseId)} · fencing token ${a.lease.fencingToken} · expires ${when(a.lease.expiresAt)}`)
-                : null))))));
+                : null))),
+        step.calls && step.calls.length
+          ? h("ul", { class: "calls" },
+              step.calls.map((c) =>
+                h("li", { dataset: { callName: c.name, occurrence: c.occurrence } },
+                  `journaled call `, h("code", {}, c.occurrence > 1 ? `${c.name} #${c.occurrence}` : c.name),
+                  c.failed ? h("span", { class: "held" }, " failed") : null,
+                  " · ", h("span", { class: "hash" }, c.valueHash),
+                  h("span", { class: "muted" }, ` · ${c.bytes} bytes · ${when(c.recordedAt)}`))))
+          : null)));
 }
 
 function eventRow(e) {
@@ -590,8 +599,21 @@ async function runPage(main, runId, signal) {
     }
   };
 
+  // The steps' streamed output (docs/streaming.md), live from position 0: text as written, a
+  // JSON chunk on a line of its own, a marker where another attempt's output begins.
+  const output = h("pre", { class: "mono output", id: "run-output" });
+  let outputAttempt = null;
+  const addOutput = (c) => {
+    if (c.attemptId !== outputAttempt) {
+      outputAttempt = c.attemptId;
+      output.append(h("span", { class: "output-mark" }, `— step ${short(c.stepId)} · attempt ${short(c.attemptId)} —\n`));
+    }
+    output.append(c.text !== undefined ? c.text : `${JSON.stringify(c.data)}\n`);
+  };
+
   main.replaceChildren(
     problem, head, approvals, steps, control,
+    h("h2", {}, "Output"), output,
     h("h2", {}, "Events"),
     h("table", { class: "events", id: "events" },
       h("thead", {}, h("tr", {}, ["Seq", "When", "Type", "Step", "Attempt", "Payload"].map((c) => h("th", {}, c)))),
@@ -608,6 +630,11 @@ async function runPage(main, runId, signal) {
     return;
   }
   drawTimeline();
+  follow(`../factory/runs/${runId}/output/stream`, {
+    after: 0,
+    signal,
+    onEvent: (frame) => { addOutput(frame.data); return false; },
+  });
   follow(`../factory/runs/${runId}/events`, {
     after: lastSeq,
     signal,

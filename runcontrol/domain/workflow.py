@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from . import conditions
+from . import conditions, limits
+from .agent import AgentExposure
 from .errors import ValidationFailed
 from .flow import ConcurrencySpec, concurrency_specs
 from .hashing import canonical_hash
@@ -116,6 +117,8 @@ class WorkflowDefinition:
     # Workflow-wide concurrency limits (issue 21): a slot for the run's life, from its first
     # dispatch until it is terminal.
     concurrency: tuple[ConcurrencySpec, ...] | None = None
+    # Exposed as an A2A agent (issue 31): opt-in; None (the key absent) is no agent.
+    agent: AgentExposure | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> WorkflowDefinition:
@@ -124,10 +127,11 @@ class WorkflowDefinition:
             raw_steps = data["steps"]
         except (KeyError, TypeError) as exc:
             raise ValidationFailed(f"workflow definition lacks {exc}") from None
-        if not isinstance(workflow_id, str):
-            raise ValidationFailed("workflowId must be a string")
-        if not workflow_id or not isinstance(raw_steps, list) or not raw_steps:
+        limits.name(workflow_id, "workflowId", limit=limits.MAX_WORKFLOW_ID, segment=True)
+        if not isinstance(raw_steps, list) or not raw_steps:
             raise ValidationFailed("a workflow needs an id and at least one step")
+        if len(raw_steps) > limits.MAX_STEPS:
+            raise ValidationFailed(f"a workflow has at most {limits.MAX_STEPS} steps")
         steps = []
         names: set[str] = set()
         for i, raw in enumerate(raw_steps):
@@ -149,9 +153,10 @@ class WorkflowDefinition:
             if gate not in GATES:
                 raise ValidationFailed(f"steps[{i}]: gate must be one of {GATES}")
             max_attempts = _max_attempts(i, raw.get("maxAttempts"))
+            skill_id = raw.get("skillId")
             try:
                 side_effect = SideEffectClass(raw.get("sideEffectClass", "read"))
-            except ValueError:
+            except (ValueError, TypeError):
                 raise ValidationFailed(
                     f"steps[{i}]: sideEffectClass must be one of "
                     f"{[str(c) for c in SideEffectClass]}"
@@ -159,8 +164,10 @@ class WorkflowDefinition:
             steps.append(
                 StepSpec(
                     name=name,
-                    agent_id=str(raw["agentId"]),
-                    skill_id=raw.get("skillId"),
+                    agent_id=limits.name(raw["agentId"], f"steps[{i}].agentId"),
+                    skill_id=None
+                    if skill_id is None
+                    else limits.name(skill_id, f"steps[{i}].skillId"),
                     max_attempts=max_attempts,
                     gate=gate,
                     side_effect_class=side_effect,
@@ -178,6 +185,7 @@ class WorkflowDefinition:
             workflow_id=workflow_id,
             steps=tuple(steps),
             concurrency=concurrency_specs(data.get("concurrency"), "concurrency"),
+            agent=None if data.get("agent") is None else AgentExposure.from_dict(data["agent"]),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -188,6 +196,8 @@ class WorkflowDefinition:
         # Absent rather than null: a release without limits keeps its content hash.
         if self.concurrency is not None:
             out["concurrency"] = [c.to_dict() for c in self.concurrency]
+        if self.agent is not None:  # likewise
+            out["agent"] = self.agent.to_dict()
         return out
 
     @property
@@ -195,8 +205,14 @@ class WorkflowDefinition:
         return canonical_hash(self.to_dict())
 
 
+def _name(i: int, raw: Mapping[str, Any]) -> str:
+    """A step's name: its ``name`` (a name, never converted), ``step-N`` when absent."""
+    name = raw.get("name")
+    return f"step-{i + 1}" if name in (None, "") else limits.name(name, f"steps[{i}].name")
+
+
 def _unique(i: int, raw: Mapping[str, Any], names: set[str]) -> str:
-    name = str(raw.get("name") or f"step-{i + 1}")
+    name = _name(i, raw)
     if name in names:
         raise ValidationFailed(f"steps[{i}]: duplicate step name {name!r}")
     return name
@@ -213,13 +229,16 @@ def _wait_step(i: int, raw: Mapping[str, Any]) -> StepSpec:
         seconds = _seconds(i, "seconds", seconds)
     else:
         try:
-            at = datetime.fromisoformat(str(until))
-        except ValueError:
+            at = datetime.fromisoformat(until) if isinstance(until, str) else None
+            utc = at.astimezone(UTC) if at is not None and at.tzinfo is not None else None
+        except (ValueError, OverflowError):
+            at = None
+        if at is None:
             raise ValidationFailed(f"steps[{i}]: until must be an ISO 8601 instant") from None
-        if at.tzinfo is None:
+        if utc is None:
             raise ValidationFailed(f"steps[{i}]: until needs a UTC offset")
     return StepSpec(
-        name=str(raw.get("name") or f"step-{i + 1}"),
+        name=_name(i, raw),
         agent_id="",
         depends_on=_depends_on(i, raw),
         kind=WAIT,
@@ -241,10 +260,8 @@ def _signal_step(i: int, raw: Mapping[str, Any]) -> StepSpec:
     """A step no worker executes: it waits for the signal ``signal`` (its name by default);
     the signal's body is its result. With ``timeoutSeconds`` it gives up after that long
     (``onTimeout``: ``fail`` the run, or ``continue`` with ``default`` as the result)."""
-    name = str(raw.get("name") or f"step-{i + 1}")
-    signal = raw.get("signal", name)
-    if not isinstance(signal, str) or not signal or len(signal) > 200:
-        raise ValidationFailed(f"steps[{i}]: signal must be a name (1 to 200 characters)")
+    name = _name(i, raw)
+    signal = limits.name(raw.get("signal", name), f"steps[{i}].signal", segment=True)
     timeout = raw.get("timeoutSeconds")
     on_timeout = raw.get("onTimeout", "fail")
     if on_timeout not in ON_TIMEOUT:
@@ -292,10 +309,9 @@ def _run_step(i: int, raw: Mapping[str, Any]) -> StepSpec:
 
 
 def _max_attempts(i: int, value: Any) -> int | None:
-    valid = isinstance(value, int) and not isinstance(value, bool)
-    if value is not None and (not valid or value < 1):
-        raise ValidationFailed(f"steps[{i}]: maxAttempts must be a positive integer")
-    return value  # type: ignore[no-any-return]
+    if value is None:
+        return None
+    return limits.integer(value, f"steps[{i}].maxAttempts", 1, limits.MAX_ATTEMPTS)
 
 
 def _when(i: int, raw: Mapping[str, Any]) -> str | None:

@@ -14,7 +14,8 @@ from ..clock import Clock
 from ..commands import Command
 from ..domain import CommandContext, Event, Options, RunAggregate
 from ..ports import Budget, Capacity, PolicyStore, ReleaseRegistry
-from ..store.commit import GroupCommit, Store
+from ..store.commit import Answer, GroupCommit, Store
+from ..store.output import OutputWriter
 from ..workers.grants import Credits
 
 log = logging.getLogger("runcontrol.grain")
@@ -46,10 +47,13 @@ class GrainEnv:
     # Sends a command to another run's grain (a run host's router): a parent's to its child
     # runs, a child's end to its parent (issue 32). None: no other run is reachable.
     send: Callable[[Command[Any]], Awaitable[Any]] | None = None
-    commits: GroupCommit = field(init=False)
+    commits: GroupCommit[Answer] = field(init=False)
+    # Streamed output's fenced inserts, grouped as the commits are (``store.output``).
+    output: OutputWriter = field(init=False)
 
     def __post_init__(self) -> None:
         self.commits = GroupCommit(self.store.send)
+        self.output = OutputWriter(self.store)
 
     def context(self, actor: str, command_id: str | None = None) -> CommandContext:
         return CommandContext(

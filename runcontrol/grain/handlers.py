@@ -16,6 +16,7 @@ from uuid import UUID
 
 from ..commands import (
     DECLARATIONS,
+    AppendOutput,
     Command,
     ConsumeRateLimit,
     DispatchRun,
@@ -29,6 +30,7 @@ from ..commands import (
 )
 from ..declaration import AfterCommit
 from ..domain import Attempt, CommandContext, RateConsumed, RunAggregate, RunState
+from ..domain.output import OutputAck
 from ..domain.run.approvals import expire_approval
 from ..domain.run.cancellation import enforce_deadlines
 from ..domain.run.children import redrive_children
@@ -58,6 +60,12 @@ async def dispatch(g: RunGrain, command: DispatchRun) -> Attempt | None:
 async def open_attempts(g: RunGrain, command: OpenAttempts) -> list[UUID]:
     """Ids of the run's non-terminal attempts (a read of the activation's cache)."""
     return [a.attempt_id for a in (await g.load_cached()).open_attempts()]
+
+
+async def append_output(g: RunGrain, command: AppendOutput) -> OutputAck:
+    """Streamed output: its own fenced insert (``store.output``), grouped with the other
+    writes ready on the host; nothing of the run is read, decided or committed."""
+    return await g.env.output.append(command)
 
 
 async def wake(g: RunGrain, command: WakeRun) -> WakeResult:
@@ -151,6 +159,7 @@ SPECIAL: Mapping[type[Command[Any]], Handler] = {
     DispatchRun: dispatch,
     OpenAttempts: open_attempts,
     WakeRun: wake,
+    AppendOutput: append_output,
     ReportToParent: report_to_parent,
 }
 

@@ -161,6 +161,15 @@ def test_runs_list_filters_and_a_run_moving_live(service: Service, browser: Cons
     )
     assert browser.same_page()
     assert browser.text("#live", "the live marker") == "ended"
+    # What each step streamed (the echo agents stream a line each), live, in order.
+    browser.wait(lambda: "reporter:" in browser.css("#run-output").text, "the steps' output")
+    lines = [line for line in browser.text("#run-output", "the output").splitlines() if ":" in line]
+    assert [line.split(":")[0] for line in lines if not line.startswith("—")] == [
+        "planner",
+        "applier",
+        "applier",  # parked for the approval, re-entered from the start once approved
+        "reporter",
+    ]
     assert (
         browser.attributes("#timeline > li", "data-state", "the steps' states") == ["Succeeded"] * 3
     )
@@ -170,6 +179,9 @@ def test_runs_list_filters_and_a_run_moving_live(service: Service, browser: Cons
     )
     tokens = [int(g.rsplit("fencing token ", 1)[1]) for g in grants]
     assert len(tokens) == 2 and tokens[1] > tokens[0]
+    # Its proposal was a journaled call: recorded once, its hash and size shown, not its content.
+    (call,) = browser.texts('#timeline > li:nth-child(2) .calls li[data-call-name="proposal"]', "")
+    assert call.startswith("journaled call proposal · sha256:") and " bytes · " in call
     browser.shot("run-completed")
 
 

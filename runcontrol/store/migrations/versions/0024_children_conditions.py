@@ -15,7 +15,7 @@ from pathlib import Path
 from alembic import op
 
 revision = "0024"
-down_revision = "0020"
+down_revision = "0025"
 branch_labels = None
 depends_on = None
 

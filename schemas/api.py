@@ -191,7 +191,9 @@ class RunSummary(ResponseModel):
         False, description="An operator suspended the run: nothing new starts until resumed."
     )
     priority: int = Field(3, description="1-5, pinned at submission (docs/flow-control.md).")
-    depth: int = Field(0, description="0 for a client's run; a child run's parent's + 1.")
+    depth: int | None = Field(
+        0, description="0 for a client's run (null: accepted before 0024); a child's parent's + 1."
+    )
 
 
 @shows(Lease, "lease_id", "holder", "fencing_token", "expires_at")

@@ -87,10 +87,16 @@ class Run:
     priority: int = 3
     flow: list[dict[str, Any]] | None = None
     # Child runs (issue 32, 0024): the run and step that started this one (None: a run a
-    # client submitted) and how deep it is (0 for a client's, its parent's + 1); pinned.
+    # client submitted) and how deep it is (0 for a client's, its parent's + 1; None: a
+    # client's run an older host accepted); pinned.
     parent_run_id: UUID | None = None
     parent_step_id: UUID | None = None
-    depth: int = 0
+    depth: int | None = None
+
+    @property
+    def child_depth(self) -> int:
+        """How deep a child of this run is."""
+        return (self.depth or 0) + 1
 
     @property
     def release_id(self) -> str:

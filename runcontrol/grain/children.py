@@ -118,7 +118,7 @@ def _submission(parent: RunAggregate, call: ChildCall) -> SubmitRun:
         release_alias=call.release_alias,
         correlation_id=run.correlation_id or str(run.run_id),
         priority=run.priority,
-        parent=ParentRef(run.run_id, call.step_id, run.depth + 1),
+        parent=ParentRef(run.run_id, call.step_id, run.child_depth),
     )
     return SubmitRun(
         tenant_id=run.tenant_id,

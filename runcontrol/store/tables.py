@@ -87,7 +87,7 @@ runs = Table(
     # child runs (0024): the run and step that started it, and its depth
     Column("parent_run_id", UUID(as_uuid=True), info=PIN),
     Column("parent_step_id", UUID(as_uuid=True), info=PIN),
-    Column("depth", Integer, nullable=False, server_default=text("0"), info=PIN),
+    Column("depth", Integer, info=PIN),  # NULL (an older host's insert): 0
     UniqueConstraint("tenant_id", "project_id", "idempotency_key", name="uq_runs_idempotency"),
     Index("ix_runs_list", "tenant_id", "created_at", "run_id"),
     Index("ix_runs_state", "tenant_id", "state", "created_at"),

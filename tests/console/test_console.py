@@ -55,6 +55,17 @@ def approve_over_api(service: Service, token: str, run_id: str) -> None:
     assert decided.status_code == 200, decided.text
 
 
+def publish(service: Service, token: str, definition: dict[str, Any]) -> None:
+    """A release, as a WorkspaceAdmin publishes it over the API."""
+    published = httpx.post(
+        f"{service.url}/factory/releases",
+        json={"definition": definition},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=60,
+    )
+    assert published.status_code == 201, published.text
+
+
 def select(browser: Console, selector: str, value: str) -> None:
     from selenium.webdriver.support.select import Select
 
@@ -383,13 +394,7 @@ def test_the_queues_page_shows_a_held_run_and_its_release(
             {"name": "go", "kind": "signal", "dependsOn": ["plan"]},
         ],
     }
-    published = httpx.post(
-        f"{service.url}/factory/releases",
-        json={"definition": definition},
-        headers={"Authorization": f"Bearer {admin}"},
-        timeout=60,
-    )
-    assert published.status_code == 201, published.text
+    publish(service, admin, definition)
     alice = service.printed["REQUESTER_TOKEN"]
     repository = f"example/{uuid.uuid4().hex[:6]}"
 
@@ -447,13 +452,7 @@ def test_a_parent_and_its_child_run_link_to_each_other(service: Service, browser
             "steps": [{"name": "delegate", "kind": "run", "workflowId": child_wf}],
         },
     ):
-        published = httpx.post(
-            f"{service.url}/factory/releases",
-            json={"definition": definition},
-            headers={"Authorization": f"Bearer {admin}"},
-            timeout=60,
-        )
-        assert published.status_code == 201, published.text
+        publish(service, admin, definition)
     alice = service.printed["REQUESTER_TOKEN"]
     submitted = httpx.post(
         f"{service.url}/factory/runs",

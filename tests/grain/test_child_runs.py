@@ -178,7 +178,7 @@ def test_cancelling_the_parent_cancels_its_child_and_then_ends(h: Harness, route
     assert done.steps[1].state is StepState.CANCELLED
 
 
-def test_a_failed_child_is_retried_with_a_new_child(h: Harness, router: Router) -> None:
+def test_a_child_cancelled_by_someone_else_fails_its_step(h: Harness, router: Router) -> None:
     h.publish(
         StepSpec(name="go", agent_id="", kind="signal", signal="go", timeout_seconds=5),
         workflow_id="child",

@@ -67,14 +67,14 @@ def start_child(agg: RunAggregate, ctx: CommandContext, step: Step, options: Opt
         agg.move_run(ctx, RunState.RUNNING)
     agg.move_step(ctx, step, StepState.RUNNING, CHILD_STARTED)
     workflow_id = str((step.wait or {}).get("workflowId"))
-    if agg.run.depth + 1 > MAX_CHILD_DEPTH:
+    if agg.run.child_depth > MAX_CHILD_DEPTH:
         _fail_step(
             agg,
             ctx,
             step,
             FailureClass.PERMANENT,
             f"step {step.name!r}: a child run deeper than {MAX_CHILD_DEPTH} levels is refused "
-            f"(this run is {agg.run.depth} deep; do its workflows call each other?)",
+            f"(this run is {agg.run.depth or 0} deep; do its workflows call each other?)",
             "ChildDepthExceeded",
         )
         return

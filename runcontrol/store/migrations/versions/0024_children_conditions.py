@@ -19,8 +19,9 @@ down_revision = "0025"
 branch_labels = None
 depends_on = None
 
-# Only adds nullable columns (and ``depth`` with a default): the previous release's documents
-# leave them out and its reads ignore them.
+# Only adds nullable columns: the previous release's documents leave them out (its writers
+# then write NULL: no lineage, depth 0, no condition, no step-held result) and its reads
+# ignore them.
 oldest_code = "0020"
 
 HERE = Path(__file__).resolve().parent.parent
@@ -29,7 +30,7 @@ SQL = """
 ALTER TABLE runs
     ADD COLUMN parent_run_id UUID,
     ADD COLUMN parent_step_id UUID,
-    ADD COLUMN depth INTEGER NOT NULL DEFAULT 0;
+    ADD COLUMN depth INTEGER;
 CREATE INDEX ix_runs_parent ON runs (tenant_id, parent_run_id, created_at)
     WHERE parent_run_id IS NOT NULL;
 ALTER TABLE steps

@@ -167,6 +167,7 @@ class RunHost:
         self._env.observers.append(self._sessions.observe)
         self._env.credits = FusedGrants(self._sessions, self._drain)
         self._env.cancel_runs = self._cancel_run
+        self._env.send = self._router.send  # a parent's commands to its children, and back
         self._cancels: set[asyncio.Future[Any]] = set()  # cancel-oldest's CancelRuns in flight
         loop = asyncio.get_running_loop()
         self._loop = loop  # the commands' and exchanges' loop (the control group has its own)

@@ -303,8 +303,8 @@ def retention(
 ) -> int:
     """Drop journal entries past retention (through the sanctioned purge function), published
     events past the event history's (their feed rows and webhook deliveries go with them) and
-    results and streamed output with them (the run keeps its result's hash and size), and
-    command answers past the resend window."""
+    results, journaled calls and streamed output with them (the run keeps its result's hash and
+    size), and command answers past the resend window."""
     with db.system_tx() as conn:
         removed = int(
             conn.execute(
@@ -326,6 +326,10 @@ def retention(
                 text(f"DELETE FROM {table} WHERE {column} < :cutoff"),
                 {"cutoff": now - timedelta(days=outbox_days)},
             )
+        conn.execute(
+            text("DELETE FROM journaled_calls WHERE recorded_at < :cutoff"),
+            {"cutoff": now - timedelta(days=outbox_days)},
+        )
         conn.execute(
             text("DELETE FROM command_answers WHERE created_at < :cutoff"),
             {"cutoff": now - timedelta(hours=answer_hours)},

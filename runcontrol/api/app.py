@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from importlib.util import find_spec
 
 from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
@@ -38,6 +40,8 @@ from . import (
 from .auth import TokenVerifier
 from .context import HostProbe, Services
 from .limits import BodyLimit
+
+log = logging.getLogger(__name__)
 
 # The replica's LISTEN connection closes once no event stream waited on it for this long
 # (issue 24: a replica nobody watches is not sent every commit's NOTIFY).
@@ -114,4 +118,13 @@ def create_app(
         app.include_router(router)  # the workflow catalog and run graphs (issue 22)
     app.include_router(queues.router)  # flow control, seen (issue 21)
     app.include_router(console.router)  # the web console's static files (runcontrol/console/)
+    # Workflows as A2A agents (issue 31): /a2a/{workflowId}/..., a2a-sdk's bindings, when the
+    # ``a2a`` extra is installed (make installs it; without it there is no agent door).
+    if find_spec("a2a") is not None:
+        from ..a2a.routes import agent_mount, host_card_route
+
+        app.router.routes.append(agent_mount(services, app.state.verifier, app.state.rate_limiter))
+        app.router.routes.append(host_card_route(services, app.state.verifier))
+    else:
+        log.warning("a2a-sdk is not installed (the a2a extra): no A2A agents are served")
     return app

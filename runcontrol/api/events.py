@@ -36,6 +36,7 @@ router = APIRouter(prefix="/factory/runs", tags=["events"])
 
 T = TypeVar("T")
 RunIdPath = Annotated[UUID, Path(alias="runId")]
+Item = TypeVar("Item")  # what a counted stream sends (an SSE frame, an A2A event)
 MAX_SEQ = 2**63 - 1
 REPLAY_BATCH = 500
 # A history read's cursor (the last seq or position seen) and page size.
@@ -208,7 +209,7 @@ def _live(
     return sse_stream(events, sse_frame)
 
 
-async def counted(streams: Streams, frames: AsyncIterator[str]) -> AsyncIterator[str]:
+async def counted(streams: Streams, frames: AsyncIterator[Item]) -> AsyncIterator[Item]:
     """The stream, counted as one of the replica's live streams from its first frame until it
     ends. Counting starts here, not in the route: a response never streamed (the client went
     away first) never runs this, so it cannot leak a count. Two requests racing past the

@@ -21,6 +21,7 @@ from ..commands import (
     ConsumeRateLimit,
     DispatchRun,
     OpenAttempts,
+    ReportToParent,
     RerunRun,
     StartRun,
     SubmitRun,
@@ -32,6 +33,7 @@ from ..domain import Attempt, CommandContext, RateConsumed, RunAggregate, RunSta
 from ..domain.output import OutputAck
 from ..domain.run.approvals import expire_approval
 from ..domain.run.cancellation import enforce_deadlines
+from ..domain.run.children import redrive_children
 from ..domain.run.outcomes import expire_lease
 from ..domain.run.tool_calls import expire_tool_calls
 from ..domain.run.usage import rate_draw
@@ -39,6 +41,7 @@ from ..domain.run.waits import fire_due_waits
 from ..store import rates
 from . import submission
 from .bus import HANDLERS, Committed, Handler, subscribe
+from .children import report_to_parent
 from .decision import decide
 from .env import Plan
 from .grain import RunGrain
@@ -85,6 +88,7 @@ async def wake(g: RunGrain, command: WakeRun) -> WakeResult:
             return WakeResult(stopped=stopped, tool_calls_expired=calls)
         leases = sum(1 for attempt_id in list(a.leases) if expire_lease(a, c, attempt_id, options))
         fire_due_waits(a, c, options)  # a wait step's timer, once
+        redrive_children(a, c, options)  # an open child's check
         approvals = 0
         if policy is not None:
             approvals = sum(
@@ -156,6 +160,7 @@ SPECIAL: Mapping[type[Command[Any]], Handler] = {
     OpenAttempts: open_attempts,
     WakeRun: wake,
     AppendOutput: append_output,
+    ReportToParent: report_to_parent,
 }
 
 

@@ -38,6 +38,7 @@ from ..edge.auth import Caller, TokenVerifier, watch_scope
 from ..edge.commands import Outside
 from ..edge.errors import InsufficientScope, Unauthorized
 from ..edge.metering import TenantRateLimiter
+from ..edge.unexpected import unexpected
 from ..store import Database
 from ..store import queries as q
 from ..store.commit import EVENTS_CHANNEL
@@ -162,7 +163,9 @@ class RunControlRpc:
                 return await work()
         except errors.RunControlError as exc:
             refuse(context, exc)
-            return empty
+        except Exception as exc:  # noqa: BLE001 - logged with an id, answered INTERNAL
+            refuse(context, unexpected(exc, f"gRPC {type(empty).__name__}"))
+        return empty
 
     # ------------------------------------------------------------------ RunControl
 
@@ -289,11 +292,12 @@ class RunControlRpc:
             run, batch = await self._read(caller.tenant_id, read, project)
             if run is None:
                 raise errors.RunNotFound(f"run {run_id} not found", run_id=str(run_id))
-        except errors.RunControlError as exc:
-            code, message, _ = rich_status(exc)
-            context.set_code(code)
-            context.set_details(message)
-            raise StreamRefused(message) from None
+        except Exception as exc:  # noqa: BLE001 - an unexpected one: logged with an id, INTERNAL
+            typed = (
+                exc if isinstance(exc, errors.RunControlError) else unexpected(exc, "gRPC WatchRun")
+            )
+            refuse(context, typed)  # its status, message and typed detail
+            raise StreamRefused(typed.message) from None
         tenant_id = caller.tenant_id
         if request.include_output:
             output = output_stream.watch_with_output(

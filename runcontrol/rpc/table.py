@@ -28,9 +28,11 @@ from ..domain import (
     ApprovalRequest,
     Attempt,
     Event,
+    JournaledCall,
     LeaseGrant,
     ProgressAck,
     RateConsumed,
+    RecordedCall,
     ToolCallClaim,
     WorkerIdentity,
     errors,
@@ -50,6 +52,9 @@ PROGRESS_ACK = Codec(ProgressAck, pb.ReportProgressResponse)
 TOOL_CALL = Codec(ToolCallClaim, pb.ToolCallResponse)
 SIGNAL = Codec(SignalResult, pb.SendSignalResponse)
 RATE_CONSUMED = Codec(RateConsumed, pb.ConsumeRateLimitResponse)
+RECORDED_CALL = Codec(RecordedCall, pb.RecordCallResponse)
+# what a grant carries of its step's journaled calls
+JOURNALED_CALL = Codec(JournaledCall, pb.JournaledCall)
 OUTPUT_ACK = Codec(OutputAck, pb.AppendOutputResponse)
 # Event.body, the typed payload, is memory only: the wire carries the payload it serialises to.
 # ``output``: a chunk of streamed output WatchRun interleaves on request (``rpc.output``).
@@ -242,6 +247,7 @@ REPLIES: Mapping[Any, Codec[Any] | tuple[Answer, Result]] = {
     ProgressAck: PROGRESS_ACK,
     ToolCallClaim: TOOL_CALL,
     RateConsumed: RATE_CONSUMED,
+    RecordedCall: RECORDED_CALL,
     OutputAck: OUTPUT_ACK,
 }
 

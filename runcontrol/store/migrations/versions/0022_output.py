@@ -12,7 +12,7 @@ from pathlib import Path
 from alembic import op
 
 revision = "0022"
-down_revision = "0020"
+down_revision = "0021"
 branch_labels = None
 depends_on = None
 

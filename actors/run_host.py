@@ -34,7 +34,7 @@ from runcontrol.config import Settings
 from runcontrol.domain import LeaseGrant, RunAggregate, errors
 from runcontrol.domain.run import RUN_CONTROL
 from runcontrol.drain import Drain
-from runcontrol.grain import RunGrain
+from runcontrol.grain import UNSERIALISED, RunGrain
 from runcontrol.store import queries as q
 from runcontrol.store.commit import CONFIG_CHANNEL, DISPATCH_CHANNEL, EVENTS_CHANNEL
 from runcontrol.store.notify import Listener
@@ -234,6 +234,9 @@ class RunHost:
         run_id = command.run_id
         act = self._activation(command.tenant_id, run_id)
         with self._drain.track():
+            if type(command) in UNSERIALISED:  # nothing of the run: beside its mailbox
+                self._commands += 1
+                return await act.grain.execute(command)
             return await self._in_mailbox(act, command, carrier)
 
     async def _in_mailbox(

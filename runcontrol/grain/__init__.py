@@ -18,9 +18,18 @@ gets that answer, never a second effect (``memo``). Submission, duplicate submis
 are ``submission``.
 """
 
-from . import handlers  # noqa: F401 - registers every handler and after-commit effect
 from .bus import HANDLERS, Committed, Handler
 from .env import GrainEnv, Observer, Plan
 from .grain import RunGrain
+from .handlers import UNSERIALISED  # importing it registers every handler and effect
 
-__all__ = ["HANDLERS", "Committed", "GrainEnv", "Handler", "Observer", "Plan", "RunGrain"]
+__all__ = [
+    "HANDLERS",
+    "UNSERIALISED",
+    "Committed",
+    "GrainEnv",
+    "Handler",
+    "Observer",
+    "Plan",
+    "RunGrain",
+]

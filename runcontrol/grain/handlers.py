@@ -151,6 +151,11 @@ AFTER_COMMIT: Mapping[AfterCommit, Callable[[RunGrain, Committed], Awaitable[Non
     AfterCommit.MOVE_RATE_BUCKET: move_rate_bucket
 }
 
+# Commands a host may run beside the run's mailbox rather than in it: they read, decide and
+# commit nothing of the run (the database fences them), so a run's renewals and reports never
+# queue behind them (streamed output writes a few times a second per attempt).
+UNSERIALISED: frozenset[type[Command[Any]]] = frozenset({AppendOutput})
+
 # The commands the grain handles itself (no rule of the run decides them alone).
 SPECIAL: Mapping[type[Command[Any]], Handler] = {
     SubmitRun: submission.submit,

@@ -14,7 +14,9 @@ import pytest
 from api_harness import TenantView
 
 from runcontrol.cli import main
+from runcontrol.commands import AppendOutput
 from runcontrol.domain import Role
+from runcontrol.domain.output import OutputChunk
 
 
 def cli(
@@ -57,8 +59,27 @@ def test_runs_submit_list_show_tail_and_cancel(t, env, capsys, monkeypatch) -> N
     assert header.split()[:3] == ["RUN", "STATE", "WORKFLOW"]
     assert row.split()[0] == run_id and t.workflow in row
 
-    t.succeed(t.claim(run_id))
+    claim = t.claim(run_id)
+    chunks = (
+        OutputChunk(1, text="hello "),
+        OutputChunk(2, text="world\n"),
+        OutputChunk(3, data=[1]),
+    )
+    t._call(t.runtime.client.send(AppendOutput(**claim.fenced(), chunks=chunks)))
+    t.succeed(claim)
     t.wait_state(run_id, "Completed")
+    code, out, _ = cli(capsys, monkeypatch, token, "runs", "tail", run_id, "--output")
+    assert code == 0 and out == "hello world\n[1]\n"
+    code, out, _ = cli(
+        capsys, monkeypatch, token, "runs", "tail", run_id, "--output", "--after", "1", "--json"
+    )
+    assert code == 0
+    assert [
+        (c["position"], c.get("text"), c.get("data")) for c in map(json.loads, out.splitlines())
+    ] == [
+        (2, "world\n", None),
+        (3, None, [1]),
+    ]
     history = t.requester().get(f"/factory/runs/{run_id}/events/history").json()
     code, out, _ = cli(capsys, monkeypatch, token, "runs", "tail", run_id, "--json")
     assert code == 0 and [json.loads(line) for line in out.splitlines()] == history

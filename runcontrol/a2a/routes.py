@@ -44,6 +44,7 @@ from .cards import JSONRPC_PATH, PREFIX, REST_PATH, Agent, agent_card
 from .handler import RunTaskHandler
 
 _STATE = "runcontrol_a2a"  # the door's findings in the request's state
+_VERSION = b"a2a-version"
 
 
 async def find_agent(svc: Services, caller: Caller, workflow_id: str) -> Agent:
@@ -93,6 +94,11 @@ class AgentDoor:
         except errors.RunControlError as exc:
             await from_error(exc)(scope, receive, send)
             return
+        if not any(name == _VERSION for name, _ in scope["headers"]):
+            # No A2A-Version: the SDK would take the request for 0.3's and refuse a 1.0 method.
+            # A 1.0 method or path is unambiguous, so it is served as 1.0; 0.3's own methods
+            # and paths go to the SDK's 0.3 adapter (enable_v0_3_compat) either way.
+            scope = {**scope, "headers": [*scope["headers"], (_VERSION, b"1.0")]}
         # Inside the mount the root path is the agent's: /a2a/{workflowId}.
         url = f"{request.url.scheme}://{request.url.netloc}{scope.get('root_path', '')}"
         scope.setdefault("state", {})[_STATE] = (caller, agent, url)
@@ -149,7 +155,12 @@ def agent_mount(svc: Services, verifier: TokenVerifier, rate_limiter: TenantRate
     context = CallContextBuilder()
     routes: list[Any] = [
         Route(AGENT_CARD_WELL_KNOWN_PATH, _card, methods=["GET"]),
-        *create_jsonrpc_routes(handler, JSONRPC_PATH, context_builder=context),
-        Mount(REST_PATH, routes=create_rest_routes(handler, context_builder=context)),
+        *create_jsonrpc_routes(
+            handler, JSONRPC_PATH, context_builder=context, enable_v0_3_compat=True
+        ),
+        Mount(
+            REST_PATH,
+            routes=create_rest_routes(handler, context_builder=context, enable_v0_3_compat=True),
+        ),
     ]
     return Mount(PREFIX, app=AgentDoor(Router(routes=routes), svc, verifier))

@@ -9,7 +9,9 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import agent_scenarios as scenarios
 import pytest
+from agent_scenarios import Subject
 from durable_step import MemoryStep
 from pydantic_ai import Agent, ModelRetry
 from pydantic_ai.messages import (
@@ -23,10 +25,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
-from runcontrol.domain import canonical_hash
 from runcontrol.integrations.pydantic_ai import run_agent
-from runcontrol.sdk import Uncertain
-from runcontrol.sdk._step import Parked
 
 
 class Planner:
@@ -70,7 +69,9 @@ class Planner:
         return FunctionModel(self.respond, stream_function=self.stream)
 
 
-def coder(planner: Planner, ran: list[tuple[str, str]]) -> Agent[None, str]:
+def coder(
+    planner: Planner, ran: list[tuple[str, str]], push_metadata: dict[str, Any] | None = None
+) -> Agent[None, str]:
     agent = Agent(planner.model(), name="coder")
 
     @agent.tool_plain
@@ -83,7 +84,7 @@ def coder(planner: Planner, ran: list[tuple[str, str]]) -> Agent[None, str]:
         ran.append(("propose", patch))
         return "applied"
 
-    @agent.tool_plain(metadata={"side_effect": True})
+    @agent.tool_plain(metadata=push_metadata)
     def push(patch: str) -> str:
         ran.append(("push", patch))
         return "pushed"
@@ -91,83 +92,48 @@ def coder(planner: Planner, ran: list[tuple[str, str]]) -> Agent[None, str]:
     return agent
 
 
-def run(step: MemoryStep, agent: Agent[None, str], **kw: Any) -> str:
-    return asyncio.run(run_agent(step, agent, "add a docstring to app.py", **kw)).output
+def subject(tool: str = "propose", push_metadata: dict[str, Any] | None = None) -> Subject:
+    planner, ran = Planner(tool), []
+    agent = coder(planner, ran, push_metadata)
+
+    def run(step: MemoryStep, **options: Any) -> str:
+        return asyncio.run(run_agent(step, agent, "add a docstring to app.py", **options)).output
+
+    return Subject(lambda: planner.calls, ran, run)
 
 
-def test_an_approval_parks_and_the_reentered_step_replays_instead_of_asking_again() -> None:
-    planner, ran = Planner(), []
-    agent, step = coder(planner, ran), MemoryStep()
-    with pytest.raises(Parked):
-        run(step, agent)
-    (proposal,) = step.asked
-    assert proposal == {"tool": "propose", "arguments": {"patch": "plan #2: add a docstring"}}
-    assert step.progress_data == [{"proposal": proposal}]  # what the reviewer is shown
-    assert (planner.calls, ran) == (2, [("read_file", "app.py")])
-
-    step.reenter(approved=canonical_hash(proposal))  # approved: the step runs from the start
-    assert run(step, agent) == "done"
-    # The two requests before the approval were replayed: the plan kept its first wording,
-    # so the approval matched; only the request after the tool's result was new.
-    assert planner.calls == 3
-    assert ran == [("read_file", "app.py"), ("propose", "plan #2: add a docstring")]
-    assert step.asked == [proposal] and step.progress_data == [{"proposal": proposal}]
-
-    step.reenter()  # a retry of the finished step: nothing runs again
-    assert run(step, agent) == "done"
-    assert planner.calls == 3 and len(ran) == 2
-
-
-def test_an_approval_binds_to_the_exact_arguments_of_the_call() -> None:
-    planner, ran = Planner(), []
-    agent, step = coder(planner, ran), MemoryStep()
-    with pytest.raises(Parked):
-        run(step, agent)
-    other = {"tool": "propose", "arguments": {"patch": "plan #3: add a docstring"}}
-    step.reenter(approved=canonical_hash(other))  # approved: a call with other arguments
-    with pytest.raises(Parked):
-        run(step, agent)
-    assert step.asked[0] == step.asked[1] != other  # asked again for the call made
-    assert ("propose", "plan #2: add a docstring") not in ran
-
-
-def test_streamed_text_goes_to_the_step_once_and_tokens_are_consumed_once() -> None:
-    planner, ran = Planner(), []
-    agent, step = coder(planner, ran), MemoryStep()
-    step.auto_approve = True  # the policy needs no human
-    assert run(step, agent, token_limit="model-tokens") == "done"
-    assert step.chunks == ["plan #2: add a docstring", "done"]
-    assert [name for name, units in step.consumed if units > 0] == ["model-tokens"] * 3
-    step.reenter()
-    run(step, agent, token_limit="model-tokens")
-    assert len(step.chunks) == 2 and len(step.consumed) == 3 and planner.calls == 3
-
-
-def test_without_streaming_the_requests_are_journaled_too() -> None:
-    planner, ran = Planner(), []
-    agent, step = coder(planner, ran), MemoryStep()
-    step.auto_approve = True
-    assert run(step, agent, stream=False, token_limit="model-tokens") == "done"
-    step.reenter()
-    assert run(step, agent, stream=False, token_limit="model-tokens") == "done"
-    assert planner.calls == 3 and step.chunks == []
-    assert step.consumed == [("model-tokens", 15.0)] * 3  # the model's usage, once each
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_approval_parks_and_the_reentered_step_replays_instead_of_asking_again(
+    stream: bool,
+) -> None:
+    step = scenarios.approval_parks_and_the_reentered_step_replays(subject(), stream=stream)
     assert step.calls_run["coder:model"] == 3
 
 
-def test_a_side_effecting_tool_is_claimed_and_never_runs_twice() -> None:
-    planner, ran = Planner(tool="push"), []
-    agent, step = coder(planner, ran), MemoryStep()
-    assert run(step, agent) == "done"
-    assert ran[-1] == ("push", "plan #2: add a docstring")
-    (call_id,) = step.claims
-    assert call_id.startswith(f"{step.step_id}:coder:tool:push:")
-    # A crash after the push and before its journal record: the claim holds, it is not re-run.
-    del step.journal[("coder:tool:push:propose-1", 1)]
+def test_an_approval_binds_to_the_exact_arguments_of_the_call() -> None:
+    scenarios.approval_binds_to_the_exact_arguments(subject())
+
+
+def test_tokens_are_consumed_once_per_model_request() -> None:
+    scenarios.tokens_are_consumed_once_per_model_request(subject())
+
+
+def test_a_streamed_request_consumes_its_tokens_once() -> None:
+    s, step = subject(), MemoryStep()
+    step.auto_approve = True
+    assert s.run(step, token_limit="model-tokens") == "done"
     step.reenter()
-    with pytest.raises(Uncertain):
-        run(step, agent)
-    assert [r for r in ran if r[0] == "push"] == [("push", "plan #2: add a docstring")]
+    s.run(step, token_limit="model-tokens")
+    assert [name for name, units in step.consumed if units > 0] == ["model-tokens"] * 3
+
+
+@pytest.mark.parametrize("declared", ["metadata", "side_effects"])
+def test_a_side_effecting_tool_is_claimed_and_never_runs_twice(declared: str) -> None:
+    if declared == "metadata":  # on the tool
+        s, options = subject("push", {"side_effect": True}), {}
+    else:  # by the caller
+        s, options = subject("push"), {"side_effects": {"push"}}
+    scenarios.side_effecting_tool_never_runs_twice(s, **options)
 
 
 def test_a_tool_asking_for_a_retry_is_replayed_as_a_retry() -> None:
@@ -203,16 +169,11 @@ def test_a_tool_asking_for_a_retry_is_replayed_as_a_retry() -> None:
         return "ok"
 
     step = MemoryStep()
-    assert run(step, agent, stream=False) == "retried 1"
-    step.reenter()
-    assert run(step, agent, stream=False) == "retried 1"
+    for _ in range(2):  # the first execution, then a retry
+        step.reenter()
+        assert asyncio.run(run_agent(step, agent, "go", stream=False)).output == "retried 1"
     assert attempts == ["try 0", "try 1"]
 
 
 def test_a_cancelled_run_stops_before_its_next_model_request() -> None:
-    planner, ran = Planner(), []
-    agent, step = coder(planner, ran), MemoryStep()
-    step.cancelled = True
-    with pytest.raises(asyncio.CancelledError):
-        run(step, agent)
-    assert planner.calls == 0
+    scenarios.cancelled_run_stops_before_its_next_model_request(subject())

@@ -8,6 +8,7 @@ adapters' logic is tested without a cluster too (tests/unit/durable_step.py).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
@@ -17,6 +18,19 @@ from ..domain import SideEffectClass, canonical_hash
 from ..sdk import Approval, AsyncToolCall, Permanent, Uncertain
 
 T = TypeVar("T")
+
+# A journaled call's name, at most: the server takes 200 characters (for a call's name and a
+# tool call's id alike), and a side effect's tool call id is the step's id (37) plus the name.
+MAX_NAME = 160
+
+
+def bounded(name: str) -> str:
+    """``name``, or its head and a hash of it when it is too long (a model's call ids and a
+    tool's name are the model's and the author's to choose)."""
+    if len(name) <= MAX_NAME:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+    return f"{name[: MAX_NAME - 17]}#{digest}"
 
 
 class DurableStep(Protocol):
@@ -91,7 +105,7 @@ class AgentCalls:
             self.model_requests += 1
             return await send()
 
-        return await self.step.run(f"{self.agent}:model", first)
+        return await self.step.run(bounded(f"{self.agent}:model"), first)
 
     async def consumed(self, tokens: int) -> None:
         """Report ``tokens`` against the release's limit ``token_limit`` (inside the journaled
@@ -107,7 +121,7 @@ class AgentCalls:
         name = f"{self.agent}:tool:{tool}:{call_id}"
         self._named[name] += 1  # a model reusing an id gets its own key per use
         n = self._named[name]
-        return name if n == 1 else f"{name}#{n}"
+        return bounded(name if n == 1 else f"{name}#{n}")
 
     async def tool(
         self,
@@ -156,7 +170,7 @@ class AgentCalls:
                 "approvalId": None if approval_id is None else str(approval_id),
             }
 
-        decided = await self.step.run(f"{self.agent}:approval:{tool}:{call_id}", ask)
+        decided = await self.step.run(bounded(f"{self.agent}:approval:{tool}:{call_id}"), ask)
         if decided["proposalHash"] != proposal_hash:  # fail closed: never run an unapproved call
             raise Permanent(
                 f"the journaled approval of {tool} (call {call_id}) is of another proposal"

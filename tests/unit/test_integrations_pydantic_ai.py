@@ -6,7 +6,6 @@ run. The same adapter on a real cluster: tests/actors/test_integrations_agents.p
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import agent_scenarios as scenarios
@@ -14,87 +13,16 @@ import pytest
 from agent_scenarios import Subject
 from durable_step import MemoryStep
 from pydantic_ai import Agent, ModelRetry
-from pydantic_ai.messages import (
-    ModelMessage,
-    ModelRequest,
-    ModelResponse,
-    TextPart,
-    ToolCallPart,
-    ToolReturnPart,
-)
-from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
-from pydantic_ai.usage import RequestUsage
+from pydantic_ai import messages as pm
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from scripted_agents import PydanticPlanner, pydantic_coder
 
 from runcontrol.integrations.pydantic_ai import run_agent
 
 
-class Planner:
-    """A scripted model: reads a file, proposes a patch worded differently on every call
-    (the n-th call's wording), then says it is done; counts its calls."""
-
-    def __init__(self, tool: str = "propose") -> None:
-        self.calls = 0
-        self.tool = tool
-
-    def respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        self.calls += 1
-        returned = [
-            part
-            for message in messages
-            if isinstance(message, ModelRequest)
-            for part in message.parts
-            if isinstance(part, ToolReturnPart)
-        ]
-        usage = RequestUsage(input_tokens=10, output_tokens=5)
-        if not returned:
-            call = ToolCallPart("read_file", {"path": "app.py"}, tool_call_id="read-1")
-            return ModelResponse(parts=[call], usage=usage)
-        if len(returned) == 1:
-            wording = f"plan #{self.calls}: add a docstring"
-            call = ToolCallPart(self.tool, {"patch": wording}, tool_call_id="propose-1")
-            return ModelResponse(parts=[TextPart(wording), call], usage=usage)
-        return ModelResponse(parts=[TextPart("done")], usage=usage)
-
-    async def stream(
-        self, messages: list[ModelMessage], info: AgentInfo
-    ) -> AsyncIterator[str | DeltaToolCalls]:
-        for part in self.respond(messages, info).parts:
-            if isinstance(part, TextPart):
-                yield part.content
-            elif isinstance(part, ToolCallPart):
-                args = part.args_as_json_str()
-                yield {0: DeltaToolCall(part.tool_name, args, tool_call_id=part.tool_call_id)}
-
-    def model(self) -> FunctionModel:
-        return FunctionModel(self.respond, stream_function=self.stream)
-
-
-def coder(
-    planner: Planner, ran: list[tuple[str, str]], push_metadata: dict[str, Any] | None = None
-) -> Agent[None, str]:
-    agent = Agent(planner.model(), name="coder")
-
-    @agent.tool_plain
-    def read_file(path: str) -> str:
-        ran.append(("read_file", path))
-        return "print('hello')\n"
-
-    @agent.tool_plain(requires_approval=True)
-    def propose(patch: str) -> str:
-        ran.append(("propose", patch))
-        return "applied"
-
-    @agent.tool_plain(metadata=push_metadata)
-    def push(patch: str) -> str:
-        ran.append(("push", patch))
-        return "pushed"
-
-    return agent
-
-
 def subject(tool: str = "propose", push_metadata: dict[str, Any] | None = None) -> Subject:
-    planner, ran = Planner(tool), []
-    agent = coder(planner, ran, push_metadata)
+    planner, ran = PydanticPlanner(tool), []
+    agent = pydantic_coder(planner, ran, push_metadata)
 
     def run(step: MemoryStep, **options: Any) -> str:
         return asyncio.run(run_agent(step, agent, "add a docstring to app.py", **options)).output
@@ -139,24 +67,24 @@ def test_a_side_effecting_tool_is_claimed_and_never_runs_twice(declared: str) ->
 def test_a_tool_asking_for_a_retry_is_replayed_as_a_retry() -> None:
     attempts: list[str] = []
 
-    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    def respond(messages: list[pm.ModelMessage], info: AgentInfo) -> pm.ModelResponse:
         retried = sum(
             1
             for m in messages
-            if isinstance(m, ModelRequest)
+            if isinstance(m, pm.ModelRequest)
             for p in m.parts
             if getattr(p, "outcome", None) == "retried"
         )
         done = any(
-            isinstance(p, ToolReturnPart) and getattr(p, "outcome", None) != "retried"
+            isinstance(p, pm.ToolReturnPart) and getattr(p, "outcome", None) != "retried"
             for m in messages
-            if isinstance(m, ModelRequest)
+            if isinstance(m, pm.ModelRequest)
             for p in m.parts
         )
         if done:
-            return ModelResponse(parts=[TextPart(f"retried {retried}")])
-        return ModelResponse(
-            parts=[ToolCallPart("flaky", {"n": retried}, tool_call_id=f"f{retried}")]
+            return pm.ModelResponse(parts=[pm.TextPart(f"retried {retried}")])
+        return pm.ModelResponse(
+            parts=[pm.ToolCallPart("flaky", {"n": retried}, tool_call_id=f"f{retried}")]
         )
 
     agent = Agent(FunctionModel(respond), name="flaky-agent")

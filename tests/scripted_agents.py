@@ -139,6 +139,7 @@ class OpenAIPlanner(ScriptedPlanner, Model):
 
     async def get_response(self, *request: Any, **options: Any) -> OpenAIResponse:
         output = self.respond_to(request, options)
+        await asyncio.sleep(self.pause_s)
         return OpenAIResponse(output=output, usage=USAGE, response_id=None)
 
     async def stream_response(self, *request: Any, **options: Any) -> AsyncIterator[StreamEvent]:

@@ -116,12 +116,15 @@ class ScriptedCoder:
             return ModelResponse(parts=[TextPart(f"Plan: {summary}."), call])
         return ModelResponse(parts=[TextPart(f"Done: {returned['propose_change']}.")])
 
+    async def answer(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        response = self.respond(messages, info)  # logged as it starts
+        await asyncio.sleep(float(os.environ.get("DURABLE_AGENT_PAUSE_S", "0")))
+        return response
+
     async def stream(
         self, messages: list[ModelMessage], info: AgentInfo
     ) -> AsyncIterator[str | DeltaToolCalls]:
-        response = self.respond(messages, info)  # logged as it starts
-        await asyncio.sleep(float(os.environ.get("DURABLE_AGENT_PAUSE_S", "0")))
-        for part in response.parts:
+        for part in (await self.answer(messages, info)).parts:
             if isinstance(part, TextPart):
                 for word in part.content.split(" "):  # streamed a word at a time
                     yield word + " "
@@ -130,7 +133,7 @@ class ScriptedCoder:
                 yield {0: DeltaToolCall(part.tool_name, args, tool_call_id=call_id)}
 
     def model(self) -> FunctionModel:
-        return FunctionModel(self.respond, stream_function=self.stream, model_name="scripted")
+        return FunctionModel(self.answer, stream_function=self.stream, model_name="scripted")
 
 
 def model_for(run_id: str) -> Model | str:

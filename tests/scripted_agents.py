@@ -32,16 +32,20 @@ USAGE = Usage(requests=1, input_tokens=10, output_tokens=5, total_tokens=15)
 class ScriptedPlanner:
     """The script's state: which tool proposes, the model calls made (``calls``), and, when
     ``log`` is set, a JSON line per call (its turn: one more than the tool results it was
-    sent; the process) for a test in another process to count; ``pause_s`` per call."""
+    sent; the process) for a test in another process to count; ``pause_s`` per call;
+    ``failures``: the calls that raise (by number) and what."""
 
     def __init__(self, tool: str = "propose", log: Path | None = None, pause_s: float = 0.0):
         self.tool = tool
         self.calls = 0
         self.log = log
         self.pause_s = pause_s
+        self.failures: dict[int, Exception] = {}  # the n-th call raises this
 
     def made(self, turn: int) -> None:
         self.calls += 1
+        if (failure := self.failures.pop(self.calls, None)) is not None:
+            raise failure
         if self.log is not None:
             with self.log.open("a") as out:
                 out.write(json.dumps({"turn": turn, "pid": os.getpid()}) + "\n")

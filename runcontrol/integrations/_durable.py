@@ -15,7 +15,7 @@ from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
 from ..domain import SideEffectClass, canonical_hash
-from ..sdk import Approval, AsyncToolCall, Permanent, Uncertain
+from ..sdk import Approval, AsyncToolCall, Permanent, Transient, Uncertain
 
 T = TypeVar("T")
 
@@ -97,13 +97,23 @@ class AgentCalls:
         if self.step.cancelled:
             raise asyncio.CancelledError(f"the run of agent {self.agent} was cancelled")
 
-    async def model_request(self, send: Callable[[], Awaitable[Any]]) -> Any:
-        """``send()`` (a model request; it returns its JSON form) once per run of the step."""
+    async def model_request(
+        self,
+        send: Callable[[], Awaitable[Any]],
+        transient: tuple[type[Exception], ...] = (),
+    ) -> Any:
+        """``send()`` (a model request; it returns its JSON form) once per run of the step.
+        An error of the ``transient`` kinds (the provider's rate limits, timeouts, outages,
+        once the framework's own retries gave up) is raised as ``Transient``: the step is
+        retried under its policy, and the requests before it are replayed."""
         self.check_cancelled()
 
         async def first() -> Any:
             self.model_requests += 1
-            return await send()
+            try:
+                return await send()
+            except transient as exc:
+                raise Transient(f"the model request failed: {exc!r}") from exc
 
         return await self.step.run(bounded(f"{self.agent}:model"), first)
 

@@ -35,6 +35,7 @@ import json
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
+import openai
 from agents import Agent, FunctionTool, RunConfig, Runner, RunResult, RunResultStreaming
 from agents.exceptions import UserError
 from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
@@ -50,6 +51,12 @@ from ._durable import AgentCalls, DurableStep
 
 __all__ = ["JournaledModel", "JournaledModelProvider", "run_agent"]
 
+# The provider's failures a later try may not meet (the step is retried: Transient).
+TRANSIENT: tuple[type[Exception], ...] = (
+    openai.APIConnectionError,
+    openai.RateLimitError,
+    openai.InternalServerError,
+)
 _RESPONSE: TypeAdapter[ModelResponse] = TypeAdapter(ModelResponse)
 
 
@@ -67,7 +74,7 @@ class JournaledModel(Model):
             await self.calls.consumed(response.usage.total_tokens)
             return _RESPONSE.dump_python(response, mode="json", by_alias=True, exclude_unset=True)
 
-        return _RESPONSE.validate_python(await self.calls.model_request(send))
+        return _RESPONSE.validate_python(await self.calls.model_request(send, TRANSIENT))
 
     async def stream_response(
         self, *request: Any, **options: Any
@@ -86,7 +93,7 @@ class JournaledModel(Model):
 
         # Drained inside the journaled call (its text went to step.stream); the runner builds
         # the turn from the completed response, the same the first time and on replay.
-        response = Response.model_validate(await self.calls.model_request(send))
+        response = Response.model_validate(await self.calls.model_request(send, TRANSIENT))
         yield ResponseCompletedEvent(
             type="response.completed", response=response, sequence_number=0
         )

@@ -37,7 +37,14 @@ from pydantic_ai import Agent
 from pydantic_ai.agent import AgentRunResult
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.capabilities.abstract import ValidatedToolArgs, WrapToolExecuteHandler
-from pydantic_ai.exceptions import ToolRetryError
+from pydantic_ai.exceptions import (
+    ModelConnectionError,
+    ModelRateLimitError,
+    ModelRequestTimeout,
+    ModelServerError,
+    ModelUnavailableError,
+    ToolRetryError,
+)
 from pydantic_ai.messages import (
     AgentStreamEvent,
     ModelMessage,
@@ -68,6 +75,14 @@ __all__ = ["JournaledModel", "RunControlDurability", "run_agent"]
 
 OutputT = TypeVar("OutputT")
 _RESPONSE: TypeAdapter[ModelResponse] = TypeAdapter(ModelResponse)
+# The provider's failures a later try may not meet (the step is retried: Transient).
+TRANSIENT: tuple[type[Exception], ...] = (
+    ModelRateLimitError,
+    ModelUnavailableError,
+    ModelServerError,
+    ModelConnectionError,
+    ModelRequestTimeout,
+)
 _RETRY: TypeAdapter[RetryFeedbackPart | ToolReturnPart] = TypeAdapter(
     RetryFeedbackPart | ToolReturnPart
 )
@@ -94,7 +109,7 @@ class JournaledModel(WrapperModel):
             wrapped = self.wrapped.request(messages, model_settings, model_request_parameters)
             return await self._counted(await wrapped)
 
-        return _RESPONSE.validate_python(await self.calls.model_request(send))
+        return _RESPONSE.validate_python(await self.calls.model_request(send, TRANSIENT))
 
     @asynccontextmanager
     async def request_stream(
@@ -112,7 +127,7 @@ class JournaledModel(WrapperModel):
                     await self.calls.text(_text_of(event))
             return await self._counted(streamed.get())
 
-        response = _RESPONSE.validate_python(await self.calls.model_request(send))
+        response = _RESPONSE.validate_python(await self.calls.model_request(send, TRANSIENT))
         # The stream was drained inside the journaled call (its text went to step.stream);
         # the run's own consumers see the response's parts as events.
         yield CompletedStreamedResponse(

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 from durable_step import MemoryStep
+from scripted_agents import ScriptedPlanner
 
 from runcontrol.domain import canonical_hash
-from runcontrol.sdk import Uncertain
+from runcontrol.sdk import Transient, Uncertain
 from runcontrol.sdk._step import Parked
 
 PROPOSED = ("propose", "plan #2: add a docstring")  # what the second model call proposes
@@ -21,9 +22,13 @@ PROPOSED = ("propose", "plan #2: add a docstring")  # what the second model call
 
 @dataclass
 class Subject:
-    model_calls: Callable[[], int]  # the scripted model's calls so far
+    planner: ScriptedPlanner  # the scripted model
     ran: list[tuple[str, str]]  # the tools' calls, (tool, argument)
     run: Callable[..., Any]  # run(step, **options): the agent's final output
+    provider_error: Exception  # what the framework raises when the provider is unreachable
+
+    def model_calls(self) -> int:
+        return self.planner.calls
 
 
 def approval_parks_and_the_reentered_step_replays(s: Subject, *, stream: bool) -> MemoryStep:
@@ -93,3 +98,16 @@ def cancelled_run_stops_before_its_next_model_request(s: Subject) -> None:
     with pytest.raises(asyncio.CancelledError):
         s.run(step)
     assert s.model_calls() == 0
+
+
+def provider_failure_is_transient_and_the_retry_replays(s: Subject) -> None:
+    step = MemoryStep()
+    s.planner.failures[2] = s.provider_error  # the second request fails
+    with pytest.raises(Transient):
+        s.run(step, stream=False)
+    step.reenter()  # the step's retry
+    with pytest.raises(Parked):
+        s.run(step, stream=False)
+    # The first request was replayed; the failed one was made again, once.
+    assert s.model_calls() == 3 and s.ran == [("read_file", "app.py")]
+    assert step.asked[0]["arguments"] == {"patch": "plan #3: add a docstring"}

@@ -10,6 +10,8 @@ import asyncio
 from typing import Any
 
 import agent_scenarios as scenarios
+import httpx2
+import openai
 import pytest
 from agent_scenarios import Subject
 from agents import RunConfig
@@ -28,7 +30,12 @@ def subject(tool: str = "propose") -> Subject:
         answer = run_agent(step, agent, "add a docstring to app.py", run_config=config, **options)
         return asyncio.run(answer).final_output
 
-    return Subject(lambda: planner.calls, ran, run)
+    return Subject(
+        planner,
+        ran,
+        run,
+        openai.APIConnectionError(request=httpx2.Request("POST", "https://api.invalid/v1")),
+    )
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -52,3 +59,7 @@ def test_a_side_effecting_tool_is_claimed_and_never_runs_twice() -> None:
 
 def test_a_cancelled_run_stops_before_its_next_model_request() -> None:
     scenarios.cancelled_run_stops_before_its_next_model_request(subject())
+
+
+def test_a_provider_failure_is_transient_and_the_retry_replays_the_requests_before_it() -> None:
+    scenarios.provider_failure_is_transient_and_the_retry_replays(subject())

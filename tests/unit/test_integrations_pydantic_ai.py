@@ -14,6 +14,7 @@ from agent_scenarios import Subject
 from durable_step import MemoryStep
 from pydantic_ai import Agent, ModelRetry
 from pydantic_ai import messages as pm
+from pydantic_ai.exceptions import ModelConnectionError
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from scripted_agents import PydanticPlanner, pydantic_coder
 
@@ -27,7 +28,7 @@ def subject(tool: str = "propose", push_metadata: dict[str, Any] | None = None) 
     def run(step: MemoryStep, **options: Any) -> str:
         return asyncio.run(run_agent(step, agent, "add a docstring to app.py", **options)).output
 
-    return Subject(lambda: planner.calls, ran, run)
+    return Subject(planner, ran, run, ModelConnectionError("scripted", "connection refused"))
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -105,3 +106,7 @@ def test_a_tool_asking_for_a_retry_is_replayed_as_a_retry() -> None:
 
 def test_a_cancelled_run_stops_before_its_next_model_request() -> None:
     scenarios.cancelled_run_stops_before_its_next_model_request(subject())
+
+
+def test_a_provider_failure_is_transient_and_the_retry_replays_the_requests_before_it() -> None:
+    scenarios.provider_failure_is_transient_and_the_retry_replays(subject())

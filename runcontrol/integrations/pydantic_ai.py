@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Iterable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pydantic import TypeAdapter
@@ -149,19 +149,14 @@ class RunControlDurability(AbstractCapability[Any]):
 
     calls: AgentCalls
     side_effects: frozenset[str] = frozenset()
-    _models: dict[int, JournaledModel] = field(default_factory=dict, repr=False)
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
         return None  # built per step, never from a spec
 
     def get_wrapper_model(self, model: Model) -> Model | None:
-        if isinstance(model, JournaledModel):
-            return None
-        journaled = self._models.get(id(model))
-        if journaled is None or journaled.wrapped is not model:
-            journaled = self._models[id(model)] = JournaledModel(model, self.calls)
-        return journaled
+        """Whichever model serves a request (a fallback's, one a hook picked) is journaled."""
+        return None if isinstance(model, JournaledModel) else JournaledModel(model, self.calls)
 
     async def wrap_tool_execute(
         self,

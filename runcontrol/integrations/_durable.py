@@ -89,7 +89,6 @@ class AgentCalls:
         self.token_limit = token_limit
         self.stream_text = stream_text
         self.action_class = action_class
-        self.model_requests = 0  # made by this execution, not replayed
         self._named: Counter[str] = Counter()
 
     def check_cancelled(self) -> None:
@@ -108,14 +107,13 @@ class AgentCalls:
         retried under its policy, and the requests before it are replayed."""
         self.check_cancelled()
 
-        async def first() -> Any:
-            self.model_requests += 1
+        async def once() -> Any:
             try:
                 return await send()
             except transient as exc:
                 raise Transient(f"the model request failed: {exc!r}") from exc
 
-        return await self.step.run(bounded(f"{self.agent}:model"), first)
+        return await self.step.run(bounded(f"{self.agent}:model"), once)
 
     async def consumed(self, tokens: int) -> None:
         """Report ``tokens`` against the release's limit ``token_limit`` (inside the journaled

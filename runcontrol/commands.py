@@ -52,6 +52,7 @@ from .domain import (
     ProgressAck,
     ProgressMessage,
     RateConsumed,
+    RecordedCall,
     RunAggregate,
     SideEffectClass,
     ToolCallClaim,
@@ -62,6 +63,7 @@ from .domain.run import (
     approvals,
     cancellation,
     controls,
+    journaled_calls,
     leases,
     outcomes,
     progress,
@@ -375,13 +377,38 @@ class ClaimToolCall(Command[ToolCallClaim]):
 @declare(LEASE_HOLDER, tool_calls.complete_tool_call, rpc="CompleteToolCall")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CompleteToolCall(Command[ToolCallClaim]):
-    """Store the result hash of a call this attempt claimed and executed."""
+    """Store the result of a call this attempt claimed and executed: its hash, and the
+    result itself when sent (JSON, at most ``RunControl:Results:MaxInlineBytes``), which a
+    repeat claim then answers."""
 
     attempt_id: UUID
     holder: str
     fencing_token: int
     call_id: str
     result_hash: str
+    lease_id: UUID | None = None
+    # data of the run: never in a log line (repr) or a span
+    result: Any = field(default=None, repr=False, metadata=JSON_VALUE)
+
+
+@declare(LEASE_HOLDER, journaled_calls.record_call, rpc="RecordCall")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordCall(Command[RecordedCall]):
+    """Store the value of a journaled call (``step.run``): the ``occurrence``-th call named
+    ``name`` in an execution of the attempt's step; ``value`` (JSON, at most
+    ``RunControl:Results:MaxInlineBytes``) or its final ``error`` {type, message,
+    failure_class}. A value stored under the key already is answered instead (use it, not
+    yours). ``read_only``: store nothing, answer the stored value."""
+
+    attempt_id: UUID
+    holder: str
+    fencing_token: int
+    name: str
+    occurrence: int
+    # data of the run: never in a log line (repr) or a span
+    value: Any = field(default=None, repr=False, metadata=JSON_VALUE)
+    error: dict[str, Any] | None = field(default=None, repr=False)
+    read_only: bool = False
     lease_id: UUID | None = None
 
 
@@ -534,6 +561,7 @@ __all__ = [
     "HandBackAttempt",
     "OpenAttempts",
     "RenewLease",
+    "RecordCall",
     "ReportOutcome",
     "ReportProgress",
     "RequestApproval",

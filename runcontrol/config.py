@@ -87,6 +87,32 @@ class ResultOptions(BaseModel):
     )
 
 
+class CallOptions(BaseModel):
+    """Journaled calls (``step.run``, docs/workers.md): each value is capped like a result
+    (``results.max_inline_bytes``); these bound a step's calls."""
+
+    max_per_step: int = Field(
+        1000,
+        ge=1,
+        description="Calls:MaxPerStep: the most journaled calls one step may record; one more "
+        "is refused (call-limit-reached) and the step's function gets the error.",
+    )
+    max_bytes_per_step: int = Field(
+        16 * 1024 * 1024,
+        ge=1,
+        description="Calls:MaxBytesPerStep: the most canonical JSON bytes a step's journaled "
+        "calls may hold in all; a record past it is refused (call-limit-reached).",
+    )
+    grant_max_bytes: int = Field(
+        1024 * 1024,
+        ge=0,
+        le=3 * 1024 * 1024,  # under gRPC's default 4 MiB message limit, with room for the rest
+        description="Calls:GrantMaxBytes: how many bytes of its step's journaled values a "
+        "grant carries (a replay then costs no round trip); the calls past it come with their "
+        "hash and size only, and the worker reads each with one call when it gets there.",
+    )
+
+
 class GrainOptions(BaseModel):
     idle_seconds: float = Field(60, gt=0)
     host_count: int = Field(2, ge=1)
@@ -399,6 +425,7 @@ class Settings(BaseSettings):
     runs: RunOptions = RunOptions()
     tool_calls: ToolCallOptions = ToolCallOptions()
     results: ResultOptions = ResultOptions()
+    calls: CallOptions = CallOptions()
     grains: GrainOptions = GrainOptions()
     budget: BudgetOptions = BudgetOptions()
     capacity: CapacityOptions = CapacityOptions()
@@ -426,4 +453,7 @@ class Settings(BaseSettings):
             max_run_lifetime_seconds=self.runs.max_lifetime_hours * 3600,
             tool_call_claim_timeout_seconds=self.tool_calls.claim_timeout_seconds,
             result_max_bytes=self.results.max_inline_bytes,
+            calls_max_per_step=self.calls.max_per_step,
+            calls_max_bytes_per_step=self.calls.max_bytes_per_step,
+            calls_grant_max_bytes=self.calls.grant_max_bytes,
         )

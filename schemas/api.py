@@ -28,6 +28,7 @@ from runcontrol.domain import (
     Attempt,
     Decision,
     Event,
+    JournaledCall,
     Lease,
     Limits,
     Run,
@@ -200,6 +201,23 @@ class AttemptView(ResponseModel):
 
 
 @shows(
+    JournaledCall,
+    *("name", "occurrence", "value_hash", "bytes", "recorded_at", "attempt_id"),
+    described={
+        "occurrence": "The n-th call of this name in an execution of the step, from 1.",
+        "value_hash": "The canonical hash of the stored value (or of {error} for a failed call).",
+        "bytes": "The size of the stored value's canonical JSON.",
+        "attempt_id": "The attempt whose execution recorded it.",
+    },
+)
+class CallView(ResponseModel):
+    """A journaled call of a step (``step.run``): the first value recorded under its name and
+    occurrence, which every later execution of the step gets back."""
+
+    failed: bool = Field(description="The call ended in a final error (stored in its place).")
+
+
+@shows(
     Step,
     *("step_id", "ordinal", "name", "agent_id", "skill_id", "state", "max_attempts", "gate"),
     *("side_effect_class", "not_before", "depends_on", "kind", "wait", "due_at", "held"),
@@ -216,6 +234,11 @@ class AttemptView(ResponseModel):
 )
 class StepView(ResponseModel):
     kind: str = Field("agent", description="agent | wait (a timer) | signal (input from outside)")
+    calls: list[CallView] = Field(
+        default_factory=list,
+        description="Its journaled calls (`step.run`), oldest first: their hash and size, "
+        "never their content.",
+    )
     held_reason: str | None = Field(
         None,
         description="The hold in words: `concurrency-key repo-x 1/1`, "

@@ -89,6 +89,11 @@ class RunControlStub:
                 request_serializer=schemas_dot_runcontrol__pb2.HandBackAttemptRequest.SerializeToString,
                 response_deserializer=schemas_dot_runcontrol__pb2.HandBackAttemptResponse.FromString,
                 _registered_method=True)
+        self.RecordCall = channel.unary_unary(
+                '/runcontrol.v1.RunControl/RecordCall',
+                request_serializer=schemas_dot_runcontrol__pb2.RecordCallRequest.SerializeToString,
+                response_deserializer=schemas_dot_runcontrol__pb2.RecordCallResponse.FromString,
+                _registered_method=True)
 
 
 class RunControlServicer:
@@ -187,6 +192,16 @@ class RunControlServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RecordCall(self, request, context):
+        """The lease holder stores the value of a journaled call (`step.run`, docs/workers.md): the
+        `occurrence`-th call named `name` in an execution of the attempt's step. When a value is
+        stored under that key already, nothing is stored and the stored value is answered
+        (`recorded` false): the caller uses it, not its own. Fenced like ReportAttemptOutcome.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RunControlServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -244,6 +259,11 @@ def add_RunControlServicer_to_server(servicer, server):
                     servicer.HandBackAttempt,
                     request_deserializer=schemas_dot_runcontrol__pb2.HandBackAttemptRequest.FromString,
                     response_serializer=schemas_dot_runcontrol__pb2.HandBackAttemptResponse.SerializeToString,
+            ),
+            'RecordCall': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordCall,
+                    request_deserializer=schemas_dot_runcontrol__pb2.RecordCallRequest.FromString,
+                    response_serializer=schemas_dot_runcontrol__pb2.RecordCallResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -543,6 +563,33 @@ class RunControl:
             '/runcontrol.v1.RunControl/HandBackAttempt',
             schemas_dot_runcontrol__pb2.HandBackAttemptRequest.SerializeToString,
             schemas_dot_runcontrol__pb2.HandBackAttemptResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordCall(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runcontrol.v1.RunControl/RecordCall',
+            schemas_dot_runcontrol__pb2.RecordCallRequest.SerializeToString,
+            schemas_dot_runcontrol__pb2.RecordCallResponse.FromString,
             options,
             channel_credentials,
             insecure,

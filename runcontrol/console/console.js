@@ -441,7 +441,16 @@ function timeline(run, attemptEvents) {
                 ? h("div", { class: "lease current" },
                     `now held by `, h("code", {}, a.lease.holder),
                     ` · lease ${short(a.lease.leaseId)} · fencing token ${a.lease.fencingToken} · expires ${when(a.lease.expiresAt)}`)
-                : null))))));
+                : null))),
+        step.calls && step.calls.length
+          ? h("ul", { class: "calls" },
+              step.calls.map((c) =>
+                h("li", { dataset: { callName: c.name, occurrence: c.occurrence } },
+                  `journaled call `, h("code", {}, c.occurrence > 1 ? `${c.name} #${c.occurrence}` : c.name),
+                  c.failed ? h("span", { class: "held" }, " failed") : null,
+                  " · ", h("span", { class: "hash" }, c.valueHash),
+                  h("span", { class: "muted" }, ` · ${c.bytes} bytes · ${when(c.recordedAt)}`))))
+          : null)));
 }
 
 function eventRow(e) {

@@ -41,6 +41,28 @@ class ResultTooLarge(ValidationFailed):
     code = "result-too-large"
 
 
+class CallValueTooLarge(ValidationFailed):
+    """A journaled call's value is over ``RunControl:Results:MaxInlineBytes`` of canonical
+    JSON (the results' cap): nothing is stored. Keep the data elsewhere and return a reference
+    to it ({uri, sha256, bytes}) from the function instead."""
+
+    code = "call-value-too-large"
+
+
+class CallLimitReached(ValidationFailed):
+    """The step has recorded as many journaled calls, or as many bytes of them, as
+    ``RunControl:Calls:MaxPerStep`` / ``MaxBytesPerStep`` allow: nothing more is stored."""
+
+    code = "call-limit-reached"
+
+
+class CallNotRecorded(ValidationFailed):
+    """A read of a journaled call that has no stored value (a worker reads only the calls its
+    grant listed)."""
+
+    code = "call-not-recorded"
+
+
 class OutcomeHashMismatch(ValidationFailed):
     """The ``outcomeHash`` sent is not the canonical hash of the result sent with it."""
 

@@ -315,6 +315,22 @@ class ProgressReported(RunEventBody):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CallRecorded(RunEventBody):
+    """A journaled call's value (or final error) was stored under (step, ``name``,
+    ``occurrence``): every later execution of the step gets it back. Its hash and size only,
+    never its content."""
+
+    topic = "run-control.attempts.v1.call-recorded"
+    step_id: UUID
+    attempt_id: UUID
+    name: str
+    occurrence: int
+    value_hash: str
+    bytes: int
+    failed: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RateLimitConsumed(RunEventBody):
     """The lease holder reported using ``units`` of the named rate limit ``name`` (its
     tenant's bucket ``bucket`` moved by them: later dispatches drawing on it wait)."""

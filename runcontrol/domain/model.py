@@ -293,6 +293,8 @@ class ToolCall:
     result_hash: str | None = None
     completed_at: datetime | None = None
     error: str | None = None
+    # the result's canonical JSON, when the completion sent it (a repeat claim gets it back)
+    result_json: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,6 +306,53 @@ class ToolCallClaim:
     status: ToolCallStatus
     result_hash: str | None = None
     error: str | None = None
+    # the stored result's canonical JSON, when its completion sent it
+    result_json: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class JournaledCall:
+    """The stored value of one journaled call (``step.run``), insert-only: the first value
+    recorded under (run, step, ``name``, ``occurrence``: the n-th call of that name within one
+    execution of the step), handed back to every later execution of the step instead of
+    calling the function again. ``value_json`` is the value's canonical JSON text, or None
+    when the call ended in a final error (``error``: {type, message, failureClass}).
+    ``value_hash`` is the canonical hash of what is stored (the value, or ``{"error": ...}``),
+    ``bytes`` the size of its canonical JSON. Data of the run: never logged, never in a span."""
+
+    run_id: UUID
+    step_id: UUID
+    name: str
+    occurrence: int
+    tenant_id: str
+    attempt_id: UUID
+    fencing_token: int
+    value_hash: str
+    bytes: int
+    recorded_at: datetime
+    value_json: str | None = field(default=None, repr=False)
+    error: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def key(self) -> tuple[UUID, str, int]:
+        return (self.step_id, self.name, self.occurrence)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedCall:
+    """The answer to a journaled call's record: what is stored under its key. ``recorded``:
+    this command's value is the one stored (its ``value_json`` is then left out: the caller
+    has it); otherwise the value stored first is answered (``value_json`` or ``error``) and
+    the caller uses it, not its own."""
+
+    name: str
+    occurrence: int
+    value_hash: str
+    bytes: int
+    recorded_at: datetime
+    recorded: bool
+    value_json: str | None = field(default=None, repr=False)
+    error: dict[str, Any] | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,9 +28,11 @@ from ..domain import (
     ApprovalRequest,
     Attempt,
     Event,
+    JournaledCall,
     LeaseGrant,
     ProgressAck,
     RateConsumed,
+    RecordedCall,
     ToolCallClaim,
     WorkerIdentity,
     errors,
@@ -49,6 +51,9 @@ PROGRESS_ACK = Codec(ProgressAck, pb.ReportProgressResponse)
 TOOL_CALL = Codec(ToolCallClaim, pb.ToolCallResponse)
 SIGNAL = Codec(SignalResult, pb.SendSignalResponse)
 RATE_CONSUMED = Codec(RateConsumed, pb.ConsumeRateLimitResponse)
+RECORDED_CALL = Codec(RecordedCall, pb.RecordCallResponse)
+# what a grant carries of its step's journaled calls
+JOURNALED_CALL = Codec(JournaledCall, pb.JournaledCall)
 # Event.body, the typed payload, is memory only: the wire carries the payload it serialises to.
 EVENT = Codec(Event, pb.RunEvent, rename={"event_type": "type"}, supplied=("body",))
 
@@ -237,6 +242,7 @@ REPLIES: Mapping[Any, Codec[Any] | tuple[Answer, Result]] = {
     ProgressAck: PROGRESS_ACK,
     ToolCallClaim: TOOL_CALL,
     RateConsumed: RATE_CONSUMED,
+    RecordedCall: RECORDED_CALL,
 }
 
 # The lease RPC carries two commands; every other worker command's row is its declaration's.

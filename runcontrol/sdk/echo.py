@@ -18,12 +18,19 @@ def echo_agent(name: str, seconds: float) -> Callable[[Step], Coroutine[Any, Any
     async def echo(step: Step) -> dict[str, Any]:
         digest = canonical_hash(step.input or {})
         if step.needs_approval:
-            await step.approval({"agent": name, "action": "apply", "inputHash": digest})
+            # a journaled call, as a model-written proposal would be: the re-entry after the
+            # approval gets the stored one back (docs/workers.md)
+            proposal = await step.run("proposal", _proposal, name, digest)
+            await step.approval(proposal)
         if seconds:
             await asyncio.sleep(seconds)
         return {"agent": name, "inputHash": digest}
 
     return echo
+
+
+def _proposal(agent: str, digest: str) -> dict[str, Any]:
+    return {"agent": agent, "action": "apply", "inputHash": digest}
 
 
 def echo_worker(

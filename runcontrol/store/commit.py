@@ -35,6 +35,7 @@ from .tables import (
     attempt_results,
     attempts,
     cancellation_intents,
+    journaled_calls,
     leases,
     runs,
     steps,
@@ -155,6 +156,8 @@ def prepare(
         ]
     if changes.results:
         doc["results"] = [rows.to_row(r) for r in changes.results]
+    if changes.calls:
+        doc["calls"] = [rows.to_row(c) for c in changes.calls]
     if changes.leases:
         doc["leases"] = [rows.to_row(x) for x in changes.leases.values()]
     if changes.tool_calls:
@@ -286,6 +289,7 @@ _LOAD = (
     (cancellation_intents, _select(cancellation_intents, "run_id = %s")),
     (tool_calls, _select(tool_calls, "run_id = %s")),
     (attempt_results, _select(attempt_results, "run_id = %s")),
+    (journaled_calls, _select(journaled_calls, "run_id = %s")),
 )
 _ANSWERED = "SELECT command_id FROM command_answers WHERE run_id = %s AND created_at >= %s"
 _STORED_ANSWER = (
@@ -420,6 +424,7 @@ class Store:
             intent,
             call,
             result,
+            journaled,
             answered,
         ) = await self.read(tenant_id, queries)
         if not run:
@@ -434,6 +439,7 @@ class Store:
             [rows.from_row(model.CancellationIntent, r) for r in intent],
             [rows.from_row(model.ToolCall, r) for r in call],
             [rows.from_row(model.AttemptResult, r) for r in result],
+            [rows.from_row(model.JournaledCall, r) for r in journaled],
         )
         return agg, {r["command_id"] for r in answered}
 

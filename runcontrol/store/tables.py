@@ -246,6 +246,24 @@ approval_decisions = Table(
 )
 
 # Tool calls claimed before their side effect, at most once per run and call id (0009).
+# Journaled calls (``step.run``, 0021): the first value recorded per (run, step, name,
+# occurrence), insert-only; the primary key keeps one value per key at the database level too.
+journaled_calls = Table(
+    "journaled_calls",
+    metadata,
+    Column("run_id", UUID(as_uuid=True), ForeignKey("runs.run_id"), primary_key=True),
+    Column("step_id", UUID(as_uuid=True), ForeignKey("steps.step_id"), primary_key=True),
+    Column("name", Text, primary_key=True),
+    Column("occurrence", Integer, primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("attempt_id", UUID(as_uuid=True), ForeignKey("attempts.attempt_id"), nullable=False),
+    Column("fencing_token", BigInteger, nullable=False),
+    Column("value_hash", Text, nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+    Column("recorded_at", TZ, nullable=False),
+    Column("value_json", Text),
+    Column("error", JSONB),
+)
 tool_calls = Table(
     "tool_calls",
     metadata,
@@ -263,6 +281,8 @@ tool_calls = Table(
     Column("result_hash", Text),
     Column("completed_at", TZ),
     Column("error", Text),
+    # the result's canonical JSON, stored by a completion that sends it (0021)
+    Column("result_json", Text),
     # At most once, at the database level too: one claim per run and call id.
     UniqueConstraint("run_id", "call_id", name="uq_tool_calls_call"),
 )
@@ -533,7 +553,12 @@ TENANT_TABLES = tuple(metadata.tables)
 APPEND_ONLY_TABLES = ("recovery_journal", "audit_log", "approval_decisions", "cancellation_intents")
 # The app role adds rows to these and never changes them (command answers: the system role
 # prunes them past the resend window).
-INSERT_ONLY_TABLES = (*APPEND_ONLY_TABLES, "command_answers", "attempt_results")
+INSERT_ONLY_TABLES = (
+    *APPEND_ONLY_TABLES,
+    "command_answers",
+    "attempt_results",
+    "journaled_calls",
+)
 # The write path only adds rows to these: their writers insert, never upsert (the relay marks
 # outbox rows published on the system path).
 APPENDED_TABLES = (*INSERT_ONLY_TABLES, "outbox")

@@ -159,6 +159,9 @@ def test_runs_list_filters_and_a_run_moving_live(service: Service, browser: Cons
     )
     tokens = [int(g.rsplit("fencing token ", 1)[1]) for g in grants]
     assert len(tokens) == 2 and tokens[1] > tokens[0]
+    # Its proposal was a journaled call: recorded once, its hash and size shown, not its content.
+    (call,) = browser.texts('#timeline > li:nth-child(2) .calls li[data-call-name="proposal"]', "")
+    assert call.startswith("journaled call proposal · sha256:") and " bytes · " in call
     browser.shot("run-completed")
 
 

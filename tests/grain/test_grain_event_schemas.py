@@ -19,6 +19,7 @@ from runcontrol.commands import (
     CompleteToolCall,
     ConsumeRateLimit,
     HandBackAttempt,
+    RecordCall,
     ReportProgress,
     RequestApproval,
     RerunRun,
@@ -49,8 +50,8 @@ VALIDATORS = {
 
 
 def approved_run_with_progress_and_a_tool_call(h: Harness) -> None:
-    """Accepted, dispatched, leased; progress; a tool call claimed and completed; an approval
-    requested, the attempt parked, approved and resumed; completed."""
+    """Accepted, dispatched, leased; progress; a journaled call; a tool call claimed and
+    completed; an approval requested, the attempt parked, approved and resumed; completed."""
     h.publish(StepSpec("write", "agent-a", side_effect_class=SHARED), workflow_id="gated")
     grain, _ = h.submit(h.request(workflow_id="gated"))
     grant = h.lease(grain)
@@ -58,6 +59,9 @@ def approved_run_with_progress_and_a_tool_call(h: Harness) -> None:
         ReportProgress(
             **fenced(grant, h.tenant), messages=(ProgressMessage(1, "half", {"pct": 50}),)
         )
+    )
+    grain.execute(
+        RecordCall(**fenced(grant, h.tenant), name="plan", occurrence=1, value={"plan": "A"})
     )
     request_hash = canonical_hash({"tool": "open-pr"})
     grain.execute(ClaimToolCall(**fenced(grant, h.tenant), call_id="c1", request_hash=request_hash))

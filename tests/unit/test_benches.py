@@ -151,3 +151,43 @@ def test_fairness_measures_b_beside_as_backlog_from_the_stored_leases(
                 and b[f"accepted_to_claim_{p}_ms"] >= 0
             )
             assert _measured(b[f"sent_to_claim_{p}_ms"]), (phase, p)
+
+
+@pytest.fixture(scope="module")
+def journal_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """``--only=journal`` alone (in-process grains: a few seconds), so ``-k journal`` runs it
+    without the others."""
+    out = tmp_path_factory.mktemp("bench") / "journal.json"
+    env = {k: v for k, v in os.environ.items() if k != "RUNCONTROL_DATABASE_URL"}
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--only=journal",
+            "--journal-runs=20",
+            "--journal-calls=5",
+            f"--json={out}",
+        ],
+        cwd=ROOT,
+        env={k: v for k, v in env.items() if not k.startswith("RAY_")},
+        check=True,
+        timeout=600,
+    )
+    figures: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+    return figures
+
+
+def test_journal_reports_a_journaled_call_s_cpu_beside_a_progress_report_s(
+    journal_report: dict[str, Any],
+) -> None:
+    journal = journal_report["journal"]
+    for kind in ("progress", "journal"):
+        figures = journal[kind]
+        assert figures["commands"] == 20 * 5
+        assert _measured(figures["commands_per_s"])
+        assert _measured(figures["commands_per_statement"])
+        for part in ("grains (this process)", "postgres", "all"):
+            assert _sampled(figures["cpu_ms_per_command"][part]), part
+        assert _measured(figures["cpu_ms_per_command"]["all"])
+    assert _measured(journal["journal_cpu_per_progress_cpu"])

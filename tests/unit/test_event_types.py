@@ -47,6 +47,7 @@ PUBLISHED_TOPICS = {
     "ApprovalRequested": "run-control.approvals.v1.approval-requested",
     "ApprovalDecided": "run-control.approvals.v1.approval-decided",
     "ProgressReported": "run-control.attempts.v1.progress-reported",
+    "CallRecorded": "run-control.attempts.v1.call-recorded",
     "RateLimitConsumed": "run-control.attempts.v1.rate-limit-consumed",
     "ToolCallClaimed": "run-control.tool-calls.v1.tool-call-claimed",
     "ToolCallCompleted": "run-control.tool-calls.v1.tool-call-completed",

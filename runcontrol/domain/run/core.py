@@ -6,7 +6,7 @@ beside this one; none of them keeps state of its own."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -30,6 +30,7 @@ from ..model import (
     AuditRecord,
     CancellationIntent,
     Event,
+    JournaledCall,
     Lease,
     RecoveryJournalEntry,
     Run,
@@ -71,6 +72,7 @@ class Changes:
     audits: list[AuditRecord] = field(default_factory=list)
     tool_calls: dict[UUID, ToolCall] = field(default_factory=dict)
     results: list[AttemptResult] = field(default_factory=list)
+    calls: list[JournaledCall] = field(default_factory=list)
     # Flow control (issue 21): the slots the dispatches need (the statement admits or refuses
     # them) and the held steps' places in their keys' queues.
     flow: list[dict[str, Any]] = field(default_factory=list)
@@ -92,6 +94,7 @@ class Changes:
             or self.journal
             or self.tool_calls
             or self.results
+            or self.calls
             or self.flow_wait
             or self.run_dirty
         )
@@ -115,6 +118,7 @@ class RunAggregate:
         intents: Iterable[CancellationIntent] = (),
         tool_calls: Iterable[ToolCall] = (),
         results: Iterable[AttemptResult] = (),
+        calls: Iterable[JournaledCall] = (),
         *,
         is_new: bool = False,
     ) -> None:
@@ -133,6 +137,8 @@ class RunAggregate:
         self.tool_calls: dict[str, ToolCall] = {t.call_id: t for t in tool_calls}
         # attempt -> its stored result: kept in the cache so a grant reads no row
         self.results: dict[UUID, AttemptResult] = {r.attempt_id: r for r in results}
+        # (step, name, occurrence) -> the journaled call's stored value: a grant reads no row
+        self.calls: dict[tuple[UUID, str, int], JournaledCall] = {c.key: c for c in calls}
         self._is_new = is_new
         self.changes = self._fresh_changes()
 
@@ -336,6 +342,24 @@ class RunAggregate:
 
     def grant_results(self, attempt_id: UUID) -> dict[str, Any]:
         return self.dependency_results(self.step(self.attempt(attempt_id).step_id))
+
+    def step_calls(self, step_id: UUID) -> list[JournaledCall]:
+        """The step's journaled calls, in the order they were recorded."""
+        found = [c for c in self.calls.values() if c.step_id == step_id]
+        return sorted(found, key=lambda c: (c.recorded_at, c.name, c.occurrence))
+
+    def grant_calls(self, attempt_id: UUID, max_bytes: int) -> tuple[JournaledCall, ...]:
+        """What an attempt's grant carries: its step's journaled calls, their values inline
+        while their sum stays within ``max_bytes``; past it, a call comes without its value
+        (its hash and size only) and the worker reads it when its execution gets there."""
+        carried: list[JournaledCall] = []
+        total = 0
+        for call in self.step_calls(self.attempt(attempt_id).step_id):
+            total += call.bytes
+            if total > max_bytes and call.value_json is not None:
+                call = replace(call, value_json=None)
+            carried.append(call)
+        return tuple(carried)
 
     def run_result(self) -> AttemptResult | None:
         """The run's result: its final step's."""

@@ -53,11 +53,18 @@ class Options:
     # The largest inline result an outcome may carry, as canonical JSON bytes; a larger one is
     # refused (``ResultTooLarge``) and goes by reference (RunControl:Results:MaxInlineBytes).
     result_max_bytes: int = 256 * 1024
+    # Journaled calls (``step.run``), per step: at most this many, of at most this many bytes
+    # of canonical JSON in all (RunControl:Calls:MaxPerStep, :MaxBytesPerStep); a grant
+    # carries their values inline up to ``calls_grant_max_bytes`` (:GrantMaxBytes).
+    calls_max_per_step: int = 1000
+    calls_max_bytes_per_step: int = 16 * 1024 * 1024
+    calls_grant_max_bytes: int = 1024 * 1024
 
 
 # At most this many progress messages per report (one transaction).
 PROGRESS_BATCH_MAX = 50
 MAX_CALL_ID = 200
+MAX_CALL_NAME = 200  # a journaled call's name
 CLAIM_TIMED_OUT = "no result before the claim timeout; never executed"
 
 # Reasons of the cancellations the control plane itself records.

@@ -13,8 +13,16 @@ from uuid import UUID
 from sqlalchemy import ColumnElement, Connection, select, tuple_
 
 from ...domain.flow import held_label
-from ..tables import approval_requests, attempt_results, attempts, leases, runs, steps
-from .views import ATTEMPT, LEASE, STEP, approval_view, render, run_summary
+from ..tables import (
+    approval_requests,
+    attempt_results,
+    attempts,
+    journaled_calls,
+    leases,
+    runs,
+    steps,
+)
+from .views import ATTEMPT, CALL, LEASE, STEP, approval_view, render, run_summary
 
 
 def in_project(project_id: str | None) -> list[ColumnElement[bool]]:
@@ -32,8 +40,9 @@ def run_visible(conn: Connection, run_id: UUID, *, project_id: str | None) -> bo
 def get_run(
     conn: Connection, run_id: UUID, *, project_id: str | None = None
 ) -> dict[str, Any] | None:
-    """A run with its steps, attempts, current leases and pending approvals; None when it is
-    not in this tenant or (``project_id``) not in that project."""
+    """A run with its steps, attempts, current leases, journaled calls (hash and size, not
+    content) and pending approvals; None when it is not in this tenant or (``project_id``) not
+    in that project."""
     row = conn.execute(select(runs).where(runs.c.run_id == run_id, *in_project(project_id))).first()
     if row is None:
         return None
@@ -55,11 +64,13 @@ def get_run(
         attempt = render(m, ATTEMPT)
         attempt["lease"] = None if lease is None else render(lease, LEASE)
         by_step.setdefault(m["step_id"], []).append(attempt)
+    calls = step_calls(conn, run_id)
     view["steps"] = [
         {
             **render(r._mapping, STEP),
             "heldReason": held_label(r._mapping["held"]),
             "attempts": by_step.get(r.step_id, []),
+            "calls": calls.get(r.step_id, []),
         }
         for r in conn.execute(
             select(steps).where(steps.c.run_id == run_id).order_by(steps.c.ordinal)
@@ -74,6 +85,24 @@ def get_run(
         )
     ]
     return view
+
+
+def step_calls(conn: Connection, run_id: UUID) -> dict[UUID, list[dict[str, Any]]]:
+    """The run's journaled calls by step, oldest first: name, occurrence, hash, size, when,
+    and whether the call failed; never their content (it is not read)."""
+    c = journaled_calls
+    columns = [c.c[name] for _, name in CALL]
+    found: dict[UUID, list[dict[str, Any]]] = {}
+    query = (
+        select(c.c.step_id, c.c.error.is_not(None).label("failed"), *columns)
+        .where(c.c.run_id == run_id)
+        .order_by(c.c.recorded_at, c.c.name, c.c.occurrence)
+    )
+    for r in conn.execute(query):
+        call = render(r._mapping, CALL)
+        call["failed"] = r.failed
+        found.setdefault(r.step_id, []).append(call)
+    return found
 
 
 def run_result(conn: Connection, run_id: UUID, result_hash: str | None) -> tuple[Any, Any]:

@@ -117,6 +117,9 @@ ATTEMPT = api_view(
 
 LEASE = api_view(("lease_id", "holder", "fencing_token", "expires_at"))
 
+# A journaled call: what identifies it and its hash and size, never its content.
+CALL = api_view(("name", "occurrence", "value_hash", "bytes", "recorded_at", "attempt_id"))
+
 APPROVAL = api_view(approval_requests.c.keys())
 
 EVENT = api_view(

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
-from ..domain import SideEffectClass, canonical_hash
+from ..domain import SideEffectClass, ToolCallStatus, canonical_hash
 from ..sdk import Approval, AsyncToolCall, Permanent, Transient, Uncertain
 
 T = TypeVar("T")
@@ -141,7 +141,10 @@ class AgentCalls:
         side_effect: bool = False,
     ) -> Any:
         """``call()`` (the tool; it returns its JSON form), journaled; a ``side_effect`` is
-        also claimed with ``step.tool_call`` first (at most once per run)."""
+        also claimed with ``step.tool_call`` first (at most once per run): an execution that
+        finds it completed gets the result stored with the claim, one that finds it claimed
+        and unfinished (a worker died during it) raises ``Uncertain``, stored as the call's
+        final error: the step settles ``Uncertain`` for an operator to resolve."""
         self.check_cancelled()
         name = self._tool_name(tool, call_id)
         if not side_effect:
@@ -150,7 +153,9 @@ class AgentCalls:
         async def once() -> Any:
             request = tool_proposal(tool, arguments)
             claim = await self.step.tool_call(f"{self.step.step_id}:{name}", request)
-            if not claim.proceed:
+            if claim.status is ToolCallStatus.COMPLETED and claim.result is not None:
+                return claim.result  # it ran, and its result was stored with the claim
+            if not claim.proceed:  # it may be running or have run: never run it again
                 raise Uncertain(
                     f"tool {tool} (call {call_id}) was claimed by an earlier execution "
                     f"({claim.status.value}) and its result is not in hand"

@@ -13,8 +13,8 @@ import pytest
 from durable_step import MemoryStep
 from scripted_agents import ScriptedPlanner
 
-from runcontrol.domain import canonical_hash
-from runcontrol.sdk import Transient, Uncertain
+from runcontrol.domain import FailureClass, ToolCallStatus, canonical_hash
+from runcontrol.sdk import CallFailed, Transient
 from runcontrol.sdk._step import Parked
 
 PROPOSED = ("propose", "plan #2: add a docstring")  # what the second model call proposes
@@ -84,12 +84,23 @@ def side_effecting_tool_never_runs_twice(s: Subject, **options: Any) -> None:
     assert s.run(step, **options) == "done"
     (call_id,) = step.claims
     assert call_id.startswith(f"{step.step_id}:coder:tool:push:")
-    # A crash after the push and before its journal record: the claim holds, it is not re-run.
+    pushed = [("push", PROPOSED[1])]
+    # A crash after the push and before its journal record: the claim holds the result.
     del step.journal[("coder:tool:push:propose-1", 1)]
     step.reenter()
-    with pytest.raises(Uncertain):
-        s.run(step, **options)
-    assert [r for r in s.ran if r[0] == "push"] == [("push", PROPOSED[1])]
+    assert s.run(step, **options) == "done"
+    assert [r for r in s.ran if r[0] == "push"] == pushed  # not pushed again
+    # A crash during the push (claimed, never completed): it may have happened. The step
+    # ends Uncertain, in this execution and every later one, and never pushes again.
+    del step.journal[("coder:tool:push:propose-1", 1)]
+    step.claims[call_id] = ToolCallStatus.IN_PROGRESS
+    del step.claim_results[call_id]
+    for _ in range(2):
+        step.reenter()
+        with pytest.raises(CallFailed) as failed:
+            s.run(step, **options)
+        assert failed.value.failure_class is FailureClass.UNCERTAIN
+    assert [r for r in s.ran if r[0] == "push"] == pushed
 
 
 def cancelled_run_stops_before_its_next_model_request(s: Subject) -> None:

@@ -1,8 +1,8 @@
 """A step kept in memory, with the journal semantics of ``step.run`` (the first execution's
-value is stored; a later execution of the step gets it back without calling the function;
-keyed by name and the n-th call of that name), approvals that park, at-most-once tool calls,
-a stream and consumed units: the adapters' logic tested without a cluster
-(tests/actors/test_integrations_*.py run them on the real one)."""
+value, or final error, is stored; a later execution of the step gets it back without calling
+the function; keyed by name and the n-th call of that name), approvals that park, at-most-once
+tool calls storing their results, a stream and consumed units: the adapters' logic tested
+without a cluster (tests/actors/test_integrations_agents.py runs them on the real one)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from uuid import UUID, uuid4
 
-from runcontrol.domain import SideEffectClass, ToolCallStatus, canonical_hash
-from runcontrol.sdk import Approval
+from runcontrol.domain import FailureClass, SideEffectClass, ToolCallStatus, canonical_hash
+from runcontrol.sdk import AgentError, Approval, CallFailed
 from runcontrol.sdk._step import Parked
 
 T = TypeVar("T")
@@ -22,6 +22,7 @@ T = TypeVar("T")
 class MemoryToolCall:
     def __init__(self, step: MemoryStep, call_id: str, status: ToolCallStatus) -> None:
         self.step, self.call_id, self.status = step, call_id, status
+        self.result = step.claim_results.get(call_id)
 
     @property
     def proceed(self) -> bool:
@@ -29,6 +30,7 @@ class MemoryToolCall:
 
     async def complete(self, result: Any) -> str:
         self.step.claims[self.call_id] = ToolCallStatus.COMPLETED
+        self.step.claim_results[self.call_id] = json.loads(json.dumps(result))
         return canonical_hash(result)
 
 
@@ -46,6 +48,7 @@ class MemoryStep:
         self.progress_data: list[dict[str, Any] | None] = []
         self.asked: list[Any] = []  # proposals whose approval was asked for
         self.claims: dict[str, ToolCallStatus] = {}
+        self.claim_results: dict[str, Any] = {}  # stored with the claim by complete()
         self.consumed: list[tuple[str, float]] = []
         self.auto_approve = False  # a policy that needs no human
         self._nth: Counter[str] = Counter()
@@ -58,11 +61,22 @@ class MemoryStep:
         self._nth[name] += 1
         key = (name, self._nth[name])
         if key in self.journal:
-            return json.loads(self.journal[key])  # type: ignore[no-any-return]
-        value = await fn(*args)
+            stored = json.loads(self.journal[key])
+            if "error" in stored:
+                raise CallFailed(name, key[1], stored["error"])
+            return stored["value"]
+        try:
+            value = await fn(*args)
+        except AgentError as exc:
+            if exc.failure_class is FailureClass.TRANSIENT:
+                raise  # not recorded: the next execution calls fn again
+            error = {"type": type(exc).__name__, "message": str(exc)}
+            error["failure_class"] = str(exc.failure_class)
+            self.journal[key] = json.dumps({"error": error})  # a final error is kept
+            raise CallFailed(name, key[1], error) from exc
         self.calls_run[name] += 1
-        self.journal[key] = json.dumps(value)  # stored as JSON, as the server stores it
-        return value
+        self.journal[key] = json.dumps({"value": value})  # stored as JSON, as the server does
+        return json.loads(self.journal[key])["value"]
 
     async def stream(self, chunk: str | dict[str, Any]) -> None:
         self.chunks.append(chunk)

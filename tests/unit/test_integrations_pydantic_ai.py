@@ -18,7 +18,9 @@ from pydantic_ai.exceptions import ModelConnectionError
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from scripted_agents import PydanticPlanner, pydantic_coder
 
+from runcontrol.domain import canonical_hash
 from runcontrol.integrations.pydantic_ai import run_agent
+from runcontrol.sdk._step import Parked
 
 
 def subject(tool: str = "propose", push_metadata: dict[str, Any] | None = None) -> Subject:
@@ -110,3 +112,43 @@ def test_a_cancelled_run_stops_before_its_next_model_request() -> None:
 
 def test_a_provider_failure_is_transient_and_the_retry_replays_the_requests_before_it() -> None:
     scenarios.provider_failure_is_transient_and_the_retry_replays(subject())
+
+
+def test_two_approvals_in_one_step_each_asked_once() -> None:
+    """The lease carries the last approved hash only; the earlier decision is journaled."""
+    applied: list[str] = []
+
+    def respond(messages: list[pm.ModelMessage], info: AgentInfo) -> pm.ModelResponse:
+        done = sum(
+            isinstance(p, pm.ToolReturnPart)
+            for m in messages
+            if isinstance(m, pm.ModelRequest)
+            for p in m.parts
+        )
+        if done == 2:
+            return pm.ModelResponse(parts=[pm.TextPart("both applied")])
+        patch = f"patch {'AB'[done]}"
+        return pm.ModelResponse(
+            parts=[pm.ToolCallPart("apply", {"patch": patch}, tool_call_id=f"apply-{done}")]
+        )
+
+    agent = Agent(FunctionModel(respond), name="two")
+
+    @agent.tool_plain(requires_approval=True)
+    def apply(patch: str) -> str:
+        applied.append(patch)
+        return "ok"
+
+    def run(step: MemoryStep) -> str:
+        return asyncio.run(run_agent(step, agent, "go", stream=False)).output
+
+    step = MemoryStep()
+    with pytest.raises(Parked):  # asks for A
+        run(step)
+    step.reenter(approved=canonical_hash(step.asked[-1]))
+    with pytest.raises(Parked):  # A approved and applied; asks for B
+        run(step)
+    step.reenter(approved=canonical_hash(step.asked[-1]))
+    assert run(step) == "both applied"  # A's approval replayed, B's matched
+    assert [p["arguments"]["patch"] for p in step.asked] == ["patch A", "patch B"]
+    assert applied == ["patch A", "patch B"]

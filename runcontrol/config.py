@@ -64,6 +64,13 @@ class RunOptions(BaseModel):
         gt=0,
         description="Every run is cancelled (lifetime-exceeded) this long after it was accepted.",
     )
+    child_check_seconds: float = Field(
+        10,
+        gt=0,
+        description="How often a run step whose child run is open submits it again and asks "
+        "it for its end (idempotent): what a host killed between two runs' commits loses "
+        "comes back within this.",
+    )
 
 
 class ToolCallOptions(BaseModel):
@@ -456,4 +463,5 @@ class Settings(BaseSettings):
             calls_max_per_step=self.calls.max_per_step,
             calls_max_bytes_per_step=self.calls.max_bytes_per_step,
             calls_grant_max_bytes=self.calls.grant_max_bytes,
+            child_check_seconds=self.runs.child_check_seconds,
         )

@@ -198,6 +198,8 @@ curl -sS -X POST $RC/factory/runs -H "Authorization: Bearer $REQUESTER_TOKEN" \\
   -d '{body}'
 
 Then follow README.md: watch events, approve as the reviewer, see it complete.
+The same workflow is an A2A agent (docs/a2a.md, examples/a2a_client/walkthrough.py):
+  {service.url}/a2a/demo-review/.well-known/agent-card.json
 Ctrl-C (or SIGTERM) drains for at most {settings.drain.grace_seconds:g} s and stops everything \
 within {settings.drain.grace_seconds + STOP_MARGIN_S:g} s; a second Ctrl-C stops at once.
 """,

@@ -30,6 +30,13 @@ class RunControlError(Exception):
         return self.message
 
 
+class InternalError(RunControlError):
+    """What a client gets for an unexpected failure (``edge.unexpected``): its
+    ``correlation_id`` names the replica's log line."""
+
+    code = "internal-error"
+
+
 class ValidationFailed(RunControlError):
     code = "validation-failed"
 
@@ -61,6 +68,19 @@ class CallNotRecorded(ValidationFailed):
     grant listed)."""
 
     code = "call-not-recorded"
+
+
+class OutputChunkTooLarge(ValidationFailed):
+    """A streamed chunk is over ``OUTPUT_CHUNK_MAX_BYTES`` (``domain.output``): not sent."""
+
+    code = "output-chunk-too-large"
+
+
+class OutputLimitExceeded(ValidationFailed):
+    """The attempt wrote ``OUTPUT_ATTEMPT_MAX_BYTES`` of output already: the chunks before the
+    one that would pass it are stored, no later one of the attempt is."""
+
+    code = "output-limit-exceeded"
 
 
 class OutcomeHashMismatch(ValidationFailed):
@@ -216,6 +236,13 @@ class ProgressGap(DataLoss):
     none after it. ``details``: ``acked_seq`` (resend from the next one) and ``gap_at``."""
 
     code = "progress-gap"
+
+
+class OutputGap(DataLoss):
+    """An output write skipped a chunk number: the chunks before the gap are stored, none
+    after it. ``details``: ``acked_seq`` (resend from the next one)."""
+
+    code = "output-gap"
 
 
 class ApprovalGone(RunControlError):

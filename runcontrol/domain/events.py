@@ -98,6 +98,9 @@ class RunAccepted(RunEventBody):
     policy_revision: str
     model_profile_id: str
     requested_by: str
+    # A child run's parent run and step (issue 32); null for a run a client submitted.
+    parent_run_id: UUID | None = None
+    parent_step_id: UUID | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -251,6 +254,39 @@ class StepWaitEnded(RunEventBody):
     topic = "run-control.steps.v1.step-wait-ended"
     step_id: UUID
     cause: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepSkipped(RunEventBody):
+    """The step will not run (issue 32): ``cause`` ``ConditionFalse`` (its ``when`` was
+    false) or ``DependenciesSkipped`` (every step it depends on was skipped)."""
+
+    topic = "run-control.steps.v1.step-skipped"
+    step_id: UUID
+    cause: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChildRunStarted(RunEventBody):
+    """The run step started its child run ``childRunId`` of ``workflowId`` (its ``number``th:
+    a retry starts the next); the child is submitted after this commits."""
+
+    topic = "run-control.children.v1.child-run-started"
+    step_id: UUID
+    child_run_id: UUID
+    workflow_id: str
+    number: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChildRunEnded(RunEventBody):
+    """The run step's child run ended ``state`` (Completed: its result is the step's)."""
+
+    topic = "run-control.children.v1.child-run-ended"
+    step_id: UUID
+    child_run_id: UUID
+    state: str
+    reason: str | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

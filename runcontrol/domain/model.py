@@ -86,6 +86,11 @@ class Run:
     # [{"name", "key", "limit", "strategy", "scope": "run"}].
     priority: int = 3
     flow: list[dict[str, Any]] | None = None
+    # Child runs (issue 32, 0024): the run and step that started this one (None: a run a
+    # client submitted) and how deep it is (0 for a client's, its parent's + 1); pinned.
+    parent_run_id: UUID | None = None
+    parent_step_id: UUID | None = None
+    depth: int = 0
 
     @property
     def release_id(self) -> str:
@@ -136,6 +141,14 @@ class Step:
     # {"kind": "rate-limit", "bucket", "until", "attempt"}, the reservation its dispatch at
     # ``until`` uses (0018).
     held: dict[str, Any] | None = None
+    # Its condition (the release's ``when``, 0024): false when it is ready, it is Skipped.
+    condition: str | None = None
+    # The result of a step no worker executes (a signal's body, when a wait ended, a child
+    # run's result), as its canonical JSON text (an agent step's is its attempt's).
+    result_json: str | None = field(default=None, repr=False)
+    # A run step's current child (0024): {"runId", "number"} (its child runs count from 1;
+    # a retry starts number + 1).
+    child: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)

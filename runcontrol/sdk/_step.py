@@ -45,6 +45,7 @@ from ..workers.protocol import Grant
 from ._backoff import Backoff, transient
 from ._calls import MISSING, CallJournal, answered, as_json, final_error, inline, replayed
 from ._errors import CallFailed
+from ._output import OutputStream
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -156,6 +157,7 @@ class AttemptContext:
         self.cancelled = threading.Event()  # what a sync function polls
         self.progress_seq = 0
         self.calls = CallJournal(grant.calls)
+        self.output = OutputStream(self)  # ``step.stream``
 
     def fenced(self) -> dict[str, Any]:
         lease = self.lease
@@ -241,6 +243,10 @@ class AttemptContext:
             return
         raise errors.RunControlError("progress numbering did not settle")
 
+    async def hand_back(self, reason: str) -> None:
+        await self.output.flush()
+        await self.command(HandBackAttempt, reason=reason)
+
     async def tool_call(self, call_id: str, request: Any) -> ToolCallClaim:
         request_hash = canonical_hash(request)
         return await self.command(ClaimToolCall, call_id=call_id, request_hash=request_hash)
@@ -287,6 +293,7 @@ class AttemptContext:
                 "attempt %s: the proposal changed since it was approved; asking again",
                 self.lease.attempt_id,
             )
+        await self.output.flush()  # parked, the lease ends: what was streamed is stored first
         request = await self.command(
             RequestApproval, proposal_hash=proposal_hash, action_class=action_class
         )
@@ -372,7 +379,7 @@ class Step(_StepBase):
         lease's would (``TimedOut``; ``Uncertain`` for a side-effecting step) and its step is
         retried under its policy, on any worker, without waiting for the lease to expire.
         Does not return: the function ends without an outcome."""
-        await self._attempt.command(HandBackAttempt, reason=reason)
+        await self._attempt.hand_back(reason)
         raise HandedBack(reason)
 
     async def run(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -396,6 +403,14 @@ class Step(_StepBase):
         except Exception as exc:
             return await attempt.call_raised(name, occurrence, exc)
         return await attempt.call_returned(name, occurrence, value)
+
+    async def stream(self, chunk: Any) -> None:
+        """Stream ``chunk`` (text, or any JSON value) to the run's readers, after the chunks
+        before it: batched with those that follow within a moment (docs/streaming.md), stored
+        before this attempt's outcome is reported. Returns once queued; raises
+        ``OutputChunkTooLarge`` (over 64 KiB) or ``OutputLimitExceeded`` (the attempt wrote
+        8 MiB), and ends the function (``LeaseLost``) once a write was refused for good."""
+        await self._attempt.output.add(chunk)
 
     async def tool_call(self, call_id: str, request: Any) -> AsyncToolCall:
         """Claim tool call ``call_id`` (one per run) before its side effect: run it only if
@@ -427,7 +442,7 @@ class SyncStep(_StepBase):
         return attempt.blocking(attempt.command(ConsumeRateLimit, name=name, units=units))
 
     def hand_back(self, reason: str) -> NoReturn:
-        self._attempt.blocking(self._attempt.command(HandBackAttempt, reason=reason))
+        self._attempt.blocking(self._attempt.hand_back(reason))
         raise HandedBack(reason)
 
     def run(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -444,6 +459,9 @@ class SyncStep(_StepBase):
         except Exception as exc:
             return attempt.blocking(attempt.call_raised(name, occurrence, exc))
         return attempt.blocking(attempt.call_returned(name, occurrence, value))
+
+    def stream(self, chunk: Any) -> None:
+        self._attempt.blocking(self._attempt.output.add(chunk))
 
     def tool_call(self, call_id: str, request: Any) -> SyncToolCall:
         claim = self._attempt.blocking(self._attempt.tool_call(call_id, request))

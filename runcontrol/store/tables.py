@@ -6,6 +6,7 @@ from __future__ import annotations
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    CheckConstraint,
     Column,
     DateTime,
     ForeignKey,
@@ -22,7 +23,18 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import DOUBLE_PRECISION, JSONB, UUID
 
+from ..domain.limits import MAX_NAME, MAX_WORKFLOW_ID
+
 metadata = MetaData()
+
+
+def length_check(table: str, column: str, limit: int) -> CheckConstraint:
+    """The database's side of a limit publication checks (``domain/limits.py``, migration
+    0025): ``column`` holds 1 to ``limit`` characters."""
+    return CheckConstraint(
+        f"char_length({column}) BETWEEN 1 AND {limit}", name=f"ck_{table}_{column}"
+    )
+
 
 TZ = DateTime(timezone=True)
 # Invariant 2: what a run is pinned to at acceptance never changes. The run's writer leaves these
@@ -72,10 +84,21 @@ runs = Table(
     # flow control (0017): the run's priority and its workflow-wide concurrency keys
     Column("priority", Integer, nullable=False, server_default=text("3"), info=PIN),
     Column("flow", JSONB, info=PIN),
+    # child runs (0024): the run and step that started it, and its depth
+    Column("parent_run_id", UUID(as_uuid=True), info=PIN),
+    Column("parent_step_id", UUID(as_uuid=True), info=PIN),
+    Column("depth", Integer, nullable=False, server_default=text("0"), info=PIN),
     UniqueConstraint("tenant_id", "project_id", "idempotency_key", name="uq_runs_idempotency"),
     Index("ix_runs_list", "tenant_id", "created_at", "run_id"),
     Index("ix_runs_state", "tenant_id", "state", "created_at"),
     Index("ix_runs_workflow", "tenant_id", "workflow_id", "created_at"),
+    Index(
+        "ix_runs_parent",
+        "tenant_id",
+        "parent_run_id",
+        "created_at",
+        postgresql_where=text("parent_run_id IS NOT NULL"),
+    ),
     Index(
         "ix_runs_due",
         "next_due_at",
@@ -112,6 +135,10 @@ steps = Table(
     # the rate-limit buckets its dispatch draws on, and why a Pending step is held (0018)
     Column("rate_limits", JSONB),
     Column("held", JSONB),
+    # issue 32 (0024): its condition, a step-no-worker-executes' result, a run step's child
+    Column("condition", Text),
+    Column("result_json", Text),
+    Column("child", JSONB),
     UniqueConstraint("run_id", "ordinal", name="uq_steps_ordinal"),
     Index("ix_steps_held", "tenant_id", postgresql_where=text("held IS NOT NULL")),
 )
@@ -385,6 +412,7 @@ releases = Table(
     Column("published_by", Text, nullable=False),
     Column("published_at", TZ, nullable=False),
     UniqueConstraint("tenant_id", "workflow_id", "content_hash", name="uq_releases_content"),
+    length_check("releases", "workflow_id", MAX_WORKFLOW_ID),
 )
 
 release_aliases = Table(
@@ -396,6 +424,8 @@ release_aliases = Table(
     Column("release_id", Text, ForeignKey("releases.release_id"), nullable=False),
     Column("moved_at", TZ, nullable=False),
     PrimaryKeyConstraint("tenant_id", "workflow_id", "alias"),
+    length_check("release_aliases", "workflow_id", MAX_WORKFLOW_ID),
+    length_check("release_aliases", "alias", MAX_NAME),
 )
 
 policies = Table(
@@ -478,6 +508,41 @@ rate_buckets = Table(
     PrimaryKeyConstraint("tenant_id", "bucket"),
 )
 
+# Streamed output (0022, docs/streaming.md): each chunk a lease holder wrote, by its position
+# in the run (gap-free, in commit order: the readers' cursor); ``seq`` numbers it in its attempt
+# and (``fencing_token``, ``lease_seq``) is the holder's own number, what a resend repeats.
+# Written only by ``runcontrol_append_output``; kept as long as the event history.
+output_chunks = Table(
+    "output_chunks",
+    metadata,
+    Column("run_id", UUID(as_uuid=True), nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("attempt_id", UUID(as_uuid=True), nullable=False),
+    Column("step_id", UUID(as_uuid=True), nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("fencing_token", BigInteger, nullable=False),
+    Column("lease_seq", BigInteger, nullable=False),
+    Column("attempt_bytes", BigInteger, nullable=False),  # the attempt's total up to this one
+    Column("text", Text),
+    Column("data_json", Text),  # canonical JSON text (jsonb would rewrite its numbers)
+    Column("written_at", TZ, nullable=False),
+    PrimaryKeyConstraint("run_id", "position"),
+    UniqueConstraint("attempt_id", "seq", name="uq_output_chunks_seq"),
+    Index("ix_output_chunks_written", "written_at"),
+)
+
+# The last output position of each run that streamed: its row lock orders the run's writes.
+output_heads = Table(
+    "output_heads",
+    metadata,
+    Column("run_id", UUID(as_uuid=True), primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("updated_at", TZ, nullable=False),
+    Index("ix_output_heads_updated", "updated_at"),
+)
+
 # Events out (0010): the tenant-wide feed position of each published event, webhook
 # subscriptions and one delivery row per (subscription, event).
 event_feed = Table(
@@ -558,6 +623,7 @@ INSERT_ONLY_TABLES = (
     "command_answers",
     "attempt_results",
     "journaled_calls",
+    "output_chunks",
 )
 # The write path only adds rows to these: their writers insert, never upsert (the relay marks
 # outbox rows published on the system path).

@@ -140,6 +140,7 @@ STORED: dict[str, dict[str, Any]] = {
         "value_json": "true",
         "error": None,
     },
+    "OutputAck": {"attempt_id": ID, "acked_seq": 3, "stored": 2, "duplicates": 1},
 }
 
 

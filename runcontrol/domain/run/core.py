@@ -12,8 +12,9 @@ from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
-from .. import errors, flow
+from .. import conditions, errors, flow
 from .. import events as ev
+from ..hashing import result_hash
 from ..machines import (
     APPROVAL_TRANSITIONS,
     ATTEMPT_TRANSITIONS,
@@ -45,7 +46,7 @@ from ..states import (
     StepState,
     ToolCallState,
 )
-from ..workflow import dependencies, final_step
+from ..workflow import RUN, dependencies, final_step
 from .values import (
     LIFETIME_EXCEEDED,
     WALL_CLOCK_EXCEEDED,
@@ -53,6 +54,29 @@ from .values import (
     LeaseGrant,
     Options,
 )
+
+
+class ChildAction(StrEnum):
+    SUBMIT = "submit"  # submit the child run (idempotent: its key is the parent's step's)
+    CHECK = "check"  # ask the child for its end; submit it if it is not there (a re-drive)
+    CANCEL = "cancel"  # ask the child run to cancel (the parent is being cancelled)
+
+
+@dataclass(frozen=True, slots=True)
+class ChildCall:
+    """A command to a run step's child run, sent after the parent's commit (never written by
+    the parent's statement: the child's own grain decides it). Both are idempotent, and the
+    parent's reminder sends them again until the child's end is reported."""
+
+    action: ChildAction
+    step_id: UUID
+    step_name: str
+    child_run_id: UUID
+    number: int
+    workflow_id: str
+    release_alias: str | None = None
+    input: dict[str, Any] | None = None
+    reason: str | None = None
 
 
 @dataclass(slots=True)
@@ -80,6 +104,9 @@ class Changes:
     # ``cancel-oldest``: the runs holding a key this run now waits for, and why; the host
     # cancels them after the commit (not stored: the audit record is).
     flow_cancel: list[tuple[UUID, str]] = field(default_factory=list)
+    # Child runs to submit or cancel once this commits (not stored: the step's ``child`` and
+    # ``due_at`` are, and the reminder sends them again).
+    child_calls: list[ChildCall] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -323,7 +350,19 @@ class RunAggregate:
         )
 
     def step_result(self, step: Step) -> AttemptResult | None:
-        """The result of the step's succeeded attempt (None: none yet, or it sent none)."""
+        """The result of the step's succeeded attempt (None: none yet, or it sent none); a
+        step no worker executes has its own (``Step.result_json``), under the step's id."""
+        if step.result_json is not None:
+            return AttemptResult(
+                attempt_id=step.step_id,
+                step_id=step.step_id,
+                run_id=step.run_id,
+                tenant_id=step.tenant_id,
+                outcome_hash=result_hash(step.result_json),
+                bytes=len(step.result_json.encode()),
+                created_at=self.run.updated_at,
+                result_json=step.result_json,
+            )
         for attempt in reversed(self.attempts_of(step)):
             if attempt.outcome is AttemptOutcome.SUCCEEDED:
                 return self.results.get(attempt.attempt_id)
@@ -369,6 +408,35 @@ class RunAggregate:
     def open_attempts(self) -> list[Attempt]:
         return [a for a in self.attempts.values() if not a.state.terminal]
 
+    def child_call(self, step: Step, action: ChildAction, reason: str | None = None) -> ChildCall:
+        """What to ask of the run step's current child (the same each time it is sent): its
+        input is the step's ``input`` fields evaluated over the run's input and the
+        dependencies' results, or (none given) the run's input."""
+        child = step.child or {}
+        wait = step.wait or {}
+        fields = wait.get("input")
+        results = self.dependency_results(step)
+        return ChildCall(
+            action=action,
+            step_id=step.step_id,
+            step_name=step.name,
+            child_run_id=UUID(str(child["runId"])),
+            number=int(child["number"]),
+            workflow_id=str(wait.get("workflowId")),
+            release_alias=wait.get("releaseAlias"),
+            input=dict(self.run.input or {})
+            if fields is None
+            else {
+                name: conditions.evaluate(conditions.parse(text), self.run.input, results)
+                for name, text in fields.items()
+            },
+            reason=reason,
+        )
+
+    def open_children(self) -> list[Step]:
+        """The run steps whose child run has not ended yet (they hold the run open)."""
+        return [s for s in self.steps if s.kind == RUN and s.state is StepState.RUNNING and s.child]
+
     def pending_approvals(self) -> list[ApprovalRequest]:
         return [a for a in self.approvals.values() if a.state is ApprovalState.PENDING]
 
@@ -395,7 +463,8 @@ class RunAggregate:
         times: list[datetime] = []
         if state is RunState.CANCELLING:
             stop = self.stop_deadline(options)
-            if stop is not None:
+            # Past it, only open children hold the run: their checks are its reminder.
+            if stop is not None and (self.open_attempts() or not self.open_children()):
                 times.append(stop)
         elif state is not RunState.WAITING_FOR_APPROVAL:  # a human's wait has its own expiry
             times.append(self.deadline(options))
@@ -412,6 +481,8 @@ class RunAggregate:
                 for s in self.steps
                 if s.state is StepState.RUNNING and s.due_at is not None
             )
+        elif state is RunState.CANCELLING:  # an open child is asked to cancel until it ends
+            times.extend(s.due_at for s in self.open_children() if s.due_at is not None)
         if state is not RunState.WAITING_FOR_APPROVAL:
             grace = timedelta(seconds=options.renewal_grace_seconds)
             times.extend(lease.expires_at + grace for lease in self.leases.values())
@@ -426,14 +497,14 @@ class RunAggregate:
         return [s for s in self.steps if s.name in wanted]
 
     def ready_steps(self) -> list[Step]:
-        """Pending steps whose dependencies have all succeeded (a retry's backoff aside), in
-        the release's order: the fan-out a dispatch starts together; a fan-in step is ready
-        only once every one of its dependencies is."""
+        """Pending steps whose dependencies have all succeeded or were skipped (a retry's
+        backoff aside), in the release's order: the fan-out a dispatch starts together; a
+        fan-in step is ready only once every one of its dependencies is."""
         return [
             s
             for s in self.steps
             if s.state is StepState.PENDING
-            and all(d.state is StepState.SUCCEEDED for d in self.dependencies_of(s))
+            and all(d.state.settled_for_dependants for d in self.dependencies_of(s))
         ]
 
     def deadline(self, options: Options) -> datetime:

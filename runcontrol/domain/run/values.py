@@ -59,6 +59,9 @@ class Options:
     calls_max_per_step: int = 1000
     calls_max_bytes_per_step: int = 16 * 1024 * 1024
     calls_grant_max_bytes: int = 1024 * 1024
+    # A run step's open child is submitted again and asked for its end this often (issue 32:
+    # the re-drive of a host killed between the two runs' commits).
+    child_check_seconds: float = 10.0
 
 
 # At most this many progress messages per report (one transaction).
@@ -120,6 +123,10 @@ class Submission:
     correlation_id: str | None = None
     input: dict[str, Any] | None = None
     priority: int = 3
+    # A child run's parent run and step, and its depth (issue 32)
+    parent_run_id: UUID | None = None
+    parent_step_id: UUID | None = None
+    depth: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,9 +23,9 @@ Control's primitives:
   ``token_limit`` names the release's rate limit; a cancelled run stops before its next model
   request or tool call.
 
-The agent's own model, a model named by string (through the run's model provider) and
-``RunConfig.model`` are journaled; an agent handed off to with a ``Model`` instance of its own
-is not (give it a model name).
+The agent's model and function tools are journaled, and those of the agents it hands off to
+(listed as agents); a model named by string through the run's model provider, and
+``RunConfig.model``. A ``Handoff`` object's agent is not (list the agent itself).
 """
 
 from __future__ import annotations
@@ -129,10 +129,17 @@ def _journaled_tool(tool: FunctionTool, calls: AgentCalls, side_effect: bool) ->
 
 
 def journaled_agent(
-    agent: Agent[Any], calls: AgentCalls, side_effects: frozenset[str]
+    agent: Agent[Any],
+    calls: AgentCalls,
+    side_effects: frozenset[str],
+    copies: dict[int, Agent[Any]] | None = None,
 ) -> Agent[Any]:
     """A copy of ``agent`` whose model (a ``Model`` instance) and function tools are
-    journaled."""
+    journaled, and so are those of the agents it hands off to (given as agents; a
+    ``Handoff`` object's agent is its own)."""
+    copies = {} if copies is None else copies
+    if id(agent) in copies:  # handoffs may go round
+        return copies[id(agent)]
     tools = [
         _journaled_tool(tool, calls, tool.name in side_effects)
         if isinstance(tool, FunctionTool)
@@ -140,7 +147,12 @@ def journaled_agent(
         for tool in agent.tools
     ]
     model = JournaledModel(agent.model, calls) if isinstance(agent.model, Model) else agent.model
-    return agent.clone(model=model, tools=tools)
+    journaled = copies[id(agent)] = agent.clone(model=model, tools=tools)
+    journaled.handoffs = [
+        journaled_agent(h, calls, side_effects, copies) if isinstance(h, Agent) else h
+        for h in agent.handoffs
+    ]
+    return journaled
 
 
 async def run_agent(

@@ -14,11 +14,14 @@ import httpx2
 import openai
 import pytest
 from agent_scenarios import Subject
-from agents import RunConfig
+from agents import Agent, RunConfig
+from agents.testing import ScriptedModel, function_call
 from durable_step import MemoryStep
 from scripted_agents import OpenAIPlanner, openai_coder
 
+from runcontrol.domain import canonical_hash
 from runcontrol.integrations.openai_agents import run_agent
+from runcontrol.sdk._step import Parked
 
 
 def subject(tool: str = "propose") -> Subject:
@@ -63,3 +66,22 @@ def test_a_cancelled_run_stops_before_its_next_model_request() -> None:
 
 def test_a_provider_failure_is_transient_and_the_retry_replays_the_requests_before_it() -> None:
     scenarios.provider_failure_is_transient_and_the_retry_replays(subject())
+
+
+def test_an_agent_handed_off_to_is_journaled_too() -> None:
+    planner, ran = OpenAIPlanner(), []
+    coder = openai_coder(planner, ran)
+    # The triage model answers once: a second call would raise (UnexpectedModelCall).
+    triage_model = ScriptedModel([[function_call("transfer_to_coder", {}, call_id="handoff")]])
+    triage = Agent(name="triage", model=triage_model, handoffs=[coder])
+    config, step = RunConfig(tracing_disabled=True), MemoryStep()
+
+    def run() -> Any:
+        answer = run_agent(step, triage, "add a docstring", run_config=config, stream=False)
+        return asyncio.run(answer).final_output
+
+    with pytest.raises(Parked):  # the coder proposes (the handoff's output counts as one)
+        run()
+    step.reenter(approved=canonical_hash(step.asked[-1]))
+    assert run() == "done"
+    assert planner.calls == 2 and ran == [("propose", "plan #1: add a docstring")]

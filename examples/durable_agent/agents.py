@@ -186,7 +186,8 @@ async def change(step: Step) -> dict[str, Any]:
     if not isinstance(repository, str) or not isinstance(scratch, str):
         raise Permanent("input needs {repository, scratch}: a local directory and where to copy it")
     agent = coder(Path(repository), Path(scratch), model_for(str(step.run_id)))
-    result = await run_agent(step, agent, TASK, token_limit=os.environ.get("DURABLE_AGENT_TOKENS"))
+    tokens = os.environ.get("DURABLE_AGENT_TOKENS")  # a rate limit of the release, if any
+    result = await run_agent(step, agent, TASK, token_limit=tokens, stream=False)
     return {"answer": result.output, "scratch": scratch}
 
 

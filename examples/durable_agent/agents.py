@@ -187,7 +187,7 @@ async def change(step: Step) -> dict[str, Any]:
         raise Permanent("input needs {repository, scratch}: a local directory and where to copy it")
     agent = coder(Path(repository), Path(scratch), model_for(str(step.run_id)))
     tokens = os.environ.get("DURABLE_AGENT_TOKENS")  # a rate limit of the release, if any
-    result = await run_agent(step, agent, TASK, token_limit=tokens, stream=False)
+    result = await run_agent(step, agent, TASK, token_limit=tokens)  # text to step.stream
     return {"answer": result.output, "scratch": scratch}
 
 

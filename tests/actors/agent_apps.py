@@ -29,5 +29,5 @@ async def coder(step: Step) -> dict[str, Any]:
     planner = OpenAIPlanner(log=log, pause_s=float(os.environ.get("AGENTS_TEST_PAUSE_S", "0")))
     agent = openai_coder(planner, [])
     config = RunConfig(tracing_disabled=True)
-    result = await openai_agents.run_agent(step, agent, TASK, run_config=config, stream=False)
+    result = await openai_agents.run_agent(step, agent, TASK, run_config=config)
     return {"answer": result.final_output}

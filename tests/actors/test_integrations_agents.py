@@ -5,13 +5,10 @@ scripted_agents.py: the plan is worded anew on every model call).
 - For both adapters, an approval binds to the exact tool call (its name and arguments) and a
   second identity's approval holds on re-entry: the re-entered step replays the model requests
   before it instead of asking the model again (three calls in all, not four), and the approved
-  tool runs once.
+  tool runs once. The model's text is the run's streamed output, each piece once.
 - A worker process running an OpenAI Agents SDK agent, SIGKILLed during its second model
   request and restarted, replays the first (made once) and makes the second again.
-(``test_example_durable_agent.py`` does the same for pydantic-ai, through the example.)
-
-The agents here do not stream (``stream=False``): what they stream, and that a replayed
-request streams nothing, is the unit scenarios' (tests/unit/agent_scenarios.py)."""
+(``test_example_durable_agent.py`` does the same for pydantic-ai, through the example.)"""
 
 from __future__ import annotations
 
@@ -37,6 +34,7 @@ from test_sdk import killed_mid_run, outcomes_per_attempt, sdk_worker, serving, 
 from runcontrol.domain import canonical_hash
 from runcontrol.integrations import openai_agents, pydantic_ai
 from runcontrol.sdk import Step
+from runcontrol.store.output import output_after
 
 TASK = "add a docstring to app.py"
 CODER = {"name": "code", "agentId": "coder", "gate": "approval", "sideEffectClass": "local-write"}
@@ -47,7 +45,7 @@ def pydantic_runner(ran: list[tuple[str, str]]) -> tuple[PydanticPlanner, Callab
     agent = pydantic_coder(planner, ran)
 
     async def run(step: Step) -> Any:
-        return (await pydantic_ai.run_agent(step, agent, TASK, stream=False)).output
+        return (await pydantic_ai.run_agent(step, agent, TASK)).output
 
     return planner, run
 
@@ -58,8 +56,7 @@ def openai_runner(ran: list[tuple[str, str]]) -> tuple[OpenAIPlanner, Callable[.
     config = RunConfig(tracing_disabled=True)
 
     async def run(step: Step) -> Any:
-        answer = openai_agents.run_agent(step, agent, TASK, run_config=config, stream=False)
-        return (await answer).final_output
+        return (await openai_agents.run_agent(step, agent, TASK, run_config=config)).final_output
 
     return planner, run
 
@@ -113,6 +110,10 @@ def test_an_approval_binds_to_the_tool_call_and_holds_on_reentry(
     events = h.outbox_events(run_id)
     assert sum(e["type"] == "ApprovalRequested" for e in events) == 1
     assert set(outcomes_per_attempt(h, run_id).values()) == {1}
+    with h.db.tenant(h.tenant) as conn:
+        streamed = [chunk.get("text") for chunk in output_after(conn, run_id, 0, 1000)]
+    # Streamed by the requests made (the replayed ones stream nothing again).
+    assert "".join(filter(None, streamed)) == "plan #2: add a docstringdone"
 
 
 def start_worker(

@@ -363,6 +363,14 @@ class ApiOptions(BaseModel):
     tenant_command_rates: dict[str, RateLimit] = Field(
         default_factory=dict, description="Per-tenant overrides of command_rate."
     )
+    a2a_public_agent: str | None = Field(
+        None,
+        pattern=r"^[^/\s]+/[^/\s]+$",
+        description="`tenant/workflowId` of the A2A agent whose card `GET "
+        "/.well-known/agent-card.json` answers without a token (discovery by anonymous A2A "
+        "clients, docs/a2a.md); every call to it still needs a token. `runcontrol up --dev` "
+        "sets the demo's. None: the root card needs a token.",
+    )
 
 
 class DrainOptions(BaseModel):

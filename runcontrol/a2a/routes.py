@@ -6,10 +6,17 @@ Before the SDK sees a request, the door verifies the bearer token (401 as the AP
 it), checks the caller may read runs (403), and finds the workflow as an agent in the
 token's tenant: an unknown workflow, another tenant's, or one whose newest release does not
 opt in is 404, on every binding and for the card alike.
+
+The host's own card (``/.well-known/agent-card.json`` at the root, where A2A clients and the
+conformance kit look first): without a token, the card of the one agent the operator made
+public (``RunControl:Api:A2aPublicAgent``), else 401; with a token, its tenant's agent when it
+has exactly one (with several, each is at its own path and the root answers 404 naming them).
+A card tells what an agent does; every call still needs the token.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from a2a.server.context import ServerCallContext
@@ -41,7 +48,12 @@ _STATE = "runcontrol_a2a"  # the door's findings in the request's state
 
 async def find_agent(svc: Services, caller: Caller, workflow_id: str) -> Agent:
     """The workflow as an agent in the caller's tenant, or ``WorkflowNotFound``."""
-    found = await svc.read_in_tenant(caller, lambda conn: catalog.newest_release(conn, workflow_id))
+    return await _agent_in(svc, caller.tenant_id, workflow_id)
+
+
+async def _agent_in(svc: Services, tenant_id: str, workflow_id: str) -> Agent:
+    query = functools.partial(catalog.newest_release, workflow_id=workflow_id)
+    found = await svc.read(tenant_id, query, project_id=None)
     if found is None or found[1].agent is None:
         raise errors.WorkflowNotFound(
             f"workflow {workflow_id!r} is no agent here", workflow_id=workflow_id
@@ -49,6 +61,16 @@ async def find_agent(svc: Services, caller: Caller, workflow_id: str) -> Agent:
     release_id, definition = found
     assert definition.agent is not None
     return Agent(workflow_id, release_id, definition.agent)
+
+
+async def authenticate(verifier: TokenVerifier, request: Request) -> Caller:
+    """The bearer token's caller, who must be allowed to read runs (401 / 403 otherwise)."""
+    scheme, _, token = (request.headers.get("authorization") or "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthorized("a bearer token is required")
+    caller = await verifier.verify_async(token.strip())
+    permit(caller, Operation.READ_RUNS)
+    return caller
 
 
 class AgentDoor:
@@ -66,11 +88,7 @@ class AgentDoor:
             return
         request = Request(scope)
         try:
-            scheme, _, token = (request.headers.get("authorization") or "").partition(" ")
-            if scheme.lower() != "bearer" or not token.strip():
-                raise Unauthorized("a bearer token is required")
-            caller = await self.verifier.verify_async(token.strip())
-            permit(caller, Operation.READ_RUNS)
+            caller = await authenticate(self.verifier, request)
             agent = await find_agent(self.svc, caller, scope["path_params"]["workflowId"])
         except errors.RunControlError as exc:
             await from_error(exc)(scope, receive, send)
@@ -94,6 +112,35 @@ class CallContextBuilder(DefaultServerCallContextBuilder):
 async def _card(request: Request) -> Response:
     _, agent, url = request.scope["state"][_STATE]
     return JSONResponse(agent_card_to_dict(agent_card(agent, url)))
+
+
+def host_card_route(svc: Services, verifier: TokenVerifier, public: str | None) -> Route:
+    """``/.well-known/agent-card.json`` at the root: without a token, the card of the agent
+    the operator made public (``RunControl:Api:A2aPublicAgent``, ``tenant/workflowId``: the
+    demo's under ``runcontrol up --dev``); with one, the token's tenant's one agent."""
+
+    async def host_card(request: Request) -> Response:
+        try:
+            if public is not None and "authorization" not in request.headers:
+                tenant_id, _, workflow_id = public.partition("/")
+                agent = await _agent_in(svc, tenant_id, workflow_id)
+            else:
+                caller = await authenticate(verifier, request)
+                ids = await svc.read_in_tenant(caller, catalog.agent_workflows)
+                if len(ids) != 1:
+                    raise errors.WorkflowNotFound(
+                        f"this tenant has {len(ids)} agents: each card is at "
+                        "/a2a/{workflowId}/.well-known/agent-card.json"
+                        + (f" ({', '.join(ids[:20])})" if ids else "")
+                    )
+                agent = await find_agent(svc, caller, ids[0])
+        except errors.RunControlError as exc:
+            return from_error(exc)
+        base = f"{request.url.scheme}://{request.url.netloc}"
+        url = base + PREFIX.format(workflowId=agent.workflow_id)
+        return JSONResponse(agent_card_to_dict(agent_card(agent, url)))
+
+    return Route(AGENT_CARD_WELL_KNOWN_PATH, host_card, methods=["GET"])
 
 
 def agent_mount(svc: Services, verifier: TokenVerifier, rate_limiter: TenantRateLimiter) -> Mount:

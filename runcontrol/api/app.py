@@ -121,9 +121,11 @@ def create_app(
     # Workflows as A2A agents (issue 31): /a2a/{workflowId}/..., a2a-sdk's bindings, when the
     # ``a2a`` extra is installed (make installs it; without it there is no agent door).
     if find_spec("a2a") is not None:
-        from ..a2a.routes import agent_mount
+        from ..a2a.routes import agent_mount, host_card_route
 
         app.router.routes.append(agent_mount(services, app.state.verifier, app.state.rate_limiter))
+        public = settings.api.a2a_public_agent
+        app.router.routes.append(host_card_route(services, app.state.verifier, public))
     else:
         log.warning("a2a-sdk is not installed (the a2a extra): no A2A agents are served")
     return app

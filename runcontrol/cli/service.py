@@ -154,6 +154,12 @@ def _cmd_up(args: argparse.Namespace, cluster: ClusterLoader | None) -> int:
             container.env.clock.now(),
         )
         say(f"demo release {release.release_id} published for tenant 'demo'")
+        if args.dev and settings.api.a2a_public_agent is None:
+            # the demo agent's card at the root, for anonymous A2A discovery (docs/a2a.md)
+            app_settings = {
+                **(app_settings or {}),
+                "api": {"a2a_public_agent": f"{DEMO_TENANT}/{DEMO_WORKFLOW['workflowId']}"},
+            }
     say("starting Ray, run hosts, scheduler and the HTTP app (Ray Serve) ...")
     if args.metrics_export_port is not None:
         settings.telemetry.metrics_export_port = args.metrics_export_port

@@ -126,3 +126,13 @@ def newest_release(conn: Connection, workflow_id: str) -> tuple[str, WorkflowDef
     if row is None:
         return None
     return row.release_id, WorkflowDefinition.from_dict(row.definition)
+
+
+def agent_workflows(conn: Connection) -> list[str]:
+    """The workflows of this tenant whose newest release is an A2A agent (issue 31)."""
+    newest = (
+        select(releases.c.workflow_id, releases.c.definition)
+        .distinct(releases.c.workflow_id)
+        .order_by(releases.c.workflow_id, releases.c.published_at.desc(), releases.c.release_id)
+    )
+    return [row.workflow_id for row in conn.execute(newest) if "agent" in row.definition]

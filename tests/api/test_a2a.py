@@ -6,8 +6,11 @@ cancel observed as CANCELED only once settled; another tenant sees nothing."""
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from typing import Any
 
+import httpx
 import pytest
 from a2a.client import Client
 from a2a.types.a2a_pb2 import (
@@ -43,11 +46,14 @@ from api_harness import (
     REQUESTER,
     REVIEWER,
     TenantView,
+    api_settings,
     assert_problem,
     new_tenant,
 )
 from google.protobuf.json_format import MessageToDict
 
+from runcontrol.api import create_app
+from runcontrol.config import Settings
 from runcontrol.domain import Role
 
 S = TaskState
@@ -91,6 +97,53 @@ def test_a_card_is_404_unknown_unexposed_foreign_or_without_a_token(t: TenantVie
         # every binding of another tenant's agent: the same 404
         assert_problem(other.post(f"/a2a/{t.workflow}/jsonrpc", json={}), 404)
         assert_problem(other.get(f"/a2a/{t.workflow}/rest/tasks"), 404)
+
+
+def test_the_host_card_is_the_tenants_one_agent_and_404_with_several(t: TenantView) -> None:
+    """``/.well-known/agent-card.json`` at the root, where A2A clients look first."""
+    own = TenantView(t.api, t.runtime, new_tenant())
+    try:
+        with own.api.client() as anonymous:
+            assert_problem(anonymous.get("/.well-known/agent-card.json"), 401, "unauthorized")
+        assert_problem(own.requester().get("/.well-known/agent-card.json"), 404)
+        publish_agent(own)
+        card = own.requester().get("/.well-known/agent-card.json")
+        assert card.status_code == 200, card.text
+        urls = [i["url"] for i in card.json()["supportedInterfaces"]]
+        assert urls and all(f"/a2a/{own.workflow}/" in u for u in urls), urls
+        own.workflow = f"wf-{uuid.uuid4().hex[:6]}"
+        publish_agent(own)  # a second agent: each card at its own path only
+        assert_problem(own.requester().get("/.well-known/agent-card.json"), 404)
+    finally:
+        own.close()
+
+
+def test_the_public_agents_card_needs_no_token_and_its_calls_do(
+    t: TenantView, ray_runtime: Any, db: Any, tmp_path: Any
+) -> None:
+    """``RunControl:Api:A2aPublicAgent`` (``runcontrol up --dev``: the demo's): its card at
+    the root answers without a token; calling it still needs one. An app built in this
+    process over the session's run hosts, with the setting."""
+    publish_agent(t)
+    settings = api_settings(ray_runtime, tmp_path / "jwks.json")
+    settings["auth"].pop("jwks_file")
+    settings["auth"]["hs256_with_jwks"] = False
+    settings["api"]["a2a_public_agent"] = f"{t.tenant}/{t.workflow}"
+    app = create_app(ray_runtime.client, db, Settings.model_validate(settings))
+
+    async def probe() -> tuple[httpx.Response, httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://replica") as http:
+            card = await http.get("/.well-known/agent-card.json")
+            call = await http.post(f"/a2a/{t.workflow}/jsonrpc", json={})
+            return card, call
+
+    card, call = asyncio.run(probe())
+    assert card.status_code == 200, card.text
+    assert card.json()["name"] == "Review agent"
+    urls = [i["url"] for i in card.json()["supportedInterfaces"]]
+    assert all(u.startswith(f"http://replica/a2a/{t.workflow}/") for u in urls), urls
+    assert_problem(call, 401, "unauthorized")
 
 
 @pytest.mark.parametrize("binding", BINDINGS)

@@ -39,25 +39,39 @@ def token(tenant: str, project: str, subject: str, roles: str) -> str:
     return cli("token", *who, "--roles", roles)
 
 
-def publish(tenant: str) -> str:
+def clients(url: str, tenant: str, project: str) -> tuple[httpx.Client, httpx.Client]:
+    """HTTP clients of the requester (alice) and the reviewer (bob, a second identity)."""
+    auth = lambda t: {"Authorization": f"Bearer {t}"}  # noqa: E731
+    requester = httpx.Client(
+        base_url=url, headers=auth(token(tenant, project, "alice", "Requester"))
+    )
+    reviewer = httpx.Client(base_url=url, headers=auth(token(tenant, project, "bob", "Reviewer")))
+    return requester, reviewer
+
+
+def publish(tenant: str, definition: dict[str, Any] | None = None) -> str:
+    """Publish ``definition`` (default: this example's workflow) for ``tenant``."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
-        json.dump(workflow(), fh)
+        json.dump(definition or workflow(), fh)
     return str(json.loads(cli("release", fh.name, "--tenant", tenant))["releaseId"])
 
 
-def submit(requester: httpx.Client, repository: str, revision: str) -> str:
+def submit_run(requester: httpx.Client, workflow_id: str, input: dict[str, Any]) -> str:
     body = {
-        "workflowId": WORKFLOW_ID,
+        "workflowId": workflow_id,
         "releaseAlias": "latest",
         "modelProfileId": "code-agent",
-        "input": {"repository": repository, "revision": revision},
+        "input": input,
         "limits": {"maxCostUsd": 1, "maxMinutes": 30},
     }
-    answer = requester.post(
-        "/factory/runs", json=body, headers={"Idempotency-Key": f"assess-{uuid.uuid4().hex}"}
-    )
+    key = {"Idempotency-Key": f"{workflow_id}-{uuid.uuid4().hex}"}
+    answer = requester.post("/factory/runs", json=body, headers=key)
     answer.raise_for_status()
     return str(answer.json()["runId"])
+
+
+def submit(requester: httpx.Client, repository: str, revision: str) -> str:
+    return submit_run(requester, WORKFLOW_ID, {"repository": repository, "revision": revision})
 
 
 def follow(
@@ -118,13 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     revision = make_sample(where)
     print(f"sample repository {where} at {revision[:7]}")
     print(f"published release {publish(args.tenant)} of {WORKFLOW_ID}")
-    auth = lambda t: {"Authorization": f"Bearer {t}"}  # noqa: E731
-    requester = httpx.Client(
-        base_url=args.url, headers=auth(token(args.tenant, args.project, "alice", "Requester"))
-    )
-    reviewer = httpx.Client(
-        base_url=args.url, headers=auth(token(args.tenant, args.project, "bob", "Reviewer"))
-    )
+    requester, reviewer = clients(args.url, args.tenant, args.project)
     run_id = submit(requester, str(where), revision)
     print(f"run {run_id} submitted")
 

@@ -6,7 +6,6 @@ one outcome per attempt."""
 
 from __future__ import annotations
 
-import signal
 import subprocess
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -14,9 +13,8 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from actor_harness import RayHarness, poll, run_async
-from support import stop_processes
-from test_sdk import outcomes_per_attempt, serving, worker_process
+from actor_harness import RayHarness, run_async
+from test_sdk import ONE_SLOT, killed_mid_run, outcomes_per_attempt, serving, worker_process
 
 from examples.repository_assessment import agents
 from examples.repository_assessment.repository import SAMPLE, branch_head, content_at, make_sample
@@ -96,7 +94,7 @@ def start_worker(h: RayHarness, marks: Path, holder: str) -> subprocess.Popen[by
     tenant only (its agent ids are the app's own), ``analyse`` pausing 1 s per file."""
     app = "examples.repository_assessment.agents:worker"
     return worker_process(
-        h, marks, holder, app, f"--tenant={h.tenant}", REPOSITORY_ASSESSMENT_PAUSE_S="1"
+        h, marks, holder, app, f"--tenant={h.tenant}", ONE_SLOT, REPOSITORY_ASSESSMENT_PAUSE_S="1"
     )
 
 
@@ -106,8 +104,6 @@ def test_a_worker_killed_during_analyse_and_restarted_completes_the_run(
     publish(h, lambda name: name)
     repository = tmp_path / "repo"
     revision = make_sample(repository)
-    first = start_worker(h, tmp_path, "assess-kill-1")
-    second: subprocess.Popen[bytes] | None = None
 
     def analysing(run_id: UUID) -> Callable[[], bool]:
         def seen() -> bool:
@@ -119,21 +115,20 @@ def test_a_worker_killed_during_analyse_and_restarted_completes_the_run(
 
         return seen
 
-    async def scenario() -> UUID:
-        nonlocal second
-        run_id = (await h.submit(request(h, repository, revision))).run_id
-        await poll(analysing(run_id), "analyse to start", timeout=90)
-        first.send_signal(signal.SIGKILL)  # mid-analyse: its lease is left to expire
-        first.wait(10)
-        second = start_worker(h, tmp_path, "assess-kill-2")
-        await approve_the_patch(h, run_id)
-        await h.wait_type(run_id, "RunCompleted", timeout=120)
-        return run_id
+    async def submit() -> UUID:
+        return (await h.submit(request(h, repository, revision))).run_id
 
-    try:
-        run_id = run_async(scenario(), timeout=240)
-    finally:
-        stop_processes(first, second)
+    run_id, _, _ = killed_mid_run(
+        h,
+        (
+            lambda: start_worker(h, tmp_path, "assess-kill-1"),
+            lambda: start_worker(h, tmp_path, "assess-kill-2"),
+        ),
+        submit,
+        analysing,
+        "analyse to start",
+        lambda run_id: approve_the_patch(h, run_id),
+    )
     h.assert_consistent(run_id)
     check_result(h, run_id, repository, revision)
     # plan, the killed analyse (expired), its retry (a retry granted to the dead worker's

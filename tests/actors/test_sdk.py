@@ -244,6 +244,47 @@ def worker_process(
         return subprocess.Popen(cmd, env=full, stdout=log, stderr=subprocess.STDOUT)
 
 
+# For a worker process a test kills: a killed worker's session leaves a credit per slot on its
+# hosts, and a retry granted to one expires unworked (DESIGN 10); with one slot, one retry at
+# most is lost that way before the restarted worker's credit takes it (seen: a four-slot
+# worker's credits took all three attempts of a step).
+ONE_SLOT = "--concurrency=1"
+
+
+def killed_mid_run(
+    h: RayHarness,
+    start: tuple[Callable[[], subprocess.Popen[bytes]], Callable[[], subprocess.Popen[bytes]]],
+    submit: Callable[[], Awaitable[UUID]],
+    reached: Callable[[UUID], Callable[[], Any]],
+    what: str,
+    approve: Callable[[UUID], Awaitable[Any]],
+) -> tuple[UUID, Any, int]:
+    """A worker process (``start[0]()``) working a run ``submit()`` submits is SIGKILLed once
+    ``reached(run_id)()`` holds (``what``), another one started (``start[1]()``), the run's
+    approval given by ``approve(run_id)`` and the run waited on until it completes; both
+    processes are stopped. Answers the run id, what ``approve`` answered and the killed
+    process's pid."""
+    first = start[0]()
+    second: subprocess.Popen[bytes] | None = None
+
+    async def scenario() -> tuple[UUID, Any]:
+        nonlocal second
+        run_id = await submit()
+        await poll(reached(run_id), what, timeout=90)
+        first.send_signal(signal.SIGKILL)  # mid-step: its lease is left to expire
+        first.wait(10)
+        second = start[1]()
+        approved = await approve(run_id)
+        await h.wait_type(run_id, "RunCompleted", timeout=120)
+        return run_id, approved
+
+    try:
+        run_id, approved = run_async(scenario(), timeout=240)
+    finally:
+        stop_processes(first, second)
+    return run_id, approved, first.pid
+
+
 def start_worker(h: RayHarness, marks: Path, holder: str) -> subprocess.Popen[bytes]:
     return worker_process(
         h,

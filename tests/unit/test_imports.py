@@ -5,7 +5,9 @@
   reader walks);
 - ``runcontrol`` never imports the hosts (``actors``) or the Serve entry (``serve_app``): they
   import it, and the CLI gets the Ray runtime handed in (``runcontrol/cli/cluster.py``);
-- ``runcontrol/domain/`` imports the standard library and itself, nothing else.
+- ``runcontrol/domain/`` imports the standard library and itself, nothing else;
+- the agent frameworks (the extra ``agents``) are imported only by their adapter in
+  ``runcontrol/integrations/``: the core never loads them.
 
 ``test_domain_purity.py`` checks the rest of the domain's purity (no I/O calls, importing it
 loads no framework).
@@ -251,6 +253,20 @@ def test_the_domain_imports_only_the_standard_library_and_itself(name: str) -> N
         if i.module != "runcontrol.domain"
         and not i.module.startswith("runcontrol.domain.")
         and i.module.split(".")[0] not in sys.stdlib_module_names
+    ]
+    assert not offending, "\n".join(offending)
+
+
+AGENT_FRAMEWORKS = {"pydantic_ai": "pydantic_ai", "agents": "openai_agents"}
+
+
+@pytest.mark.parametrize("name", sorted(RUNCONTROL))
+def test_an_agent_framework_is_imported_by_its_adapter_alone(name: str) -> None:
+    offending = [
+        f"{name}:{i.line} imports {i.module}"
+        for i in imports(RUNCONTROL[name], ROOT, RUNCONTROL)
+        if (adapter := AGENT_FRAMEWORKS.get(i.module.split(".")[0])) is not None
+        and name != f"runcontrol.integrations.{adapter}"
     ]
     assert not offending, "\n".join(offending)
 

@@ -28,6 +28,7 @@ from runcontrol.domain import (
     Attempt,
     Decision,
     Event,
+    JournaledCall,
     Lease,
     Limits,
     Run,
@@ -166,8 +167,12 @@ class LimitsOut(ResponseModel):
     *("snapshot_id", "budget_reservation_id", "state", "input_hash", "requested_by"),
     *("failure_class", "failure_reason", "outcome_hash", "version", "created_at", "updated_at"),
     *("suspended_at", "rerun_of", "result_hash", "result_bytes", "priority"),
+    *("parent_run_id", "parent_step_id", "depth"),
     described={
         "rerun_of": "The finished run this run reruns.",
+        "parent_run_id": "A child run's parent: the run whose run step started it "
+        "(docs/child-runs.md); null for a run a client submitted.",
+        "parent_step_id": "The parent's step that started it.",
         "result_hash": "The canonical hash of the run's result (its final step's), once "
         "Completed; null when that step reported none.",
         "result_bytes": "The size of the run's result (canonical JSON, or the referenced "
@@ -186,6 +191,7 @@ class RunSummary(ResponseModel):
         False, description="An operator suspended the run: nothing new starts until resumed."
     )
     priority: int = Field(3, description="1-5, pinned at submission (docs/flow-control.md).")
+    depth: int = Field(0, description="0 for a client's run; a child run's parent's + 1.")
 
 
 @shows(Lease, "lease_id", "holder", "fencing_token", "expires_at")
@@ -203,10 +209,30 @@ class AttemptView(ResponseModel):
 
 
 @shows(
+    JournaledCall,
+    *("name", "occurrence", "value_hash", "bytes", "recorded_at", "attempt_id"),
+    described={
+        "occurrence": "The n-th call of this name in an execution of the step, from 1.",
+        "value_hash": "The canonical hash of the stored value (or of {error} for a failed call).",
+        "bytes": "The size of the stored value's canonical JSON.",
+        "attempt_id": "The attempt whose execution recorded it.",
+    },
+)
+class CallView(ResponseModel):
+    """A journaled call of a step (``step.run``): the first value recorded under its name and
+    occurrence, which every later execution of the step gets back."""
+
+    failed: bool = Field(description="The call ended in a final error (stored in its place).")
+
+
+@shows(
     Step,
     *("step_id", "ordinal", "name", "agent_id", "skill_id", "state", "max_attempts", "gate"),
     *("side_effect_class", "not_before", "depends_on", "kind", "wait", "due_at", "held"),
+    *("condition", "child"),
     described={
+        "condition": "Its `when`: false when it is ready, it ends Skipped (docs/graphs.md).",
+        "child": "A run step's current child run {runId, number} (docs/child-runs.md).",
         "depends_on": "The steps it waits for (a graph's `dependsOn`); null on a run accepted "
         "before graphs: the step before it.",
         "wait": "What a wait or signal step waits for: {seconds|until} or {signal, ...}",
@@ -218,7 +244,20 @@ class AttemptView(ResponseModel):
     },
 )
 class StepView(ResponseModel):
-    kind: str = Field("agent", description="agent | wait (a timer) | signal (input from outside)")
+    kind: str = Field(
+        "agent",
+        description="agent | wait (a timer) | signal (input from outside) | run (a child run)",
+    )
+    result: Any = Field(
+        None,
+        description="The result of a step no worker executes: a signal's body, when a wait "
+        "ended, a child run's result (an agent step's is its attempt's).",
+    )
+    calls: list[CallView] = Field(
+        default_factory=list,
+        description="Its journaled calls (`step.run`), oldest first: their hash and size, "
+        "never their content.",
+    )
     held_reason: str | None = Field(
         None,
         description="The hold in words: `concurrency-key repo-x 1/1`, "
@@ -230,6 +269,13 @@ class StepView(ResponseModel):
 @shows(ApprovalRequest)
 class ApprovalView(ResponseModel):
     pass
+
+
+@shows(Run, "run_id", "parent_step_id", "workflow_id", "state", "created_at")
+class ChildRunView(ResponseModel):
+    """A child run as its parent's GET shows it (issue 32)."""
+
+    release_id: str
 
 
 class RunView(RunSummary):
@@ -245,6 +291,9 @@ class RunView(RunSummary):
         None, description="Instead of result: a reference {uri, sha256, bytes} to the artifact."
     )
     steps: list[StepView]
+    children: list[ChildRunView] = Field(
+        default_factory=list, description="The child runs its run steps started, oldest first."
+    )
     pending_approvals: list[ApprovalView]
 
 
@@ -437,6 +486,20 @@ class FeedEvent(EventEnvelope):
     ``position``, the feed's SSE id and a webhook redelivery cursor."""
 
     position: int
+
+
+class OutputChunkView(ResponseModel):
+    """One stored chunk of a step's streamed output (docs/streaming.md): ``position`` (the
+    run's, from 1, gap-free: the SSE id and the cursor), the attempt's ``seq``, and ``text`` or
+    ``data`` (any JSON value)."""
+
+    position: int
+    attempt_id: UUID
+    step_id: UUID
+    seq: int
+    text: str | None = None
+    data: Any = None
+    written_at: datetime
 
 
 # ---------------------------------------------------------------------- webhooks

@@ -184,12 +184,20 @@ async def list_runs(
     workflow_id: Annotated[
         str | None, Query(alias="workflowId", min_length=1, max_length=200, pattern=r"^[^\x00]*$")
     ] = None,
+    parent_run_id: Annotated[UUID | None, Query(alias="parentRunId")] = None,
     cursor: Cursor = None,
     limit: PageLimit = 50,
 ) -> dict[str, Any]:
     states = [str(s) for s in state or ()]
     return await list_page(
-        svc, caller, q.list_runs, cursor, limit, states=states, workflow_id=workflow_id
+        svc,
+        caller,
+        q.list_runs,
+        cursor,
+        limit,
+        states=states,
+        workflow_id=workflow_id,
+        parent_run_id=parent_run_id,
     )
 
 

@@ -30,6 +30,23 @@ DEMO_WORKFLOW: dict[str, Any] = {
         {"name": "apply", "agentId": "applier", "sideEffectClass": "shared-write"},
         {"name": "report", "agentId": "reporter", "sideEffectClass": "read"},
     ],
+    # Exposed as an A2A agent (docs/a2a.md): /a2a/demo-review/.well-known/agent-card.json
+    "agent": {
+        "name": "Demo review",
+        "description": "Plans, applies (after a reviewer approves) and reports on a change to "
+        "a repository.",
+        "skills": [
+            {
+                "id": "review-change",
+                "name": "Review a change",
+                "description": "Plan, apply with a reviewer's approval, and report.",
+                "tags": ["review", "demo"],
+                "examples": ['{"repository": "example/repo", "revision": "a1b2c3d"}'],
+            }
+        ],
+        "input": {"text": "request", "data": "merge", "required": []},
+        "modelProfileId": "code-agent",
+    },
 }
 
 

@@ -214,7 +214,27 @@ def _tail(api: Api, path: str, args: argparse.Namespace, out: TextIO, feed: bool
 
 
 def runs_tail(api: Api, args: argparse.Namespace, out: TextIO) -> None:
+    if args.output:
+        _tail_output(api, args, out)
+        return
     _tail(api, f"/factory/runs/{args.run_id}/events", args, out, feed=False)
+
+
+def _tail_output(api: Api, args: argparse.Namespace, out: TextIO) -> None:
+    """The run's streamed output as it is written: text as it is (a model's tokens read as
+    prose), a JSON chunk on a line of its own; ``--json``: each chunk's view on a line."""
+    seen = 0
+    for chunk in api.stream(f"/factory/runs/{args.run_id}/output/stream", args.after, {}):
+        d = chunk.data
+        if args.json:
+            print(json.dumps(d), file=out, flush=True)
+        elif "text" in d:
+            print(d["text"], end="", file=out, flush=True)
+        else:
+            print(json.dumps(d.get("data")), file=out, flush=True)
+        seen += 1
+        if args.count is not None and seen >= args.count:
+            return
 
 
 def events_tail(api: Api, args: argparse.Namespace, out: TextIO) -> None:
@@ -259,6 +279,11 @@ def add_runs(sub: Any) -> None:
     add_retry_key(p)
     p = command(r, "tail", runs_tail, "follow a run's events until it ends (resumes)")
     p.add_argument("run_id")
+    p.add_argument(
+        "--output",
+        action="store_true",
+        help="follow the run's streamed output instead of its events (--after: a position)",
+    )
     p.add_argument("--after", type=int, default=None, help="start after this seq (default 0)")
     p.add_argument("--count", type=int, default=None, help="stop after this many events")
 

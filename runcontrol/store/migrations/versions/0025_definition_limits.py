@@ -13,7 +13,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0025"
-down_revision = "0020"
+down_revision = "0022"
 branch_labels = None
 depends_on = None
 

@@ -207,7 +207,8 @@ class RunHost:
     async def _reap(self) -> None:
         idle = self.settings.grains.idle_seconds
         while True:
-            await asyncio.sleep(max(idle / 4, 0.05))
+            # at least every second: a session past its exchange deadline ends promptly
+            await asyncio.sleep(min(max(idle / 4, 0.05), 1.0))
             cutoff = time.monotonic() - idle
             for run_id, act in list(self._activations.items()):
                 if act.last_used < cutoff and act.idle:

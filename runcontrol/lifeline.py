@@ -246,6 +246,35 @@ def port_holder(port: int) -> tuple[int | None, str] | None:
     return None
 
 
+# A reap's first pass gives each process this long to stop on SIGTERM; the passes after it
+# stop what the first one's targets started meanwhile (Serve's HAProxy manager spawns a new
+# HAProxy when its process dies, a Ray worker being stopped may start one), all within 5 s.
+FIRST_PASS_S = 1.5
+LATER_PASS_S = 0.5
+PASSES_S = 4.5
+
+
+def reap_all(key: str, owner: int, record: Path) -> Counter[str]:
+    """Stop everything ``owner`` started, again until nothing of it is left (at most
+    ``PASSES_S``): one pass missed a HAProxy started while it ran (issue 34: still running 5 s
+    after a SIGKILL of ``runcontrol up``)."""
+    deadline = time.monotonic() + PASSES_S
+    names = reap(_owned(key, owner, record), FIRST_PASS_S)
+    while time.monotonic() < deadline:
+        left = [p for p in _owned(key, owner, record) if _running(p)]
+        if not left:
+            break
+        names += reap(left, LATER_PASS_S)
+    return names
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return bool(proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
 def _watch(key: str, owner: int, record: Path) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the owner's to handle
     me = os.getpid()
@@ -269,7 +298,7 @@ def _watch(key: str, owner: int, record: Path) -> int:
             tmp.write_text(json.dumps({"owner": owner, "processes": list(seen.items())}))
             tmp.replace(record)
     started = time.monotonic()
-    names = reap(_owned(key, owner, record))
+    names = reap_all(key, owner, record)
     record.unlink(missing_ok=True)
     if names:
         print(

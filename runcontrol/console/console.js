@@ -263,7 +263,7 @@ async function loginPage(main, params) {
       reason ? h("div", { class: "problem" }, reason) : null,
       signIn ? h("p", {}, signIn, " with the configured identity provider (OAuth2, PKCE), or paste a token below.") : null,
       h("form", { class: "card", onsubmit: submit },
-        h("label", { class: "field", for: "token-input" }, "Bearer token (`runcontrol token …`, or what `make run` prints)"),
+        h("label", { class: "field", for: "token-input" }, "Bearer token (", h("code", {}, "runcontrol token …"), ", or what ", h("code", {}, "make run"), " prints)"),
         input,
         h("p", {}, h("button", { id: "use-token", type: "submit" }, "Use this token")),
         problem)));
@@ -757,7 +757,7 @@ async function queuesPage(main, signal) {
     h("p", { class: "muted" }, "Concurrency keys and the tenant's cap with holders or held runs, busiest first. A held run says why on its page. ", freshness),
     problem,
     h("table", { id: "queues" },
-      h("thead", {}, h("tr", {}, ["Limit", "Key", "Holders", "Promoted", "Waiting", "Oldest waiting"].map((c) => h("th", {}, c)))),
+      h("thead", {}, h("tr", {}, ["Name", "Key", "Holders", "Promoted", "Waiting", "Oldest waiting"].map((c) => h("th", {}, c)))),
       body));
   await load();
   followFeed(signal, debounce(load, REFRESH_MS), status);

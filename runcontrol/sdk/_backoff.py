@@ -17,7 +17,8 @@ class Backoff:
     sleep are injectable, so tests move a clock instead of sleeping."""
 
     base_s: float = 0.2
-    cap_s: float = 10.0
+    # Under a host's exchange deadline (5 s, workers.sessions): a retrying session stays live.
+    cap_s: float = 4.0
     uniform: Callable[[float, float], float] = random.uniform
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 

@@ -196,20 +196,21 @@ class CreditBook:
         )
 
     def expire(self, before: float) -> list[str]:
-        """Forget the sessions that have not exchanged since ``before`` (a worker gone): their
-        credits are withdrawn; their grants stay as leases that expire unworked."""
-        gone: list[str] = []
-        for session_id, seen in list(self._seen.items()):
-            if seen < before:
-                for claim_id in list(self._credits.get(session_id, {})):
-                    self._withdraw(session_id, claim_id)
-                self._credits.pop(session_id, None)
-                self._grants.pop(session_id, None)
-                self._cancels.pop(session_id, None)
-                self._backlog_news.discard(session_id)
-                del self._seen[session_id]
-                gone.append(session_id)
-        return gone
+        """The sessions that have not exchanged since ``before`` (a worker gone)."""
+        return [sid for sid, seen in self._seen.items() if seen < before]
+
+    def end(self, session_id: str) -> list[Grant]:
+        """Forget the session (its worker is gone): its credits are withdrawn at once, so
+        nothing more is granted to its slots. Answers its grants it never acknowledged (their
+        leases are held by nobody who works them: the host hands them back)."""
+        for claim_id in list(self._credits.get(session_id, {})):
+            self._withdraw(session_id, claim_id)
+        self._credits.pop(session_id, None)
+        unacked = list(self._grants.pop(session_id, {}).values())
+        self._cancels.pop(session_id, None)
+        self._backlog_news.discard(session_id)
+        self._seen.pop(session_id, None)
+        return unacked
 
     # ------------------------------------------------------------------ attempts
 

@@ -24,7 +24,7 @@ from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
 from ..clock import Clock
-from ..commands import AcquireLease, Command
+from ..commands import AcquireLease, Command, HandBackAttempt
 from ..domain import Event, LeaseGrant, Options, RunAggregate, errors
 from ..drain import Drain
 from ..store import queries as q
@@ -38,8 +38,13 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # A session that has not exchanged for this long is gone (its worker died): its credits are
-# withdrawn (its grants' leases expire unworked, as any lease of a dead worker).
+# withdrawn and the grants it never acknowledged handed back (``HostSessions.end``).
 SESSION_TTL_S = MAX_WAIT_S + 30.0
+# A live worker keeps an exchange in flight with every host (the SDK sends the next one as soon
+# as an answer comes down): a session with none for this long after its last answer is gone
+# (issue 34: a killed worker's slots were granted work for SESSION_TTL_S, each grant then
+# waiting out a whole lease).
+EXCHANGE_DEADLINE_S = 5.0
 # The session sweep takes attempts of runs placed on other hosts only once they have waited
 # this long (their own host serves them sooner; this is for a host restarted or drained).
 FOREIGN_AFTER_S = 5.0
@@ -105,10 +110,24 @@ class HostSessions:
         self._granting: dict[UUID, asyncio.Future[None]] = {}
         self._session_granting: dict[str, set[asyncio.Future[None]]] = {}  # the same, by session
         self._sweep_now = asyncio.Event()
+        self._open: dict[str, int] = {}  # session -> its exchanges being answered now
+        self._answered: dict[str, float] = {}  # session -> when its last exchange was answered
+        self.ended = 0  # sessions ended (their worker gone)
 
     # ------------------------------------------------------------------ exchanges
 
     async def exchange(self, up: SessionUp) -> SessionDown:
+        """``_exchange``, counted open while it runs: a session with none open past
+        ``EXCHANGE_DEADLINE_S`` after its last answer is ended (``expire``)."""
+        sid = up.session_id
+        self._open[sid] = self._open.get(sid, 0) + 1
+        try:
+            return await self._exchange(up)
+        finally:
+            self._open[sid] = self._open.get(sid, 1) - 1
+            self._answered[sid] = time.monotonic()
+
+    async def _exchange(self, up: SessionUp) -> SessionDown:
         """One exchange of a worker session (``runcontrol.workers.protocol``): its commands
         answered each as if sent alone, its credits offered (replacing the last set), its acks
         taken; then, with nothing to say yet, a wait of up to ``up.wait_s`` (at most
@@ -248,11 +267,39 @@ class HostSessions:
         self.wake(set(self._wakes))
 
     def expire(self, now: float) -> None:
-        """Forget the sessions that have not exchanged for ``SESSION_TTL_S``."""
-        for session_id in self.book.expire(now - SESSION_TTL_S):
-            self._wakes.pop(session_id, None)
-            self._generations.pop(session_id, None)
-            self._seqs.pop(session_id, None)
+        """End the sessions gone: no exchange for ``SESSION_TTL_S``, or none in flight for
+        ``EXCHANGE_DEADLINE_S`` after the last was answered."""
+        missed = [
+            sid
+            for sid, at in self._answered.items()
+            if not self._open.get(sid) and now - at > EXCHANGE_DEADLINE_S
+        ]
+        for session_id in {*self.book.expire(now - SESSION_TTL_S), *missed}:
+            self.end(session_id)
+
+    def end(self, session_id: str) -> None:
+        """The session's worker is gone: nothing more is granted to its slots, and the leases
+        it was granted but never acknowledged are handed back now (their attempts retried
+        under their policy) instead of expiring unworked a lease later."""
+        unacked = self.book.end(session_id)
+        for state in (self._wakes, self._generations, self._seqs, self._open, self._answered):
+            state.pop(session_id, None)
+        self.ended += 1
+        if unacked:
+            log.warning("session %s ended: handing back %d grant(s)", session_id, len(unacked))
+            asyncio.get_running_loop().create_task(self._hand_back(unacked))
+
+    async def _hand_back(self, unacked: list[Grant]) -> None:
+        async def one(grant: Grant) -> None:
+            command = HandBackAttempt(**grant.fenced(), reason="the worker's session ended")
+            try:
+                await self._runs.command(command)
+            except errors.RunControlError:
+                pass  # settled meanwhile (its report came after all, or the lease expired)
+            except Exception as exc:  # noqa: BLE001 - its lease expires as before
+                log.warning("handing back a dead session's grant failed: %r", exc)
+
+        await asyncio.gather(*map(one, unacked))
 
     # ------------------------------------------------------------------ leases
 

@@ -332,6 +332,8 @@ def test_a_bad_token_is_refused_with_the_servers_reason(browser: Console) -> Non
     browser.driver.execute_script("sessionStorage.clear()")
     browser.driver.refresh()
     browser.wait(lambda: browser.css("#token-input"), "the login form").send_keys("not.a.token")
+    label = browser.text('label[for="token-input"]', "the token's label")
+    assert "`" not in label and "runcontrol token" in label, label  # code, not backticks
     browser.css("#use-token").click()
     refusal = browser.text(".login .problem", "the refusal")
     assert refusal.startswith("the token is invalid")
@@ -418,6 +420,8 @@ def test_the_queues_page_shows_a_held_run_and_its_release(
         "the key held by one run with one waiting",
     )
     browser.shot("queues-held")
+    # the first column is the key's family (its name), not a limit
+    assert browser.texts("#queues thead th", "the headers")[0] == "Name"
     browser.open(f"#/runs/{second}")
     browser.wait(
         lambda: [e for e in browser.all(".held") if f"concurrency-key {repository} 1/1" in e.text],

@@ -156,6 +156,7 @@ def test_a_gone_session_is_forgotten() -> None:
     book = CreditBook()
     book.offer("s", [credit("a")], now=0)
     assert book.expire(before=10) == ["s"]
+    assert book.end("s") == []  # no grant it never acknowledged
     assert book.waiting_credits() == 0
     assert book.observe(waiting(offer("a")))[0] == []
 

@@ -152,6 +152,33 @@ class CancelRunResponse(ResponseModel):
     state: str = Field(description="The state observed after recording the intent.")
 
 
+class BulkOutcome(ResponseModel):
+    """One item's outcome: ``decided`` / ``accepted`` with the single call's answer, or its
+    refusal (``stale``, ``expired``, ``forbidden``, ``conflict``, ``not-found``, ``invalid``,
+    ``rate-limited``, ``unavailable``) with the problem code, status and detail the single
+    call would have answered."""
+
+    outcome: str
+    code: str | None = None
+    status: int | None = None
+    detail: str | None = None
+
+
+class BulkCancelRequest(RequestModel):
+    run_ids: list[UUID] = Field(min_length=1, max_length=500)
+    reason: Reason
+
+
+class BulkCancelOutcome(BulkOutcome):
+    run_id: UUID
+    state: str | None = Field(None, description="With `accepted`: the state observed.")
+
+
+class BulkCancelResponse(ResponseModel):
+    items: list[BulkCancelOutcome]
+    counts: dict[str, int]
+
+
 @shows(Limits)
 class LimitsOut(ResponseModel):
     pass
@@ -259,6 +286,26 @@ class DecisionRequest(RequestModel):
     version: int = Field(ge=1, le=MAX_BIGINT, description="The request version decided on.")
     proposal_hash: Name
     reason: Reason | None = None
+
+
+class BulkDecisionItem(DecisionRequest):
+    approval_id: UUID
+
+
+class BulkDecisionRequest(RequestModel):
+    """Many decisions in one call: each item is the single decision's body and its request."""
+
+    items: list[BulkDecisionItem] = Field(min_length=1, max_length=500)
+
+
+class BulkDecisionOutcome(BulkOutcome):
+    approval_id: UUID
+    approval: ApprovalView | None = None
+
+
+class BulkDecisionResponse(ResponseModel):
+    items: list[BulkDecisionOutcome]
+    counts: dict[str, int] = Field(description="How many items had each outcome.")
 
 
 class ApprovalPage(ResponseModel):

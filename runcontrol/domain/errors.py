@@ -197,7 +197,8 @@ class ProgressGap(DataLoss):
 
 
 class ApprovalGone(RunControlError):
-    """The approval request expired or went stale: the decision can never apply."""
+    """The approval request expired or went stale: the decision can never apply. ``details``:
+    ``gone`` is ``expired`` or ``stale`` (a bulk decision's outcome tells them apart)."""
 
     code = "approval-gone"
 

@@ -135,6 +135,40 @@ def test_approvals_list_show_approve_and_reject(t, env, capsys, monkeypatch) -> 
     assert code == 0 and "Rejected" in out
 
 
+def test_approvals_decide_many_and_runs_cancel_many(t, env, capsys, monkeypatch) -> None:
+    first, _, a = t.waiting_for_approval()
+    second, _, b = t.waiting_for_approval()
+    reviewer = t.token("rita", Role.REVIEWER)
+    code, out, err = cli(capsys, monkeypatch, reviewer, "approvals", "decide-many", "approve")
+    assert code == 1 and "--all-pending" in err  # nothing named
+    code, out, err = cli(
+        capsys, monkeypatch, reviewer, "approvals", "decide-many", "approve", "--all-pending"
+    )
+    assert code == 0, err
+    assert a["approvalId"] in out and b["approvalId"] in out and "2 decided" in out
+    code, out, err = cli(
+        capsys, monkeypatch, reviewer, "approvals", "decide-many", "approve", a["approvalId"]
+    )
+    assert code == 1 and "conflict" in out and "1 of 1 decisions refused" in err
+
+    requester = t.token("alice", Role.REQUESTER)
+    code, out, err = cli(
+        capsys,
+        monkeypatch,
+        requester,
+        "runs",
+        "cancel-many",
+        first,
+        second,
+        "--reason",
+        "done",
+        "--json",
+    )
+    assert code == 0, err
+    assert json.loads(out)["counts"]["accepted"] == 2
+    assert t.wait_state(first, "Cancelled") and t.wait_state(second, "Cancelled")
+
+
 def test_ops_suspend_and_resume_round_trip(t, env, capsys, monkeypatch) -> None:
     t.publish()
     run_id = t.submit()

@@ -29,6 +29,7 @@ from . import (
     problems,
     queues,
     runs,
+    schedules,
     schemas,
     signals,
     webhooks,
@@ -111,5 +112,6 @@ def create_app(
     for router in (catalog.releases_router, catalog.workflows_router, catalog.graph_router):
         app.include_router(router)  # the workflow catalog and run graphs (issue 22)
     app.include_router(queues.router)  # flow control, seen (issue 21)
+    app.include_router(schedules.router)  # schedules (issue 32)
     app.include_router(console.router)  # the web console's static files (runcontrol/console/)
     return app

@@ -55,6 +55,10 @@ class RunNotFound(NotFound):
     code = "run-not-found"
 
 
+class ScheduleNotFound(NotFound):
+    code = "schedule-not-found"
+
+
 class StepNotFound(NotFound):
     code = "step-not-found"
 

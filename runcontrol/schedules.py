@@ -41,8 +41,8 @@ from .domain.schedules import (
     ScheduleSpec,
     Timing,
     decide,
+    due_at,
     idempotency_key,
-    jitter,
     missed,
 )
 from .edge import commands
@@ -123,8 +123,13 @@ def crontab_weekdays(field: str) -> str:
 
 def next_nominal(fires: BaseTrigger, after: datetime) -> datetime | None:
     """The first nominal fire time strictly after ``after`` (None: the schedule has ended)."""
-    found: datetime | None = fires.get_next_fire_time(None, after + TICK)
-    return None if found is None else found.astimezone(UTC)
+    try:
+        found: datetime | None = fires.get_next_fire_time(None, after + TICK)
+    except OverflowError:  # past the year 9999
+        return None
+    if found is None or found <= after:  # the trigger clamps at the end of time
+        return None
+    return found.astimezone(UTC)
 
 
 def upcoming(fires: BaseTrigger, after: datetime, n: int) -> list[datetime]:
@@ -161,7 +166,7 @@ class Stored:
         return trigger(self.spec.timing, self.created_at)
 
     def due_at(self, nominal: datetime) -> datetime:
-        return nominal + jitter(self.schedule_id, nominal, self.spec.timing.jitter_seconds)
+        return due_at(self.schedule_id, nominal, self.spec.timing.jitter_seconds)
 
 
 def _when(value: str | None) -> datetime | None:
@@ -388,7 +393,7 @@ def new_row(
     spec = checked(doc, now)
     fires = trigger(spec.timing, now)
     first = next_nominal(fires, now)
-    due = None if first is None else first + jitter(schedule_id, first, spec.timing.jitter_seconds)
+    due = None if first is None else due_at(schedule_id, first, spec.timing.jitter_seconds)
     return {
         "schedule_id": schedule_id,
         "tenant_id": caller.tenant_id,
@@ -416,11 +421,7 @@ def resumed_from(row: Any, doc: dict[str, Any], now: datetime) -> dict[str, Any]
     spec = checked(doc, row.created_at)
     after = max(row.last_nominal_at or row.created_at, now)
     nominal = next_nominal(trigger(spec.timing, row.created_at), after)
-    due = (
-        None
-        if nominal is None
-        else nominal + jitter(row.schedule_id, nominal, spec.timing.jitter_seconds)
-    )
+    due = None if nominal is None else due_at(row.schedule_id, nominal, spec.timing.jitter_seconds)
     return {"last_nominal_at": after, "next_fire_at": due}
 
 

@@ -21,7 +21,7 @@ from schemas.api import (
     DecisionRequest,
 )
 
-from ..domain import ApprovalRequest, ApprovalState, errors
+from ..domain import ApprovalState, errors
 from ..domain.access import approvals_visible_only_to
 from ..edge import bulk, commands
 from ..edge.commands import require_visible
@@ -100,22 +100,11 @@ async def decide_approvals(
     outcomes = await bulk.each(
         body.items, lambda i: i.approval_id, build, svc.send, bulk.Outcome.DECIDED
     )
-    return {
-        "items": [_decision_outcome(o) for o in outcomes],
-        "counts": bulk.counts(outcomes),
-    }
-
-
-def _decision_outcome(o: bulk.ItemOutcome) -> dict[str, Any]:
-    approval: ApprovalRequest | None = o.answer
-    return {
-        "approvalId": o.target,
-        "outcome": str(o.outcome),
-        "approval": None if approval is None else q.approval_view(asdict(approval)),
-        "code": o.code,
-        "status": o.status,
-        "detail": o.detail,
-    }
+    return bulk.answer(
+        outcomes,
+        "approvalId",
+        lambda approval: {"approval": q.approval_view(asdict(approval))},
+    )
 
 
 @router.get(

@@ -238,15 +238,4 @@ async def cancel_runs(
         )
 
     outcomes = await bulk.each(body.run_ids, lambda r: r, build, svc.send, bulk.Outcome.ACCEPTED)
-    items = [
-        {
-            "runId": o.target,
-            "outcome": str(o.outcome),
-            "state": None if o.answer is None else str(o.answer),
-            "code": o.code,
-            "status": o.status,
-            "detail": o.detail,
-        }
-        for o in outcomes
-    ]
-    return {"items": items, "counts": bulk.counts(outcomes)}
+    return bulk.answer(outcomes, "runId", lambda state: {"state": str(state)})

@@ -125,6 +125,14 @@ def jitter(schedule_id: UUID, nominal_at: datetime, jitter_seconds: float) -> ti
     return timedelta(seconds=jitter_seconds * fraction)
 
 
+def due_at(schedule_id: UUID, nominal_at: datetime, jitter_seconds: float) -> datetime:
+    """When the fire time ``nominal_at`` is submitted: with its jitter (none past year 9999)."""
+    try:
+        return nominal_at + jitter(schedule_id, nominal_at, jitter_seconds)
+    except OverflowError:
+        return nominal_at
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     outcome: FireOutcome

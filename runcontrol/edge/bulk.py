@@ -120,6 +120,25 @@ async def each(
     return list(await asyncio.gather(*(one(item) for item in items)))
 
 
+def answer(
+    outcomes: Sequence[ItemOutcome], target: str, shown: Callable[[Any], dict[str, Any]]
+) -> dict[str, Any]:
+    """A bulk call's answer: each item under its ``target`` key with its outcome, the refusal's
+    code, status and detail, and ``shown(answer)`` for a success; then the counts."""
+    items = [
+        {
+            target: o.target,
+            "outcome": str(o.outcome),
+            "code": o.code,
+            "status": o.status,
+            "detail": o.detail,
+            **({} if o.answer is None else shown(o.answer)),
+        }
+        for o in outcomes
+    ]
+    return {"items": items, "counts": counts(outcomes)}
+
+
 def counts(outcomes: Sequence[ItemOutcome]) -> dict[str, int]:
     """How many items had each outcome (every outcome named, zeros too)."""
     found = {str(o): 0 for o in Outcome}

@@ -425,6 +425,8 @@ def resumed_from(row: Any, doc: dict[str, Any], now: datetime) -> dict[str, Any]
     return {"last_nominal_at": after, "next_fire_at": due}
 
 
+# The PATCH fields a null clears (the others' null leaves them as they are).
+CLEARABLE = frozenset({"note", "cron", "intervalSeconds", "startAt", "endAt"})
 TIMING_FIELDS = (
     "cron",
     "timeZone",

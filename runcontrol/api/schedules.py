@@ -133,7 +133,11 @@ async def update_schedule(
     caller: RunSubmitter, svc: Svc, schedule_id: ScheduleIdPath, body: SchedulePatch
 ) -> Any:
     o = svc.outside(caller)
-    given = body.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    given = {
+        k: v
+        for k, v in body.model_dump(mode="json", by_alias=True, exclude_unset=True).items()
+        if v is not None or k in rules.CLEARABLE  # null elsewhere: left as it is
+    }
     if "run" in given:
         await rules.check_submittable(o, given["run"])
     now = datetime.now(UTC)

@@ -101,6 +101,10 @@ def test_bad_input_is_a_clear_4xx_and_stores_nothing(t: TenantView, db: Database
     sid = http.post(URL, json=body(t)).json()["scheduleId"]
     assert_problem(http.patch(f"{URL}/{sid}", json={"cron": "99 * * * *"}), 422)
     assert_problem(http.patch(f"{URL}/{sid}", json={"unknown": 1}), 422)
+    # null leaves a field as it is, except where it clears one (then the timing must hold)
+    kept = http.patch(f"{URL}/{sid}", json={"run": None, "paused": None, "note": None})
+    assert kept.status_code == 200, kept.text
+    assert_problem(http.patch(f"{URL}/{sid}", json={"cron": None}), 422, "validation-failed")
     assert_problem(
         http.post(
             f"{URL}/{sid}/backfill",

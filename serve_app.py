@@ -16,7 +16,7 @@ from ray import serve
 from ray.serve.config import BackpressureConfig
 
 from actors.grpc_ingress import GrpcIngress
-from actors.ingress import ACCESS_LOG_OFF
+from actors.ingress import ACCESS_LOG_OFF, log_in_replica
 from actors.placement import host_name
 from actors.run_host import host_config, make_router
 from runcontrol.api import create_app
@@ -48,6 +48,7 @@ class RunControlApi(GrpcIngress):  # + the gRPC methods (actors/grpc_ingress.py)
         self.settings = Settings(**(settings or {}))
         self.settings.auth.check()  # no way to verify tokens: refuse to start, and say why
         configure(self.settings.telemetry, "api")
+        log_in_replica()  # an unexpected error's line, with its correlation id and traceback
         url = database_url or self.settings.database_url
         if not url:
             raise RuntimeError("set RUNCONTROL_DATABASE_URL to the database's owner URL")

@@ -16,6 +16,7 @@ setting them there would leave the two disagreeing.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import socket
@@ -62,6 +63,18 @@ _LOCAL_REPLICA_PORTS = (20000, 30000)
 # Serve's access log costs a formatted line per request on the replica's loop; errors and
 # our own logs stay on. Applied per deployment (serve_app.py) and per app (serve-config.yaml).
 ACCESS_LOG_OFF: dict[str, Any] = {"enable_access_log": False}
+
+
+def log_in_replica() -> None:
+    """runcontrol's log records through the replica's own handlers (Serve's, on the
+    ``ray.serve`` logger: the replica's file under ``logs/serve`` and its stderr, which
+    ``runcontrol up`` shows): an ERROR stays an ERROR with its traceback. Without them a record
+    reaches the replica's redirected stderr and is logged at INFO as tuple reprs (issue 34)."""
+    ours = logging.getLogger("runcontrol")
+    for handler in logging.getLogger("ray.serve").handlers:
+        if handler not in ours.handlers:
+            ours.addHandler(handler)
+    ours.propagate = False
 
 
 # Listening ports handed out for a test, benchmark or `make run` (HTTP, gRPC, HAProxy's stats)

@@ -167,6 +167,7 @@ class RunHost:
         self._env.observers.append(self._sessions.observe)
         self._env.credits = FusedGrants(self._sessions, self._drain)
         self._env.cancel_runs = self._cancel_run
+        self._env.send = self._router.send  # a parent's commands to its children, and back
         self._cancels: set[asyncio.Future[Any]] = set()  # cancel-oldest's CancelRuns in flight
         loop = asyncio.get_running_loop()
         self._loop = loop  # the commands' and exchanges' loop (the control group has its own)
@@ -396,6 +397,10 @@ class RunHost:
             # commit statements sent (each a group: store/commit.py) and the documents in them
             "commit_groups": self._store.statements_sent,
             "commit_documents": self._store.documents_sent,
+            # streamed output (store/output.py): writes, the chunks stored, their statements
+            "output_writes": self._env.output.writes,
+            "output_chunks": self._env.output.chunks,
+            "output_statements": self._env.output.statements,
             "rss_bytes": rss_kb * 1024,
             "uptime_s": time.monotonic() - self._started,
             "in_flight": self._drain.in_flight,

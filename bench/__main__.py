@@ -1,7 +1,8 @@
 """`make bench`: every figure beside its ceiling measured in the same run.
 
 Usage: python -m bench [--runs N] [--concurrency C]
-       [--only transitions,http,reads,e2e,sse,fairness]
+       [--only transitions,http,reads,e2e,sse,fairness,journal]
+       [--only transitions,http,reads,e2e,sse,fairness,output]
        [--short] (small N everywhere: a few minutes in all)
 """
 
@@ -18,9 +19,9 @@ import ray
 
 from actors.ingress import use_fast_ingress
 
-from . import common, e2e, fairness, inprocess, reads, sse, transitions
+from . import common, e2e, fairness, inprocess, journal, output, reads, sse, transitions
 
-PARTS = ("transitions", "reads", "http", "e2e", "sse", "fairness")
+PARTS = ("transitions", "reads", "http", "e2e", "sse", "fairness", "journal", "output")
 
 
 def _parts(value: str) -> set[str]:
@@ -76,6 +77,16 @@ def main() -> int:
     parser.add_argument(
         "--fairness-work-seconds", type=float, default=1.0, help="the workers' time per attempt"
     )
+    parser.add_argument("--journal-runs", type=int, default=500)
+    parser.add_argument(
+        "--journal-calls", type=int, default=20, help="commands of each kind per run"
+    )
+    parser.add_argument(
+        "--journal-bytes", type=int, default=512, help="the text each command carries"
+    )
+    parser.add_argument("--output-attempts", type=int, default=100, help="streaming at once")
+    parser.add_argument("--output-rate", type=float, default=100.0, help="chunks/s each")
+    parser.add_argument("--output-seconds", type=float, default=10.0)
     parser.add_argument(
         "--short", action="store_true", help="small N everywhere (a few minutes in all)"
     )
@@ -85,6 +96,8 @@ def main() -> int:
         args.http_seconds, args.e2e_runs = 5, 200
         args.sse_streams, args.sse_runs, args.sse_seconds = 200, 20, 5.0
         args.fairness_a_runs, args.fairness_b_unloaded = 500, 5
+        args.journal_runs = 200
+        args.output_attempts, args.output_seconds = 20, 5.0
     sse.raise_fd_limit()  # before ray.init: Ray's processes inherit it
 
     results: dict[str, object] = {
@@ -246,6 +259,31 @@ def main() -> int:
                     work_seconds=args.fairness_work_seconds,
                 )
                 fairness.report(results["fairness"])
+            if args.only is None or "journal" in args.only:
+                print("journaled calls vs progress reports (in-process grains) ...", flush=True)
+                results["journal"] = journal.run(
+                    url,
+                    runs=args.journal_runs,
+                    calls=args.journal_calls,
+                    drivers=args.concurrency,
+                    value_bytes=args.journal_bytes,
+                )
+                journal.report(results["journal"])
+            if args.only is None or "output" in args.only:
+                ceiling = _ceiling(results, url, args.pgbench_seconds)
+                print(
+                    f"streamed output: {args.output_attempts} attempts x {args.output_rate:.0f} "
+                    f"chunks/s for {args.output_seconds:.0f} s ...",
+                    flush=True,
+                )
+                results["output"] = output.run(
+                    url,
+                    ceiling,
+                    attempts=args.output_attempts,
+                    rate=args.output_rate,
+                    seconds=args.output_seconds,
+                )
+                output.report(results["output"])
         finally:
             ray.shutdown()
     if args.json:

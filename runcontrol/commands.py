@@ -26,8 +26,6 @@ from enum import Enum, StrEnum
 from typing import Any, Generic, TypeVar
 from uuid import UUID
 
-import orjson
-
 from .declaration import (
     LEASE_HOLDER,
     OPERATOR,
@@ -52,16 +50,20 @@ from .domain import (
     ProgressAck,
     ProgressMessage,
     RateConsumed,
+    RecordedCall,
     RunAggregate,
     SideEffectClass,
     ToolCallClaim,
     canonical_hash,
 )
+from .domain.output import OutputAck, OutputChunk
 from .domain.run import (
     RESTORE_CHECK,
     approvals,
     cancellation,
+    children,
     controls,
+    journaled_calls,
     leases,
     outcomes,
     progress,
@@ -70,6 +72,7 @@ from .domain.run import (
     usage,
     waits,
 )
+from .json_dumps import dumps
 
 R = TypeVar("R")
 
@@ -101,9 +104,7 @@ def fingerprint(command: Command[Any]) -> str:
         for f in dataclasses.fields(command)
         if f.name != "command_id"
     }
-    body = orjson.dumps(
-        [type(command).__name__, fields], default=_plain, option=orjson.OPT_SORT_KEYS
-    )
+    body = dumps([type(command).__name__, fields], _plain, sort_keys=True)
     return hashlib.sha256(body).hexdigest()
 
 
@@ -147,6 +148,15 @@ class WakeResult:
 
 
 @dataclass(frozen=True, slots=True)
+class ParentRef:
+    """The run and step a child run is started by, and the child's depth."""
+
+    run_id: UUID
+    step_id: UUID
+    depth: int
+
+
+@dataclass(frozen=True, slots=True)
 class SubmitRequest:
     project_id: str
     idempotency_key: str
@@ -159,6 +169,9 @@ class SubmitRequest:
     environment_id: str | None = None
     correlation_id: str | None = None
     priority: int = 3  # 1-5 (issue 21); above 3 needs the runs.priority scope
+    # A child run's (issue 32: set by its parent's grain, never by a client): the run and
+    # step that start it; its depth is the parent's + 1. Not in the canonical payload.
+    parent: ParentRef | None = None
 
     def canonical_payload(self) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -247,6 +260,30 @@ class SendSignal(Command[SignalResult]):
     name: str
     body: Any
     sent_by: str
+
+
+@declare(system(children.CHILD_RUN), children.child_ended, dispatches=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChildRunEnded(Command[str]):
+    """To a parent run: its step ``step_id``'s child run ``child_run_id`` ended ``state``
+    (with its ``result`` when Completed, its failure otherwise). Sent by the child's grain
+    after its terminal commit (and again when the parent asks, ``ReportToParent``); its id
+    names the child, so a resend is answered once. Answers the step's state after it."""
+
+    step_id: UUID
+    child_run_id: UUID
+    state: str
+    result: Any = field(default=None, metadata=JSON_VALUE)
+    failure_class: str | None = None
+    reason: str | None = None
+
+
+@declare(system(children.CHILD_RUN))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReportToParent(Command[bool]):
+    """To a child run: if it has ended, send its parent its end (``ChildRunEnded``). A
+    parent's reminder asks it until the end is recorded; a run not there yet is
+    ``RunNotFound`` (the parent then submits it). Answers whether it had ended."""
 
 
 @declare(system("reminder"))
@@ -359,6 +396,20 @@ class HandBackAttempt(Command[Attempt]):
     lease_id: UUID | None = None
 
 
+@declare(LEASE_HOLDER, rpc="AppendOutput")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppendOutput(Command[OutputAck]):
+    """The lease holder's streamed output (``step.stream``), numbered per lease from 1: its
+    own fenced insert beside the run's commits, not a turn of the grain (docs/streaming.md);
+    chunks at or below the lease's last stored one are resends and dropped."""
+
+    attempt_id: UUID
+    holder: str
+    fencing_token: int
+    chunks: tuple[OutputChunk, ...]
+    lease_id: UUID | None = None
+
+
 @declare(LEASE_HOLDER, tool_calls.claim_tool_call, rpc="ClaimToolCall")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClaimToolCall(Command[ToolCallClaim]):
@@ -375,13 +426,38 @@ class ClaimToolCall(Command[ToolCallClaim]):
 @declare(LEASE_HOLDER, tool_calls.complete_tool_call, rpc="CompleteToolCall")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CompleteToolCall(Command[ToolCallClaim]):
-    """Store the result hash of a call this attempt claimed and executed."""
+    """Store the result of a call this attempt claimed and executed: its hash, and the
+    result itself when sent (JSON, at most ``RunControl:Results:MaxInlineBytes``), which a
+    repeat claim then answers."""
 
     attempt_id: UUID
     holder: str
     fencing_token: int
     call_id: str
     result_hash: str
+    lease_id: UUID | None = None
+    # data of the run: never in a log line (repr) or a span
+    result: Any = field(default=None, repr=False, metadata=JSON_VALUE)
+
+
+@declare(LEASE_HOLDER, journaled_calls.record_call, rpc="RecordCall")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordCall(Command[RecordedCall]):
+    """Store the value of a journaled call (``step.run``): the ``occurrence``-th call named
+    ``name`` in an execution of the attempt's step; ``value`` (JSON, at most
+    ``RunControl:Results:MaxInlineBytes``) or its final ``error`` {type, message,
+    failure_class}. A value stored under the key already is answered instead (use it, not
+    yours). ``read_only``: store nothing, answer the stored value."""
+
+    attempt_id: UUID
+    holder: str
+    fencing_token: int
+    name: str
+    occurrence: int
+    # data of the run: never in a log line (repr) or a span
+    value: Any = field(default=None, repr=False, metadata=JSON_VALUE)
+    error: dict[str, Any] | None = field(default=None, repr=False)
+    read_only: bool = False
     lease_id: UUID | None = None
 
 
@@ -523,7 +599,10 @@ DECLARATIONS: Mapping[type[Command[Any]], Declaration] = declared()
 __all__ = [
     "DECLARATIONS",
     "AcquireLease",
+    "AppendOutput",
     "CancelRun",
+    "ChildRunEnded",
+    "ParentRef",
     "ClaimToolCall",
     "Command",
     "CompleteToolCall",
@@ -534,6 +613,7 @@ __all__ = [
     "HandBackAttempt",
     "OpenAttempts",
     "RenewLease",
+    "RecordCall",
     "ReportOutcome",
     "ReportProgress",
     "RequestApproval",
@@ -551,6 +631,7 @@ __all__ = [
     "SubmitRun",
     "SuspendRun",
     "WakeResult",
+    "ReportToParent",
     "WakeRun",
     "control_result",
     "fingerprint",

@@ -64,6 +64,13 @@ class RunOptions(BaseModel):
         gt=0,
         description="Every run is cancelled (lifetime-exceeded) this long after it was accepted.",
     )
+    child_check_seconds: float = Field(
+        10,
+        gt=0,
+        description="How often a run step whose child run is open submits it again and asks "
+        "it for its end (idempotent): what a host killed between two runs' commits loses "
+        "comes back within this.",
+    )
 
 
 class ToolCallOptions(BaseModel):
@@ -84,6 +91,32 @@ class ResultOptions(BaseModel):
         "as canonical JSON bytes; a larger one is refused (result-too-large, nothing stored, "
         "the attempt still open) and is reported as a reference {uri, sha256, bytes}. Results "
         "are kept as long as the event history (outbox.retention_days).",
+    )
+
+
+class CallOptions(BaseModel):
+    """Journaled calls (``step.run``, docs/workers.md): each value is capped like a result
+    (``results.max_inline_bytes``); these bound a step's calls."""
+
+    max_per_step: int = Field(
+        1000,
+        ge=1,
+        description="Calls:MaxPerStep: the most journaled calls one step may record; one more "
+        "is refused (call-limit-reached) and the step's function gets the error.",
+    )
+    max_bytes_per_step: int = Field(
+        16 * 1024 * 1024,
+        ge=1,
+        description="Calls:MaxBytesPerStep: the most canonical JSON bytes a step's journaled "
+        "calls may hold in all; a record past it is refused (call-limit-reached).",
+    )
+    grant_max_bytes: int = Field(
+        1024 * 1024,
+        ge=0,
+        le=3 * 1024 * 1024,  # under gRPC's default 4 MiB message limit, with room for the rest
+        description="Calls:GrantMaxBytes: how many bytes of its step's journaled values a "
+        "grant carries (a replay then costs no round trip); the calls past it come with their "
+        "hash and size only, and the worker reads each with one call when it gets there.",
     )
 
 
@@ -336,6 +369,14 @@ class ApiOptions(BaseModel):
     tenant_command_rates: dict[str, RateLimit] = Field(
         default_factory=dict, description="Per-tenant overrides of command_rate."
     )
+    a2a_public_agent: str | None = Field(
+        None,
+        pattern=r"^[^/\s]+/[^/\s]+$",
+        description="`tenant/workflowId` of the A2A agent whose card `GET "
+        "/.well-known/agent-card.json` answers without a token (discovery by anonymous A2A "
+        "clients, docs/a2a.md); every call to it still needs a token. `runcontrol up --dev` "
+        "sets the demo's. None: the root card needs a token.",
+    )
 
 
 class DrainOptions(BaseModel):
@@ -405,6 +446,7 @@ class Settings(BaseSettings):
     runs: RunOptions = RunOptions()
     tool_calls: ToolCallOptions = ToolCallOptions()
     results: ResultOptions = ResultOptions()
+    calls: CallOptions = CallOptions()
     grains: GrainOptions = GrainOptions()
     budget: BudgetOptions = BudgetOptions()
     capacity: CapacityOptions = CapacityOptions()
@@ -432,4 +474,8 @@ class Settings(BaseSettings):
             max_run_lifetime_seconds=self.runs.max_lifetime_hours * 3600,
             tool_call_claim_timeout_seconds=self.tool_calls.claim_timeout_seconds,
             result_max_bytes=self.results.max_inline_bytes,
+            calls_max_per_step=self.calls.max_per_step,
+            calls_max_bytes_per_step=self.calls.max_bytes_per_step,
+            calls_grant_max_bytes=self.calls.grant_max_bytes,
+            child_check_seconds=self.runs.child_check_seconds,
         )

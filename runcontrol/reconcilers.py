@@ -303,8 +303,8 @@ def retention(
 ) -> int:
     """Drop journal entries past retention (through the sanctioned purge function), published
     events past the event history's (their feed rows and webhook deliveries go with them) and
-    results with them (the run keeps its result's hash and size), and command answers past the
-    resend window."""
+    results, journaled calls and streamed output with them (the run keeps its result's hash and
+    size), and command answers past the resend window."""
     with db.system_tx() as conn:
         removed = int(
             conn.execute(
@@ -319,6 +319,15 @@ def retention(
         )
         conn.execute(
             text("DELETE FROM attempt_results WHERE created_at < :cutoff"),
+            {"cutoff": now - timedelta(days=outbox_days)},
+        )
+        for table, column in (("output_chunks", "written_at"), ("output_heads", "updated_at")):
+            conn.execute(  # streamed output: kept as long as the event history
+                text(f"DELETE FROM {table} WHERE {column} < :cutoff"),
+                {"cutoff": now - timedelta(days=outbox_days)},
+            )
+        conn.execute(
+            text("DELETE FROM journaled_calls WHERE recorded_at < :cutoff"),
             {"cutoff": now - timedelta(days=outbox_days)},
         )
         conn.execute(

@@ -36,20 +36,24 @@ from runcontrol.domain import (
     Attempt,
     Decision,
     Event,
+    JournaledCall,
     Lease,
     Limits,
     Run,
     Step,
 )
-from runcontrol.edge.storable import (
-    MAX_BIGINT,
+from runcontrol.domain.limits import (
+    INT8_MAX,
+    MAX_APPROVALS,
+    MAX_ASSIGNEES,
     MAX_COST_USD,
+    MAX_EXPIRY_HOURS,
     MAX_MINUTES,
     MAX_NAME,
+    MAX_RE_REQUESTS,
     MAX_REASON,
-    storable,
-    storable_json,
 )
+from runcontrol.edge.storable import storable, storable_json
 
 Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME), AfterValidator(storable)]
 Reason = Annotated[str, Field(min_length=1, max_length=MAX_REASON), AfterValidator(storable)]
@@ -198,8 +202,12 @@ class LimitsOut(ResponseModel):
     *("snapshot_id", "budget_reservation_id", "state", "input_hash", "requested_by"),
     *("failure_class", "failure_reason", "outcome_hash", "version", "created_at", "updated_at"),
     *("suspended_at", "rerun_of", "result_hash", "result_bytes", "priority"),
+    *("parent_run_id", "parent_step_id", "depth"),
     described={
         "rerun_of": "The finished run this run reruns.",
+        "parent_run_id": "A child run's parent: the run whose run step started it "
+        "(docs/child-runs.md); null for a run a client submitted.",
+        "parent_step_id": "The parent's step that started it.",
         "result_hash": "The canonical hash of the run's result (its final step's), once "
         "Completed; null when that step reported none.",
         "result_bytes": "The size of the run's result (canonical JSON, or the referenced "
@@ -218,6 +226,7 @@ class RunSummary(ResponseModel):
         False, description="An operator suspended the run: nothing new starts until resumed."
     )
     priority: int = Field(3, description="1-5, pinned at submission (docs/flow-control.md).")
+    depth: int = Field(0, description="0 for a client's run; a child run's parent's + 1.")
 
 
 @shows(Lease, "lease_id", "holder", "fencing_token", "expires_at")
@@ -235,10 +244,30 @@ class AttemptView(ResponseModel):
 
 
 @shows(
+    JournaledCall,
+    *("name", "occurrence", "value_hash", "bytes", "recorded_at", "attempt_id"),
+    described={
+        "occurrence": "The n-th call of this name in an execution of the step, from 1.",
+        "value_hash": "The canonical hash of the stored value (or of {error} for a failed call).",
+        "bytes": "The size of the stored value's canonical JSON.",
+        "attempt_id": "The attempt whose execution recorded it.",
+    },
+)
+class CallView(ResponseModel):
+    """A journaled call of a step (``step.run``): the first value recorded under its name and
+    occurrence, which every later execution of the step gets back."""
+
+    failed: bool = Field(description="The call ended in a final error (stored in its place).")
+
+
+@shows(
     Step,
     *("step_id", "ordinal", "name", "agent_id", "skill_id", "state", "max_attempts", "gate"),
     *("side_effect_class", "not_before", "depends_on", "kind", "wait", "due_at", "held"),
+    *("condition", "child"),
     described={
+        "condition": "Its `when`: false when it is ready, it ends Skipped (docs/graphs.md).",
+        "child": "A run step's current child run {runId, number} (docs/child-runs.md).",
         "depends_on": "The steps it waits for (a graph's `dependsOn`); null on a run accepted "
         "before graphs: the step before it.",
         "wait": "What a wait or signal step waits for: {seconds|until} or {signal, ...}",
@@ -250,7 +279,20 @@ class AttemptView(ResponseModel):
     },
 )
 class StepView(ResponseModel):
-    kind: str = Field("agent", description="agent | wait (a timer) | signal (input from outside)")
+    kind: str = Field(
+        "agent",
+        description="agent | wait (a timer) | signal (input from outside) | run (a child run)",
+    )
+    result: Any = Field(
+        None,
+        description="The result of a step no worker executes: a signal's body, when a wait "
+        "ended, a child run's result (an agent step's is its attempt's).",
+    )
+    calls: list[CallView] = Field(
+        default_factory=list,
+        description="Its journaled calls (`step.run`), oldest first: their hash and size, "
+        "never their content.",
+    )
     held_reason: str | None = Field(
         None,
         description="The hold in words: `concurrency-key repo-x 1/1`, "
@@ -262,6 +304,13 @@ class StepView(ResponseModel):
 @shows(ApprovalRequest)
 class ApprovalView(ResponseModel):
     pass
+
+
+@shows(Run, "run_id", "parent_step_id", "workflow_id", "state", "created_at")
+class ChildRunView(ResponseModel):
+    """A child run as its parent's GET shows it (issue 32)."""
+
+    release_id: str
 
 
 class RunView(RunSummary):
@@ -277,6 +326,9 @@ class RunView(RunSummary):
         None, description="Instead of result: a reference {uri, sha256, bytes} to the artifact."
     )
     steps: list[StepView]
+    children: list[ChildRunView] = Field(
+        default_factory=list, description="The child runs its run steps started, oldest first."
+    )
     pending_approvals: list[ApprovalView]
 
 
@@ -291,7 +343,7 @@ class RunPage(ResponseModel):
 
 class DecisionRequest(RequestModel):
     decision: Decision
-    version: int = Field(ge=1, le=MAX_BIGINT, description="The request version decided on.")
+    version: int = Field(ge=1, le=INT8_MAX, description="The request version decided on.")
     proposal_hash: Name
     reason: Reason | None = None
 
@@ -328,22 +380,27 @@ class ApprovalPage(ResponseModel):
 class PolicyRequest(RequestModel):
     """An approval policy revision (``runcontrol policy FILE`` takes the same JSON)."""
 
-    model_config = ConfigDict(alias_generator=to_camel, extra="forbid", allow_inf_nan=False)
+    # strict: a number for a count, a string for a name; nothing converted (issue 34)
+    model_config = ConfigDict(
+        alias_generator=to_camel, extra="forbid", allow_inf_nan=False, strict=True
+    )
 
     approval_required_for: list[str] = Field(
         default=["shared-write", "external-irreversible"],
         description="Side-effect classes that need a decision (a step's `gate` adds its own).",
     )
     approver_roles: list[str] = Field(default=["Reviewer", "WorkspaceAdmin"], min_length=1)
-    required_approvals: int = Field(default=1, ge=1, le=20, description="Distinct approvers.")
-    assignees: list[Name] = Field(
-        default=[], max_length=100, description="When set, only these subjects decide."
+    required_approvals: int = Field(
+        default=1, ge=1, le=MAX_APPROVALS, description="Distinct approvers."
     )
-    expiry_hours: float | None = Field(default=None, gt=0, le=24 * 365)
+    assignees: list[Name] = Field(
+        default=[], max_length=MAX_ASSIGNEES, description="When set, only these subjects decide."
+    )
+    expiry_hours: float | None = Field(default=None, gt=0, le=MAX_EXPIRY_HOURS)
     expiry_action: str = Field(
         default="fail", description="fail | reject | auto-approve | re-request"
     )
-    max_re_requests: int = Field(default=3, ge=0, le=100)
+    max_re_requests: int = Field(default=3, ge=0, le=MAX_RE_REQUESTS)
     rate_limits: dict[str, Any] | None = Field(
         default=None,
         description="Token buckets (rate limits) the revision's runs draw on: "
@@ -486,6 +543,20 @@ class FeedEvent(EventEnvelope):
     position: int
 
 
+class OutputChunkView(ResponseModel):
+    """One stored chunk of a step's streamed output (docs/streaming.md): ``position`` (the
+    run's, from 1, gap-free: the SSE id and the cursor), the attempt's ``seq``, and ``text`` or
+    ``data`` (any JSON value)."""
+
+    position: int
+    attempt_id: UUID
+    step_id: UUID
+    seq: int
+    text: str | None = None
+    data: Any = None
+    written_at: datetime
+
+
 # ---------------------------------------------------------------------- webhooks
 
 Url = Annotated[str, Field(min_length=8, max_length=2000), AfterValidator(storable)]
@@ -548,7 +619,7 @@ class DeliveryPage(ResponseModel):
 
 
 class RedeliverRequest(RequestModel):
-    after: int = Field(ge=0, le=MAX_BIGINT, description="Feed position: redeliver after it.")
+    after: int = Field(ge=0, le=INT8_MAX, description="Feed position: redeliver after it.")
 
 
 class RedeliverResponse(ResponseModel):

@@ -266,15 +266,19 @@ class SendSignalResponse(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., name: _Optional[str] = ..., delivered: _Optional[bool] = ..., state: _Optional[str] = ...) -> None: ...
 
 class WatchRunRequest(_message.Message):
-    __slots__ = ("run_id", "after_seq")
+    __slots__ = ("run_id", "after_seq", "include_output", "after_output_position")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    AFTER_OUTPUT_POSITION_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     after_seq: int
-    def __init__(self, run_id: _Optional[str] = ..., after_seq: _Optional[int] = ...) -> None: ...
+    include_output: bool
+    after_output_position: int
+    def __init__(self, run_id: _Optional[str] = ..., after_seq: _Optional[int] = ..., include_output: _Optional[bool] = ..., after_output_position: _Optional[int] = ...) -> None: ...
 
 class RunEvent(_message.Message):
-    __slots__ = ("seq", "event_id", "type", "topic", "run_id", "tenant_id", "project_id", "step_id", "attempt_id", "correlation_id", "causation_id", "producer", "schema_version", "occurred_at", "payload_json")
+    __slots__ = ("seq", "event_id", "type", "topic", "run_id", "tenant_id", "project_id", "step_id", "attempt_id", "correlation_id", "causation_id", "producer", "schema_version", "occurred_at", "payload_json", "output")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -290,6 +294,7 @@ class RunEvent(_message.Message):
     SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
     OCCURRED_AT_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_JSON_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
     seq: int
     event_id: str
     type: str
@@ -305,7 +310,26 @@ class RunEvent(_message.Message):
     schema_version: int
     occurred_at: _timestamp_pb2.Timestamp
     payload_json: str
-    def __init__(self, seq: _Optional[int] = ..., event_id: _Optional[str] = ..., type: _Optional[str] = ..., topic: _Optional[str] = ..., run_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., project_id: _Optional[str] = ..., step_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., correlation_id: _Optional[str] = ..., causation_id: _Optional[str] = ..., producer: _Optional[str] = ..., schema_version: _Optional[int] = ..., occurred_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., payload_json: _Optional[str] = ...) -> None: ...
+    output: RunOutput
+    def __init__(self, seq: _Optional[int] = ..., event_id: _Optional[str] = ..., type: _Optional[str] = ..., topic: _Optional[str] = ..., run_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., project_id: _Optional[str] = ..., step_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., correlation_id: _Optional[str] = ..., causation_id: _Optional[str] = ..., producer: _Optional[str] = ..., schema_version: _Optional[int] = ..., occurred_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., payload_json: _Optional[str] = ..., output: _Optional[_Union[RunOutput, _Mapping]] = ...) -> None: ...
+
+class RunOutput(_message.Message):
+    __slots__ = ("position", "attempt_id", "step_id", "seq", "text", "data_json", "written_at")
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    DATA_JSON_FIELD_NUMBER: _ClassVar[int]
+    WRITTEN_AT_FIELD_NUMBER: _ClassVar[int]
+    position: int
+    attempt_id: str
+    step_id: str
+    seq: int
+    text: str
+    data_json: str
+    written_at: _timestamp_pb2.Timestamp
+    def __init__(self, position: _Optional[int] = ..., attempt_id: _Optional[str] = ..., step_id: _Optional[str] = ..., seq: _Optional[int] = ..., text: _Optional[str] = ..., data_json: _Optional[str] = ..., written_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ProgressMessage(_message.Message):
     __slots__ = ("seq", "text", "payload_json")
@@ -370,7 +394,7 @@ class ClaimToolCallRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., call_id: _Optional[str] = ..., request_hash: _Optional[str] = ..., command_id: _Optional[str] = ..., worker_instance_id: _Optional[str] = ...) -> None: ...
 
 class CompleteToolCallRequest(_message.Message):
-    __slots__ = ("run_id", "attempt_id", "lease_id", "fencing_token", "call_id", "result_hash", "command_id", "worker_instance_id")
+    __slots__ = ("run_id", "attempt_id", "lease_id", "fencing_token", "call_id", "result_hash", "command_id", "worker_instance_id", "result_json")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -379,6 +403,7 @@ class CompleteToolCallRequest(_message.Message):
     RESULT_HASH_FIELD_NUMBER: _ClassVar[int]
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
     WORKER_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     attempt_id: str
     lease_id: str
@@ -387,7 +412,8 @@ class CompleteToolCallRequest(_message.Message):
     result_hash: str
     command_id: str
     worker_instance_id: str
-    def __init__(self, run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., call_id: _Optional[str] = ..., result_hash: _Optional[str] = ..., command_id: _Optional[str] = ..., worker_instance_id: _Optional[str] = ...) -> None: ...
+    result_json: str
+    def __init__(self, run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., call_id: _Optional[str] = ..., result_hash: _Optional[str] = ..., command_id: _Optional[str] = ..., worker_instance_id: _Optional[str] = ..., result_json: _Optional[str] = ...) -> None: ...
 
 class ConsumeRateLimitRequest(_message.Message):
     __slots__ = ("run_id", "attempt_id", "lease_id", "fencing_token", "name", "units", "command_id", "worker_instance_id")
@@ -427,11 +453,97 @@ class HandBackAttemptRequest(_message.Message):
     worker_instance_id: str
     def __init__(self, run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., reason: _Optional[str] = ..., command_id: _Optional[str] = ..., worker_instance_id: _Optional[str] = ...) -> None: ...
 
+class OutputChunk(_message.Message):
+    __slots__ = ("seq", "text", "data_json")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    DATA_JSON_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    text: str
+    data_json: str
+    def __init__(self, seq: _Optional[int] = ..., text: _Optional[str] = ..., data_json: _Optional[str] = ...) -> None: ...
+
+class AppendOutputRequest(_message.Message):
+    __slots__ = ("run_id", "attempt_id", "lease_id", "fencing_token", "chunks", "command_id", "worker_instance_id")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    attempt_id: str
+    lease_id: str
+    fencing_token: int
+    chunks: _containers.RepeatedCompositeFieldContainer[OutputChunk]
+    command_id: str
+    worker_instance_id: str
+    def __init__(self, run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., chunks: _Optional[_Iterable[_Union[OutputChunk, _Mapping]]] = ..., command_id: _Optional[str] = ..., worker_instance_id: _Optional[str] = ...) -> None: ...
+
+class AppendOutputResponse(_message.Message):
+    __slots__ = ("attempt_id", "acked_seq", "stored", "duplicates")
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    ACKED_SEQ_FIELD_NUMBER: _ClassVar[int]
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATES_FIELD_NUMBER: _ClassVar[int]
+    attempt_id: str
+    acked_seq: int
+    stored: int
+    duplicates: int
+    def __init__(self, attempt_id: _Optional[str] = ..., acked_seq: _Optional[int] = ..., stored: _Optional[int] = ..., duplicates: _Optional[int] = ...) -> None: ...
+
 class HandBackAttemptResponse(_message.Message):
     __slots__ = ("attempt",)
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     attempt: Attempt
     def __init__(self, attempt: _Optional[_Union[Attempt, _Mapping]] = ...) -> None: ...
+
+class RecordCallRequest(_message.Message):
+    __slots__ = ("run_id", "attempt_id", "lease_id", "fencing_token", "name", "occurrence", "value_json", "error_json", "read_only", "command_id", "worker_instance_id")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OCCURRENCE_FIELD_NUMBER: _ClassVar[int]
+    VALUE_JSON_FIELD_NUMBER: _ClassVar[int]
+    ERROR_JSON_FIELD_NUMBER: _ClassVar[int]
+    READ_ONLY_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    attempt_id: str
+    lease_id: str
+    fencing_token: int
+    name: str
+    occurrence: int
+    value_json: str
+    error_json: str
+    read_only: bool
+    command_id: str
+    worker_instance_id: str
+    def __init__(self, run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., name: _Optional[str] = ..., occurrence: _Optional[int] = ..., value_json: _Optional[str] = ..., error_json: _Optional[str] = ..., read_only: _Optional[bool] = ..., command_id: _Optional[str] = ..., worker_instance_id: _Optional[str] = ...) -> None: ...
+
+class RecordCallResponse(_message.Message):
+    __slots__ = ("name", "occurrence", "value_hash", "bytes", "recorded_at", "recorded", "value_json", "error_json")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OCCURRENCE_FIELD_NUMBER: _ClassVar[int]
+    VALUE_HASH_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    RECORDED_AT_FIELD_NUMBER: _ClassVar[int]
+    RECORDED_FIELD_NUMBER: _ClassVar[int]
+    VALUE_JSON_FIELD_NUMBER: _ClassVar[int]
+    ERROR_JSON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    occurrence: int
+    value_hash: str
+    bytes: int
+    recorded_at: _timestamp_pb2.Timestamp
+    recorded: bool
+    value_json: str
+    error_json: str
+    def __init__(self, name: _Optional[str] = ..., occurrence: _Optional[int] = ..., value_hash: _Optional[str] = ..., bytes: _Optional[int] = ..., recorded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., recorded: _Optional[bool] = ..., value_json: _Optional[str] = ..., error_json: _Optional[str] = ...) -> None: ...
 
 class ConsumeRateLimitResponse(_message.Message):
     __slots__ = ("name", "bucket", "units", "at")
@@ -446,18 +558,20 @@ class ConsumeRateLimitResponse(_message.Message):
     def __init__(self, name: _Optional[str] = ..., bucket: _Optional[str] = ..., units: _Optional[float] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ToolCallResponse(_message.Message):
-    __slots__ = ("tool_call_id", "call_id", "status", "result_hash", "error")
+    __slots__ = ("tool_call_id", "call_id", "status", "result_hash", "error", "result_json")
     TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     RESULT_HASH_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
     tool_call_id: str
     call_id: str
     status: str
     result_hash: str
     error: str
-    def __init__(self, tool_call_id: _Optional[str] = ..., call_id: _Optional[str] = ..., status: _Optional[str] = ..., result_hash: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+    result_json: str
+    def __init__(self, tool_call_id: _Optional[str] = ..., call_id: _Optional[str] = ..., status: _Optional[str] = ..., result_hash: _Optional[str] = ..., error: _Optional[str] = ..., result_json: _Optional[str] = ...) -> None: ...
 
 class SessionCredit(_message.Message):
     __slots__ = ("claim_id", "worker_instance_id", "agent_ids", "resent")
@@ -472,7 +586,7 @@ class SessionCredit(_message.Message):
     def __init__(self, claim_id: _Optional[str] = ..., worker_instance_id: _Optional[str] = ..., agent_ids: _Optional[_Iterable[str]] = ..., resent: _Optional[bool] = ...) -> None: ...
 
 class SessionCommand(_message.Message):
-    __slots__ = ("acquire_lease", "report_attempt_outcome", "request_approval", "report_progress", "claim_tool_call", "complete_tool_call", "consume_rate_limit", "hand_back_attempt")
+    __slots__ = ("acquire_lease", "report_attempt_outcome", "request_approval", "report_progress", "claim_tool_call", "complete_tool_call", "consume_rate_limit", "hand_back_attempt", "record_call", "append_output")
     ACQUIRE_LEASE_FIELD_NUMBER: _ClassVar[int]
     REPORT_ATTEMPT_OUTCOME_FIELD_NUMBER: _ClassVar[int]
     REQUEST_APPROVAL_FIELD_NUMBER: _ClassVar[int]
@@ -481,6 +595,8 @@ class SessionCommand(_message.Message):
     COMPLETE_TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     CONSUME_RATE_LIMIT_FIELD_NUMBER: _ClassVar[int]
     HAND_BACK_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    RECORD_CALL_FIELD_NUMBER: _ClassVar[int]
+    APPEND_OUTPUT_FIELD_NUMBER: _ClassVar[int]
     acquire_lease: AcquireLeaseRequest
     report_attempt_outcome: ReportAttemptOutcomeRequest
     request_approval: RequestApprovalRequest
@@ -489,7 +605,9 @@ class SessionCommand(_message.Message):
     complete_tool_call: CompleteToolCallRequest
     consume_rate_limit: ConsumeRateLimitRequest
     hand_back_attempt: HandBackAttemptRequest
-    def __init__(self, acquire_lease: _Optional[_Union[AcquireLeaseRequest, _Mapping]] = ..., report_attempt_outcome: _Optional[_Union[ReportAttemptOutcomeRequest, _Mapping]] = ..., request_approval: _Optional[_Union[RequestApprovalRequest, _Mapping]] = ..., report_progress: _Optional[_Union[ReportProgressRequest, _Mapping]] = ..., claim_tool_call: _Optional[_Union[ClaimToolCallRequest, _Mapping]] = ..., complete_tool_call: _Optional[_Union[CompleteToolCallRequest, _Mapping]] = ..., consume_rate_limit: _Optional[_Union[ConsumeRateLimitRequest, _Mapping]] = ..., hand_back_attempt: _Optional[_Union[HandBackAttemptRequest, _Mapping]] = ...) -> None: ...
+    record_call: RecordCallRequest
+    append_output: AppendOutputRequest
+    def __init__(self, acquire_lease: _Optional[_Union[AcquireLeaseRequest, _Mapping]] = ..., report_attempt_outcome: _Optional[_Union[ReportAttemptOutcomeRequest, _Mapping]] = ..., request_approval: _Optional[_Union[RequestApprovalRequest, _Mapping]] = ..., report_progress: _Optional[_Union[ReportProgressRequest, _Mapping]] = ..., claim_tool_call: _Optional[_Union[ClaimToolCallRequest, _Mapping]] = ..., complete_tool_call: _Optional[_Union[CompleteToolCallRequest, _Mapping]] = ..., consume_rate_limit: _Optional[_Union[ConsumeRateLimitRequest, _Mapping]] = ..., hand_back_attempt: _Optional[_Union[HandBackAttemptRequest, _Mapping]] = ..., record_call: _Optional[_Union[RecordCallRequest, _Mapping]] = ..., append_output: _Optional[_Union[AppendOutputRequest, _Mapping]] = ...) -> None: ...
 
 class SessionError(_message.Message):
     __slots__ = ("code", "message", "status_details")
@@ -502,7 +620,7 @@ class SessionError(_message.Message):
     def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., status_details: _Optional[bytes] = ...) -> None: ...
 
 class SessionAnswer(_message.Message):
-    __slots__ = ("command_id", "acquire_lease", "report_attempt_outcome", "request_approval", "report_progress", "claim_tool_call", "complete_tool_call", "error", "consume_rate_limit", "hand_back_attempt")
+    __slots__ = ("command_id", "acquire_lease", "report_attempt_outcome", "request_approval", "report_progress", "claim_tool_call", "complete_tool_call", "error", "consume_rate_limit", "hand_back_attempt", "record_call", "append_output")
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
     ACQUIRE_LEASE_FIELD_NUMBER: _ClassVar[int]
     REPORT_ATTEMPT_OUTCOME_FIELD_NUMBER: _ClassVar[int]
@@ -513,6 +631,8 @@ class SessionAnswer(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     CONSUME_RATE_LIMIT_FIELD_NUMBER: _ClassVar[int]
     HAND_BACK_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    RECORD_CALL_FIELD_NUMBER: _ClassVar[int]
+    APPEND_OUTPUT_FIELD_NUMBER: _ClassVar[int]
     command_id: str
     acquire_lease: AcquireLeaseResponse
     report_attempt_outcome: ReportAttemptOutcomeResponse
@@ -523,19 +643,51 @@ class SessionAnswer(_message.Message):
     error: SessionError
     consume_rate_limit: ConsumeRateLimitResponse
     hand_back_attempt: HandBackAttemptResponse
-    def __init__(self, command_id: _Optional[str] = ..., acquire_lease: _Optional[_Union[AcquireLeaseResponse, _Mapping]] = ..., report_attempt_outcome: _Optional[_Union[ReportAttemptOutcomeResponse, _Mapping]] = ..., request_approval: _Optional[_Union[RequestApprovalResponse, _Mapping]] = ..., report_progress: _Optional[_Union[ReportProgressResponse, _Mapping]] = ..., claim_tool_call: _Optional[_Union[ToolCallResponse, _Mapping]] = ..., complete_tool_call: _Optional[_Union[ToolCallResponse, _Mapping]] = ..., error: _Optional[_Union[SessionError, _Mapping]] = ..., consume_rate_limit: _Optional[_Union[ConsumeRateLimitResponse, _Mapping]] = ..., hand_back_attempt: _Optional[_Union[HandBackAttemptResponse, _Mapping]] = ...) -> None: ...
+    record_call: RecordCallResponse
+    append_output: AppendOutputResponse
+    def __init__(self, command_id: _Optional[str] = ..., acquire_lease: _Optional[_Union[AcquireLeaseResponse, _Mapping]] = ..., report_attempt_outcome: _Optional[_Union[ReportAttemptOutcomeResponse, _Mapping]] = ..., request_approval: _Optional[_Union[RequestApprovalResponse, _Mapping]] = ..., report_progress: _Optional[_Union[ReportProgressResponse, _Mapping]] = ..., claim_tool_call: _Optional[_Union[ToolCallResponse, _Mapping]] = ..., complete_tool_call: _Optional[_Union[ToolCallResponse, _Mapping]] = ..., error: _Optional[_Union[SessionError, _Mapping]] = ..., consume_rate_limit: _Optional[_Union[ConsumeRateLimitResponse, _Mapping]] = ..., hand_back_attempt: _Optional[_Union[HandBackAttemptResponse, _Mapping]] = ..., record_call: _Optional[_Union[RecordCallResponse, _Mapping]] = ..., append_output: _Optional[_Union[AppendOutputResponse, _Mapping]] = ...) -> None: ...
 
 class SessionGrant(_message.Message):
-    __slots__ = ("claim_id", "lease", "results_json", "deadline_at")
+    __slots__ = ("claim_id", "lease", "results_json", "deadline_at", "calls")
     CLAIM_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
     RESULTS_JSON_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_AT_FIELD_NUMBER: _ClassVar[int]
+    CALLS_FIELD_NUMBER: _ClassVar[int]
     claim_id: str
     lease: Lease
     results_json: str
     deadline_at: _timestamp_pb2.Timestamp
-    def __init__(self, claim_id: _Optional[str] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., results_json: _Optional[str] = ..., deadline_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    calls: _containers.RepeatedCompositeFieldContainer[JournaledCall]
+    def __init__(self, claim_id: _Optional[str] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., results_json: _Optional[str] = ..., deadline_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., calls: _Optional[_Iterable[_Union[JournaledCall, _Mapping]]] = ...) -> None: ...
+
+class JournaledCall(_message.Message):
+    __slots__ = ("run_id", "step_id", "name", "occurrence", "tenant_id", "attempt_id", "fencing_token", "value_hash", "bytes", "recorded_at", "value_json", "error_json")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OCCURRENCE_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    VALUE_HASH_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    RECORDED_AT_FIELD_NUMBER: _ClassVar[int]
+    VALUE_JSON_FIELD_NUMBER: _ClassVar[int]
+    ERROR_JSON_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    step_id: str
+    name: str
+    occurrence: int
+    tenant_id: str
+    attempt_id: str
+    fencing_token: int
+    value_hash: str
+    bytes: int
+    recorded_at: _timestamp_pb2.Timestamp
+    value_json: str
+    error_json: str
+    def __init__(self, run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., name: _Optional[str] = ..., occurrence: _Optional[int] = ..., tenant_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., value_hash: _Optional[str] = ..., bytes: _Optional[int] = ..., recorded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., value_json: _Optional[str] = ..., error_json: _Optional[str] = ...) -> None: ...
 
 class ExchangeRequest(_message.Message):
     __slots__ = ("host", "session_id", "credits", "commands", "acks", "wait_seconds", "seq")

@@ -89,6 +89,16 @@ class RunControlStub:
                 request_serializer=schemas_dot_runcontrol__pb2.HandBackAttemptRequest.SerializeToString,
                 response_deserializer=schemas_dot_runcontrol__pb2.HandBackAttemptResponse.FromString,
                 _registered_method=True)
+        self.RecordCall = channel.unary_unary(
+                '/runcontrol.v1.RunControl/RecordCall',
+                request_serializer=schemas_dot_runcontrol__pb2.RecordCallRequest.SerializeToString,
+                response_deserializer=schemas_dot_runcontrol__pb2.RecordCallResponse.FromString,
+                _registered_method=True)
+        self.AppendOutput = channel.unary_unary(
+                '/runcontrol.v1.RunControl/AppendOutput',
+                request_serializer=schemas_dot_runcontrol__pb2.AppendOutputRequest.SerializeToString,
+                response_deserializer=schemas_dot_runcontrol__pb2.AppendOutputResponse.FromString,
+                _registered_method=True)
 
 
 class RunControlServicer:
@@ -187,6 +197,26 @@ class RunControlServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RecordCall(self, request, context):
+        """The lease holder stores the value of a journaled call (`step.run`, docs/workers.md): the
+        `occurrence`-th call named `name` in an execution of the attempt's step. When a value is
+        stored under that key already, nothing is stored and the stored value is answered
+        (`recorded` false): the caller uses it, not its own. Fenced like ReportAttemptOutcome.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AppendOutput(self, request, context):
+        """The lease holder's streamed output (issue 30, docs/streaming.md): chunks numbered per
+        lease from 1, each text or a JSON value; those at or below the lease's last stored one are
+        dropped as resends; a gap stores what came before it and is refused with DATA_LOSS
+        (output-gap, metadata acked_seq). A fenced insert of its own, not a turn of the run.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RunControlServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -244,6 +274,16 @@ def add_RunControlServicer_to_server(servicer, server):
                     servicer.HandBackAttempt,
                     request_deserializer=schemas_dot_runcontrol__pb2.HandBackAttemptRequest.FromString,
                     response_serializer=schemas_dot_runcontrol__pb2.HandBackAttemptResponse.SerializeToString,
+            ),
+            'RecordCall': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordCall,
+                    request_deserializer=schemas_dot_runcontrol__pb2.RecordCallRequest.FromString,
+                    response_serializer=schemas_dot_runcontrol__pb2.RecordCallResponse.SerializeToString,
+            ),
+            'AppendOutput': grpc.unary_unary_rpc_method_handler(
+                    servicer.AppendOutput,
+                    request_deserializer=schemas_dot_runcontrol__pb2.AppendOutputRequest.FromString,
+                    response_serializer=schemas_dot_runcontrol__pb2.AppendOutputResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -543,6 +583,60 @@ class RunControl:
             '/runcontrol.v1.RunControl/HandBackAttempt',
             schemas_dot_runcontrol__pb2.HandBackAttemptRequest.SerializeToString,
             schemas_dot_runcontrol__pb2.HandBackAttemptResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordCall(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runcontrol.v1.RunControl/RecordCall',
+            schemas_dot_runcontrol__pb2.RecordCallRequest.SerializeToString,
+            schemas_dot_runcontrol__pb2.RecordCallResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendOutput(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runcontrol.v1.RunControl/AppendOutput',
+            schemas_dot_runcontrol__pb2.AppendOutputRequest.SerializeToString,
+            schemas_dot_runcontrol__pb2.AppendOutputResponse.FromString,
             options,
             channel_credentials,
             insecure,

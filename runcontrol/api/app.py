@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from importlib.util import find_spec
 
 from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
@@ -15,6 +17,7 @@ from ..edge.metering import TenantRateLimiter
 from ..store import Database
 from ..store.commit import EVENTS_CHANNEL
 from ..store.notify import Listener
+from ..store.output import OUTPUT_CHANNEL
 from ..store.webhooks import FEED_CHANNEL
 from ..telemetry import tracing
 from . import (
@@ -25,6 +28,7 @@ from . import (
     events,
     feed,
     health,
+    output,
     policies,
     problems,
     queues,
@@ -37,6 +41,8 @@ from . import (
 from .auth import TokenVerifier
 from .context import HostProbe, Services
 from .limits import BodyLimit
+
+log = logging.getLogger(__name__)
 
 # The replica's LISTEN connection closes once no event stream waited on it for this long
 # (issue 24: a replica nobody watches is not sent every commit's NOTIFY).
@@ -68,7 +74,7 @@ def create_app(
         # Started by the first stream; closed once no stream waited on it for a while.
         Listener(
             db.app_url,
-            (EVENTS_CHANNEL, FEED_CHANNEL),
+            (EVENTS_CHANNEL, FEED_CHANNEL, OUTPUT_CHANNEL),
             application_name=events.FEED_APPLICATION_NAME,
             idle_s=STREAMS_IDLE_S,
         ),
@@ -104,7 +110,7 @@ def create_app(
     app.state.rate_limiter = rate_limiter or TenantRateLimiter(settings.api)
     problems.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.api.max_body_bytes)
-    for module in (runs, events, feed, approvals, webhooks, policies, schemas, health):
+    for module in (runs, events, output, feed, approvals, webhooks, policies, schemas, health):
         app.include_router(module.router)
     app.include_router(approvals.runs_router)
     app.include_router(controls.router)  # operator controls (issue 14)
@@ -114,4 +120,14 @@ def create_app(
     app.include_router(queues.router)  # flow control, seen (issue 21)
     app.include_router(schedules.router)  # schedules (issue 32)
     app.include_router(console.router)  # the web console's static files (runcontrol/console/)
+    # Workflows as A2A agents (issue 31): /a2a/{workflowId}/..., a2a-sdk's bindings, when the
+    # ``a2a`` extra is installed (make installs it; without it there is no agent door).
+    if find_spec("a2a") is not None:
+        from ..a2a.routes import agent_mount, host_card_route
+
+        app.router.routes.append(agent_mount(services, app.state.verifier, app.state.rate_limiter))
+        public = settings.api.a2a_public_agent
+        app.router.routes.append(host_card_route(services, app.state.verifier, public))
+    else:
+        log.warning("a2a-sdk is not installed (the a2a extra): no A2A agents are served")
     return app

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Header, Path, Query
@@ -25,6 +25,7 @@ from schemas.api import EventEnvelope
 
 from ..domain import RunState, errors
 from ..domain.events import TERMINAL_EVENTS
+from ..edge.follow import Notified, Page, follow
 from ..store import queries as q
 from ..store.commit import EVENTS_CHANNEL
 from .auth import RunsReader
@@ -33,9 +34,14 @@ from .problems import TooManySubscribers, responses
 
 router = APIRouter(prefix="/factory/runs", tags=["events"])
 
+T = TypeVar("T")
 RunIdPath = Annotated[UUID, Path(alias="runId")]
+Item = TypeVar("Item")  # what a counted stream sends (an SSE frame, an A2A event)
 MAX_SEQ = 2**63 - 1
 REPLAY_BATCH = 500
+# A history read's cursor (the last seq or position seen) and page size.
+AfterQuery = Annotated[int, Query(ge=0, le=MAX_SEQ)]
+LimitQuery = Annotated[int, Query(ge=1, le=REPLAY_BATCH)]
 RETRY_MS = 2000
 FEED_APPLICATION_NAME = "runcontrol-sse-feed"  # the feed's session in pg_stat_activity
 
@@ -109,8 +115,8 @@ async def event_history(
     caller: RunsReader,
     svc: Svc,
     run_id: RunIdPath,
-    after: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
-    limit: Annotated[int, Query(ge=1, le=REPLAY_BATCH)] = 100,
+    after: AfterQuery = 0,
+    limit: LimitQuery = 100,
 ) -> list[dict[str, Any]]:
     read = _run_and_events(run_id, caller.project_scope, after, limit)
     run, events = await svc.read_in_scope(caller, read)
@@ -162,7 +168,25 @@ async def _shared_read(
     return await asyncio.shield(read)
 
 
-async def _live(
+def event_page(events: list[dict[str, Any]], after: int) -> Page[dict[str, Any], int]:
+    """A read of the run's events as a page: it ends at the run's terminal event."""
+    for i, event in enumerate(events):
+        if event["type"] in TERMINAL_EVENTS:
+            return Page(events[: i + 1], event["seq"], done=True)
+    return Page(events, events[-1]["seq"] if events else after, full=len(events) >= REPLAY_BATCH)
+
+
+async def sse_stream(
+    items: AsyncIterator[T | None], frame: Callable[[T], str]
+) -> AsyncIterator[str]:
+    """A followed stream (``edge.follow``) as SSE: the reconnect delay first (it also sends
+    the headers at once), then each item's frame, a comment line for each heartbeat."""
+    yield f"retry: {RETRY_MS}\n\n"
+    async for item in items:
+        yield ": heartbeat\n\n" if item is None else frame(item)
+
+
+def _live(
     svc: Services,
     tenant_id: str,
     project_id: str | None,
@@ -174,24 +198,18 @@ async def _live(
     """Events as the run commits them; a heartbeat comment whenever none came for a while.
     ``since`` is the feed's generation for the run taken before ``first`` was read, so a
     commit after that read wakes this stream at once."""
-    yield f"retry: {RETRY_MS}\n\n"  # the reconnect delay; also sends the headers at once
+
+    async def read(cursor: int, generation: int) -> Page[dict[str, Any], int]:
+        found = await _shared_read(svc, tenant_id, project_id, run_id, cursor, generation)
+        return event_page(found, cursor)
+
+    notified = Notified(svc.feed, (EVENTS_CHANNEL,), (str(run_id),))
     heartbeat_s = svc.settings.api.sse_heartbeat_seconds
-    key = (str(run_id),)
-    batch = first
-    while True:
-        for event in batch:
-            after = event["seq"]
-            yield sse_frame(event)
-            if event["type"] in TERMINAL_EVENTS:
-                return
-        if len(batch) < REPLAY_BATCH:
-            if not await svc.feed.wait(EVENTS_CHANNEL, key, since, heartbeat_s):
-                yield ": heartbeat\n\n"
-            since = svc.feed.generation(EVENTS_CHANNEL, key)
-        batch = await _shared_read(svc, tenant_id, project_id, run_id, after, since)
+    events = follow(notified, read, after, heartbeat_s, first=event_page(first, after), since=since)
+    return sse_stream(events, sse_frame)
 
 
-async def counted(streams: Streams, frames: AsyncIterator[str]) -> AsyncIterator[str]:
+async def counted(streams: Streams, frames: AsyncIterator[Item]) -> AsyncIterator[Item]:
     """The stream, counted as one of the replica's live streams from its first frame until it
     ends. Counting starts here, not in the route: a response never streamed (the client went
     away first) never runs this, so it cannot leak a count. Two requests racing past the

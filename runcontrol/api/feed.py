@@ -11,26 +11,26 @@ idle, it sends a heartbeat comment every ``api.sse_heartbeat_seconds``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
-from sqlalchemy import Connection
 
 from schemas.api import FeedEvent
 
+from ..edge.follow import Notified, Page, follow
 from ..store import webhooks as store
 from .auth import RunsReader
 from .context import Services, Svc
 from .events import (
     MAX_SEQ,
     REPLAY_BATCH,
-    RETRY_MS,
     ResumeAfter,
     admit_live_stream,
     counted,
     sse_response,
+    sse_stream,
 )
 from .problems import responses
 
@@ -60,25 +60,22 @@ async def feed_history(
     return await svc.read_in_scope(caller, lambda conn: store.feed_after(conn, after, limit))
 
 
-def _feed_after(after: int) -> Callable[[Connection], list[dict[str, Any]]]:
-    return lambda conn: store.feed_after(conn, after, REPLAY_BATCH)
-
-
-async def _live(
+def _live(
     svc: Services, tenant_id: str, project_id: str | None, after: int, since: int
 ) -> AsyncIterator[str]:
-    yield f"retry: {RETRY_MS}\n\n"
+    async def read(cursor: int, generation: int) -> Page[dict[str, Any], int]:
+        found = await svc.read(
+            tenant_id,
+            lambda conn: store.feed_after(conn, cursor, REPLAY_BATCH),
+            project_id=project_id,
+        )
+        last = found[-1]["position"] if found else cursor
+        return Page(found, last, full=len(found) >= REPLAY_BATCH)
+
+    notified = Notified(svc.feed, (store.FEED_CHANNEL,), (tenant_id,))
     heartbeat_s = svc.settings.api.sse_heartbeat_seconds
-    key = (tenant_id,)
-    while True:
-        batch = await svc.read(tenant_id, _feed_after(after), project_id=project_id)
-        for event in batch:
-            after = event["position"]
-            yield feed_frame(event)
-        if len(batch) < REPLAY_BATCH:
-            if not await svc.feed.wait(store.FEED_CHANNEL, key, since, heartbeat_s):
-                yield ": heartbeat\n\n"
-            since = svc.feed.generation(store.FEED_CHANNEL, key)
+    events = follow(notified, read, after, heartbeat_s, since=since)
+    return sse_stream(events, feed_frame)
 
 
 @router.get(

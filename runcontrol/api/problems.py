@@ -33,11 +33,13 @@ from ..edge.errors import (
     Unauthorized,
     http_status,
 )
+from ..edge.unexpected import unexpected
 
 log = logging.getLogger(__name__)
 
 PROBLEM_BASE = "https://runcontrol.dev/problems/"
 MEDIA_TYPE = "application/problem+json"
+CORRELATION_HEADER = "X-Correlation-Id"
 
 
 __all__ = [
@@ -197,9 +199,18 @@ async def _on_http(_: Request, exc: Exception) -> JSONResponse:
     return problem(exc.status_code, code, detail, title=phrase, headers=exc.headers)
 
 
-async def _on_unexpected(_: Request, exc: Exception) -> JSONResponse:
-    log.exception("unhandled error", exc_info=exc)
-    return problem(500, "internal-error", "an unexpected error occurred", title="Internal error")
+async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    door = f"HTTP {request.method} {request.url.path}"
+    error = unexpected(exc, door, request.headers.get(CORRELATION_HEADER))
+    cid = error.details["correlation_id"]
+    return problem(
+        500,
+        error.code,
+        error.message,
+        title="Internal error",
+        extensions={"correlationId": cid},
+        headers={CORRELATION_HEADER: cid},
+    )
 
 
 def install(app: FastAPI) -> None:

@@ -7,6 +7,7 @@ read models. Routes translate HTTP to calls and back, nothing more.
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Annotated, Any
 from uuid import UUID
 
@@ -56,25 +57,31 @@ RunIdPath = Annotated[UUID, Path(alias="runId")]
 
 
 CorrelationId = Annotated[str | None, Header(alias="X-Correlation-Id", max_length=200)]
+MAX_PREFER = 200  # characters of a Prefer header read; a longer one is ignored (RFC 7240)
 Prefer = Annotated[
     str | None,
     Header(
-        max_length=200,
         description="`wait=<seconds>` (RFC 7240): answer 200 with the run if it ends within "
-        "the wait (capped by `api.prefer_wait_max_seconds`), otherwise the usual 202.",
+        "the wait (capped by `api.prefer_wait_max_seconds`), otherwise the usual 202. A "
+        "preference the server cannot honour (not a finite number, a header over 200 "
+        "characters) is ignored, never refused.",
     ),
 ]
 
 
 def preferred_wait(prefer: str | None, cap: float) -> float:
-    """The ``wait`` preference in seconds, capped; 0 when absent or not a number."""
-    for part in (prefer or "").replace(";", ",").split(","):
+    """The ``wait`` preference in seconds, capped; 0 when absent, not a finite number, or in
+    a header too long to read (``inf`` or ``1e309`` waited the whole cap)."""
+    if prefer is None or len(prefer) > MAX_PREFER:
+        return 0.0
+    for part in prefer.replace(";", ",").split(","):
         name, _, value = part.strip().partition("=")
         if name.strip().lower() == "wait":
             try:
-                return max(0.0, min(float(value.strip().strip('"')), cap))
+                seconds = float(value.strip().strip('"'))
             except ValueError:
                 return 0.0
+            return max(0.0, min(seconds, cap)) if math.isfinite(seconds) else 0.0
     return 0.0
 
 
@@ -179,12 +186,20 @@ async def list_runs(
     workflow_id: Annotated[
         str | None, Query(alias="workflowId", min_length=1, max_length=200, pattern=r"^[^\x00]*$")
     ] = None,
+    parent_run_id: Annotated[UUID | None, Query(alias="parentRunId")] = None,
     cursor: Cursor = None,
     limit: PageLimit = 50,
 ) -> dict[str, Any]:
     states = [str(s) for s in state or ()]
     return await list_page(
-        svc, caller, q.list_runs, cursor, limit, states=states, workflow_id=workflow_id
+        svc,
+        caller,
+        q.list_runs,
+        cursor,
+        limit,
+        states=states,
+        workflow_id=workflow_id,
+        parent_run_id=parent_run_id,
     )
 
 

@@ -1,6 +1,7 @@
 """Signals: an input from outside for a run's signal step (issue 22).
 
-``POST /factory/runs/{runId}/signals/{name}`` with a JSON body: the body becomes the result of
+``POST /factory/runs/{runId}/signals/{name}`` with a JSON body (required: none, or null, is a
+422): the body becomes the result of
 the step waiting for ``name``. One sent before its step waits is kept and delivered when the
 step starts; a resend with the same ``Idempotency-Key`` is answered with the first answer (the
 grain's memo); a finished run refuses it (409 ``run-terminal``). Sending a signal is giving a
@@ -46,7 +47,9 @@ async def send_signal(
     svc: Svc,
     run_id: RunIdPath,
     name: SignalName,
-    body: Annotated[Any, Body(description="Any JSON value (at most 64 KiB canonical).")] = None,
+    body: Annotated[
+        Any, Body(description="Any JSON value but null (at most 64 KiB canonical): required.")
+    ] = None,
     idempotency_key: IdempotencyKey = None,
 ) -> SignalResult:
     command = await commands.send_signal(

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import sys
 
 from ..store.schema import SchemaMismatch
 from . import admin, approvals, ops, runs, schedules, service, tokens, webhooks, workers
@@ -46,5 +48,10 @@ def main(argv: list[str] | None = None, cluster: ClusterLoader | None = None) ->
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
+    except BrokenPipeError:
+        # The reader went away (``| head``): stop quietly, as a Unix tool does; what is still
+        # buffered for stdout goes nowhere rather than failing again at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE
     except SchemaMismatch as exc:  # a process that may not run on this schema: say why, once
         raise SystemExit(f"runcontrol: {exc}") from None

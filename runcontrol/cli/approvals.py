@@ -109,12 +109,18 @@ def approvals_decide_many(api: Api, args: argparse.Namespace, out: TextIO) -> No
         raise CliError(f"{refused} of {len(items)} decisions refused (outcomes above)")
 
 
-def add_approvals(sub: Any) -> None:
-    approvals = sub.add_parser("approvals", help="list, show and decide approval requests")
-    a = approvals.add_subparsers(dest="approvals_command", required=True)
-    p = command(a, "list", approvals_list, "approval requests newest first")
+def _list_options(p: Any) -> None:
     p.add_argument("--state", action="append", help="Pending, Approved, ... (repeatable)")
     p.add_argument("--limit", type=int, default=50)
+
+
+def add_approvals(sub: Any) -> None:
+    approvals = command(
+        sub, "approvals", approvals_list, "list (the default), show and decide approval requests"
+    )
+    _list_options(approvals)  # `runcontrol approvals` alone lists, as `approvals list` does
+    a = approvals.add_subparsers(dest="approvals_command")
+    _list_options(command(a, "list", approvals_list, "approval requests newest first"))
     p = command(a, "show", approvals_show, "one approval request")
     p.add_argument("approval_id")
     for verdict, name, needs_reason in (("approve", "approve", False), ("reject", "reject", True)):

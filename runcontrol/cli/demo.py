@@ -30,6 +30,23 @@ DEMO_WORKFLOW: dict[str, Any] = {
         {"name": "apply", "agentId": "applier", "sideEffectClass": "shared-write"},
         {"name": "report", "agentId": "reporter", "sideEffectClass": "read"},
     ],
+    # Exposed as an A2A agent (docs/a2a.md): /a2a/demo-review/.well-known/agent-card.json
+    "agent": {
+        "name": "Demo review",
+        "description": "Plans, applies (after a reviewer approves) and reports on a change to "
+        "a repository.",
+        "skills": [
+            {
+                "id": "review-change",
+                "name": "Review a change",
+                "description": "Plan, apply with a reviewer's approval, and report.",
+                "tags": ["review", "demo"],
+                "examples": ['{"repository": "example/repo", "revision": "a1b2c3d"}'],
+            }
+        ],
+        "input": {"text": "request", "data": "merge", "required": []},
+        "modelProfileId": "code-agent",
+    },
 }
 
 
@@ -83,6 +100,18 @@ async def stop_workers(
             log.error("%s ended with an error", task.get_name(), exc_info=task.exception())
 
 
+def stall_hint(tenant: str, agent: str, n: int, stall_s: float) -> str:
+    """How to serve work nobody takes: the user's own app (``--app``: the echo agents
+    ``--agents`` starts would take it and do nothing of the user's)."""
+    return (
+        f"tenant {tenant!r}: {n} attempt(s) of agent {agent!r} waiting over {stall_s:g} s "
+        f"with no worker; serve it with your app: runcontrol worker --tenant {tenant} --sub "
+        f"worker --app PACKAGE.MODULE:WORKER (a runcontrol.sdk.Worker with an agent {agent!r}: "
+        f"docs/workers.md; or over gRPC: --transport grpc --token <a Worker token of tenant "
+        f"{tenant}>)"
+    )
+
+
 async def hint_workers(db: Any, stall_s: float | None, stop: asyncio.Event) -> None:
     """Say once per (tenant, agent) how to start a worker for work nobody takes (a tenant
     that published a workflow but runs no worker: the demo workers take tenant demo's only)."""
@@ -103,11 +132,6 @@ async def hint_workers(db: Any, stall_s: float | None, stop: asyncio.Event) -> N
         for tenant, agent, n, _ in found:
             if (tenant, agent) not in said:
                 said.add((tenant, agent))
-                say(
-                    f"tenant {tenant!r}: {n} attempt(s) of agent {agent!r} waiting over "
-                    f"{stall_s:g} s with no worker; start one: runcontrol worker --tenant "
-                    f"{tenant} --sub worker --agents {agent} (or over gRPC: --transport grpc "
-                    f"--token of role Worker for tenant {tenant})"
-                )
+                say(stall_hint(tenant, agent, n, stall_s))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), min(stall_s, 30.0))

@@ -30,6 +30,9 @@ def event_line(e: Sse, feed: bool) -> str:
         f"{k}={d[key]}" for k, key in (("step", "stepId"), ("attempt", "attemptId")) if d.get(key)
     )
     run = f"run={d['runId']} seq={d['seq']} " if feed else ""
+    payload = d.get("payload") or {}
+    if "fromState" in payload and "toState" in payload:  # RunStateChanged: what it changed
+        where = f"{payload['fromState']} -> {payload['toState']} {where}"
     return f"{e.id:>6}  {d.get('occurredAt', '')}  {e.event:<24} {run}{where}".rstrip()
 
 
@@ -122,8 +125,9 @@ def runs_submit(api: Api, args: argparse.Namespace, out: TextIO) -> None:
         "workflowId": args.workflow,
         "modelProfileId": args.model_profile,
         "input": json_arg(args.input),
-        "limits": {"maxCostUsd": args.max_cost_usd, "maxMinutes": args.max_minutes},
     }
+    limits = {"maxCostUsd": args.max_cost_usd, "maxMinutes": args.max_minutes}
+    body["limits"] = {k: v for k, v in limits.items() if v is not None}  # optional, as in the API
     if args.release_id:
         body["releaseId"] = args.release_id
     else:
@@ -218,7 +222,27 @@ def _tail(api: Api, path: str, args: argparse.Namespace, out: TextIO, feed: bool
 
 
 def runs_tail(api: Api, args: argparse.Namespace, out: TextIO) -> None:
+    if args.output:
+        _tail_output(api, args, out)
+        return
     _tail(api, f"/factory/runs/{args.run_id}/events", args, out, feed=False)
+
+
+def _tail_output(api: Api, args: argparse.Namespace, out: TextIO) -> None:
+    """The run's streamed output as it is written: text as it is (a model's tokens read as
+    prose), a JSON chunk on a line of its own; ``--json``: each chunk's view on a line."""
+    seen = 0
+    for chunk in api.stream(f"/factory/runs/{args.run_id}/output/stream", args.after, {}):
+        d = chunk.data
+        if args.json:
+            print(json.dumps(d), file=out, flush=True)
+        elif "text" in d:
+            print(d["text"], end="", file=out, flush=True)
+        else:
+            print(json.dumps(d.get("data")), file=out, flush=True)
+        seen += 1
+        if args.count is not None and seen >= args.count:
+            return
 
 
 def events_tail(api: Api, args: argparse.Namespace, out: TextIO) -> None:
@@ -242,8 +266,8 @@ def add_runs(sub: Any) -> None:
     p.add_argument("--release-alias", default="latest")
     p.add_argument("--release-id", default=None, help="pin this release (instead of an alias)")
     p.add_argument("--environment", default=None)
-    p.add_argument("--max-cost-usd", type=float, required=True)
-    p.add_argument("--max-minutes", type=int, required=True)
+    p.add_argument("--max-cost-usd", type=float, default=None, help="the run's cost limit")
+    p.add_argument("--max-minutes", type=int, default=None, help="the run's time limit")
     p.add_argument(
         "--priority",
         type=int,
@@ -263,10 +287,15 @@ def add_runs(sub: Any) -> None:
     p = command(r, "signal", runs_signal, "send a run's signal step its input")
     p.add_argument("run_id")
     p.add_argument("name", help="the signal's name (the step's `signal`)")
-    p.add_argument("--data", default="null", help="the body: JSON, or @FILE")
+    p.add_argument("--data", required=True, help="the body: JSON (not null), or @FILE")
     add_retry_key(p)
     p = command(r, "tail", runs_tail, "follow a run's events until it ends (resumes)")
     p.add_argument("run_id")
+    p.add_argument(
+        "--output",
+        action="store_true",
+        help="follow the run's streamed output instead of its events (--after: a position)",
+    )
     p.add_argument("--after", type=int, default=None, help="start after this seq (default 0)")
     p.add_argument("--count", type=int, default=None, help="stop after this many events")
 

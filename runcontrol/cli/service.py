@@ -154,6 +154,12 @@ def _cmd_up(args: argparse.Namespace, cluster: ClusterLoader | None) -> int:
             container.env.clock.now(),
         )
         say(f"demo release {release.release_id} published for tenant 'demo'")
+        if args.dev and settings.api.a2a_public_agent is None:
+            # the demo agent's card at the root, for anonymous A2A discovery (docs/a2a.md)
+            app_settings = {
+                **(app_settings or {}),
+                "api": {"a2a_public_agent": f"{DEMO_TENANT}/{DEMO_WORKFLOW['workflowId']}"},
+            }
     say("starting Ray, run hosts, scheduler and the HTTP app (Ray Serve) ...")
     if args.metrics_export_port is not None:
         settings.telemetry.metrics_export_port = args.metrics_export_port
@@ -198,6 +204,8 @@ curl -sS -X POST $RC/factory/runs -H "Authorization: Bearer $REQUESTER_TOKEN" \\
   -d '{body}'
 
 Then follow README.md: watch events, approve as the reviewer, see it complete.
+The same workflow is an A2A agent (docs/a2a.md, examples/a2a_client/walkthrough.py):
+  {service.url}/a2a/demo-review/.well-known/agent-card.json
 Ctrl-C (or SIGTERM) drains for at most {settings.drain.grace_seconds:g} s and stops everything \
 within {settings.drain.grace_seconds + STOP_MARGIN_S:g} s; a second Ctrl-C stops at once.
 """,

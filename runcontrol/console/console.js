@@ -412,6 +412,10 @@ function stepGraph(run) {
 
 function waitLine(step) {
   if (!step.kind || step.kind === "agent") return null;
+  if (step.kind === "run") {
+    const child = step.child ? [" · child ", h("a", { class: "mono child-run", href: `#/runs/${step.child.runId}` }, short(step.child.runId)), ` (#${step.child.number})`] : null;
+    return h("span", { class: "muted" }, ` · runs workflow ${step.wait?.workflowId}`, child, " · no worker");
+  }
   const what = step.kind === "signal" ? `waits for signal ${step.wait?.signal}` : `waits ${step.wait?.seconds ?? ""}${step.wait?.seconds !== undefined ? " s" : `until ${when(step.wait?.until)}`}`;
   return h("span", { class: "muted" }, ` · ${what}${step.dueAt ? ` · until ${when(step.dueAt)}` : ""} · no worker`);
 }
@@ -426,6 +430,7 @@ function timeline(run, attemptEvents) {
             ? waitLine(step)
             : h("span", { class: "muted" }, ` agent ${step.agentId} · ${step.sideEffectClass} · gate ${step.gate} · up to ${step.maxAttempts} attempts`),
           step.dependsOn && step.dependsOn.length ? h("span", { class: "muted" }, ` · after ${step.dependsOn.join(", ")}`) : null,
+          step.condition ? h("span", { class: "muted" }, ` · when ${step.condition}`) : null,
           step.notBefore ? h("span", { class: "muted" }, ` · not before ${when(step.notBefore)}`) : null,
           step.held ? h("span", { class: "held" }, ` · held: ${step.heldReason || `${step.held.kind} ${step.held.bucket || step.held.key || ""}`}`) : null),
         h("ul", { class: "attempts" },
@@ -441,7 +446,16 @@ function timeline(run, attemptEvents) {
                 ? h("div", { class: "lease current" },
                     `now held by `, h("code", {}, a.lease.holder),
                     ` · lease ${short(a.lease.leaseId)} · fencing token ${a.lease.fencingToken} · expires ${when(a.lease.expiresAt)}`)
-                : null))))));
+                : null))),
+        step.calls && step.calls.length
+          ? h("ul", { class: "calls" },
+              step.calls.map((c) =>
+                h("li", { dataset: { callName: c.name, occurrence: c.occurrence } },
+                  `journaled call `, h("code", {}, c.occurrence > 1 ? `${c.name} #${c.occurrence}` : c.name),
+                  c.failed ? h("span", { class: "held" }, " failed") : null,
+                  " · ", h("span", { class: "hash" }, c.valueHash),
+                  h("span", { class: "muted" }, ` · ${c.bytes} bytes · ${when(c.recordedAt)}`))))
+          : null)));
 }
 
 function eventRow(e) {
@@ -493,7 +507,7 @@ function controls(run, reload, { out, reason, release }) {
   };
   const ended = TERMINAL_RUN.has(run.state);
   const retry = run.steps
-    .filter((s) => !["Succeeded", "Failed", "Cancelled"].includes(s.state) && s.attempts.length && RETRY_AFTER.has(s.attempts[s.attempts.length - 1].state))
+    .filter((s) => !["Succeeded", "Failed", "Cancelled", "Skipped"].includes(s.state) && s.attempts.length && RETRY_AFTER.has(s.attempts[s.attempts.length - 1].state))
     .map((s) => h("button", { class: "secondary retry", dataset: { stepId: s.stepId }, onclick: send(`steps/${s.stepId}/retry`) }, `Retry ${s.name} now`));
   const resolve = run.steps.flatMap((s) =>
     s.attempts.filter((a) => a.state === "Uncertain").map((a) => {
@@ -551,6 +565,9 @@ async function runPage(main, runId, signal) {
         h("dt", {}, "Workflow"), h("dd", {}, `${run.workflowId} · release ${run.releaseId} · policy ${run.policyRevision}`),
         h("dt", {}, "Requested by"), h("dd", {}, `${run.requestedBy} · project ${run.projectId}`),
         run.rerunOf ? [h("dt", {}, "Rerun of"), h("dd", {}, h("a", { class: "mono", href: `#/runs/${run.rerunOf}` }, run.rerunOf))] : null,
+        run.parentRunId ? [h("dt", {}, "Parent run"), h("dd", {}, h("a", { class: "mono", id: "parent-run", href: `#/runs/${run.parentRunId}` }, run.parentRunId), ` · step ${short(run.parentStepId)} · depth ${run.depth}`)] : null,
+        run.children && run.children.length ? [h("dt", {}, "Child runs"), h("dd", { id: "child-runs" },
+          run.children.map((c) => h("div", {}, h("a", { class: "mono", href: `#/runs/${c.runId}` }, c.runId), ` · ${c.workflowId} · `, badge(c.state))))] : null,
         run.suspended ? [h("dt", {}, "Suspended"), h("dd", {}, `since ${when(run.suspendedAt)}: nothing new starts until resumed`)] : null,
         h("dt", {}, "Model profile"), h("dd", {}, run.modelProfileId),
         h("dt", {}, "Limits"), h("dd", {}, `cost ${run.limits.maxCostUsd ?? "-"} USD · ${run.limits.maxMinutes ?? "-"} min`),
@@ -582,8 +599,21 @@ async function runPage(main, runId, signal) {
     }
   };
 
+  // The steps' streamed output (docs/streaming.md), live from position 0: text as written, a
+  // JSON chunk on a line of its own, a marker where another attempt's output begins.
+  const output = h("pre", { class: "mono output", id: "run-output" });
+  let outputAttempt = null;
+  const addOutput = (c) => {
+    if (c.attemptId !== outputAttempt) {
+      outputAttempt = c.attemptId;
+      output.append(h("span", { class: "output-mark" }, `— step ${short(c.stepId)} · attempt ${short(c.attemptId)} —\n`));
+    }
+    output.append(c.text !== undefined ? c.text : `${JSON.stringify(c.data)}\n`);
+  };
+
   main.replaceChildren(
     problem, head, approvals, steps, control,
+    h("h2", {}, "Output"), output,
     h("h2", {}, "Events"),
     h("table", { class: "events", id: "events" },
       h("thead", {}, h("tr", {}, ["Seq", "When", "Type", "Step", "Attempt", "Payload"].map((c) => h("th", {}, c)))),
@@ -600,6 +630,11 @@ async function runPage(main, runId, signal) {
     return;
   }
   drawTimeline();
+  follow(`../factory/runs/${runId}/output/stream`, {
+    after: 0,
+    signal,
+    onEvent: (frame) => { addOutput(frame.data); return false; },
+  });
   follow(`../factory/runs/${runId}/events`, {
     after: lastSeq,
     signal,

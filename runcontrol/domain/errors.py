@@ -30,6 +30,13 @@ class RunControlError(Exception):
         return self.message
 
 
+class InternalError(RunControlError):
+    """What a client gets for an unexpected failure (``edge.unexpected``): its
+    ``correlation_id`` names the replica's log line."""
+
+    code = "internal-error"
+
+
 class ValidationFailed(RunControlError):
     code = "validation-failed"
 
@@ -39,6 +46,41 @@ class ResultTooLarge(ValidationFailed):
     stored and the attempt stays open, so its holder can report a ``result_ref`` instead."""
 
     code = "result-too-large"
+
+
+class CallValueTooLarge(ValidationFailed):
+    """A journaled call's value is over ``RunControl:Results:MaxInlineBytes`` of canonical
+    JSON (the results' cap): nothing is stored. Keep the data elsewhere and return a reference
+    to it ({uri, sha256, bytes}) from the function instead."""
+
+    code = "call-value-too-large"
+
+
+class CallLimitReached(ValidationFailed):
+    """The step has recorded as many journaled calls, or as many bytes of them, as
+    ``RunControl:Calls:MaxPerStep`` / ``MaxBytesPerStep`` allow: nothing more is stored."""
+
+    code = "call-limit-reached"
+
+
+class CallNotRecorded(ValidationFailed):
+    """A read of a journaled call that has no stored value (a worker reads only the calls its
+    grant listed)."""
+
+    code = "call-not-recorded"
+
+
+class OutputChunkTooLarge(ValidationFailed):
+    """A streamed chunk is over ``OUTPUT_CHUNK_MAX_BYTES`` (``domain.output``): not sent."""
+
+    code = "output-chunk-too-large"
+
+
+class OutputLimitExceeded(ValidationFailed):
+    """The attempt wrote ``OUTPUT_ATTEMPT_MAX_BYTES`` of output already: the chunks before the
+    one that would pass it are stored, no later one of the attempt is."""
+
+    code = "output-limit-exceeded"
 
 
 class OutcomeHashMismatch(ValidationFailed):
@@ -198,6 +240,13 @@ class ProgressGap(DataLoss):
     none after it. ``details``: ``acked_seq`` (resend from the next one) and ``gap_at``."""
 
     code = "progress-gap"
+
+
+class OutputGap(DataLoss):
+    """An output write skipped a chunk number: the chunks before the gap are stored, none
+    after it. ``details``: ``acked_seq`` (resend from the next one)."""
+
+    code = "output-gap"
 
 
 class ApprovalGone(RunControlError):

@@ -98,6 +98,9 @@ class RunAccepted(RunEventBody):
     policy_revision: str
     model_profile_id: str
     requested_by: str
+    # A child run's parent run and step (issue 32); null for a run a client submitted.
+    parent_run_id: UUID | None = None
+    parent_step_id: UUID | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -254,6 +257,39 @@ class StepWaitEnded(RunEventBody):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StepSkipped(RunEventBody):
+    """The step will not run (issue 32): ``cause`` ``ConditionFalse`` (its ``when`` was
+    false) or ``DependenciesSkipped`` (every step it depends on was skipped)."""
+
+    topic = "run-control.steps.v1.step-skipped"
+    step_id: UUID
+    cause: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChildRunStarted(RunEventBody):
+    """The run step started its child run ``childRunId`` of ``workflowId`` (its ``number``th:
+    a retry starts the next); the child is submitted after this commits."""
+
+    topic = "run-control.children.v1.child-run-started"
+    step_id: UUID
+    child_run_id: UUID
+    workflow_id: str
+    number: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChildRunEnded(RunEventBody):
+    """The run step's child run ended ``state`` (Completed: its result is the step's)."""
+
+    topic = "run-control.children.v1.child-run-ended"
+    step_id: UUID
+    child_run_id: UUID
+    state: str
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SignalReceived(RunEventBody):
     """A signal for the step arrived from ``sentBy``; ``delivered``: the step was waiting and
     took it now (otherwise it is kept until the step waits). The body is not in the event."""
@@ -312,6 +348,22 @@ class ProgressReported(RunEventBody):
     seq: int
     text: str | None
     payload: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallRecorded(RunEventBody):
+    """A journaled call's value (or final error) was stored under (step, ``name``,
+    ``occurrence``): every later execution of the step gets it back. Its hash and size only,
+    never its content."""
+
+    topic = "run-control.attempts.v1.call-recorded"
+    step_id: UUID
+    attempt_id: UUID
+    name: str
+    occurrence: int
+    value_hash: str
+    bytes: int
+    failed: bool
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -44,11 +44,12 @@ class Literal:
 
 @dataclass(frozen=True, slots=True)
 class Path:
-    parts: tuple[str, ...]  # after ``input``
+    parts: tuple[str, ...]  # after the root
+    root: str = "input"  # a key reads the input; a step's condition also ``results``
 
     @property
     def source(self) -> str:
-        return "input" + "".join(
+        return self.root + "".join(
             f".{p}" if p.isidentifier() else f"[{json.dumps(p)}]" for p in self.parts
         )
 
@@ -57,6 +58,11 @@ Term = Literal | Path
 
 
 class _Parser:
+    """A key's terms; ``conditions.Condition`` parses its own operators over the same terms,
+    with one more root (``results``)."""
+
+    ROOTS: tuple[str, ...] = ("input",)
+
     def __init__(self, text: str, where: str) -> None:
         self.text, self.where, self.i = text, where, 0
 
@@ -90,9 +96,10 @@ class _Parser:
             return Literal(self.string())
         start = self.i
         name = self.ident()
-        if name != "input":
+        if name not in self.ROOTS:
             self.i = start
-            raise self.fail(f"unknown name {name!r} (a path starts with input)")
+            roots = " or ".join(self.ROOTS)
+            raise self.fail(f"unknown name {name!r} (a path starts with {roots})")
         parts: list[str] = []
         while self.i < len(self.text) and self.text[self.i] in ".[":
             if self.text[self.i] == ".":
@@ -109,8 +116,8 @@ class _Parser:
                     raise self.fail("expected ']'")
                 self.i += 1
         if not parts:
-            raise self.fail("a path needs a field after input")
-        return Path(tuple(parts))
+            raise self.fail(f"a path needs a field after {name}")
+        return Path(tuple(parts), name)
 
     def ident(self) -> str:
         start = self.i

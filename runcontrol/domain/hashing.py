@@ -66,3 +66,8 @@ def is_hash(value: str) -> bool:
         and len(digest) == 64
         and all(c in "0123456789abcdef" for c in digest)
     )
+
+
+def result_hash(canonical: str) -> str:
+    """``canonical_hash`` of a value already held as its canonical JSON text."""
+    return HASH_PREFIX + hashlib.sha256(canonical.encode("utf-8")).hexdigest()

@@ -60,6 +60,9 @@ STEP_TRANSITIONS: Mapping[tuple[StepState, StepState], str] = {
     (St.PENDING, St.CANCELLED): "RunEnded",
     # An operator resolved the Uncertain attempt the step awaited its retry after as Succeeded.
     (St.PENDING, St.SUCCEEDED): "OperatorResolved",
+    # Issue 32: a ready step whose condition is false, or whose dependencies were all skipped,
+    # never runs (its cause says which).
+    (St.PENDING, St.SKIPPED): "ConditionFalse",
 }
 
 # An operator's retry skips the Pending step's backoff: the step stays Pending (a journaled

@@ -86,6 +86,11 @@ class Run:
     # [{"name", "key", "limit", "strategy", "scope": "run"}].
     priority: int = 3
     flow: list[dict[str, Any]] | None = None
+    # Child runs (issue 32, 0024): the run and step that started this one (None: a run a
+    # client submitted) and how deep it is (0 for a client's, its parent's + 1); pinned.
+    parent_run_id: UUID | None = None
+    parent_step_id: UUID | None = None
+    depth: int = 0
 
     @property
     def release_id(self) -> str:
@@ -136,6 +141,14 @@ class Step:
     # {"kind": "rate-limit", "bucket", "until", "attempt"}, the reservation its dispatch at
     # ``until`` uses (0018).
     held: dict[str, Any] | None = None
+    # Its condition (the release's ``when``, 0024): false when it is ready, it is Skipped.
+    condition: str | None = None
+    # The result of a step no worker executes (a signal's body, when a wait ended, a child
+    # run's result), as its canonical JSON text (an agent step's is its attempt's).
+    result_json: str | None = field(default=None, repr=False)
+    # A run step's current child (0024): {"runId", "number"} (its child runs count from 1;
+    # a retry starts number + 1).
+    child: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -293,6 +306,8 @@ class ToolCall:
     result_hash: str | None = None
     completed_at: datetime | None = None
     error: str | None = None
+    # the result's canonical JSON, when the completion sent it (a repeat claim gets it back)
+    result_json: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,6 +319,53 @@ class ToolCallClaim:
     status: ToolCallStatus
     result_hash: str | None = None
     error: str | None = None
+    # the stored result's canonical JSON, when its completion sent it
+    result_json: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class JournaledCall:
+    """The stored value of one journaled call (``step.run``), insert-only: the first value
+    recorded under (run, step, ``name``, ``occurrence``: the n-th call of that name within one
+    execution of the step), handed back to every later execution of the step instead of
+    calling the function again. ``value_json`` is the value's canonical JSON text, or None
+    when the call ended in a final error (``error``: {type, message, failureClass}).
+    ``value_hash`` is the canonical hash of what is stored (the value, or ``{"error": ...}``),
+    ``bytes`` the size of its canonical JSON. Data of the run: never logged, never in a span."""
+
+    run_id: UUID
+    step_id: UUID
+    name: str
+    occurrence: int
+    tenant_id: str
+    attempt_id: UUID
+    fencing_token: int
+    value_hash: str
+    bytes: int
+    recorded_at: datetime
+    value_json: str | None = field(default=None, repr=False)
+    error: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def key(self) -> tuple[UUID, str, int]:
+        return (self.step_id, self.name, self.occurrence)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedCall:
+    """The answer to a journaled call's record: what is stored under its key. ``recorded``:
+    this command's value is the one stored (its ``value_json`` is then left out: the caller
+    has it); otherwise the value stored first is answered (``value_json`` or ``error``) and
+    the caller uses it, not its own."""
+
+    name: str
+    occurrence: int
+    value_hash: str
+    bytes: int
+    recorded_at: datetime
+    recorded: bool
+    value_json: str | None = field(default=None, repr=False)
+    error: dict[str, Any] | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

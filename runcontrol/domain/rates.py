@@ -10,17 +10,16 @@ algorithm (``docs/flow-control.md``). Pure: no I/O.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from . import limits
 from .errors import ValidationFailed
 
 TENANT_BUCKET = "tenant"
 RATE_LIMIT = "rate-limit"  # a step's ``held["kind"]`` while a rate limit holds it
-MAX_NAME = 200
 
 
 def agent_bucket(agent_id: str) -> str:
@@ -86,26 +85,28 @@ def _rates(where: str, data: Any) -> dict[str, Rate]:
         raise ValidationFailed(f"{where} must be an object of name -> {{perSecond, burst}}")
     out: dict[str, Rate] = {}
     for name, terms in data.items():
-        if not isinstance(name, str) or not name or len(name) > MAX_NAME:
-            raise ValidationFailed(f"{where}: a name is 1 to {MAX_NAME} characters")
+        limits.name(name, f"{where}: a name")
         out[name] = _rate(f"{where}.{name}", terms)
     return out
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _rate(where: str, data: Any) -> Rate:
+    """Terms whose every derived interval fits (``limits.MAX_RATE_WINDOW_S``): a burst of
+    whole dispatches that a full refill takes at most that long to restore."""
     if not isinstance(data, dict) or set(data) - {"perSecond", "burst"}:
         raise ValidationFailed(f"{where} must be {{perSecond, burst}}")
-    per_second: Any = data.get("perSecond")
-    burst: Any = data.get("burst", 1)
-    if not _number(per_second) or not 0 < per_second <= 1_000_000:
-        raise ValidationFailed(f"{where}.perSecond must be a number above 0 (at most 1e6)")
-    if not _number(burst) or not 1 <= burst <= 1_000_000_000:
-        raise ValidationFailed(f"{where}.burst must be a number from 1 to 1e9")
-    return Rate(float(per_second), float(burst))
+    per_second = limits.number(
+        data.get("perSecond"), f"{where}.perSecond", 0, limits.MAX_PER_SECOND, above=True
+    )
+    burst = limits.number(data.get("burst", 1), f"{where}.burst", 1, limits.MAX_BURST)
+    if not burst.is_integer():
+        raise ValidationFailed(f"{where}.burst must be a whole number of dispatches")
+    if burst / per_second > limits.MAX_RATE_WINDOW_S:
+        raise ValidationFailed(
+            f"{where}: a full burst must refill within {limits.MAX_RATE_WINDOW_S:g} s "
+            f"(perSecond at least burst / {limits.MAX_RATE_WINDOW_S:g})"
+        )
+    return Rate(per_second, burst)
 
 
 def step_limits(i: int, raw: Any) -> tuple[tuple[str, float], ...] | None:
@@ -121,11 +122,10 @@ def step_limits(i: int, raw: Any) -> tuple[tuple[str, float], ...] | None:
     for entry in raw:
         if not isinstance(entry, dict) or set(entry) - {"name", "units"}:
             raise ValidationFailed(f"steps[{i}]: a rateLimits entry is {{name, units}}")
-        name, units = entry.get("name"), entry.get("units", 1)
-        if not isinstance(name, str) or not name or len(name) > MAX_NAME:
-            raise ValidationFailed(f"steps[{i}]: rateLimits name is 1 to {MAX_NAME} characters")
-        if not _number(units) or units <= 0:
-            raise ValidationFailed(f"steps[{i}]: rateLimits units must be a positive number")
+        name = limits.name(entry.get("name"), f"steps[{i}]: rateLimits name")
+        units = limits.number(
+            entry.get("units", 1), f"steps[{i}]: rateLimits units", 0, limits.MAX_BURST, above=True
+        )
         if name in (n for n, _ in out):
             raise ValidationFailed(f"steps[{i}]: rateLimits names {name!r} twice")
         out.append((name, units))

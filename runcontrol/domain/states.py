@@ -35,10 +35,23 @@ class StepState(StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     CANCELLED = "Cancelled"
+    # Its condition (``when``) was false, or every dependency was skipped (issue 32): it
+    # never ran; its dependants treat it as settled without a result (docs/graphs.md).
+    SKIPPED = "Skipped"
 
     @property
     def terminal(self) -> bool:
-        return self in (StepState.SUCCEEDED, StepState.FAILED, StepState.CANCELLED)
+        return self in (
+            StepState.SUCCEEDED,
+            StepState.FAILED,
+            StepState.CANCELLED,
+            StepState.SKIPPED,
+        )
+
+    @property
+    def settled_for_dependants(self) -> bool:
+        """Whether a dependant may start after this step: it succeeded, or was skipped."""
+        return self in (StepState.SUCCEEDED, StepState.SKIPPED)
 
 
 class AttemptState(StrEnum):

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from . import conditions, limits
+from .agent import AgentExposure
 from .errors import ValidationFailed
 from .flow import ConcurrencySpec, concurrency_specs
 from .hashing import canonical_hash
@@ -17,7 +19,13 @@ GATES = ("none", "approval")
 AGENT = "agent"  # a worker executes it
 WAIT = "wait"  # a durable timer settles it: ``seconds`` after it starts, or ``until`` an instant
 SIGNAL = "signal"  # an input from outside settles it (POST /factory/runs/{runId}/signals/{name})
-KINDS = (AGENT, WAIT, SIGNAL)
+RUN = "run"  # a child run of another workflow settles it (docs/child-runs.md)
+KINDS = (AGENT, WAIT, SIGNAL, RUN)
+# Child runs (issue 32): a run started by a step is one level deeper than its parent; one
+# deeper than this is refused (a cycle of workflows calling each other stops here). A run
+# has at most one open child per run step, so the steps bound its open children.
+MAX_CHILD_DEPTH = 5
+MAX_RUN_STEPS = 20
 ON_TIMEOUT = ("fail", "continue")  # a signal step's timeout: fail the run, or use ``default``
 MAX_WAIT_SECONDS = 366 * 86400.0  # a run's lifetime bounds it anyway
 
@@ -46,10 +54,24 @@ class StepSpec:
     concurrency: tuple[ConcurrencySpec, ...] | None = None
     # The named rate limits an agent step's dispatch draws on: (name, units); None: none.
     rate_limits: tuple[tuple[str, float], ...] | None = None
+    # Its condition (``conditions``): false when it is ready, it ends Skipped; None: none.
+    when: str | None = None
+    # A run step's (``kind == "run"``): the workflow its child runs, the alias resolved when
+    # the child is accepted (None: the default), and the child's input, by field, as
+    # expressions over the input and the dependencies' results (None: the parent's input).
+    child_workflow_id: str | None = None
+    child_alias: str | None = None
+    child_input: dict[str, str] | None = None
 
     @property
     def wait(self) -> dict[str, Any] | None:
         """What a step no worker executes waits for, as the release and the step row hold it."""
+        if self.kind == RUN:
+            return {
+                "workflowId": self.child_workflow_id,
+                "releaseAlias": self.child_alias,
+                "input": self.child_input,
+            }
         if self.kind == SIGNAL:
             return {
                 "signal": self.signal,
@@ -83,6 +105,8 @@ class StepSpec:
             out["concurrency"] = [c.to_dict() for c in self.concurrency]
         if self.rate_limits is not None:  # likewise: absent when not set
             out["rateLimits"] = [{"name": n, "units": u} for n, u in self.rate_limits]
+        if self.when is not None:  # likewise
+            out["when"] = self.when
         return out
 
 
@@ -93,6 +117,8 @@ class WorkflowDefinition:
     # Workflow-wide concurrency limits (issue 21): a slot for the run's life, from its first
     # dispatch until it is terminal.
     concurrency: tuple[ConcurrencySpec, ...] | None = None
+    # Exposed as an A2A agent (issue 31): opt-in; None (the key absent) is no agent.
+    agent: AgentExposure | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> WorkflowDefinition:
@@ -101,10 +127,11 @@ class WorkflowDefinition:
             raw_steps = data["steps"]
         except (KeyError, TypeError) as exc:
             raise ValidationFailed(f"workflow definition lacks {exc}") from None
-        if not isinstance(workflow_id, str):
-            raise ValidationFailed("workflowId must be a string")
-        if not workflow_id or not isinstance(raw_steps, list) or not raw_steps:
+        limits.name(workflow_id, "workflowId", limit=limits.MAX_WORKFLOW_ID, segment=True)
+        if not isinstance(raw_steps, list) or not raw_steps:
             raise ValidationFailed("a workflow needs an id and at least one step")
+        if len(raw_steps) > limits.MAX_STEPS:
+            raise ValidationFailed(f"a workflow has at most {limits.MAX_STEPS} steps")
         steps = []
         names: set[str] = set()
         for i, raw in enumerate(raw_steps):
@@ -113,9 +140,10 @@ class WorkflowDefinition:
             kind = raw.get("kind", AGENT) or AGENT
             if kind not in KINDS:
                 raise ValidationFailed(f"steps[{i}]: kind must be one of {KINDS}")
-            if kind in (WAIT, SIGNAL):
+            if kind in (WAIT, SIGNAL, RUN):
                 names.add(_unique(i, raw, names))
-                steps.append(_wait_step(i, raw) if kind == WAIT else _signal_step(i, raw))
+                made = {WAIT: _wait_step, SIGNAL: _signal_step, RUN: _run_step}[kind](i, raw)
+                steps.append(replace(made, when=_when(i, raw)))
                 continue
             if not raw.get("agentId"):
                 raise ValidationFailed(f"steps[{i}]: agentId is required")
@@ -124,13 +152,11 @@ class WorkflowDefinition:
             gate = raw.get("gate", "none") or "none"
             if gate not in GATES:
                 raise ValidationFailed(f"steps[{i}]: gate must be one of {GATES}")
-            max_attempts = raw.get("maxAttempts")
-            valid_int = isinstance(max_attempts, int) and not isinstance(max_attempts, bool)
-            if max_attempts is not None and (not valid_int or max_attempts < 1):
-                raise ValidationFailed(f"steps[{i}]: maxAttempts must be a positive integer")
+            max_attempts = _max_attempts(i, raw.get("maxAttempts"))
+            skill_id = raw.get("skillId")
             try:
                 side_effect = SideEffectClass(raw.get("sideEffectClass", "read"))
-            except ValueError:
+            except (ValueError, TypeError):
                 raise ValidationFailed(
                     f"steps[{i}]: sideEffectClass must be one of "
                     f"{[str(c) for c in SideEffectClass]}"
@@ -138,8 +164,10 @@ class WorkflowDefinition:
             steps.append(
                 StepSpec(
                     name=name,
-                    agent_id=str(raw["agentId"]),
-                    skill_id=raw.get("skillId"),
+                    agent_id=limits.name(raw["agentId"], f"steps[{i}].agentId"),
+                    skill_id=None
+                    if skill_id is None
+                    else limits.name(skill_id, f"steps[{i}].skillId"),
                     max_attempts=max_attempts,
                     gate=gate,
                     side_effect_class=side_effect,
@@ -148,13 +176,16 @@ class WorkflowDefinition:
                         raw.get("concurrency"), f"steps[{i}].concurrency"
                     ),
                     rate_limits=step_limits(i, raw.get("rateLimits")),
+                    when=_when(i, raw),
                 )
             )
         check_graph(steps)
+        check_references(steps)
         return cls(
             workflow_id=workflow_id,
             steps=tuple(steps),
             concurrency=concurrency_specs(data.get("concurrency"), "concurrency"),
+            agent=None if data.get("agent") is None else AgentExposure.from_dict(data["agent"]),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -165,6 +196,8 @@ class WorkflowDefinition:
         # Absent rather than null: a release without limits keeps its content hash.
         if self.concurrency is not None:
             out["concurrency"] = [c.to_dict() for c in self.concurrency]
+        if self.agent is not None:  # likewise
+            out["agent"] = self.agent.to_dict()
         return out
 
     @property
@@ -172,8 +205,14 @@ class WorkflowDefinition:
         return canonical_hash(self.to_dict())
 
 
+def _name(i: int, raw: Mapping[str, Any]) -> str:
+    """A step's name: its ``name`` (a name, never converted), ``step-N`` when absent."""
+    name = raw.get("name")
+    return f"step-{i + 1}" if name in (None, "") else limits.name(name, f"steps[{i}].name")
+
+
 def _unique(i: int, raw: Mapping[str, Any], names: set[str]) -> str:
-    name = str(raw.get("name") or f"step-{i + 1}")
+    name = _name(i, raw)
     if name in names:
         raise ValidationFailed(f"steps[{i}]: duplicate step name {name!r}")
     return name
@@ -190,13 +229,16 @@ def _wait_step(i: int, raw: Mapping[str, Any]) -> StepSpec:
         seconds = _seconds(i, "seconds", seconds)
     else:
         try:
-            at = datetime.fromisoformat(str(until))
-        except ValueError:
+            at = datetime.fromisoformat(until) if isinstance(until, str) else None
+            utc = at.astimezone(UTC) if at is not None and at.tzinfo is not None else None
+        except (ValueError, OverflowError):
+            at = None
+        if at is None:
             raise ValidationFailed(f"steps[{i}]: until must be an ISO 8601 instant") from None
-        if at.tzinfo is None:
+        if utc is None:
             raise ValidationFailed(f"steps[{i}]: until needs a UTC offset")
     return StepSpec(
-        name=str(raw.get("name") or f"step-{i + 1}"),
+        name=_name(i, raw),
         agent_id="",
         depends_on=_depends_on(i, raw),
         kind=WAIT,
@@ -218,10 +260,8 @@ def _signal_step(i: int, raw: Mapping[str, Any]) -> StepSpec:
     """A step no worker executes: it waits for the signal ``signal`` (its name by default);
     the signal's body is its result. With ``timeoutSeconds`` it gives up after that long
     (``onTimeout``: ``fail`` the run, or ``continue`` with ``default`` as the result)."""
-    name = str(raw.get("name") or f"step-{i + 1}")
-    signal = raw.get("signal", name)
-    if not isinstance(signal, str) or not signal or len(signal) > 200:
-        raise ValidationFailed(f"steps[{i}]: signal must be a name (1 to 200 characters)")
+    name = _name(i, raw)
+    signal = limits.name(raw.get("signal", name), f"steps[{i}].signal", segment=True)
     timeout = raw.get("timeoutSeconds")
     on_timeout = raw.get("onTimeout", "fail")
     if on_timeout not in ON_TIMEOUT:
@@ -238,6 +278,70 @@ def _signal_step(i: int, raw: Mapping[str, Any]) -> StepSpec:
         on_timeout=on_timeout,
         default=raw.get("default"),
     )
+
+
+def _run_step(i: int, raw: Mapping[str, Any]) -> StepSpec:
+    """A step no worker executes: it starts a child run of ``workflowId`` (``releaseAlias``
+    resolved when the child is accepted) with ``input`` built from the parent's input and the
+    dependencies' results; the child's result is its result (docs/child-runs.md)."""
+    workflow_id, alias, fields = raw.get("workflowId"), raw.get("releaseAlias"), raw.get("input")
+    if not isinstance(workflow_id, str) or not workflow_id or len(workflow_id) > 200:
+        raise ValidationFailed(
+            f"steps[{i}]: a run step's workflowId is a name of 1 to 200 characters"
+        )
+    if alias is not None and (not isinstance(alias, str) or not alias or len(alias) > 200):
+        raise ValidationFailed(f"steps[{i}]: releaseAlias is a name of 1 to 200 characters")
+    if fields is not None:
+        if not isinstance(fields, dict) or not all(isinstance(k, str) and k for k in fields):
+            raise ValidationFailed(f"steps[{i}]: input is an object of field: expression")
+        for name, expression in fields.items():
+            conditions.parse(expression, f"steps[{i}].input.{name}")
+    return StepSpec(
+        name=str(raw.get("name") or f"step-{i + 1}"),
+        agent_id="",
+        max_attempts=_max_attempts(i, raw.get("maxAttempts")),
+        depends_on=_depends_on(i, raw),
+        kind=RUN,
+        child_workflow_id=workflow_id,
+        child_alias=alias,
+        child_input=None if fields is None else dict(fields),
+    )
+
+
+def _max_attempts(i: int, value: Any) -> int | None:
+    if value is None:
+        return None
+    return limits.integer(value, f"steps[{i}].maxAttempts", 1, limits.MAX_ATTEMPTS)
+
+
+def _when(i: int, raw: Mapping[str, Any]) -> str | None:
+    when = raw.get("when")
+    if when is not None:
+        conditions.parse(when, f"steps[{i}].when")
+    return when
+
+
+def check_references(specs: Sequence[StepSpec]) -> None:
+    """Publication's check of what conditions and child inputs read: ``results.<step>``
+    names one of the step's dependencies (the only results it has); a release has at most
+    ``MAX_RUN_STEPS`` run steps (its open children's bound)."""
+    if sum(1 for s in specs if s.kind == RUN) > MAX_RUN_STEPS:
+        raise ValidationFailed(
+            f"a workflow has at most {MAX_RUN_STEPS} run steps (its open child runs' limit)"
+        )
+    for i, spec in enumerate(specs):
+        deps = set(_resolved(specs, i))
+        sources = {"when": spec.when} if spec.when is not None else {}
+        sources.update({f"input.{k}": v for k, v in (spec.child_input or {}).items()})
+        for where, text in sources.items():
+            for name in conditions.result_names(conditions.parse(text, where)):
+                if name not in deps:
+                    raise ValidationFailed(
+                        f"step {spec.name!r} ({where}) reads results.{name}, which is not "
+                        "one of its dependencies",
+                        step=spec.name,
+                        unknown=name,
+                    )
 
 
 def _depends_on(i: int, raw: Mapping[str, Any]) -> tuple[str, ...] | None:

@@ -35,9 +35,10 @@ from ..domain.access import (
     project_scope,
     scopes_of,
 )
+from ..domain.limits import MAX_NAME
 from ..telemetry import annotate
 from .errors import InsufficientScope, Unauthorized
-from .storable import MAX_NAME, UNSTORABLE
+from .storable import UNSTORABLE
 
 __all__ = [
     "Caller",

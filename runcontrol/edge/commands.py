@@ -35,6 +35,7 @@ from ..commands import (
 )
 from ..domain import Decision, Limits, canonical_json, errors
 from ..domain.access import RUNS_OPERATE, Operation, may_set_priority
+from ..domain.limits import MAX_NAME
 from ..domain.run.waits import MAX_SIGNAL_BYTES
 from ..store import Database
 from ..store import queries as q
@@ -42,7 +43,7 @@ from . import reads
 from .auth import Caller, permit
 from .errors import IdempotencyKeyRequired, RequestInvalid
 from .metering import TenantRateLimiter
-from .storable import MAX_NAME, UNSTORABLE, storable_json
+from .storable import UNSTORABLE, storable_json
 
 T = TypeVar("T")
 
@@ -170,6 +171,8 @@ async def send_signal(
             field="body",
         )
     await require_visible(o.caller, o.db, run_id)
+    if body is None:  # no body at all (or null) would settle the step with nothing
+        raise errors.ValidationFailed("a signal needs a body: a JSON value, not null", field="body")
     return SendSignal(
         tenant_id=o.tenant_id,
         run_id=run_id,

@@ -112,6 +112,9 @@ STATUS: Mapping[type[errors.RunControlError], Status] = {
     PayloadTooLarge: Status(413),
     # Over the inline cap: nothing stored, the attempt still open (report a reference).
     E.ResultTooLarge: Status(413),
+    # Streamed output past its bounds (docs/streaming.md): a chunk, or the attempt's total.
+    E.OutputChunkTooLarge: Status(413),
+    E.OutputLimitExceeded: Status(413, "RESOURCE_EXHAUSTED"),
     TooManySubscribers: Status(429, "RESOURCE_EXHAUSTED"),
     RateLimited: Status(429, "RESOURCE_EXHAUSTED"),
     Overloaded: Status(503, "UNAVAILABLE"),

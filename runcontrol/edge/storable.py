@@ -3,8 +3,7 @@
 Text with a NUL character or a lone surrogate cannot be stored (PostgreSQL refuses both in
 ``text`` and ``jsonb``), numbers have a column's range, documents a depth. Input beyond them
 is the sender's error at the edge (422 / ``INVALID_ARGUMENT``), never a database error later.
-The HTTP models (``schemas.api``) and the outside commands' builders (``edge.commands``) take
-their bounds from here.
+The limits themselves are stated in ``domain.limits``.
 """
 
 from __future__ import annotations
@@ -12,13 +11,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..domain.limits import MAX_DEPTH
+
 UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-MAX_DEPTH = 32  # how deep a JSON document may nest
-MAX_NAME = 200  # an id or a name (a workflow, a release, a signal ...)
-MAX_REASON = 2000  # a reason, a description
-MAX_BIGINT = 2**63 - 1  # a version, a sequence number, a feed position (int8)
-MAX_MINUTES = 10 * 366 * 24 * 60  # ten years: keeps deadlines and the int4 column in range
-MAX_COST_USD = 1e12
 
 
 def storable(value: str) -> str:

@@ -5,15 +5,17 @@ from __future__ import annotations
 import logging
 import random
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 from uuid import UUID
 
 from ..clock import Clock
+from ..commands import Command
 from ..domain import CommandContext, Event, Options, RunAggregate
 from ..ports import Budget, Capacity, PolicyStore, ReleaseRegistry
-from ..store.commit import GroupCommit, Store
+from ..store.commit import Answer, GroupCommit, Store
+from ..store.output import OutputWriter
 from ..workers.grants import Credits
 
 log = logging.getLogger("runcontrol.grain")
@@ -42,10 +44,16 @@ class GrainEnv:
     # Told, after a commit, of the runs a ``cancel-oldest`` limit wants cancelled (tenant, run,
     # reason, the run asking): a run host sends each a CancelRun through its router.
     cancel_runs: Callable[[str, UUID, str, UUID], None] | None = None
-    commits: GroupCommit = field(init=False)
+    # Sends a command to another run's grain (a run host's router): a parent's to its child
+    # runs, a child's end to its parent (issue 32). None: no other run is reachable.
+    send: Callable[[Command[Any]], Awaitable[Any]] | None = None
+    commits: GroupCommit[Answer] = field(init=False)
+    # Streamed output's fenced inserts, grouped as the commits are (``store.output``).
+    output: OutputWriter = field(init=False)
 
     def __post_init__(self) -> None:
         self.commits = GroupCommit(self.store.send)
+        self.output = OutputWriter(self.store)
 
     def context(self, actor: str, command_id: str | None = None) -> CommandContext:
         return CommandContext(

@@ -124,7 +124,7 @@ class RunGrain:
         if agg.run.budget_reservation_id is None or not dispatchable_steps(agg, ctx.now):
             return None
         gate = FlowGate(self.env.capacity.max_open_attempts_per_tenant, self.flow_denied)
-        attempts = start_ready(agg, ctx, gate, self.admits)
+        attempts = start_ready(agg, ctx, gate, self.admits, self.env.options)
         for attempt in attempts:  # each to a credit waiting for its agent, if one is
             self._fuse(agg, ctx, attempt, agg.step(attempt.step_id).agent_id)
         return attempts[0] if attempts else None

@@ -16,10 +16,12 @@ from uuid import UUID
 
 from ..commands import (
     DECLARATIONS,
+    AppendOutput,
     Command,
     ConsumeRateLimit,
     DispatchRun,
     OpenAttempts,
+    ReportToParent,
     RerunRun,
     StartRun,
     SubmitRun,
@@ -28,8 +30,10 @@ from ..commands import (
 )
 from ..declaration import AfterCommit
 from ..domain import Attempt, CommandContext, RateConsumed, RunAggregate, RunState
+from ..domain.output import OutputAck
 from ..domain.run.approvals import expire_approval
 from ..domain.run.cancellation import enforce_deadlines
+from ..domain.run.children import redrive_children
 from ..domain.run.outcomes import expire_lease
 from ..domain.run.tool_calls import expire_tool_calls
 from ..domain.run.usage import rate_draw
@@ -37,6 +41,7 @@ from ..domain.run.waits import fire_due_waits
 from ..store import rates
 from . import submission
 from .bus import HANDLERS, Committed, Handler, subscribe
+from .children import report_to_parent
 from .decision import decide
 from .env import Plan
 from .grain import RunGrain
@@ -55,6 +60,12 @@ async def dispatch(g: RunGrain, command: DispatchRun) -> Attempt | None:
 async def open_attempts(g: RunGrain, command: OpenAttempts) -> list[UUID]:
     """Ids of the run's non-terminal attempts (a read of the activation's cache)."""
     return [a.attempt_id for a in (await g.load_cached()).open_attempts()]
+
+
+async def append_output(g: RunGrain, command: AppendOutput) -> OutputAck:
+    """Streamed output: its own fenced insert (``store.output``), grouped with the other
+    writes ready on the host; nothing of the run is read, decided or committed."""
+    return await g.env.output.append(command)
 
 
 async def wake(g: RunGrain, command: WakeRun) -> WakeResult:
@@ -77,6 +88,7 @@ async def wake(g: RunGrain, command: WakeRun) -> WakeResult:
             return WakeResult(stopped=stopped, tool_calls_expired=calls)
         leases = sum(1 for attempt_id in list(a.leases) if expire_lease(a, c, attempt_id, options))
         fire_due_waits(a, c, options)  # a wait step's timer, once
+        redrive_children(a, c, options)  # an open child's check
         approvals = 0
         if policy is not None:
             approvals = sum(
@@ -147,6 +159,8 @@ SPECIAL: Mapping[type[Command[Any]], Handler] = {
     DispatchRun: dispatch,
     OpenAttempts: open_attempts,
     WakeRun: wake,
+    AppendOutput: append_output,
+    ReportToParent: report_to_parent,
 }
 
 

@@ -93,6 +93,9 @@ async def accept(grain: RunGrain, command: SubmitRun, also: Also | None = None) 
         correlation_id=request.correlation_id,
         input=request.input,
         priority=request.priority,
+        parent_run_id=None if request.parent is None else request.parent.run_id,
+        parent_step_id=None if request.parent is None else request.parent.step_id,
+        depth=0 if request.parent is None else request.parent.depth,
     )
     grain.flow_denied = {}
     try:

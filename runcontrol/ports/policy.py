@@ -7,7 +7,7 @@ from typing import Any, Protocol
 
 from sqlalchemy import Connection, func, select, text
 
-from ..domain import ExpiryAction, PolicyDocument, Role, SideEffectClass, errors
+from ..domain import ExpiryAction, PolicyDocument, Role, SideEffectClass, errors, limits
 from ..domain.rates import RateLimits
 from ..store.commit import Store
 from ..store.database import Database
@@ -57,43 +57,47 @@ def document_from_dict(policy_id: str, revision: str, data: dict[str, Any]) -> P
             f"unknown policy fields: {', '.join(unknown)} (known: {', '.join(sorted(FIELDS))})"
         )
     try:
-        assignees = data.get("assignees") or []
-        if not isinstance(assignees, list) or not all(
-            isinstance(a, str) and a.strip() for a in assignees
-        ):
-            raise ValueError("assignees must be a list of subjects")
+        assignees = _list(data, "assignees", [])
+        if len(assignees) > limits.MAX_ASSIGNEES:
+            raise ValueError(f"assignees names at most {limits.MAX_ASSIGNEES} subjects")
         expiry_hours = data.get("expiryHours")
-        if expiry_hours is not None and (
-            isinstance(expiry_hours, bool) or not isinstance(expiry_hours, int | float)
-        ):
-            raise ValueError("expiryHours must be a number")
+        if expiry_hours is not None:
+            limits.number(expiry_hours, "expiryHours", 0, limits.MAX_EXPIRY_HOURS, above=True)
         return PolicyDocument(
             policy_id=policy_id,
             revision=revision,
             approval_required_for=frozenset(
                 SideEffectClass(c)
-                for c in data.get("approvalRequiredFor", _DEFAULTS["approvalRequiredFor"])
+                for c in _list(data, "approvalRequiredFor", _DEFAULTS["approvalRequiredFor"])
             ),
             approver_roles=frozenset(
-                Role(r) for r in data.get("approverRoles", _DEFAULTS["approverRoles"])
+                Role(r) for r in _list(data, "approverRoles", _DEFAULTS["approverRoles"])
             ),
-            required_approvals=_count(data, "requiredApprovals", 1),
-            assignees=frozenset(assignees),
+            required_approvals=limits.integer(
+                data.get("requiredApprovals", 1), "requiredApprovals", 1, limits.MAX_APPROVALS
+            ),
+            assignees=frozenset(limits.name(a, "assignees[]") for a in assignees),
             expiry_hours=expiry_hours,
             expiry_action=ExpiryAction(data.get("expiryAction", "fail")),
-            max_re_requests=_count(data, "maxReRequests", 3),
+            max_re_requests=limits.integer(
+                data.get("maxReRequests", 3), "maxReRequests", 0, limits.MAX_RE_REQUESTS
+            ),
             rate_limits=(
                 None if data.get("rateLimits") is None else RateLimits.from_dict(data["rateLimits"])
             ),
         )
+    except errors.ValidationFailed as exc:
+        raise errors.ValidationFailed(f"invalid policy document: {exc}", **exc.details) from None
     except (ValueError, TypeError) as exc:
         raise errors.ValidationFailed(f"invalid policy document: {exc}") from None
 
 
-def _count(data: dict[str, Any], name: str, default: int) -> int:
+def _list(data: dict[str, Any], name: str, default: list[str]) -> list[Any]:
     value = data.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer")
+    if value is None:
+        return default
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{name} must be a list of strings")
     return value
 
 

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 from sqlalchemy import Connection, select
 from sqlalchemy.dialects.postgresql import insert
 
-from ..domain import Release, WorkflowDefinition, canonical_hash, errors
+from ..domain import Release, WorkflowDefinition, canonical_hash, errors, limits
 from ..store.commit import Store
 from ..store.database import Database
 from ..store.notify import Listener
@@ -70,6 +70,7 @@ def publish_release(
     immutable release, idempotently (same content, same release), and move ``aliases`` to it,
     in one transaction. The CLI and ``POST /factory/releases`` both come here; every process's
     alias cache hears of the move by NOTIFY (migration 0007)."""
+    aliases = [limits.name(a, "aliases[]", segment=True) for a in aliases]
     content_hash = definition.content_hash
     release_id = release_id_for(tenant_id, definition)
     with db.tenant(tenant_id) as conn:
@@ -99,6 +100,7 @@ def move_alias(
 ) -> Release:
     """Point ``alias`` of ``workflow_id`` at one of its published releases: submissions from
     now on pin that release; runs already accepted keep theirs (invariant 2)."""
+    limits.name(alias, "alias", segment=True)
     with db.tenant(tenant_id) as conn:
         row = conn.execute(
             select(releases).where(

@@ -31,7 +31,16 @@ from ..domain import LeaseGrant, WorkerIdentity, errors
 from ..workers.protocol import MAX_WAIT_S, Answer, Credit, Grant, SessionDown, SessionUp
 from .codec import json_object, json_text, timestamp
 from .status import error_from_rpc, error_from_status, rich_status
-from .table import BY_COMMAND, LEASE, NAMED_ACQUIRE, NAMED_RENEW, RPCS, Rpc, identity
+from .table import (
+    BY_COMMAND,
+    JOURNALED_CALL,
+    LEASE,
+    NAMED_ACQUIRE,
+    NAMED_RENEW,
+    RPCS,
+    Rpc,
+    identity,
+)
 
 # oneof field -> the RPC whose request / response it holds
 SESSION_RPCS: Mapping[str, Rpc] = {r.attr: r for r in RPCS if r.commands}
@@ -132,6 +141,7 @@ def grant_message(grant: Grant) -> pb.SessionGrant:
         claim_id=grant.claim_id,
         lease=lease,
         results_json=json_text(dict(grant.results)) if grant.results else "",
+        calls=[JOURNALED_CALL.encode(c) for c in grant.calls],
     )
     if grant.deadline_at is not None:
         message.deadline_at.CopyFrom(timestamp(grant.deadline_at))
@@ -205,6 +215,7 @@ def grant_from(message: pb.SessionGrant) -> Grant:
         json_object(lease.input_json),
         json_object(message.results_json) or {},
         deadline,
+        tuple(JOURNALED_CALL.decode(c) for c in message.calls),
     )
 
 

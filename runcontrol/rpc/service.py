@@ -38,11 +38,16 @@ from ..edge.auth import Caller, TokenVerifier, watch_scope
 from ..edge.commands import Outside
 from ..edge.errors import InsufficientScope, Unauthorized
 from ..edge.metering import TenantRateLimiter
+from ..edge.unexpected import unexpected
 from ..store import Database
 from ..store import queries as q
+from ..store.commit import EVENTS_CHANNEL
+from ..store.notify import Listener
+from ..store.output import OUTPUT_CHANNEL
 from ..store.tables import runs
 from ..workers.protocol import MAX_WAIT_S, SessionUp
 from . import exchange
+from . import output as output_stream
 from .codec import Codec, json_text, uuid_field
 from .status import DETAILS_KEY, rich_status
 from .table import (
@@ -61,6 +66,7 @@ T = TypeVar("T")
 SERVICE_NAME = "runcontrol.v1.RunControl"
 MAX_CLAIM_WAIT_S = 60.0  # a longer long-poll only ties up the ingress replica's request slot
 REPLAY_BATCH = 500
+WATCH_IDLE_S = 30.0  # the output watchers' LISTEN connection closes after this long unused
 WATCH_POLL_S = 20.0  # one host long-poll of a live WatchRun; the stream itself has no limit
 HEALTH_WATCH_S = 5.0
 
@@ -123,6 +129,13 @@ class RunControlRpc:
         self._drain = drain or Drain(settings.drain.retry_after_seconds)
         # The replica's tenant command rate (shared with its HTTP app): outside commands only.
         self._rate_limiter = rate_limiter or TenantRateLimiter(settings.api)
+        # WatchRun with output: open only while such a stream waits (rpc/output.py).
+        self._watch_listener = Listener(
+            db.app_url,
+            (EVENTS_CHANNEL, OUTPUT_CHANNEL),
+            application_name="runcontrol-grpc-watch",
+            idle_s=WATCH_IDLE_S,
+        )
 
     # ------------------------------------------------------------------ identity
 
@@ -150,7 +163,9 @@ class RunControlRpc:
                 return await work()
         except errors.RunControlError as exc:
             refuse(context, exc)
-            return empty
+        except Exception as exc:  # noqa: BLE001 - logged with an id, answered INTERNAL
+            refuse(context, unexpected(exc, f"gRPC {type(empty).__name__}"))
+        return empty
 
     # ------------------------------------------------------------------ RunControl
 
@@ -277,12 +292,25 @@ class RunControlRpc:
             run, batch = await self._read(caller.tenant_id, read, project)
             if run is None:
                 raise errors.RunNotFound(f"run {run_id} not found", run_id=str(run_id))
-        except errors.RunControlError as exc:
-            code, message, _ = rich_status(exc)
-            context.set_code(code)
-            context.set_details(message)
-            raise StreamRefused(message) from None
+        except Exception as exc:  # noqa: BLE001 - an unexpected one: logged with an id, INTERNAL
+            typed = (
+                exc if isinstance(exc, errors.RunControlError) else unexpected(exc, "gRPC WatchRun")
+            )
+            refuse(context, typed)  # its status, message and typed detail
+            raise StreamRefused(typed.message) from None
         tenant_id = caller.tenant_id
+        if request.include_output:
+            output = output_stream.watch_with_output(
+                self._watch_listener,
+                lambda query: self._read(tenant_id, query, project),
+                run_id,
+                cursor,
+                max(request.after_output_position, 0),
+            )
+            async for found in output:
+                if found is not None:
+                    yield found
+            return
         while True:
             for event in batch:
                 cursor = event["seq"]

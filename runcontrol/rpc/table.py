@@ -28,14 +28,17 @@ from ..domain import (
     ApprovalRequest,
     Attempt,
     Event,
+    JournaledCall,
     LeaseGrant,
     ProgressAck,
     RateConsumed,
+    RecordedCall,
     ToolCallClaim,
     WorkerIdentity,
     errors,
 )
 from ..domain.access import RUNS_READ, RUNS_WRITE, RUNTIME
+from ..domain.output import OutputAck
 from ..edge import commands as outside
 from ..edge.commands import Outside
 from .codec import Codec, json_text, uuid_field
@@ -49,8 +52,15 @@ PROGRESS_ACK = Codec(ProgressAck, pb.ReportProgressResponse)
 TOOL_CALL = Codec(ToolCallClaim, pb.ToolCallResponse)
 SIGNAL = Codec(SignalResult, pb.SendSignalResponse)
 RATE_CONSUMED = Codec(RateConsumed, pb.ConsumeRateLimitResponse)
+RECORDED_CALL = Codec(RecordedCall, pb.RecordCallResponse)
+# what a grant carries of its step's journaled calls
+JOURNALED_CALL = Codec(JournaledCall, pb.JournaledCall)
+OUTPUT_ACK = Codec(OutputAck, pb.AppendOutputResponse)
 # Event.body, the typed payload, is memory only: the wire carries the payload it serialises to.
-EVENT = Codec(Event, pb.RunEvent, rename={"event_type": "type"}, supplied=("body",))
+# ``output``: a chunk of streamed output WatchRun interleaves on request (``rpc.output``).
+EVENT = Codec(
+    Event, pb.RunEvent, rename={"event_type": "type"}, supplied=("body",), extra=("output",)
+)
 
 # ---------------------------------------------------------------------- the requests
 
@@ -237,6 +247,8 @@ REPLIES: Mapping[Any, Codec[Any] | tuple[Answer, Result]] = {
     ProgressAck: PROGRESS_ACK,
     ToolCallClaim: TOOL_CALL,
     RateConsumed: RATE_CONSUMED,
+    RecordedCall: RECORDED_CALL,
+    OutputAck: OUTPUT_ACK,
 }
 
 # The lease RPC carries two commands; every other worker command's row is its declaration's.

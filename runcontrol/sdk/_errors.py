@@ -39,6 +39,25 @@ class Uncertain(AgentError):
     failure_class = FailureClass.UNCERTAIN
 
 
+class CallFailed(AgentError):
+    """A journaled call's function (``step.run``) ended in a final error, which is stored
+    with the run: raised by ``step.run`` in the execution that called the function (from the
+    function's exception) and in every later execution of the step, which does not call it
+    again. Final: an ``AgentError`` that is not ``Transient`` (``Permanent``, ``Uncertain``,
+    your own subclasses); it keeps the failure class of the error it stands for.
+    ``error_type`` and ``error_message`` are that error's class name and message."""
+
+    def __init__(self, name: str, occurrence: int, error: dict[str, str]) -> None:
+        self.name = name
+        self.occurrence = occurrence
+        self.error_type = error["type"]
+        self.error_message = error["message"]
+        self.failure_class = FailureClass(error["failure_class"])
+        if self.failure_class is FailureClass.UNCERTAIN:
+            self.outcome = AttemptOutcome.UNCERTAIN
+        super().__init__(f"{name} #{occurrence} failed: {self.error_type}: {self.error_message}")
+
+
 def outcome_of(exc: BaseException) -> tuple[AttemptOutcome, FailureClass]:
     """The outcome and failure class an exception out of an agent function reports."""
     if isinstance(exc, AgentError):

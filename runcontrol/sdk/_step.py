@@ -9,6 +9,8 @@ so a lost answer never becomes a second effect.
 from __future__ import annotations
 
 import asyncio
+import inspect
+import json
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
@@ -24,6 +26,7 @@ from ..commands import (
     CompleteToolCall,
     ConsumeRateLimit,
     HandBackAttempt,
+    RecordCall,
     ReportProgress,
     RequestApproval,
 )
@@ -40,6 +43,9 @@ from ..domain import (
 )
 from ..workers.protocol import Grant
 from ._backoff import Backoff, transient
+from ._calls import MISSING, CallJournal, answered, as_json, final_error, inline, replayed
+from ._errors import CallFailed
+from ._output import OutputStream
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -82,7 +88,8 @@ class ToolCall:
 
     ``proceed``: this attempt holds the claim and must run the call, then ``complete`` it
     with the result. Otherwise the call ran (or was claimed) before: ``status`` says how,
-    ``result_hash`` is the stored result's hash (``completed``), and the call must not run."""
+    ``result_hash`` is the stored result's hash and ``result`` the result (``completed``;
+    None when it was completed with its hash only), and the call must not run."""
 
     def __init__(self, attempt: AttemptContext, call_id: str, claim: ToolCallClaim) -> None:
         self._attempt = attempt
@@ -90,31 +97,38 @@ class ToolCall:
         self.status = claim.status
         self.result_hash = claim.result_hash
         self.error = claim.error
+        self.result: Any = None if claim.result_json is None else json.loads(claim.result_json)
 
     @property
     def proceed(self) -> bool:
         return self.status is ToolCallStatus.PROCEED
 
     async def _complete(self, result: Any) -> str:
-        result_hash = canonical_hash(result)
+        stored, _ = as_json(result)
+        result_hash = canonical_hash(stored)
         answer = await self._attempt.send(
             CompleteToolCall(
-                **self._attempt.fenced(), call_id=self.call_id, result_hash=result_hash
+                **self._attempt.fenced(),
+                call_id=self.call_id,
+                result_hash=result_hash,
+                result=stored,
             )
         )
-        self.status, self.result_hash = answer.status, answer.result_hash
+        self.status, self.result_hash, self.result = answer.status, answer.result_hash, stored
         return result_hash
 
 
 class AsyncToolCall(ToolCall):
     async def complete(self, result: Any) -> str:
-        """Store the hash of the call's result (answers it); only after ``proceed``."""
+        """Store the call's result (JSON) and its hash (answers the hash); only after
+        ``proceed``. A repeat claim of the call gets the result back."""
         return await self._complete(result)
 
 
 class SyncToolCall(ToolCall):
     def complete(self, result: Any) -> str:
-        """Store the hash of the call's result (answers it); only after ``proceed``."""
+        """Store the call's result (JSON) and its hash (answers the hash); only after
+        ``proceed``. A repeat claim of the call gets the result back."""
         return self._attempt.blocking(self._complete(result))
 
 
@@ -142,6 +156,8 @@ class AttemptContext:
         self.stop = asyncio.Event()  # cancelled, or the lease is no longer ours
         self.cancelled = threading.Event()  # what a sync function polls
         self.progress_seq = 0
+        self.calls = CallJournal(grant.calls)
+        self.output = OutputStream(self)  # ``step.stream``
 
     def fenced(self) -> dict[str, Any]:
         lease = self.lease
@@ -227,9 +243,45 @@ class AttemptContext:
             return
         raise errors.RunControlError("progress numbering did not settle")
 
+    async def hand_back(self, reason: str) -> None:
+        await self.output.flush()
+        await self.command(HandBackAttempt, reason=reason)
+
     async def tool_call(self, call_id: str, request: Any) -> ToolCallClaim:
         request_hash = canonical_hash(request)
         return await self.command(ClaimToolCall, call_id=call_id, request_hash=request_hash)
+
+    async def call_stored(self, name: str) -> tuple[int, Any]:
+        """The occurrence of this call of ``name`` in this execution, and the value stored
+        for it (``MISSING``: none yet; a stored final error is raised as ``CallFailed``)."""
+        occurrence = self.calls.next_occurrence(name)
+        stored = self.calls.stored(name, occurrence)
+        if stored is None:
+            return occurrence, MISSING
+        if inline(stored):
+            return occurrence, replayed(name, occurrence, stored.value_json, stored.error)
+        # past the grant's cap: one read of it
+        answer = await self.command(RecordCall, name=name, occurrence=occurrence, read_only=True)
+        return occurrence, replayed(name, occurrence, answer.value_json, answer.error)
+
+    async def call_returned(self, name: str, occurrence: int, value: Any) -> Any:
+        """Record the value the call's function returned: answers it as JSON, or the value
+        another execution stored first."""
+        own, _ = as_json(value)
+        answer = await self.command(RecordCall, name=name, occurrence=occurrence, value=own)
+        return answered(name, occurrence, answer, own)
+
+    async def call_raised(self, name: str, occurrence: int, exc: Exception) -> Any:
+        """The call's function raised ``exc``: a final error is recorded and raised as
+        ``CallFailed`` (or the value another execution stored first is answered); any other
+        is raised as it is, recording nothing."""
+        error = final_error(exc)
+        if error is None:
+            raise exc
+        answer = await self.command(RecordCall, name=name, occurrence=occurrence, error=error)
+        if answer.recorded:
+            raise CallFailed(name, occurrence, error) from exc
+        return replayed(name, occurrence, answer.value_json, answer.error)
 
     async def approval(self, proposal: Any, action_class: SideEffectClass | None) -> Approval:
         proposal_hash = canonical_hash(proposal)
@@ -241,6 +293,7 @@ class AttemptContext:
                 "attempt %s: the proposal changed since it was approved; asking again",
                 self.lease.attempt_id,
             )
+        await self.output.flush()  # parked, the lease ends: what was streamed is stored first
         request = await self.command(
             RequestApproval, proposal_hash=proposal_hash, action_class=action_class
         )
@@ -326,8 +379,38 @@ class Step(_StepBase):
         lease's would (``TimedOut``; ``Uncertain`` for a side-effecting step) and its step is
         retried under its policy, on any worker, without waiting for the lease to expire.
         Does not return: the function ends without an outcome."""
-        await self._attempt.command(HandBackAttempt, reason=reason)
+        await self._attempt.hand_back(reason)
         raise HandedBack(reason)
+
+    async def run(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A journaled call: ``fn(*args, **kwargs)`` (sync or async) the first time, its
+        stored value in every later execution of this step (a re-entry after an approval, a
+        retry, the attempt leased again elsewhere), without calling ``fn``. Keyed by ``name``
+        and how many calls of ``name`` this execution made before (so loops work); answers
+        the value as JSON (it must be JSON, at most ``RunControl:Results:MaxInlineBytes``).
+        ``fn`` runs at least once: a crash after it returns and before its value is stored
+        runs it again; use ``tool_call`` for a side effect that must happen at most once.
+        A final error of ``fn`` (an ``AgentError`` but ``Transient``) is stored too and raised
+        as ``CallFailed`` in every execution (docs/workers.md)."""
+        attempt = self._attempt
+        occurrence, value = await attempt.call_stored(name)
+        if value is not MISSING:
+            return value
+        try:
+            value = fn(*args, **kwargs)
+            if inspect.isawaitable(value):
+                value = await value
+        except Exception as exc:
+            return await attempt.call_raised(name, occurrence, exc)
+        return await attempt.call_returned(name, occurrence, value)
+
+    async def stream(self, chunk: Any) -> None:
+        """Stream ``chunk`` (text, or any JSON value) to the run's readers, after the chunks
+        before it: batched with those that follow within a moment (docs/streaming.md), stored
+        before this attempt's outcome is reported. Returns once queued; raises
+        ``OutputChunkTooLarge`` (over 64 KiB) or ``OutputLimitExceeded`` (the attempt wrote
+        8 MiB), and ends the function (``LeaseLost``) once a write was refused for good."""
+        await self._attempt.output.add(chunk)
 
     async def tool_call(self, call_id: str, request: Any) -> AsyncToolCall:
         """Claim tool call ``call_id`` (one per run) before its side effect: run it only if
@@ -359,8 +442,26 @@ class SyncStep(_StepBase):
         return attempt.blocking(attempt.command(ConsumeRateLimit, name=name, units=units))
 
     def hand_back(self, reason: str) -> NoReturn:
-        self._attempt.blocking(self._attempt.command(HandBackAttempt, reason=reason))
+        self._attempt.blocking(self._attempt.hand_back(reason))
         raise HandedBack(reason)
+
+    def run(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``Step.run``, blocking: ``fn`` runs in this function's thread (an async ``fn`` on
+        the worker's loop)."""
+        attempt = self._attempt
+        occurrence, value = attempt.blocking(attempt.call_stored(name))
+        if value is not MISSING:
+            return value
+        try:
+            value = fn(*args, **kwargs)
+            if inspect.isawaitable(value):
+                value = attempt.blocking(_awaited(value))
+        except Exception as exc:
+            return attempt.blocking(attempt.call_raised(name, occurrence, exc))
+        return attempt.blocking(attempt.call_returned(name, occurrence, value))
+
+    def stream(self, chunk: Any) -> None:
+        self._attempt.blocking(self._attempt.output.add(chunk))
 
     def tool_call(self, call_id: str, request: Any) -> SyncToolCall:
         claim = self._attempt.blocking(self._attempt.tool_call(call_id, request))
@@ -368,3 +469,7 @@ class SyncStep(_StepBase):
 
     def approval(self, proposal: Any, *, action_class: SideEffectClass | None = None) -> Approval:
         return self._attempt.blocking(self._attempt.approval(proposal, action_class))
+
+
+async def _awaited(value: Awaitable[R]) -> R:
+    return await value

@@ -366,6 +366,7 @@ class _Loop:
             freed = True
             if result is None:
                 return
+            await _flush_output(attempt)  # what was streamed is stored before the outcome
             outcome, failure_class, outcome_hash, value = result
             try:
                 await attempt.send(
@@ -404,6 +405,7 @@ class _Loop:
             log.warning("attempt %s: refused: %s (%s)", lease.attempt_id, exc, exc.code)
         finally:
             renewing.cancel()
+            attempt.output.close()
             with contextlib.suppress(BaseException):
                 await renewing
             self.attempts.pop(lease.attempt_id, None)
@@ -535,3 +537,14 @@ def _in_thread(
 
     threading.Thread(target=target, name=f"agent {attempt_id}", daemon=True).start()
     return future
+
+
+async def _flush_output(attempt: AttemptContext) -> None:
+    """Store what the function streamed before its outcome is reported. A stream that failed
+    does not hold the report back: refused for good, the report is refused too; past the
+    attempt's total, the chunks after it are lost and the outcome still counts."""
+    try:
+        await attempt.output.flush()
+    except BaseException as exc:  # noqa: BLE001 - logged by the stream; the report decides
+        if isinstance(exc, asyncio.CancelledError):
+            raise

@@ -112,3 +112,27 @@ def run_graph(
         "nodes": nodes,
         "edges": [{"from": d, "to": n["name"]} for n in nodes for d in n["dependsOn"]],
     }
+
+
+def newest_release(conn: Connection, workflow_id: str) -> tuple[str, WorkflowDefinition] | None:
+    """The workflow's newest release (its id and definition); None when nothing of it is
+    published in this tenant. An A2A agent is its workflow's newest release (issue 31)."""
+    row = conn.execute(
+        select(releases.c.release_id, releases.c.definition)
+        .where(releases.c.workflow_id == workflow_id)
+        .order_by(releases.c.published_at.desc(), releases.c.release_id)
+        .limit(1)
+    ).first()
+    if row is None:
+        return None
+    return row.release_id, WorkflowDefinition.from_dict(row.definition)
+
+
+def agent_workflows(conn: Connection) -> list[str]:
+    """The workflows of this tenant whose newest release is an A2A agent (issue 31)."""
+    newest = (
+        select(releases.c.workflow_id, releases.c.definition)
+        .distinct(releases.c.workflow_id)
+        .order_by(releases.c.workflow_id, releases.c.published_at.desc(), releases.c.release_id)
+    )
+    return [row.workflow_id for row in conn.execute(newest) if "agent" in row.definition]

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, Generic, TypeVar
 from uuid import UUID
 
 import orjson
@@ -27,6 +27,7 @@ from sqlalchemy import Table
 from ..domain import AuditRecord, Options, RunAggregate, errors, model
 from ..domain.events import AttemptDispatched, AttemptResumed
 from ..domain.flow import lock_order
+from ..json_dumps import dumps
 from . import answers, rows
 from .notify import libpq_url
 from .tables import (
@@ -35,6 +36,7 @@ from .tables import (
     attempt_results,
     attempts,
     cancellation_intents,
+    journaled_calls,
     leases,
     runs,
     steps,
@@ -110,7 +112,7 @@ def _json_default(value: Any) -> Any:
 
 
 def _dumps(doc: dict[str, Any]) -> str:
-    text = orjson.dumps(doc, default=_json_default).decode()
+    text = dumps(doc, _json_default).decode()
     if "\\u0000" in text and _NUL.search(text):
         # PostgreSQL text cannot hold NUL. Refused here, the command fails alone; sent, it
         # would fail every document of its group.
@@ -155,6 +157,8 @@ def prepare(
         ]
     if changes.results:
         doc["results"] = [rows.to_row(r) for r in changes.results]
+    if changes.calls:
+        doc["calls"] = [rows.to_row(c) for c in changes.calls]
     if changes.leases:
         doc["leases"] = [rows.to_row(x) for x in changes.leases.values()]
     if changes.tool_calls:
@@ -286,6 +290,7 @@ _LOAD = (
     (cancellation_intents, _select(cancellation_intents, "run_id = %s")),
     (tool_calls, _select(tool_calls, "run_id = %s")),
     (attempt_results, _select(attempt_results, "run_id = %s")),
+    (journaled_calls, _select(journaled_calls, "run_id = %s")),
 )
 _ANSWERED = "SELECT command_id FROM command_answers WHERE run_id = %s AND created_at >= %s"
 _STORED_ANSWER = (
@@ -420,6 +425,7 @@ class Store:
             intent,
             call,
             result,
+            journaled,
             answered,
         ) = await self.read(tenant_id, queries)
         if not run:
@@ -434,6 +440,7 @@ class Store:
             [rows.from_row(model.CancellationIntent, r) for r in intent],
             [rows.from_row(model.ToolCall, r) for r in call],
             [rows.from_row(model.AttemptResult, r) for r in result],
+            [rows.from_row(model.JournaledCall, r) for r in journaled],
         )
         return agg, {r["command_id"] for r in answered}
 
@@ -494,17 +501,18 @@ class Store:
 
 # ---------------------------------------------------------------------- group commit
 
-Sender = Callable[[list[str]], Awaitable[list[Answer]]]
+A = TypeVar("A")  # what the statement answers per document (``Answer`` for runcontrol_apply)
+Sender = Callable[[list[str]], Awaitable[list[A]]]
 
 
 @dataclass(eq=False, slots=True)
-class _Slot:
+class _Slot(Generic[A]):
     key: str
     doc: str
-    answer: asyncio.Future[Answer]
+    answer: asyncio.Future[A]
 
 
-class GroupCommit:
+class GroupCommit(Generic[A]):
     """Every document committed on one event loop at the same moment, in one statement.
 
     ``commit(doc, key)`` queues the document; the queue leaves on the next turn of the loop
@@ -516,16 +524,18 @@ class GroupCommit:
     command. A whole group that failed (a lost connection) fails each of its callers with the
     sender's error."""
 
-    def __init__(self, send: Sender, *, max_group: int = MAX_GROUP, max_in_flight: int = 2) -> None:
+    def __init__(
+        self, send: Sender[A], *, max_group: int = MAX_GROUP, max_in_flight: int = 2
+    ) -> None:
         self._send = send
         self._max_group = max_group
         self._max_in_flight = max_in_flight
-        self._queue: list[_Slot] = []
+        self._queue: list[_Slot[A]] = []
         self._in_flight = 0
         self._scheduled = False
 
-    async def commit(self, doc: str, key: str) -> Answer:
-        slot = _Slot(key, doc, asyncio.get_running_loop().create_future())
+    async def commit(self, doc: str, key: str) -> A:
+        slot: _Slot[A] = _Slot(key, doc, asyncio.get_running_loop().create_future())
         self._queue.append(slot)
         self._kick()
         return await slot.answer
@@ -544,7 +554,7 @@ class GroupCommit:
             self._in_flight += 1
             loop.create_task(self._commit(group))
 
-    async def _commit(self, group: list[_Slot]) -> None:
+    async def _commit(self, group: list[_Slot[A]]) -> None:
         group.sort(key=lambda s: s.key)
         try:
             found = await self._send([s.doc for s in group])

@@ -146,6 +146,7 @@ MAPPERS: dict[type[Any], _Mapper] = {
         # the step's agent, for claims
         _Mapper(model.Attempt, tables.attempts, supplied=("agent_id",)),
         _Mapper(model.AttemptResult, tables.attempt_results),
+        _Mapper(model.JournaledCall, tables.journaled_calls),
         _Mapper(model.Lease, tables.leases),
         _Mapper(model.ApprovalRequest, tables.approval_requests),
         _Mapper(model.ApprovalDecision, tables.approval_decisions),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    CheckConstraint,
     Column,
     DateTime,
     ForeignKey,
@@ -22,7 +23,18 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import DOUBLE_PRECISION, JSONB, UUID
 
+from ..domain.limits import MAX_NAME, MAX_WORKFLOW_ID
+
 metadata = MetaData()
+
+
+def length_check(table: str, column: str, limit: int) -> CheckConstraint:
+    """The database's side of a limit publication checks (``domain/limits.py``, migration
+    0025): ``column`` holds 1 to ``limit`` characters."""
+    return CheckConstraint(
+        f"char_length({column}) BETWEEN 1 AND {limit}", name=f"ck_{table}_{column}"
+    )
+
 
 TZ = DateTime(timezone=True)
 # Invariant 2: what a run is pinned to at acceptance never changes. The run's writer leaves these
@@ -72,10 +84,21 @@ runs = Table(
     # flow control (0017): the run's priority and its workflow-wide concurrency keys
     Column("priority", Integer, nullable=False, server_default=text("3"), info=PIN),
     Column("flow", JSONB, info=PIN),
+    # child runs (0024): the run and step that started it, and its depth
+    Column("parent_run_id", UUID(as_uuid=True), info=PIN),
+    Column("parent_step_id", UUID(as_uuid=True), info=PIN),
+    Column("depth", Integer, nullable=False, server_default=text("0"), info=PIN),
     UniqueConstraint("tenant_id", "project_id", "idempotency_key", name="uq_runs_idempotency"),
     Index("ix_runs_list", "tenant_id", "created_at", "run_id"),
     Index("ix_runs_state", "tenant_id", "state", "created_at"),
     Index("ix_runs_workflow", "tenant_id", "workflow_id", "created_at"),
+    Index(
+        "ix_runs_parent",
+        "tenant_id",
+        "parent_run_id",
+        "created_at",
+        postgresql_where=text("parent_run_id IS NOT NULL"),
+    ),
     Index(
         "ix_runs_due",
         "next_due_at",
@@ -112,6 +135,10 @@ steps = Table(
     # the rate-limit buckets its dispatch draws on, and why a Pending step is held (0018)
     Column("rate_limits", JSONB),
     Column("held", JSONB),
+    # issue 32 (0024): its condition, a step-no-worker-executes' result, a run step's child
+    Column("condition", Text),
+    Column("result_json", Text),
+    Column("child", JSONB),
     UniqueConstraint("run_id", "ordinal", name="uq_steps_ordinal"),
     Index("ix_steps_held", "tenant_id", postgresql_where=text("held IS NOT NULL")),
 )
@@ -246,6 +273,24 @@ approval_decisions = Table(
 )
 
 # Tool calls claimed before their side effect, at most once per run and call id (0009).
+# Journaled calls (``step.run``, 0021): the first value recorded per (run, step, name,
+# occurrence), insert-only; the primary key keeps one value per key at the database level too.
+journaled_calls = Table(
+    "journaled_calls",
+    metadata,
+    Column("run_id", UUID(as_uuid=True), ForeignKey("runs.run_id"), primary_key=True),
+    Column("step_id", UUID(as_uuid=True), ForeignKey("steps.step_id"), primary_key=True),
+    Column("name", Text, primary_key=True),
+    Column("occurrence", Integer, primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("attempt_id", UUID(as_uuid=True), ForeignKey("attempts.attempt_id"), nullable=False),
+    Column("fencing_token", BigInteger, nullable=False),
+    Column("value_hash", Text, nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+    Column("recorded_at", TZ, nullable=False),
+    Column("value_json", Text),
+    Column("error", JSONB),
+)
 tool_calls = Table(
     "tool_calls",
     metadata,
@@ -263,6 +308,8 @@ tool_calls = Table(
     Column("result_hash", Text),
     Column("completed_at", TZ),
     Column("error", Text),
+    # the result's canonical JSON, stored by a completion that sends it (0021)
+    Column("result_json", Text),
     # At most once, at the database level too: one claim per run and call id.
     UniqueConstraint("run_id", "call_id", name="uq_tool_calls_call"),
 )
@@ -365,6 +412,7 @@ releases = Table(
     Column("published_by", Text, nullable=False),
     Column("published_at", TZ, nullable=False),
     UniqueConstraint("tenant_id", "workflow_id", "content_hash", name="uq_releases_content"),
+    length_check("releases", "workflow_id", MAX_WORKFLOW_ID),
 )
 
 release_aliases = Table(
@@ -376,6 +424,8 @@ release_aliases = Table(
     Column("release_id", Text, ForeignKey("releases.release_id"), nullable=False),
     Column("moved_at", TZ, nullable=False),
     PrimaryKeyConstraint("tenant_id", "workflow_id", "alias"),
+    length_check("release_aliases", "workflow_id", MAX_WORKFLOW_ID),
+    length_check("release_aliases", "alias", MAX_NAME),
 )
 
 policies = Table(
@@ -456,6 +506,41 @@ rate_buckets = Table(
     Column("burst", DOUBLE_PRECISION, nullable=False),
     Column("updated_at", TZ, nullable=False),
     PrimaryKeyConstraint("tenant_id", "bucket"),
+)
+
+# Streamed output (0022, docs/streaming.md): each chunk a lease holder wrote, by its position
+# in the run (gap-free, in commit order: the readers' cursor); ``seq`` numbers it in its attempt
+# and (``fencing_token``, ``lease_seq``) is the holder's own number, what a resend repeats.
+# Written only by ``runcontrol_append_output``; kept as long as the event history.
+output_chunks = Table(
+    "output_chunks",
+    metadata,
+    Column("run_id", UUID(as_uuid=True), nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("attempt_id", UUID(as_uuid=True), nullable=False),
+    Column("step_id", UUID(as_uuid=True), nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("fencing_token", BigInteger, nullable=False),
+    Column("lease_seq", BigInteger, nullable=False),
+    Column("attempt_bytes", BigInteger, nullable=False),  # the attempt's total up to this one
+    Column("text", Text),
+    Column("data_json", Text),  # canonical JSON text (jsonb would rewrite its numbers)
+    Column("written_at", TZ, nullable=False),
+    PrimaryKeyConstraint("run_id", "position"),
+    UniqueConstraint("attempt_id", "seq", name="uq_output_chunks_seq"),
+    Index("ix_output_chunks_written", "written_at"),
+)
+
+# The last output position of each run that streamed: its row lock orders the run's writes.
+output_heads = Table(
+    "output_heads",
+    metadata,
+    Column("run_id", UUID(as_uuid=True), primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("updated_at", TZ, nullable=False),
+    Index("ix_output_heads_updated", "updated_at"),
 )
 
 # Events out (0010): the tenant-wide feed position of each published event, webhook
@@ -586,7 +671,13 @@ TENANT_TABLES = tuple(metadata.tables)
 APPEND_ONLY_TABLES = ("recovery_journal", "audit_log", "approval_decisions", "cancellation_intents")
 # The app role adds rows to these and never changes them (command answers: the system role
 # prunes them past the resend window).
-INSERT_ONLY_TABLES = (*APPEND_ONLY_TABLES, "command_answers", "attempt_results")
+INSERT_ONLY_TABLES = (
+    *APPEND_ONLY_TABLES,
+    "command_answers",
+    "attempt_results",
+    "journaled_calls",
+    "output_chunks",
+)
 # The write path only adds rows to these: their writers insert, never upsert (the relay marks
 # outbox rows published on the system path).
 APPENDED_TABLES = (*INSERT_ONLY_TABLES, "outbox")

@@ -51,6 +51,7 @@ WRITTEN = (
     "steps",
     "attempts",
     "attempt_results",
+    "journaled_calls",
     "leases",
     "tool_calls",
     "approval_requests",

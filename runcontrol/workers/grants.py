@@ -67,7 +67,9 @@ def grant(claim_id: str, agg: RunAggregate, lease: LeaseGrant, options: Options 
     run = agg.run
     deadline = agg.deadline(options) if options is not None else None
     results = agg.grant_results(lease.attempt_id)
-    return Grant(claim_id, run.tenant_id, lease, run.input, results, deadline)
+    max_bytes = (options or Options()).calls_grant_max_bytes
+    calls = agg.grant_calls(lease.attempt_id, max_bytes)
+    return Grant(claim_id, run.tenant_id, lease, run.input, results, deadline, calls)
 
 
 def fuse(

@@ -45,7 +45,7 @@ from typing import Any, Protocol
 from uuid import UUID
 
 from ..commands import Command
-from ..domain import LeaseGrant
+from ..domain import JournaledCall, LeaseGrant
 
 # Longest a host holds an exchange with nothing to say (the worker asks for less).
 MAX_WAIT_S = 30.0
@@ -79,6 +79,9 @@ class Grant:
     # earlier: ``RunAggregate.deadline``); None for a grant found again in the store by its
     # claim id after its host restarted.
     deadline_at: datetime | None = None
+    # The journaled calls its step recorded (``step.run``), oldest first; past the grant's
+    # cap (RunControl:Calls:GrantMaxBytes) a call comes without its value, read when needed.
+    calls: tuple[JournaledCall, ...] = ()
 
     def fenced(self) -> dict[str, Any]:
         """The fields a fenced command takes from this grant's lease:

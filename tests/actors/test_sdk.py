@@ -256,27 +256,42 @@ def start_worker(h: RayHarness, marks: Path, holder: str) -> subprocess.Popen[by
     )
 
 
-def test_a_worker_process_killed_mid_step_and_restarted_completes_the_run(
-    h: RayHarness, tmp_path: Path
-) -> None:
-    h.publish({"name": "slow", "agentId": "slow"}, {"name": "quick", "agentId": "quick"})
-    first = start_worker(h, tmp_path, "sdk-kill-1")
+def killed_and_restarted(
+    h: RayHarness,
+    start: Callable[[str], subprocess.Popen[bytes]],
+    marks: Path,
+    mark: str,
+    holder: str,
+) -> UUID:
+    """Submit a run, SIGKILL the worker process ``start`` made once a file ``mark`` shows in
+    ``marks`` (mid-step: its lease is left to expire), start another: answers the run once
+    it completed."""
+    first = start(f"{holder}-1")
     second: subprocess.Popen[bytes] | None = None
 
     async def scenario() -> UUID:
         nonlocal second
         run_id = (await h.submit()).run_id
-        await poll(lambda: list(tmp_path.glob("started-*")), "the slow step to start", timeout=60)
-        first.send_signal(signal.SIGKILL)  # mid-step: its lease is left to expire
+        await poll(lambda: list(marks.glob(mark)), f"a file {mark}", timeout=60)
+        first.send_signal(signal.SIGKILL)
         first.wait(10)
-        second = start_worker(h, tmp_path, "sdk-kill-2")
+        second = start(f"{holder}-2")
         await h.wait_type(run_id, "RunCompleted", timeout=90)
         return run_id
 
     try:
-        run_id = run_async(scenario(), timeout=150)
+        return run_async(scenario(), timeout=150)
     finally:
         stop_processes(first, second)
+
+
+def test_a_worker_process_killed_mid_step_and_restarted_completes_the_run(
+    h: RayHarness, tmp_path: Path
+) -> None:
+    h.publish({"name": "slow", "agentId": "slow"}, {"name": "quick", "agentId": "quick"})
+    run_id = killed_and_restarted(
+        h, lambda holder: start_worker(h, tmp_path, holder), tmp_path, "started-*", "sdk-kill"
+    )
     h.assert_consistent(run_id)
     per_attempt = outcomes_per_attempt(h, run_id)
     assert set(per_attempt.values()) == {1}, per_attempt

@@ -28,4 +28,18 @@ async def quick(step: Step) -> dict[str, Any]:
     return {"quick": True}
 
 
+@worker.agent(os.environ.get("SDK_TEST_STREAM", "stream"))
+async def stream(step: Step) -> int:
+    """Streams a chunk every 10 ms and marks how many the store acknowledged (every 20): a
+    test kills its process meanwhile. A retry streams 50 and ends."""
+    output = step._attempt.output  # its flush answers once the store has every chunk queued
+    for i in range(50 if step.attempt > 1 else 100_000):
+        await step.stream(f"{step.attempt}:{i}")
+        if i % 20 == 19:
+            await output.flush()
+            (MARKS / f"acked-{step.attempt_id}").write_text(str(i + 1))
+        await asyncio.sleep(0.01)
+    return step.attempt
+
+
 not_a_worker = object()

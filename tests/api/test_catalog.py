@@ -5,6 +5,7 @@ nothing; a moved alias changes only later submissions; a run's graph; ``Prefer: 
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -172,6 +173,18 @@ def test_prefer_wait_answers_with_the_terminal_run_or_the_usual_202(t: TenantVie
     assert done.status_code == 200, done.text
     assert done.headers["Preference-Applied"] == "wait"
     assert done.json()["state"] == "Completed" and done.json()["runId"] == first.json()["runId"]
+
+
+@pytest.mark.parametrize("prefer", ["wait=inf", "wait=1e309", "wait=nan", "wait=5, " + "x" * 300])
+def test_a_preference_the_server_cannot_honour_is_ignored(t: TenantView, prefer: str) -> None:
+    """Issue 34: ``wait=inf`` waited the whole cap (30 s) and a Prefer header over 200
+    characters refused the submission (422); both are ignored (RFC 7240): the usual 202."""
+    admin(t).post("/factory/releases", json={"definition": definition(t, {"name": "only"})})
+    started = time.monotonic()
+    response = submit(t, Prefer=prefer)
+    assert response.status_code == 202, response.text
+    assert "Preference-Applied" not in response.headers
+    assert time.monotonic() - started < 10  # not the 30 s cap
 
 
 def test_the_cli_publishes_through_the_api_with_url(

@@ -5,6 +5,9 @@ errors, and ``tail`` resuming with ``Last-Event-ID``."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -226,3 +229,44 @@ def test_ops_suspend_and_resume_round_trip(t, env, capsys, monkeypatch) -> None:
     )
     assert code == 0, err
     assert json.loads(out)["suspended"] is False and t.run(run_id)["suspended"] is False
+
+
+def test_the_rough_edges_a_new_user_met(t, env, capsys, monkeypatch) -> None:
+    """Issue 34: ``runs submit`` needs no limits (the API does not), ``runs tail`` shows what a
+    RunStateChanged changed, ``approvals`` alone lists, and piping into ``head`` is quiet."""
+    t.publish()
+    token = t.token("alice", Role.REQUESTER)
+    code, out, err = cli(
+        capsys, monkeypatch, token, "runs", "submit", "--workflow", t.workflow,
+        "--model-profile", "code-agent", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    run_id = json.loads(out)["runId"]
+    t.succeed(t.claim(run_id))
+    t.wait_state(run_id, "Completed")
+    code, out, _ = cli(capsys, monkeypatch, token, "runs", "tail", run_id)
+    changes = [line for line in out.splitlines() if "RunStateChanged" in line]
+    assert changes and all(" -> " in line for line in changes), out
+    assert any("Running -> Completed" in line for line in changes), out
+
+    reviewer = t.token("rita", Role.REVIEWER)
+    code, out, err = cli(capsys, monkeypatch, reviewer, "approvals")
+    assert code == 0, err
+    listed = cli(capsys, monkeypatch, reviewer, "approvals", "list")
+    assert (code, out) == listed[:2]
+
+    read, write = os.pipe()
+    os.close(read)  # the reader (head) has gone
+    try:
+        ended = subprocess.run(
+            [sys.executable, "-m", "runcontrol.cli", "runs", "list"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "RUNCONTROL_TOKEN": token},
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write)
+    assert b"Traceback" not in ended.stderr and b"BrokenPipe" not in ended.stderr, ended.stderr
+    assert ended.returncode == 141

@@ -72,7 +72,7 @@ def test_a_bad_step_rate_limit_is_422_and_publishes_nothing(t: TenantView) -> No
     steps = [{"name": "only", "agentId": t.agent, "rateLimits": [{"name": "tok", "units": -1}]}]
     body = {"definition": {"workflowId": t.workflow, "steps": steps}}
     problem = assert_problem(admin(t).post("/factory/releases", json=body), 422)
-    assert "rateLimits units must be a positive number" in problem["detail"], problem
+    assert "rateLimits units must be a number above 0" in problem["detail"], problem
     assert_problem(t.requester().get(f"/factory/workflows/{t.workflow}"), 404)
 
 

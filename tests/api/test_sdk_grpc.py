@@ -21,7 +21,11 @@ from runcontrol.sdk import Backoff, Step, Worker, token_identity
 
 
 def serve_over_grpc(
-    g: GrpcTenant, grpc_port: int, worker: Worker, scenario: Callable[[], Awaitable[None]]
+    g: GrpcTenant,
+    grpc_port: int,
+    worker: Worker,
+    scenario: Callable[[], Awaitable[None]],
+    timeout: float = 90,
 ) -> None:
     token = g.worker_token()
 
@@ -29,7 +33,7 @@ def serve_over_grpc(
         transport = GrpcSessionTransport(f"127.0.0.1:{grpc_port}", token)
         task = asyncio.create_task(worker.run(transport, token_identity(token, "sdk-g")))
         try:
-            async with asyncio.timeout(90):
+            async with asyncio.timeout(timeout):
                 await scenario()
         finally:
             worker.stop()

@@ -114,3 +114,18 @@ def test_a_signal_over_grpc_is_the_same_command(t: TenantView, g: Any) -> None:
     assert t.wait_state(run_id, "Completed")["state"] == "Completed"
     late = pb.SendSignalRequest(run_id=run_id, name="go", body_json="{}", command_id="c2")
     assert sender.refused("SendSignal", late).reason == "run-terminal"
+
+
+def test_a_signal_without_a_body_is_refused_and_the_real_one_is_taken(t: TenantView) -> None:
+    """Issue 34: a signal with no body was delivered (the step succeeded with null) and the
+    real one then got 409."""
+    publish(t, {"name": "go", "kind": "signal"})
+    run_id = t.submit()
+    t.wait_state(run_id, "Running")
+    empty = t.requester().post(
+        f"/factory/runs/{run_id}/signals/go", headers={"Idempotency-Key": "empty"}
+    )
+    assert_problem(empty, 422, "validation-failed")
+    real = send(t, run_id, "go", {"approved": True})
+    assert real.status_code == 202 and real.json()["delivered"] is True, real.text
+    assert t.wait_state(run_id, "Completed")["state"] == "Completed"

@@ -93,7 +93,11 @@ def test_the_same_bad_signal_is_the_same_refusal_through_both_doors(t: TenantVie
             403,
         ),
         "a worker's token": (Signal(g.worker_token(), run_id), 403),
-        "a signal the run does not wait for": (Signal(requester, run_id, name="nope"), 404),
+        "a signal the run does not wait for": (
+            Signal(requester, run_id, name="nope", body={"x": 1}),
+            404,
+        ),
+        "no body (issue 34: it settled the step with null)": (Signal(requester, run_id), 422),
     }
     for case, (signal, status) in cases.items():
         http_status, http_code = over_http(t.api, signal)

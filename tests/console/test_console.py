@@ -150,6 +150,15 @@ def test_runs_list_filters_and_a_run_moving_live(service: Service, browser: Cons
     )
     assert browser.same_page()
     assert browser.text("#live", "the live marker") == "ended"
+    # What each step streamed (the echo agents stream a line each), live, in order.
+    browser.wait(lambda: "reporter:" in browser.css("#run-output").text, "the steps' output")
+    lines = [line for line in browser.text("#run-output", "the output").splitlines() if ":" in line]
+    assert [line.split(":")[0] for line in lines if not line.startswith("—")] == [
+        "planner",
+        "applier",
+        "applier",  # parked for the approval, re-entered from the start once approved
+        "reporter",
+    ]
     assert (
         browser.attributes("#timeline > li", "data-state", "the steps' states") == ["Succeeded"] * 3
     )
@@ -159,6 +168,9 @@ def test_runs_list_filters_and_a_run_moving_live(service: Service, browser: Cons
     )
     tokens = [int(g.rsplit("fencing token ", 1)[1]) for g in grants]
     assert len(tokens) == 2 and tokens[1] > tokens[0]
+    # Its proposal was a journaled call: recorded once, its hash and size shown, not its content.
+    (call,) = browser.texts('#timeline > li:nth-child(2) .calls li[data-call-name="proposal"]', "")
+    assert call.startswith("journaled call proposal · sha256:") and " bytes · " in call
     browser.shot("run-completed")
 
 
@@ -488,3 +500,44 @@ def test_the_schedules_page_creates_pauses_triggers_and_deletes(
     assert shown["lastFires"][0]["kind"] == "manual"
     browser.click(f"{row} button.delete")
     browser.wait(lambda: not browser.all(row), "the schedule's row gone")
+
+
+def test_a_parent_and_its_child_run_link_to_each_other(service: Service, browser: Console) -> None:
+    """Issue 32: a run step's child run; each run's page shows the other (the lineage)."""
+    admin = service.token("wanda", "WorkspaceAdmin")
+    suffix = uuid.uuid4().hex[:6]
+    child_wf, parent_wf = f"child-{suffix}", f"parent-{suffix}"
+    for definition in (
+        {"workflowId": child_wf, "steps": [{"name": "go", "kind": "signal"}]},
+        {
+            "workflowId": parent_wf,
+            "steps": [{"name": "delegate", "kind": "run", "workflowId": child_wf}],
+        },
+    ):
+        published = httpx.post(
+            f"{service.url}/factory/releases",
+            json={"definition": definition},
+            headers={"Authorization": f"Bearer {admin}"},
+            timeout=60,
+        )
+        assert published.status_code == 201, published.text
+    alice = service.printed["REQUESTER_TOKEN"]
+    submitted = httpx.post(
+        f"{service.url}/factory/runs",
+        json=dict(DEMO_RUN, workflowId=parent_wf),
+        headers={"Authorization": f"Bearer {alice}", "Idempotency-Key": str(uuid.uuid4())},
+        timeout=60,
+    )
+    assert submitted.status_code == 202, submitted.text
+    parent = submitted.json()["runId"]
+    browser.sign_in(alice)
+    browser.open(f"#/runs/{parent}")
+    child = browser.wait(
+        lambda: [a.text for a in browser.all("#child-runs a")], "the parent's child run"
+    )[0]
+    assert browser.all(f'#timeline a.child-run[href="#/runs/{child}"]')
+    browser.shot("run-parent")
+    browser.click(f'#child-runs a[href="#/runs/{child}"]')
+    browser.wait(lambda: browser.css("#run-id").text == child, "the child's page")
+    assert browser.text("#parent-run", "the link to the parent") == parent
+    assert service.get(f"/factory/runs/{child}", alice)["parentRunId"] == parent

@@ -15,10 +15,12 @@ from jsonschema import Draft202012Validator
 from support import WORKER, cancel, decide, fenced, proposal, report
 
 from runcontrol.commands import (
+    ChildRunEnded,
     ClaimToolCall,
     CompleteToolCall,
     ConsumeRateLimit,
     HandBackAttempt,
+    RecordCall,
     ReportProgress,
     RequestApproval,
     RerunRun,
@@ -49,8 +51,8 @@ VALIDATORS = {
 
 
 def approved_run_with_progress_and_a_tool_call(h: Harness) -> None:
-    """Accepted, dispatched, leased; progress; a tool call claimed and completed; an approval
-    requested, the attempt parked, approved and resumed; completed."""
+    """Accepted, dispatched, leased; progress; a journaled call; a tool call claimed and
+    completed; an approval requested, the attempt parked, approved and resumed; completed."""
     h.publish(StepSpec("write", "agent-a", side_effect_class=SHARED), workflow_id="gated")
     grain, _ = h.submit(h.request(workflow_id="gated"))
     grant = h.lease(grain)
@@ -58,6 +60,9 @@ def approved_run_with_progress_and_a_tool_call(h: Harness) -> None:
         ReportProgress(
             **fenced(grant, h.tenant), messages=(ProgressMessage(1, "half", {"pct": 50}),)
         )
+    )
+    grain.execute(
+        RecordCall(**fenced(grant, h.tenant), name="plan", occurrence=1, value={"plan": "A"})
     )
     request_hash = canonical_hash({"tool": "open-pr"})
     grain.execute(ClaimToolCall(**fenced(grant, h.tenant), call_id="c1", request_hash=request_hash))
@@ -150,7 +155,30 @@ def consumed_a_named_rate_limit(h: Harness) -> None:
     grain.execute(HandBackAttempt(**fenced(grant, h.tenant), reason="worker going away"))
 
 
+def child_run_and_a_skipped_step(h: Harness) -> None:
+    """A step skipped by its condition; a run step's child started and its end reported."""
+    h.publish(
+        StepSpec("skipped", "", kind="wait", seconds=0, when="input.never == true"),
+        StepSpec("delegate", "", kind="run", depends_on=(), child_workflow_id="other"),
+        workflow_id="parent",
+    )
+    grain, _ = h.submit(h.request(workflow_id="parent"))
+    step = h.load(grain.run_id).steps[1]
+    assert step.child is not None
+    grain.execute(
+        ChildRunEnded(
+            tenant_id=h.tenant,
+            run_id=grain.run_id,
+            step_id=step.step_id,
+            child_run_id=uuid.UUID(step.child["runId"]),
+            state="Completed",
+            result={"ok": True},
+        )
+    )
+
+
 def test_every_emitted_event_matches_its_generated_schema(h: Harness) -> None:
+    child_run_and_a_skipped_step(h)
     waited_and_signalled_run(h)
     approved_run_with_progress_and_a_tool_call(h)
     retried_suspended_and_cancelled_run(h)

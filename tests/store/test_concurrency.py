@@ -17,12 +17,13 @@ from store_support import load, renewed, send
 from support import (
     SyncGrain,
     cancel_command,
+    fenced,
     race_async,
     renew_command,
     report_command,
 )
 
-from runcontrol.commands import AcquireLease, DispatchRun, ReportOutcome
+from runcontrol.commands import AcquireLease, DispatchRun, RecordCall, ReportOutcome
 from runcontrol.domain import AttemptOutcome, CommandContext, canonical_hash, errors
 from runcontrol.domain.run.cancellation import cancel
 from runcontrol.grain import RunGrain
@@ -223,3 +224,39 @@ def test_refusal_decided_on_fresh_rows_is_answered_even_if_the_run_moves_again(
         ).scalars()
         assert list(kinds) == ["lease-not-held"]
     assert run_row(db, tenant, run.run_id).state == "Running"
+
+
+def test_two_executions_racing_to_record_a_journaled_call_leave_one_record(
+    container, tenant, make_leased_run
+):
+    """Two records of one journaled call with different values (two executions of the step,
+    through two activations): one value is stored; the other's answer carries it, so both
+    executions go on with the same value."""
+    db = container.db
+    run = make_leased_run(tenant)
+    a, b = warmed_pair(container, tenant, run.run_id)
+
+    def record(grain: SyncGrain, value: str) -> Any:
+        return grain.grain.execute(
+            RecordCall(**fenced(run.grant, tenant), name="plan", occurrence=1, value=value)
+        )
+
+    results = race_async(record(a, "from-a"), record(b, "from-b"))
+
+    answers = [v for kind, v in results if kind == "ok"]
+    assert len(answers) == 2, results
+    (stored,) = [x for x in answers if x.recorded]
+    (other,) = [x for x in answers if not x.recorded]
+    with db.tenant(tenant) as conn:
+        rows = conn.exec_driver_sql(
+            "SELECT value_json, value_hash FROM journaled_calls WHERE run_id = %s",
+            (run.run_id,),
+        ).all()
+        recorded = conn.exec_driver_sql(
+            "SELECT count(*) FROM outbox WHERE run_id = %s AND event_type = 'CallRecorded'",
+            (run.run_id,),
+        ).scalar_one()
+    assert len(rows) == 1 and recorded == 1
+    assert rows[0].value_hash == stored.value_hash == other.value_hash
+    assert other.value_json == rows[0].value_json
+    assert_gap_free(db, tenant, run.run_id)

@@ -10,6 +10,7 @@ predicates of partial indexes, so a second check pins which indexes are partial.
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -42,7 +43,9 @@ def head_revision() -> str:
 
 
 def diff(owner_engine, target=metadata) -> list[object]:
-    with owner_engine.connect() as conn:
+    # SQLAlchemy reflects a NOT VALID check (0025) with an option it then cannot validate.
+    with warnings.catch_warnings(), owner_engine.connect() as conn:
+        warnings.filterwarnings("ignore", "Can't validate argument 'dialect_options'")
         context = MigrationContext.configure(conn, opts={"compare_type": True})
         return list(compare_metadata(context, target))
 

@@ -36,6 +36,7 @@ from runcontrol.domain import (
     Decision,
     Event,
     FailureClass,
+    JournaledCall,
     Lease,
     Limits,
     PolicyRef,
@@ -107,6 +108,9 @@ def everything(tenant: str) -> Changes:
         result_bytes=1234,
         priority=5,
         flow=[{"name": "wf", "key": "repo-x", "limit": 1, "strategy": "queue", "scope": "run"}],
+        parent_run_id=uuid.uuid4(),
+        parent_step_id=uuid.uuid4(),
+        depth=2,
     )
     step = Step(
         step_id=step_id,
@@ -131,6 +135,9 @@ def everything(tenant: str) -> Changes:
         flow=[{"name": "wf", "key": "a", "limit": 2, "strategy": "queue", "scope": "attempt"}],
         held={"kind": "concurrency", "name": "wf", "key": "a", "limit": 2, "holders": 2},
         rate_limits=[{"bucket": "tenant", "perSecond": 2.0, "burst": 4.0, "units": 1.0}],
+        condition="input.go == true",
+        result_json='{"ok":true}',
+        child={"runId": str(uuid.uuid4()), "number": 1},
     )
     attempt = Attempt(
         attempt_id=attempt_id,
@@ -216,6 +223,21 @@ def everything(tenant: str) -> Changes:
         result_hash="sha256:result",
         completed_at=at(10),
         error="timed out",
+        result_json='{"pr":7}',
+    )
+    call = JournaledCall(
+        run_id=run_id,
+        step_id=step_id,
+        name="model",
+        occurrence=2,
+        tenant_id=tenant,
+        attempt_id=attempt_id,
+        fencing_token=2,
+        value_hash="sha256:call",
+        bytes=12,
+        recorded_at=at(6),
+        value_json='{"plan":"é ü"}',
+        error={"type": "Permanent", "message": "no", "failure_class": "permanent"},
     )
     result = AttemptResult(
         attempt_id=attempt_id,
@@ -276,6 +298,7 @@ def everything(tenant: str) -> Changes:
         intents=[intent],
         tool_calls={tool_call.tool_call_id: tool_call},
         results=[result],
+        calls=[call],
         events=[event],
         journal=[journal],
         audits=[audit],
@@ -307,6 +330,7 @@ def entities(changes: Changes) -> list[Any]:
         *changes.intents,
         *changes.tool_calls.values(),
         *changes.results,
+        *changes.calls,
         *changes.events,
         *changes.journal,
         *changes.audits,
@@ -382,6 +406,7 @@ def test_every_field_survives_commit_and_load(db, store, tenant):
         *agg.intents,
         *agg.tool_calls.values(),
         *agg.results.values(),
+        *agg.calls.values(),
         *by_table[outbox],
         *by_table[recovery_journal],
         *by_table[audit_log],
@@ -507,4 +532,7 @@ def test_the_run_update_leaves_the_pins_out(apply_definition):
         "snapshot_id",
         "priority",  # flow control (0017): pinned with the submission
         "flow",
+        "parent_run_id",  # child runs (0024): the lineage is pinned at acceptance
+        "parent_step_id",
+        "depth",
     )

@@ -32,6 +32,9 @@ PIN_VALUES = {
     "snapshot_id": str(uuid.uuid4()),
     "priority": 5,
     "flow": '[{"name": "w", "key": "other", "limit": 9, "strategy": "queue", "scope": "run"}]',
+    "parent_run_id": str(uuid.uuid4()),
+    "parent_step_id": str(uuid.uuid4()),
+    "depth": 3,
 }
 
 

@@ -33,9 +33,10 @@ from runcontrol.domain import (
 )
 from runcontrol.domain.run.approvals import decide_approval, expire_approval, request_approval
 from runcontrol.domain.run.cancellation import cancel, enforce_deadlines
+from runcontrol.domain.run.children import child_ended, redrive_children
 from runcontrol.domain.run.leases import acquire_lease, renew_lease
 from runcontrol.domain.run.outcomes import expire_lease, report_outcome
-from runcontrol.domain.run.submission import accept_run, dispatch
+from runcontrol.domain.run.submission import accept_run, dispatch, start_ready
 
 T0 = datetime(2026, 3, 1, 9, 0, 0, tzinfo=UTC)
 TENANT = "tenant-a"
@@ -117,6 +118,7 @@ class Harness:
         options: Options | None = None,
         jitter: float = 0.5,
         limits: Limits | None = None,
+        run_input: dict[str, Any] | None = None,
     ) -> None:
         self.now = T0
         self.ids = Ids()
@@ -127,7 +129,10 @@ class Harness:
         self.events: list[Any] = []
         self.journal: list[Any] = []
         self.batches: list[Changes] = []
-        submission = make_submission() if limits is None else make_submission(limits=limits)
+        given: dict[str, Any] = {} if limits is None else {"limits": limits}
+        if run_input is not None:
+            given["input"] = run_input
+        submission = make_submission(**given)
         self.agg = accept_run(submission, self.release, self.policy, self.options, self.ctx())
         self.commit()
 
@@ -286,6 +291,41 @@ class Harness:
         done = enforce_deadlines(self.agg, self.ctx("reminder"), self.options)
         self.commit()
         return done
+
+    def start_ready(self) -> Changes:
+        """The dispatcher: start every step due now (attempts, waits, children, skips)."""
+        start_ready(self.agg, self.ctx("run-dispatcher"), options=self.options)
+        return self.commit()
+
+    def redrive(self) -> Changes:
+        """The reminder's re-drive of open child runs."""
+        redrive_children(self.agg, self.ctx("reminder"), self.options)
+        return self.commit()
+
+    def child_ended(
+        self,
+        index: int,
+        state: str,
+        result: Any = None,
+        *,
+        child: UUID | None = None,
+        failure_class: str | None = None,
+    ) -> str:
+        """The child run of step ``index`` tells its end (``ChildRunEnded``)."""
+        step = self.step(index)
+        answer = child_ended(
+            self.agg,
+            self.ctx("child-run"),
+            step.step_id,
+            child or UUID(step.child["runId"]),
+            state,
+            result,
+            failure_class,
+            None,
+            self.options,
+        )
+        self.commit()
+        return answer
 
 
 # ---------------------------------------------------------------------- shared by the rules' tests

@@ -1,10 +1,10 @@
 """The user-facing benchmarks run end to end in their tiny variants, so they do not rot.
 
-``python -m bench --only http,e2e,sse,fairness`` with small N, in a child process (its own embedded
-PostgreSQL, Ray runtime, Serve with the fast ingress, worker processes), then its JSON report is
-checked for every figure (``make bench-check``, run by ``.ci/run``). No figure is compared with
-a threshold: only that each was measured, that every submitted run completed and every event
-reached every stream, and that the streams made no host call.
+``python -m bench --only http,e2e,sse,fairness,output`` with small N, in a child process (its
+own embedded PostgreSQL, Ray runtime, Serve with the fast ingress, worker processes), then its
+JSON report is checked for every figure (``make bench-check``, run by ``.ci/run``). No figure is
+compared with a threshold: only that each was measured, that every submitted run completed and
+every event (and output chunk) reached every stream, and that the streams made no host call.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             sys.executable,
             "-m",
             "bench",
-            "--only=http,e2e,sse,fairness",
+            "--only=http,e2e,sse,fairness,output",
             "--pgbench-seconds=2",
             "--http-seconds=2",
             "--e2e-runs=20",
@@ -69,6 +69,9 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "--fairness-b-unloaded=3",
             "--fairness-worker-concurrency=4",
             "--fairness-work-seconds=0.1",
+            "--output-attempts=5",
+            "--output-rate=50",
+            "--output-seconds=2",
             f"--json={out}",
         ],
         cwd=ROOT,
@@ -151,3 +154,65 @@ def test_fairness_measures_b_beside_as_backlog_from_the_stored_leases(
                 and b[f"accepted_to_claim_{p}_ms"] >= 0
             )
             assert _measured(b[f"sent_to_claim_{p}_ms"]), (phase, p)
+
+
+@pytest.fixture(scope="module")
+def journal_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """``--only=journal`` alone (in-process grains: a few seconds), so ``-k journal`` runs it
+    without the others."""
+    out = tmp_path_factory.mktemp("bench") / "journal.json"
+    env = {k: v for k, v in os.environ.items() if k != "RUNCONTROL_DATABASE_URL"}
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--only=journal",
+            "--journal-runs=20",
+            "--journal-calls=5",
+            f"--json={out}",
+        ],
+        cwd=ROOT,
+        env={k: v for k, v in env.items() if not k.startswith("RAY_")},
+        check=True,
+        timeout=600,
+    )
+    figures: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+    return figures
+
+
+def test_journal_reports_a_journaled_call_s_cpu_beside_a_progress_report_s(
+    journal_report: dict[str, Any],
+) -> None:
+    journal = journal_report["journal"]
+    for kind in ("progress", "journal"):
+        figures = journal[kind]
+        assert figures["commands"] == 20 * 5
+        assert _measured(figures["commands_per_s"])
+        assert _measured(figures["commands_per_statement"])
+        for part in ("grains (this process)", "postgres", "all"):
+            assert _sampled(figures["cpu_ms_per_command"][part]), part
+        assert _measured(figures["cpu_ms_per_command"]["all"])
+    assert _measured(journal["journal_cpu_per_progress_cpu"])
+
+
+def test_output_reports_chunks_per_second_and_cpu_per_1000_chunks(
+    report: dict[str, Any],
+) -> None:
+    out = report["output"]
+    assert out["chunks_stored"] == out["chunks_sent"] == out["delivered"] > 0
+    assert out["delivered_in_order_once"] is True
+    for key in (
+        "pgbench_tps",
+        "chunks_per_s",
+        "writes_per_s",
+        "statements_per_s",
+        "chunks_per_write",
+        "writes_per_statement",
+        "delivery_p50_ms",
+        "delivery_p99_ms",
+        "server_cpu_ms_per_1000_chunks",
+    ):
+        assert _measured(out[key]), key
+    for kind in ("run hosts", "postgres", "API replica", "all"):
+        assert _measured(out["cpu_ms_per_1000_chunks"][kind]), kind

@@ -111,6 +111,7 @@ STORED: dict[str, dict[str, Any]] = {
         "status": "proceed",
         "result_hash": None,
         "error": None,
+        "result_json": None,
     },
     "ControlResult": {
         "run_id": ID,
@@ -129,6 +130,17 @@ STORED: dict[str, dict[str, Any]] = {
         "state": "Running",
     },
     "RateConsumed": {"name": "tokens", "bucket": "named:tokens", "units": 5.0, "at": AT},
+    "RecordedCall": {
+        "name": "plan",
+        "occurrence": 1,
+        "value_hash": "sha256:" + "0" * 64,
+        "bytes": 4,
+        "recorded_at": AT,
+        "recorded": False,
+        "value_json": "true",
+        "error": None,
+    },
+    "OutputAck": {"attempt_id": ID, "acked_seq": 3, "stored": 2, "duplicates": 1},
 }
 
 
@@ -157,6 +169,9 @@ def test_a_stored_answer_of_each_type_still_decodes() -> None:
     assert approval.state is ApprovalState.PENDING
     claim = decode({"type": "ToolCallClaim", "value": STORED["ToolCallClaim"]})
     assert claim.status is ToolCallStatus.PROCEED
+    # stored before a completion could store its result (0021): it decodes without one
+    before = {k: v for k, v in STORED["ToolCallClaim"].items() if k != "result_json"}
+    assert decode({"type": "ToolCallClaim", "value": before}).result_json is None
 
 
 def test_worker_commands_get_their_rpc_rows_from_their_declarations() -> None:

@@ -13,10 +13,11 @@ import pytest
 from runcontrol.commands import SendSignal, SubmitRun
 from runcontrol.domain import Limits, Principal, Role, errors
 from runcontrol.domain.access import RUNS_WRITE, effective_scopes, scopes_of
+from runcontrol.domain.limits import MAX_DEPTH
 from runcontrol.edge import commands
 from runcontrol.edge.auth import Caller
 from runcontrol.edge.errors import IdempotencyKeyRequired, InsufficientScope, RequestInvalid
-from runcontrol.edge.storable import MAX_DEPTH, storable_json
+from runcontrol.edge.storable import storable_json
 from runcontrol.store import Database
 
 # Never connected to: every refusal below comes before the builder's first read.

@@ -28,7 +28,7 @@ def policy(rate_limits: Any) -> PolicyDocument:
         ({"tenant": {"perSecond": 5, "rate": 1}}, "rateLimits.tenant must be"),
         ({"agents": {"planner": {"burst": 3}}}, "rateLimits.agents.planner.perSecond"),
         ({"named": []}, "rateLimits.named must be an object"),
-        ({"named": {"": {"perSecond": 1}}}, "a name is 1 to 200"),
+        ({"named": {"": {"perSecond": 1}}}, "a name must be 1 to 200"),
     ],
 )
 def test_a_bad_policy_rate_limit_is_refused_naming_its_field(
@@ -57,9 +57,9 @@ def workflow(step: dict[str, Any]) -> WorkflowDefinition:
     [
         ([], "non-empty list"),
         ({"name": "tok"}, "non-empty list"),
-        ([{"name": "", "units": 1}], "name is 1 to 200"),
-        ([{"name": "tok", "units": 0}], "units must be a positive number"),
-        ([{"name": "tok", "units": True}], "units must be a positive number"),
+        ([{"name": "", "units": 1}], "name must be 1 to 200"),
+        ([{"name": "tok", "units": 0}], "units must be a number above 0"),
+        ([{"name": "tok", "units": True}], "units must be a number above 0"),
         ([{"name": "tok"}, {"name": "tok"}], "names 'tok' twice"),
         ([{"name": "tok", "weight": 1}], "is {name, units}"),
     ],

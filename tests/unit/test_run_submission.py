@@ -81,6 +81,8 @@ class TestAccept:
             "policyRevision": "7",
             "modelProfileId": "code-agent",
             "requestedBy": REQUESTER,
+            "parentRunId": None,  # a client's run (issue 32: a child's names its parent)
+            "parentStepId": None,
         }
         assert [(j.sequence, j.from_state, j.to_state) for j in first.journal] == [
             (1, None, RunState.ACCEPTED)

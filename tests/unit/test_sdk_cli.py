@@ -62,3 +62,12 @@ def test_a_good_app_and_serving_some_of_its_agents() -> None:
     assert list(app.only(["planner"]).agents) == ["planner"]
     with pytest.raises(ValueError, match="no agent 'x'"):
         app.only(["x"])
+
+
+def test_the_stall_hint_names_the_users_own_app() -> None:
+    """Issue 34: followed literally, the hint started echo agents under the user's agent."""
+    from runcontrol.cli.demo import stall_hint
+
+    hint = stall_hint("acme", "planner", 2, 30)
+    assert "runcontrol worker --tenant acme --sub worker --app PACKAGE.MODULE:WORKER" in hint
+    assert "--agents" not in hint and "'planner'" in hint

@@ -130,7 +130,7 @@ def test_definitions_are_immutable():
         ({"steps": [{"agentId": "a"}]}, "lacks"),
         (None, "lacks"),
         ("not-a-dict", "lacks"),
-        ({"workflowId": "", "steps": [{"agentId": "a"}]}, "at least one step"),
+        ({"workflowId": "", "steps": [{"agentId": "a"}]}, "workflowId must be 1 to 183"),
         ({"workflowId": "w", "steps": []}, "at least one step"),
         ({"workflowId": "w", "steps": {"agentId": "a"}}, "at least one step"),
         ({"workflowId": "w", "steps": [{"name": "x"}]}, r"steps\[0\]: agentId"),
@@ -165,15 +165,18 @@ def test_invalid_definitions_are_refused(data, match):
         WorkflowDefinition.from_dict(data)
 
 
+NAMES = st.text(st.characters(categories=["L", "N", "P", "S"]), min_size=1, max_size=5)
+
+
 @given(
     st.lists(
         st.fixed_dictionaries(
-            {"agentId": st.text(min_size=1, max_size=5)},
+            {"agentId": NAMES},
             optional={
                 "maxAttempts": st.integers(min_value=1, max_value=20),
                 "gate": st.sampled_from(["none", "approval"]),
                 "sideEffectClass": st.sampled_from([str(c) for c in SideEffectClass]),
-                "skillId": st.text(min_size=1, max_size=5),
+                "skillId": NAMES,
             },
         ),
         min_size=1,

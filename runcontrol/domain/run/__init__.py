@@ -1,7 +1,8 @@
 """The run aggregate: the run's state as data (``core.RunAggregate``: its entities and what a
 command records), and its rules as functions over it, one module per concern (``submission``,
 ``leases``, ``outcomes``, ``settlement``, ``approvals``, ``cancellation``, ``progress``,
-``tool_calls``, ``controls``, ``restore``, ``waits``, ``usage``), each taking the state first.
+``tool_calls``, ``journaled_calls``, ``controls``, ``restore``, ``waits``, ``children``,
+``usage``), each taking the state first.
 
 The rules are pure: they take a ``CommandContext`` (clock reading, id source, jitter, actor)
 and ``Options``, change the in-memory entities, and record what must be persisted in one

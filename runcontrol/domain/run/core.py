@@ -6,14 +6,15 @@ beside this one; none of them keeps state of its own."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
-from .. import errors, flow
+from .. import conditions, errors, flow
 from .. import events as ev
+from ..hashing import result_hash
 from ..machines import (
     APPROVAL_TRANSITIONS,
     ATTEMPT_TRANSITIONS,
@@ -30,6 +31,7 @@ from ..model import (
     AuditRecord,
     CancellationIntent,
     Event,
+    JournaledCall,
     Lease,
     RecoveryJournalEntry,
     Run,
@@ -44,7 +46,7 @@ from ..states import (
     StepState,
     ToolCallState,
 )
-from ..workflow import dependencies, final_step
+from ..workflow import RUN, dependencies, final_step
 from .values import (
     LIFETIME_EXCEEDED,
     WALL_CLOCK_EXCEEDED,
@@ -52,6 +54,29 @@ from .values import (
     LeaseGrant,
     Options,
 )
+
+
+class ChildAction(StrEnum):
+    SUBMIT = "submit"  # submit the child run (idempotent: its key is the parent's step's)
+    CHECK = "check"  # ask the child for its end; submit it if it is not there (a re-drive)
+    CANCEL = "cancel"  # ask the child run to cancel (the parent is being cancelled)
+
+
+@dataclass(frozen=True, slots=True)
+class ChildCall:
+    """A command to a run step's child run, sent after the parent's commit (never written by
+    the parent's statement: the child's own grain decides it). Both are idempotent, and the
+    parent's reminder sends them again until the child's end is reported."""
+
+    action: ChildAction
+    step_id: UUID
+    step_name: str
+    child_run_id: UUID
+    number: int
+    workflow_id: str
+    release_alias: str | None = None
+    input: dict[str, Any] | None = None
+    reason: str | None = None
 
 
 @dataclass(slots=True)
@@ -71,6 +96,7 @@ class Changes:
     audits: list[AuditRecord] = field(default_factory=list)
     tool_calls: dict[UUID, ToolCall] = field(default_factory=dict)
     results: list[AttemptResult] = field(default_factory=list)
+    calls: list[JournaledCall] = field(default_factory=list)
     # Flow control (issue 21): the slots the dispatches need (the statement admits or refuses
     # them) and the held steps' places in their keys' queues.
     flow: list[dict[str, Any]] = field(default_factory=list)
@@ -78,6 +104,9 @@ class Changes:
     # ``cancel-oldest``: the runs holding a key this run now waits for, and why; the host
     # cancels them after the commit (not stored: the audit record is).
     flow_cancel: list[tuple[UUID, str]] = field(default_factory=list)
+    # Child runs to submit or cancel once this commits (not stored: the step's ``child`` and
+    # ``due_at`` are, and the reminder sends them again).
+    child_calls: list[ChildCall] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -92,6 +121,7 @@ class Changes:
             or self.journal
             or self.tool_calls
             or self.results
+            or self.calls
             or self.flow_wait
             or self.run_dirty
         )
@@ -115,6 +145,7 @@ class RunAggregate:
         intents: Iterable[CancellationIntent] = (),
         tool_calls: Iterable[ToolCall] = (),
         results: Iterable[AttemptResult] = (),
+        calls: Iterable[JournaledCall] = (),
         *,
         is_new: bool = False,
     ) -> None:
@@ -133,6 +164,8 @@ class RunAggregate:
         self.tool_calls: dict[str, ToolCall] = {t.call_id: t for t in tool_calls}
         # attempt -> its stored result: kept in the cache so a grant reads no row
         self.results: dict[UUID, AttemptResult] = {r.attempt_id: r for r in results}
+        # (step, name, occurrence) -> the journaled call's stored value: a grant reads no row
+        self.calls: dict[tuple[UUID, str, int], JournaledCall] = {c.key: c for c in calls}
         self._is_new = is_new
         self.changes = self._fresh_changes()
 
@@ -317,7 +350,19 @@ class RunAggregate:
         )
 
     def step_result(self, step: Step) -> AttemptResult | None:
-        """The result of the step's succeeded attempt (None: none yet, or it sent none)."""
+        """The result of the step's succeeded attempt (None: none yet, or it sent none); a
+        step no worker executes has its own (``Step.result_json``), under the step's id."""
+        if step.result_json is not None:
+            return AttemptResult(
+                attempt_id=step.step_id,
+                step_id=step.step_id,
+                run_id=step.run_id,
+                tenant_id=step.tenant_id,
+                outcome_hash=result_hash(step.result_json),
+                bytes=len(step.result_json.encode()),
+                created_at=self.run.updated_at,
+                result_json=step.result_json,
+            )
         for attempt in reversed(self.attempts_of(step)):
             if attempt.outcome is AttemptOutcome.SUCCEEDED:
                 return self.results.get(attempt.attempt_id)
@@ -337,6 +382,24 @@ class RunAggregate:
     def grant_results(self, attempt_id: UUID) -> dict[str, Any]:
         return self.dependency_results(self.step(self.attempt(attempt_id).step_id))
 
+    def step_calls(self, step_id: UUID) -> list[JournaledCall]:
+        """The step's journaled calls, in the order they were recorded."""
+        found = [c for c in self.calls.values() if c.step_id == step_id]
+        return sorted(found, key=lambda c: (c.recorded_at, c.name, c.occurrence))
+
+    def grant_calls(self, attempt_id: UUID, max_bytes: int) -> tuple[JournaledCall, ...]:
+        """What an attempt's grant carries: its step's journaled calls, their values inline
+        while their sum stays within ``max_bytes``; past it, a call comes without its value
+        (its hash and size only) and the worker reads it when its execution gets there."""
+        carried: list[JournaledCall] = []
+        total = 0
+        for call in self.step_calls(self.attempt(attempt_id).step_id):
+            total += call.bytes
+            if total > max_bytes and call.value_json is not None:
+                call = replace(call, value_json=None)
+            carried.append(call)
+        return tuple(carried)
+
     def run_result(self) -> AttemptResult | None:
         """The run's result: its final step's."""
         name = final_step(self.steps)
@@ -344,6 +407,35 @@ class RunAggregate:
 
     def open_attempts(self) -> list[Attempt]:
         return [a for a in self.attempts.values() if not a.state.terminal]
+
+    def child_call(self, step: Step, action: ChildAction, reason: str | None = None) -> ChildCall:
+        """What to ask of the run step's current child (the same each time it is sent): its
+        input is the step's ``input`` fields evaluated over the run's input and the
+        dependencies' results, or (none given) the run's input."""
+        child = step.child or {}
+        wait = step.wait or {}
+        fields = wait.get("input")
+        results = self.dependency_results(step)
+        return ChildCall(
+            action=action,
+            step_id=step.step_id,
+            step_name=step.name,
+            child_run_id=UUID(str(child["runId"])),
+            number=int(child["number"]),
+            workflow_id=str(wait.get("workflowId")),
+            release_alias=wait.get("releaseAlias"),
+            input=dict(self.run.input or {})
+            if fields is None
+            else {
+                name: conditions.evaluate(conditions.parse(text), self.run.input, results)
+                for name, text in fields.items()
+            },
+            reason=reason,
+        )
+
+    def open_children(self) -> list[Step]:
+        """The run steps whose child run has not ended yet (they hold the run open)."""
+        return [s for s in self.steps if s.kind == RUN and s.state is StepState.RUNNING and s.child]
 
     def pending_approvals(self) -> list[ApprovalRequest]:
         return [a for a in self.approvals.values() if a.state is ApprovalState.PENDING]
@@ -371,7 +463,8 @@ class RunAggregate:
         times: list[datetime] = []
         if state is RunState.CANCELLING:
             stop = self.stop_deadline(options)
-            if stop is not None:
+            # Past it, only open children hold the run: their checks are its reminder.
+            if stop is not None and (self.open_attempts() or not self.open_children()):
                 times.append(stop)
         elif state is not RunState.WAITING_FOR_APPROVAL:  # a human's wait has its own expiry
             times.append(self.deadline(options))
@@ -388,6 +481,8 @@ class RunAggregate:
                 for s in self.steps
                 if s.state is StepState.RUNNING and s.due_at is not None
             )
+        elif state is RunState.CANCELLING:  # an open child is asked to cancel until it ends
+            times.extend(s.due_at for s in self.open_children() if s.due_at is not None)
         if state is not RunState.WAITING_FOR_APPROVAL:
             grace = timedelta(seconds=options.renewal_grace_seconds)
             times.extend(lease.expires_at + grace for lease in self.leases.values())
@@ -402,14 +497,14 @@ class RunAggregate:
         return [s for s in self.steps if s.name in wanted]
 
     def ready_steps(self) -> list[Step]:
-        """Pending steps whose dependencies have all succeeded (a retry's backoff aside), in
-        the release's order: the fan-out a dispatch starts together; a fan-in step is ready
-        only once every one of its dependencies is."""
+        """Pending steps whose dependencies have all succeeded or were skipped (a retry's
+        backoff aside), in the release's order: the fan-out a dispatch starts together; a
+        fan-in step is ready only once every one of its dependencies is."""
         return [
             s
             for s in self.steps
             if s.state is StepState.PENDING
-            and all(d.state is StepState.SUCCEEDED for d in self.dependencies_of(s))
+            and all(d.state.settled_for_dependants for d in self.dependencies_of(s))
         ]
 
     def deadline(self, options: Options) -> datetime:

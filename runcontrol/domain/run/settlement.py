@@ -26,7 +26,7 @@ from ..states import (
     SideEffectClass,
     StepState,
 )
-from .core import RunAggregate
+from .core import ChildAction, ChildCall, RunAggregate
 from .leases import release_lease
 from .values import (
     RUN_CONTROL,
@@ -123,23 +123,7 @@ def after_settled(
         return
     retryable = failure.retryable or failure is FailureClass.UNCERTAIN
     if retryable and attempt.number < step.max_attempts:
-        delay = backoff_delay(
-            attempt.number,
-            base_seconds=options.retry_base_seconds,
-            cap_seconds=options.retry_cap_seconds,
-            uniform=ctx.uniform,
-        )
-        step.not_before = ctx.now + timedelta(seconds=delay)
-        agg.move_step(ctx, step, StepState.PENDING, "RetryScheduled")
-        agg.emit(
-            ctx,
-            ev.StepRetryScheduled(
-                run_id=agg.run.run_id,
-                step_id=step.step_id,
-                next_attempt_number=attempt.number + 1,
-                not_before=step.not_before,
-            ),
-        )
+        schedule_retry(agg, ctx, step, attempt.number, options)
         return
     step.failure_class = failure
     agg.move_step(ctx, step, StepState.FAILED, "AttemptFailedTerminally")
@@ -147,10 +131,50 @@ def after_settled(
     fail_run(agg, ctx, failure, reason)
 
 
+def schedule_retry(
+    agg: RunAggregate, ctx: CommandContext, step: Step, number: int, options: Options
+) -> None:
+    """The step's ``number``th try failed and may be retried: Pending again after its
+    backoff (a worker's next attempt, a run step's next child)."""
+    delay = backoff_delay(
+        number,
+        base_seconds=options.retry_base_seconds,
+        cap_seconds=options.retry_cap_seconds,
+        uniform=ctx.uniform,
+    )
+    step.not_before = ctx.now + timedelta(seconds=delay)
+    agg.move_step(ctx, step, StepState.PENDING, "RetryScheduled")
+    agg.emit(
+        ctx,
+        ev.StepRetryScheduled(
+            run_id=agg.run.run_id,
+            step_id=step.step_id,
+            next_attempt_number=number + 1,
+            not_before=step.not_before,
+        ),
+    )
+
+
 def step_succeeded(agg: RunAggregate, ctx: CommandContext, step: Step, cause: str) -> None:
     """The step succeeded; with it the last, the run completes."""
     agg.move_step(ctx, step, StepState.SUCCEEDED, cause)
-    if all(s.state is StepState.SUCCEEDED for s in agg.steps):
+    complete_if_done(agg, ctx)
+
+
+def skip_step(agg: RunAggregate, ctx: CommandContext, step: Step, cause: str) -> None:
+    """The step will not run (its condition is false, or all its dependencies were
+    skipped): Skipped, settled for its dependants; with it the last, the run completes."""
+    if agg.run.state is RunState.ACCEPTED:
+        agg.move_run(ctx, RunState.RUNNING)  # its first step settles, if without an attempt
+    agg.move_step(ctx, step, StepState.SKIPPED, cause)
+    agg.emit(ctx, ev.StepSkipped(run_id=agg.run.run_id, step_id=step.step_id, cause=cause))
+    complete_if_done(agg, ctx)
+
+
+def complete_if_done(agg: RunAggregate, ctx: CommandContext) -> None:
+    """Every step succeeded or was skipped: the run completes, its final step's result its
+    result (a skipped final step: none)."""
+    if all(s.state.settled_for_dependants for s in agg.steps):
         agg.run.outcome_hash = canonical_hash([s.outcome_hash for s in agg.steps])
         result = agg.run_result()
         if result is not None:
@@ -182,6 +206,7 @@ def fail_run(
     agg.run.failure_class = failure_class
     agg.run.failure_reason = reason
     held = any(a.state is AttemptState.LEASED for a in agg.open_attempts())
+    held = held or bool(agg.open_children())  # a child run settles as a holder does
     if held and agg.run.state in (RunState.RUNNING, RunState.WAITING_FOR_APPROVAL):
         _stop_siblings(agg, ctx, reason, cause)
         return
@@ -240,6 +265,16 @@ def cancel_unheld(agg: RunAggregate, ctx: CommandContext) -> None:
         if attempt.state is not AttemptState.LEASED:
             cancel_unleased(agg, ctx, attempt)
             agg.move_step(ctx, agg.step(attempt.step_id), StepState.CANCELLED, "RunCancelled")
+    for step in agg.open_children():  # intent: each child settles in its own grain
+        agg.changes.child_calls.append(child_cancel(agg, step))
+
+
+def child_cancel(agg: RunAggregate, step: Step) -> ChildCall:
+    """The cancel a Cancelling run asks of a run step's open child."""
+    reason = (agg.intents[-1].reason if agg.intents else None) or "the parent run is cancelled"
+    return agg.child_call(
+        step, ChildAction.CANCEL, f"parent run {agg.run.run_id} cancelling: {reason}"
+    )
 
 
 def cancel_unleased(agg: RunAggregate, ctx: CommandContext, attempt: Attempt) -> None:
@@ -282,7 +317,7 @@ def close_remaining(agg: RunAggregate, ctx: CommandContext, failure_class: Failu
 
 
 def finish_cancelling(agg: RunAggregate, ctx: CommandContext) -> None:
-    if agg.run.state is not RunState.CANCELLING or agg.open_attempts():
+    if agg.run.state is not RunState.CANCELLING or agg.open_attempts() or agg.open_children():
         return
     for step in agg.steps:
         if step.state is StepState.PENDING:

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from .. import errors, flow
+from .. import conditions, errors, flow
 from .. import events as ev
 from ..hashing import is_hash
 from ..machines import (
@@ -30,10 +30,11 @@ from ..states import (
     RunState,
     StepState,
 )
-from ..workflow import AGENT, PolicyDocument, Release, StepSpec, dependencies
+from ..workflow import AGENT, MAX_CHILD_DEPTH, RUN, PolicyDocument, Release, StepSpec, dependencies
 from .cancellation import cancel
+from .children import start_child
 from .core import RunAggregate
-from .settlement import fail_run
+from .settlement import fail_run, skip_step
 from .values import (
     RUN_CONTROL,
     CommandContext,
@@ -55,6 +56,10 @@ def accept_run(
         raise errors.ValidationFailed("inputHash must be a sha256 canonical hash")
     if release.workflow_id != submission.workflow_id:
         raise errors.ValidationFailed("release does not belong to the submitted workflow")
+    if submission.depth > MAX_CHILD_DEPTH:
+        raise errors.ValidationFailed(
+            f"a child run deeper than {MAX_CHILD_DEPTH} levels is refused", depth=submission.depth
+        )
     limits = submission.limits
     definition = release.definition
     run_input = submission.input
@@ -94,6 +99,9 @@ def accept_run(
         input=submission.input,
         priority=flow.check_priority(submission.priority),
         flow=run_flow,
+        parent_run_id=submission.parent_run_id,
+        parent_step_id=submission.parent_step_id,
+        depth=submission.depth,
     )
     steps = [
         Step(
@@ -111,6 +119,7 @@ def accept_run(
             depends_on=list(dependencies(release.definition.steps, spec.name)),
             kind=spec.kind,
             wait=spec.wait,
+            condition=spec.when,
             flow=step_flow[i],
             rate_limits=_draws(policy, spec),
         )
@@ -131,6 +140,8 @@ def accept_run(
             policy_revision=run.policy_revision,
             model_profile_id=run.model_profile_id,
             requested_by=run.requested_by,
+            parent_run_id=run.parent_run_id,
+            parent_step_id=run.parent_step_id,
         ),
     )
     return agg
@@ -176,9 +187,11 @@ def start_ready(
     ctx: CommandContext,
     gate: FlowGate | None = None,
     admits: Mapping[tuple[str, int], Admission] | None = None,
+    options: Options | None = None,
 ) -> list[Attempt]:
     """Start every step due now, together: an agent step as a dispatched attempt, a wait
-    step as its timer (no attempt). Answers the attempts, in the release's order.
+    step as its timer, a run step as its child (no attempt); a step whose condition is
+    false is skipped. Answers the attempts, in the release's order.
 
     ``gate``: the tenant's cap and the keys the dispatching statement refused; a step
     needing a refused key is held instead (or, with ``cancel-newest``, the run is
@@ -188,10 +201,13 @@ def start_ready(
     ``admits`` holds the reservations made for this decision, by (step name, attempt
     number); one admitted later than now holds the step (``hold_for_rate``). A step with
     none yet raises ``RatesNeeded`` (the grain reserves and decides again)."""
-    attempts = []
+    attempts: list[Attempt] = []
     started: set[UUID] = set()  # a held step stays Pending: started once per command
     ready = dispatchable_steps(agg, ctx.now)
     while ready:  # a wait that ends as it starts (a kept signal) readies the next ones
+        ready = [s for s in ready if not skipped(agg, ctx, s)]  # a skip readies its dependants
+        if agg.run.state.terminal:
+            return attempts
         needed = [
             (s.name, n, [Draw.from_dict(d) for d in s.rate_limits or ()])
             for s in ready
@@ -205,6 +221,11 @@ def start_ready(
             raise RatesNeeded(needed)
         for step in ready:
             started.add(step.step_id)
+            if step.kind == RUN:
+                start_child(agg, ctx, step, options or Options())
+                if not allows(RunCommand.DISPATCH, agg.run.state):
+                    return attempts  # the child was refused: the run fails
+                continue
             if step.kind != AGENT:
                 start_wait(agg, ctx, step)
                 continue
@@ -232,6 +253,23 @@ def start_ready(
                 _hold(agg, ctx, step, refused[0], refused[1])
         ready = [s for s in dispatchable_steps(agg, ctx.now) if s.step_id not in started]
     return attempts
+
+
+def skipped(agg: RunAggregate, ctx: CommandContext, step: Step) -> bool:
+    """Whether the ready ``step`` is skipped (and now Skipped): every dependency it has was
+    skipped (the branch it is on did not run), or its condition is false of the run's input
+    and the results of the dependencies that ran (docs/graphs.md, "Conditions")."""
+    deps = agg.dependencies_of(step)
+    if deps and all(d.state is StepState.SKIPPED for d in deps):
+        skip_step(agg, ctx, step, "DependenciesSkipped")
+        return True
+    if step.condition is None:
+        return False
+    node = conditions.parse(step.condition)
+    if conditions.holds(node, agg.run.input, agg.dependency_results(step)):
+        return False
+    skip_step(agg, ctx, step, "ConditionFalse")
+    return True
 
 
 def flow_slots(agg: RunAggregate, step: Step, gate: FlowGate | None) -> list[dict[str, Any]]:

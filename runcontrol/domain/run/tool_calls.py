@@ -3,12 +3,14 @@ a claim without a result past its timeout is closed and never executed."""
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime, timedelta
+from typing import Any
 from uuid import UUID
 
 from .. import errors
 from .. import events as ev
-from ..hashing import is_hash
+from ..hashing import HASH_PREFIX, canonical_json, is_hash
 from ..machines import (
     RunCommand,
     refusal,
@@ -137,11 +139,14 @@ def complete_tool_call(
     options: Options,
     *,
     lease_id: UUID | None = None,
+    result: Any = None,
 ) -> ToolCallClaim:
     """Store the result hash of a call this attempt claimed (the same result again is a
-    no-op). A claim past its timeout takes no result: it is closed, or about to be."""
+    no-op), and the result itself when sent (a repeat claim answers it). A claim past its
+    timeout takes no result: it is closed, or about to be."""
     if not is_hash(result_hash):
         raise errors.ValidationFailed("resultHash must be a sha256 canonical hash")
+    result_json = _result_text(result, result_hash, options)
     _tool_call_checks(agg, ctx, attempt_id, holder, fencing_token, call_id, options, lease_id)
     call = agg.tool_calls.get(call_id)
     if call is None:
@@ -175,9 +180,28 @@ def complete_tool_call(
         )
     agg.move_tool_call(ctx, call, ToolCallState.COMPLETED)
     call.result_hash = result_hash
+    call.result_json = result_json
     call.completed_at = ctx.now
     _emit_tool_call(agg, ctx, ev.ToolCallCompleted, call)
     return _claim_answer(call, ctx.now)
+
+
+def _result_text(result: Any, result_hash: str, options: Options) -> str | None:
+    """The canonical JSON of a completion's result (None: none sent), which must hash to
+    ``result_hash`` and stay within the results' cap."""
+    if result is None:
+        return None
+    text = canonical_json(result)
+    if len(text) > options.result_max_bytes:
+        raise errors.ResultTooLarge(
+            f"the result is {len(text)} bytes of canonical JSON, over the cap of "
+            f"{options.result_max_bytes}: complete the call with its hash only",
+            bytes=len(text),
+            max_bytes=options.result_max_bytes,
+        )
+    if HASH_PREFIX + hashlib.sha256(text).hexdigest() != result_hash:
+        raise errors.OutcomeHashMismatch("resultHash is not the canonical hash of the result")
+    return text.decode()
 
 
 def expire_tool_calls(agg: RunAggregate, ctx: CommandContext) -> int:
@@ -226,4 +250,6 @@ def _claim_answer(call: ToolCall, now: datetime) -> ToolCallClaim:
     error = call.error
     if status is ToolCallStatus.EXPIRED and error is None:
         error = CLAIM_TIMED_OUT
-    return ToolCallClaim(call.tool_call_id, call.call_id, status, call.result_hash, error)
+    return ToolCallClaim(
+        call.tool_call_id, call.call_id, status, call.result_hash, error, call.result_json
+    )

@@ -5,13 +5,13 @@ dispatches wait."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
 from .. import errors
 from .. import events as ev
+from ..limits import MAX_BURST, MAX_RATE_WINDOW_S, number
 from ..rates import Draw, RateLimits, named_bucket
 from ..workflow import PolicyDocument
 from .core import RunAggregate
@@ -57,11 +57,12 @@ def consume_rate(
     """Check the report (from the current lease holder, of a limit the run's pinned
     policy revision defines) and record it as a ``RateLimitConsumed`` event; answers what
     the bucket takes."""
-    if isinstance(units, bool) or not isinstance(units, int | float):
-        raise errors.ValidationFailed("units must be a number")
-    if not math.isfinite(units) or units <= 0:
-        raise errors.ValidationFailed("units must be a positive number")
+    units = number(units, "units", 0, MAX_BURST, above=True)
     draw = rate_draw(policy.rate_limits, name, units)
+    if draw.units / draw.per_second > MAX_RATE_WINDOW_S:  # the bucket's interval fits
+        raise errors.ValidationFailed(
+            f"units must take at most {MAX_RATE_WINDOW_S:g} s of {name!r}'s rate"
+        )
     attempt = agg.attempt(attempt_id)
     held_lease(agg, ctx, attempt, holder, fencing_token, options, lease_id)
     agg.emit(

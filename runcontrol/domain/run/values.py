@@ -53,11 +53,21 @@ class Options:
     # The largest inline result an outcome may carry, as canonical JSON bytes; a larger one is
     # refused (``ResultTooLarge``) and goes by reference (RunControl:Results:MaxInlineBytes).
     result_max_bytes: int = 256 * 1024
+    # Journaled calls (``step.run``), per step: at most this many, of at most this many bytes
+    # of canonical JSON in all (RunControl:Calls:MaxPerStep, :MaxBytesPerStep); a grant
+    # carries their values inline up to ``calls_grant_max_bytes`` (:GrantMaxBytes).
+    calls_max_per_step: int = 1000
+    calls_max_bytes_per_step: int = 16 * 1024 * 1024
+    calls_grant_max_bytes: int = 1024 * 1024
+    # A run step's open child is submitted again and asked for its end this often (issue 32:
+    # the re-drive of a host killed between the two runs' commits).
+    child_check_seconds: float = 10.0
 
 
 # At most this many progress messages per report (one transaction).
 PROGRESS_BATCH_MAX = 50
 MAX_CALL_ID = 200
+MAX_CALL_NAME = 200  # a journaled call's name
 CLAIM_TIMED_OUT = "no result before the claim timeout; never executed"
 
 # Reasons of the cancellations the control plane itself records.
@@ -113,6 +123,10 @@ class Submission:
     correlation_id: str | None = None
     input: dict[str, Any] | None = None
     priority: int = 3
+    # A child run's parent run and step, and its depth (issue 32)
+    parent_run_id: UUID | None = None
+    parent_step_id: UUID | None = None
+    depth: int = 0
 
 
 @dataclass(frozen=True, slots=True)

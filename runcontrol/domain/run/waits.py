@@ -127,7 +127,8 @@ def fire_due_waits(agg: RunAggregate, ctx: CommandContext, options: Options) -> 
             continue
         fired += 1
         if step.kind == WAIT:
-            _end_wait(agg, ctx, step, {"firedAt": step.due_at.isoformat()}, TIMER_FIRED)
+            ended = {"firedAt": step.due_at.isoformat(), "endedAt": ctx.now.isoformat()}
+            _end_wait(agg, ctx, step, ended, TIMER_FIRED)
             continue
         wait = step.wait or {}
         if wait.get("onTimeout") == "continue":
@@ -146,7 +147,10 @@ def fire_due_waits(agg: RunAggregate, ctx: CommandContext, options: Options) -> 
 
 
 def _end_wait(agg: RunAggregate, ctx: CommandContext, step: Step, result: Any, cause: str) -> None:
+    """The wait ends with ``result`` as the step's result (a signal's body, its default, or
+    when a timer fired): its dependants receive it, and it is the run's if the step is last."""
     step.outcome_hash = canonical_hash({"step": step.name, "result": result})
+    step.result_json = canonical_json(result).decode()
     _emit_wait_ended(agg, ctx, step, cause)
     step_succeeded(agg, ctx, step, "WaitEnded")
 

@@ -7,22 +7,26 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import Connection, Select, Table, func, select, update
 
 from ..tables import outbox
 from .views import event_view
+
+
+def run_rows_after(table: Table, cursor: str, run_id: UUID, after: int, limit: int) -> Select[Any]:
+    """A run's rows of ``table`` whose ``cursor`` column is past ``after``, in its order (a
+    resumable stream's page: the events by seq, the output by position)."""
+    column = table.c[cursor]
+    return (
+        select(table).where(table.c.run_id == run_id, column > after).order_by(column).limit(limit)
+    )
 
 
 def events_after(
     conn: Connection, run_id: UUID, after_seq: int, limit: int = 500
 ) -> list[dict[str, Any]]:
     """The run's committed events with seq > after_seq, in order (the SSE replay cursor)."""
-    rows = conn.execute(
-        select(outbox)
-        .where(outbox.c.run_id == run_id, outbox.c.seq > after_seq)
-        .order_by(outbox.c.seq)
-        .limit(limit)
-    )
+    rows = conn.execute(run_rows_after(outbox, "seq", run_id, after_seq, limit))
     return [event_view(r._mapping) for r in rows]
 
 

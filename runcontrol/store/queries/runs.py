@@ -10,11 +10,20 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import ColumnElement, Connection, select, tuple_
+from sqlalchemy import ColumnElement, Connection, func, select, tuple_
 
 from ...domain.flow import held_label
-from ..tables import approval_requests, attempt_results, attempts, leases, runs, steps
-from .views import ATTEMPT, LEASE, STEP, approval_view, render, run_summary
+from ...domain.hashing import result_hash as result_hash_of
+from ..tables import (
+    approval_requests,
+    attempt_results,
+    attempts,
+    journaled_calls,
+    leases,
+    runs,
+    steps,
+)
+from .views import ATTEMPT, CALL, CHILD, LEASE, STEP, approval_view, render, run_summary
 
 
 def in_project(project_id: str | None) -> list[ColumnElement[bool]]:
@@ -32,8 +41,9 @@ def run_visible(conn: Connection, run_id: UUID, *, project_id: str | None) -> bo
 def get_run(
     conn: Connection, run_id: UUID, *, project_id: str | None = None
 ) -> dict[str, Any] | None:
-    """A run with its steps, attempts, current leases and pending approvals; None when it is
-    not in this tenant or (``project_id``) not in that project."""
+    """A run with its steps, attempts, current leases, journaled calls (hash and size, not
+    content) and pending approvals; None when it is not in this tenant or (``project_id``) not
+    in that project."""
     row = conn.execute(select(runs).where(runs.c.run_id == run_id, *in_project(project_id))).first()
     if row is None:
         return None
@@ -55,14 +65,25 @@ def get_run(
         attempt = render(m, ATTEMPT)
         attempt["lease"] = None if lease is None else render(lease, LEASE)
         by_step.setdefault(m["step_id"], []).append(attempt)
+    calls = step_calls(conn, run_id)
     view["steps"] = [
         {
             **render(r._mapping, STEP),
             "heldReason": held_label(r._mapping["held"]),
+            "result": None if r.result_json is None else json.loads(r.result_json),
             "attempts": by_step.get(r.step_id, []),
+            "calls": calls.get(r.step_id, []),
         }
         for r in conn.execute(
             select(steps).where(steps.c.run_id == run_id).order_by(steps.c.ordinal)
+        )
+    ]
+    view["children"] = [
+        render(r._mapping, CHILD)
+        for r in conn.execute(
+            select(runs)
+            .where(runs.c.parent_run_id == run_id)
+            .order_by(runs.c.created_at, runs.c.run_id)
         )
     ]
     view["pendingApprovals"] = [
@@ -74,6 +95,24 @@ def get_run(
         )
     ]
     return view
+
+
+def step_calls(conn: Connection, run_id: UUID) -> dict[UUID, list[dict[str, Any]]]:
+    """The run's journaled calls by step, oldest first: name, occurrence, hash, size, when,
+    and whether the call failed; never their content (it is not read)."""
+    c = journaled_calls
+    columns = [c.c[name] for _, name in CALL]
+    found: dict[UUID, list[dict[str, Any]]] = {}
+    query = (
+        select(c.c.step_id, c.c.error.is_not(None).label("failed"), *columns)
+        .where(c.c.run_id == run_id)
+        .order_by(c.c.recorded_at, c.c.name, c.c.occurrence)
+    )
+    for r in conn.execute(query):
+        call = render(r._mapping, CALL)
+        call["failed"] = r.failed
+        found.setdefault(r.step_id, []).append(call)
+    return found
 
 
 def run_result(conn: Connection, run_id: UUID, result_hash: str | None) -> tuple[Any, Any]:
@@ -88,8 +127,14 @@ def run_result(conn: Connection, run_id: UUID, result_hash: str | None) -> tuple
         .where(r.c.run_id == run_id, r.c.outcome_hash == result_hash)
         .limit(1)
     ).first()
-    if found is None:
-        return None, None
+    if found is None:  # a step no worker executes holds its own (a signal's body, a child's)
+        held = conn.execute(
+            select(steps.c.result_json).where(
+                steps.c.run_id == run_id, steps.c.result_json.is_not(None)
+            )
+        )
+        text = next((t for (t,) in held if result_hash_of(t) == result_hash), None)
+        return (None, None) if text is None else (json.loads(text), None)
     content = None if found.result_json is None else json.loads(found.result_json)
     return content, found.result_ref
 
@@ -117,16 +162,43 @@ def list_runs(
     project_id: str | None,
     states: Sequence[str] = (),
     workflow_id: str | None = None,
+    parent_run_id: UUID | None = None,
     cursor: str | None = None,
     limit: int = 50,
 ) -> tuple[list[dict[str, Any]], str | None]:
-    """Newest first, keyset-paged on (created_at, run_id)."""
+    """Newest first, keyset-paged on (created_at, run_id); ``parent_run_id``: a run's
+    children only."""
+    conditions = _run_filters(project_id, states, workflow_id, parent_run_id)
+    return page(conn, runs, runs.c.run_id, conditions, cursor, limit, run_summary)
+
+
+def _run_filters(
+    project_id: str | None,
+    states: Sequence[str],
+    workflow_id: str | None,
+    parent_run_id: UUID | None = None,
+) -> list[ColumnElement[bool]]:
     conditions = in_project(project_id)
     if states:
         conditions.append(runs.c.state.in_(list(states)))
     if workflow_id:
         conditions.append(runs.c.workflow_id == workflow_id)
-    return page(conn, runs, runs.c.run_id, conditions, cursor, limit, run_summary)
+    if parent_run_id is not None:
+        conditions.append(runs.c.parent_run_id == parent_run_id)
+    return conditions
+
+
+def count_runs(
+    conn: Connection,
+    *,
+    project_id: str | None,
+    states: Sequence[str] = (),
+    workflow_id: str | None = None,
+    parent_run_id: UUID | None = None,
+) -> int:
+    """How many runs ``list_runs`` would page through with these filters."""
+    conditions = _run_filters(project_id, states, workflow_id, parent_run_id)
+    return int(conn.execute(select(func.count()).select_from(runs).where(*conditions)).scalar_one())
 
 
 def page(

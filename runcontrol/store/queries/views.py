@@ -75,6 +75,10 @@ RUN_SUMMARY = api_view(
         "result_hash",
         "result_bytes",
         "priority",
+        "correlation_id",
+        "parent_run_id",
+        "parent_step_id",
+        "depth",
     ),
     {"event_seq": "lastEventSeq"},
 )
@@ -98,6 +102,8 @@ STEP = api_view(
         "wait",
         "due_at",
         "held",
+        "condition",
+        "child",
     )
 )
 
@@ -116,6 +122,11 @@ ATTEMPT = api_view(
 )
 
 LEASE = api_view(("lease_id", "holder", "fencing_token", "expires_at"))
+
+# A journaled call: what identifies it and its hash and size, never its content.
+CALL = api_view(("name", "occurrence", "value_hash", "bytes", "recorded_at", "attempt_id"))
+# A run's child runs, as its GET shows them (issue 32).
+CHILD = api_view(("run_id", "parent_step_id", "workflow_id", "release_id", "state", "created_at"))
 
 APPROVAL = api_view(approval_requests.c.keys())
 

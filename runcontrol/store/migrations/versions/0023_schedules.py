@@ -13,7 +13,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0023"
-down_revision = "0020"
+down_revision = "0024"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,108 @@
+"""Streamed output in the store (issue 30, docs/streaming.md): the lease holders' fenced
+inserts (``runcontrol_append_output``, migration 0022), grouped per event loop, and the read
+of a run's chunks after a position (the readers' cursor).
+
+A write is not a turn of the run's grain: it commits nothing of the run and reads none of it,
+so it costs one statement shared with every write ready at the same moment (many attempts
+streaming at once write in few statements), not a decision and a ``runcontrol_apply``. The
+fence is the database's: the attempt's current lease row, share-locked by the write.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+import orjson
+from sqlalchemy import Connection
+
+from ..commands import AppendOutput
+from ..domain import canonical_json, errors
+from ..domain.output import OUTPUT_ATTEMPT_MAX_BYTES, OutputAck, check_write, refusal
+from .commit import GroupCommit, Store
+from .queries.events import run_rows_after
+from .tables import output_chunks
+
+# NOTIFYed (the run id as payload) by a write that stored chunks: wakes the run's readers.
+OUTPUT_CHANNEL = "runcontrol_output"
+# A write that met a deadlock or a serialization failure did nothing: resend it.
+_RETRYABLE = frozenset({"40P01", "40001"})
+_APPEND = "SELECT runcontrol_append_output(%s::jsonb, %s) AS answers"
+
+
+class OutputWriter:
+    """The lease holders' writes made on one event loop (a run host's), every write ready at
+    the same moment in one statement (``GroupCommit``), each in its own subtransaction."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._group: GroupCommit[dict[str, Any]] = GroupCommit(self._send)
+        self.attempt_max = OUTPUT_ATTEMPT_MAX_BYTES  # what one attempt may write in all
+        # the writes answered, the chunks they stored and the statements that carried them
+        self.writes = 0
+        self.chunks = 0
+        self.statements = 0
+
+    async def _send(self, docs: list[str]) -> list[dict[str, Any]]:
+        self.statements += 1
+        rows = await self._store.call(_APPEND, ("[" + ",".join(docs) + "]", self.attempt_max))
+        answers: list[dict[str, Any]] = rows[0]["answers"]
+        return answers
+
+    async def append(self, command: AppendOutput) -> OutputAck:
+        """Store the command's chunks: its ack, or the typed refusal (a stale lease, a gap,
+        the attempt's total reached)."""
+        check_write(command.chunks)
+        doc = orjson.dumps(
+            {
+                "tenant_id": command.tenant_id,
+                "run_id": str(command.run_id),
+                "attempt_id": str(command.attempt_id),
+                "holder": command.holder,
+                "fencing_token": command.fencing_token,
+                "lease_id": None if command.lease_id is None else str(command.lease_id),
+                "chunks": [
+                    {"seq": c.seq, "text": c.text}
+                    if c.text is not None
+                    else {"seq": c.seq, "data_json": canonical_json(c.data).decode()}
+                    for c in command.chunks
+                ],
+            }
+        ).decode()
+        found = await self._group.commit(doc, str(command.run_id))
+        self.writes += 1
+        if "sqlstate" in found:
+            if found["sqlstate"] in _RETRYABLE:
+                raise errors.Unavailable(f"the output write did not commit: {found['message']}")
+            raise errors.RunControlError(f"the output write failed: {found['message']}")
+        acked = int(found["acked"])
+        self.chunks += int(found["stored"])
+        if found["error"] is not None:
+            raise refusal(
+                found["error"], found["message"], acked, command.attempt_id, self.attempt_max
+            )
+        return OutputAck(command.attempt_id, acked, int(found["stored"]), int(found["duplicates"]))
+
+
+def output_view(row: Any) -> dict[str, Any]:
+    """A stored chunk as readers see it (HTTP, SSE, gRPC): camelCase, ids and times as text."""
+    view: dict[str, Any] = {
+        "position": int(row["position"]),
+        "attemptId": str(row["attempt_id"]),
+        "stepId": str(row["step_id"]),
+        "seq": int(row["seq"]),
+        "writtenAt": row["written_at"].isoformat(),
+    }
+    if row["text"] is not None:
+        view["text"] = row["text"]
+    else:
+        view["data"] = orjson.loads(row["data_json"])
+    return view
+
+
+def output_after(
+    conn: Connection, run_id: UUID, after: int, limit: int = 500
+) -> list[dict[str, Any]]:
+    """The run's chunks at positions after ``after``, in order (a tenant-scoped read)."""
+    rows = conn.execute(run_rows_after(output_chunks, "position", run_id, after, limit))
+    return [output_view(r._mapping) for r in rows]

@@ -15,7 +15,7 @@ from typing import Any
 import ray
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from runcontrol import reconcilers
+from runcontrol import reconcilers, schedules
 from runcontrol.bootstrap import DATABASE_WAIT_S, build, build_database
 from runcontrol.commands import WakeRun
 from runcontrol.config import Settings
@@ -103,6 +103,7 @@ class Scheduler:
             (self.outbox_relay, s.outbox_relay_interval, "OutboxRelay"),
             (self.retention, s.retention_interval, "RetentionCleanup"),
             (self.webhook_delivery, s.webhook_delivery_interval, "WebhookDelivery"),
+            (self.schedule_sweep, s.schedule_sweep_interval, "ScheduleSweep"),
             (self.sample_gauges, s.metrics_sample_interval, "MetricsSampler"),
         ]
         for fn, seconds, name in jobs:
@@ -222,6 +223,26 @@ class Scheduler:
                 self.counters[name] = self.counters.get(name, 0) + n
         return int(report.delivered)
 
+    async def schedule_sweep(self) -> int:
+        """Decide the due schedules' fire times, then submit the started ones (both halves
+        read and write only the store: ``runcontrol.schedules``)."""
+        decided = await self._locked(
+            "ScheduleSweep", lambda: schedules.decide_due(self._db, self._clock.now())
+        )
+        if decided is None or "ScheduleSubmit" in self._running:
+            return 0
+        self._running.add("ScheduleSubmit")
+        try:
+            submitted = await schedules.submit_started(self._db, self._router.send, self._clock.now)
+        except Exception:
+            log.exception("ScheduleSweep's submissions failed; they run again at its next interval")
+            return 0
+        finally:
+            self._running.discard("ScheduleSubmit")
+        if submitted:
+            self.counters["ScheduleSweep"] = self.counters.get("ScheduleSweep", 0) + submitted
+        return submitted
+
     async def sample_gauges(self) -> int:
         sample = await self._locked(
             "MetricsSampler",
@@ -266,6 +287,7 @@ class Scheduler:
             "OutboxRelay": self.outbox_relay,
             "RetentionCleanup": self.retention,
             "WebhookDelivery": self.webhook_delivery,
+            "ScheduleSweep": self.schedule_sweep,
             "MetricsSampler": self.sample_gauges,
         }[job]
         result: int = await fn()

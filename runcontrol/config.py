@@ -161,6 +161,12 @@ class SchedulerOptions(BaseModel):
     outbox_relay_interval: float = Field(1, gt=0)
     retention_interval: float = Field(86400, gt=0)
     webhook_delivery_interval: float = Field(1, gt=0)
+    schedule_sweep_interval: float = Field(
+        1,
+        gt=0,
+        description="How often due schedules are fired (docs/schedules.md): a fire time is "
+        "submitted at most this late (plus its jitter).",
+    )
     metrics_sample_interval: float = Field(
         15,
         gt=0,

@@ -19,7 +19,15 @@ from enum import Enum
 from typing import Annotated, Any, Literal, TypeVar, cast
 from uuid import UUID
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    create_model,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from runcontrol.commands import ControlResult, RerunRun, SignalResult, SubmitResult
@@ -154,6 +162,33 @@ class CancelRunRequest(RequestModel):
 class CancelRunResponse(ResponseModel):
     run_id: UUID
     state: str = Field(description="The state observed after recording the intent.")
+
+
+class BulkOutcome(ResponseModel):
+    """One item's outcome: ``decided`` / ``accepted`` with the single call's answer, or its
+    refusal (``stale``, ``expired``, ``forbidden``, ``conflict``, ``not-found``, ``invalid``,
+    ``rate-limited``, ``unavailable``) with the problem code, status and detail the single
+    call would have answered."""
+
+    outcome: str
+    code: str | None = None
+    status: int | None = None
+    detail: str | None = None
+
+
+class BulkCancelRequest(RequestModel):
+    run_ids: list[UUID] = Field(min_length=1, max_length=500)
+    reason: Reason
+
+
+class BulkCancelOutcome(BulkOutcome):
+    run_id: UUID
+    state: str | None = Field(None, description="With `accepted`: the state observed.")
+
+
+class BulkCancelResponse(ResponseModel):
+    items: list[BulkCancelOutcome]
+    counts: dict[str, int]
 
 
 @shows(Limits)
@@ -313,6 +348,26 @@ class DecisionRequest(RequestModel):
     version: int = Field(ge=1, le=INT8_MAX, description="The request version decided on.")
     proposal_hash: Name
     reason: Reason | None = None
+
+
+class BulkDecisionItem(DecisionRequest):
+    approval_id: UUID
+
+
+class BulkDecisionRequest(RequestModel):
+    """Many decisions in one call: each item is the single decision's body and its request."""
+
+    items: list[BulkDecisionItem] = Field(min_length=1, max_length=500)
+
+
+class BulkDecisionOutcome(BulkOutcome):
+    approval_id: UUID
+    approval: ApprovalView | None = None
+
+
+class BulkDecisionResponse(ResponseModel):
+    items: list[BulkDecisionOutcome]
+    counts: dict[str, int] = Field(description="How many items had each outcome.")
 
 
 class ApprovalPage(ResponseModel):
@@ -638,3 +693,120 @@ class ControlResponse(ResponseModel):
 )
 class RerunResponse(SubmitRunResponse):
     created: bool = Field(description="False when this Idempotency-Key already made the rerun.")
+
+
+# ---------------------------------------------------------------------- schedules
+
+
+class ScheduleTiming(RequestModel):
+    """When a schedule fires (docs/schedules.md): ``cron`` in ``timeZone``, or every
+    ``intervalSeconds``; the bounds of each are ``domain.schedules``'."""
+
+    cron: str | None = Field(
+        None,
+        min_length=9,
+        max_length=200,
+        pattern=r"^[0-9A-Za-z*/,\- ]+$",
+        description="5 fields (minute hour day month weekday; 0 or 7 is Sunday), or 6 with "
+        "seconds first.",
+    )
+    time_zone: Name = Field("UTC", description="An IANA zone: cron fields are its wall time.")
+    interval_seconds: float | None = Field(None, description="Instead of cron: every N s.")
+    jitter_seconds: float = Field(0.0, description="Each fire time delayed by 0 to N s.")
+    start_at: AwareDatetime | None = None
+    end_at: AwareDatetime | None = None
+    overlap: Literal["skip", "buffer-one", "allow-all", "cancel-other"] = "skip"
+    catch_up_window_seconds: float = Field(
+        300.0, description="A fire time found later than this after it was due is missed."
+    )
+
+
+class ScheduleRequest(ScheduleTiming):
+    """CreateSchedule: the run it submits (the body of SubmitRun), and when."""
+
+    run: SubmitRunRequest
+    paused: bool = False
+    note: Reason | None = None
+
+
+class SchedulePatch(BaseModel):
+    """UpdateSchedule: only the fields given change. ``paused`` with a ``note`` pauses or
+    resumes; a new ``run`` makes the caller the schedule's owner."""
+
+    model_config = ConfigDict(alias_generator=to_camel, extra="forbid", allow_inf_nan=False)
+
+    paused: bool | None = None
+    note: Reason | None = None
+    run: SubmitRunRequest | None = None
+    cron: str | None = Field(None, min_length=9, max_length=200, pattern=r"^[0-9A-Za-z*/,\- ]+$")
+    time_zone: Name | None = None
+    interval_seconds: float | None = None
+    jitter_seconds: float | None = None
+    start_at: AwareDatetime | None = None
+    end_at: AwareDatetime | None = None
+    overlap: Literal["skip", "buffer-one", "allow-all", "cancel-other"] | None = None
+    catch_up_window_seconds: float | None = None
+
+
+class ScheduleFire(ResponseModel):
+    nominal_at: datetime
+    kind: str
+    outcome: str
+    run_id: UUID | None = None
+    run_state: str | None = None
+    submitted_at: datetime | None = None
+    cancels: list[UUID] | None = None
+    error: str | None = None
+    recorded_at: datetime
+
+
+class ScheduleView(ResponseModel):
+    schedule_id: UUID
+    project_id: str
+    owner: str = Field(description="The subject whose runs the schedule starts.")
+    run: dict[str, Any]
+    cron: str | None = None
+    time_zone: str
+    interval_seconds: float | None = None
+    jitter_seconds: float
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+    overlap: str
+    catch_up_window_seconds: float
+    paused: bool
+    note: str | None = None
+    last_nominal_at: datetime | None = None
+    next_fire_at: datetime | None = Field(None, description="None: no fire time is left.")
+    buffered_at: datetime | None = None
+    started: int
+    skipped: int
+    missed: int
+    created_at: datetime
+    updated_at: datetime
+    next_fire_times: list[datetime] = Field(default_factory=list)
+    last_fires: list[ScheduleFire] = Field(default_factory=list)
+
+
+class SchedulePage(ResponseModel):
+    items: list[ScheduleView]
+    next_cursor: str | None = None
+
+
+class BackfillRequest(RequestModel):
+    start_at: AwareDatetime
+    end_at: AwareDatetime
+    overlap: Literal["skip", "buffer-one", "allow-all", "cancel-other"] | None = Field(
+        None, description="This backfill's overlap policy (default: the schedule's)."
+    )
+
+
+class BackfillResponse(ResponseModel):
+    started: int
+    skipped: int
+    buffered: int
+    already_fired: int
+
+
+class TriggerResponse(ResponseModel):
+    nominal_at: datetime
+    outcome: str | None = Field(description="None: that instant was fired already.")

@@ -138,6 +138,7 @@ RAY_TEST_SETTINGS = {
         "dispatch_sweep_interval": 0.5,
         "outbox_relay_interval": 0.5,
         "webhook_delivery_interval": 0.2,
+        "schedule_sweep_interval": 0.25,
     },
     # test receivers listen on loopback; retries come within a test
     "webhooks": {

@@ -33,6 +33,7 @@ from . import (
     problems,
     queues,
     runs,
+    schedules,
     schemas,
     signals,
     webhooks,
@@ -117,6 +118,7 @@ def create_app(
     for router in (catalog.releases_router, catalog.workflows_router, catalog.graph_router):
         app.include_router(router)  # the workflow catalog and run graphs (issue 22)
     app.include_router(queues.router)  # flow control, seen (issue 21)
+    app.include_router(schedules.router)  # schedules (issue 32)
     app.include_router(console.router)  # the web console's static files (runcontrol/console/)
     # Workflows as A2A agents (issue 31): /a2a/{workflowId}/..., a2a-sdk's bindings, when the
     # ``a2a`` extra is installed (make installs it; without it there is no agent door).

@@ -10,16 +10,23 @@ from dataclasses import asdict
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request
 
-from schemas.api import ApprovalPage, ApprovalView, DecisionRequest
+from schemas.api import (
+    ApprovalPage,
+    ApprovalView,
+    BulkDecisionItem,
+    BulkDecisionRequest,
+    BulkDecisionResponse,
+    DecisionRequest,
+)
 
 from ..domain import ApprovalState, errors
 from ..domain.access import approvals_visible_only_to
-from ..edge import commands
+from ..edge import bulk, commands
 from ..edge.commands import require_visible
 from ..store import queries as q
-from .auth import ApprovalsReader, Caller
+from .auth import ApprovalsDecider, ApprovalsReader, Caller
 from .context import Cursor, PageLimit, Services, Svc, found, list_page
 from .limits import MeteredDecider
 from .problems import responses
@@ -57,6 +64,47 @@ async def decide_approval(
     )
     approval = await svc.send(command)
     return q.approval_view(asdict(approval))
+
+
+@router.post(
+    "/decisions",
+    operation_id="DecideApprovals",
+    response_model=BulkDecisionResponse,
+    responses=responses(401, 403, 413, 422),
+    summary="Decide many approval requests at once; one outcome per item.",
+    description=(
+        "Scope `factory.approvals.decide`. Each item is one DecideApproval (its approval, "
+        "decision, version and proposal hash), decided by the same rules and audited the "
+        "same way: its outcome is `decided` (with the approval) or the refusal the single "
+        "call would have answered (`stale`, `expired`, `forbidden`, `conflict`, `not-found`, "
+        "...). Each item takes one command of the tenant's rate. A retry with the same "
+        "Idempotency-Key answers every item as the first call did."
+    ),
+)
+async def decide_approvals(
+    caller: ApprovalsDecider,
+    svc: Svc,
+    body: BulkDecisionRequest,
+    request: Request,
+    idempotency_key: RetryKey = None,
+) -> dict[str, Any]:
+    bulk.distinct([i.approval_id for i in body.items], "approval")
+    outside = svc.outside(caller, meter=request.app.state.rate_limiter)
+
+    async def build(item: BulkDecisionItem) -> Any:
+        fields = item.model_dump(exclude={"approval_id"})
+        return await commands.decide_approval(
+            outside, idempotency_key, approval_id=item.approval_id, **fields
+        )
+
+    outcomes = await bulk.each(
+        body.items, lambda i: i.approval_id, build, svc.send, bulk.Outcome.DECIDED
+    )
+    return bulk.answer(
+        outcomes,
+        "approvalId",
+        lambda approval: {"approval": q.approval_view(asdict(approval))},
+    )
 
 
 @router.get(

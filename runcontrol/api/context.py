@@ -19,6 +19,7 @@ from ..edge import reads
 from ..edge.auth import Caller
 from ..edge.commands import Outside
 from ..edge.errors import InvalidCursor, Overloaded
+from ..edge.metering import TenantRateLimiter
 from ..store import Database
 from ..store import queries as q
 from ..store.notify import Listener
@@ -58,10 +59,11 @@ class Services:
     in_flight: InFlight = field(default_factory=InFlight)
     drain: Drain = field(default_factory=Drain)
 
-    def outside(self, caller: Caller) -> Outside:
+    def outside(self, caller: Caller, meter: TenantRateLimiter | None = None) -> Outside:
         """The caller as the sender of an outside command through this door
-        (``edge.commands``)."""
-        return Outside(caller, self.db, "http")
+        (``edge.commands``); ``meter``: the tenant's rate, taken per command (a bulk call's
+        items) where the route's dependency did not take it."""
+        return Outside(caller, self.db, "http", meter)
 
     async def send(self, command: Command[R]) -> R:
         """Send a command to its run's host, unless this replica already waits on

@@ -11,10 +11,12 @@ import math
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Header, Path, Query, Response
+from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from schemas.api import (
+    BulkCancelRequest,
+    BulkCancelResponse,
     CancelRunRequest,
     CancelRunResponse,
     RunPage,
@@ -24,10 +26,10 @@ from schemas.api import (
 )
 
 from ..domain import Limits, RunState, errors
-from ..edge import commands
+from ..edge import bulk, commands
 from ..store import queries as q
 from ..store.commit import EVENTS_CHANNEL
-from .auth import Caller, RunsReader
+from .auth import Caller, RunCanceller, RunsReader
 from .context import Cursor, PageLimit, Services, Svc, found, list_page
 from .limits import MeteredCanceller, MeteredSubmitter
 from .problems import responses
@@ -222,3 +224,33 @@ async def cancel_run(
         svc.outside(caller), idempotency_key, run_id=run_id, reason=body.reason
     )
     return {"runId": run_id, "state": await svc.send(command)}
+
+
+@router.post(
+    "/cancel",
+    operation_id="CancelRuns",
+    response_model=BulkCancelResponse,
+    responses=responses(401, 403, 413, 422),
+    summary="Record cancellation intent on each run of an explicit list; one outcome each.",
+    description="Scope `factory.runs.write`; the roles of CancelRun. Each run is one "
+    "CancelRun with the same reason: `accepted` with the state observed, or the refusal the "
+    "single call would have answered (`not-found`, `forbidden`, `conflict`, ...). Each run "
+    "takes one command of the tenant's rate.",
+)
+async def cancel_runs(
+    caller: RunCanceller,
+    svc: Svc,
+    body: BulkCancelRequest,
+    request: Request,
+    idempotency_key: RetryKey = None,
+) -> dict[str, Any]:
+    bulk.distinct(body.run_ids, "run")
+    outside = svc.outside(caller, meter=request.app.state.rate_limiter)
+
+    async def build(run_id: UUID) -> Any:
+        return await commands.cancel_run(
+            outside, idempotency_key, run_id=run_id, reason=body.reason
+        )
+
+    outcomes = await bulk.each(body.run_ids, lambda r: r, build, svc.send, bulk.Outcome.ACCEPTED)
+    return bulk.answer(outcomes, "runId", lambda state: {"state": str(state)})

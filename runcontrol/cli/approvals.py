@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
-from .http_api import Api, Handler, add_retry_key, command, idempotency, pages
-from .output import emit_json, fields, listing, reply
+from .http_api import Api, CliError, Handler, add_retry_key, command, idempotency, pages
+from .output import bulk_outcomes, emit_json, fields, listing, reply
 
 APPROVAL_COLUMNS = (
     ("APPROVAL", "approvalId"),
@@ -79,6 +79,36 @@ def _decide(verdict: str) -> Handler:
     return decide
 
 
+def approvals_decide_many(api: Api, args: argparse.Namespace, out: TextIO) -> None:
+    """Decide the named requests (or every Pending one, ``--all-pending``) in one call, each
+    on the version and proposal the server shows now; prints each one's outcome."""
+    if args.all_pending:
+        params: dict[str, Any] = {"state": "Pending", "limit": 200}
+        shown = pages(api, "/factory/approvals", params, args.limit)
+    elif args.approval_ids:
+        shown = [api.call("GET", f"/factory/approvals/{a}") for a in args.approval_ids]
+    else:
+        raise CliError("name approval ids, or --all-pending")
+    if not shown:
+        raise CliError("no approval requests to decide")
+    items = [
+        {
+            "approvalId": a["approvalId"],
+            "decision": args.decision,
+            "version": a["version"],
+            "proposalHash": a["proposalHash"],
+            **({"reason": args.reason} if args.reason else {}),
+        }
+        for a in shown
+    ]
+    answer = api.call(
+        "POST", "/factory/approvals/decisions", json={"items": items}, headers=idempotency(args)
+    )
+    refused = bulk_outcomes(answer, "approvalId", args, out)
+    if refused:
+        raise CliError(f"{refused} of {len(items)} decisions refused (outcomes above)")
+
+
 def _list_options(p: Any) -> None:
     p.add_argument("--state", action="append", help="Pending, Approved, ... (repeatable)")
     p.add_argument("--limit", type=int, default=50)
@@ -101,3 +131,10 @@ def add_approvals(sub: Any) -> None:
             "--proposal-hash", default=None, help="refuse unless it is this proposal (409)"
         )
         add_retry_key(p)
+    p = command(a, "decide-many", approvals_decide_many, "decide many requests in one call")
+    p.add_argument("decision", choices=("approve", "reject", "request-changes"))
+    p.add_argument("approval_ids", nargs="*", help="the requests (or --all-pending)")
+    p.add_argument("--all-pending", action="store_true", help="every Pending request you see")
+    p.add_argument("--limit", type=int, default=500, help="with --all-pending: at most this many")
+    p.add_argument("--reason", default=None)
+    add_retry_key(p)

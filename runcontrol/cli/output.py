@@ -62,3 +62,20 @@ def fields(view: dict[str, Any], names: Sequence[tuple[str, str]], out: TextIO) 
     for label, key in names:
         value = view.get(key)
         print(f"{label.ljust(width)}  {'-' if value is None else value}", file=out)
+
+
+def bulk_outcomes(answer: dict[str, Any], key: str, args: argparse.Namespace, out: TextIO) -> int:
+    """A bulk call's answer: one row per item (``key``: the item's id field), then the counts;
+    answers how many items were refused."""
+    if args.json:
+        emit_json(answer, out)
+    else:
+        columns = (
+            (key.upper(), key),
+            ("OUTCOME", "outcome"),
+            ("CODE", "code"),
+            ("DETAIL", "detail"),
+        )
+        table(answer["items"], columns, out)
+        print(", ".join(f"{n} {o}" for o, n in answer["counts"].items() if n), file=out)
+    return sum(1 for i in answer["items"] if i["outcome"] not in ("decided", "accepted"))

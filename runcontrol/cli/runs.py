@@ -10,8 +10,8 @@ from typing import Any, TextIO
 
 from ..domain.events import TERMINAL_EVENTS
 from .approvals import APPROVAL_COLUMNS
-from .http_api import Api, Sse, add_retry_key, command, idempotency, json_arg, pages
-from .output import emit_json, fields, listing, reply, table
+from .http_api import Api, CliError, Sse, add_retry_key, command, idempotency, json_arg, pages
+from .output import bulk_outcomes, emit_json, fields, listing, reply, table
 
 RUN_COLUMNS = (
     ("RUN", "runId"),
@@ -199,6 +199,14 @@ def runs_cancel(api: Api, args: argparse.Namespace, out: TextIO) -> None:
     reply(answer, lambda a: f"run {a['runId']} is {a['state']}", args, out)
 
 
+def runs_cancel_many(api: Api, args: argparse.Namespace, out: TextIO) -> None:
+    body = {"runIds": args.run_ids, "reason": args.reason}
+    answer = api.call("POST", "/factory/runs/cancel", json=body, headers=idempotency(args))
+    refused = bulk_outcomes(answer, "runId", args, out)
+    if refused:
+        raise CliError(f"{refused} of {len(args.run_ids)} cancels refused (outcomes above)")
+
+
 def _tail(api: Api, path: str, args: argparse.Namespace, out: TextIO, feed: bool) -> None:
     seen = 0
     for event in api.stream(path, args.after, {}):
@@ -270,6 +278,10 @@ def add_runs(sub: Any) -> None:
     p.add_argument("--key", default=None, help="Idempotency-Key (default: a new one, printed)")
     p = command(r, "cancel", runs_cancel, "record cancellation intent")
     p.add_argument("run_id")
+    p.add_argument("--reason", required=True)
+    add_retry_key(p)
+    p = command(r, "cancel-many", runs_cancel_many, "record cancellation intent on many runs")
+    p.add_argument("run_ids", nargs="+")
     p.add_argument("--reason", required=True)
     add_retry_key(p)
     p = command(r, "signal", runs_signal, "send a run's signal step its input")

@@ -664,6 +664,35 @@ async function approvalsPage(main, params, signal) {
   // approvalId -> the last answer shown on its card / the reason typed: kept across reloads
   const results = new Map();
   const reasons = new Map();
+  // approvalId -> the request as shown, for the ones ticked (decided together in one call)
+  const selected = new Map();
+  let shown = [];
+  const bulkReason = h("input", { id: "bulk-reason", placeholder: "reason (optional)" });
+  const bulkResult = h("div", { id: "bulk-result" });
+  const decideSelected = (decision) => async () => {
+    bulkResult.replaceChildren();
+    if (!selected.size) {
+      bulkResult.replaceChildren(h("p", { class: "muted" }, "Select requests first."));
+      return;
+    }
+    const reason = bulkReason.value.trim();
+    const items = [...selected.values()].map((a) => ({ approvalId: a.approvalId, decision, version: a.version, proposalHash: a.proposalHash, ...(reason ? { reason } : {}) }));
+    try {
+      const answer = await api("../factory/approvals/decisions", { method: "POST", body: { items } });
+      for (const item of answer.items) {
+        results.set(item.approvalId, item.outcome === "decided"
+          ? h("div", { class: "notice" }, `${item.approval.state} by ${item.approval.decidedBy}`)
+          : h("div", { class: "problem", dataset: { code: item.code, outcome: item.outcome } }, `${item.outcome}: ${item.status} (${item.code}): ${item.detail}`));
+      }
+      const counts = Object.entries(answer.counts).filter(([, n]) => n).map(([o, n]) => `${n} ${o}`).join(", ");
+      bulkResult.replaceChildren(h("div", { class: "notice", dataset: { counts: JSON.stringify(answer.counts) } }, counts));
+      selected.clear();
+    } catch (error) {
+      if (!(error instanceof Problem)) throw error;
+      bulkResult.replaceChildren(problemBox(error.body));
+    }
+    await load();
+  };
 
   const card = (a) => {
     const reason = h("input", { class: "decision-reason", placeholder: "reason (optional)", value: reasons.get(a.approvalId), oninput: () => reasons.set(a.approvalId, reason.value) });
@@ -684,8 +713,11 @@ async function approvalsPage(main, params, signal) {
       reloadSoon();
     };
     const pending = a.state === "Pending";
+    const tick = pending
+      ? h("input", { type: "checkbox", class: "select-approval", checked: selected.has(a.approvalId), onchange: (e) => { if (e.target.checked) selected.set(a.approvalId, a); else selected.delete(a.approvalId); } })
+      : null;
     return h("div", { class: "card approval", dataset: { approvalId: a.approvalId, runId: a.runId, state: a.state } },
-      h("h3", {}, `${a.actionClass} `, badge(a.state)),
+      h("h3", {}, tick, `${a.actionClass} `, badge(a.state)),
       h("dl", { class: "facts" },
         h("dt", {}, "Proposal hash"), h("dd", {}, h("span", { class: "hash proposal-hash" }, a.proposalHash)),
         h("dt", {}, "Run"), h("dd", {}, h("a", { class: "mono", href: `#/runs/${a.runId}` }, a.runId), ` · step ${short(a.stepId)} · attempt ${short(a.attemptId)}`),
@@ -708,6 +740,7 @@ async function approvalsPage(main, params, signal) {
     try {
       const answer = await api(`../factory/approvals?state=${state}&limit=100`, { signal });
       problem.replaceChildren();
+      shown = answer.items;
       list.replaceChildren(...(answer.items.length ? answer.items.map(card) : [h("p", { class: "muted" }, `No ${state.toLowerCase()} approval requests.`)]));
     } catch (error) {
       if (error instanceof Problem) problem.replaceChildren(problemBox(error.body));
@@ -718,7 +751,14 @@ async function approvalsPage(main, params, signal) {
   main.replaceChildren(
     h("h1", {}, "Approvals ", status),
     h("div", { class: "toolbar" }, h("label", {}, "State", stateSelect)),
-    problem, list);
+    state === "Pending"
+      ? h("div", { class: "toolbar", id: "bulk" },
+          h("button", { id: "select-all", class: "secondary", onclick: () => { for (const a of shown) if (a.state === "Pending") selected.set(a.approvalId, a); list.replaceChildren(...shown.map(card)); } }, "Select all"),
+          h("label", { class: "field" }, "Reason", bulkReason),
+          h("button", { id: "approve-selected", onclick: decideSelected("approve") }, "Approve selected"),
+          h("button", { id: "reject-selected", class: "danger", onclick: decideSelected("reject") }, "Reject selected"))
+      : null,
+    bulkResult, problem, list);
   await load();
   followFeed(signal, (event) => {
     if (event.type.startsWith("Approval")) reloadSoon();
@@ -763,6 +803,72 @@ async function queuesPage(main, signal) {
   followFeed(signal, debounce(load, REFRESH_MS), status);
 }
 
+// ------------------------------------------------------------------ schedules
+
+async function schedulesPage(main, signal) {
+  const body = h("tbody");
+  const problem = h("div");
+  const result = h("div", { id: "schedule-result" });
+  const note = h("input", { id: "schedule-note", placeholder: "note (pause/resume)" });
+  const show = (error) => { if (error instanceof Problem) result.replaceChildren(problemBox(error.body)); else throw error; };
+  const act = (fn) => async () => { result.replaceChildren(); try { await fn(); await load(); } catch (error) { show(error); } };
+  const row = (s) => {
+    const url = `../factory/schedules/${s.scheduleId}`;
+    const pause = () => api(url, { method: "PATCH", body: { paused: !s.paused, ...(note.value.trim() ? { note: note.value.trim() } : {}) } });
+    return h("tr", { dataset: { scheduleId: s.scheduleId, paused: String(s.paused) } },
+      h("td", { class: "mono" }, short(s.scheduleId)),
+      h("td", {}, `${s.run.workflowId}@${s.run.releaseAlias || "latest"}`),
+      h("td", { class: "mono" }, s.cron ? `${s.cron} (${s.timeZone})` : `every ${s.intervalSeconds} s`),
+      h("td", {}, s.overlap),
+      h("td", {}, s.paused ? `paused${s.note ? `: ${s.note}` : ""}` : when(s.nextFireAt)),
+      h("td", { class: "counts" }, `${s.started} started · ${s.skipped} skipped · ${s.missed} missed`),
+      h("td", {},
+        h("button", { class: "pause secondary", onclick: act(pause) }, s.paused ? "Resume" : "Pause"),
+        h("button", { class: "trigger secondary", onclick: act(async () => { const a = await api(`${url}/trigger`, { method: "POST" }); result.replaceChildren(h("div", { class: "notice" }, `fired: ${a.outcome}`)); }) }, "Trigger now"),
+        h("button", { class: "delete danger", onclick: act(() => api(url, { method: "DELETE" })) }, "Delete")));
+  };
+  const field = (id, label, value = "") => h("label", { class: "field" }, label, h("input", { id, value }));
+  const create = act(async () => {
+    const v = (id) => document.getElementById(id).value.trim();
+    const every = v("new-every");
+    const created = await api("../factory/schedules", {
+      method: "POST",
+      body: {
+        run: { workflowId: v("new-workflow"), releaseAlias: v("new-alias") || "latest", modelProfileId: v("new-profile"), input: JSON.parse(v("new-input") || "{}") },
+        ...(every ? { intervalSeconds: Number(every) } : { cron: v("new-cron") }),
+        timeZone: v("new-zone") || "UTC",
+        overlap: document.getElementById("new-overlap").value,
+      },
+    });
+    result.replaceChildren(h("div", { class: "notice" }, `schedule ${short(created.scheduleId)} created; next ${when(created.nextFireAt)}`));
+  });
+  const load = async () => {
+    try {
+      const answer = await api("../factory/schedules?limit=200", { signal });
+      problem.replaceChildren();
+      body.replaceChildren(...(answer.items.length ? answer.items.map(row) : [h("tr", {}, h("td", { colspan: 7, class: "muted" }, "No schedules."))]));
+    } catch (error) {
+      if (error instanceof Problem) problem.replaceChildren(problemBox(error.body));
+    }
+  };
+  main.replaceChildren(
+    h("h1", {}, "Schedules"),
+    h("div", { class: "toolbar", id: "new-schedule" },
+      field("new-workflow", "Workflow"), field("new-alias", "Alias", "latest"), field("new-profile", "Model profile"),
+      field("new-input", "Input (JSON)", "{}"), field("new-cron", "Cron", "0 3 * * *"), field("new-zone", "Time zone", "UTC"),
+      field("new-every", "or every (s)"),
+      h("label", { class: "field" }, "Overlap", h("select", { id: "new-overlap" }, ["skip", "buffer-one", "allow-all", "cancel-other"].map((o) => h("option", { value: o }, o)))),
+      h("button", { id: "create-schedule", onclick: create }, "Create")),
+    h("div", { class: "toolbar" }, h("label", { class: "field" }, "Note", note)),
+    result, problem,
+    h("table", { id: "schedules" },
+      h("thead", {}, h("tr", {}, ["Schedule", "Workflow", "When", "Overlap", "Next", "Fires", ""].map((c) => h("th", {}, c)))),
+      body));
+  await load();
+  const timer = setInterval(load, 2000);
+  signal.addEventListener("abort", () => clearInterval(timer));
+}
+
 // ------------------------------------------------------------------ routing
 
 let leaving = null;
@@ -803,6 +909,7 @@ async function route() {
   if (run) return runPage(main, run[1], signal);
   if (path === "/approvals") return approvalsPage(main, params, signal);
   if (path === "/queues") return queuesPage(main, signal);
+  if (path === "/schedules") return schedulesPage(main, signal);
   return runsPage(main, params, signal);
 }
 

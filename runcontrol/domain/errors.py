@@ -97,6 +97,10 @@ class RunNotFound(NotFound):
     code = "run-not-found"
 
 
+class ScheduleNotFound(NotFound):
+    code = "schedule-not-found"
+
+
 class StepNotFound(NotFound):
     code = "step-not-found"
 
@@ -246,7 +250,8 @@ class OutputGap(DataLoss):
 
 
 class ApprovalGone(RunControlError):
-    """The approval request expired or went stale: the decision can never apply."""
+    """The approval request expired or went stale: the decision can never apply. ``details``:
+    ``gone`` is ``expired`` or ``stale`` (a bulk decision's outcome tells them apart)."""
 
     code = "approval-gone"
 

@@ -613,6 +613,59 @@ webhook_deliveries = Table(
     Index("ix_webhook_deliveries_position", "position"),
 )
 
+# Schedules (0023): a tenant's schedules with their durable sweep state (the last nominal fire
+# time handled, the next one due), and one row per fire time handled (not for missed ones).
+schedules = Table(
+    "schedules",
+    metadata,
+    Column("schedule_id", UUID(as_uuid=True), primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("project_id", Text, nullable=False),
+    Column("owner", Text, nullable=False),  # the subject whose runs it starts
+    Column("owner_roles", JSONB, nullable=False),
+    Column("owner_scopes", JSONB, nullable=False),
+    Column("spec", JSONB, nullable=False),  # domain.schedules.ScheduleSpec
+    Column("paused", Boolean, nullable=False),
+    Column("note", Text),
+    Column("last_nominal_at", TZ),  # the last nominal fire time the sweep handled
+    Column("next_fire_at", TZ),  # when the next one is due (nominal + jitter); None: ended
+    Column("buffered_at", TZ),  # buffer-one: the nominal time waiting for the open run
+    Column("started", BigInteger, nullable=False),
+    Column("skipped", BigInteger, nullable=False),
+    Column("missed", BigInteger, nullable=False),
+    Column("created_at", TZ, nullable=False),
+    Column("updated_at", TZ, nullable=False),
+    Index("ix_schedules_due", "next_fire_at", postgresql_where=text("NOT paused")),
+    Index("ix_schedules_tenant", "tenant_id", "created_at"),
+)
+
+schedule_fires = Table(
+    "schedule_fires",
+    metadata,
+    Column("schedule_id", UUID(as_uuid=True), nullable=False),
+    Column("nominal_at", TZ, nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("kind", Text, nullable=False),  # domain.schedules.FireKind
+    Column("outcome", Text, nullable=False),  # domain.schedules.FireOutcome
+    Column("run_id", UUID(as_uuid=True)),  # once submitted
+    Column("submitted_at", TZ),  # a started fire not yet submitted has None
+    Column("cancels", JSONB),  # cancel-other: the open runs it cancels
+    Column("error", Text),  # the submission's refusal (a started fire that started nothing)
+    Column("recorded_at", TZ, nullable=False),
+    PrimaryKeyConstraint("schedule_id", "nominal_at"),
+    ForeignKeyConstraint(
+        ["schedule_id"],
+        ["schedules.schedule_id"],
+        name="fk_schedule_fires_schedule",
+        ondelete="CASCADE",
+    ),
+    Index(
+        "ix_schedule_fires_unsubmitted",
+        "schedule_id",
+        postgresql_where=text("outcome = 'started' AND submitted_at IS NULL"),
+    ),
+)
+
 RUN_PINS = tuple(str(c.name) for c in runs.columns if c.info.get("pinned"))
 TENANT_TABLES = tuple(metadata.tables)
 APPEND_ONLY_TABLES = ("recovery_journal", "audit_log", "approval_decisions", "cancellation_intents")

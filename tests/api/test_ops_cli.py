@@ -159,6 +159,75 @@ def test_approvals_list_show_approve_and_reject(t, env, capsys, monkeypatch) -> 
     assert code == 0 and "Rejected" in out
 
 
+def test_approvals_decide_many_and_runs_cancel_many(t, env, capsys, monkeypatch) -> None:
+    first, _, a = t.waiting_for_approval()
+    second, _, b = t.waiting_for_approval()
+    reviewer = t.token("rita", Role.REVIEWER)
+    code, out, err = cli(capsys, monkeypatch, reviewer, "approvals", "decide-many", "approve")
+    assert code == 1 and "--all-pending" in err  # nothing named
+    code, out, err = cli(
+        capsys, monkeypatch, reviewer, "approvals", "decide-many", "approve", "--all-pending"
+    )
+    assert code == 0, err
+    assert a["approvalId"] in out and b["approvalId"] in out and "2 decided" in out
+    code, out, err = cli(
+        capsys, monkeypatch, reviewer, "approvals", "decide-many", "approve", a["approvalId"]
+    )
+    assert code == 1 and "conflict" in out and "1 of 1 decisions refused" in err
+
+    requester = t.token("alice", Role.REQUESTER)
+    code, out, err = cli(
+        capsys,
+        monkeypatch,
+        requester,
+        "runs",
+        "cancel-many",
+        first,
+        second,
+        "--reason",
+        "done",
+        "--json",
+    )
+    assert code == 0, err
+    assert json.loads(out)["counts"]["accepted"] == 2
+    assert t.wait_state(first, "Cancelled") and t.wait_state(second, "Cancelled")
+
+
+def test_schedules_create_show_pause_backfill_and_delete(t, env, capsys, monkeypatch) -> None:
+    t.publish()
+    token = t.token("alice", Role.REQUESTER)
+    code, out, err = cli(
+        capsys, monkeypatch, token, "schedules", "create", "--workflow", t.workflow,
+        "--model-profile", "code-agent", "--cron", "0 3 * * 1-5", "--time-zone",
+        "Europe/Berlin", "--start", "2026-01-01T00:00:00+00:00", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    created = json.loads(out)
+    sid = created["scheduleId"]
+    assert created["cron"] == "0 3 * * 1-5" and len(created["nextFireTimes"]) == 5
+    code, _, err = cli(capsys, monkeypatch, token, "schedules", "create", "--workflow", "w",
+                       "--model-profile", "m")  # fmt: skip
+    assert code == 1 and "--cron or --every" in err
+    code, out, err = cli(capsys, monkeypatch, token, "schedules", "pause", sid, "--note", "hold")
+    assert code == 0 and out.strip() == f"schedule {sid} paused"
+    code, out, _ = cli(capsys, monkeypatch, token, "schedules", "show", sid)
+    assert "hold" in out and "0 3 * * 1-5 (Europe/Berlin)" in out
+    code, out, _ = cli(capsys, monkeypatch, token, "schedules", "resume", sid)
+    assert code == 0 and "resumed" in out
+    code, out, err = cli(
+        capsys, monkeypatch, token, "schedules", "backfill", sid, "--start",
+        "2026-03-02T00:00:00Z", "--end", "2026-03-07T00:00:00Z", "--overlap", "allow-all",
+    )  # fmt: skip
+    assert code == 0, err
+    assert out.strip() == "5 started, 0 skipped, 0 buffered, 0 alreadyFired"  # Mon-Fri
+    code, out, _ = cli(capsys, monkeypatch, token, "schedules", "list")
+    assert sid in out
+    code, out, _ = cli(capsys, monkeypatch, token, "schedules", "delete", sid)
+    assert code == 0
+    code, _, err = cli(capsys, monkeypatch, token, "schedules", "show", sid)
+    assert code == 1 and "404" in err
+
+
 def test_ops_suspend_and_resume_round_trip(t, env, capsys, monkeypatch) -> None:
     t.publish()
     run_id = t.submit()

@@ -444,6 +444,73 @@ def test_the_queues_page_shows_a_held_run_and_its_release(
     assert service.get(f"/factory/runs/{second}", alice)["steps"][0]["held"] is None
 
 
+def test_the_inbox_decides_the_selected_requests_in_one_call(
+    service: Service, browser: Console
+) -> None:
+    alice = service.printed["REQUESTER_TOKEN"]
+    bob = service.printed["REVIEWER_TOKEN"]
+    runs = [service.submit(alice) for _ in range(2)]
+    for run_id in runs:
+        browser.wait(
+            lambda run_id=run_id: any(
+                a["runId"] == run_id
+                for a in service.get("/factory/approvals?state=Pending", bob)["items"]
+            ),
+            "the run's approval request",
+        )
+    browser.sign_in(bob)
+    browser.open("#/approvals")
+    for run_id in runs:
+        browser.click(f'.approval[data-run-id="{run_id}"] input.select-approval')
+    browser.css("#bulk-reason").send_keys("batch reviewed")
+    browser.click("#approve-selected")
+    summary = browser.text("#bulk-result .notice", "the bulk call's outcome")
+    assert summary == "2 decided"
+    browser.shot("approvals-bulk")
+    for run_id in runs:
+        browser.wait(
+            lambda run_id=run_id: not browser.all(f'.approval[data-run-id="{run_id}"]'), "decided"
+        )
+        (approval,) = service.get(f"/factory/runs/{run_id}/approvals", bob)["items"]
+        assert (approval["state"], approval["decidedBy"], approval["reason"]) == (
+            "Approved",
+            "bob",
+            "batch reviewed",
+        )
+
+
+def test_the_schedules_page_creates_pauses_triggers_and_deletes(
+    service: Service, browser: Console
+) -> None:
+    alice = service.printed["REQUESTER_TOKEN"]
+    browser.sign_in(alice)
+    browser.open("#/schedules")
+    browser.css("#new-workflow").send_keys("demo-review")
+    browser.css("#new-profile").send_keys("code-agent")
+    browser.css("#new-every").send_keys("3600")
+    browser.click("#create-schedule")
+    assert "created" in browser.text("#schedule-result .notice", "the new schedule")
+    (schedule,) = [
+        s for s in service.get("/factory/schedules", alice)["items"] if s["intervalSeconds"] == 3600
+    ]
+    row = f'#schedules tr[data-schedule-id="{schedule["scheduleId"]}"]'
+    browser.wait(lambda: browser.css(row), "the schedule's row")
+    browser.css("#schedule-note").send_keys("release freeze")
+    browser.click(f"{row} button.pause")
+    browser.wait(
+        lambda: browser.css(row).get_attribute("data-paused") == "true", "the schedule paused"
+    )
+    assert "release freeze" in browser.css(row).text
+    browser.click(f"{row} button.trigger")
+    assert browser.text("#schedule-result .notice", "the trigger's answer") == "fired: started"
+    browser.shot("schedules")
+    shown = service.get(f"/factory/schedules/{schedule['scheduleId']}", alice)
+    assert shown["paused"] is True and shown["note"] == "release freeze"
+    assert shown["lastFires"][0]["kind"] == "manual"
+    browser.click(f"{row} button.delete")
+    browser.wait(lambda: not browser.all(row), "the schedule's row gone")
+
+
 def test_a_parent_and_its_child_run_link_to_each_other(service: Service, browser: Console) -> None:
     """Issue 32: a run step's child run; each run's page shows the other (the lineage)."""
     admin = service.token("wanda", "WorkspaceAdmin")

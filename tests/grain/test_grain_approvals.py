@@ -222,12 +222,17 @@ def test_break_glass_needs_a_reason_and_is_audited(h: Harness):
     for reason in (None, "   "):
         with pytest.raises(errors.BreakGlassReasonRequired):
             decide(grain, approval, admin, reason=reason)
-    assert h.audits(grain.run_id) == []
+    # Each refusal is audited (the trail a bulk decision's refused items leave too).
+    refusals = h.audits(grain.run_id)
+    assert [(a.kind, a.detail["code"]) for a in refusals] == [
+        ("approval-decision-refused", "break-glass-reason-required")
+    ] * 2
+    assert {a.detail["decided_by"] for a in refusals} == {"pat"}
 
     decide(grain, approval, admin, reason="incident 42")
     (vote,) = decisions(h, grain.run_id)
     assert (vote.decided_by, vote.break_glass, vote.reason) == ("pat", True, "incident 42")
-    (audit,) = h.audits(grain.run_id)
+    (audit,) = [a for a in h.audits(grain.run_id) if a.kind != "approval-decision-refused"]
     assert (audit.kind, audit.actor) == ("break-glass-decision", "pat")
     assert audit.detail["reason"] == "incident 42"
     assert audit.detail["approval_id"] == str(approval.approval_id)

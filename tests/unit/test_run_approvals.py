@@ -134,7 +134,7 @@ class TestApprovals:
         # A decision on the old proposal can never apply.
         with pytest.raises(errors.ApprovalGone):
             h.decide(old)
-        assert_refused_cleanly(h)
+        assert_refused_cleanly(h, "approval-decision-refused")
         h.decide(new)
         assert new.state is ApprovalState.APPROVED
         assert h.lease(attempt, "worker-2").approved_proposal_hash == proposal(2)
@@ -182,7 +182,7 @@ class TestApprovals:
         h, _, _, approval = approval_harness()
         with pytest.raises(errors.ProposalHashMismatch):
             h.decide(approval, proposal_hash=proposal(2))
-        assert_refused_cleanly(h)
+        assert_refused_cleanly(h, "approval-decision-refused")
         assert approval.state is ApprovalState.PENDING and approval.version == 1
         assert h.run.state is RunState.WAITING_FOR_APPROVAL
 
@@ -201,7 +201,7 @@ class TestApprovals:
         h, _, _, approval = approval_harness()
         with pytest.raises(errors.SeparationOfDuties):
             h.decide(approval, REQUESTER, decision, roles=roles, reason=reason)
-        assert_refused_cleanly(h)
+        assert_refused_cleanly(h, "approval-decision-refused")
         assert approval.state is ApprovalState.PENDING
         assert h.agg.decisions.get(approval.approval_id, []) == []
 
@@ -211,13 +211,13 @@ class TestApprovals:
         with pytest.raises(errors.Forbidden) as info:
             h.decide(approval, "sam", roles=roles, reason="because")
         assert type(info.value) is errors.Forbidden
-        assert_refused_cleanly(h)
+        assert_refused_cleanly(h, "approval-decision-refused")
 
     def test_wrong_tenant_sees_not_found(self):
         h, _, _, approval = approval_harness()
         with pytest.raises(errors.ApprovalNotFound):
             h.decide(approval, tenant="tenant-b")
-        assert_refused_cleanly(h)
+        assert_refused_cleanly(h)  # another tenant: nothing of it written here
 
     def test_unknown_approval(self):
         h, _, _, _ = approval_harness()
@@ -240,7 +240,7 @@ class TestApprovals:
         with pytest.raises(errors.ApprovalVersionMismatch) as info:
             h.decide(approval, version=approval.version + 1)
         assert info.value.details == {"current_version": 1}
-        assert_refused_cleanly(h)
+        assert_refused_cleanly(h, "approval-decision-refused")
         with pytest.raises(errors.ApprovalVersionMismatch):
             h.decide(approval, version=0)
 
@@ -251,7 +251,7 @@ class TestApprovals:
         state = approval.state
         with pytest.raises(errors.ApprovalAlreadyDecided):
             h.decide(approval, "sam", Decision.APPROVE)
-        assert_refused_cleanly(h)
+        assert_refused_cleanly(h, "approval-decision-refused")
         with pytest.raises(errors.ApprovalAlreadyDecided):
             h.decide(approval, "rita", Decision.REJECT)
         assert approval.state is state
@@ -263,7 +263,7 @@ class TestApprovals:
         h.now = approval.expires_at
         with pytest.raises(errors.ApprovalGone, match="expired"):
             h.decide(approval)
-        assert_refused_cleanly(h)
+        assert_refused_cleanly(h, "approval-decision-refused")
 
     def test_expiry_reconciler_fails_the_run(self):
         h, attempt, grant, approval = approval_harness()
@@ -320,7 +320,7 @@ class TestApprovals:
         h, _, _, approval = approval_harness()
         with pytest.raises(errors.BreakGlassReasonRequired):
             h.decide(approval, "root", roles={Role.PLATFORM_ADMIN}, reason=reason)
-        assert_refused_cleanly(h)
+        assert_refused_cleanly(h, "approval-decision-refused")
         assert approval.state is ApprovalState.PENDING
 
     def test_break_glass_by_platform_admin_is_audited_and_overrides_quorum(self):
@@ -386,7 +386,7 @@ class TestApprovals:
         assert attempt.state is AttemptState.DISPATCHED
         with pytest.raises(errors.ApprovalGone):
             h.decide(approval, "sam")
-        assert_refused_cleanly(h)
+        assert_refused_cleanly(h, "approval-decision-refused")
         grant = h.lease(attempt, "worker-2")
         assert grant.approved_proposal_hash is None  # changes were requested, nothing approved
         new = h.request_approval(grant, proposal(2))

@@ -154,7 +154,7 @@ class TestCancel:
         assert [j.cause for j in journal] == ["CancelledWhileParked"]
         with pytest.raises(errors.ApprovalAlreadyDecided):
             h.decide(approval)
-        assert_refused_cleanly(h)
+        assert_refused_cleanly(h, "approval-decision-refused")
         # The holder before the park reports late: refused and audited.
         with pytest.raises(errors.StaleFencingToken):
             h.report(grant, AttemptOutcome.CANCELLED)

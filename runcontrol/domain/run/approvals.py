@@ -196,27 +196,26 @@ def _resume_parked(
     )
 
 
-def decide_approval(
+def _may_decide(
     agg: RunAggregate,
     ctx: CommandContext,
-    approval_id: UUID,
+    approval: ApprovalRequest,
     principal: Principal,
-    decision: Decision,
     version: int,
     proposal_hash: str,
     reason: str | None,
     policy: PolicyDocument,
-    options: Options,
-) -> ApprovalRequest:
-    approval = agg.approval(approval_id)
-    if principal.tenant_id != agg.run.tenant_id:
-        raise errors.ApprovalNotFound("approval not found")  # never reveal other tenants
-    if approval.state in (ApprovalState.EXPIRED, ApprovalState.STALE):
-        raise errors.ApprovalGone(f"the approval request is {approval.state}")
+) -> bool:
+    """Refuse a decision this request cannot take (gone, decided, the requester, outside the
+    approver rule, another version or proposal); answer whether it is a break-glass one."""
+    if approval.state is ApprovalState.EXPIRED:
+        raise errors.ApprovalGone(f"the approval request is {approval.state}", gone="expired")
+    if approval.state is ApprovalState.STALE:
+        raise errors.ApprovalGone(f"the approval request is {approval.state}", gone="stale")
     if approval.state.terminal:
         raise errors.ApprovalAlreadyDecided(f"the approval request is {approval.state}")
     if ctx.now >= approval.expires_at:
-        raise errors.ApprovalGone("the approval request expired")
+        raise errors.ApprovalGone("the approval request expired", gone="expired")
     if principal.subject == agg.run.requested_by:
         raise errors.SeparationOfDuties("the requester of a run may never decide its approvals")
     break_glass = False
@@ -233,6 +232,40 @@ def decide_approval(
         )
     if proposal_hash != approval.proposal_hash:
         raise errors.ProposalHashMismatch("the decision is for a different proposal")
+    return break_glass
+
+
+def decide_approval(
+    agg: RunAggregate,
+    ctx: CommandContext,
+    approval_id: UUID,
+    principal: Principal,
+    decision: Decision,
+    version: int,
+    proposal_hash: str,
+    reason: str | None,
+    policy: PolicyDocument,
+    options: Options,
+) -> ApprovalRequest:
+    approval = agg.approval(approval_id)
+    if principal.tenant_id != agg.run.tenant_id:
+        raise errors.ApprovalNotFound("approval not found")  # never reveal other tenants
+    try:
+        break_glass = _may_decide(
+            agg, ctx, approval, principal, version, proposal_hash, reason, policy
+        )
+    except errors.RunControlError as refusal:
+        # Audited like every refused decision: a bulk decision's refused items leave the
+        # same trail as one refused call.
+        agg.audit(
+            ctx,
+            "approval-decision-refused",
+            approval_id=approval_id,
+            decided_by=principal.subject,
+            code=refusal.code,
+            message=str(refusal),
+        )
+        raise
     votes = agg.decisions.setdefault(approval_id, [])
     if any(v.decided_by == principal.subject for v in votes):
         raise errors.ApprovalAlreadyDecided("this approver already decided")

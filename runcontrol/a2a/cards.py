@@ -71,7 +71,7 @@ def agent_card(agent: Agent, url: str, *, extended: bool = False) -> AgentCard:
                     scheme="Bearer",
                     bearer_format="JWT",
                     description="The API's OAuth2 bearer JWT (claims tid, pid, sub, roles, "
-                    "scope); the tenant is the token's.",
+                    "scope); the tenant is the JWT's.",
                 )
             )
         },

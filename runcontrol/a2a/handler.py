@@ -50,6 +50,7 @@ from a2a.utils.errors import (
     TaskNotFoundError,
     UnsupportedOperationError,
 )
+from a2a.utils.task import apply_history_length, validate_history_length
 from sqlalchemy import Connection
 
 from ..api.context import Services
@@ -80,12 +81,13 @@ CURSOR_HEADER = "last-event-id"  # a stream resumes after this run event seq
 ADMISSION = (RateLimited, errors.CapacityDenied, errors.FlowDenied, errors.BudgetReservationDenied)
 
 
-class Rejected(Exception):
-    """A submission refused admission: ``task`` is the REJECTED answer."""
+class Answered(Exception):
+    """A message answered without a run command: ``answer`` is the REJECTED task of a
+    submission refused admission, or the agent's reply restating what a task asks."""
 
-    def __init__(self, task: Task) -> None:
-        super().__init__(task.id)
-        self.task = task
+    def __init__(self, answer: Task | Message) -> None:
+        super().__init__(answer.message_id if isinstance(answer, Message) else answer.id)
+        self.answer = answer
 
 
 class RunTaskHandler(RequestHandler):
@@ -106,9 +108,10 @@ class RunTaskHandler(RequestHandler):
 
     @validate_request_params
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task:
+        validate_history_length(params)
         task = await self.store.get(params.id, context)
         assert task is not None  # the store raises TaskNotFound
-        return task
+        return apply_history_length(task, params)
 
     @validate_request_params
     async def on_list_tasks(
@@ -125,8 +128,8 @@ class RunTaskHandler(RequestHandler):
         call = self.store.call(context)
         try:
             view, answered = await self._message(call, params)
-        except Rejected as refused:
-            return refused.task
+        except Answered as done:
+            return done.answer
         if params.configuration.return_immediately or tasks.task_of(view).status.state in (
             tasks.TERMINAL
         ):
@@ -161,7 +164,7 @@ class RunTaskHandler(RequestHandler):
             )
             result = await self.svc.send(command)
         except ADMISSION as exc:
-            raise Rejected(tasks.rejected(message, exc)) from None
+            raise Answered(tasks.rejected(message, exc)) from None
         except errors.RunControlError as exc:
             raise a2a_error(exc) from None
         return await self.store.view(call, str(result.run_id))
@@ -186,6 +189,10 @@ class RunTaskHandler(RequestHandler):
                     call.outside, message.message_id, run_id=run_id, name=ask.name, body=body
                 )
             )
+        elif not any(kind == "data" for kind, _ in tasks.part_values(message.parts)):
+            # Free text is conversation, not a decision (one is bound to a proposal hash):
+            # the agent restates the ask and the task is unchanged.
+            raise Answered(tasks.restated(view, ask, message))
         else:
             await self._send(_decision(call.outside, message, ask))
         return await self.store.view(call, message.task_id), ask.key
@@ -238,8 +245,8 @@ class RunTaskHandler(RequestHandler):
         self._admit_stream()
         try:
             view, answered = await self._message(call, params)
-        except Rejected as refused:
-            yield refused.task
+        except Answered as done:
+            yield done.answer
             return
         follow = self._follow(call, view, cursor, answered, until_asked=True)
         async for event in counted(self.svc.streams, follow):

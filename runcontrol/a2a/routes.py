@@ -43,6 +43,9 @@ from ..store import catalog
 from .cards import JSONRPC_PATH, PREFIX, REST_PATH, Agent, agent_card
 from .handler import RunTaskHandler
 
+# An agent's card: at its root, and under each binding's URL (where a client given an
+# interface URL as the agent's base looks for it).
+CARD_PATHS = tuple(prefix + AGENT_CARD_WELL_KNOWN_PATH for prefix in ("", JSONRPC_PATH, REST_PATH))
 _STATE = "runcontrol_a2a"  # the door's findings in the request's state
 _VERSION = b"a2a-version"
 
@@ -78,19 +81,40 @@ class AgentDoor:
     """The ASGI app under ``/a2a/{workflowId}``: authenticate, find the agent, then the
     SDK's routes (``inner``)."""
 
-    def __init__(self, inner: ASGIApp, svc: Services, verifier: TokenVerifier) -> None:
+    def __init__(
+        self, inner: ASGIApp, svc: Services, verifier: TokenVerifier, public: str | None
+    ) -> None:
         self.inner = inner
         self.svc = svc
         self.verifier = verifier
+        self.public = public
+
+    def _public_card(self, scope: Scope, request: Request) -> str | None:
+        """The public agent's tenant when this is an anonymous GET of its card (at the
+        agent's root or under a binding's URL), else None: everything else needs a token."""
+        if self.public is None or request.method != "GET" or "authorization" in request.headers:
+            return None
+        root = scope.get("root_path", "")
+        path = scope["path"][len(root) :] if scope["path"].startswith(root) else scope["path"]
+        tenant_id, _, workflow_id = self.public.partition("/")
+        if path in CARD_PATHS and scope["path_params"]["workflowId"] == workflow_id:
+            return tenant_id
+        return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.inner(scope, receive, send)
             return
         request = Request(scope)
+        workflow_id = scope["path_params"]["workflowId"]
+        public_tenant = self._public_card(scope, request)
+        caller: Caller | None = None
         try:
-            caller = await authenticate(self.verifier, request)
-            agent = await find_agent(self.svc, caller, scope["path_params"]["workflowId"])
+            if public_tenant is not None:
+                agent = await _agent_in(self.svc, public_tenant, workflow_id)
+            else:
+                caller = await authenticate(self.verifier, request)
+                agent = await find_agent(self.svc, caller, workflow_id)
         except errors.RunControlError as exc:
             await from_error(exc)(scope, receive, send)
             return
@@ -149,12 +173,18 @@ def host_card_route(svc: Services, verifier: TokenVerifier, public: str | None) 
     return Route(AGENT_CARD_WELL_KNOWN_PATH, host_card, methods=["GET"])
 
 
-def agent_mount(svc: Services, verifier: TokenVerifier, rate_limiter: TenantRateLimiter) -> Mount:
-    """The mount ``create_app`` adds: every workflow's agent door."""
+def agent_mount(
+    svc: Services,
+    verifier: TokenVerifier,
+    rate_limiter: TenantRateLimiter,
+    public: str | None = None,
+) -> Mount:
+    """The mount ``create_app`` adds: every workflow's agent door (``public``: the agent
+    whose card answers without a token, ``RunControl:Api:A2aPublicAgent``)."""
     handler = RunTaskHandler(svc, rate_limiter)
     context = CallContextBuilder()
     routes: list[Any] = [
-        Route(AGENT_CARD_WELL_KNOWN_PATH, _card, methods=["GET"]),
+        *(Route(path, _card, methods=["GET"]) for path in CARD_PATHS),
         *create_jsonrpc_routes(
             handler, JSONRPC_PATH, context_builder=context, enable_v0_3_compat=True
         ),
@@ -163,4 +193,4 @@ def agent_mount(svc: Services, verifier: TokenVerifier, rate_limiter: TenantRate
             routes=create_rest_routes(handler, context_builder=context, enable_v0_3_compat=True),
         ),
     ]
-    return Mount(PREFIX, app=AgentDoor(Router(routes=routes), svc, verifier))
+    return Mount(PREFIX, app=AgentDoor(Router(routes=routes), svc, verifier, public))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -22,6 +23,7 @@ from a2a.utils.errors import (
     TaskNotFoundError,
     UnsupportedOperationError,
 )
+from a2a.utils.task import apply_history_length, validate_history_length
 from sqlalchemy import Connection
 
 from ..api.context import Services
@@ -126,6 +128,7 @@ class RunTaskStore(TaskStore):
     async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
         """A page of the agent's tasks, newest first (``pageToken``: the runs' cursor)."""
         call = self.call(context)
+        validate_history_length(params)
         size = params.page_size if params.HasField("page_size") else PAGE_SIZE
         if not 1 <= size <= MAX_PAGE_SIZE:
             raise InvalidParamsError(f"pageSize must be between 1 and {MAX_PAGE_SIZE}")
@@ -138,12 +141,19 @@ class RunTaskStore(TaskStore):
             except (ValueError, TypeError):
                 raise InvalidParamsError("pageToken is not one this agent returned") from None
         project, workflow = call.caller.project_scope, call.agent.workflow_id
+        after = (
+            params.status_timestamp_after.ToDatetime(UTC)
+            if params.HasField("status_timestamp_after")
+            else None
+        )
+        run_context = q.RunContext(params.context_id or None, after)
 
         def page(conn: Connection) -> tuple[list[dict[str, Any]], str | None, int]:
             filters: dict[str, Any] = {
                 "project_id": project,
                 "states": run_states,
                 "workflow_id": workflow,
+                "context": run_context,
             }
             items, next_cursor = q.list_runs(conn, cursor=cursor, limit=size, **filters)
             views = [q.get_run(conn, UUID(i["runId"]), project_id=project) for i in items]
@@ -151,13 +161,13 @@ class RunTaskStore(TaskStore):
 
         views, next_cursor, total = await self.read(call, page)
         found = [
-            tasks.task_of(v, with_artifacts=params.include_artifacts)
+            apply_history_length(tasks.task_of(v, with_artifacts=params.include_artifacts), params)
             for v in views
-            if (wanted is None or tasks.task_state(v) == wanted)
-            and (not params.context_id or tasks.context_id(v) == params.context_id)
+            if wanted is None or tasks.task_state(v) == wanted
         ]
+        # pageSize: how many this page holds (0 for none; the kit and A2A 1.0 §3.1.4).
         return ListTasksResponse(
-            tasks=found, next_page_token=next_cursor or "", page_size=size, total_size=total
+            tasks=found, next_page_token=next_cursor or "", page_size=len(found), total_size=total
         )
 
     async def save(self, task: Task, context: ServerCallContext) -> None:

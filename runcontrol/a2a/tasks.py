@@ -136,6 +136,14 @@ def _agent_message(view: dict[str, Any], text: str, data: dict[str, Any] | None)
     )
 
 
+def restated(view: dict[str, Any], ask: Ask, reply_to: Message) -> Message:
+    """The agent's reply to a message that does not answer ``ask`` (free text on an
+    approval): the ask again, under the task; nothing changed and nothing is stored."""
+    message = _agent_message(view, ask.text(), ask.to_dict())
+    message.message_id = f"{view['runId']}:reply:{reply_to.message_id}"
+    return message
+
+
 def status_of(view: dict[str, Any]) -> TaskStatus:
     state = task_state(view)
     status = TaskStatus(state=state)
@@ -182,12 +190,28 @@ def run_metadata(view: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def history_of(view: dict[str, Any], status: TaskStatus) -> list[Message]:
+    """The task's messages as the run keeps them (no transcript is stored): the submission,
+    as the run took it (its input, a data part), then what the agent says now (the status
+    message: the ask, the failure), if anything."""
+    submitted = Message(
+        message_id=f"{view['runId']}:input",
+        task_id=str(view["runId"]),
+        context_id=context_id(view),
+        role=Role.ROLE_USER,
+        parts=[Part(data=ParseDict(view.get("input") or {}, Value()))],
+    )
+    return [submitted, status.message] if status.HasField("message") else [submitted]
+
+
 def task_of(view: dict[str, Any], *, with_artifacts: bool = True) -> Task:
+    status = status_of(view)
     task = Task(
         id=str(view["runId"]),
         context_id=context_id(view),
-        status=status_of(view),
+        status=status,
         artifacts=artifacts_of(view) if with_artifacts else [],
+        history=history_of(view, status),
     )
     task.metadata.update(run_metadata(view))
     return task

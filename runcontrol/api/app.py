@@ -125,8 +125,9 @@ def create_app(
     if find_spec("a2a") is not None:
         from ..a2a.routes import agent_mount, host_card_route
 
-        app.router.routes.append(agent_mount(services, app.state.verifier, app.state.rate_limiter))
         public = settings.api.a2a_public_agent
+        door = agent_mount(services, app.state.verifier, app.state.rate_limiter, public)
+        app.router.routes.append(door)
         app.router.routes.append(host_card_route(services, app.state.verifier, public))
     else:
         log.warning("a2a-sdk is not installed (the a2a extra): no A2A agents are served")

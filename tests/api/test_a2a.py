@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -21,8 +22,10 @@ from a2a.types.a2a_pb2 import (
     SubscribeToTaskRequest,
     TaskState,
 )
+from a2a.types.a2a_pb2 import Role as A2ARole
 from a2a.utils.errors import (
     A2AError,
+    InvalidParamsError,
     InvalidRequestError,
     TaskNotCancelableError,
     TaskNotFoundError,
@@ -131,19 +134,26 @@ def test_the_public_agents_card_needs_no_token_and_its_calls_do(
     settings["api"]["a2a_public_agent"] = f"{t.tenant}/{t.workflow}"
     app = create_app(ray_runtime.client, db, Settings.model_validate(settings))
 
-    async def probe() -> tuple[httpx.Response, httpx.Response]:
+    agent = f"/a2a/{t.workflow}"
+    # The card at the root, at the agent's root and under each binding's URL.
+    paths = ["", agent, f"{agent}/jsonrpc", f"{agent}/rest"]
+
+    async def probe() -> tuple[list[httpx.Response], httpx.Response, httpx.Response]:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://replica") as http:
-            card = await http.get("/.well-known/agent-card.json")
-            call = await http.post(f"/a2a/{t.workflow}/jsonrpc", json={})
-            return card, call
+            cards = [await http.get(f"{p}/.well-known/agent-card.json") for p in paths]
+            call = await http.post(f"{agent}/jsonrpc", json={})
+            tasks = await http.get(f"{agent}/rest/tasks")
+            return cards, call, tasks
 
-    card, call = asyncio.run(probe())
-    assert card.status_code == 200, card.text
-    assert card.json()["name"] == "Review agent"
-    urls = [i["url"] for i in card.json()["supportedInterfaces"]]
-    assert all(u.startswith(f"http://replica/a2a/{t.workflow}/") for u in urls), urls
+    cards, call, tasks = asyncio.run(probe())
+    for card in cards:
+        assert card.status_code == 200, card.text
+        assert card.json()["name"] == "Review agent"
+        urls = [i["url"] for i in card.json()["supportedInterfaces"]]
+        assert all(u.startswith(f"http://replica/a2a/{t.workflow}/") for u in urls), urls
     assert_problem(call, 401, "unauthorized")
+    assert_problem(tasks, 401, "unauthorized")
 
 
 @pytest.mark.parametrize("binding", BINDINGS)
@@ -197,6 +207,20 @@ def test_a_run_as_a_task_signal_approval_stream_and_result(t: TenantView, bindin
     assert run(with_client(t, requester, binding, get)).status.state == (
         S.TASK_STATE_INPUT_REQUIRED
     )
+
+    async def chat(client: Client) -> list[Any]:
+        request = SendMessageRequest(message=text_message("looks fine", task_id=task.id))
+        return [event async for event in client.send_message(request)]
+
+    # Free text is no decision (a decision is bound to the proposal hash): the agent's reply
+    # restates the ask, and the task still asks.
+    (reply,) = run(with_client(t, reviewer, binding, chat))
+    assert reply.HasField("message"), reply
+    assert reply.message.task_id == task.id
+    assert MessageToDict(reply.message.parts[1].data)["proposalHash"] == approval["proposalHash"]
+    still = run(with_client(t, requester, binding, get))
+    assert still.status.state == S.TASK_STATE_INPUT_REQUIRED
+    assert meta(still)["lastEventSeq"] == meta(waiting)["lastEventSeq"], "nothing happened"
     decide(reviewer)  # a second identity decides
 
     # Stream the task; drop the stream after its first event and resume after its seq.
@@ -298,6 +322,48 @@ def test_another_tenant_sees_task_not_found(t: TenantView, binding: str, api: An
         other.close()
     mine = run(with_client(t, t.token(), binding, lambda c: c.list_tasks(ListTasksRequest())))
     assert [x.id for x in mine.tasks] == [task.id]
+
+
+def test_list_tasks_filters_in_the_store_and_limits_history(t: TenantView) -> None:
+    """ListTasks' contextId and statusTimestampAfter filter the runs (totalSize counts what
+    matches), pageSize is what the page holds; historyLength trims the derived history (the
+    submission, then the ask) and a negative one is InvalidParams."""
+    publish_agent(t)
+    before = datetime.now(UTC)
+
+    async def scenario(client: Client) -> tuple[Any, ...]:
+        task = await send(client, text_message("one", context_id="ctx-a"))
+        other = await send(client, text_message("two"))
+        by_context = await client.list_tasks(ListTasksRequest(context_id="ctx-a"))
+        by_own_id = await client.list_tasks(ListTasksRequest(context_id=other.id))
+        unknown = await client.list_tasks(ListTasksRequest(context_id="ctx-none"))
+        later = ListTasksRequest()
+        later.status_timestamp_after.FromDatetime(datetime.now(UTC) + timedelta(hours=1))
+        after_now = await client.list_tasks(later)
+        earlier = ListTasksRequest()
+        earlier.status_timestamp_after.FromDatetime(before)
+        after_before = await client.list_tasks(earlier)
+        full = await client.get_task(GetTaskRequest(id=task.id))
+        last = await client.get_task(GetTaskRequest(id=task.id, history_length=1))
+        with pytest.raises(InvalidParamsError):
+            await client.get_task(GetTaskRequest(id=task.id, history_length=-1))
+        with pytest.raises(InvalidParamsError):
+            await client.list_tasks(ListTasksRequest(history_length=-1))
+        return task, other, by_context, by_own_id, unknown, after_now, after_before, full, last
+
+    task, other, by_context, by_own_id, unknown, after_now, after_before, full, last = run(
+        with_client(t, t.token(), BINDINGS[0], scenario)
+    )
+    assert [x.id for x in by_context.tasks] == [task.id] and by_context.total_size == 1
+    assert by_context.page_size == 1
+    assert [x.id for x in by_own_id.tasks] == [other.id]
+    assert (unknown.total_size, unknown.page_size, list(unknown.tasks)) == (0, 0, [])
+    assert after_now.total_size == 0
+    assert {x.id for x in after_before.tasks} == {task.id, other.id}
+    # The history: the submission as the run took it, then what the agent asks now.
+    assert [m.role for m in full.history] == [A2ARole.ROLE_USER, A2ARole.ROLE_AGENT]
+    assert MessageToDict(full.history[0].parts[0].data) == {"question": "one"}
+    assert list(last.history) == [full.history[1]]
 
 
 def test_bad_input_is_invalid_params_and_nothing_is_stored(t: TenantView) -> None:

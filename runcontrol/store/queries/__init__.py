@@ -15,6 +15,7 @@ from .attempts import claimable, claimed, leasable, stalled_attempts
 from .events import events_after, take_unpublished, unpublished_backlog
 from .flow import flow_backlog, flow_queues
 from .runs import (
+    RunContext,
     count_runs,
     decode_cursor,
     encode_cursor,
@@ -76,6 +77,7 @@ __all__ = [
     "held_steps",
     "leasable",
     "list_approvals",
+    "RunContext",
     "count_runs",
     "list_runs",
     "next_due_after",

@@ -6,11 +6,12 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import ColumnElement, Connection, func, select, tuple_
+from sqlalchemy import ColumnElement, Connection, String, and_, cast, func, or_, select, tuple_
 
 from ...domain.flow import held_label
 from ...domain.hashing import result_hash as result_hash_of
@@ -156,6 +157,15 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
     return datetime.fromisoformat(created), str(key)
 
 
+@dataclass(frozen=True, slots=True)
+class RunContext:
+    """Filters of A2A's ListTasks: the context (a run's correlation id, else its id) and
+    runs updated after a time."""
+
+    correlation_id: str | None = None
+    updated_after: datetime | None = None
+
+
 def list_runs(
     conn: Connection,
     *,
@@ -163,12 +173,13 @@ def list_runs(
     states: Sequence[str] = (),
     workflow_id: str | None = None,
     parent_run_id: UUID | None = None,
+    context: RunContext | None = None,
     cursor: str | None = None,
     limit: int = 50,
 ) -> tuple[list[dict[str, Any]], str | None]:
     """Newest first, keyset-paged on (created_at, run_id); ``parent_run_id``: a run's
-    children only."""
-    conditions = _run_filters(project_id, states, workflow_id, parent_run_id)
+    children only; ``context``: an A2A ListTasks' filters."""
+    conditions = _run_filters(project_id, states, workflow_id, parent_run_id, context)
     return page(conn, runs, runs.c.run_id, conditions, cursor, limit, run_summary)
 
 
@@ -177,8 +188,17 @@ def _run_filters(
     states: Sequence[str],
     workflow_id: str | None,
     parent_run_id: UUID | None = None,
+    context: RunContext | None = None,
 ) -> list[ColumnElement[bool]]:
     conditions = in_project(project_id)
+    if context is not None and context.correlation_id is not None:
+        # A run's context: its correlation id, else its own id (a2a.tasks.context_id).
+        own = and_(
+            runs.c.correlation_id.is_(None), cast(runs.c.run_id, String) == context.correlation_id
+        )
+        conditions.append(or_(runs.c.correlation_id == context.correlation_id, own))
+    if context is not None and context.updated_after is not None:
+        conditions.append(runs.c.updated_at > context.updated_after)
     if states:
         conditions.append(runs.c.state.in_(list(states)))
     if workflow_id:
@@ -195,9 +215,10 @@ def count_runs(
     states: Sequence[str] = (),
     workflow_id: str | None = None,
     parent_run_id: UUID | None = None,
+    context: RunContext | None = None,
 ) -> int:
     """How many runs ``list_runs`` would page through with these filters."""
-    conditions = _run_filters(project_id, states, workflow_id, parent_run_id)
+    conditions = _run_filters(project_id, states, workflow_id, parent_run_id, context)
     return int(conn.execute(select(func.count()).select_from(runs).where(*conditions)).scalar_one())
 
 

@@ -49,6 +49,8 @@ HEARTBEAT_S = 0.5  # the test deployment's SSE heartbeat
 # commands, then one per 20 s; every other tenant is unlimited (the default).
 RATE_LIMITED_TENANT = f"t-limited-{uuid.uuid4().hex[:8]}"
 RATE_LIMIT = {"per_second": 0.05, "burst": 3}
+# the A2A door's own rate-limited tenant: each test that drains a bucket drains its own
+A2A_RATE_TENANT = f"t-a2a-limited-{uuid.uuid4().hex[:8]}"
 DOORS_RATE_TENANT = f"t-doors-{uuid.uuid4().hex[:8]}"  # test_two_doors: one rate, two doors
 
 
@@ -124,7 +126,11 @@ def api_settings(ray_runtime: Any, jwks_file: Path) -> dict[str, Any]:
         # tested on an app of its own (test_health.py).
         "dispatch_stall_seconds": None,
         "sse_max_streams": SSE_MAX_STREAMS,
-        "tenant_command_rates": {RATE_LIMITED_TENANT: RATE_LIMIT, DOORS_RATE_TENANT: RATE_LIMIT},
+        "tenant_command_rates": {
+            RATE_LIMITED_TENANT: RATE_LIMIT,
+            DOORS_RATE_TENANT: RATE_LIMIT,
+            A2A_RATE_TENANT: RATE_LIMIT,
+        },
     }
     return settings
 

@@ -45,7 +45,7 @@ from a2a_harness import (
     with_client,
 )
 from api_harness import (
-    RATE_LIMITED_TENANT,
+    A2A_RATE_TENANT,
     REQUESTER,
     REVIEWER,
     TenantView,
@@ -398,7 +398,7 @@ def test_malformed_json_rpc_and_unknown_methods_are_errors_not_500(t: TenantView
 def test_a_rate_limited_submission_is_a_rejected_task_stored_nowhere(
     api: Any, ray_runtime: Any
 ) -> None:
-    limited = TenantView(api, ray_runtime, RATE_LIMITED_TENANT)  # a burst of 3, then 1 per 20 s
+    limited = TenantView(api, ray_runtime, A2A_RATE_TENANT)  # a burst of 3, then 1 per 20 s
     try:
         publish_agent(limited, signal=False, gate="none")
 

@@ -101,4 +101,8 @@ def test_full_run_has_gap_free_events_and_one_journal_entry_per_transition(h: Ha
     assert attempt_moves.count((None, "Dispatched")) == types.count("AttemptDispatched") == 3
 
     # The two refused commands left audit rows only where the rule says so.
-    assert [a.kind for a in h.audits(run_id)] == ["stale-fencing-token"]
+    # (a refused decision is audited since the bulk decisions of issue 32, as every refusal is)
+    assert [a.kind for a in h.audits(run_id)] == [
+        "stale-fencing-token",
+        "approval-decision-refused",
+    ]

@@ -15,6 +15,7 @@ from ray import serve
 from ray.exceptions import RayActorError
 
 from runcontrol.config import Settings
+from runcontrol.rpc.exchange import SERVE_APPLICATION
 
 from .ingress import ACCESS_LOG_OFF, use_fast_ingress
 from .placement import NAMESPACE, host_name
@@ -23,7 +24,7 @@ from .scheduler import ensure_scheduler
 
 log = logging.getLogger(__name__)
 
-APP_NAME = "runcontrol"
+APP_NAME = SERVE_APPLICATION  # the gRPC workers name it (runcontrol.rpc.exchange)
 
 
 @dataclass

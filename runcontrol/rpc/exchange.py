@@ -230,6 +230,8 @@ def down_from(reply: pb.ExchangeReply) -> SessionDown:
     )
 
 
+# The Serve application runcontrol deploys (actors/service.py APP_NAME).
+SERVE_APPLICATION = "runcontrol"
 CALL_MARGIN_S = 10.0  # an exchange's deadline: its long poll plus this
 
 
@@ -245,10 +247,10 @@ class GrpcSessionTransport:
         *,
         channel: grpc.aio.Channel | None = None,
         options: list[tuple[str, Any]] | None = None,
-        metadata: tuple[tuple[str, str], ...] = (),
+        metadata: tuple[tuple[str, str], ...] = (("application", SERVE_APPLICATION),),
     ) -> None:
-        """``metadata``: more of it on every call (``("application", name)`` when Serve runs
-        several applications)."""
+        """``metadata``: more of it on every call; by default the Serve application's name,
+        which Serve's gRPC proxy needs as soon as a second application runs beside it."""
         self.target = target
         self._metadata = (("authorization", f"Bearer {token}"), *metadata)
         self._own_channel = channel is None

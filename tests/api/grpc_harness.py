@@ -18,6 +18,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 from runcontrol.api.auth import RUNS_READ, RUNTIME
 from runcontrol.domain import Role, canonical_hash
+from runcontrol.rpc.exchange import SERVE_APPLICATION
 from runcontrol.rpc.status import DETAILS_KEY, DOMAIN
 from schemas import runcontrol_pb2 as pb
 from schemas import runcontrol_pb2_grpc as pb_grpc
@@ -43,7 +44,9 @@ def wait_serving(target: str, timeout: float = 60.0) -> None:
 
 
 def auth(token: str | None) -> tuple[tuple[str, str], ...]:
-    return () if token is None else (("authorization", f"Bearer {token}"),)
+    # the application: Serve's gRPC proxy needs it while another test's app runs beside ours
+    app = (("application", SERVE_APPLICATION),)
+    return app if token is None else (*app, ("authorization", f"Bearer {token}"))
 
 
 class Refused(Exception):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 import uuid
 from typing import Any
 
@@ -176,10 +177,16 @@ def test_reads_and_streams_answer_with_every_host_gone(t: TenantView) -> None:
         ray.kill(handle, no_restart=True)
 
     def gone(handle: Any) -> bool:
-        try:
-            ray.get(handle.ping.remote(), timeout=5)
-        except ray.exceptions.RayActorError:
-            return True
+        # ray.kill is asynchronous: a ping sent at once may still be answered
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                ray.get(handle.ping.remote(), timeout=5)
+            except ray.exceptions.RayActorError:
+                return True
+            except ray.exceptions.GetTimeoutError:
+                continue
+            time.sleep(0.2)
         return False
 
     try:

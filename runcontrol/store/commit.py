@@ -321,10 +321,12 @@ class Store:
         )
         self._opened: asyncio.Lock | None = None
         self._open = False
-        # statements that committed documents, and the documents in them (benchmarks, stats),
-        # and read transactions (loads, port reads)
+        # statements that committed documents, the documents in them and their size (JSON
+        # characters: bytes but for non-ASCII text) (benchmarks, stats), and read transactions
+        # (loads, port reads)
         self.statements_sent = 0
         self.documents_sent = 0
+        self.document_bytes_sent = 0
         self.reads = 0
         # other autocommit statements (a rate limit's reservation or consumption)
         self.calls = 0
@@ -483,6 +485,7 @@ class Store:
         nobody knows which of them committed."""
         self.statements_sent += 1
         self.documents_sent += len(docs)
+        self.document_bytes_sent += sum(map(len, docs))
         try:
             async with await self._conn() as conn, conn.cursor() as cur:
                 try:

@@ -171,9 +171,9 @@ def prepare(
         doc["intents"] = [rows.to_row(i) for i in changes.intents]
     if changes.events:
         doc["outbox"] = [rows.to_row(e, published_at=None) for e in changes.events]
-        # Wake event watchers, and long-polling claimers of a dispatched agent; NOTIFY is
-        # delivered only on commit.
-        doc["notify_run"] = str(changes.run.run_id)
+        # Wake event watchers, and long-polling claimers of a dispatched agent: NOTIFYed on
+        # commit, to channels somebody listens on (migration 0026).
+        doc["wake_run"] = str(changes.run.run_id)
         dispatched: set[str] = set()
         # A resumed attempt (after an approval decision) wakes claimers too, but is not a new
         # admission: the tenant's cap was checked when it was first dispatched.
@@ -184,7 +184,7 @@ def prepare(
             elif isinstance(e.body, AttemptResumed):
                 resumed.add(e.body.agent_id)
         if dispatched | resumed:
-            doc["notify_agents"] = sorted(dispatched | resumed)
+            doc["wake_agents"] = sorted(dispatched | resumed)
     if changes.flow:
         # in one order across statements: two documents take the keys' locks alike
         doc["flow"] = sorted(changes.flow, key=lock_order)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -100,6 +101,26 @@ class PendingCommit:
     doc: str
     key: str  # the run: a group writes its runs in this order (no deadlock between groups)
     changes: Any
+    agg: RunAggregate | None = None  # whose stored run ``run_row`` is once this commits
+    run_row: dict[str, Any] | None = None
+
+
+# The run's row as the database holds it, per aggregate (as loaded, then as each commit wrote
+# it): a document carries only the columns that differ from it (issue 33). Weak: an aggregate
+# the grain drops takes its row with it. An aggregate not found here (made some other way)
+# sends its whole row.
+_STORED_RUN: weakref.WeakKeyDictionary[RunAggregate, dict[str, Any]] = weakref.WeakKeyDictionary()
+# Written outside the run's version too (a flow-control promotion makes the run due, 0017):
+# always sent, so the reminder is the aggregate's, as with whole rows.
+_ALWAYS_SENT = ("run_id", "next_due_at")
+
+
+def _changed_columns(agg: RunAggregate, row: dict[str, Any]) -> dict[str, Any]:
+    """The columns of ``row`` that differ from the run as stored (all without a record)."""
+    stored = _STORED_RUN.get(agg)
+    if stored is None:
+        return row
+    return {c: v for c, v in row.items() if c in _ALWAYS_SENT or stored.get(c, v) != v}
 
 
 # ---------------------------------------------------------------------- the document
@@ -140,14 +161,18 @@ def prepare(
     changes = agg.take_changes()
     if changes.empty:
         return None
-    run_row = rows.to_row(changes.run)
-    run_row["next_due_at"] = agg.next_due(options)
-    doc: dict[str, Any] = {"tenant": tenant_id, "run": run_row}
+    run_row = rows.to_row(changes.run, next_due_at=agg.next_due(options))
+    doc: dict[str, Any] = {"tenant": tenant_id}
     if changes.expected_version is None:
         doc["mode"] = "insert"
+        doc["run"] = run_row
     elif changes.run_dirty:
-        doc["mode"] = "update"
+        # only what changed, guarded by the version (0026's runcontrol_patch_runs)
+        doc["mode"] = "patch"
         doc["expected_version"] = changes.expected_version
+        doc["run"] = _changed_columns(agg, run_row)
+    else:
+        doc["run"] = {"run_id": run_row["run_id"]}  # what the other clauses key on
     if changes.steps:
         doc["steps"] = [rows.to_row(x) for x in changes.steps.values()]
     if changes.attempts:
@@ -221,7 +246,10 @@ def prepare(
         doc["answer"] = stored[0]
     elif stored:
         doc["answers"] = stored
-    return PendingCommit(_dumps(doc), str(changes.run.run_id), changes)
+    # the row the run has once this commits (a document that does not write it leaves the
+    # record as it was: what it did not write is still to send)
+    written = run_row if "mode" in doc else None
+    return PendingCommit(_dumps(doc), str(changes.run.run_id), changes, agg, written)
 
 
 def audits_document(tenant_id: str, audits: Sequence[AuditRecord]) -> str:
@@ -233,6 +261,8 @@ def conclude(pending: PendingCommit, answer: Answer) -> None:
     """Take the database's answer for a document: returns when it committed, else raises its
     typed error."""
     if answer is None:
+        if pending.agg is not None and pending.run_row is not None:
+            _STORED_RUN[pending.agg] = pending.run_row
         return
     sqlstate, message = answer
     changes = pending.changes
@@ -432,8 +462,9 @@ class Store:
         ) = await self.read(tenant_id, queries)
         if not run:
             raise errors.RunNotFound(f"run {run_id} not found", run_id=str(run_id))
+        stored = rows.from_row(model.Run, run[0])
         agg = RunAggregate(
-            rows.from_row(model.Run, run[0]),
+            stored,
             [rows.from_row(model.Step, r) for r in step],
             [rows.from_row(model.Attempt, r) for r in attempt],
             [rows.from_row(model.Lease, r) for r in lease],
@@ -444,6 +475,7 @@ class Store:
             [rows.from_row(model.AttemptResult, r) for r in result],
             [rows.from_row(model.JournaledCall, r) for r in journaled],
         )
+        _STORED_RUN[agg] = rows.to_row(stored, next_due_at=run[0]["next_due_at"])
         return agg, {r["command_id"] for r in answered}
 
     async def stored_answer(

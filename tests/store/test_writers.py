@@ -188,11 +188,13 @@ def test_not_even_the_owner_can_change_a_pin(owner_engine, make_leased_run, tena
             )
 
 
+@pytest.mark.parametrize("mode", ["update", "patch"])
 def test_a_document_that_changes_a_pin_leaves_it_as_accepted(
-    db: Database, make_leased_run, tenant: str
+    db: Database, make_leased_run, tenant: str, mode: str
 ):
-    """The run's writer does not name the pins: a document carrying other values (a defect
-    upstream) commits its other changes and the pins stay as accepted."""
+    """The run's writers do not name the pins: a document carrying other values (a defect
+    upstream) commits its other changes and the pins stay as accepted (a whole row, and a
+    patch of the columns that changed: 0026)."""
     run = make_leased_run(tenant)
     with db.tenant(tenant) as conn:
         before = conn.exec_driver_sql(
@@ -202,7 +204,7 @@ def test_a_document_that_changes_a_pin_leaves_it_as_accepted(
             "SELECT to_jsonb(r) FROM runs r WHERE run_id = %s", (run.run_id,)
         ).scalar_one()
     row.update(PIN_VALUES, version=before.version + 1, correlation_id="moved")
-    doc = {"tenant": tenant, "mode": "update", "expected_version": before.version, "run": row}
+    doc = {"tenant": tenant, "mode": mode, "expected_version": before.version, "run": row}
     with db.tenant(tenant) as conn:
         conn.execute(
             text("SELECT runcontrol_apply(CAST(:doc AS jsonb))"),

@@ -1,5 +1,12 @@
--- Migration 0026 (issue 33): runcontrol_apply NOTIFYs a channel only while somebody listens
--- on it.
+-- Migration 0026 (issue 33): runcontrol_apply updates only the run columns a document
+-- carries (mode "patch", runcontrol_patch_runs from 0026_writers.sql, run before this file),
+-- and NOTIFYs a channel only while somebody listens on it.
+--
+-- A "patch" document's run holds its run_id and the columns that changed since the run was
+-- loaded or last committed (store/commit.prepare); the update is guarded by the version as
+-- "update" is, and the columns left out keep their stored values (an unchanged input is not
+-- sent, parsed or written again). 0014's "update" (a whole row: the previous release's
+-- documents) is applied as before.
 --
 -- Every commit with events NOTIFYed runcontrol_events (its run) and each agent it dispatched
 -- to runcontrol_dispatch, ~6 NOTIFYs a run, though the processes LISTEN only while a stream
@@ -62,7 +69,8 @@ END $fn$;
 REVOKE ALL ON FUNCTION runcontrol_listened(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION runcontrol_listened(text) TO runcontrol_app, runcontrol_system;
 
--- 0021's runcontrol_apply is not restated: renamed, and called by the new one, which then
+-- 0021's runcontrol_apply is not restated: renamed, and called by the new one after it has
+-- patched the run (0021's writes the run first too, and ignores the mode "patch"), which then
 -- sends the document's wake-ups to the channels somebody listens on.
 ALTER FUNCTION runcontrol_apply(jsonb) RENAME TO runcontrol_apply_0021;
 REVOKE ALL ON FUNCTION runcontrol_apply_0021(jsonb) FROM PUBLIC;
@@ -70,6 +78,12 @@ REVOKE ALL ON FUNCTION runcontrol_apply_0021(jsonb) FROM PUBLIC;
 CREATE FUNCTION runcontrol_apply(doc jsonb) RETURNS void
 LANGUAGE plpgsql AS $fn$
 BEGIN
+    IF doc->>'mode' = 'patch' THEN
+        PERFORM set_config('runcontrol.tenant_id', doc->>'tenant', true);
+        IF NOT runcontrol_patch_runs(doc->'run', (doc->>'expected_version')::bigint) THEN
+            RAISE EXCEPTION 'the run changed since it was loaded' USING ERRCODE = 'RC409';
+        END IF;
+    END IF;
     PERFORM runcontrol_apply_0021(doc);
     -- Nested, not ANDed: SQL does not promise to evaluate the key test first.
     IF doc ? 'wake_agents' THEN

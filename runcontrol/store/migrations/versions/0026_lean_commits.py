@@ -1,6 +1,8 @@
-"""The engine's commits (issue 33): ``runcontrol_apply`` NOTIFYs a channel only while a
-listener has registered on it (``runcontrol_listeners``, ``runcontrol_listen``,
-``runcontrol_unlisten``), calling 0021's apply, not restating it (``0026_lean_commits.sql``).
+"""The engine's commits (issue 33): ``runcontrol_apply`` updates only the run columns a
+"patch" document carries (``runcontrol_patch_runs``, rendered by ``make sql`` into
+``0026_writers.sql``) and NOTIFYs a channel only while a listener has registered on it
+(``runcontrol_listeners``, ``runcontrol_listen``, ``runcontrol_unlisten``), calling 0021's
+apply, not restating it (``0026_lean_commits.sql``).
 
 Revision ID: 0026
 """
@@ -22,7 +24,7 @@ depends_on = None
 oldest_code = "0026"
 
 HERE = Path(__file__).resolve().parent.parent
-STEPS = ("0026_lean_commits.sql",)
+STEPS = ("0026_writers.sql", "0026_lean_commits.sql")
 
 
 def upgrade() -> None:

@@ -20,8 +20,10 @@ import psycopg
 import pytest
 from support import drive
 
-from runcontrol.bootstrap import Container
+from runcontrol.bootstrap import Container, build
+from runcontrol.clock import ManualClock
 from runcontrol.commands import SubmitRequest, SubmitRun
+from runcontrol.config import Settings
 from runcontrol.domain import Principal, Role, StepSpec, WorkflowDefinition
 from runcontrol.grain import RunGrain
 from runcontrol.store import Database
@@ -33,13 +35,25 @@ AGENT = "agent-gate"
 
 
 @pytest.fixture
+def db(scratch: Database) -> Database:
+    """A database of its own: no other test's listener is registered in it (a Serve replica's
+    stays registered while its streams idle out)."""
+    return scratch
+
+
+@pytest.fixture
+def container(db: Database) -> Iterator[Container]:
+    built = build(Settings(), db=db, clock=ManualClock(), migrate=False)
+    yield built
+    drive(built.store.close())
+
+
+@pytest.fixture
 def counter(db: Database) -> Iterator[psycopg.Connection[object]]:
-    """A plain LISTEN on the gated channels (registered nowhere), after the rows of dead
-    backends were swept (a test that killed backends may have left some)."""
+    """A plain LISTEN on the gated channels, registered nowhere."""
     conn = psycopg.connect(libpq_url(db.owner_url), autocommit=True)
     for channel in CHANNELS:
         conn.execute(f"LISTEN {channel}")
-    conn.execute("SELECT runcontrol_unlisten()")
     try:
         yield conn
     finally:

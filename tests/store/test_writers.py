@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import copy
 import uuid
-from collections.abc import Iterator
 
 import orjson
 import pytest
 from sqlalchemy import Column, MetaData, Text, create_engine, text
 from sqlalchemy import exc as sa_exc
-from support import drive, new_database
+from support import drive
 from test_schema_source import Prepared, everything
 
 from runcontrol.config import Settings
@@ -115,21 +114,6 @@ def test_a_new_column_rerenders_only_its_table_writer():
     assert "note = EXCLUDED.note" in steps
     # ... and nothing at all when no table changed.
     assert writers.file_text(writers.render(), writers.frozen()) is None
-
-
-@pytest.fixture
-def scratch(owner_url: str) -> Iterator[Database]:
-    """A migrated database of its own: this test changes a table."""
-    database = new_database(owner_url, "runcontrol_writers")
-    try:
-        yield database
-    finally:
-        database.dispose()
-        name = database.owner_url.rsplit("/", 1)[1].split("?")[0]
-        admin = create_engine(owner_url, isolation_level="AUTOCOMMIT")
-        with admin.connect() as conn:
-            conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        admin.dispose()
 
 
 def test_adding_a_column_is_an_alter_and_one_writer(scratch: Database, tenant: str):

@@ -45,7 +45,6 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.errors import (
     InvalidParamsError,
-    PushNotificationNotSupportedError,
     TaskNotCancelableError,
     TaskNotFoundError,
     UnsupportedOperationError,
@@ -66,6 +65,7 @@ from ..store import queries as q
 from ..store.commit import EVENTS_CHANNEL
 from . import tasks
 from .cards import agent_card
+from .push import PushConfigs
 from .store import Call, RunTaskStore, a2a_error
 from .tasks import Ask
 
@@ -94,6 +94,7 @@ class RunTaskHandler(RequestHandler):
     def __init__(self, services: Services, rate_limiter: TenantRateLimiter) -> None:
         self.svc = services
         self.store = RunTaskStore(services, rate_limiter)
+        self.push = PushConfigs(services, self.store)
 
     async def _send(self, build: Any) -> Any:
         """Build an outside command (an awaitable or a command) and send it; a refusal is the
@@ -145,8 +146,13 @@ class RunTaskHandler(RequestHandler):
         if not message.message_id:
             raise InvalidParamsError("message.messageId is required (the idempotency key)")
         if message.task_id:
-            return await self._answer(call, message)
-        return await self._submit(call, message), None
+            view, answered = await self._answer(call, message)
+        else:
+            view, answered = await self._submit(call, message), None
+        if params.configuration.HasField("task_push_notification_config"):
+            push = params.configuration.task_push_notification_config
+            await self.push.set(call, view, push)
+        return view, answered
 
     async def _submit(self, call: Call, message: Message) -> dict[str, Any]:
         agent = call.agent
@@ -335,25 +341,30 @@ class RunTaskHandler(RequestHandler):
 
     # ------------------------------------------------------------------ push notifications
 
+    @validate_request_params
     async def on_create_task_push_notification_config(
         self, params: TaskPushNotificationConfig, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
-        raise PushNotificationNotSupportedError
+        call = self.store.call(context)
+        return await self.push.set(call, await self.store.view(call, params.task_id), params)
 
+    @validate_request_params
     async def on_get_task_push_notification_config(
         self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
-        raise PushNotificationNotSupportedError
+        return await self.push.get(self.store.call(context), params.task_id, params.id)
 
+    @validate_request_params
     async def on_list_task_push_notification_configs(
         self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
     ) -> ListTaskPushNotificationConfigsResponse:
-        raise PushNotificationNotSupportedError
+        return await self.push.list_configs(self.store.call(context), params.task_id)
 
+    @validate_request_params
     async def on_delete_task_push_notification_config(
         self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> None:
-        raise PushNotificationNotSupportedError
+        await self.push.delete(self.store.call(context), params.task_id, params.id)
 
 
 def _stops(view: dict[str, Any], answered: str | None) -> bool:

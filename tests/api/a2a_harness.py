@@ -81,8 +81,14 @@ def data_message(data: Any, **fields: Any) -> Message:
     )
 
 
+CALL_TIMEOUT_S = 90.0
+
+
 def run(coro: Awaitable[T]) -> T:
-    return asyncio.run(coro)  # type: ignore[arg-type]
+    """``coro`` to its end, bounded: an SSE stream is kept alive by the server's pings
+    (sse-starlette's, every 15 s), so a stream that never ends would never meet the client's
+    read timeout; a call that hangs fails the test instead."""
+    return asyncio.run(asyncio.wait_for(coro, CALL_TIMEOUT_S))
 
 
 async def with_client(

@@ -131,9 +131,10 @@ async def send(client: Client, message: Message, *, immediately: bool = False) -
     return last.task
 
 
-def resume_from(seq: int) -> ClientCallContext:
-    """A call context that resumes a stream after the run event ``seq``."""
-    return ClientCallContext(service_parameters={"Last-Event-ID": str(seq)})
+def resume_from(cursor: int | str) -> ClientCallContext:
+    """A call context that resumes a stream after ``cursor``: a run event seq, or a stream
+    cursor (``metadata.runcontrol.cursor``)."""
+    return ClientCallContext(service_parameters={"Last-Event-ID": str(cursor)})
 
 
 def succeed_with_result(t: TenantView, run_id: str) -> None:

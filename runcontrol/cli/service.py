@@ -160,11 +160,11 @@ def _cmd_up(args: argparse.Namespace, cluster: ClusterLoader | None) -> int:
                 **(app_settings or {}),
                 "api": {"a2a_public_agent": f"{DEMO_TENANT}/{DEMO_WORKFLOW['workflowId']}"},
             }
-    if settings.api.a2a_grpc_address is None:
-        # the cards name this service's gRPC ingress as the agents' gRPC binding (docs/a2a.md)
+    if settings.api.a2a_grpc_address is None and args.host not in ("0.0.0.0", "::", ""):
+        # The cards name this service's gRPC ingress as the agents' gRPC binding (docs/a2a.md);
+        # listening on every interface, which address clients reach is the operator's to set.
         api = {**(app_settings or {}).get("api", {})}
-        reached = "localhost" if args.host in ("0.0.0.0", "::", "") else args.host
-        api["a2a_grpc_address"] = f"{reached}:{args.grpc_port}"
+        api["a2a_grpc_address"] = f"{args.host}:{args.grpc_port}"
         app_settings = {**(app_settings or {}), "api": api}
     say("starting Ray, run hosts, scheduler and the HTTP app (Ray Serve) ...")
     if args.metrics_export_port is not None:

@@ -27,6 +27,10 @@ ALTER TABLE webhook_subscriptions ADD COLUMN event_types TEXT[];
 ALTER TABLE webhook_subscriptions ADD COLUMN format TEXT NOT NULL DEFAULT 'event';
 CREATE INDEX ix_webhook_subscriptions_run ON webhook_subscriptions (run_id)
     WHERE run_id IS NOT NULL;
+-- The relay's join to the tenant-wide subscriptions reads these, not every push config of the
+-- tenant's tasks (one subscription each, kept once deleted).
+CREATE INDEX ix_webhook_subscriptions_tenant_wide ON webhook_subscriptions (tenant_id)
+    WHERE run_id IS NULL AND disabled_at IS NULL;
 
 CREATE TABLE a2a_push_configs (
 	run_id UUID NOT NULL,

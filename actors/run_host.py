@@ -401,6 +401,7 @@ class RunHost:
             # commit statements sent (each a group: store/commit.py) and the documents in them
             "commit_groups": self._store.statements_sent,
             "commit_documents": self._store.documents_sent,
+            "commit_bytes": self._store.document_bytes_sent,
             # streamed output (store/output.py): writes, the chunks stored, their statements
             "output_writes": self._env.output.writes,
             "output_chunks": self._env.output.chunks,

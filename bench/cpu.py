@@ -145,6 +145,16 @@ def ms_per_unit(before: Snapshot, after: Snapshot, units: float) -> dict[str, fl
     return out
 
 
+OUTSIDE = ("driver (load generator)", "workers")  # not the service's own CPU
+
+
+def server_side(figures: dict[str, float]) -> dict[str, float]:
+    """``ms_per_unit`` figures with ``server side``: every process but the load generator and
+    the workers (the service: PostgreSQL, hosts, replicas, ingress, scheduler, Ray)."""
+    outside = sum(figures.get(kind, 0.0) for kind in OUTSIDE)
+    return {**figures, "server side": figures["all"] - outside}
+
+
 def print_ms_per_unit(title: str, figures: dict[str, float]) -> None:
     print(f"{title:<44}{'CPU ms':>14}")
     for kind, ms in figures.items():

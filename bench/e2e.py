@@ -41,7 +41,7 @@ from sqlalchemy import create_engine, text
 
 from actors.scheduler import ensure_scheduler
 
-from . import common, cpu
+from . import common, counts, cpu
 from .stack import Stack, api_stack
 
 STEPS = 3
@@ -64,50 +64,6 @@ def _stopped_after(procs: list[subprocess.Popen[bytes]]) -> Iterator[None]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-
-
-class Notifies:
-    """Counts the NOTIFYs delivered on the service's channels to one LISTEN connection (what
-    each listener of the service receives) while it runs."""
-
-    def __init__(self, owner_url: str) -> None:
-        import threading
-
-        import psycopg
-
-        from runcontrol.store.commit import CONFIG_CHANNEL, DISPATCH_CHANNEL, EVENTS_CHANNEL
-
-        url = owner_url.replace("postgresql+psycopg://", "postgresql://")
-        self._conn = psycopg.connect(url, autocommit=True)
-        channels = (DISPATCH_CHANNEL, EVENTS_CHANNEL, CONFIG_CHANNEL)
-        for channel in channels:
-            self._conn.execute(f'LISTEN "{channel}"')
-        self.count = 0
-        self._stop = False
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while not self._stop:
-            for _ in self._conn.notifies(timeout=0.5):
-                self.count += 1
-
-    def close(self) -> None:
-        self._stop = True
-        self._thread.join(timeout=5)
-        self._conn.close()
-
-
-def _transactions(engine: Any) -> int:
-    with engine.connect() as conn:
-        return int(
-            conn.execute(
-                text(
-                    "SELECT xact_commit + xact_rollback FROM pg_stat_database"
-                    " WHERE datname = current_database()"
-                )
-            ).scalar_one()
-        )
 
 
 def _worker_command(
@@ -283,9 +239,10 @@ def run(
                 warm: dict[str, float] = {}
                 asyncio.run(_submit(stack, warmup, min(concurrency, warmup), warm, []))
                 _wait_terminal(engine, stack.tenant, set(warm), patience_s=120)
+                rows_before = counts.rows(owner_url)
                 hosts_before = stack.host_stats()
-                notifies = Notifies(owner_url)
-                tx_before = _transactions(engine)
+                notifies = counts.Notifies(owner_url)
+                tx_before = counts.transactions(owner_url)
                 cpu_before = cpu.cpu_by_process(os.getpid(), pids, roots)
                 sent: dict[str, float] = {}
                 errors: list[int] = []
@@ -298,9 +255,10 @@ def run(
                 submitted = time.time()
                 done = _wait_terminal(engine, stack.tenant, set(sent), patience_s=60)
                 cpu_after = cpu.cpu_by_process(os.getpid(), pids, roots)
-                tx_after = _transactions(engine)
-                notifies.close()
+                tx_after = counts.transactions(owner_url)
                 hosts_after = stack.host_stats()
+                rows_after = counts.rows(owner_url)  # what the relay wrote after counts too
+                notifies.close()
         finally:
             ray.kill(scheduler)
     engine.dispose()
@@ -334,14 +292,23 @@ def run(
         "transport": transport,
         # the per-run cost (bench-counted): actor calls the hosts served, every transaction
         # of the database (the bench's own few polls included), commit statements the hosts
-        # sent (group commits), NOTIFYs delivered to one listener
+        # sent (group commits) and the documents in them with their mean size in bytes, the
+        # NOTIFYs sent (by channel), the rows written (by table: bench/counts.py)
         "host_calls_per_run": host_delta("calls") / per_run,
         "host_exchanges_per_run": host_delta("exchanges") / per_run,
         "transactions_per_run": (tx_after - tx_before) / per_run,
         "commit_statements_per_run": host_delta("commit_groups") / per_run,
         "commit_documents_per_run": host_delta("commit_documents") / per_run,
+        "commit_document_bytes": host_delta("commit_bytes")
+        / max(host_delta("commit_documents"), 1),
         "notifies_per_run": notifies.count / per_run,
-        "cpu_ms_per_completed_run": cpu.ms_per_unit(cpu_before, cpu_after, len(completed)),
+        "notifies_per_run_by_channel": {
+            c: n / per_run for c, n in sorted(notifies.by_channel.items())
+        },
+        "rows_per_run": counts.rows_per_unit(rows_before, rows_after, len(completed)),
+        "cpu_ms_per_completed_run": cpu.server_side(
+            cpu.ms_per_unit(cpu_before, cpu_after, len(completed))
+        ),
         "load_average": os.getloadavg(),
     }
 
@@ -377,7 +344,11 @@ def report(figures: dict[str, Any], ceiling: float) -> None:
         ("transactions_per_run", "database transactions"),
         ("commit_statements_per_run", "commit statements (group commits)"),
         ("commit_documents_per_run", "committed documents (commands)"),
-        ("notifies_per_run", "NOTIFYs delivered to one listener"),
+        ("commit_document_bytes", "  bytes per document"),
+        ("notifies_per_run", "NOTIFYs sent"),
     ):
         print(f"  {label:<42}{figures[key]:>10.1f}")
+    for channel, n in figures["notifies_per_run_by_channel"].items():
+        print(f"    {channel:<40}{n:>10.2f}")
+    counts.print_rows(figures["rows_per_run"])
     cpu.print_ms_per_unit("CPU per completed run, by process", figures["cpu_ms_per_completed_run"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -100,6 +101,26 @@ class PendingCommit:
     doc: str
     key: str  # the run: a group writes its runs in this order (no deadlock between groups)
     changes: Any
+    agg: RunAggregate | None = None  # whose stored run ``run_row`` is once this commits
+    run_row: dict[str, Any] | None = None
+
+
+# The run's row as the database holds it, per aggregate (as loaded, then as each commit wrote
+# it): a document carries only the columns that differ from it (issue 33). Weak: an aggregate
+# the grain drops takes its row with it. An aggregate not found here (made some other way)
+# sends its whole row.
+_STORED_RUN: weakref.WeakKeyDictionary[RunAggregate, dict[str, Any]] = weakref.WeakKeyDictionary()
+# Written outside the run's version too (a flow-control promotion makes the run due, 0017):
+# always sent, so the reminder is the aggregate's, as with whole rows.
+_ALWAYS_SENT = ("run_id", "next_due_at")
+
+
+def _changed_columns(agg: RunAggregate, row: dict[str, Any]) -> dict[str, Any]:
+    """The columns of ``row`` that differ from the run as stored (all without a record)."""
+    stored = _STORED_RUN.get(agg)
+    if stored is None:
+        return row
+    return {c: v for c, v in row.items() if c in _ALWAYS_SENT or stored.get(c, v) != v}
 
 
 # ---------------------------------------------------------------------- the document
@@ -140,14 +161,18 @@ def prepare(
     changes = agg.take_changes()
     if changes.empty:
         return None
-    run_row = rows.to_row(changes.run)
-    run_row["next_due_at"] = agg.next_due(options)
-    doc: dict[str, Any] = {"tenant": tenant_id, "run": run_row}
+    run_row = rows.to_row(changes.run, next_due_at=agg.next_due(options))
+    doc: dict[str, Any] = {"tenant": tenant_id}
     if changes.expected_version is None:
         doc["mode"] = "insert"
+        doc["run"] = run_row
     elif changes.run_dirty:
-        doc["mode"] = "update"
+        # only what changed, guarded by the version (0026's runcontrol_patch_runs)
+        doc["mode"] = "patch"
         doc["expected_version"] = changes.expected_version
+        doc["run"] = _changed_columns(agg, run_row)
+    else:
+        doc["run"] = {"run_id": run_row["run_id"]}  # what the other clauses key on
     if changes.steps:
         doc["steps"] = [rows.to_row(x) for x in changes.steps.values()]
     if changes.attempts:
@@ -171,9 +196,9 @@ def prepare(
         doc["intents"] = [rows.to_row(i) for i in changes.intents]
     if changes.events:
         doc["outbox"] = [rows.to_row(e, published_at=None) for e in changes.events]
-        # Wake event watchers, and long-polling claimers of a dispatched agent; NOTIFY is
-        # delivered only on commit.
-        doc["notify_run"] = str(changes.run.run_id)
+        # Wake event watchers, and long-polling claimers of a dispatched agent: NOTIFYed on
+        # commit, to channels somebody listens on (migration 0026).
+        doc["wake_run"] = str(changes.run.run_id)
         dispatched: set[str] = set()
         # A resumed attempt (after an approval decision) wakes claimers too, but is not a new
         # admission: the tenant's cap was checked when it was first dispatched.
@@ -184,7 +209,7 @@ def prepare(
             elif isinstance(e.body, AttemptResumed):
                 resumed.add(e.body.agent_id)
         if dispatched | resumed:
-            doc["notify_agents"] = sorted(dispatched | resumed)
+            doc["wake_agents"] = sorted(dispatched | resumed)
     if changes.flow:
         # in one order across statements: two documents take the keys' locks alike
         doc["flow"] = sorted(changes.flow, key=lock_order)
@@ -221,7 +246,10 @@ def prepare(
         doc["answer"] = stored[0]
     elif stored:
         doc["answers"] = stored
-    return PendingCommit(_dumps(doc), str(changes.run.run_id), changes)
+    # the row the run has once this commits (a document that does not write it leaves the
+    # record as it was: what it did not write is still to send)
+    written = run_row if "mode" in doc else None
+    return PendingCommit(_dumps(doc), str(changes.run.run_id), changes, agg, written)
 
 
 def audits_document(tenant_id: str, audits: Sequence[AuditRecord]) -> str:
@@ -233,6 +261,8 @@ def conclude(pending: PendingCommit, answer: Answer) -> None:
     """Take the database's answer for a document: returns when it committed, else raises its
     typed error."""
     if answer is None:
+        if pending.agg is not None and pending.run_row is not None:
+            _STORED_RUN[pending.agg] = pending.run_row
         return
     sqlstate, message = answer
     changes = pending.changes
@@ -321,10 +351,12 @@ class Store:
         )
         self._opened: asyncio.Lock | None = None
         self._open = False
-        # statements that committed documents, and the documents in them (benchmarks, stats),
-        # and read transactions (loads, port reads)
+        # statements that committed documents, the documents in them and their size (JSON
+        # characters: bytes but for non-ASCII text) (benchmarks, stats), and read transactions
+        # (loads, port reads)
         self.statements_sent = 0
         self.documents_sent = 0
+        self.document_bytes_sent = 0
         self.reads = 0
         # other autocommit statements (a rate limit's reservation or consumption)
         self.calls = 0
@@ -430,8 +462,9 @@ class Store:
         ) = await self.read(tenant_id, queries)
         if not run:
             raise errors.RunNotFound(f"run {run_id} not found", run_id=str(run_id))
+        stored = rows.from_row(model.Run, run[0])
         agg = RunAggregate(
-            rows.from_row(model.Run, run[0]),
+            stored,
             [rows.from_row(model.Step, r) for r in step],
             [rows.from_row(model.Attempt, r) for r in attempt],
             [rows.from_row(model.Lease, r) for r in lease],
@@ -442,6 +475,7 @@ class Store:
             [rows.from_row(model.AttemptResult, r) for r in result],
             [rows.from_row(model.JournaledCall, r) for r in journaled],
         )
+        _STORED_RUN[agg] = rows.to_row(stored, next_due_at=run[0]["next_due_at"])
         return agg, {r["command_id"] for r in answered}
 
     async def stored_answer(
@@ -483,6 +517,7 @@ class Store:
         nobody knows which of them committed."""
         self.statements_sent += 1
         self.documents_sent += len(docs)
+        self.document_bytes_sent += sum(map(len, docs))
         try:
             async with await self._conn() as conn, conn.cursor() as cur:
                 try:

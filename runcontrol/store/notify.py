@@ -22,6 +22,19 @@ def libpq_url(sqlalchemy_url: str) -> str:
     )
 
 
+_REGISTER = "SELECT runcontrol_listen(%s::text[])"
+_UNREGISTER = "SELECT runcontrol_unlisten()"
+_UNREGISTER_TIMEOUT_S = 2.0
+
+
+async def _unregister(conn: psycopg.AsyncConnection[object]) -> None:
+    """Stop the write path NOTIFYing for this connection (it closes next). Best effort: if it
+    fails, the row of the closed backend is swept by the next registration, and costs only
+    NOTIFYs meanwhile."""
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(conn.execute(_UNREGISTER), _UNREGISTER_TIMEOUT_S)
+
+
 class Listener:
     """Listens on channels and bumps a per-(channel, payload) generation counter.
 
@@ -35,6 +48,11 @@ class Listener:
     nobody watches through it is not sent every commit's NOTIFY (issue 24: the run hosts'
     claimers and event watchers). Each (re)start bumps the generation, so a waiter that took
     ``since`` while nothing listened wakes once and re-queries instead of missing a commit.
+
+    The connection registers its channels after it LISTENs (``runcontrol_listen``, migration
+    0026: the write path NOTIFYs only channels somebody registered) and before it wakes the
+    waiters to re-query; the registration waits for every commit that found no listener, so
+    the re-query sees those and every later commit NOTIFYs. It unregisters when it stops.
     """
 
     def __init__(
@@ -116,16 +134,21 @@ class Listener:
                 ) as conn:
                     for channel in self._channels:
                         await conn.execute(f"LISTEN {channel}")
+                    await conn.execute(_REGISTER, (list(self._channels),))
                     if listened:
                         log.warning("notification listener reconnected")
                     listened, failures = True, 0
                     self.listening = True
                     self._wake_all()
-                    async for note in conn.notifies():
-                        self._generation[(note.channel, note.payload)] += 1
-                        self._generation[(note.channel, "*")] += 1
-                        self._wake((note.channel, note.payload))
-                        self._wake((note.channel, "*"))
+                    try:
+                        async for note in conn.notifies():
+                            self._generation[(note.channel, note.payload)] += 1
+                            self._generation[(note.channel, "*")] += 1
+                            self._wake((note.channel, note.payload))
+                            self._wake((note.channel, "*"))
+                    except asyncio.CancelledError:
+                        await _unregister(conn)
+                        raise
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # waiters fall back to their timeouts meanwhile

@@ -704,8 +704,20 @@ schedule_fires = Table(
     ),
 )
 
+# Who LISTENs on which channel (0026, issue 33): a row per (channel, backend pid) while a
+# process's listener listens (``store/notify.Listener``, through ``runcontrol_listen``);
+# ``runcontrol_apply`` NOTIFYs a channel only when it has one. A process's, not a tenant's.
+listeners = Table(
+    "runcontrol_listeners",
+    metadata,
+    Column("channel", Text, nullable=False),
+    Column("pid", Integer, nullable=False),
+    PrimaryKeyConstraint("channel", "pid"),
+    prefixes=["UNLOGGED"],  # after a crash no backend listens either
+)
+
 RUN_PINS = tuple(str(c.name) for c in runs.columns if c.info.get("pinned"))
-TENANT_TABLES = tuple(metadata.tables)
+TENANT_TABLES = tuple(name for name, t in metadata.tables.items() if "tenant_id" in t.columns)
 APPEND_ONLY_TABLES = ("recovery_journal", "audit_log", "approval_decisions", "cancellation_intents")
 # The app role adds rows to these and never changes them (command answers: the system role
 # prunes them past the resend window).

@@ -9,6 +9,9 @@ rows to that table's writer, rendered here:
   run's insert (a used idempotency key inserts nothing) and its version-guarded update, each
   answering whether it wrote the row. The update leaves out the columns ``tables.py`` marks
   pinned (invariant 2), and ``runcontrol_keep_run_pins`` (a trigger) refuses a change of one.
+- ``runcontrol_patch_runs(doc, expected_version)`` (0026, issue 33): the same guarded update
+  of only the columns ``doc`` carries (the others keep their stored values: an unchanged
+  ``input`` keeps its TOAST pointer instead of being written again).
 - ``runcontrol_write_<table>(rows)``: an upsert on the primary key, or a plain insert for the
   tables the write path only adds to (``tables.APPENDED_TABLES``), answering whether it wrote.
 
@@ -159,7 +162,18 @@ def _run_units(runs: Table) -> list[Unit]:
         f"        WHERE {match} AND {runs.name}.{RUN_VERSION} = expected_version;\n"
         "    RETURN FOUND;",
     )
-    return [insert, update, _pins_unit(runs, pins)]
+    # each column only if the document carries it: CASE keeps the stored value otherwise
+    kept = (f"{c} = CASE WHEN doc ? '{c}' THEN r.{c} ELSE {runs.name}.{c} END" for c in changed)
+    patch = _function(
+        f"runcontrol_patch_{runs.name}",
+        "doc jsonb, expected_version bigint",
+        "boolean",
+        f"    UPDATE {runs.name} SET{_wrap(kept)}\n"
+        f"        FROM jsonb_populate_record(NULL::{runs.name}, doc) r\n"
+        f"        WHERE {match} AND {runs.name}.{RUN_VERSION} = expected_version;\n"
+        "    RETURN FOUND;",
+    )
+    return [insert, update, patch, _pins_unit(runs, pins)]
 
 
 def _pins_unit(runs: Table, pins: Sequence[str]) -> Unit:

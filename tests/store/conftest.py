@@ -11,7 +11,7 @@ from uuid import UUID
 import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
-from support import SyncGrain, drive
+from support import SyncGrain, drive, new_database
 
 from runcontrol.bootstrap import Container, build
 from runcontrol.clock import ManualClock
@@ -50,6 +50,22 @@ def fresh_url(owner_url: str, db: Database) -> Iterator[str]:
     try:
         yield make_url(owner_url).set(database=name).render_as_string(hide_password=False)
     finally:
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        admin.dispose()
+
+
+@pytest.fixture
+def scratch(owner_url: str) -> Iterator[Database]:
+    """A migrated database of its own: for a test that changes a table, or that must find no
+    other test's rows or listeners in it."""
+    database = new_database(owner_url, "runcontrol_scratch")
+    try:
+        yield database
+    finally:
+        database.dispose()
+        name = database.owner_url.rsplit("/", 1)[1].split("?")[0]
+        admin = create_engine(owner_url, isolation_level="AUTOCOMMIT")
         with admin.connect() as conn:
             conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
         admin.dispose()

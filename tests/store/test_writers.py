@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import copy
 import uuid
-from collections.abc import Iterator
 
 import orjson
 import pytest
 from sqlalchemy import Column, MetaData, Text, create_engine, text
 from sqlalchemy import exc as sa_exc
-from support import drive, new_database
+from support import drive
 from test_schema_source import Prepared, everything
 
 from runcontrol.config import Settings
@@ -117,21 +116,6 @@ def test_a_new_column_rerenders_only_its_table_writer():
     assert writers.file_text(writers.render(), writers.frozen()) is None
 
 
-@pytest.fixture
-def scratch(owner_url: str) -> Iterator[Database]:
-    """A migrated database of its own: this test changes a table."""
-    database = new_database(owner_url, "runcontrol_writers")
-    try:
-        yield database
-    finally:
-        database.dispose()
-        name = database.owner_url.rsplit("/", 1)[1].split("?")[0]
-        admin = create_engine(owner_url, isolation_level="AUTOCOMMIT")
-        with admin.connect() as conn:
-            conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        admin.dispose()
-
-
 def test_adding_a_column_is_an_alter_and_one_writer(scratch: Database, tenant: str):
     """The migration a new column needs, played on a scratch database: the ``ALTER`` and the
     re-rendered writer. ``runcontrol_apply`` is not restated, and writes the column."""
@@ -188,11 +172,13 @@ def test_not_even_the_owner_can_change_a_pin(owner_engine, make_leased_run, tena
             )
 
 
+@pytest.mark.parametrize("mode", ["update", "patch"])
 def test_a_document_that_changes_a_pin_leaves_it_as_accepted(
-    db: Database, make_leased_run, tenant: str
+    db: Database, make_leased_run, tenant: str, mode: str
 ):
-    """The run's writer does not name the pins: a document carrying other values (a defect
-    upstream) commits its other changes and the pins stay as accepted."""
+    """The run's writers do not name the pins: a document carrying other values (a defect
+    upstream) commits its other changes and the pins stay as accepted (a whole row, and a
+    patch of the columns that changed: 0026)."""
     run = make_leased_run(tenant)
     with db.tenant(tenant) as conn:
         before = conn.exec_driver_sql(
@@ -202,7 +188,7 @@ def test_a_document_that_changes_a_pin_leaves_it_as_accepted(
             "SELECT to_jsonb(r) FROM runs r WHERE run_id = %s", (run.run_id,)
         ).scalar_one()
     row.update(PIN_VALUES, version=before.version + 1, correlation_id="moved")
-    doc = {"tenant": tenant, "mode": "update", "expected_version": before.version, "run": row}
+    doc = {"tenant": tenant, "mode": mode, "expected_version": before.version, "run": row}
     with db.tenant(tenant) as conn:
         conn.execute(
             text("SELECT runcontrol_apply(CAST(:doc AS jsonb))"),

@@ -113,12 +113,21 @@ def test_e2e_completes_every_run_and_reports_its_figures(
         "host_calls_per_run",
         "transactions_per_run",
         "commit_statements_per_run",
-        "notifies_per_run",
+        "commit_documents_per_run",
+        "commit_document_bytes",
     ):
         assert _measured(e2e[key]), key
+    # Counted from the server's side (issue 33): NOTIFYs sent, by channel (none may be sent
+    # when nobody listens, so only reported), rows written by table.
+    assert e2e["notifies_per_run"] == sum(e2e["notifies_per_run_by_channel"].values())
+    rows = e2e["rows_per_run"]
+    for table in ("runs", "steps", "attempts", "outbox", "recovery_journal", "all"):
+        assert _measured(rows[table]["inserted"]), table
+    assert _measured(rows["runs"]["updated"])
     cpu = e2e["cpu_ms_per_completed_run"]
-    for kind in ("API replica", "run hosts", "postgres", "all"):
+    for kind in ("API replica", "run hosts", "postgres", "all", "server side"):
         assert _measured(cpu[kind]), kind
+    assert cpu["server side"] < cpu["all"]  # the workers' and the load generator's apart
     # Sampled too, but may round to nothing in a run this small: CPU times count in 10 ms
     # ticks, and the scheduler spends a few ms on 20 runs (CI once read 0.0 for it).
     for kind in ("scheduler", "workers"):

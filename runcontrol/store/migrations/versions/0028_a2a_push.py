@@ -12,7 +12,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0028"
-down_revision = "0023"
+down_revision = "0026"
 branch_labels = None
 depends_on = None
 

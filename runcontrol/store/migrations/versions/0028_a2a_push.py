@@ -19,7 +19,7 @@ depends_on = None
 # Adds a nullable column, one with a default, a table: the previous release runs on it
 # unchanged. Its relay queues a subscription's events after ``starts_after``, which a run's
 # subscription sets to the largest position: it never sends such a one another run's event.
-oldest_code = "0023"
+oldest_code = "0026"
 
 SQL = """
 ALTER TABLE webhook_subscriptions ADD COLUMN run_id UUID;

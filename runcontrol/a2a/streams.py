@@ -199,7 +199,7 @@ def _page(
         items.append(_chunk_update(view, chunk, Cursor(cursor.seq, position, cursor.closing)))
     if len(found.chunks) >= BATCH:
         return Page(items, Cursor(cursor.seq, position, cursor.closing), full=True)
-    seq, closing = cursor.seq, False
+    seq = cursor.seq
     batch: list[dict[str, Any]] = []
 
     def close(event_seq: int) -> None:
@@ -219,7 +219,7 @@ def _page(
             seq, batch = event["seq"], []
     full = len(found.events) >= BATCH
     done = not full and seq >= view["lastEventSeq"] and stops(view)
-    return Page(items, Cursor(seq, position, closing), full=full, done=done)
+    return Page(items, Cursor(seq, position), full=full, done=done)
 
 
 def _status(view: dict[str, Any], events: list[dict[str, Any]], cursor: Cursor) -> list[Event]:

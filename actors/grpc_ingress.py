@@ -29,11 +29,20 @@ from runcontrol.telemetry import rpc_span
 
 HEALTH_SERVICE = "grpc.health.v1.Health"
 
-# Imported by every Serve proxy (the modules must be importable on every node).
+# Imported by every Serve proxy (the modules must be importable on every node): A2A's with
+# a2a-sdk (the ``a2a`` extra) only.
 SERVICER_FUNCTIONS = [
     "schemas.runcontrol_pb2_grpc.add_RunControlServicer_to_server",
     "grpc_health.v1.health_pb2_grpc.add_HealthServicer_to_server",
 ]
+try:
+    from runcontrol.a2a.grpc_binding import METHODS as A2A_METHODS
+    from runcontrol.a2a.grpc_binding import SERVICE_NAME as A2A_SERVICE
+    from runcontrol.a2a.grpc_binding import SERVICER_FUNCTION as A2A_SERVICER
+except ImportError:
+    A2A_METHODS = {}
+else:
+    SERVICER_FUNCTIONS.append(A2A_SERVICER)
 
 
 def grpc_options(port: int) -> gRPCOptions:
@@ -109,3 +118,29 @@ def _method(rpc: Rpc) -> Callable[..., Any]:
 
 for _rpc in RPCS:
     setattr(GrpcIngress, _rpc.method, _method(_rpc))
+
+
+def _a2a_method(name: str, streaming: bool) -> Callable[..., Any]:
+    """An A2A method (runcontrol.a2a.grpc_binding): the replica's HTTP app built the binding
+    over its own services (``app.state.a2a_grpc``), so both doors share its streams."""
+    if streaming:
+
+        async def stream(self: Any, request: Any, grpc_context: Any) -> AsyncIterator[Any]:
+            with rpc_span(A2A_SERVICE, name, grpc_context, stream=True):
+                async for message in self.app.state.a2a_grpc.stream(name, request, grpc_context):
+                    yield message
+
+        method: Callable[..., Any] = stream
+    else:
+
+        async def unary(self: Any, request: Any, grpc_context: Any) -> Any:
+            with rpc_span(A2A_SERVICE, name, grpc_context):
+                return await self.app.state.a2a_grpc.call(name, request, grpc_context)
+
+        method = unary
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
+for _name, _streaming in A2A_METHODS.items():
+    setattr(GrpcIngress, _name, _a2a_method(_name, _streaming))

@@ -377,6 +377,13 @@ class ApiOptions(BaseModel):
         "clients, docs/a2a.md); every call to it still needs a token. `runcontrol up --dev` "
         "sets the demo's. None: the root card needs a token.",
     )
+    a2a_grpc_address: str | None = Field(
+        None,
+        pattern=r"^[^/\s]+:[0-9]+$",
+        description="`host:port` where clients reach the A2A gRPC binding (Serve's gRPC "
+        "ingress), named in every agent card's gRPC interface (docs/a2a.md). None: the cards "
+        "name no gRPC interface (the binding still answers). `runcontrol up` sets its own.",
+    )
 
 
 class DrainOptions(BaseModel):

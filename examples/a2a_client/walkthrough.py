@@ -2,11 +2,13 @@
 (docs/a2a.md, "Walk-through").
 
     RC=http://127.0.0.1:8000 REQUESTER_TOKEN=... REVIEWER_TOKEN=... \
-        .venv/bin/python examples/a2a_client/walkthrough.py [JSONRPC|HTTP+JSON]
+        .venv/bin/python examples/a2a_client/walkthrough.py [JSONRPC|HTTP+JSON|GRPC]
 
 The requester sends a message (a run starts), the run asks for an approval (INPUT_REQUIRED),
-the reviewer approves on the task, and the requester follows the task's stream to COMPLETED
-and its result artifact.
+the reviewer approves on the task, and the requester follows the task's stream (the steps'
+streamed output, status updates) to COMPLETED and its result artifact. Over gRPC the card's
+gRPC interface names the agent in its ``tenant`` (the client sets it on each call), and the
+token travels as ``authorization`` metadata.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import sys
 import uuid
 from typing import Any
 
+import grpc
 import httpx
 from a2a.client import Client, ClientConfig, ClientFactory
 from a2a.types.a2a_pb2 import (
@@ -33,9 +36,44 @@ from google.protobuf.struct_pb2 import Value
 AGENT = f"{os.environ.get('RC', 'http://127.0.0.1:8000')}/a2a/demo-review"
 
 
+def with_token(details: Any, token: str) -> Any:
+    metadata = grpc.aio.Metadata(*(details.metadata or ()), ("authorization", f"Bearer {token}"))
+    return grpc.aio.ClientCallDetails(
+        details.method, details.timeout, metadata, details.credentials, details.wait_for_ready
+    )
+
+
+# The token as ``authorization`` metadata on every gRPC call; one class per kind of call
+# (grpc.aio files an interceptor under the first kind it is).
+class UnaryBearer(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return await continuation(with_token(details, self.token), request)
+
+
+class StreamBearer(grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return await continuation(with_token(details, self.token), request)
+
+
 async def client_for(http: httpx.AsyncClient, binding: str, streaming: bool) -> Client:
+    token = http.headers["Authorization"].removeprefix("Bearer ")
+
+    def channel(url: str) -> grpc.aio.Channel:
+        return grpc.aio.insecure_channel(
+            url, interceptors=[UnaryBearer(token), StreamBearer(token)]
+        )
+
     config = ClientConfig(
-        httpx_client=http, streaming=streaming, supported_protocol_bindings=[binding]
+        httpx_client=http,
+        streaming=streaming,
+        supported_protocol_bindings=[binding],
+        grpc_channel_factory=channel,
     )
     return await ClientFactory(config).create_from_url(AGENT)  # GET the card, pick the binding
 
@@ -89,7 +127,12 @@ async def main(binding: str) -> None:
                 state = TaskState.Name(event.status_update.status.state)
                 print("status", state, "after events", [int(e["seq"]) for e in seqs])
             elif kind == "artifact_update":
-                print("artifact", MessageToDict(event.artifact_update.artifact.parts[0].data))
+                update = event.artifact_update
+                parts = [
+                    MessageToDict(p).get("text", MessageToDict(p).get("data"))
+                    for p in update.artifact.parts
+                ]
+                print("artifact", update.artifact.name, parts or "(closed)")
             else:
                 print(kind)
 

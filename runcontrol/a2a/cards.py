@@ -35,22 +35,29 @@ class Agent:
     """A workflow exposed as an agent in the caller's tenant: the release it is (the
     workflow's newest) and what that release says of it."""
 
+    tenant_id: str
     workflow_id: str
     release_id: str
     exposure: AgentExposure
 
+    @property
+    def grpc_tenant(self) -> str:
+        """The ``tenant`` a gRPC call names this agent by (gRPC has no path: the card's gRPC
+        interface says it, and a2a-sdk's client sets it on each request)."""
+        return f"{self.tenant_id}/{self.workflow_id}"
 
-def agent_card(agent: Agent, url: str, *, extended: bool = False) -> AgentCard:
-    """The card of the agent at ``url`` (``.../a2a/{workflowId}``); ``extended``
-    (GetExtendedAgentCard, for an authenticated caller) adds the release it is and its input
-    mapping."""
+
+def agent_card(
+    agent: Agent, url: str | None, grpc_address: str | None, *, extended: bool = False
+) -> AgentCard:
+    """The card of the agent at ``url`` (``.../a2a/{workflowId}``; None: asked over gRPC,
+    which does not know the HTTP address) and, when configured, at ``grpc_address``
+    (``api.a2a_grpc_address``); ``extended`` (GetExtendedAgentCard, for an authenticated
+    caller) adds the release it is and its input mapping."""
     exposure = agent.exposure
-    card = AgentCard(
-        name=exposure.name,
-        description=exposure.description,
-        version=agent.release_id,
-        provider=AgentProvider(organization="runcontrol", url=url),
-        supported_interfaces=[
+    interfaces = []
+    if url is not None:
+        interfaces += [
             AgentInterface(
                 url=f"{url}{JSONRPC_PATH}",
                 protocol_binding=TransportProtocol.JSONRPC.value,
@@ -61,7 +68,22 @@ def agent_card(agent: Agent, url: str, *, extended: bool = False) -> AgentCard:
                 protocol_binding=TransportProtocol.HTTP_JSON.value,
                 protocol_version=PROTOCOL_VERSION,
             ),
-        ],
+        ]
+    if grpc_address is not None:
+        interfaces.append(
+            AgentInterface(
+                url=grpc_address,
+                protocol_binding=TransportProtocol.GRPC.value,
+                protocol_version=PROTOCOL_VERSION,
+                tenant=agent.grpc_tenant,
+            )
+        )
+    card = AgentCard(
+        name=exposure.name,
+        description=exposure.description,
+        version=agent.release_id,
+        provider=AgentProvider(organization="runcontrol", url=url or ""),
+        supported_interfaces=interfaces,
         capabilities=AgentCapabilities(
             streaming=True, push_notifications=True, extended_agent_card=True
         ),

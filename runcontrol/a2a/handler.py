@@ -298,7 +298,8 @@ class RunTaskHandler(RequestHandler):
         self, params: GetExtendedAgentCardRequest, context: ServerCallContext
     ) -> AgentCard:
         call = self.store.call(context)
-        return agent_card(call.agent, context.state["agent_url"], extended=True)
+        grpc_address = self.svc.settings.api.a2a_grpc_address
+        return agent_card(call.agent, context.state["agent_url"], grpc_address, extended=True)
 
     # ------------------------------------------------------------------ push notifications
 

@@ -17,6 +17,7 @@ A card tells what an agent does; every call still needs the token.
 from __future__ import annotations
 
 import functools
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from a2a.server.context import ServerCallContext
@@ -64,7 +65,7 @@ async def _agent_in(svc: Services, tenant_id: str, workflow_id: str) -> Agent:
         )
     release_id, definition = found
     assert definition.agent is not None
-    return Agent(workflow_id, release_id, definition.agent)
+    return Agent(tenant_id, workflow_id, release_id, definition.agent)
 
 
 async def authenticate(verifier: TokenVerifier, request: Request) -> Caller:
@@ -139,9 +140,12 @@ class CallContextBuilder(DefaultServerCallContextBuilder):
         return context
 
 
-async def _card(request: Request) -> Response:
-    _, agent, url = request.scope["state"][_STATE]
-    return JSONResponse(agent_card_to_dict(agent_card(agent, url)))
+def _card(grpc_address: str | None) -> Callable[[Request], Awaitable[Response]]:
+    async def card(request: Request) -> Response:
+        _, agent, url = request.scope["state"][_STATE]
+        return JSONResponse(agent_card_to_dict(agent_card(agent, url, grpc_address)))
+
+    return card
 
 
 def host_card_route(svc: Services, verifier: TokenVerifier, public: str | None) -> Route:
@@ -168,7 +172,8 @@ def host_card_route(svc: Services, verifier: TokenVerifier, public: str | None) 
             return from_error(exc)
         base = f"{request.url.scheme}://{request.url.netloc}"
         url = base + PREFIX.format(workflowId=agent.workflow_id)
-        return JSONResponse(agent_card_to_dict(agent_card(agent, url)))
+        card = agent_card(agent, url, svc.settings.api.a2a_grpc_address)
+        return JSONResponse(agent_card_to_dict(card))
 
     return Route(AGENT_CARD_WELL_KNOWN_PATH, host_card, methods=["GET"])
 
@@ -184,7 +189,10 @@ def agent_mount(
     handler = RunTaskHandler(svc, rate_limiter)
     context = CallContextBuilder()
     routes: list[Any] = [
-        *(Route(path, _card, methods=["GET"]) for path in CARD_PATHS),
+        *(
+            Route(path, _card(svc.settings.api.a2a_grpc_address), methods=["GET"])
+            for path in CARD_PATHS
+        ),
         *create_jsonrpc_routes(
             handler, JSONRPC_PATH, context_builder=context, enable_v0_3_compat=True
         ),

@@ -21,7 +21,8 @@ updates, read from the store after a cursor and woken by the replica's LISTEN co
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -31,6 +32,7 @@ from a2a.types.a2a_pb2 import (
     Part,
     Task,
     TaskArtifactUpdateEvent,
+    TaskState,
     TaskStatusUpdateEvent,
 )
 from a2a.utils.errors import InvalidParamsError, TaskNotFoundError
@@ -94,9 +96,17 @@ class Found:
     events: list[dict[str, Any]]
     chunks: list[dict[str, Any]]
     settled: dict[int, list[tuple[str, str]]]  # event seq -> [(step id, attempt id)]
+    # A stream started without a cursor: the attempts with output settled before it started
+    # (their outcome events are not sent, their closings are: after the output).
+    settled_before: list[tuple[str, str]] = field(default_factory=list)
 
 
-def _read(run_id: UUID, project: str | None, cursor: Cursor) -> Callable[[Connection], Found]:
+def _read(
+    run_id: UUID, project: str | None, cursor: Cursor, catch_up: int | None
+) -> Callable[[Connection], Found]:
+    """One read after ``cursor``; ``catch_up``: the seq a stream without a cursor started
+    after, whose settled attempts' closings are still to send."""
+
     def query(conn: Connection) -> Found:
         view = q.get_run(conn, run_id, project_id=project)
         if view is None:
@@ -106,7 +116,12 @@ def _read(run_id: UUID, project: str | None, cursor: Cursor) -> Callable[[Connec
         after = cursor.seq - 1 if cursor.closing else cursor.seq
         events = q.events_after(conn, run_id, after, BATCH)
         chunks = output_after(conn, run_id, cursor.position, BATCH)
-        return Found(view, events, chunks, _settling(conn, run_id, events))
+        before: list[tuple[str, str]] = []
+        if catch_up is not None:
+            reported = q.attempts_in_events(conn, run_id, SETTLED, up_to_seq=catch_up)
+            streamed = streamed_attempts(conn, run_id, sorted(reported)) if reported else {}
+            before = sorted((step, attempt) for attempt, step in streamed.items())
+        return Found(view, events, chunks, _settling(conn, run_id, events), before)
 
     return query
 
@@ -199,7 +214,9 @@ def _page(
         items.append(_chunk_update(view, chunk, Cursor(cursor.seq, position, cursor.closing)))
     if len(found.chunks) >= BATCH:
         return Page(items, Cursor(cursor.seq, position, cursor.closing), full=True)
-    seq, closing = cursor.seq, False
+    for step_id, attempt_id in found.settled_before:  # all their chunks were sent above
+        items.append(_closing_update(view, step_id, attempt_id, Cursor(cursor.seq, position)))
+    seq = cursor.seq
     batch: list[dict[str, Any]] = []
 
     def close(event_seq: int) -> None:
@@ -219,7 +236,7 @@ def _page(
             seq, batch = event["seq"], []
     full = len(found.events) >= BATCH
     done = not full and seq >= view["lastEventSeq"] and stops(view)
-    return Page(items, Cursor(seq, position, closing), full=full, done=done)
+    return Page(items, Cursor(seq, position), full=full, done=done)
 
 
 def _status(view: dict[str, Any], events: list[dict[str, Any]], cursor: Cursor) -> list[Event]:
@@ -238,6 +255,14 @@ def _status(view: dict[str, Any], events: list[dict[str, Any]], cursor: Cursor) 
             _meta(update, cursor=str(Cursor(cursor.seq - 1, cursor.position)))
             items.append(update)
     status = tasks.status_update(view, events)
+    if status.status.state in tasks.TERMINAL and not any(
+        e["type"] in TERMINAL_EVENTS for e in events
+    ):
+        # The run ended after these events (read after them): its end is the update of its
+        # terminal event, which follows; until then it was working.
+        status.status.Clear()
+        status.status.state = TaskState.TASK_STATE_WORKING
+        status.status.timestamp.FromDatetime(datetime.fromisoformat(view["updatedAt"]))
     status.metadata.get_or_create_struct(tasks.META)["cursor"] = str(cursor)
     items.append(status)
     return items
@@ -262,9 +287,14 @@ async def stream(
     task.metadata.get_or_create_struct(tasks.META)["cursor"] = str(start)
     yield task
     run_id = UUID(view["runId"])
+    catch_up = start.seq if cursor is None else None
 
     async def page(at: Cursor, _: int) -> Page[Event, Cursor]:
-        return _page(await read(_read(run_id, project, at)), at, stops)
+        nonlocal catch_up
+        done = _page(await read(_read(run_id, project, at, catch_up)), at, stops)
+        if not done.full:
+            catch_up = None  # sent, after the output before them
+        return done
 
     notified = Notified(listener, (EVENTS_CHANNEL, OUTPUT_CHANNEL), (str(run_id),))
     async for item in follow(notified, page, start, HEARTBEAT_S):

@@ -123,12 +123,15 @@ def create_app(
     # Workflows as A2A agents (issue 31): /a2a/{workflowId}/..., a2a-sdk's bindings, when the
     # ``a2a`` extra is installed (make installs it; without it there is no agent door).
     if find_spec("a2a") is not None:
+        from ..a2a.grpc_binding import A2aGrpc
         from ..a2a.routes import agent_mount, host_card_route
 
         public = settings.api.a2a_public_agent
         door = agent_mount(services, app.state.verifier, app.state.rate_limiter, public)
         app.router.routes.append(door)
         app.router.routes.append(host_card_route(services, app.state.verifier, public))
+        # The gRPC binding, which the replica's gRPC ingress serves (actors/grpc_ingress.py).
+        app.state.a2a_grpc = A2aGrpc(services, app.state.verifier, app.state.rate_limiter)
     else:
         log.warning("a2a-sdk is not installed (the a2a extra): no A2A agents are served")
     return app

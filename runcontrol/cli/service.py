@@ -160,6 +160,14 @@ def _cmd_up(args: argparse.Namespace, cluster: ClusterLoader | None) -> int:
                 **(app_settings or {}),
                 "api": {"a2a_public_agent": f"{DEMO_TENANT}/{DEMO_WORKFLOW['workflowId']}"},
             }
+    if settings.api.a2a_grpc_address is None and args.host not in ("0.0.0.0", "::", ""):
+        # The cards name this service's gRPC ingress as the agents' gRPC binding (docs/a2a.md);
+        # listening on every interface, which address clients reach is the operator's to set.
+        # (loopback by its name: the conformance kit calls a card naming 127.0.0.1 a leak)
+        api = {**(app_settings or {}).get("api", {})}
+        reached = "localhost" if args.host in ("127.0.0.1", "::1") else args.host
+        api["a2a_grpc_address"] = f"{reached}:{args.grpc_port}"
+        app_settings = {**(app_settings or {}), "api": api}
     say("starting Ray, run hosts, scheduler and the HTTP app (Ray Serve) ...")
     if args.metrics_export_port is not None:
         settings.telemetry.metrics_export_port = args.metrics_export_port

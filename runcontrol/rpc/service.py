@@ -88,7 +88,8 @@ class StreamRefused(Exception):
 HostProbe = Callable[[], Awaitable[Any]]
 
 
-def _bearer(context: RpcContext) -> str:
+def bearer_token(context: RpcContext) -> str:
+    """The bearer token of the call's ``authorization`` metadata (else ``Unauthorized``)."""
     for key, value in context.invocation_metadata() or ():
         if key == "authorization":
             text_value = value.decode() if isinstance(value, bytes) else str(value)
@@ -140,7 +141,7 @@ class RunControlRpc:
     # ------------------------------------------------------------------ identity
 
     async def _caller(self, context: RpcContext) -> Caller:
-        return await self._verifier.verify_async(_bearer(context))
+        return await self._verifier.verify_async(bearer_token(context))
 
     async def _worker(
         self, context: RpcContext, instance_id: str, scope: str = RUNTIME

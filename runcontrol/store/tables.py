@@ -582,6 +582,12 @@ webhook_subscriptions = Table(
     Column("format", Text, nullable=False, server_default="event"),
     Index("ix_webhook_subscriptions_tenant", "tenant_id", "created_at"),
     Index("ix_webhook_subscriptions_run", "run_id", postgresql_where=text("run_id IS NOT NULL")),
+    # the relay's tenant-wide ones, not every push config of the tenant's tasks (0028)
+    Index(
+        "ix_webhook_subscriptions_tenant_wide",
+        "tenant_id",
+        postgresql_where=text("run_id IS NULL AND disabled_at IS NULL"),
+    ),
 )
 
 webhook_deliveries = Table(

@@ -66,7 +66,12 @@ def serve_instance(ray_runtime: Any, grpc_port: int) -> Iterator[int]:
 
 
 @pytest.fixture(scope="session")
-def api(serve_instance: int, ray_runtime: Any, tmp_path_factory: pytest.TempPathFactory) -> Api:
+def api(
+    serve_instance: int,
+    ray_runtime: Any,
+    tmp_path_factory: pytest.TempPathFactory,
+    grpc_port: int,
+) -> Api:
     from ray import serve
 
     from serve_app import RunControlApi
@@ -74,9 +79,9 @@ def api(serve_instance: int, ray_runtime: Any, tmp_path_factory: pytest.TempPath
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     jwks_file = tmp_path_factory.mktemp("jwks") / "jwks.json"
     jwks_file.write_text(jwks_document({RSA_KID: key.public_key()}))
-    deployment = RunControlApi.bind(
-        database_url=ray_runtime.owner_url, settings=api_settings(ray_runtime, jwks_file)
-    )
+    settings = api_settings(ray_runtime, jwks_file)
+    settings["api"]["a2a_grpc_address"] = f"127.0.0.1:{grpc_port}"  # in the A2A cards
+    deployment = RunControlApi.bind(database_url=ray_runtime.owner_url, settings=settings)
     serve.run(deployment, name=APP_NAME, route_prefix="/")
     base_url = f"http://127.0.0.1:{serve_instance}"
     wait_live(base_url)

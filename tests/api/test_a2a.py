@@ -72,7 +72,10 @@ def test_the_card_names_the_agent_its_bindings_and_the_bearer_scheme(t: TenantVi
     card = run(fetch_card(t, t.token()))
     assert card.name == "Review agent"
     assert [s.id for s in card.skills] == ["review"]
-    assert {i.protocol_binding for i in card.supported_interfaces} == set(BINDINGS)
+    assert {i.protocol_binding for i in card.supported_interfaces} == {*BINDINGS, "GRPC"}
+    (grpc_interface,) = [i for i in card.supported_interfaces if i.protocol_binding == "GRPC"]
+    assert grpc_interface.tenant == f"{t.tenant}/{t.workflow}"  # gRPC has no path
+    assert card.capabilities.push_notifications
     assert card.security_schemes["bearer"].http_auth_security_scheme.bearer_format == "JWT"
     assert card.capabilities.streaming and card.capabilities.extended_agent_card
 
@@ -112,8 +115,11 @@ def test_the_host_card_is_the_tenants_one_agent_and_404_with_several(t: TenantVi
         publish_agent(own)
         card = own.requester().get("/.well-known/agent-card.json")
         assert card.status_code == 200, card.text
-        urls = [i["url"] for i in card.json()["supportedInterfaces"]]
+        found = card.json()["supportedInterfaces"]
+        urls = [i["url"] for i in found if i["protocolBinding"] != "GRPC"]
         assert urls and all(f"/a2a/{own.workflow}/" in u for u in urls), urls
+        grpc_tenants = [i["tenant"] for i in found if i["protocolBinding"] == "GRPC"]
+        assert grpc_tenants == [f"{own.tenant}/{own.workflow}"]  # gRPC names it there
         own.workflow = f"wf-{uuid.uuid4().hex[:6]}"
         publish_agent(own)  # a second agent: each card at its own path only
         assert_problem(own.requester().get("/.well-known/agent-card.json"), 404)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from a2a.types.a2a_pb2 import TaskState
 from a2a.utils.errors import InvalidParamsError
 from google.protobuf.json_format import MessageToDict
 
@@ -109,3 +110,18 @@ def test_a_cursor_reads_back_as_it_was_written(raw: str, cursor: Cursor) -> None
 def test_a_bad_cursor_is_invalid_params(raw: str) -> None:
     with pytest.raises(InvalidParamsError):
         Cursor.parse(raw)
+
+
+def test_a_status_update_before_the_runs_end_event_is_not_yet_terminal() -> None:
+    read = found([19], [])
+    read.view["state"] = "Completed"  # read after the events: the run ended meanwhile
+    (status,) = _page(read, Cursor(18), never).items
+    assert status.status.state == TaskState.TASK_STATE_WORKING
+    ended = Found(read.view, [event(20, "RunCompleted")], [], {})
+    page = _page(ended, Cursor(19), never)
+    assert page.items[-1].status.state == TaskState.TASK_STATE_COMPLETED
+
+
+def test_a_stream_without_a_cursor_closes_what_settled_before_it_after_its_output() -> None:
+    read = Found(view(9), [], [chunk(1, 1), chunk(2, 2)], {}, [(STEP, ATTEMPT)])
+    assert [i[0] for i in items(_page(read, Cursor(9), never))] == ["chunk", "chunk", "closing"]

@@ -61,10 +61,16 @@ def unpublished_backlog(conn: Connection) -> tuple[int, datetime | None]:
     return int(row[0]), row[1]
 
 
-def attempts_in_events(conn: Connection, run_id: UUID, event_type: str) -> set[str]:
-    """The attempt ids the run's events of ``event_type`` name (``payload.attemptId``)."""
+def attempts_in_events(
+    conn: Connection, run_id: UUID, event_type: str, up_to_seq: int | None = None
+) -> set[str]:
+    """The attempt ids the run's events of ``event_type`` (up to ``up_to_seq``) name
+    (``payload.attemptId``)."""
     o = outbox.c
-    rows = conn.execute(
-        select(o.payload["attemptId"].astext).where(o.run_id == run_id, o.event_type == event_type)
+    query = select(o.payload["attemptId"].astext).where(
+        o.run_id == run_id, o.event_type == event_type
     )
+    if up_to_seq is not None:
+        query = query.where(o.seq <= up_to_seq)
+    rows = conn.execute(query)
     return {str(r[0]) for r in rows if r[0] is not None}

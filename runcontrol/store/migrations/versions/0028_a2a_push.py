@@ -19,7 +19,7 @@ depends_on = None
 # Adds a nullable column, one with a default, a table: the previous release runs on it
 # unchanged. Its relay queues a subscription's events after ``starts_after``, which a run's
 # subscription sets to the largest position: it never sends such a one another run's event.
-oldest_code = "0023"
+oldest_code = "0026"
 
 SQL = """
 ALTER TABLE webhook_subscriptions ADD COLUMN run_id UUID;
@@ -27,6 +27,10 @@ ALTER TABLE webhook_subscriptions ADD COLUMN event_types TEXT[];
 ALTER TABLE webhook_subscriptions ADD COLUMN format TEXT NOT NULL DEFAULT 'event';
 CREATE INDEX ix_webhook_subscriptions_run ON webhook_subscriptions (run_id)
     WHERE run_id IS NOT NULL;
+-- The relay's join to the tenant-wide subscriptions reads these, not every push config of the
+-- tenant's tasks (one subscription each, kept once deleted).
+CREATE INDEX ix_webhook_subscriptions_tenant_wide ON webhook_subscriptions (tenant_id)
+    WHERE run_id IS NULL AND disabled_at IS NULL;
 
 CREATE TABLE a2a_push_configs (
 	run_id UUID NOT NULL,

@@ -28,7 +28,7 @@ test: $(STAMP)
 # The long variants of what `make test` checks short (tests marked `long`: the SIGTERM drain
 # under load on its own, every `runcontrol up` stop and kill case, the rate limit over 30 s).
 test-long: $(STAMP)
-	RUNCONTROL_RUN_SLOW=1 RUNCONTROL_RUN_LONG=1 $(BIN)/python -m pytest -q -m long
+	RUNCONTROL_RUN_SLOW=1 RUNCONTROL_RUN_LONG=1 $(BIN)/python -m pytest -q --timeout=3600 -m long
 
 # The long chaos run (docs/reliability.md): CHAOS_RUNS runs while faults of every kind strike at
 # random moments; the figures go to chaos-report.json. `make test` runs a short one (80 runs,
@@ -36,7 +36,7 @@ test-long: $(STAMP)
 CHAOS_RUNS ?= 2000
 chaos: $(STAMP)
 	RUNCONTROL_RUN_SLOW=1 RUNCONTROL_CHAOS_RUNS=$(CHAOS_RUNS) RUNCONTROL_CHAOS_MODE=random \
-		RUNCONTROL_CHAOS_REPORT=chaos-report.json $(BIN)/python -m pytest -q -s tests/chaos
+		RUNCONTROL_CHAOS_REPORT=chaos-report.json $(BIN)/python -m pytest -q -s --timeout=0 tests/chaos
 
 # The same on two Ray nodes (docs/reliability.md): one fault of each kind, the removal of the
 # second node among them; the figures go to chaos-two-node-report.json. Not in `make test`.
@@ -44,7 +44,7 @@ CHAOS_TWO_NODE_RUNS ?= 200
 chaos-two-node: $(STAMP)
 	RUNCONTROL_RUN_SLOW=1 RUNCONTROL_CHAOS_NODES=2 RUNCONTROL_CHAOS_RUNS=$(CHAOS_TWO_NODE_RUNS) \
 		RUNCONTROL_CHAOS_MODE=each RUNCONTROL_CHAOS_REPORT=chaos-two-node-report.json \
-		$(BIN)/python -m pytest -q -s tests/chaos
+		$(BIN)/python -m pytest -q -s --timeout=0 tests/chaos
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check .

@@ -34,7 +34,11 @@ R = TypeVar("R")
 
 NAMESPACE = "runcontrol"
 SCHEDULER_NAME = "runcontrol-scheduler"
-RETRIES = 8
+RETRIES = 8  # lookups of a name not registered or an actor dead (about 7 s of backoff)
+# An actor Ray reports as restarting is waited for this long, however many tries that takes: a
+# host's restart starts a process and imports runcontrol, which takes more than RETRIES' backoff
+# on a loaded machine (a command sent then would answer 503 though its host is coming back).
+RESTART_WAIT_S = 30.0
 
 
 def host_name(index: int) -> str:
@@ -201,7 +205,9 @@ class HostRouter:
         actor is restarting, dead or not yet registered."""
         delay = 0.05
         last: BaseException | None = None
-        for _ in range(RETRIES):
+        tries = 0
+        restart_deadline = time.monotonic() + RESTART_WAIT_S
+        while tries < RETRIES:
             name = pick()
             try:
                 handle = self._handle(name)
@@ -215,6 +221,9 @@ class HostRouter:
                 # Restarting, dead or not yet registered: look the name up again and retry.
                 last = exc
                 self._handles.pop(name, None)
+                restarting = isinstance(exc, ActorUnavailableError)
+                if not restarting or time.monotonic() >= restart_deadline:
+                    tries += 1
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
         raise errors.Unavailable(f"{name} did not answer: {last}") from last

@@ -23,7 +23,7 @@ from runcontrol.store.commit import EVENTS_CHANNEL
 from runcontrol.store.notify import Listener
 from runcontrol.store.queries import RunKey
 from runcontrol.telemetry import configure
-from runcontrol.webhooks import Deliverer, HttpTransport
+from runcontrol.webhooks import Deliverer, HttpTransport, delivery_formats
 
 from .metrics import SchedulerMetrics, job_span
 from .placement import SCHEDULER_NAME, get_or_create
@@ -73,6 +73,7 @@ class Scheduler:
             HttpTransport(self.settings.webhooks.timeout_seconds),
             self.settings.webhooks,
             self._clock.now,
+            formats=delivery_formats(),
         )
         self.counters: dict[str, int] = {}
         # Wakes still under way (a restarting host): not sent again until they land.

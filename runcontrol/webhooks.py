@@ -15,14 +15,15 @@ import random
 import secrets
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 from uuid import UUID, uuid4
 
 import httpx
+from sqlalchemy import Connection
 
 from schemas.api import EventEnvelope
 
@@ -35,6 +36,7 @@ from .domain.webhooks import (
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
     DeliveryState,
+    Undeliverable,
     check_url,
     retry_delay,
     signature,
@@ -46,12 +48,34 @@ from .store import webhooks as store
 log = logging.getLogger(__name__)
 
 MAX_ERROR_CHARS = 500
+EVENT_FORMAT = "event"  # a subscription's default: the signed event envelope
 Resolve = Callable[[str], Iterable[str]]
 
 
 def resolve_host(host: str) -> list[str]:
     """Every address ``host`` resolves to (what a delivery could connect to)."""
     return [str(info[4][0]) for info in socket.getaddrinfo(host, None)]
+
+
+class Format(Protocol):
+    """How a subscription's deliveries are rendered when its ``format`` is not the signed
+    event envelope (a run's subscription: an A2A push config, ``runcontrol.a2a.push``): the
+    body and the headers of one delivery of ``event``, read on the delivery job's
+    connection. ``Undeliverable`` dead-letters the delivery at once."""
+
+    def __call__(
+        self, conn: Connection, delivery: dict[str, Any], event: dict[str, Any]
+    ) -> tuple[bytes, dict[str, str]]: ...
+
+
+def delivery_formats() -> dict[str, Format]:
+    """The formats this installation renders: A2A push notifications with a2a-sdk (the
+    ``a2a`` extra), else none (such a delivery is dead-lettered, saying why)."""
+    try:
+        from .a2a.notify import FORMAT, render
+    except ImportError:
+        return {}
+    return {FORMAT: render}
 
 
 class Transport(Protocol):
@@ -116,7 +140,7 @@ def redeliver(
             raise errors.WebhookNotFound(f"webhook subscription {subscription_id} not found")
         if found["disabledAt"] is not None:
             raise errors.WebhookDisabled(f"webhook subscription {subscription_id} is disabled")
-        return store.redeliver(conn, subscription_id, after, now)
+        return store.redeliver(conn, found, after, now)
 
 
 # ---------------------------------------------------------------------- delivery
@@ -146,6 +170,7 @@ class Deliverer:
     options: WebhookOptions
     now: Callable[[], datetime]
     _: KW_ONLY
+    formats: Mapping[str, Format] = field(default_factory=dict)
     uniform: Callable[[float, float], float] = random.uniform
     resolve: Resolve = resolve_host
     wall_clock: Callable[[], float] = time.time
@@ -198,10 +223,17 @@ class Deliverer:
             if not store.claim(conn, delivery, hold, now):
                 return None
             event = store.envelope(conn, delivery["position"])
+            # pruned by retention meanwhile: nothing left to send
+            request: tuple[bytes, dict[str, str]] | str = "event expired"
+            if event is not None:
+                try:
+                    request = self._request(conn, delivery, event)
+                except Undeliverable as exc:
+                    request = str(exc)
         delivery = {**delivery, "next_attempt_at": hold}
-        if event is None:  # pruned by retention meanwhile: nothing left to send
-            return self._record(delivery, DeliveryState.DEAD_LETTERED, None, "event expired")
-        status, error = self._send(delivery, event)
+        if isinstance(request, str):
+            return self._record(delivery, DeliveryState.DEAD_LETTERED, None, request)
+        status, error = self._send(delivery, *request)
         if status is not None and succeeded(status):
             return self._record(delivery, DeliveryState.DELIVERED, status, None)
         delay = retry_delay(
@@ -214,7 +246,7 @@ class Deliverer:
         if delay is None:
             log.warning(
                 "webhook delivery of event %s to %s dead-lettered after %d attempts: %s",
-                event["eventId"],
+                request[1][EVENT_ID_HEADER],
                 delivery["url"],
                 delivery["attempts"] + 1,
                 error or status,
@@ -222,24 +254,41 @@ class Deliverer:
             return self._record(delivery, DeliveryState.DEAD_LETTERED, status, error)
         return self._record(delivery, DeliveryState.PENDING, status, error, delay)
 
-    def _send(self, delivery: dict[str, Any], event: dict[str, Any]) -> tuple[int | None, str]:
+    def _request(
+        self, conn: Connection, delivery: dict[str, Any], event: dict[str, Any]
+    ) -> tuple[bytes, dict[str, str]]:
+        """The body and headers of one attempt: the signed envelope, or the subscription's
+        format's rendering (with the event's id and the attempt, for deduplication)."""
+        common = {
+            "User-Agent": "runcontrol-webhooks/1",
+            EVENT_ID_HEADER: str(event["eventId"]),
+            POSITION_HEADER: str(delivery["position"]),
+            ATTEMPT_HEADER: str(delivery["attempts"] + 1),
+        }
+        if delivery["format"] != EVENT_FORMAT:
+            render = self.formats.get(delivery["format"])
+            if render is None:
+                raise Undeliverable(f"no renderer for format {delivery['format']!r} here")
+            body, headers = render(conn, delivery, event)
+            return body, {**common, **headers}
+        # The same envelope as the event history and SSE ``data``, byte for byte.
+        body = EventEnvelope.model_validate(event).model_dump_json(by_alias=True).encode()
+        timestamp = int(self.wall_clock())
+        return body, {
+            **common,
+            "Content-Type": "application/json",
+            TIMESTAMP_HEADER: str(timestamp),
+            SIGNATURE_HEADER: signature(delivery["secret"], timestamp, body),
+        }
+
+    def _send(
+        self, delivery: dict[str, Any], body: bytes, headers: dict[str, str]
+    ) -> tuple[int | None, str]:
         url = delivery["url"]
         try:  # checked again at each attempt: the host's addresses may have changed
             check_url(url, allow_private=self.options.allow_private_addresses, resolve=self.resolve)
         except errors.InvalidWebhookUrl as exc:
             return None, str(exc)
-        # The same envelope as the event history and SSE ``data``, byte for byte.
-        body = EventEnvelope.model_validate(event).model_dump_json(by_alias=True).encode()
-        timestamp = int(self.wall_clock())
-        headers = {
-            "Content-Type": "application/json",
-            "User-Agent": "runcontrol-webhooks/1",
-            EVENT_ID_HEADER: str(event["eventId"]),
-            TIMESTAMP_HEADER: str(timestamp),
-            SIGNATURE_HEADER: signature(delivery["secret"], timestamp, body),
-            POSITION_HEADER: str(delivery["position"]),
-            ATTEMPT_HEADER: str(delivery["attempts"] + 1),
-        }
         try:
             status = self.transport.post(url, body, headers)
         except httpx.HTTPError as exc:

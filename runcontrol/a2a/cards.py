@@ -63,7 +63,7 @@ def agent_card(agent: Agent, url: str, *, extended: bool = False) -> AgentCard:
             ),
         ],
         capabilities=AgentCapabilities(
-            streaming=True, push_notifications=False, extended_agent_card=True
+            streaming=True, push_notifications=True, extended_agent_card=True
         ),
         security_schemes={
             BEARER: SecurityScheme(

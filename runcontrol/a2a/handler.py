@@ -18,7 +18,7 @@ builders, types and errors do the protocol (docs/a2a.md).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -39,19 +39,14 @@ from a2a.types.a2a_pb2 import (
     SendMessageRequest,
     SubscribeToTaskRequest,
     Task,
-    TaskArtifactUpdateEvent,
     TaskPushNotificationConfig,
-    TaskStatusUpdateEvent,
 )
 from a2a.utils.errors import (
     InvalidParamsError,
-    PushNotificationNotSupportedError,
     TaskNotCancelableError,
-    TaskNotFoundError,
     UnsupportedOperationError,
 )
 from a2a.utils.task import apply_history_length, validate_history_length
-from sqlalchemy import Connection
 
 from ..api.context import Services
 from ..api.events import admit_live_stream, counted
@@ -62,19 +57,15 @@ from ..edge import commands
 from ..edge.commands import Outside
 from ..edge.errors import RateLimited
 from ..edge.metering import TenantRateLimiter
-from ..store import queries as q
 from ..store.commit import EVENTS_CHANNEL
-from . import tasks
+from . import streams, tasks
 from .cards import agent_card
+from .push import PushConfigs
 from .store import Call, RunTaskStore, a2a_error
+from .streams import CURSOR_HEADER, Cursor, Event
 from .tasks import Ask
 
 T = TypeVar("T")
-Event = Task | Message | TaskStatusUpdateEvent | TaskArtifactUpdateEvent
-
-BATCH = 500  # events per read of a stream
-HEARTBEAT_S = 15.0  # a stream reads again after this long without a notification
-CURSOR_HEADER = "last-event-id"  # a stream resumes after this run event seq
 
 
 # Refusals of admission before a run exists: the answer is a REJECTED task, not stored.
@@ -94,6 +85,7 @@ class RunTaskHandler(RequestHandler):
     def __init__(self, services: Services, rate_limiter: TenantRateLimiter) -> None:
         self.svc = services
         self.store = RunTaskStore(services, rate_limiter)
+        self.push = PushConfigs(services, self.store)
 
     async def _send(self, build: Any) -> Any:
         """Build an outside command (an awaitable or a command) and send it; a refusal is the
@@ -145,8 +137,13 @@ class RunTaskHandler(RequestHandler):
         if not message.message_id:
             raise InvalidParamsError("message.messageId is required (the idempotency key)")
         if message.task_id:
-            return await self._answer(call, message)
-        return await self._submit(call, message), None
+            view, answered = await self._answer(call, message)
+        else:
+            view, answered = await self._submit(call, message), None
+        if params.configuration.HasField("task_push_notification_config"):
+            push = params.configuration.task_push_notification_config
+            await self.push.set(call, view, push)
+        return view, answered
 
     async def _submit(self, call: Call, message: Message) -> dict[str, Any]:
         agent = call.agent
@@ -273,56 +270,26 @@ class RunTaskHandler(RequestHandler):
         except errors.RunControlError as exc:
             raise a2a_error(exc) from None
 
-    async def _follow(
+    def _follow(
         self,
         call: Call,
         view: dict[str, Any],
-        cursor: int | None,
+        cursor: Cursor | None,
         answered: str | None,
         *,
         until_asked: bool,
-    ) -> AsyncGenerator[Event, None]:
-        """The task now, then a status update for each batch of the run's events after
-        ``cursor`` (the events' seqs in its metadata), the result's artifact before the
-        COMPLETED one; until the task ends (``until_asked``: or asks for something new)."""
-        yield tasks.task_of(view)
-        after = view["lastEventSeq"] if cursor is None else cursor
-        if _stops(view, answered if until_asked else "*") and after >= view["lastEventSeq"]:
-            return
-        run_id = UUID(view["runId"])
-        key = (str(run_id),)
-        project = call.caller.project_scope
+    ) -> AsyncIterator[Event]:
+        """The task now, then its run's events and output after ``cursor`` (``streams``),
+        until the task ends (``until_asked``: or asks for something new)."""
         self.svc.feed.start()
-
-        def read(seq: int) -> Callable[[Connection], tuple[dict[str, Any] | None, list[Any]]]:
-            def query(conn: Connection) -> tuple[dict[str, Any] | None, list[Any]]:
-                events = q.events_after(conn, run_id, seq, BATCH)
-                return q.get_run(conn, run_id, project_id=project), events
-
-            return query
-
-        while True:
-            since = self.svc.feed.generation(EVENTS_CHANNEL, key)
-            now, events = await self.store.read(call, read(after))
-            if now is None:
-                raise TaskNotFoundError(f"task {run_id} not found")
-            if events:
-                after = events[-1]["seq"]
-                ended = any(e["type"] == "RunCompleted" for e in events)
-                if ended and RunState(now["state"]) is RunState.COMPLETED:
-                    for artifact in tasks.artifacts_of(now):
-                        yield TaskArtifactUpdateEvent(
-                            task_id=str(run_id),
-                            context_id=tasks.context_id(now),
-                            artifact=artifact,
-                            last_chunk=True,
-                        )
-                yield tasks.status_update(now, events)
-                if len(events) == BATCH:
-                    continue
-                if after >= now["lastEventSeq"] and _stops(now, answered if until_asked else "*"):
-                    return
-            await self.svc.feed.wait(EVENTS_CHANNEL, key, since, HEARTBEAT_S)
+        return streams.stream(
+            self.svc.feed,
+            lambda query: self.store.read(call, query),
+            view,
+            call.caller.project_scope,
+            cursor,
+            lambda now: _stops(now, answered if until_asked else "*"),
+        )
 
     # ------------------------------------------------------------------ the card
 
@@ -335,25 +302,30 @@ class RunTaskHandler(RequestHandler):
 
     # ------------------------------------------------------------------ push notifications
 
+    @validate_request_params
     async def on_create_task_push_notification_config(
         self, params: TaskPushNotificationConfig, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
-        raise PushNotificationNotSupportedError
+        call = self.store.call(context)
+        return await self.push.set(call, await self.store.view(call, params.task_id), params)
 
+    @validate_request_params
     async def on_get_task_push_notification_config(
         self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
-        raise PushNotificationNotSupportedError
+        return await self.push.get(self.store.call(context), params.task_id, params.id)
 
+    @validate_request_params
     async def on_list_task_push_notification_configs(
         self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
     ) -> ListTaskPushNotificationConfigsResponse:
-        raise PushNotificationNotSupportedError
+        return await self.push.list_configs(self.store.call(context), params.task_id)
 
+    @validate_request_params
     async def on_delete_task_push_notification_config(
         self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> None:
-        raise PushNotificationNotSupportedError
+        await self.push.delete(self.store.call(context), params.task_id, params.id)
 
 
 def _stops(view: dict[str, Any], answered: str | None) -> bool:
@@ -368,19 +340,11 @@ def _stops(view: dict[str, Any], answered: str | None) -> bool:
     return ask is not None and ask.key != answered
 
 
-def _cursor(context: ServerCallContext) -> int | None:
-    """Where a stream resumes: after the run event seq in ``Last-Event-ID`` (a service
-    parameter of the SDK's client), else from now."""
+def _cursor(context: ServerCallContext) -> Cursor | None:
+    """Where a stream resumes: after the cursor in ``Last-Event-ID`` (a service parameter of
+    the SDK's client), else from now (the output from its start)."""
     raw = (context.state.get("headers") or {}).get(CURSOR_HEADER)
-    if raw is None:
-        return None
-    try:
-        seq = int(raw)
-    except ValueError:
-        raise InvalidParamsError("Last-Event-ID must be a run event seq") from None
-    if not 0 <= seq < 2**63:
-        raise InvalidParamsError("Last-Event-ID must be a run event seq")
-    return seq
+    return None if raw is None else Cursor.parse(raw)
 
 
 def _parts(message: Message) -> list[Part]:

@@ -41,6 +41,11 @@ class DeliveryState(StrEnum):
     DEAD_LETTERED = "DeadLettered"
 
 
+class Undeliverable(Exception):
+    """A delivery nothing can send (its format unknown here, its config gone): dead-lettered
+    at once, with this message."""
+
+
 def signature(secret: str, timestamp: int, body: bytes) -> str:
     """The ``Runcontrol-Signature`` header of ``body`` signed at ``timestamp``."""
     mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)

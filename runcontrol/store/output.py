@@ -10,11 +10,12 @@ fence is the database's: the attempt's current lease row, share-locked by the wr
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
 import orjson
-from sqlalchemy import Connection
+from sqlalchemy import Connection, select
 
 from ..commands import AppendOutput
 from ..domain import canonical_json, errors
@@ -106,3 +107,15 @@ def output_after(
     """The run's chunks at positions after ``after``, in order (a tenant-scoped read)."""
     rows = conn.execute(run_rows_after(output_chunks, "position", run_id, after, limit))
     return [output_view(r._mapping) for r in rows]
+
+
+def streamed_attempts(
+    conn: Connection, run_id: UUID, attempt_ids: Sequence[str] | None = None
+) -> dict[str, str]:
+    """The run's attempts (of ``attempt_ids``, else all) that stored output: attempt id ->
+    step id (each one's first chunk, by the unique (attempt, seq) index)."""
+    c = output_chunks.c
+    query = select(c.attempt_id, c.step_id).where(c.run_id == run_id, c.seq == 1)
+    if attempt_ids is not None:
+        query = query.where(c.attempt_id.in_([UUID(a) for a in attempt_ids]))
+    return {str(r.attempt_id): str(r.step_id) for r in conn.execute(query)}

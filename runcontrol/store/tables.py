@@ -21,7 +21,7 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import DOUBLE_PRECISION, JSONB, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, DOUBLE_PRECISION, JSONB, UUID
 
 from ..domain.limits import MAX_NAME, MAX_WORKFLOW_ID
 
@@ -575,7 +575,13 @@ webhook_subscriptions = Table(
     Column("created_at", TZ, nullable=False),
     Column("starts_after", BigInteger, nullable=False),
     Column("disabled_at", TZ),
+    # A run's subscription (0028: an A2A task's push config): only that run's events of
+    # ``event_types`` (NULL: every type), rendered by ``format`` (``event``: the signed envelope).
+    Column("run_id", UUID(as_uuid=True)),
+    Column("event_types", ARRAY(Text)),
+    Column("format", Text, nullable=False, server_default="event"),
     Index("ix_webhook_subscriptions_tenant", "tenant_id", "created_at"),
+    Index("ix_webhook_subscriptions_run", "run_id", postgresql_where=text("run_id IS NOT NULL")),
 )
 
 webhook_deliveries = Table(
@@ -611,6 +617,32 @@ webhook_deliveries = Table(
         postgresql_where=text("state = 'Pending'"),
     ),
     Index("ix_webhook_deliveries_position", "position"),
+)
+
+# A2A push notification configs (0028): one per (task, owner, config id), delivered through
+# the run's webhook subscription (its URL, retries, dead letters); the token and the
+# authentication are A2A's headers, never shown to another owner.
+a2a_push_configs = Table(
+    "a2a_push_configs",
+    metadata,
+    Column("run_id", UUID(as_uuid=True), nullable=False),
+    Column("owner", Text, nullable=False),
+    Column("config_id", Text, nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("subscription_id", UUID(as_uuid=True), nullable=False),
+    Column("token", Text),
+    Column("auth_scheme", Text),
+    Column("auth_credentials", Text),
+    Column("created_at", TZ, nullable=False),
+    Column("updated_at", TZ, nullable=False),
+    PrimaryKeyConstraint("run_id", "owner", "config_id"),
+    UniqueConstraint("subscription_id", name="uq_a2a_push_configs_subscription"),
+    ForeignKeyConstraint(
+        ["subscription_id"],
+        ["webhook_subscriptions.subscription_id"],
+        name="fk_a2a_push_configs_subscription",
+        ondelete="CASCADE",
+    ),
 )
 
 # Schedules (0023): a tenant's schedules with their durable sweep state (the last nominal fire

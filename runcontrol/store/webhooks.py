@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -42,11 +43,24 @@ FEED_CHANNEL = "runcontrol_feed"  # NOTIFY payload: the tenant id whose feed gre
 FEED_LOCK = zlib.crc32(b"runcontrol:event-feed")
 
 SUBSCRIPTION = api_view(c for c in webhook_subscriptions.c.keys() if c != "secret")
+NEVER = 2**63 - 1  # the ``starts_after`` of a run's subscription: no tenant-wide event
+
+
+@dataclass(frozen=True, slots=True)
+class RunScope:
+    """What a run's subscription receives: the run's events of ``event_types``, rendered by
+    the delivery job's ``format`` (``runcontrol.webhooks.Deliverer.formats``)."""
+
+    run_id: UUID
+    event_types: tuple[str, ...]
+    format: str
+
+
 DELIVERY = api_view(webhook_deliveries.c.keys())
 _PENDING = DeliveryState.PENDING.value
 
 
-def _lock_feed(conn: Connection) -> None:
+def lock_feed(conn: Connection) -> None:
     conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": FEED_LOCK})
 
 
@@ -85,16 +99,17 @@ def _queued(subscription: ColumnElement[Any], now: datetime) -> Select[Any]:
 
 # One statement per relay batch (issue 24): the events' feed rows in outbox id order, each
 # one's pending delivery to every active subscription of its tenant that starts before it, and
-# one NOTIFY per tenant. The feed rows come from a sorted subquery, so the positions the
-# BIGSERIAL default draws follow the outbox order; the deliveries' foreign key to the feed rows
-# is checked at the statement's end, when the sibling CTE's rows exist.
+# to every active subscription of its run that takes its type (0028), and one NOTIFY per
+# tenant. The feed rows come from a sorted subquery, so the positions the BIGSERIAL default
+# draws follow the outbox order; the deliveries' foreign key to the feed rows is checked at the
+# statement's end, when the sibling CTE's rows exist.
 _PUBLISH = text(
     """
     WITH fed AS (
         INSERT INTO event_feed (event_id, tenant_id, project_id, run_id, seq, published_at)
         SELECT event_id, tenant_id, project_id, run_id, seq, :now
         FROM outbox WHERE id = ANY(CAST(:ids AS bigint[])) ORDER BY id
-        RETURNING position, tenant_id, run_id, seq
+        RETURNING position, event_id, tenant_id, run_id, seq
     ), queued AS (
         INSERT INTO webhook_deliveries (subscription_id, position, tenant_id, run_id, seq,
                                         state, attempts, next_attempt_at, updated_at)
@@ -102,7 +117,15 @@ _PUBLISH = text(
                :pending, 0, :now, :now
         FROM fed JOIN webhook_subscriptions s
             ON s.tenant_id = fed.tenant_id AND fed.position > s.starts_after
+        WHERE s.disabled_at IS NULL AND s.run_id IS NULL
+        UNION ALL
+        SELECT s.subscription_id, fed.position, fed.tenant_id, fed.run_id, fed.seq,
+               :pending, 0, :now, :now
+        FROM fed JOIN webhook_subscriptions s
+            ON s.run_id = fed.run_id AND s.tenant_id = fed.tenant_id
+        JOIN outbox o ON o.event_id = fed.event_id
         WHERE s.disabled_at IS NULL
+          AND (s.event_types IS NULL OR o.event_type = ANY(s.event_types))
     )
     SELECT tenant_id, count(*) AS events, pg_notify(:channel, tenant_id)
     FROM fed GROUP BY tenant_id
@@ -118,7 +141,7 @@ def publish(conn: Connection, events: Sequence[dict[str, Any]], now: datetime) -
     does."""
     if not events:
         return {}
-    _lock_feed(conn)
+    lock_feed(conn)
     found = conn.execute(
         _PUBLISH,
         {
@@ -165,9 +188,22 @@ def create_subscription(
     max_attempts: int,
     created_by: str,
     now: datetime,
+    run: RunScope | None = None,
 ) -> dict[str, Any]:
-    _lock_feed(conn)  # starts after every position committed so far, misses none after
-    last = conn.execute(select(func.coalesce(func.max(event_feed.c.position), 0))).scalar_one()
+    """A subscription to every event of the tenant published from now on, or with ``run``
+    to that run's events of its types, rendered in its format: those published from now on,
+    and the newest one already published (so it learns the run's state at once)."""
+    lock_feed(conn)  # starts after every position committed so far, misses none after
+    if run is None:
+        last = conn.execute(select(func.coalesce(func.max(event_feed.c.position), 0)))
+        scope: dict[str, Any] = {"starts_after": last.scalar_one()}
+    else:  # never a tenant-wide one, for any relay (the previous release's too: 0028)
+        scope = {
+            "starts_after": NEVER,
+            "run_id": run.run_id,
+            "event_types": list(run.event_types),
+            "format": run.format,
+        }
     row = conn.execute(
         insert(webhook_subscriptions)
         .values(
@@ -179,11 +215,45 @@ def create_subscription(
             max_attempts=max_attempts,
             created_by=created_by,
             created_at=now,
-            starts_after=last,
+            **scope,
         )
         .returning(webhook_subscriptions)
     ).one()
+    if run is not None:
+        newest = _run_feed(run.run_id, run.event_types).order_by(event_feed.c.position.desc())
+        _queue(conn, subscription_id, newest.limit(1), now)
     return subscription_view(row._mapping)
+
+
+def _run_feed(run_id: UUID, event_types: Sequence[str]) -> Select[Any]:
+    """The feed positions of the run's events of ``event_types``."""
+    f = event_feed
+    return (
+        select(f.c.position)
+        .join(outbox, outbox.c.event_id == f.c.event_id)
+        .where(f.c.run_id == run_id, outbox.c.event_type.in_(list(event_types)))
+    )
+
+
+def _queue(conn: Connection, subscription_id: UUID, positions: Select[Any], now: datetime) -> int:
+    """Queue (again) the feed rows at ``positions`` for the subscription: delivered and
+    dead-lettered ones start over, missing ones are added. Answers how many were queued."""
+    f, d = event_feed, webhook_deliveries
+    rows = _queued(literal(subscription_id, PG_UUID(as_uuid=True)), now)
+    stmt = pg_insert(d).from_select(_QUEUED, rows.where(f.c.position.in_(positions)))
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[d.c.subscription_id, d.c.position],
+        set_={
+            "state": _PENDING,
+            "attempts": 0,
+            "next_attempt_at": stmt.excluded.next_attempt_at,
+            "last_status": None,
+            "last_error": None,
+            "delivered_at": None,
+            "updated_at": stmt.excluded.updated_at,
+        },
+    )
+    return len(conn.execute(stmt.returning(d.c.position)).all())
 
 
 def get_subscription(conn: Connection, subscription_id: UUID) -> dict[str, Any] | None:
@@ -215,8 +285,11 @@ def _camel_state(state: DeliveryState) -> str:
 
 
 def list_subscriptions(conn: Connection) -> list[dict[str, Any]]:
+    """The tenant-wide subscriptions (a run's, an A2A push config, is its task's)."""
     s = webhook_subscriptions
-    rows = conn.execute(select(s).order_by(s.c.created_at, s.c.subscription_id))
+    rows = conn.execute(
+        select(s).where(s.c.run_id.is_(None)).order_by(s.c.created_at, s.c.subscription_id)
+    )
     return [subscription_view(r._mapping) for r in rows]
 
 
@@ -260,26 +333,18 @@ def list_deliveries(
     ]
 
 
-def redeliver(conn: Connection, subscription_id: UUID, after: int, now: datetime) -> int:
-    """Queue again every retained event of the tenant after feed position ``after`` for the
-    subscription: delivered and dead-lettered ones start over, missing ones are added (events
-    from before the subscription existed too). Answers how many were queued."""
-    f, d = event_feed, webhook_deliveries
-    rows = _queued(literal(subscription_id, PG_UUID(as_uuid=True)), now)
-    stmt = pg_insert(d).from_select(_QUEUED, rows.where(f.c.position > after))
-    stmt = stmt.on_conflict_do_update(
-        index_elements=[d.c.subscription_id, d.c.position],
-        set_={
-            "state": _PENDING,
-            "attempts": 0,
-            "next_attempt_at": stmt.excluded.next_attempt_at,
-            "last_status": None,
-            "last_error": None,
-            "delivered_at": None,
-            "updated_at": stmt.excluded.updated_at,
-        },
-    )
-    return len(conn.execute(stmt.returning(d.c.position)).all())
+def redeliver(conn: Connection, subscription: dict[str, Any], after: int, now: datetime) -> int:
+    """Queue again every retained event of the tenant (of a run's subscription: of its run
+    and types) after feed position ``after`` for the subscription (its view): delivered and
+    dead-lettered ones start over, missing ones are added (events from before the
+    subscription existed too). Answers how many were queued."""
+    f = event_feed
+    if subscription["runId"] is None:
+        positions = select(f.c.position).where(f.c.position > after)
+    else:
+        run_feed = _run_feed(UUID(str(subscription["runId"])), subscription["eventTypes"] or ())
+        positions = run_feed.where(f.c.position > after)
+    return _queue(conn, UUID(str(subscription["subscriptionId"])), positions, now)
 
 
 # ---------------------------------------------------------------------- delivery (system)
@@ -297,7 +362,7 @@ def due_heads(conn: Connection, now: datetime, limit: int) -> list[dict[str, Any
         .subquery()
     )
     rows = conn.execute(
-        select(heads, s.c.url, s.c.secret, s.c.max_attempts)
+        select(heads, s.c.url, s.c.secret, s.c.max_attempts, s.c.format)
         .join(s, s.c.subscription_id == heads.c.subscription_id)
         .where(s.c.disabled_at.is_(None), heads.c.next_attempt_at <= now)
         .order_by(heads.c.next_attempt_at)
@@ -310,7 +375,7 @@ def next_pending(conn: Connection, subscription_id: UUID, run_id: UUID) -> dict[
     """The (subscription, run)'s first pending delivery, due or not."""
     d, s = webhook_deliveries, webhook_subscriptions
     row = conn.execute(
-        select(d, s.c.url, s.c.secret, s.c.max_attempts)
+        select(d, s.c.url, s.c.secret, s.c.max_attempts, s.c.format)
         .join(s, s.c.subscription_id == d.c.subscription_id)
         .where(
             d.c.subscription_id == subscription_id,

@@ -81,8 +81,14 @@ def data_message(data: Any, **fields: Any) -> Message:
     )
 
 
+CALL_TIMEOUT_S = 90.0
+
+
 def run(coro: Awaitable[T]) -> T:
-    return asyncio.run(coro)  # type: ignore[arg-type]
+    """``coro`` to its end, bounded: an SSE stream is kept alive by the server's pings
+    (sse-starlette's, every 15 s), so a stream that never ends would never meet the client's
+    read timeout; a call that hangs fails the test instead."""
+    return asyncio.run(asyncio.wait_for(coro, CALL_TIMEOUT_S))
 
 
 async def with_client(
@@ -125,9 +131,10 @@ async def send(client: Client, message: Message, *, immediately: bool = False) -
     return last.task
 
 
-def resume_from(seq: int) -> ClientCallContext:
-    """A call context that resumes a stream after the run event ``seq``."""
-    return ClientCallContext(service_parameters={"Last-Event-ID": str(seq)})
+def resume_from(cursor: int | str) -> ClientCallContext:
+    """A call context that resumes a stream after ``cursor``: a run event seq, or a stream
+    cursor (``metadata.runcontrol.cursor``)."""
+    return ClientCallContext(service_parameters={"Last-Event-ID": str(cursor)})
 
 
 def succeed_with_result(t: TenantView, run_id: str) -> None:

@@ -19,11 +19,8 @@ from runcontrol.domain.webhooks import verify
 
 @pytest.fixture(scope="module")
 def receiver() -> Iterator[Receiver]:
-    opened = Receiver()
-    try:
+    with Receiver() as opened:
         yield opened
-    finally:
-        opened.close()
 
 
 def operator(t: TenantView) -> Any:

@@ -97,6 +97,12 @@ class Receiver:
         with self.lock:
             return [r for r in self.received if r.path == path]
 
+    def __enter__(self) -> Receiver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()

@@ -12,7 +12,7 @@ keys); callers use the names below (``queries.get_run``).
 
 from .approvals import approval_run, get_approval, list_approvals
 from .attempts import claimable, claimed, leasable, stalled_attempts
-from .events import events_after, take_unpublished, unpublished_backlog
+from .events import attempts_in_events, events_after, take_unpublished, unpublished_backlog
 from .flow import flow_backlog, flow_queues
 from .runs import (
     RunContext,
@@ -59,6 +59,7 @@ __all__ = [
     "STEP",
     "RunKey",
     "active_run_counts",
+    "attempts_in_events",
     "approval_run",
     "approval_view",
     "claimable",

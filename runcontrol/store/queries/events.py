@@ -59,3 +59,12 @@ def unpublished_backlog(conn: Connection) -> tuple[int, datetime | None]:
         select(func.count(), func.min(outbox.c.occurred_at)).where(outbox.c.published_at.is_(None))
     ).one()
     return int(row[0]), row[1]
+
+
+def attempts_in_events(conn: Connection, run_id: UUID, event_type: str) -> set[str]:
+    """The attempt ids the run's events of ``event_type`` name (``payload.attemptId``)."""
+    o = outbox.c
+    rows = conn.execute(
+        select(o.payload["attemptId"].astext).where(o.run_id == run_id, o.event_type == event_type)
+    )
+    return {str(r[0]) for r in rows if r[0] is not None}

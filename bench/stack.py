@@ -142,20 +142,20 @@ def api_stack(
         )
     finally:
         serve.shutdown()
-        _serve_gone()
+        _proxies_gone()
         for host in hosts:
             ray.kill(host)
         db.dispose()
 
 
-def _serve_gone(timeout_s: float = 60.0) -> None:
-    """Wait until the shutdown's Serve actors (controller, proxies) are gone: their names are
-    freed only once they are dead, and the next stack's ``serve.start`` meeting one still
-    being killed got a proxy that died under it (``HAProxyManager ... killed by ray.kill``:
-    three times in six stack restarts at load 15-45)."""
+def _proxies_gone(timeout_s: float = 30.0) -> None:
+    """Wait until Serve's proxy actors of the shutdown are gone: their names are freed only
+    once they are dead, and the next stack's ``serve.start`` looking one up by name while it
+    is being killed gets it dead (``HAProxyManager ... killed by ray.kill``: seen twice in
+    four stack restarts at load 15-45)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         named = ray.util.list_named_actors(all_namespaces=True)
-        if not any(a["namespace"] == "serve" for a in named):
+        if not any(str(a["name"]).startswith("SERVE_PROXY_ACTOR") for a in named):
             return
         time.sleep(0.2)

@@ -526,3 +526,77 @@ def test_a_late_grant_of_a_withdrawn_credit_is_worked_not_left_to_expire() -> No
 
     scenario(worker, hosts, body)
     assert hosts.outcome(late).outcome is AttemptOutcome.SUCCEEDED
+
+
+# ---------------------------------------------------------------------- output, then the outcome
+
+
+def _streaming_worker() -> Any:
+    worker = fast(concurrency=1)
+
+    @worker.agent("a")
+    async def work(step: Step) -> dict[str, bool]:
+        await step.stream("line\n")
+        return {"ok": True}
+
+    return worker
+
+
+def test_the_last_output_write_and_the_outcome_travel_in_one_exchange_in_order() -> None:
+    """What the function streamed is stored before its outcome, in one round trip: the
+    output's last write and the report leave in the same exchange, the write first (the
+    host runs one run's commands in the order listed)."""
+    hosts = FakeHosts()
+    worker = _streaming_worker()
+    attempt = FakeAttempt("a", host=0)
+
+    async def body() -> None:
+        hosts.dispatch(attempt)
+        await until(lambda: worker.completed == 1, "the report answered")
+
+    scenario(worker, hosts, body)
+    carrying = [[type(c).__name__ for c in up.commands] for _, up in hosts.ups if up.commands]
+    assert ["AppendOutput", "ReportOutcome"] in carrying
+    assert ["AppendOutput"] not in carrying  # no round trip of its own
+    assert [c.text for c in hosts.output[attempt.attempt_id]] == ["line\n"]
+    assert len(hosts.outcomes[attempt.attempt_id]) == 1
+
+
+def test_after_a_lost_exchange_the_output_is_stored_before_the_outcome_is_resent() -> None:
+    """The exchange carrying both failed (nobody knows what ran): the output is resent
+    alone, and the outcome only once the output is stored, so the order holds."""
+    hosts = FakeHosts()
+    worker = _streaming_worker()
+    attempt = FakeAttempt("a", host=0)
+
+    async def body() -> None:
+        hosts.dispatch(attempt)
+        await until(lambda: bool(hosts.ups) and bool(hosts.granted_claims), "the grant")
+        hosts.faults = [("before", ConnectionError("lost"))]
+        await until(lambda: worker.completed == 1, "the report answered")
+
+    scenario(worker, hosts, body)
+    sent = [type(c).__name__ for c in hosts.commands]
+    assert sent.count("ReportOutcome") == 1  # the failed exchange reached nothing
+    assert sent.index("AppendOutput") < sent.index("ReportOutcome")
+    assert [c.text for c in hosts.output[attempt.attempt_id]] == ["line\n"]
+
+
+def test_a_retryable_refusal_of_the_output_holds_the_outcome_back_until_it_is_stored() -> None:
+    """The host refused the last write with a retryable error and held the report back
+    (not run): the output is resent until stored, and only then the outcome."""
+    hosts = FakeHosts()
+    worker = _streaming_worker()
+    attempt = FakeAttempt("a", host=0)
+    # twice: the output's second resend waits out a backoff the outcome must not jump
+    hosts.refusals = [("AppendOutput", errors.Unavailable("the database blinked"))] * 2
+
+    async def body() -> None:
+        hosts.dispatch(attempt)
+        await until(lambda: worker.completed == 1, "the report answered")
+
+    scenario(worker, hosts, body)
+    sent = [type(c).__name__ for c in hosts.commands]
+    assert sent == ["AppendOutput", "AppendOutput", "AppendOutput", "ReportOutcome"]
+    assert [c.text for c in hosts.output[attempt.attempt_id]] == ["line\n"]
+    assert len(hosts.outcomes[attempt.attempt_id]) == 1

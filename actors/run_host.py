@@ -46,7 +46,15 @@ from runcontrol.workers.protocol import SessionDown, SessionUp
 from runcontrol.workers.sessions import FusedGrants, HostSessions
 
 from .metrics import HostMetrics, command_span
-from .placement import HostRouter, get_or_create, host_index, host_name, pack_answers, unpack
+from .placement import (
+    HostRouter,
+    get_or_create,
+    host_index,
+    host_name,
+    pack,
+    pack_answers,
+    unpack,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -305,6 +313,12 @@ class RunHost:
         """One exchange of a worker session (``runcontrol.workers.sessions.HostSessions``)."""
         self._calls += 1
         return await self._sessions.exchange(up)
+
+    async def exchange_packed(self, payload: bytes) -> bytes:
+        """``exchange`` as the router sends it: the ``SessionUp`` and the ``SessionDown`` each
+        one pickle (``pack``), not walked and cloudpickled by Ray object by object."""
+        self._calls += 1
+        return pack(await self._sessions.exchange(unpack(payload)))
 
     # ------------------------------------------------------------------ claims
 

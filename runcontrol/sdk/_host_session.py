@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -48,7 +48,6 @@ class SessionListener(Protocol):
 class _Queued:
     command: Command[Any]
     future: asyncio.Future[Any]
-    joined: bool = False  # travels in the exchange of the command queued before it
 
 
 @dataclass
@@ -124,15 +123,6 @@ class HostSession:
         self._queue.append(_Queued(command, future))
         self._kick.set()
         return await future
-
-    def send_in_order(self, commands: Sequence[Command[Any]]) -> list[asyncio.Future[Any]]:
-        """One try of each of ``commands``, all in the next exchange, in this order (the host
-        runs one run's commands in the order listed): a future per command, as ``send``."""
-        loop = asyncio.get_running_loop()
-        queued = [_Queued(c, loop.create_future(), i > 0) for i, c in enumerate(commands)]
-        self._queue.extend(queued)
-        self._kick.set()
-        return [q.future for q in queued]
 
     def close(self) -> None:
         """Withdraw every credit and end the session after one more answered exchange."""
@@ -210,10 +200,7 @@ class HostSession:
 
     def _take(self) -> _Sent:
         self._seq += 1
-        taken = min(MAX_COMMANDS, len(self._queue))
-        while taken < len(self._queue) and self._queue[taken].joined:
-            taken += 1  # commands sent in order stay in one exchange
-        commands, self._queue = self._queue[:taken], self._queue[taken:]
+        commands, self._queue = self._queue[:MAX_COMMANDS], self._queue[MAX_COMMANDS:]
         if self._queue:
             self._kick.set()
         credits = [

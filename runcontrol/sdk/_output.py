@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Awaitable
 from typing import Any, Protocol
 
 from ..commands import AppendOutput
@@ -27,7 +26,6 @@ from ..domain.output import (
     OutputChunk,
     chunk,
 )
-from ._backoff import transient
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +64,6 @@ class OutputStream:
         self._written = 0  # bytes this lease queued in all (the attempt's cap, checked early)
         self._now = asyncio.Event()  # write without lingering
         self._writer: asyncio.Future[None] | None = None
-        self._sending = False  # a write is on its way (the writer is not lingering)
         self._failed: BaseException | None = None
         self.writes = 0  # AppendOutput commands answered (tests, benchmarks)
 
@@ -117,56 +114,17 @@ class OutputStream:
                     await asyncio.wait_for(self._now.wait(), self.linger_s)
             self._now.clear()
             batch = self._take()
-            if not await self._send(AppendOutput(**self._attempt.fenced(), chunks=batch)):
-                return
-
-    async def _send(self, command: AppendOutput) -> bool:
-        """One write until stored (True) or failed (False: the stream stops)."""
-        self._sending = True
-        try:
-            # resent as it is after a lost answer; a refusal for good stops the attempt
-            # (``LeaseLost``), the attempt's total reached is ``OutputLimitExceeded``
-            await self._attempt.fenced_send(command)
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:  # noqa: BLE001 - kept for the function's next call
-            self._fail(exc)
-            return False
-        finally:
-            self._sending = False
-        self.writes += 1
-        return True
-
-    def take_last(self) -> AppendOutput | None:
-        """Everything still queued as one write, for the caller to send ahead of the attempt's
-        outcome in one exchange (``settle`` then takes its answer); None when nothing is
-        queued, the stream failed, a write is on its way or more than one is left (``flush``)."""
-        if self._failed is not None or self._sending or not self._queued:
-            return None
-        if len(self._queued) > self.flush_chunks or self._queued_bytes > self.flush_bytes:
-            return None
-        if self._writer is not None:
-            self._writer.cancel()  # lingering: what it waited to write leaves now
-            self._writer = None
-        return AppendOutput(**self._attempt.fenced(), chunks=self._take())
-
-    def settle(self, command: AppendOutput, tried: Awaitable[Any]) -> None:
-        """``command`` (from ``take_last``) was sent once, answered by ``tried``: a lost answer
-        is resent as the writer would; ``flush`` waits for it."""
-        self._writer = asyncio.ensure_future(self._settle(command, tried))
-
-    async def _settle(self, command: AppendOutput, tried: Awaitable[Any]) -> None:
-        try:
-            await tried
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:  # noqa: BLE001 - its fate decides: resent, or the end
-            if not transient(exc):
+            command = AppendOutput(**self._attempt.fenced(), chunks=batch)
+            try:
+                # resent as it is after a lost answer; a refusal for good stops the attempt
+                # (``LeaseLost``), the attempt's total reached is ``OutputLimitExceeded``
+                await self._attempt.fenced_send(command)
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - kept for the function's next call
                 self._fail(exc)
                 return
-            await self._send(command)
-            return
-        self.writes += 1
+            self.writes += 1
 
     def _take(self) -> tuple[OutputChunk, ...]:
         taken: list[OutputChunk] = []

@@ -13,7 +13,7 @@ import inspect
 import json
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NoReturn, TypeVar
@@ -49,8 +49,6 @@ from ._output import OutputStream
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
-# One try of each command, all in one exchange, in order: a future per command.
-InOrder = Callable[[Sequence[Command[Any]]], Sequence[Awaitable[Any]]]
 
 
 class Parked(BaseException):
@@ -146,15 +144,11 @@ class AttemptContext:
         backoff: Backoff,
         lease_grace: timedelta,
         loop: asyncio.AbstractEventLoop,
-        send_in_order: InOrder | None = None,
     ) -> None:
-        """``send_in_order``: one try of several commands in one exchange, in order (a
-        session's ``send_in_order``); without it, the last output write goes alone."""
         self.grant = grant
         self.lease = grant.lease
         self.expires_at: datetime = grant.lease.expires_at
         self._send_once = send_once
-        self._send_in_order = send_in_order
         self.clock = clock
         self.backoff = backoff
         self.lease_grace = lease_grace
@@ -210,35 +204,6 @@ class AttemptContext:
                     delay,
                 )
                 await self.backoff.sleep(delay)
-
-    async def send_after_output(self, command: Command[R]) -> R:
-        """``send`` once what the function streamed is stored. The output's last write and
-        ``command`` leave in one exchange when they can (the host runs a run's commands in
-        the order listed, and holds back the later ones when one is refused with a retryable
-        error): one round trip, not two. Else (a write on its way, more than one left, or
-        that exchange failed) the output is flushed first, then ``command`` sent alone. A
-        stream that failed does not hold ``command`` back."""
-        last = None if self._send_in_order is None else self.output.take_last()
-        if last is not None and self._send_in_order is not None:
-            stored, sent = self._send_in_order((last, command))
-            self.output.settle(last, stored)
-            try:
-                answer: R = await sent
-            except Exception as exc:
-                if not transient(exc):
-                    raise
-            else:
-                await self._flushed()  # answered in the same exchange: settled at once
-                return answer
-        await self._flushed()
-        return await self.send(command)
-
-    async def _flushed(self) -> None:
-        try:
-            await self.output.flush()
-        except BaseException as exc:  # noqa: BLE001 - logged by the stream; the caller decides
-            if isinstance(exc, asyncio.CancelledError):
-                raise
 
     async def fenced_send(self, command: Command[R]) -> R:
         """``send`` for the function's own calls: a refusal for good ends the function."""

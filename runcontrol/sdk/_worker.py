@@ -17,7 +17,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -343,13 +343,9 @@ class _Loop:
                 route.host = (k + 1) % len(self.sessions)
                 raise
 
-        def send_in_order(commands: Sequence[Command[Any]]) -> list[asyncio.Future[Any]]:
-            return self.sessions[route.host].send_in_order(commands)
-
         attempt = AttemptContext(
             grant,
             send_once,
-            send_in_order=send_in_order,
             clock=self.worker.clock,
             backoff=self.worker.backoff,
             lease_grace=self.worker.lease_grace,
@@ -370,10 +366,10 @@ class _Loop:
             freed = True
             if result is None:
                 return
+            await _flush_output(attempt)  # what was streamed is stored before the outcome
             outcome, failure_class, outcome_hash, value = result
             try:
-                # what was streamed is stored before the outcome, in the same exchange
-                await attempt.send_after_output(
+                await attempt.send(
                     ReportOutcome(
                         **attempt.fenced(),
                         outcome=outcome,
@@ -541,3 +537,14 @@ def _in_thread(
 
     threading.Thread(target=target, name=f"agent {attempt_id}", daemon=True).start()
     return future
+
+
+async def _flush_output(attempt: AttemptContext) -> None:
+    """Store what the function streamed before its outcome is reported. A stream that failed
+    does not hold the report back: refused for good, the report is refused too; past the
+    attempt's total, the chunks after it are lost and the outcome still counts."""
+    try:
+        await attempt.output.flush()
+    except BaseException as exc:  # noqa: BLE001 - logged by the stream; the report decides
+        if isinstance(exc, asyncio.CancelledError):
+            raise

@@ -155,7 +155,7 @@ class HostSessions:
             self._lease(matches)
             if self.book.waiting_credits():
                 self._sweep_now.set()
-            answers = await self._answer_all(up.commands)
+            answers = await asyncio.gather(*map(self._answer, up.commands))
             # A credit left out while its lease was being made: its grant comes down now. And
             # the leases this exchange's own credits and commands started (a report whose next
             # step went to the slot it freed) come down in this answer, not in the next.
@@ -186,7 +186,7 @@ class HostSessions:
         if self._drain.draining:
             return self._down(sid, self._refused(up), draining=True)
         with self._drain.track():
-            answers = await self._answer_all(up.commands)
+            answers = await asyncio.gather(*map(self._answer, up.commands))
         return self._down(sid, answers)
 
     async def _drained_exchange(self, up: SessionUp) -> SessionDown:
@@ -200,33 +200,6 @@ class HostSessions:
     def _refused(self, up: SessionUp) -> list[Answer]:
         refuse = self._drain.refuse
         return [Answer(c.command_id, False, refuse(type(c).__name__)) for c in up.commands]
-
-    async def _answer_all(self, commands: Sequence[Command[Any]]) -> list[Answer]:
-        """An exchange's commands: each run's one after the other in the order listed (its
-        output writes too, which a host otherwise runs beside the run's mailbox), the runs side
-        by side. So a worker sends an attempt's last output write and its outcome in one
-        exchange, and the output is stored before the outcome is decided. A command refused
-        with a retryable error holds back the later ones of its run (answered ``Unavailable``,
-        not run): resent, they keep their order."""
-        if len(commands) < 2:
-            return [await self._answer(c) for c in commands]
-        by_run: dict[UUID, list[int]] = {}
-        for i, command in enumerate(commands):
-            by_run.setdefault(command.run_id, []).append(i)
-        answers: list[Answer | None] = [None] * len(commands)
-
-        async def in_order(indexes: list[int]) -> None:
-            held = False
-            for i in indexes:
-                command = commands[i]
-                if held:
-                    answers[i] = Answer(command.command_id, False, _held_back(command))
-                    continue
-                answers[i] = found = await self._answer(command)
-                held = not found.ok and bool(getattr(found.value, "retryable", False))
-
-        await asyncio.gather(*map(in_order, by_run.values()))
-        return [a for a in answers if a is not None]
 
     async def _answer(self, command: Command[Any]) -> Answer:
         try:
@@ -418,13 +391,6 @@ class HostSessions:
             for tenant, run_id, attempt_id, agent, at, _input, priority in rows
             if at < foreign or self._own(run_id)
         ]
-
-
-def _held_back(command: Command[Any]) -> errors.Unavailable:
-    return errors.Unavailable(
-        f"{type(command).__name__} was not run: an earlier command of run {command.run_id} in"
-        " this exchange was refused with a retryable error (resend both, in order)"
-    )
 
 
 class FusedGrants:

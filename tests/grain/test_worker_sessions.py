@@ -17,27 +17,10 @@ from grain_harness import Harness
 from support import drive
 
 from actors.run_host import Activation
-from runcontrol.commands import (
-    AcquireLease,
-    AppendOutput,
-    Command,
-    ReportOutcome,
-    SubmitResult,
-    SubmitRun,
-)
-from runcontrol.domain import (
-    AttemptOutcome,
-    AttemptState,
-    LeaseGrant,
-    RunAggregate,
-    StepSpec,
-    canonical_hash,
-    errors,
-)
-from runcontrol.domain.output import OutputChunk
+from runcontrol.commands import AcquireLease, Command, SubmitResult, SubmitRun
+from runcontrol.domain import LeaseGrant, RunAggregate, StepSpec
 from runcontrol.drain import Drain
-from runcontrol.grain import UNSERIALISED, RunGrain
-from runcontrol.store.output import output_after
+from runcontrol.grain import RunGrain
 from runcontrol.workers.book import CreditBook
 from runcontrol.workers.protocol import Credit, Grant, SessionDown, SessionUp
 from runcontrol.workers.sessions import SESSION_TTL_S, FusedGrants, HostSessions
@@ -64,8 +47,6 @@ class Mailboxes:
     async def command(self, command: Command[T]) -> T:
         act = self._activation(command.tenant_id, command.run_id)
         self.sent.append(type(command).__name__)
-        if type(command) in UNSERIALISED:  # beside the run's mailbox, as a run host runs it
-            return await act.grain.execute(command)
         async with act.mailbox():
             return await act.grain.execute(command)
 
@@ -181,72 +162,6 @@ def test_a_credit_offered_after_the_dispatch_is_granted_through_the_runs_mailbox
     assert again.grants == [grant]
     acked = drive(host.exchange(SessionUp("s", acks=(c.claim_id,), wait_s=0)))
     assert acked.grants == []
-
-
-def _granted(host: Host, session: str = "s") -> tuple[Grant, UUID]:
-    """A run whose only step is leased to a credit of ``session``."""
-
-    async def scenario() -> tuple[Grant, UUID]:
-        submitted = await host.submit()
-        (grant,) = (await host.exchange(SessionUp(session, (credit(),), wait_s=5))).grants
-        return grant, submitted.run_id
-
-    return drive(scenario())
-
-
-def _attempt_state(host: Host, run_id: UUID) -> AttemptState:
-    (attempt,) = host.h.load(run_id).attempts.values()
-    return attempt.state
-
-
-def _outcome(grant: Grant) -> ReportOutcome:
-    return ReportOutcome(
-        **grant.fenced(), outcome=AttemptOutcome.SUCCEEDED, outcome_hash=canonical_hash({"n": 1})
-    )
-
-
-def test_an_attempts_last_output_and_its_outcome_are_decided_in_the_order_sent(
-    host: Host,
-) -> None:
-    """One exchange carries the streamed output's last write and the outcome (the SDK's
-    report): the output, which a host runs beside the run's mailbox, is stored before the
-    outcome ends the lease (side by side, the outcome's commit could land first and the
-    output be refused as stale)."""
-    grant, run_id = _granted(host)
-    output = AppendOutput(**grant.fenced(), chunks=(OutputChunk(1, text="done\n"),))
-    report = _outcome(grant)
-    down = drive(host.exchange(SessionUp("s", commands=(output, report), wait_s=0)))
-    assert [(a.command_id, a.ok) for a in down.answers] == [
-        (output.command_id, True),
-        (report.command_id, True),
-    ]
-    with host.h.db.tenant(host.h.tenant) as conn:
-        assert [c["text"] for c in output_after(conn, run_id, 0)] == ["done\n"]
-    assert _attempt_state(host, run_id) is AttemptState.SUCCEEDED
-
-
-def test_a_retryable_refusal_holds_back_the_later_commands_of_its_run(host: Host) -> None:
-    """A command refused with a retryable error (here another holder's lease request: the
-    lease is held) holds back the commands after it of the same run in that exchange: they
-    are answered ``Unavailable`` without running, so a resend keeps their order. Another
-    run's commands in the exchange run as usual."""
-    grant, run_id = _granted(host)
-    other, other_run = _granted(host, "s-2")
-    wanted = AcquireLease(
-        tenant_id=host.h.tenant, run_id=run_id, attempt_id=grant.lease.attempt_id, holder="w-2"
-    )
-    held, elsewhere = _outcome(grant), _outcome(other)
-    up = SessionUp("s", commands=(wanted, held, elsewhere), wait_s=0)
-    answers = {a.command_id: a for a in drive(host.exchange(up)).answers}
-    assert isinstance(answers[wanted.command_id].value, errors.LeaseHeld)
-    assert not answers[held.command_id].ok
-    assert isinstance(answers[held.command_id].value, errors.Unavailable)
-    assert answers[elsewhere.command_id].ok
-    assert _attempt_state(host, run_id) is not AttemptState.SUCCEEDED  # not run
-    assert _attempt_state(host, other_run) is AttemptState.SUCCEEDED
-    # resent alone, it runs
-    again = drive(host.exchange(SessionUp("s", commands=(held,), wait_s=0)))
-    assert [a.ok for a in again.answers] == [True]
 
 
 def test_a_late_exchange_is_answered_at_once_and_its_credits_do_not_count(host: Host) -> None:

@@ -7,14 +7,13 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 from uuid import UUID
 
 from runcontrol.commands import (
-    AppendOutput,
     ClaimToolCall,
     Command,
     CompleteToolCall,
@@ -33,7 +32,6 @@ from runcontrol.domain import (
     ToolCallStatus,
     errors,
 )
-from runcontrol.domain.output import OutputAck, OutputChunk
 from runcontrol.sdk import Backoff, Step, Worker
 from runcontrol.workers.protocol import Answer, Credit, Grant, SessionDown, SessionUp
 
@@ -70,13 +68,10 @@ class FakeHosts:
         self.approvals: dict[UUID, ApprovalRequest] = {}
         self.tool_calls: dict[str, ToolCallClaim] = {}
         self.progress: dict[UUID, int] = {}
-        self.output: dict[UUID, list[OutputChunk]] = {}  # stored, per attempt
         self.attempts: dict[UUID, FakeAttempt] = {}
         # failures injected into the next exchanges: ("before", exc) fails before anything
         # is done, ("after", exc) after (the answer is lost)
         self.faults: list[tuple[str, Exception]] = []
-        # refusals injected into the next commands of a type: (type name, error), each once
-        self.refusals: list[tuple[str, errors.RunControlError]] = []
         self.changed = asyncio.Event()
         self.waiters: dict[tuple[int, str], asyncio.Event] = {}
         self.draining: set[int] = set()
@@ -134,7 +129,7 @@ class FakeHosts:
             if credit.resent and credit.claim_id in self.granted_claims:
                 unacked[credit.claim_id] = self.granted_claims[credit.claim_id]
                 del self.credits[key][credit.claim_id]
-        answers = self._apply_all(up.commands)
+        answers = [self._apply(c) for c in up.commands]
         self._match(host)
         if not answers and not unacked and not self._cancels(key) and up.wait_s > 0:
             event = self.waiters[key] = asyncio.Event()
@@ -209,30 +204,11 @@ class FakeHosts:
             approved_proposal_hash=attempt.approved_hash,
         )
 
-    def _apply_all(self, commands: Sequence[Command[Any]]) -> list[Answer]:
-        """In the order listed; a retryable refusal holds back the later commands of its run
-        (answered ``Unavailable``, not run)."""
-        held: set[UUID] = set()
-        answers = []
-        for command in commands:
-            if command.run_id in held:
-                answers.append(Answer(command.command_id, False, errors.Unavailable("held")))
-                continue
-            answer = self._apply(command)
-            if not answer.ok and getattr(answer.value, "retryable", False):
-                held.add(command.run_id)
-            answers.append(answer)
-        return answers
-
     def _apply(self, command: Command[Any]) -> Answer:
         self.commands.append(command)
         stored = self.answers.get(command.command_id)
         if stored is not None:
             return stored
-        refusal = next((r for r in self.refusals if r[0] == type(command).__name__), None)
-        if refusal is not None:
-            self.refusals.remove(refusal)
-            return Answer(command.command_id, False, refusal[1])
         try:
             value = self._effect(command)
         except errors.RunControlError as exc:
@@ -273,15 +249,6 @@ class FakeHosts:
             )
             self.approvals[attempt.attempt_id] = approval
             return approval
-        if isinstance(command, AppendOutput):
-            if self.outcomes.get(command.attempt_id):
-                raise errors.StaleFencingToken("the lease ended with the outcome")
-            stored = self.output.setdefault(command.attempt_id, [])
-            new = [c for c in command.chunks if c.seq > len(stored)]
-            stored.extend(new)
-            return OutputAck(
-                command.attempt_id, len(stored), len(new), len(command.chunks) - len(new)
-            )
         if isinstance(command, ReportProgress):
             last = self.progress.get(command.attempt_id, 0)
             stored = sum(1 for m in command.messages if m.seq > last)

@@ -42,7 +42,7 @@ from runcontrol.telemetry import Carrier, configure
 from runcontrol.workers.book import CreditBook
 from runcontrol.workers.claims import Claims
 from runcontrol.workers.fair_shares import FairShare
-from runcontrol.workers.protocol import SessionDown, SessionUp
+from runcontrol.workers.protocol import SessionUp
 from runcontrol.workers.sessions import FusedGrants, HostSessions
 
 from .metrics import HostMetrics, command_span
@@ -309,16 +309,13 @@ class RunHost:
 
     # ------------------------------------------------------------------ worker sessions
 
-    async def exchange(self, up: SessionUp) -> SessionDown:
-        """One exchange of a worker session (``runcontrol.workers.sessions.HostSessions``)."""
-        self._calls += 1
-        return await self._sessions.exchange(up)
-
     async def exchange_packed(self, payload: bytes) -> bytes:
-        """``exchange`` as the router sends it: the ``SessionUp`` and the ``SessionDown`` each
-        one pickle (``pack``), not walked and cloudpickled by Ray object by object."""
+        """One exchange of a worker session (``runcontrol.workers.sessions.HostSessions``), as
+        the router sends it: the ``SessionUp`` and the ``SessionDown`` each one pickle
+        (``pack``), not walked and cloudpickled by Ray object by object."""
         self._calls += 1
-        return pack(await self._sessions.exchange(unpack(payload)))
+        up: SessionUp = unpack(payload)
+        return pack(await self._sessions.exchange(up))
 
     # ------------------------------------------------------------------ claims
 

@@ -266,7 +266,7 @@ class HostRouter:
         name = host_name(host)
         try:
             handle = self._handle(name)
-            down: SessionDown = await handle.exchange.remote(up)
+            down: SessionDown = unpack(await handle.exchange_packed.remote(pack(up)))
         except RayTaskError as exc:
             error = _unwrap(exc)
             if isinstance(error, errors.Draining):

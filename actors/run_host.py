@@ -42,11 +42,19 @@ from runcontrol.telemetry import Carrier, configure
 from runcontrol.workers.book import CreditBook
 from runcontrol.workers.claims import Claims
 from runcontrol.workers.fair_shares import FairShare
-from runcontrol.workers.protocol import SessionDown, SessionUp
+from runcontrol.workers.protocol import SessionUp
 from runcontrol.workers.sessions import FusedGrants, HostSessions
 
 from .metrics import HostMetrics, command_span
-from .placement import HostRouter, get_or_create, host_index, host_name, pack_answers, unpack
+from .placement import (
+    HostRouter,
+    get_or_create,
+    host_index,
+    host_name,
+    pack,
+    pack_answers,
+    unpack,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -301,10 +309,13 @@ class RunHost:
 
     # ------------------------------------------------------------------ worker sessions
 
-    async def exchange(self, up: SessionUp) -> SessionDown:
-        """One exchange of a worker session (``runcontrol.workers.sessions.HostSessions``)."""
+    async def exchange_packed(self, payload: bytes) -> bytes:
+        """One exchange of a worker session (``runcontrol.workers.sessions.HostSessions``), as
+        the router sends it: the ``SessionUp`` and the ``SessionDown`` each one pickle
+        (``pack``), not walked and cloudpickled by Ray object by object."""
         self._calls += 1
-        return await self._sessions.exchange(up)
+        up: SessionUp = unpack(payload)
+        return pack(await self._sessions.exchange(up))
 
     # ------------------------------------------------------------------ claims
 

@@ -13,7 +13,7 @@ Exchanges are not delivered in order, but an older one that still carries a with
 offers nothing: its ``seq`` is older than the newest its host saw (``runcontrol.workers.protocol``).
 A host can still grant a credit after the worker took it back in one case: the exchange that
 withdrew it found the credit's lease being made and the lease took longer to commit than that
-exchange waits for it (``RunHost.exchange``, a stalled store); the grant then comes down in a
+exchange waits for it (``RunHost.exchange_packed``, a stalled store); the grant then comes down in a
 later answer. Such a late grant is never dropped: its lease would expire unworked and settle
 a side-effecting attempt Uncertain. It is worked on an extra slot, beyond the concurrency for
 as long as it runs; the claim ids a slot gave up are kept for that.

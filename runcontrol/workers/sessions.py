@@ -1,6 +1,6 @@
 """A run host's side of the worker sessions (docs/sessions.md): the exchanges.
 
-``HostSessions`` answers each exchange (``RunHost.exchange`` hands it over), keeps what the
+``HostSessions`` answers each exchange (``RunHost.exchange_packed`` hands it over), keeps what the
 sessions need beyond the book: the newest ``seq`` and the number of exchanges seen per session
 (a late exchange, a superseded one), the events of the exchanges waiting now, the leases being
 made for matches (a grant task, or a fused grant's commit) per attempt and per session, and

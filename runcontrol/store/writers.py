@@ -14,6 +14,10 @@ rows to that table's writer, rendered here:
   ``input`` keeps its TOAST pointer instead of being written again).
 - ``runcontrol_write_<table>(rows)``: an upsert on the primary key, or a plain insert for the
   tables the write path only adds to (``tables.APPENDED_TABLES``), answering whether it wrote.
+- ``runcontrol_append_<table>(docs, applied, key, tenant)`` (0029, issue 33) for the tables a
+  group commit appends to after its documents applied (``GROUP_APPENDED``): one insert of the
+  rows under ``key`` of the documents of ``tenant`` at the places ``applied`` (from 1), in
+  document order (a key holding one object is one row).
 
 Every writer is static SQL in plpgsql: its plans are cached per session, as the old whole
 function's were. Each answers a value so that ``runcontrol_apply`` calls it as an expression
@@ -65,6 +69,9 @@ WRITTEN = (
     "audit_log",
     "command_answers",
 )
+# The append-only tables whose rows a group commit inserts for all its documents at once, once
+# they have applied (migration 0029's runcontrol_apply_many): no document reads them.
+GROUP_APPENDED = ("outbox", "recovery_journal", "audit_log", "command_answers", "attempt_results")
 RUN_IDEMPOTENCY = "uq_runs_idempotency"  # a second insert with the key inserts nothing
 RUN_VERSION = "version"  # the optimistic-concurrency guard of the run's update
 
@@ -207,11 +214,35 @@ def _table_unit(table: Table) -> Unit:
     )
 
 
+def _append_unit(table: Table) -> Unit:
+    columns = written_columns(table)
+    rows = (
+        f"jsonb_populate_recordset(NULL::{table.name}, CASE jsonb_typeof(d.doc->key)\n"
+        "            WHEN 'object' THEN jsonb_build_array(d.doc->key) ELSE d.doc->key END)"
+    )
+    statement = (
+        f"    INSERT INTO {table.name} ({_wrap(columns)})\n"
+        f"        SELECT{_wrap(columns)}\n"
+        "        FROM jsonb_array_elements(docs) WITH ORDINALITY AS d(doc, place)\n"
+        f"        CROSS JOIN LATERAL {rows}\n"
+        "            WITH ORDINALITY AS r\n"
+        "        WHERE d.place = ANY(applied) AND d.doc ? key AND d.doc->>'tenant' = tenant\n"
+        "        ORDER BY d.place, r.ordinality;\n    RETURN FOUND;"
+    )
+    return _function(
+        f"runcontrol_append_{table.name}",
+        "docs jsonb, applied int[], key text, tenant text",
+        "boolean",
+        statement,
+    )
+
+
 def render(target: MetaData = metadata) -> list[Unit]:
     """Every writer, as the table definitions make it today."""
     return [
         *_run_units(target.tables["runs"]),
         *(_table_unit(target.tables[name]) for name in WRITTEN),
+        *(_append_unit(target.tables[name]) for name in GROUP_APPENDED),
     ]
 
 

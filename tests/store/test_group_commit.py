@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 from uuid import UUID
 
 import orjson
 import psycopg
 import pytest
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.pool import NullPool
 from store_support import (
     accepted,
     assert_completed_once,
@@ -47,7 +49,7 @@ from runcontrol.bootstrap import Container
 from runcontrol.commands import AcquireLease, Command, RenewLease, ReportOutcome
 from runcontrol.domain import Attempt, AttemptOutcome, LeaseGrant, canonical_hash, errors
 from runcontrol.grain import RunGrain
-from runcontrol.store import DuplicateSubmission, GroupCommit
+from runcontrol.store import Database, DuplicateSubmission, GroupCommit
 from runcontrol.store.commit import Answer, Sender
 
 # ---------------------------------------------------------------------- harness
@@ -140,6 +142,106 @@ def test_cached_runs_reporting_at_once_commit_whole_in_one_statement(
     assert sent_since(container, start) == (1, 12)
     for run in runs:
         assert_completed_once(db, run.tenant, run.run_id, before[run.run_id])
+
+
+# The append-only tables a group fills after its documents applied (migration 0029).
+APPENDED = ("outbox", "recovery_journal", "command_answers")
+
+
+class Inserts:
+    """The INSERT statements into ``APPENDED`` (statement-level triggers, ``inserts``)."""
+
+    def __init__(self, owner: Engine) -> None:
+        self._owner = owner
+        self._mark = 0
+
+    def mark(self) -> None:
+        """Count from now on."""
+        with self._owner.connect() as conn:
+            found = conn.exec_driver_sql("SELECT coalesce(max(id), 0) FROM test_inserts")
+            self._mark = found.scalar_one()
+
+    def __call__(self, tenant: str) -> list[tuple[str, int]]:
+        """Each statement since the mark that wrote rows of ``tenant``: (table, rows), in the
+        order they ran."""
+        with self._owner.connect() as conn:
+            found = conn.exec_driver_sql(
+                "SELECT tbl, n FROM test_inserts WHERE tenant = %s AND id > %s ORDER BY id",
+                (tenant, self._mark),
+            )
+            return [(t, n) for t, n in found]
+
+
+@pytest.fixture
+def inserts(db: Database) -> Iterator[Inserts]:
+    """The INSERT statements into ``APPENDED``, counted by statement-level triggers installed
+    for this test only."""
+    owner = create_engine(db.owner_url, poolclass=NullPool)
+    with owner.begin() as conn:
+        conn.exec_driver_sql(
+            "CREATE TABLE test_inserts (id bigserial, tbl text, tenant text, n int)"
+        )
+        conn.exec_driver_sql(
+            """CREATE FUNCTION test_count_inserts() RETURNS trigger
+            LANGUAGE plpgsql SECURITY DEFINER AS $fn$
+            BEGIN
+                INSERT INTO test_inserts (tbl, tenant, n)
+                    SELECT TG_TABLE_NAME, tenant_id, count(*) FROM added GROUP BY tenant_id;
+                RETURN NULL;
+            END $fn$"""
+        )
+        for table in APPENDED:
+            conn.exec_driver_sql(
+                f"CREATE TRIGGER test_count_inserts AFTER INSERT ON {table}"
+                " REFERENCING NEW TABLE AS added FOR EACH STATEMENT"
+                " EXECUTE FUNCTION test_count_inserts()"
+            )
+
+    try:
+        yield Inserts(owner)
+    finally:
+        with owner.begin() as conn:
+            for table in APPENDED:
+                conn.exec_driver_sql(f"DROP TRIGGER test_count_inserts ON {table}")
+            conn.exec_driver_sql("DROP FUNCTION test_count_inserts()")
+            conn.exec_driver_sql("DROP TABLE test_inserts")
+        owner.dispose()
+
+
+def test_a_group_appends_its_rows_in_one_insert_per_table_and_tenant(
+    container, tenant, make_leased_run, recorded, inserts
+):
+    """Six outcomes of two tenants in one statement: each tenant's events, journal entries and
+    answers go in one INSERT per table (not one per document), in the statement's document
+    order, each run's events in their sequence."""
+    db = container.db
+    other = f"{tenant}-b"
+    runs = [make_leased_run((tenant, other)[i % 2]) for i in range(6)]
+    last = {}
+    for name in (tenant, other):
+        with db.tenant(name) as conn:
+            found = conn.exec_driver_sql("SELECT coalesce(max(id), 0) FROM outbox")
+            last[name] = found.scalar_one()
+    statements = recorded()
+    inserts.mark()
+
+    results = race_async(*(on(run.grain, outcome(run)) for run in runs))
+
+    assert [kind for kind, _ in results] == ["ok"] * 6, results
+    assert statements.runs() == [in_run_order([run.run_id for run in runs])]
+    for name in (tenant, other):
+        # per run: three events, three journal entries, one answer
+        assert inserts(name) == [("outbox", 9), ("recovery_journal", 9), ("command_answers", 3)]
+        with db.tenant(name) as conn:
+            written = [
+                tuple(row)
+                for row in conn.exec_driver_sql(
+                    "SELECT run_id, seq FROM outbox WHERE id > %s ORDER BY id", (last[name],)
+                )
+            ]
+        mine = in_run_order([r.run_id for r in runs if r.tenant == name])
+        assert written == sorted(written, key=lambda e: (mine.index(e[0]), e[1]))
+        assert len(written) == 9
 
 
 def test_a_grain_that_lost_its_race_decides_again_in_the_next_group(

@@ -195,7 +195,7 @@ def run(
             with workers_of("sdk", stack, owner_url, workers, worker_concurrency, work_seconds):
                 warm: dict[str, float] = {}
                 asyncio.run(_submit(stack, 20, 8, warm, []))
-                _wait_terminal(engine, stack.tenant, set(warm), patience_s=120)
+                _wait_terminal(engine, set(warm), patience_s=120)
                 alone = asyncio.run(
                     _one_every(stack, headers_b, b_every_s, b_unloaded, asyncio.Event())
                 )
@@ -203,7 +203,7 @@ def run(
                 loaded_sent, a_sent, a_errors, a_started = asyncio.run(
                     _loaded(stack, engine, headers_b, a_runs, b_every_s, concurrency)
                 )
-                done = _wait_terminal(engine, stack.tenant, set(a_sent), patience_s=120)
+                done = _wait_terminal(engine, set(a_sent), patience_s=120)
                 b_firsts = _claimed(engine, tenant_b, set(loaded_sent), 120)
                 loaded = _figures(loaded_sent, b_firsts)
                 loaded["slowest"] = _slowest(engine, loaded_sent, b_firsts, stack_hosts)

@@ -42,6 +42,7 @@ from pathlib import Path
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy import Column, MetaData, Table, UniqueConstraint
+from sqlalchemy.dialects import postgresql
 
 from .tables import APPENDED_TABLES, metadata
 
@@ -72,6 +73,7 @@ WRITTEN = (
 # The append-only tables whose rows a group commit inserts for all its documents at once, once
 # they have applied (migration 0029's runcontrol_apply_many): no document reads them.
 GROUP_APPENDED = ("outbox", "recovery_journal", "audit_log", "command_answers", "attempt_results")
+_DIALECT = postgresql.dialect()  # type: ignore[no-untyped-call]
 RUN_IDEMPOTENCY = "uq_runs_idempotency"  # a second insert with the key inserts nothing
 RUN_VERSION = "version"  # the optimistic-concurrency guard of the run's update
 
@@ -159,7 +161,13 @@ def _run_units(runs: Table) -> list[Unit]:
     )
     keys, pins = _primary_key(runs), _pinned(runs)
     changed = [c for c in written_columns(runs) if c not in keys and c not in pins]
-    match = " AND ".join(f"{runs.name}.{k} = r.{k}" for k in keys)
+    # The row by its key read from the document, not joined to the record: a join let the
+    # planner scan the tenant's runs (row-level security's predicate) and build the record
+    # once per row it met, in a plan cached while the table was small (issue 33, 0029).
+    match = " AND ".join(
+        f"{runs.name}.{k} = CAST(doc->>'{k}' AS {runs.c[k].type.compile(dialect=_DIALECT)})"
+        for k in keys
+    )
     update = _function(
         f"runcontrol_update_{runs.name}",
         "doc jsonb, expected_version bigint",

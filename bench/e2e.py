@@ -140,6 +140,16 @@ def _terminal(engine: Any, ids: Collection[str]) -> dict[str, tuple[str, float]]
     return {str(r[0]): (str(r[1]), float(r[2])) for r in rows}
 
 
+def _analyze(engine: Any) -> None:
+    """Statistics for the warm-up's rows, as autovacuum gathers them within a database's first
+    minutes. Without them the sessions' first generic plans, made on empty tables, pick any
+    index that matches row-level security's tenant predicate (a tie at one row): the run's
+    update then scanned the tenant's runs (``ix_runs_workflow``) until autovacuum's analyse
+    invalidated the plans, which a one-minute bench on a new database never saw."""
+    with engine.begin() as conn:
+        conn.execute(text("ANALYZE"))
+
+
 async def _submit(
     stack: Stack,
     runs: int,
@@ -237,6 +247,7 @@ def run(
                 warm: dict[str, float] = {}
                 asyncio.run(_submit(stack, warmup, min(concurrency, warmup), warm, []))
                 _wait_terminal(engine, set(warm), patience_s=120)
+                _analyze(engine)
                 rows_before = counts.rows(owner_url)
                 hosts_before = stack.host_stats()
                 notifies = counts.Notifies(owner_url)

@@ -283,12 +283,13 @@ def relay_outbox(
     de-duplicate on eventId.
     """
     with db.system_tx() as conn:
-        rows = q.take_unpublished(conn, now, batch)
+        rows = q.take_unpublished(conn, now, batch, whole=bool(sinks))
         if not rows:
             return RelayReport(0, 0.0)
-        events = [q.event_view(r) for r in rows]
-        for sink in sinks:
-            sink.publish(events)
+        if sinks:  # rendered only for a sink that reads them (a fifth of the relay's CPU)
+            events = [q.event_view(r) for r in rows]
+            for sink in sinks:
+                sink.publish(events)
         feed.publish(conn, rows, now)
     lags = tuple(max((now - r["occurred_at"]).total_seconds(), 0.0) for r in rows)
     return RelayReport(len(rows), max(lags), lags)

@@ -53,7 +53,10 @@ APPLICATION_NAME = "runcontrol-grains"  # how a host's store sessions show in pg
 
 # What the database answered for one document: None (committed) or (SQLSTATE, message).
 Answer = tuple[str, str] | None
-MAX_GROUP = 64
+# A group is one transaction with a subtransaction per document and one around them all
+# (migration 0029): at most 64, the subtransaction ids PostgreSQL caches per backend; past
+# them every other backend's snapshot reads pg_subtrans to tell what is visible.
+MAX_GROUP = 63
 
 _APPLY = "SELECT runcontrol_apply(%s::jsonb)"
 _APPLY_MANY = "SELECT runcontrol_apply_many(%s::jsonb)"

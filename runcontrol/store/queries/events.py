@@ -30,12 +30,15 @@ def events_after(
     return [event_view(r._mapping) for r in rows]
 
 
-def take_unpublished(conn: Connection, now: datetime, limit: int = 500) -> list[dict[str, Any]]:
+def take_unpublished(
+    conn: Connection, now: datetime, limit: int = 500, *, whole: bool = True
+) -> list[dict[str, Any]]:
     """Mark the oldest unpublished outbox rows published at ``now`` and answer them, oldest
     first: one ``UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED) ... RETURNING``, so a
     second relay skips them. The mark is the caller's transaction's: if it does not commit (a
     sink failed, the relay died after its sinks had the events) the rows stay unpublished and
-    the next relay publishes them again (at-least-once)."""
+    the next relay publishes them again (at-least-once). ``whole=False``: each row's ``id``
+    and ``occurred_at`` only (what the feed and the lag need, when no sink reads events)."""
     picked = (
         select(outbox.c.id)
         .where(outbox.c.published_at.is_(None))
@@ -48,7 +51,7 @@ def take_unpublished(conn: Connection, now: datetime, limit: int = 500) -> list[
         update(outbox)
         .where(outbox.c.id == picked.c.id)
         .values(published_at=now)
-        .returning(*outbox.c)
+        .returning(*(outbox.c if whole else (outbox.c.id, outbox.c.occurred_at)))
     )
     return sorted((dict(r._mapping) for r in rows), key=lambda r: int(r["id"]))
 

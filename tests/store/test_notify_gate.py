@@ -18,17 +18,19 @@ from uuid import UUID
 
 import psycopg
 import pytest
-from support import drive
+from support import SyncGrain, acquire, drive, fenced
 
 from runcontrol.bootstrap import Container, build
 from runcontrol.clock import ManualClock
-from runcontrol.commands import SubmitRequest, SubmitRun
+from runcontrol.commands import AppendOutput, OpenAttempts, SubmitRequest, SubmitRun
 from runcontrol.config import Settings
 from runcontrol.domain import Principal, Role, StepSpec, WorkflowDefinition
+from runcontrol.domain.output import OutputChunk
 from runcontrol.grain import RunGrain
 from runcontrol.store import Database
 from runcontrol.store.commit import DISPATCH_CHANNEL, EVENTS_CHANNEL
 from runcontrol.store.notify import Listener, libpq_url
+from runcontrol.store.output import OUTPUT_CHANNEL
 
 CHANNELS = (EVENTS_CHANNEL, DISPATCH_CHANNEL)
 AGENT = "agent-gate"
@@ -195,3 +197,42 @@ def test_a_listener_starting_during_a_commit_misses_no_wake_up(
         committing.close()
     assert took < 3.0, f"the follower saw the commit {took:.2f}s after it (its timeout: 30s)"
     assert _heard(counter) == Counter()  # the commit found no listener: it sent nothing
+
+
+def test_output_is_notified_only_while_a_listener_is_registered(
+    db: Database, container: Container, tenant: str
+) -> None:
+    """The output writer (migration 0029) NOTIFYs ``runcontrol_output`` per stored write only
+    while a listener has registered on it: none before, one per write with one, none after."""
+    _publish(container, tenant)
+    run_id = drive(_submit(container, tenant))
+    grain = SyncGrain(RunGrain(container.env, tenant, run_id))
+    (attempt_id,) = grain.execute(OpenAttempts(tenant_id=tenant, run_id=run_id))
+    grant = acquire(grain, attempt_id)
+    seq = iter(range(1, 100))
+    counter = psycopg.connect(libpq_url(db.owner_url), autocommit=True)
+    counter.execute(f"LISTEN {OUTPUT_CHANNEL}")
+
+    async def write() -> None:
+        command = AppendOutput(**fenced(grant, tenant), chunks=(OutputChunk(next(seq), "x"),))
+        await container.env.output.append(command)
+
+    async def listened() -> Counter[str]:
+        listener = Listener(db.app_url, (OUTPUT_CHANNEL,), idle_s=30.0)
+        try:
+            listener.start()
+            await _until(lambda: listener.listening, "the listener to register")
+            await write()
+            await write()
+            return await asyncio.to_thread(_heard, counter)
+        finally:
+            await listener.close()
+
+    try:
+        drive(write())
+        assert _heard(counter) == Counter()  # nobody listens: nothing sent
+        assert drive(listened()) == Counter({OUTPUT_CHANNEL: 2})
+        drive(write())
+        assert _heard(counter) == Counter()
+    finally:
+        counter.close()

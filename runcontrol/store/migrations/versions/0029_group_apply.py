@@ -2,7 +2,8 @@
 (``runcontrol_apply_document``, the chain 0026 -> 0014 restated once) and appends the
 documents' outbox, journal, answer, result and audit rows in one INSERT per table and tenant
 (``runcontrol_apply_many``, ``0029_group_apply.sql``; the writers ``runcontrol_append_<table>``
-rendered by ``make sql`` into ``0029_writers.sql``).
+rendered by ``make sql`` into ``0029_writers.sql``). The output writer (0022's
+``runcontrol_append_output``, restated) NOTIFYs only while a listener has registered.
 
 Revision ID: 0029
 """

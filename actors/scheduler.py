@@ -68,6 +68,7 @@ class Scheduler:
         if self.settings.outbox.jsonl_path:
             sinks.append(reconcilers.JsonLinesSink(self.settings.outbox.jsonl_path))
         self._sinks = sinks
+        self._relay_floor = reconcilers.RelayFloor()  # where the next relay pass reads from
         self._deliverer = Deliverer(
             db,
             HttpTransport(self.settings.webhooks.timeout_seconds),
@@ -201,7 +202,9 @@ class Scheduler:
     async def outbox_relay(self) -> int:
         report = await self._locked(
             "OutboxRelay",
-            lambda: reconcilers.relay_outbox(self._db, self._sinks, self._clock.now()),
+            lambda: reconcilers.relay_outbox(
+                self._db, self._sinks, self._clock.now(), floor=self._relay_floor
+            ),
         )
         if report is None or report.published == 0:
             return 0

@@ -4,6 +4,7 @@ to that tenant's subscriptions only, and notifies each tenant's feed once."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -104,3 +105,55 @@ def test_positions_follow_commit_order_and_deliveries_stay_in_their_tenant(
         got = [q for q in queued if q.subscription_id == sub]
         assert [q.position for q in got] == mine
         assert {(q.tenant_id, q.state) for q in got} == {(t, "Pending")}
+
+
+def _event(conn: psycopg.Connection[Any], tenant: str, run_id: UUID, seq: int) -> int:
+    """An outbox row written straight to the table (its id drawn now): its id."""
+    found = conn.execute(
+        "INSERT INTO outbox (event_id, tenant_id, project_id, run_id, seq, topic, event_type,"
+        " producer, schema_version, payload, occurred_at)"
+        " VALUES (%s, %s, 'p', %s, %s, 'runs', 'Probe', 'test', 1, '{}', now()) RETURNING id",
+        (uuid.uuid4(), tenant, run_id, seq),
+    ).fetchone()
+    assert found is not None
+    return int(found[0])
+
+
+def _published(db: Database, ids: list[int]) -> list[bool]:
+    with db.system_tx() as conn:
+        marks = dict(
+            conn.execute(
+                text("SELECT id, published_at IS NOT NULL FROM outbox WHERE id = ANY(:ids)"),
+                {"ids": ids},
+            ).all()
+        )
+    return [bool(marks.get(i, False)) for i in ids]  # a row not committed is not published
+
+
+def test_the_floor_moves_past_published_rows_and_never_past_a_row_still_being_written(db, tenant):
+    """A relay that keeps its floor reads past the rows it published, and never past the id of
+    a transaction that drew it and has not committed: that row, committed after rows with
+    larger ids were published, is published by the next pass."""
+    _relay_all(db)
+    floor = reconcilers.RelayFloor()
+    run_id = uuid.uuid4()
+    url = libpq_url(db.owner_url)
+    with psycopg.connect(url) as late, psycopg.connect(url, autocommit=True) as other:
+        slow = _event(late, tenant, run_id, 1)  # drawn, not committed
+        quick = _event(other, tenant, run_id, 2)
+        assert quick > slow
+        deadline = time.monotonic() + 10
+        while not _published(db, [quick])[0] or floor.mark is None:
+            assert time.monotonic() < deadline, "the committed row was not published"
+            reconcilers.relay_outbox(db, [], NOW, floor=floor)
+        for _ in range(5):  # passes while the slow transaction is open
+            reconcilers.relay_outbox(db, [], NOW, floor=floor)
+        assert floor.after < slow and _published(db, [slow, quick]) == [False, True]
+        late.commit()
+    deadline = time.monotonic() + 10
+    while not _published(db, [slow])[0]:
+        assert time.monotonic() < deadline, "the late row was not published"
+        reconcilers.relay_outbox(db, [], NOW, floor=floor)
+    while floor.after < quick:  # once every writer up to them ended, the floor passes both
+        assert time.monotonic() < deadline, f"the floor stayed at {floor.after}"
+        reconcilers.relay_outbox(db, [], NOW, floor=floor)

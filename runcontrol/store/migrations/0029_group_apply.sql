@@ -354,3 +354,7 @@ BEGIN
     END LOOP;
     RETURN answers;
 END $fn$;
+
+-- The relay reads the last outbox id handed out (reconcilers.RelayFloor): where its read of
+-- unpublished rows may start once every transaction that drew an id up to it has ended.
+GRANT SELECT ON SEQUENCE outbox_id_seq TO runcontrol_system;

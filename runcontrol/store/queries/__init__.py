@@ -12,7 +12,14 @@ keys); callers use the names below (``queries.get_run``).
 
 from .approvals import approval_run, get_approval, list_approvals
 from .attempts import claimable, claimed, leasable, stalled_attempts
-from .events import attempts_in_events, events_after, take_unpublished, unpublished_backlog
+from .events import (
+    attempts_in_events,
+    events_after,
+    sequence_mark,
+    settled_floor,
+    take_unpublished,
+    unpublished_backlog,
+)
 from .flow import flow_backlog, flow_queues
 from .runs import (
     RunContext,
@@ -89,6 +96,8 @@ __all__ = [
     "run_visible",
     "runs_with_open_leases",
     "stalled_attempts",
+    "sequence_mark",
+    "settled_floor",
     "take_unpublished",
     "unpublished_backlog",
 ]

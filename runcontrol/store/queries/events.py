@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Connection, Select, Table, func, select, update
+from sqlalchemy import Connection, Select, Table, func, select, text, update
 
 from ..tables import outbox
 from .views import event_view
@@ -31,17 +31,18 @@ def events_after(
 
 
 def take_unpublished(
-    conn: Connection, now: datetime, limit: int = 500, *, whole: bool = True
+    conn: Connection, now: datetime, limit: int = 500, *, whole: bool = True, after: int = 0
 ) -> list[dict[str, Any]]:
     """Mark the oldest unpublished outbox rows published at ``now`` and answer them, oldest
     first: one ``UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED) ... RETURNING``, so a
     second relay skips them. The mark is the caller's transaction's: if it does not commit (a
     sink failed, the relay died after its sinks had the events) the rows stay unpublished and
     the next relay publishes them again (at-least-once). ``whole=False``: each row's ``id``
-    and ``occurred_at`` only (what the feed and the lag need, when no sink reads events)."""
+    and ``occurred_at`` only (what the feed and the lag need, when no sink reads events).
+    ``after``: only rows past this id (``RelayFloor``: every row up to it is published)."""
     picked = (
         select(outbox.c.id)
-        .where(outbox.c.published_at.is_(None))
+        .where(outbox.c.published_at.is_(None), outbox.c.id > after)
         .order_by(outbox.c.id)
         .limit(limit)
         .with_for_update(skip_locked=True)
@@ -54,6 +55,31 @@ def take_unpublished(
         .returning(*(outbox.c if whole else (outbox.c.id, outbox.c.occurred_at)))
     )
     return sorted((dict(r._mapping) for r in rows), key=lambda r: int(r["id"]))
+
+
+def settled_floor(conn: Connection, after: int, settled: int) -> int:
+    """The largest id up to ``settled`` (ids at or below it all committed or aborted) below
+    which no row is unpublished, past ``after``: in the caller's transaction, after its marks."""
+    first = conn.execute(
+        select(func.min(outbox.c.id)).where(
+            outbox.c.published_at.is_(None), outbox.c.id > after, outbox.c.id <= settled
+        )
+    ).scalar()
+    return settled if first is None else int(first) - 1
+
+
+def sequence_mark(conn: Connection) -> tuple[int, int, int]:
+    """The last outbox id handed out, then (in a later statement, so a later snapshot) the
+    snapshot's xmin and xmax: every transaction that drew an id up to the first had its xid
+    before the third."""
+    drawn = int(conn.execute(text("SELECT last_value FROM outbox_id_seq")).scalar_one())
+    xmin, xmax = conn.execute(
+        text(
+            "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint,"
+            " pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
+        )
+    ).one()
+    return drawn, int(xmin), int(xmax)
 
 
 def unpublished_backlog(conn: Connection) -> tuple[int, datetime | None]:

@@ -257,11 +257,17 @@ def endless_agent(worker: Any, agent_id: str) -> tuple[asyncio.Event, asyncio.Ev
 
 
 def stop_processes(*processes: subprocess.Popen[Any] | None) -> None:
-    """Terminate the child processes still running (a test's ``finally``)."""
+    """Terminate the child processes still running (a test's ``finally``); one that has not
+    exited 15 s later (a worker draining a long attempt) is killed, so none outlives its test
+    (its ``Popen`` would fail a later test with a ResourceWarning)."""
     for process in processes:
         if process is not None and process.poll() is None:
             process.terminate()
-            process.wait(30)
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(15)
 
 
 # ---------------------------------------------------------------------- injected faults

@@ -37,7 +37,10 @@ async def stream(step: Step) -> int:
         await step.stream(f"{step.attempt}:{i}")
         if i % 20 == 19:
             await output.flush()
-            (MARKS / f"acked-{step.attempt_id}").write_text(str(i + 1))
+            # written aside, then renamed: a reader never sees the file half written
+            aside = MARKS / f"writing-{step.attempt_id}"
+            aside.write_text(str(i + 1))
+            aside.replace(MARKS / f"acked-{step.attempt_id}")
         await asyncio.sleep(0.01)
     return step.attempt
 

@@ -500,7 +500,7 @@ def test_the_schedules_page_creates_pauses_triggers_and_deletes(
     browser.wait(
         lambda: browser.css(row).get_attribute("data-paused") == "true", "the schedule paused"
     )
-    assert "release freeze" in browser.css(row).text
+    assert "release freeze" in browser.text(row, "the paused schedule's row")
     browser.click(f"{row} button.trigger")
     assert browser.text("#schedule-result .notice", "the trigger's answer") == "fired: started"
     browser.shot("schedules")

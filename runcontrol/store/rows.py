@@ -44,6 +44,7 @@ def _decoder(hint: Any) -> Decode | None:
 # Types an enum may derive from (``StrEnum`` is a ``str``): a field of one of these, or of an
 # enum, may hold an enum; a field of any other type (a UUID, a datetime, a dict) never does.
 _ENUM_BASES: frozenset[Any] = frozenset({str, int, float, Any, object})
+_PLAIN: frozenset[type[Any]] = frozenset({str, int, float, bool, type(None)})  # never an enum
 
 
 def _may_hold_enum(hint: Any) -> bool:
@@ -113,7 +114,7 @@ class _Mapper:
         row = dict(zip(self._columns, self._get(entity), strict=True))
         for c in self._enums:
             v = row[c]
-            if isinstance(v, Enum):
+            if type(v) not in _PLAIN and isinstance(v, Enum):  # the type test is the cheaper
                 row[c] = v.value  # an enum is stored by its value
         if supplied:
             row.update(supplied)

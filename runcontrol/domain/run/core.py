@@ -171,6 +171,7 @@ class RunAggregate:
         # step id -> the steps it waits for (``dependencies_of``), made on first use: a run's
         # steps and what each waits for never change once accepted, only their states do
         self._waits_for: dict[UUID, list[Step]] | None = None
+        self._run_text = str(run.run_id)  # every event's default correlation id
 
     def _fresh_changes(self) -> Changes:
         expected = None if self._is_new else self.run.version
@@ -224,7 +225,7 @@ class RunAggregate:
                 occurred_at=ctx.now,
                 step_id=step_id,
                 attempt_id=attempt_id,
-                correlation_id=self.run.correlation_id or str(self.run.run_id),
+                correlation_id=self.run.correlation_id or self._run_text,
                 causation_id=ctx.command_id,
             )
         )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import logging
 import os
 import time
@@ -70,6 +71,23 @@ HOST_OPTIONS: dict[str, Any] = {
 
 # The claimers' and watchers' LISTEN connection closes once nobody waited on it for this long.
 WATCH_IDLE_S = 30.0
+# The cyclic collector's youngest threshold on a host (Python's is 700). A command allocates
+# hundreds of short-lived containers: at 700 the collector ran about every other run, and
+# every 250 runs scanned the whole heap (the libraries' 250,000 objects): 0.8 ms of CPU per
+# completed 3-step run, 15% of a host's, in the sessions driven without Ray (issue 33).
+GC_YOUNGEST = 10_000
+
+
+def collect_less() -> None:
+    """Leave what the process holds once started (Ray, the libraries, the host) out of the
+    cyclic collector's scans (``gc.freeze``: never freed, and never garbage), and collect the
+    young generation less often: a host's garbage is freed by reference counts; the
+    collector finds the few cycles a little later (issue 33: its CPU 0.82 -> 0.09 ms per run,
+    the process's 5.2 -> 4.4 ms, medians of three)."""
+    gc.collect()
+    gc.freeze()
+    youngest, middle, oldest = gc.get_threshold()
+    gc.set_threshold(max(youngest, GC_YOUNGEST), middle, oldest)
 
 
 def host_config(settings: Settings, owner_url: str) -> dict[str, Any]:
@@ -181,6 +199,7 @@ class RunHost:
         self._loop = loop  # the commands' and exchanges' loop (the control group has its own)
         self._reaper = loop.create_task(self._reap())
         self._sweeper = loop.create_task(self._sessions.sweep())
+        collect_less()
 
     def _cancel_run(self, tenant_id: str, run_id: UUID, reason: str, wanted_by: UUID) -> None:
         """A holder displaced by a ``cancel-oldest`` limit (docs/flow-control.md): a CancelRun

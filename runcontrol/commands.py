@@ -92,18 +92,29 @@ def _plain(value: Any) -> Any:
 JSON_VALUE: dict[str, bool] = {"json": True}
 
 
-def _fingerprinted(f: dataclasses.Field[Any], value: Any) -> Any:
-    return canonical_hash(value) if f.metadata.get("json") and value is not None else value
+_FINGERPRINTED: dict[type[Any], tuple[tuple[str, bool], ...]] = {}
+
+
+def _fingerprinted(cls: type[Any]) -> tuple[tuple[str, bool], ...]:
+    """The fields a command of ``cls`` is fingerprinted by, each with whether it is a JSON
+    value (read once per class: every command is fingerprinted, issue 33)."""
+    found = _FINGERPRINTED.get(cls)
+    if found is None:
+        found = _FINGERPRINTED[cls] = tuple(
+            (f.name, bool(f.metadata.get("json")))
+            for f in dataclasses.fields(cls)
+            if f.name != "command_id"
+        )
+    return found
 
 
 def fingerprint(command: Command[Any]) -> str:
     """A hash of what the command asks (its type and fields, not its id): a command id reused
     for a different command is told apart from a resend of the same one."""
-    fields = {
-        f.name: _fingerprinted(f, getattr(command, f.name))
-        for f in dataclasses.fields(command)
-        if f.name != "command_id"
-    }
+    fields: dict[str, Any] = {}
+    for name, json_value in _fingerprinted(type(command)):
+        value = getattr(command, name)
+        fields[name] = canonical_hash(value) if json_value and value is not None else value
     body = dumps([type(command).__name__, fields], _plain, sort_keys=True)
     return hashlib.sha256(body).hexdigest()
 

@@ -59,13 +59,12 @@ def canonical_hash(value: Any) -> str:
     return HASH_PREFIX + hashlib.sha256(canonical_json(value)).hexdigest()
 
 
+_HEX_DIGITS = frozenset("0123456789abcdef")
+
+
 def is_hash(value: str) -> bool:
     digest = value.removeprefix(HASH_PREFIX)
-    return (
-        value.startswith(HASH_PREFIX)
-        and len(digest) == 64
-        and all(c in "0123456789abcdef" for c in digest)
-    )
+    return value.startswith(HASH_PREFIX) and len(digest) == 64 and _HEX_DIGITS.issuperset(digest)
 
 
 def result_hash(canonical: str) -> str:

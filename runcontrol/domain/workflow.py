@@ -378,6 +378,14 @@ def dependencies(steps: Sequence[Named], step: str) -> tuple[str, ...]:
     raise ValidationFailed(f"the workflow has no step {step!r}", step=step)
 
 
+def dependency_map(steps: Sequence[Named]) -> dict[str, tuple[str, ...]]:
+    """``dependencies`` of every step at once, by step name (one pass over ``steps``)."""
+    found: dict[str, tuple[str, ...]] = {}
+    for i, s in enumerate(steps):
+        found.setdefault(s.name, _resolved(steps, i))  # the first of a name, as ``dependencies``
+    return found
+
+
 def final_step(steps: Sequence[Named]) -> str:
     """The step whose result is the run's result: the last step (in order) that no step
     depends on (a linear release's last step; a graph's join)."""

@@ -77,7 +77,7 @@ async def _decide(
         answer = StoredAnswer(
             command.command_id,
             type(command).__name__,
-            copy.copy(result),
+            _as_stored(result),
             ctx.now,
             fingerprint(command),
         )
@@ -106,6 +106,13 @@ async def _decide(
             await publish(grain, Committed(command, agg, pending.changes, answer))
         grain.agg = agg
         return result
+
+
+def _as_stored(result: Any) -> Any:
+    """The answer as the memo keeps it: a shallow copy, as the run's own objects (an attempt)
+    change with later commands; a frozen dataclass (a lease grant) is its own copy."""
+    params = getattr(type(result), "__dataclass_params__", None)
+    return result if params is not None and params.frozen else copy.copy(result)
 
 
 async def commit(grain: RunGrain, pending: PendingCommit) -> None:

@@ -19,7 +19,7 @@ from ..domain import (
     errors,
 )
 from ..domain.rates import Admission, Draw
-from ..domain.run.submission import dispatchable_steps, next_attempt_number, start_ready
+from ..domain.run.submission import next_attempt_number, start_ready
 from ..store import rates
 from ..store.commit import Reservation, StoredAnswer
 from ..workers.grants import Fused, fuse
@@ -121,7 +121,7 @@ class RunGrain:
         """Start every step due now (a graph's fan-out, in one statement: attempts, and the
         timers of wait steps); answer the first attempt. A step needing a concurrency key (or
         a slot of the tenant's cap) the statement refused is held (docs/flow-control.md)."""
-        if agg.run.budget_reservation_id is None or not dispatchable_steps(agg, ctx.now):
+        if agg.run.budget_reservation_id is None:
             return None
         gate = FlowGate(self.env.capacity.max_open_attempts_per_tenant, self.flow_denied)
         attempts = start_ready(agg, ctx, gate, self.admits, self.env.options)

@@ -164,6 +164,7 @@ def prepare(
     changes = agg.take_changes()
     if changes.empty:
         return None
+    run_id = str(changes.run.run_id)
     run_row = rows.to_row(changes.run, next_due_at=agg.next_due(options))
     doc: dict[str, Any] = {"tenant": tenant_id}
     if changes.expected_version is None:
@@ -175,7 +176,7 @@ def prepare(
         doc["expected_version"] = changes.expected_version
         doc["run"] = _changed_columns(agg, run_row)
     else:
-        doc["run"] = {"run_id": run_row["run_id"]}  # what the other clauses key on
+        doc["run"] = {"run_id": run_id}  # what the other clauses key on
     if changes.steps:
         doc["steps"] = [rows.to_row(x) for x in changes.steps.values()]
     if changes.attempts:
@@ -201,7 +202,7 @@ def prepare(
         doc["outbox"] = [rows.to_row(e, published_at=None) for e in changes.events]
         # Wake event watchers, and long-polling claimers of a dispatched agent: NOTIFYed on
         # commit, to channels somebody listens on (migration 0026).
-        doc["wake_run"] = str(changes.run.run_id)
+        doc["wake_run"] = run_id
         dispatched: set[str] = set()
         # A resumed attempt (after an approval decision) wakes claimers too, but is not a new
         # admission: the tenant's cap was checked when it was first dispatched.
@@ -236,7 +237,7 @@ def prepare(
     stored = [
         {
             "tenant_id": tenant_id,
-            "run_id": str(changes.run.run_id),
+            "run_id": run_id,
             "command_id": a.command_id,
             "command": a.command,
             "answer": answers.encode(a.value),
@@ -252,7 +253,7 @@ def prepare(
     # the row the run has once this commits (a document that does not write it leaves the
     # record as it was: what it did not write is still to send)
     written = run_row if "mode" in doc else None
-    return PendingCommit(_dumps(doc), str(changes.run.run_id), changes, agg, written)
+    return PendingCommit(_dumps(doc), run_id, changes, agg, written)
 
 
 def audits_document(tenant_id: str, audits: Sequence[AuditRecord]) -> str:

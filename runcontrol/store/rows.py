@@ -41,6 +41,18 @@ def _decoder(hint: Any) -> Decode | None:
     return None
 
 
+# Types an enum may derive from (``StrEnum`` is a ``str``): a field of one of these, or of an
+# enum, may hold an enum; a field of any other type (a UUID, a datetime, a dict) never does.
+_ENUM_BASES: frozenset[Any] = frozenset({str, int, float, Any, object})
+_PLAIN: frozenset[type[Any]] = frozenset({str, int, float, bool, type(None)})  # never an enum
+
+
+def _may_hold_enum(hint: Any) -> bool:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return any(_may_hold_enum(a) for a in typing.get_args(hint))
+    return hint in _ENUM_BASES or (isinstance(hint, type) and issubclass(hint, Enum))
+
+
 class _Mapper:
     """Rows of ``table`` <-> instances of ``cls``: a column is the field of the same name.
 
@@ -92,14 +104,18 @@ class _Mapper:
         self._decoders = tuple(
             (c, d) for c in self._columns if (d := _decoder(hints[c])) is not None
         )
+        # the columns whose field may hold an enum (stored by its value): the others are
+        # written as they are, unchecked (a third of a run's row; issue 33)
+        self._enums = tuple(c for c in self._columns if _may_hold_enum(hints[c]))
 
     def to_row(self, entity: Any, **supplied: Any) -> dict[str, Any]:
         if not supplied.keys() <= self.supplied:
             raise TypeError(f"{self.table.name} takes no supplied column {sorted(supplied)}")
-        row = {
-            c: v.value if isinstance(v, Enum) else v  # an enum is stored by its value
-            for c, v in zip(self._columns, self._get(entity), strict=True)
-        }
+        row = dict(zip(self._columns, self._get(entity), strict=True))
+        for c in self._enums:
+            v = row[c]
+            if type(v) not in _PLAIN and isinstance(v, Enum):  # the type test is the cheaper
+                row[c] = v.value  # an enum is stored by its value
         if supplied:
             row.update(supplied)
         return row

@@ -227,3 +227,22 @@ def test_output_reports_chunks_per_second_and_cpu_per_1000_chunks(
         assert _measured(out[key]), key
     for kind in ("run hosts", "postgres", "API replica", "all"):
         assert _measured(out["cpu_ms_per_1000_chunks"][kind]), kind
+
+
+def test_host_cpu_measures_the_rules_and_the_sessions_per_run() -> None:
+    """``python -m bench.host_cpu`` (issue 33), its tiny variant on its own PostgreSQL: every
+    submitted run completes (it waits for every report) and each figure is measured."""
+    env = {k: v for k, v in os.environ.items() if k != "RUNCONTROL_DATABASE_URL"}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.host_cpu", "--runs=20", "--rounds=1"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    figures = dict(line.rsplit(maxsplit=1) for line in done.stdout.splitlines() if line.strip())
+    for name in ("rules_us_per_run", "sessions_runs_per_s", "sessions_cpu_ms_per_run"):
+        assert _measured(float(figures[name])), name
+    assert _sampled(float(figures["sessions_collector_ms_per_run"]))

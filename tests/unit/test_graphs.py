@@ -133,6 +133,23 @@ def test_fan_out_dispatches_together_and_fan_in_waits_for_all():
     assert h.run.state is RunState.COMPLETED
 
 
+def test_a_runs_dependencies_are_its_releases_made_once_and_read_live():
+    """``RunAggregate.dependencies_of`` is the release's ``dependencies`` (in the run's order),
+    made once per aggregate: the map holds the steps themselves, so a state a command changes
+    after it was made is what the next ready set reads."""
+    h = Harness(DIAMOND)
+    spec = definition(DIAMOND).steps
+    for step in h.agg.steps:
+        assert names(h.agg.dependencies_of(step)) == list(dependencies(spec, step.name))
+    join = h.step(4)
+    h.agg.dependencies_of(join).clear()  # a caller's list is its own
+    assert names(h.agg.dependencies_of(join)) == ["left", "middle", "right"]
+    assert h.agg.ready_steps() == [h.step(0)]
+    for i in range(4):
+        h.step(i).state = StepState.SUCCEEDED  # past the map: read through the steps
+    assert h.agg.ready_steps() == [join]
+
+
 def test_a_retry_of_one_branch_keeps_the_others_going():
     h = Harness(DIAMOND)
     h.report(h.start(0)[1])

@@ -46,7 +46,7 @@ from ..states import (
     StepState,
     ToolCallState,
 )
-from ..workflow import RUN, dependencies, final_step
+from ..workflow import RUN, dependencies, dependency_map, final_step
 from .values import (
     LIFETIME_EXCEEDED,
     WALL_CLOCK_EXCEEDED,
@@ -168,6 +168,10 @@ class RunAggregate:
         self.calls: dict[tuple[UUID, str, int], JournaledCall] = {c.key: c for c in calls}
         self._is_new = is_new
         self.changes = self._fresh_changes()
+        # step id -> the steps it waits for (``dependencies_of``), made on first use: a run's
+        # steps and what each waits for never change once accepted, only their states do
+        self._waits_for: dict[UUID, list[Step]] | None = None
+        self._run_text = str(run.run_id)  # every event's default correlation id
 
     def _fresh_changes(self) -> Changes:
         expected = None if self._is_new else self.run.version
@@ -221,7 +225,7 @@ class RunAggregate:
                 occurred_at=ctx.now,
                 step_id=step_id,
                 attempt_id=attempt_id,
-                correlation_id=self.run.correlation_id or str(self.run.run_id),
+                correlation_id=self.run.correlation_id or self._run_text,
                 causation_id=ctx.command_id,
             )
         )
@@ -492,19 +496,31 @@ class RunAggregate:
 
     def dependencies_of(self, step: Step) -> list[Step]:
         """The steps ``step`` waits for (``workflow.dependencies``: its ``depends_on``; a row
-        stored before graphs waits for the step before it)."""
-        wanted = set(dependencies(self.steps, step.name))
-        return [s for s in self.steps if s.name in wanted]
+        stored before graphs waits for the step before it), in the run's order."""
+        return list(self._dependencies()[step.step_id])
+
+    def _dependencies(self) -> dict[UUID, list[Step]]:
+        """Every step's ``dependencies_of``, made once (ready_steps and next_due ask for
+        each pending step's on every command: issue 33)."""
+        if self._waits_for is None:
+            names = dependency_map(self.steps)
+            waits_for: dict[UUID, list[Step]] = {}
+            for step in self.steps:
+                wanted = set(names[step.name])
+                waits_for[step.step_id] = [s for s in self.steps if s.name in wanted]
+            self._waits_for = waits_for
+        return self._waits_for
 
     def ready_steps(self) -> list[Step]:
         """Pending steps whose dependencies have all succeeded or were skipped (a retry's
         backoff aside), in the release's order: the fan-out a dispatch starts together; a
         fan-in step is ready only once every one of its dependencies is."""
+        waits_for = self._dependencies()
         return [
             s
             for s in self.steps
             if s.state is StepState.PENDING
-            and all(d.state.settled_for_dependants for d in self.dependencies_of(s))
+            and all(d.state.settled_for_dependants for d in waits_for[s.step_id])
         ]
 
     def deadline(self, options: Options) -> datetime:

@@ -202,8 +202,8 @@ class Scheduler:
     async def outbox_relay(self) -> int:
         report = await self._locked(
             "OutboxRelay",
-            lambda: reconcilers.relay_outbox(
-                self._db, self._sinks, self._clock.now(), floor=self._relay_floor
+            lambda: reconcilers.relay_backlog(
+                self._db, self._sinks, self._clock.now, self._relay_floor
             ),
         )
         if report is None or report.published == 0:

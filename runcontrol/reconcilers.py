@@ -311,11 +311,14 @@ class RelayFloor:
         return after, self.mark if self.mark is not None else (drawn, xmax)
 
 
+RELAY_BATCH = 500  # events a relay pass publishes at most
+
+
 def relay_outbox(
     db: Database,
     sinks: Sequence[Sink],
     now: datetime,
-    batch: int = 500,
+    batch: int = RELAY_BATCH,
     floor: RelayFloor | None = None,
 ) -> RelayReport:
     """Publish committed outbox rows in commit order (so per run in seq order), marked in the
@@ -349,6 +352,25 @@ def relay_outbox(
         return RelayReport(0, 0.0)
     lags = tuple(max((now - r["occurred_at"]).total_seconds(), 0.0) for r in rows)
     return RelayReport(len(rows), max(lags), lags)
+
+
+def relay_backlog(
+    db: Database,
+    sinks: Sequence[Sink],
+    clock: Callable[[], datetime],
+    floor: RelayFloor | None = None,
+    batch: int = RELAY_BATCH,
+) -> RelayReport:
+    """Relay passes (``relay_outbox``, each its own transaction) until one publishes less than
+    a full batch. One pass a tick capped the relay at a batch a second (500 events, ~38 runs of
+    13 events): measured at 113 runs/s (issue 33), events were published ever later."""
+    published, lags = 0, list[float]()
+    while True:
+        report = relay_outbox(db, sinks, clock(), batch, floor)
+        published += report.published
+        lags.extend(report.lags)
+        if report.published < batch:
+            return RelayReport(published, max(lags, default=0.0), tuple(lags))
 
 
 def retention(

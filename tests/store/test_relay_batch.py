@@ -157,3 +157,19 @@ def test_the_floor_moves_past_published_rows_and_never_past_a_row_still_being_wr
     while floor.after < quick:  # once every writer up to them ended, the floor passes both
         assert time.monotonic() < deadline, f"the floor stayed at {floor.after}"
         reconcilers.relay_outbox(db, [], NOW, floor=floor)
+
+
+def test_a_backlog_larger_than_a_batch_is_relayed_in_one_call(db, make_leased_run, tenant):
+    """The scheduler's tick relays passes until one is short: a backlog of several batches is
+    published by one call, not one batch a tick."""
+    _relay_all(db)
+    runs = [make_leased_run(tenant) for _ in range(4)]
+    with db.system_tx() as conn:
+        waiting = conn.execute(
+            text("SELECT count(*) FROM outbox WHERE published_at IS NULL AND run_id = ANY(:ids)"),
+            {"ids": [r.run_id for r in runs]},
+        ).scalar_one()
+    assert waiting >= 8
+    report = reconcilers.relay_backlog(db, [], lambda: NOW, reconcilers.RelayFloor(), batch=3)
+    assert report.published >= waiting and len(report.lags) == report.published
+    assert reconcilers.relay_outbox(db, [], NOW).published == 0

@@ -17,7 +17,7 @@ from sqlalchemy import event, text
 from store_support import subscribe
 
 from runcontrol import reconcilers
-from runcontrol.store import Database
+from runcontrol.store import Database, queries
 from runcontrol.store.notify import libpq_url
 from runcontrol.store.webhooks import FEED_CHANNEL
 
@@ -173,3 +173,12 @@ def test_a_backlog_larger_than_a_batch_is_relayed_in_one_call(db, make_leased_ru
     report = reconcilers.relay_backlog(db, [], lambda: NOW, reconcilers.RelayFloor(), batch=3)
     assert report.published >= waiting and len(report.lags) == report.published
     assert reconcilers.relay_outbox(db, [], NOW).published == 0
+
+
+def test_an_outbox_sequence_not_used_yet_marks_no_id_handed_out(scratch):
+    """A new database's sequence says ``last_value`` 1 before it has handed out any id: the
+    mark is 0 then (else the floor could pass the first event before it is written)."""
+    with scratch.system_tx() as conn:
+        assert conn.execute(text("SELECT is_called FROM outbox_id_seq")).scalar_one() is False
+        drawn, _, _ = queries.sequence_mark(conn)
+    assert drawn == 0

@@ -69,10 +69,18 @@ def settled_floor(conn: Connection, after: int, settled: int) -> int:
 
 
 def sequence_mark(conn: Connection) -> tuple[int, int, int]:
-    """The last outbox id handed out, then (in a later statement, so a later snapshot) the
-    snapshot's xmin and xmax: every transaction that drew an id up to the first had its xid
-    before the third."""
-    drawn = int(conn.execute(text("SELECT last_value FROM outbox_id_seq")).scalar_one())
+    """The last outbox id handed out (0: none yet), then (in a later statement, so a later
+    snapshot) the snapshot's xmin and xmax: every transaction that drew an id up to the first
+    had its xid before the third. Holds for a sequence without a cache (``CACHE 1``, the
+    BIGSERIAL default): a cache hands out values below ``last_value`` later."""
+    drawn = int(
+        conn.execute(
+            text(
+                "SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END"
+                " FROM outbox_id_seq"
+            )
+        ).scalar_one()
+    )
     xmin, xmax = conn.execute(
         text(
             "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint,"

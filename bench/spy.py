@@ -1,0 +1,265 @@
+"""Where each process's CPU goes while runs complete: py-spy on every process of the e2e bench.
+
+Usage: python -m bench.spy [--transport sdk] [--runs 3000] [--seconds 15] [--top 10]
+
+Starts ``python -m bench --only e2e`` (one transport) in a child, waits until its worker
+processes are up and runs have flowed for a few seconds, then for ``--seconds``:
+
+- reads every process's CPU time from /proc at both ends (``bench.cpu``'s kinds: run hosts,
+  API replica, scheduler, PostgreSQL, ...), the same figures as the bench's "CPU per completed
+  run, by process";
+- samples every Python process of the child with ``py-spy record --gil`` (a sample only while
+  the thread holds the GIL: the Python CPU, not the waits);
+- samples PostgreSQL's processes with ``perf record`` when ``perf`` is installed.
+
+Prints, per kind of process, its share of a core in the window and its functions by own
+samples and by inclusive samples (frames of runcontrol's own code marked ``*``). Needs py-spy
+(the dev extra) and the right to attach to the processes (root, or ptrace_scope 0). Linux only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from . import cpu
+
+HOLDER = "--holder="  # on the command line of every worker process bench.e2e starts
+BUSY = 0.25  # the run hosts' share of a core once runs flow (idle: ~0.02)
+WARM_S = 3.0  # after that: past the warm-up's 50 runs and its ANALYZE
+ATTACH_S = 8.0  # py-spy's start (its symbol tables), before the window
+_LINE = re.compile(r":\d+\)$")
+_PATH = re.compile(r"\((?:.*/site-packages/|.*/(?=runcontrol/|actors/|bench/))?")
+OURS = ("runcontrol/", "actors/")
+
+
+def frame_name(frame: str) -> str:
+    """``fn (path:line)`` as ``fn (short/path)``: no line, the path from the package down."""
+    return _PATH.sub("(", _LINE.sub(")", frame), count=1)
+
+
+def fold(lines: Iterable[str]) -> tuple[int, collections.Counter[str], collections.Counter[str]]:
+    """py-spy's raw (collapsed) stacks: the samples, and by function its own samples and its
+    inclusive samples (a function counted once per stack however deep it recurses)."""
+    total = 0
+    own: collections.Counter[str] = collections.Counter()
+    inclusive: collections.Counter[str] = collections.Counter()
+    for line in lines:
+        stack, _, count = line.rstrip().rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        frames = [frame_name(f) for f in stack.split(";")]
+        total += n
+        own[frames[-1]] += n
+        for name in set(frames):
+            inclusive[name] += n
+    return total, own, inclusive
+
+
+def _python(pid: int) -> bool:
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return False
+    return cmd.startswith("ray::") or "python" in cmd.split(" ", 1)[0]
+
+
+def _cpu_seconds(pids: Iterable[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / cpu.HZ
+    return total
+
+
+def _spied(pid: int, kind: str) -> bool:
+    """Whether to sample ``pid``: the service's Python processes and the workers, and of Ray's
+    own only the Serve controller (the rest, dashboard and monitors, spend a few % of a core
+    whatever the load; each py-spy costs CPU of its own)."""
+    if kind in ("postgres", "driver (load generator)", "ingress (HAProxy)") or not _python(pid):
+        return False
+    if kind != "ray and the rest":
+        return True
+    return b"ServeController" in Path(f"/proc/{pid}/cmdline").read_bytes()
+
+
+def _workers(pids: Iterable[int]) -> set[int]:
+    found = set()
+    for pid in pids:
+        try:
+            if HOLDER.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.add(pid)
+        except OSError:
+            continue
+    return found
+
+
+def _wait_for_load(child: subprocess.Popen[bytes], workers: set[int]) -> None:
+    """Until the run hosts are busy four seconds running (runs flowing), or the bench ends."""
+    busy = 0
+    while busy < 4 and child.poll() is None:
+        before = cpu.cpu_by_kind(child.pid, workers, [child.pid])
+        time.sleep(1.0)
+        after = cpu.cpu_by_kind(child.pid, workers, [child.pid])
+        busy = busy + 1 if after["run hosts"] - before["run hosts"] >= BUSY else 0
+
+
+def _perf_report(data: Path, top: int) -> list[str]:
+    out = subprocess.run(
+        ["perf", "report", "-i", str(data), "--no-children", "--sort", "symbol", "--stdio"],
+        capture_output=True,
+        text=True,
+    ).stdout
+    rows = [ln.strip() for ln in out.splitlines() if ln.strip() and not ln.startswith("#")]
+    return [r for r in rows if "%" in r.split(" ", 1)[0]][:top]
+
+
+def _print_kind(kind: str, share: float, files: list[Path], top: int) -> None:
+    total = 0
+    own: collections.Counter[str] = collections.Counter()
+    inclusive: collections.Counter[str] = collections.Counter()
+    for path in files:
+        n, o, i = fold(path.read_text().splitlines())
+        total += n
+        own.update(o)
+        inclusive.update(i)
+    print(f"\n{kind}: {share:.1f}% of a core, {len(files)} process(es), {total} GIL samples")
+    if not total:
+        return
+    ours = [(f, n) for f, n in inclusive.most_common() if any(p in f for p in OURS)]
+    print(f"  {'own samples':<72} inclusive, runcontrol's own frames")
+    left = [f"{100 * n / total:5.1f}% {f}" for f, n in own.most_common(top)]
+    right = [f"{100 * n / total:5.1f}% {f}" for f, n in ours[:top]]
+    left += [""] * (top - len(left))
+    right += [""] * (top - len(right))
+    for a, b in zip(left, right, strict=True):
+        print(f"  {a[:72]:<72} {b[:90]}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="bench.spy", description=__doc__.split("\n")[0])
+    parser.add_argument("--transport", default="sdk", help="one of bench.e2e's transports")
+    parser.add_argument("--runs", type=int, default=3000, help="enough to outlast the window")
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--rate", type=int, default=20, help="py-spy samples per second")
+    parser.add_argument("--top", type=int, default=10)
+    parser.add_argument("--keep", metavar="DIR", help="copy the raw stacks (<pid>.txt) there")
+    args = parser.parse_args()
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(spy).exists():
+        print("bench.spy needs py-spy (pip install py-spy; the dev extra has it)", file=sys.stderr)
+        return 2
+    bench = [sys.executable, "-m", "bench", "--only", "e2e", "--e2e-transport", args.transport]
+    bench += ["--e2e-runs", str(args.runs), "--pgbench-seconds", "2"]
+    child = subprocess.Popen(bench, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with tempfile.TemporaryDirectory(prefix="bench-spy-") as tmp:
+        try:
+            workers: set[int] = set()
+            while not workers and child.poll() is None:
+                time.sleep(0.5)
+                workers = _workers(cpu.cpu_by_process(child.pid, roots=[child.pid]))
+            if not workers:
+                print("the bench ended before its workers started", file=sys.stderr)
+                return 1
+            _wait_for_load(child, workers)
+            time.sleep(WARM_S)
+            roots = [child.pid, *_postmasters(child.pid)]
+            found = cpu.cpu_by_process(child.pid, workers, roots)
+            # py-spy reads each process's symbols when it attaches (seconds of CPU for Ray's
+            # native libraries): the window starts after that.
+            spies = {
+                pid: subprocess.Popen(
+                    [spy, "record", "--gil", "--nonblocking", "-r", str(args.rate)]
+                    + ["-d", str(int(args.seconds + ATTACH_S)), "-f", "raw"]
+                    + ["-o", f"{tmp}/{pid}.txt", "-p", str(pid)],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                for pid, (kind, _) in found.items()
+                if _spied(pid, kind)
+            }
+            postgres = [pid for pid, (kind, _) in found.items() if kind == "postgres"]
+            time.sleep(ATTACH_S)
+            perf = None
+            if shutil.which("perf") and postgres:
+                perf = subprocess.Popen(
+                    ["perf", "record", "-F", "199", "-o", f"{tmp}/perf.data"]
+                    + ["-p", ",".join(map(str, postgres)), "--", "sleep", str(args.seconds)],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            before = cpu.cpu_by_process(child.pid, workers, roots)
+            spying = _cpu_seconds(p.pid for p in spies.values())
+            started = time.monotonic()
+            time.sleep(args.seconds)
+            after = cpu.cpu_by_process(child.pid, workers, roots)
+            window = time.monotonic() - started
+            spying = _cpu_seconds(p.pid for p in spies.values()) - spying
+            for proc in [*spies.values(), *([perf] if perf else [])]:
+                proc.wait()
+        finally:
+            child.terminate()
+            child.wait()
+        share: dict[str, float] = collections.defaultdict(float)  # % of a core
+        files: dict[str, list[Path]] = collections.defaultdict(list)
+        for pid, (kind, seconds) in after.items():
+            share[kind] += 100 * (seconds - before.get(pid, (kind, 0.0))[1]) / window
+            if (Path(tmp) / f"{pid}.txt").exists():
+                files[kind].append(Path(tmp) / f"{pid}.txt")
+        print(
+            f"bench.spy: {args.transport} workers, {window:.0f} s window, py-spy --gil at "
+            f"{args.rate}/s; CPU by kind of process (% of one core):"
+        )
+        for kind, pct in sorted(share.items(), key=lambda kv: -kv[1]):
+            print(f"  {kind:<40}{pct:>7.1f}%")
+        print(f"  {'py-spy itself (not counted above)':<40}{100 * spying / window:>7.1f}%")
+        for kind, pct in sorted(share.items(), key=lambda kv: -kv[1]):
+            if files.get(kind):
+                _print_kind(kind, pct, files[kind], args.top)
+        if args.keep:
+            shutil.copytree(tmp, args.keep, dirs_exist_ok=True)
+            for pid, (kind, _) in after.items():
+                if (Path(tmp) / f"{pid}.txt").exists():
+                    (Path(args.keep) / f"{pid}.kind").write_text(kind)
+        if perf:
+            print(f"\npostgres: {share['postgres']:.1f}% of a core (perf, own samples by symbol)")
+            for row in _perf_report(Path(tmp) / "perf.data", args.top * 2):
+                print(f"  {row[:110]}")
+    return 0
+
+
+def _started(pid: int) -> int:
+    """When ``pid`` started, in clock ticks since boot (/proc/<pid>/stat, field 22)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[19])
+
+
+def _postmasters(root: int) -> list[int]:
+    """The PostgreSQL servers the bench started (its embedded server daemonises, so it is not
+    the child's descendant): postmasters (``bin/postgres -D``) started after the child."""
+    found, since = [], _started(root)
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"bin/postgres\0-D" in cmd and _started(int(pid)) >= since:
+                found.append(int(pid))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

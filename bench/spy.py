@@ -1,20 +1,22 @@
-"""Where each process's CPU goes while runs complete: py-spy on every process of the e2e bench.
+"""Where each process's CPU goes while runs complete: py-spy on the processes of the e2e bench.
 
-Usage: python -m bench.spy [--transport sdk] [--runs 3000] [--seconds 15] [--top 10]
+Usage: python -m bench.spy [--transport sdk] [--runs 3000] [--seconds 30] [--rate 20]
+                           [--top 10] [--skip KIND] [--keep DIR]
 
-Starts ``python -m bench --only e2e`` (one transport) in a child, waits until its worker
-processes are up and runs have flowed for a few seconds, then for ``--seconds``:
+Starts ``python -m bench --only e2e`` (one transport) in a child and waits for its measured
+runs (after the warm-up and the pause in which PostgreSQL's statistics settle). Then it starts
+``py-spy record --gil --nonblocking`` on each of runcontrol's Python processes (run hosts, API
+replica, scheduler, Serve's proxy) and on the workers: a sample only while a thread holds the
+GIL, so the Python CPU and not the waits, read without stopping the process. After py-spy has
+read each process's symbols (seconds of CPU for Ray's native libraries), for ``--seconds``:
 
-- reads every process's CPU time from /proc at both ends (``bench.cpu``'s kinds: run hosts,
-  API replica, scheduler, PostgreSQL, ...), the same figures as the bench's "CPU per completed
-  run, by process";
-- samples every Python process of the child with ``py-spy record --gil`` (a sample only while
-  the thread holds the GIL: the Python CPU, not the waits);
-- samples PostgreSQL's processes with ``perf record`` when ``perf`` is installed.
+- every process's CPU time from /proc at both ends (``bench.cpu``'s kinds), the bench's "CPU
+  per completed run, by process" as shares of a core, and py-spy's own CPU beside them;
+- PostgreSQL's processes with ``perf record`` when ``perf`` is installed.
 
-Prints, per kind of process, its share of a core in the window and its functions by own
-samples and by inclusive samples (frames of runcontrol's own code marked ``*``). Needs py-spy
-(the dev extra) and the right to attach to the processes (root, or ptrace_scope 0). Linux only.
+Prints, per kind of process, its share of a core in the window, its functions by own samples,
+and runcontrol's own functions by inclusive samples. py-spy comes with ``ray[serve]``; root, or
+``kernel.yama.ptrace_scope`` 0, to read other processes. Linux only.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from . import cpu
 
 HOLDER = "--holder="  # on the command line of every worker process bench.e2e starts
 BUSY = 0.25  # the run hosts' share of a core once runs flow (idle: ~0.02)
-WARM_S = 3.0  # after that: past the warm-up's 50 runs and its ANALYZE
+GAP_S = 4  # idle seconds that end the warm-up
+SKIPPED = {"postgres", "driver (load generator)", "ingress (HAProxy)", "ray and the rest"}
 ATTACH_S = 8.0  # py-spy's start (its symbol tables), before the window
 _LINE = re.compile(r":\d+\)$")
 _PATH = re.compile(r"\((?:.*/site-packages/|.*/(?=runcontrol/|actors/|bench/))?")
@@ -86,14 +89,12 @@ def _cpu_seconds(pids: Iterable[int]) -> float:
 
 
 def _spied(pid: int, kind: str) -> bool:
-    """Whether to sample ``pid``: the service's Python processes and the workers, and of Ray's
-    own only the Serve controller (the rest, dashboard and monitors, spend a few % of a core
-    whatever the load; each py-spy costs CPU of its own)."""
-    if kind in ("postgres", "driver (load generator)", "ingress (HAProxy)") or not _python(pid):
-        return False
-    if kind != "ray and the rest":
-        return True
-    return b"ServeController" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    """Whether to sample ``pid``: runcontrol's Python processes and the workers. Not Ray's own
+    (dashboard, monitors, Serve's controller: a few % of a core whatever the load); while
+    py-spy sampled Serve's controller, gRPC workers' exchanges nearly stopped (hosts from 45 %
+    of a core to 5 %, for as long as it sampled; HTTP submissions did not), so the window
+    would not be the bench's."""
+    return kind not in SKIPPED and _python(pid)
 
 
 def _workers(pids: Iterable[int]) -> set[int]:
@@ -108,13 +109,21 @@ def _workers(pids: Iterable[int]) -> set[int]:
 
 
 def _wait_for_load(child: subprocess.Popen[bytes], workers: set[int]) -> None:
-    """Until the run hosts are busy four seconds running (runs flowing), or the bench ends."""
-    busy = 0
-    while busy < 4 and child.poll() is None:
+    """Until the measured runs flow, or the bench ends: bench.e2e's warm-up keeps the run
+    hosts busy a few seconds, then it waits ~10 s for PostgreSQL's statistics to settle
+    (``counts.rows``), then the measured runs keep them busy: the second busy phase, two
+    seconds into it."""
+    phase = busy = idle = 0  # phases: before the warm-up, in it, the gap, the measured runs
+    while phase < 3 and child.poll() is None:
         before = cpu.cpu_by_kind(child.pid, workers, [child.pid])
         time.sleep(1.0)
         after = cpu.cpu_by_kind(child.pid, workers, [child.pid])
-        busy = busy + 1 if after["run hosts"] - before["run hosts"] >= BUSY else 0
+        if after["run hosts"] - before["run hosts"] >= BUSY:
+            busy, idle = busy + 1, 0
+        else:
+            busy, idle = 0, idle + 1
+        if (phase, busy, idle) in ((0, 1, 0), (1, 0, GAP_S), (2, 2, 0)):
+            phase += 1
 
 
 def _perf_report(data: Path, top: int) -> list[str]:
@@ -156,8 +165,10 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--rate", type=int, default=20, help="py-spy samples per second")
     parser.add_argument("--top", type=int, default=10)
+    parser.add_argument("--skip", action="append", default=[], help="a kind not to sample")
     parser.add_argument("--keep", metavar="DIR", help="copy the raw stacks (<pid>.txt) there")
     args = parser.parse_args()
+    SKIPPED.update(args.skip)
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(spy).exists():
         print("bench.spy needs py-spy (pip install py-spy; the dev extra has it)", file=sys.stderr)
@@ -175,7 +186,6 @@ def main() -> int:
                 print("the bench ended before its workers started", file=sys.stderr)
                 return 1
             _wait_for_load(child, workers)
-            time.sleep(WARM_S)
             roots = [child.pid, *_postmasters(child.pid)]
             found = cpu.cpu_by_process(child.pid, workers, roots)
             # py-spy reads each process's symbols when it attaches (seconds of CPU for Ray's

@@ -175,8 +175,9 @@ def main() -> int:
         return 2
     bench = [sys.executable, "-m", "bench", "--only", "e2e", "--e2e-transport", args.transport]
     bench += ["--e2e-runs", str(args.runs), "--pgbench-seconds", "2"]
-    child = subprocess.Popen(bench, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     with tempfile.TemporaryDirectory(prefix="bench-spy-") as tmp:
+        with open(f"{tmp}/bench.log", "wb") as log:  # the bench's output, kept with --keep
+            child = subprocess.Popen(bench, stdout=log, stderr=subprocess.STDOUT)
         try:
             workers: set[int] = set()
             while not workers and child.poll() is None:

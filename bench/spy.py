@@ -187,6 +187,10 @@ def main() -> int:
                 print("the bench ended before its workers started", file=sys.stderr)
                 return 1
             _wait_for_load(child, workers)
+            if child.poll() is not None:
+                print("the bench ended before its measured runs:", file=sys.stderr)
+                print(Path(f"{tmp}/bench.log").read_text()[-3000:], file=sys.stderr)
+                return 1
             roots = [child.pid, *_postmasters(child.pid)]
             found = cpu.cpu_by_process(child.pid, workers, roots)
             # py-spy reads each process's symbols when it attaches (seconds of CPU for Ray's

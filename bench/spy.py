@@ -4,7 +4,7 @@ Usage: python -m bench.spy [--transport sdk] [--runs 3000] [--seconds 30] [--rat
                            [--top 10] [--skip KIND] [--keep DIR]
 
 Starts ``python -m bench --only e2e`` (one transport) in a child and waits for its measured
-runs (after the warm-up and the pause in which PostgreSQL's statistics settle). Then it starts
+runs (more runs in its database than the warm-up submits). Then it starts
 ``py-spy record --gil --nonblocking`` on each of runcontrol's Python processes (run hosts, API
 replica, scheduler, Serve's proxy) and on the workers: a sample only while a thread holds the
 GIL, so the Python CPU and not the waits, read without stopping the process. After py-spy has
@@ -33,11 +33,14 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+import psycopg
+
+from runcontrol.embedded import DATABASE
+
 from . import cpu
 
 HOLDER = "--holder="  # on the command line of every worker process bench.e2e starts
-BUSY = 0.25  # the run hosts' share of a core once runs flow (idle: ~0.02)
-GAP_S = 4  # idle seconds that end the warm-up
+MEASURED_AFTER = 150  # runs in the database: bench.e2e's warm-up (50) and 100 measured
 SKIPPED = {"postgres", "driver (load generator)", "ingress (HAProxy)", "ray and the rest"}
 ATTACH_S = 8.0  # py-spy's start (its symbol tables), before the window
 _LINE = re.compile(r":\d+\)$")
@@ -108,22 +111,23 @@ def _workers(pids: Iterable[int]) -> set[int]:
     return found
 
 
-def _wait_for_load(child: subprocess.Popen[bytes], workers: set[int]) -> None:
-    """Until the measured runs flow, or the bench ends: bench.e2e's warm-up keeps the run
-    hosts busy a few seconds, then it waits ~10 s for PostgreSQL's statistics to settle
-    (``counts.rows``), then the measured runs keep them busy: the second busy phase, two
-    seconds into it."""
-    phase = busy = idle = 0  # phases: before the warm-up, in it, the gap, the measured runs
-    while phase < 3 and child.poll() is None:
-        before = cpu.cpu_by_kind(child.pid, workers, [child.pid])
+def _wait_for_runs(child: subprocess.Popen[bytes]) -> None:
+    """Until the measured runs flow, or the bench ends: more runs in the bench's database than
+    its warm-up submits (read as the server's superuser, over its socket)."""
+    while child.poll() is None:
         time.sleep(1.0)
-        after = cpu.cpu_by_kind(child.pid, workers, [child.pid])
-        if after["run hosts"] - before["run hosts"] >= BUSY:
-            busy, idle = busy + 1, 0
-        else:
-            busy, idle = 0, idle + 1
-        if (phase, busy, idle) in ((0, 1, 0), (1, 0, GAP_S), (2, 2, 0)):
-            phase += 1
+        for postmaster in _postmasters(child.pid):
+            args = Path(f"/proc/{postmaster}/cmdline").read_bytes().decode().split("\0")
+            if "-k" not in args:
+                continue
+            socket_dir = args[args.index("-k") + 1]
+            try:
+                with psycopg.connect(host=socket_dir, dbname=DATABASE, user="postgres") as conn:
+                    row = conn.execute("SELECT count(*) FROM runs").fetchone()
+            except psycopg.Error:
+                continue  # not up yet, or not the schema yet
+            if row and row[0] > MEASURED_AFTER:
+                return
 
 
 def _perf_report(data: Path, top: int) -> list[str]:
@@ -186,7 +190,7 @@ def main() -> int:
             if not workers:
                 print("the bench ended before its workers started", file=sys.stderr)
                 return 1
-            _wait_for_load(child, workers)
+            _wait_for_runs(child)
             if child.poll() is not None:
                 print("the bench ended before its measured runs:", file=sys.stderr)
                 print(Path(f"{tmp}/bench.log").read_text()[-3000:], file=sys.stderr)

@@ -246,3 +246,30 @@ def test_host_cpu_measures_the_rules_and_the_sessions_per_run() -> None:
     for name in ("rules_us_per_run", "sessions_runs_per_s", "sessions_cpu_ms_per_run"):
         assert _measured(float(figures[name])), name
     assert _sampled(float(figures["sessions_collector_ms_per_run"]))
+
+
+def test_spy_profiles_the_hosts_while_the_measured_runs_flow() -> None:
+    """``python -m bench.spy`` (issue 33), short: it finds the measured runs (past the
+    warm-up), the run hosts and PostgreSQL have a share of a core, and the hosts' GIL samples
+    show runcontrol's own turn."""
+    env = {k: v for k, v in os.environ.items() if k != "RUNCONTROL_DATABASE_URL"}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.spy", "--transport=session", "--runs=2000", "--seconds=5"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=True,
+    )
+    shares = dict(
+        line.strip().rsplit(maxsplit=1)
+        for line in done.stdout.split("\n\n")[0].splitlines()[1:]
+        if line.strip().endswith("%")
+    )
+    assert _measured(float(shares["run hosts"].rstrip("%"))), done.stdout
+    assert _measured(float(shares["postgres"].rstrip("%"))), done.stdout
+    hosts = next(s for s in done.stdout.split("\n\n") if s.startswith("run hosts:"))
+    samples = int(hosts.split(" GIL samples")[0].rsplit(maxsplit=1)[1])
+    assert samples > 0, hosts
+    assert "RunGrain.execute (runcontrol/grain/grain.py)" in hosts, hosts

@@ -92,11 +92,12 @@ def _cpu_seconds(pids: Iterable[int]) -> float:
 
 
 def _spied(pid: int, kind: str) -> bool:
-    """Whether to sample ``pid``: runcontrol's Python processes and the workers. Not Ray's own
-    (dashboard, monitors, Serve's controller: a few % of a core whatever the load); while
-    py-spy sampled Serve's controller, gRPC workers' exchanges nearly stopped (hosts from 45 %
-    of a core to 5 %, for as long as it sampled; HTTP submissions did not), so the window
-    would not be the bench's."""
+    """Whether to sample ``pid``: runcontrol's Python processes and the workers, not Ray's own
+    (dashboard, monitors, Serve's controller: a few % of a core whatever the load, and each
+    py-spy costs CPU). While two or more processes were sampled, gRPC workers' exchanges
+    sometimes slowed to a tenth for as long as py-spy ran (hosts from 45 % of a core to 5 %;
+    never with HTTP submissions, one process sampled, or no py-spy): read a gRPC window's
+    shares against the bench's own figures."""
     return kind not in SKIPPED and _python(pid)
 
 
@@ -117,10 +118,11 @@ def _wait_for_runs(child: subprocess.Popen[bytes]) -> None:
     while child.poll() is None:
         time.sleep(1.0)
         for postmaster in _postmasters(child.pid):
-            args = Path(f"/proc/{postmaster}/cmdline").read_bytes().decode().split("\0")
-            if "-k" not in args:
-                continue
-            socket_dir = args[args.index("-k") + 1]
+            try:
+                args = Path(f"/proc/{postmaster}/cmdline").read_bytes().decode().split("\0")
+                socket_dir = args[args.index("-k") + 1]
+            except (OSError, ValueError, IndexError):
+                continue  # it ended, or listens on no socket
             try:
                 with psycopg.connect(host=socket_dir, dbname=DATABASE, user="postgres") as conn:
                     row = conn.execute("SELECT count(*) FROM runs").fetchone()
@@ -269,7 +271,10 @@ def _started(pid: int) -> int:
 def _postmasters(root: int) -> list[int]:
     """The PostgreSQL servers the bench started (its embedded server daemonises, so it is not
     the child's descendant): postmasters (``bin/postgres -D``) started after the child."""
-    found, since = [], _started(root)
+    try:
+        found, since = [], _started(root)
+    except OSError:
+        return []  # the bench ended
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()

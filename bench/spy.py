@@ -80,17 +80,6 @@ def _python(pid: int) -> bool:
     return cmd.startswith("ray::") or "python" in cmd.split(" ", 1)[0]
 
 
-def _cpu_seconds(pids: Iterable[int]) -> float:
-    total = 0.0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / cpu.HZ
-    return total
-
-
 def _spied(pid: int, kind: str) -> bool:
     """Whether to sample ``pid``: runcontrol's Python processes and the workers, not Ray's own
     (dashboard, monitors, Serve's controller: a few % of a core whatever the load, and each
@@ -177,7 +166,7 @@ def main() -> int:
     SKIPPED.update(args.skip)
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(spy).exists():
-        print("bench.spy needs py-spy (pip install py-spy; the dev extra has it)", file=sys.stderr)
+        print("bench.spy needs py-spy (ray[serve] brings it)", file=sys.stderr)
         return 2
     bench = [sys.executable, "-m", "bench", "--only", "e2e", "--e2e-transport", args.transport]
     bench += ["--e2e-runs", str(args.runs), "--pgbench-seconds", "2"]
@@ -223,12 +212,13 @@ def main() -> int:
                     stderr=subprocess.DEVNULL,
                 )
             before = cpu.cpu_by_process(child.pid, workers, roots)
-            spying = _cpu_seconds(p.pid for p in spies.values())
+            spy_pids = [p.pid for p in spies.values()]
+            spying = sum(cpu.cpu_by_kind(-1, roots=spy_pids).values())
             started = time.monotonic()
             time.sleep(args.seconds)
             after = cpu.cpu_by_process(child.pid, workers, roots)
             window = time.monotonic() - started
-            spying = _cpu_seconds(p.pid for p in spies.values()) - spying
+            spying = sum(cpu.cpu_by_kind(-1, roots=spy_pids).values()) - spying
             for proc in [*spies.values(), *([perf] if perf else [])]:
                 proc.wait()
         finally:

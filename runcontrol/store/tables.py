@@ -45,29 +45,20 @@ runs = tenant_table(
     "runs",
     uid("run_id", primary_key=True),
     txt("project_id", "environment_id?", "idempotency_key", "workflow_id"),
-    txt("release_id", info=PIN),
-    txt("release_hash", "policy_id"),
-    txt("policy_revision", "model_profile_id", info=PIN),
-    txt("state", "input_hash"),
-    uid("snapshot_id", info=PIN),
-    uid("budget_reservation_id?"),
-    txt("requested_by"),
-    usd("max_cost_usd?"),
-    num("max_minutes?"),
-    tz("deadline_at?"),
+    txt("release_id", info=PIN) + txt("release_hash", "policy_id"),
+    txt("policy_revision", "model_profile_id", info=PIN) + txt("state", "input_hash"),
+    uid("snapshot_id", info=PIN) + uid("budget_reservation_id?") + txt("requested_by"),
+    usd("max_cost_usd?") + num("max_minutes?") + tz("deadline_at?"),  # its limits
     txt("failure_class?", "failure_reason?", "outcome_hash?", "correlation_id?"),
     jsonb("input?"),
     big("version", "event_seq", "journal_seq", "fencing_seq"),
     tz("next_due_at?", "created_at", "updated_at"),
     # operator controls (0012): set while suspended; the finished run this one reruns
-    tz("suspended_at?"),
-    uid("rerun_of?"),
+    tz("suspended_at?") + uid("rerun_of?"),
     # the run's result, its final step's (0015): hash and size; the content is in attempt_results
-    txt("result_hash?"),
-    big("result_bytes?"),
+    txt("result_hash?") + big("result_bytes?"),
     # flow control (0017): the run's priority and its workflow-wide concurrency keys
-    num("priority", server_default=text("3"), info=PIN),
-    jsonb("flow?", info=PIN),
+    num("priority", server_default=text("3"), info=PIN) + jsonb("flow?", info=PIN),
     # child runs (0024): the run and step that started it, and its depth
     uid("parent_run_id?", "parent_step_id?", info=PIN),
     num("depth?", info=PIN),  # NULL (an older host's insert): 0
@@ -83,27 +74,21 @@ runs = tenant_table(
 steps = tenant_table(
     "steps",
     uid("step_id", primary_key=True),
-    ref("run_id"),
-    num("ordinal"),
-    txt("name", "agent_id", "skill_id?", "state"),
-    num("max_attempts"),
-    txt("gate", "side_effect_class"),
-    tz("not_before?"),
+    ref("run_id") + num("ordinal"),
+    txt("name", "agent_id", "skill_id?", "state") + num("max_attempts"),
+    txt("gate", "side_effect_class") + tz("not_before?"),
     txt("failure_class?", "outcome_hash?"),
     # the names of the steps it waits for (0016); NULL before graphs: the step before it
     jsonb("depends_on?"),
     # a step no worker executes (0016): kind 'wait', its timer, and when it fires
-    txt("kind", server_default=text("'agent'")),
-    jsonb("wait?"),
-    tz("due_at?"),
+    txt("kind", server_default=text("'agent'")) + jsonb("wait?") + tz("due_at?"),
     jsonb("signal?"),  # a signal step's signal, once received (kept until it waits)
     # flow control (0017): the step's own concurrency keys, and why it is held
     jsonb("flow?"),
     # the rate-limit buckets its dispatch draws on, and why a Pending step is held (0018)
     jsonb("rate_limits?", "held?"),
     # issue 32 (0024): its condition, a step-no-worker-executes' result, a run step's child
-    txt("condition?", "result_json?"),
-    jsonb("child?"),
+    txt("condition?", "result_json?") + jsonb("child?"),
     UniqueConstraint("run_id", "ordinal", name="uq_steps_ordinal"),
     index_where("ix_steps_held", "tenant_id", where="held IS NOT NULL"),
 )
@@ -111,15 +96,10 @@ steps = tenant_table(
 attempts = tenant_table(
     "attempts",
     uid("attempt_id", primary_key=True),
-    ref("step_id", "run_id"),
-    txt("agent_id"),
-    num("number"),
-    txt("state"),
-    uid("lease_id?"),
-    big("fencing_token?"),
-    txt("holder?", "outcome?", "outcome_hash?", "failure_class?"),
-    tz("dispatched_at", "settled_at?"),
-    txt("settled_by?"),
+    ref("step_id", "run_id") + txt("agent_id") + num("number") + txt("state"),
+    uid("lease_id?") + big("fencing_token?") + txt("holder?"),  # the lease it is held by
+    txt("outcome?", "outcome_hash?", "failure_class?"),
+    tz("dispatched_at", "settled_at?") + txt("settled_by?"),
     # the last progress message stored (0009); its holder numbers them from 1
     big("progress_seq", server_default=text("0")),
     UniqueConstraint("step_id", "number", name="uq_attempts_number"),
@@ -137,22 +117,16 @@ attempt_results = tenant_table(
     "attempt_results",
     ref("attempt_id", primary_key=True),
     ref("step_id", "run_id"),
-    txt("outcome_hash"),
-    big("bytes"),
-    tz("created_at"),
-    txt("result_json?"),
-    jsonb("result_ref?"),
+    txt("outcome_hash") + big("bytes") + tz("created_at"),
+    txt("result_json?") + jsonb("result_ref?"),
     Index("ix_attempt_results_run", "run_id"),
 )
 
 leases = tenant_table(
     "leases",
     uid("lease_id", primary_key=True),
-    ref("attempt_id", "run_id"),
-    txt("holder"),
-    big("fencing_token"),
-    tz("granted_at", "expires_at", "released_at?"),
-    txt("release_cause?"),
+    ref("attempt_id", "run_id") + txt("holder") + big("fencing_token"),
+    tz("granted_at", "expires_at", "released_at?") + txt("release_cause?"),
     UniqueConstraint("run_id", "fencing_token", name="uq_leases_token"),
     # Invariant 5 at the database level: exactly one current lease per attempt.
     index_where("uq_leases_current_per_attempt", "attempt_id", unique=True, where=UNRELEASED),
@@ -164,12 +138,8 @@ approval_requests = tenant_table(
     uid("approval_id", primary_key=True),
     ref("run_id", "step_id", "attempt_id"),
     txt("action_class", "proposal_hash", "policy_revision", "approver_rule"),
-    num("required_approvals"),
-    txt("requested_by"),
-    tz("created_at", "expires_at"),
-    txt("state", "decided_by?"),
-    tz("decided_at?"),
-    txt("reason?"),
+    num("required_approvals") + txt("requested_by") + tz("created_at", "expires_at"),
+    txt("state", "decided_by?") + tz("decided_at?") + txt("reason?"),
     big("version"),
     Index("ix_approvals_run", "run_id"),
     Index("ix_approvals_list", "tenant_id", "state", "created_at"),
@@ -179,12 +149,9 @@ approval_requests = tenant_table(
 
 approval_decisions = tenant_table(
     "approval_decisions",
-    uid("approval_id", refs="approval_requests.approval_id"),
-    txt("decided_by"),
-    uid("run_id"),
-    txt("decision", "proposal_hash", "reason?"),
-    flag("break_glass"),
-    tz("decided_at"),
+    uid("approval_id", refs="approval_requests.approval_id") + txt("decided_by"),
+    uid("run_id") + txt("decision", "proposal_hash", "reason?"),
+    flag("break_glass") + tz("decided_at"),
     PrimaryKeyConstraint("approval_id", "decided_by"),
     Index("ix_decisions_run", "run_id"),
     tenant_after="decided_by",
@@ -196,28 +163,18 @@ approval_decisions = tenant_table(
 journaled_calls = tenant_table(
     "journaled_calls",
     ref("run_id", "step_id", primary_key=True),
-    txt("name", primary_key=True),
-    num("occurrence", primary_key=True),
-    ref("attempt_id"),
-    big("fencing_token"),
-    txt("value_hash"),
-    big("bytes"),
-    tz("recorded_at"),
-    txt("value_json?"),
-    jsonb("error?"),
+    txt("name", primary_key=True) + num("occurrence", primary_key=True),
+    ref("attempt_id") + big("fencing_token"),
+    txt("value_hash") + big("bytes") + tz("recorded_at"),
+    txt("value_json?") + jsonb("error?"),
 )
 tool_calls = tenant_table(
     "tool_calls",
     uid("tool_call_id", primary_key=True),
-    ref("run_id"),
-    txt("call_id"),
-    ref("attempt_id"),
-    txt("request_hash", "claimed_by"),
-    big("fencing_token"),
-    tz("claimed_at", "expires_at"),
-    txt("state", "result_hash?"),
-    tz("completed_at?"),
-    txt("error?"),
+    ref("run_id") + txt("call_id") + ref("attempt_id"),
+    txt("request_hash", "claimed_by") + big("fencing_token"),
+    tz("claimed_at", "expires_at") + txt("state"),
+    txt("result_hash?") + tz("completed_at?") + txt("error?"),
     # the result's canonical JSON, stored by a completion that sends it (0021)
     txt("result_json?"),
     # At most once, at the database level too: one claim per run and call id.
@@ -227,21 +184,16 @@ tool_calls = tenant_table(
 cancellation_intents = tenant_table(
     "cancellation_intents",
     uid("intent_id", primary_key=True),
-    ref("run_id"),
-    txt("requested_by", "reason"),
-    tz("requested_at"),
+    ref("run_id") + txt("requested_by", "reason") + tz("requested_at"),
     Index("ix_intents_run", "run_id"),
 )
 
 recovery_journal = tenant_table(
     "recovery_journal",
     serial("id"),
-    uid("run_id"),
-    big("sequence"),
-    txt("entity"),
-    uid("entity_id"),
-    txt("from_state?", "to_state", "cause", "actor"),
-    tz("occurred_at"),
+    uid("run_id") + big("sequence"),
+    txt("entity") + uid("entity_id"),
+    txt("from_state?", "to_state", "cause", "actor") + tz("occurred_at"),
     UniqueConstraint("run_id", "sequence", name="uq_journal_sequence"),
     Index("ix_journal_occurred", "occurred_at"),
     policies=(RETENTION_PURGE,),
@@ -251,15 +203,10 @@ outbox = tenant_table(
     "outbox",
     serial("id"),
     uid("event_id", unique=True),
-    txt("project_id"),
-    uid("run_id"),
-    big("seq"),
-    txt("topic", "event_type"),
+    txt("project_id") + uid("run_id") + big("seq") + txt("topic", "event_type"),
     uid("step_id?", "attempt_id?"),
-    txt("correlation_id?", "causation_id?", "producer"),
-    num("schema_version"),
-    jsonb("payload"),
-    tz("occurred_at", "published_at?"),
+    txt("correlation_id?", "causation_id?", "producer") + num("schema_version"),
+    jsonb("payload") + tz("occurred_at", "published_at?"),
     UniqueConstraint("run_id", "seq", name="uq_outbox_run_seq"),
     index_where("ix_outbox_unpublished", "id", where="published_at IS NULL"),
     tenant_after="event_id",
@@ -268,10 +215,8 @@ outbox = tenant_table(
 
 command_answers = tenant_table(
     "command_answers",
-    uid("run_id"),
-    txt("command_id", "command"),
-    jsonb("answer"),
-    tz("created_at"),
+    uid("run_id") + txt("command_id", "command"),
+    jsonb("answer") + tz("created_at"),
     txt("fingerprint?"),  # what the command asked (commands.fingerprint); 0007
     PrimaryKeyConstraint("tenant_id", "run_id", "command_id"),
     Index("ix_command_answers_created", "created_at"),
@@ -282,20 +227,15 @@ command_answers = tenant_table(
 audit_log = tenant_table(
     "audit_log",
     serial("id"),
-    uid("run_id?"),
-    txt("kind", "actor"),
-    jsonb("detail"),
-    tz("occurred_at"),
+    uid("run_id?") + txt("kind", "actor") + jsonb("detail") + tz("occurred_at"),
     Index("ix_audit_run", "run_id"),
 )
 
 releases = tenant_table(
     "releases",
     txt("release_id", primary_key=True),
-    txt("workflow_id", "content_hash"),
-    jsonb("definition"),
-    txt("published_by"),
-    tz("published_at"),
+    txt("workflow_id", "content_hash") + jsonb("definition"),
+    txt("published_by") + tz("published_at"),
     UniqueConstraint("tenant_id", "workflow_id", "content_hash", name="uq_releases_content"),
     length_check("releases", "workflow_id", MAX_WORKFLOW_ID),
 )
@@ -303,8 +243,7 @@ releases = tenant_table(
 release_aliases = tenant_table(
     "release_aliases",
     txt("workflow_id", "alias"),
-    txt("release_id", refs="releases.release_id"),
-    tz("moved_at"),
+    txt("release_id", refs="releases.release_id") + tz("moved_at"),
     PrimaryKeyConstraint("tenant_id", "workflow_id", "alias"),
     length_check("release_aliases", "workflow_id", MAX_WORKFLOW_ID),
     length_check("release_aliases", "alias", MAX_NAME),
@@ -312,19 +251,14 @@ release_aliases = tenant_table(
 
 policies = tenant_table(
     "policies",
-    txt("policy_id"),
-    num("revision"),
-    jsonb("document"),
-    tz("created_at"),
+    txt("policy_id") + num("revision") + jsonb("document") + tz("created_at"),
     PrimaryKeyConstraint("tenant_id", "policy_id", "revision"),
 )
 
 budget_reservations = tenant_table(
     "budget_reservations",
     uid("reservation_id", primary_key=True),
-    uid("run_id", unique=True),
-    usd("amount_usd"),
-    tz("created_at", "released_at?"),
+    uid("run_id", unique=True) + usd("amount_usd") + tz("created_at", "released_at?"),
     index_where("ix_budget_open", "tenant_id", where="released_at IS NULL"),
 )
 
@@ -335,11 +269,8 @@ flow_slots = tenant_table(
     "flow_slots",
     # holder: the run (a workflow-wide key: held for the run's life) or the attempt (a step's
     # key, the tenant's cap: held until the attempt settles)
-    txt("name", "key", "holder"),
-    uid("run_id", "attempt_id?"),
-    txt("kind"),
-    num("max_holders"),
-    tz("taken_at"),
+    txt("name", "key", "holder") + uid("run_id", "attempt_id?"),
+    txt("kind") + num("max_holders") + tz("taken_at"),
     PrimaryKeyConstraint("tenant_id", "name", "key", "holder", name="pk_flow_slots"),
     Index("ix_flow_slots_run", "run_id"),
     index_where("ix_flow_slots_attempt", "attempt_id", where="attempt_id IS NOT NULL"),
@@ -348,13 +279,10 @@ flow_slots = tenant_table(
 flow_waiters = tenant_table(
     "flow_waiters",
     txt("name", "key", "holder"),  # holder: the run (workflow-wide key) or the step
-    uid("run_id", "step_id?"),
-    txt("kind"),
-    num("max_holders", "priority"),
+    uid("run_id", "step_id?") + txt("kind") + num("max_holders", "priority"),
     big("seq"),  # arrival order (flow_waiters_seq)
     # given the next free slot: its run is due, and its dispatch is admitted on it
-    flag("promoted"),
-    tz("enqueued_at"),
+    flag("promoted") + tz("enqueued_at"),
     PrimaryKeyConstraint("tenant_id", "name", "key", "holder", name="pk_flow_waiters"),
     Index("ix_flow_waiters_order", "tenant_id", "name", "key", "promoted", "priority", "seq"),
     Index("ix_flow_waiters_run", "run_id"),
@@ -364,10 +292,7 @@ flow_waiters = tenant_table(
 # theoretical arrival time, ``per_second`` and ``burst`` the terms of its last reservation.
 rate_buckets = tenant_table(
     "rate_buckets",
-    txt("bucket"),
-    tz("tat"),
-    real("per_second", "burst"),
-    tz("updated_at"),
+    txt("bucket") + tz("tat") + real("per_second", "burst") + tz("updated_at"),
     PrimaryKeyConstraint("tenant_id", "bucket"),
 )
 
@@ -377,10 +302,8 @@ rate_buckets = tenant_table(
 # Written only by ``runcontrol_append_output``; kept as long as the event history.
 output_chunks = tenant_table(
     "output_chunks",
-    uid("run_id"),
-    big("position"),
-    uid("attempt_id", "step_id"),
-    big("seq", "fencing_token", "lease_seq"),
+    uid("run_id") + big("position"),
+    uid("attempt_id", "step_id") + big("seq", "fencing_token", "lease_seq"),
     big("attempt_bytes"),  # the attempt's total up to this one
     txt("text?"),
     txt("data_json?"),  # canonical JSON text (jsonb would rewrite its numbers)
@@ -395,8 +318,7 @@ output_chunks = tenant_table(
 output_heads = tenant_table(
     "output_heads",
     uid("run_id", primary_key=True),
-    big("position"),
-    tz("updated_at"),
+    big("position") + tz("updated_at"),
     Index("ix_output_heads_updated", "updated_at"),
 )
 
@@ -404,12 +326,8 @@ output_heads = tenant_table(
 # subscriptions and one delivery row per (subscription, event).
 event_feed = tenant_table(
     "event_feed",
-    serial("position"),
-    uid("event_id"),
-    txt("project_id"),
-    uid("run_id"),
-    big("seq"),
-    tz("published_at"),
+    serial("position") + uid("event_id"),
+    txt("project_id") + uid("run_id") + big("seq") + tz("published_at"),
     UniqueConstraint("event_id", name="uq_event_feed_event"),
     cascade("fk_event_feed_outbox", "event_id", "outbox.event_id"),
     Index("ix_event_feed_tenant", "tenant_id", "position"),
@@ -420,17 +338,11 @@ event_feed = tenant_table(
 webhook_subscriptions = tenant_table(
     "webhook_subscriptions",
     uid("subscription_id", primary_key=True),
-    txt("url", "secret", "description?"),
-    num("max_attempts"),
-    txt("created_by"),
-    tz("created_at"),
-    big("starts_after"),
-    tz("disabled_at?"),
+    txt("url", "secret", "description?") + num("max_attempts"),
+    txt("created_by") + tz("created_at") + big("starts_after") + tz("disabled_at?"),
     # A run's subscription (0028: an A2A task's push config): only that run's events of
     # ``event_types`` (NULL: every type), rendered by ``format`` (``event``: the signed envelope).
-    uid("run_id?"),
-    texts("event_types?"),
-    txt("format", server_default="event"),
+    uid("run_id?") + texts("event_types?") + txt("format", server_default="event"),
     Index("ix_webhook_subscriptions_tenant", "tenant_id", "created_at"),
     index_where("ix_webhook_subscriptions_run", "run_id", where="run_id IS NOT NULL"),
     # the relay's tenant-wide ones, not every push config of the tenant's tasks (0028)
@@ -439,15 +351,10 @@ webhook_subscriptions = tenant_table(
 
 webhook_deliveries = tenant_table(
     "webhook_deliveries",
-    uid("subscription_id"),
-    big("position"),
-    uid("run_id"),
-    big("seq"),
-    txt("state"),
-    num("attempts"),
-    tz("next_attempt_at"),
-    num("last_status?"),
-    txt("last_error?"),
+    uid("subscription_id") + big("position"),
+    uid("run_id") + big("seq") + txt("state"),
+    num("attempts") + tz("next_attempt_at"),  # so far, and when the next one is due
+    num("last_status?") + txt("last_error?"),
     tz("delivered_at?", "updated_at"),
     PrimaryKeyConstraint("subscription_id", "position"),
     cascade(
@@ -464,8 +371,7 @@ webhook_deliveries = tenant_table(
 # authentication are A2A's headers, never shown to another owner.
 a2a_push_configs = tenant_table(
     "a2a_push_configs",
-    uid("run_id"),
-    txt("owner", "config_id"),
+    uid("run_id") + txt("owner", "config_id"),
     uid("subscription_id"),
     txt("token?", "auth_scheme?", "auth_credentials?"),
     tz("created_at", "updated_at"),
@@ -488,21 +394,18 @@ schedules = tenant_table(
     txt("owner"),  # the subject whose runs it starts
     jsonb("owner_roles", "owner_scopes"),
     jsonb("spec"),  # domain.schedules.ScheduleSpec
-    flag("paused"),
-    txt("note?"),
+    flag("paused") + txt("note?"),
     tz("last_nominal_at?"),  # the last nominal fire time the sweep handled
     tz("next_fire_at?"),  # when the next one is due (nominal + jitter); None: ended
     tz("buffered_at?"),  # buffer-one: the nominal time waiting for the open run
-    big("started", "skipped", "missed"),
-    tz("created_at", "updated_at"),
+    big("started", "skipped", "missed") + tz("created_at", "updated_at"),
     index_where("ix_schedules_due", "next_fire_at", where="NOT paused"),
     Index("ix_schedules_tenant", "tenant_id", "created_at"),
 )
 
 schedule_fires = tenant_table(
     "schedule_fires",
-    uid("schedule_id"),
-    tz("nominal_at"),
+    uid("schedule_id") + tz("nominal_at"),
     txt("kind"),  # domain.schedules.FireKind
     txt("outcome"),  # domain.schedules.FireOutcome
     uid("run_id?"),  # once submitted

@@ -24,12 +24,14 @@ class Policy:
 _TENANT = "tenant_id = current_setting('runcontrol.tenant_id', true)"
 # Every tenant table's: the tenant's rows only, for every role but the system role (BYPASSRLS).
 TENANT_ISOLATION = Policy("tenant_isolation", f"USING ({_TENANT})\n    WITH CHECK ({_TENANT})")
-# For the app role's reads only (no write depends on it); unset, it restricts nothing.
-PROJECT_SCOPE = Policy(
-    "project_scope",
-    "AS RESTRICTIVE FOR SELECT TO runcontrol_app\n"
-    "    USING (coalesce(current_setting('runcontrol.project_id', true), '') IN ('', project_id))",
+_PROJECT = "coalesce(current_setting('runcontrol.project_id', true), '') IN ('', project_id)"
+# A caller bound to a project: its project's rows only, to read (no write depends on it; unset,
+# it restricts nothing)...
+PROJECT_READS = Policy(
+    "project_scope", f"AS RESTRICTIVE FOR SELECT TO runcontrol_app\n    USING ({_PROJECT})"
 )
+# ... or to read and change (schedules, 0023).
+PROJECT_ROWS = Policy("project_scope", f"AS RESTRICTIVE TO runcontrol_app\n    USING ({_PROJECT})")
 # The system role's retention purge of the journal (the one DELETE on an append-only table).
 RETENTION_PURGE = Policy(
     "retention_purge",

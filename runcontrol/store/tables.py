@@ -29,7 +29,7 @@ from .columns import (
     usd,
 )
 from .columns import metadata as metadata
-from .rls import POLICIES, PROJECT_SCOPE, RETENTION_PURGE
+from .rls import POLICIES, PROJECT_READS, PROJECT_ROWS, RETENTION_PURGE
 
 # The rows a partial index covers.
 PARENT = "parent_run_id IS NOT NULL"
@@ -68,7 +68,7 @@ runs = tenant_table(
     Index("ix_runs_workflow", "tenant_id", "workflow_id", "created_at"),
     index_where("ix_runs_parent", "tenant_id", "parent_run_id", "created_at", where=PARENT),
     index_where("ix_runs_due", "next_due_at", where="next_due_at IS NOT NULL"),
-    policies=(PROJECT_SCOPE,),
+    policies=(PROJECT_READS,),
 )
 
 steps = tenant_table(
@@ -210,7 +210,7 @@ outbox = tenant_table(
     UniqueConstraint("run_id", "seq", name="uq_outbox_run_seq"),
     index_where("ix_outbox_unpublished", "id", where="published_at IS NULL"),
     tenant_after="event_id",
-    policies=(PROJECT_SCOPE,),
+    policies=(PROJECT_READS,),
 )
 
 command_answers = tenant_table(
@@ -332,7 +332,7 @@ event_feed = tenant_table(
     cascade("fk_event_feed_outbox", "event_id", "outbox.event_id"),
     Index("ix_event_feed_tenant", "tenant_id", "position"),
     tenant_after="event_id",
-    policies=(PROJECT_SCOPE,),
+    policies=(PROJECT_READS,),
 )
 
 webhook_subscriptions = tenant_table(
@@ -401,6 +401,7 @@ schedules = tenant_table(
     big("started", "skipped", "missed") + tz("created_at", "updated_at"),
     index_where("ix_schedules_due", "next_fire_at", where="NOT paused"),
     Index("ix_schedules_tenant", "tenant_id", "created_at"),
+    policies=(PROJECT_ROWS,),
 )
 
 schedule_fires = tenant_table(

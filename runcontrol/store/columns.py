@@ -33,7 +33,7 @@ from sqlalchemy.schema import SchemaItem
 
 from .rls import POLICIES, TENANT_ISOLATION, Policy
 
-metadata = MetaData()
+metadata = MetaData()  # the schema: every table of tables.py
 
 TZ = DateTime(timezone=True)
 # Invariant 2: what a run is pinned to at acceptance never changes. The run's writer leaves these
@@ -113,9 +113,9 @@ def tenant_table(
     """A tenant's table (invariant 9): its ``tenant_id`` follows the columns marked primary key
     (first without any), or ``tenant_after``; its policies are the tenant's and ``policies``."""
     flat = [x for item in items for x in (item if isinstance(item, tuple) else (item,))]
-    columns = [x for x in flat if isinstance(x, Column)]
     if tenant_after is not None:
-        at = flat.index(next(c for c in columns if c.name == tenant_after)) + 1
+        named = (i for i, x in enumerate(flat) if isinstance(x, Column) and x.name == tenant_after)
+        at = next(named) + 1
     else:
         keys = (i for i, x in enumerate(flat) if not getattr(x, "primary_key", False))
         at = next(keys, len(flat))

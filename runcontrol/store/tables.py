@@ -1,494 +1,288 @@
 """SQLAlchemy Core tables. The Alembic migrations are the authority on the schema; a test
-checks that these definitions and the migrated database agree."""
+checks that these definitions and the migrated database agree. In the words of
+``columns.py``: a name ending in ``?`` is a nullable column, ``tenant_table`` gives a table its
+``tenant_id`` and marks its row-level-security policies."""
 
 from __future__ import annotations
 
-from sqlalchemy import (
-    BigInteger,
-    Boolean,
-    CheckConstraint,
-    Column,
-    DateTime,
-    ForeignKey,
-    ForeignKeyConstraint,
-    Index,
-    Integer,
-    MetaData,
-    Numeric,
-    PrimaryKeyConstraint,
-    Table,
-    Text,
-    UniqueConstraint,
-    text,
-)
-from sqlalchemy.dialects.postgresql import ARRAY, DOUBLE_PRECISION, JSONB, UUID
+from sqlalchemy import Index, PrimaryKeyConstraint, Table, UniqueConstraint, text
 
 from ..domain.limits import MAX_NAME, MAX_WORKFLOW_ID
+from .columns import PIN as PIN
+from .columns import TZ as TZ
+from .columns import (
+    big,
+    cascade,
+    flag,
+    index_where,
+    jsonb,
+    length_check,
+    num,
+    real,
+    ref,
+    serial,
+    tenant_table,
+    texts,
+    txt,
+    tz,
+    uid,
+    usd,
+)
+from .columns import metadata as metadata
+from .rls import POLICIES, PROJECT_READS, PROJECT_ROWS, RETENTION_PURGE
 
-metadata = MetaData()
+# The rows a partial index covers.
+PARENT = "parent_run_id IS NOT NULL"
+OPEN_ATTEMPT = "state IN ('Dispatched', 'Leased', 'Parked')"
+DISPATCHED = "state = 'Dispatched'"
+PENDING = "state = 'Pending'"
+UNRELEASED = "released_at IS NULL"
+TENANT_WIDE = "run_id IS NULL AND disabled_at IS NULL"
+UNSUBMITTED = "outcome = 'started' AND submitted_at IS NULL"
 
 
-def length_check(table: str, column: str, limit: int) -> CheckConstraint:
-    """The database's side of a limit publication checks (``domain/limits.py``, migration
-    0025): ``column`` holds 1 to ``limit`` characters."""
-    return CheckConstraint(
-        f"char_length({column}) BETWEEN 1 AND {limit}", name=f"ck_{table}_{column}"
-    )
-
-
-TZ = DateTime(timezone=True)
-# Invariant 2: what a run is pinned to at acceptance never changes. The run's writer leaves these
-# columns out of its UPDATE and a trigger refuses a change (both rendered by ``writers.py``).
-PIN = {"pinned": True}
-
-runs = Table(
+runs = tenant_table(
     "runs",
-    metadata,
-    Column("run_id", UUID(as_uuid=True), primary_key=True),
-    Column("tenant_id", Text, nullable=False),
-    Column("project_id", Text, nullable=False),
-    Column("environment_id", Text),
-    Column("idempotency_key", Text, nullable=False),
-    Column("workflow_id", Text, nullable=False),
-    Column("release_id", Text, nullable=False, info=PIN),
-    Column("release_hash", Text, nullable=False),
-    Column("policy_id", Text, nullable=False),
-    Column("policy_revision", Text, nullable=False, info=PIN),
-    Column("model_profile_id", Text, nullable=False, info=PIN),
-    Column("state", Text, nullable=False),
-    Column("input_hash", Text, nullable=False),
-    Column("snapshot_id", UUID(as_uuid=True), nullable=False, info=PIN),
-    Column("budget_reservation_id", UUID(as_uuid=True)),
-    Column("requested_by", Text, nullable=False),
-    Column("max_cost_usd", Numeric),
-    Column("max_minutes", Integer),
-    Column("deadline_at", TZ),
-    Column("failure_class", Text),
-    Column("failure_reason", Text),
-    Column("outcome_hash", Text),
-    Column("correlation_id", Text),
-    Column("input", JSONB),
-    Column("version", BigInteger, nullable=False),
-    Column("event_seq", BigInteger, nullable=False),
-    Column("journal_seq", BigInteger, nullable=False),
-    Column("fencing_seq", BigInteger, nullable=False),
-    Column("next_due_at", TZ),
-    Column("created_at", TZ, nullable=False),
-    Column("updated_at", TZ, nullable=False),
+    uid("run_id", primary_key=True),
+    txt("project_id", "environment_id?", "idempotency_key", "workflow_id"),
+    txt("release_id", info=PIN) + txt("release_hash", "policy_id"),
+    txt("policy_revision", "model_profile_id", info=PIN) + txt("state", "input_hash"),
+    uid("snapshot_id", info=PIN) + uid("budget_reservation_id?") + txt("requested_by"),
+    usd("max_cost_usd?") + num("max_minutes?") + tz("deadline_at?"),  # its limits
+    txt("failure_class?", "failure_reason?", "outcome_hash?", "correlation_id?"),
+    jsonb("input?"),
+    big("version", "event_seq", "journal_seq", "fencing_seq"),
+    tz("next_due_at?", "created_at", "updated_at"),
     # operator controls (0012): set while suspended; the finished run this one reruns
-    Column("suspended_at", TZ),
-    Column("rerun_of", UUID(as_uuid=True)),
+    tz("suspended_at?") + uid("rerun_of?"),
     # the run's result, its final step's (0015): hash and size; the content is in attempt_results
-    Column("result_hash", Text),
-    Column("result_bytes", BigInteger),
+    txt("result_hash?") + big("result_bytes?"),
     # flow control (0017): the run's priority and its workflow-wide concurrency keys
-    Column("priority", Integer, nullable=False, server_default=text("3"), info=PIN),
-    Column("flow", JSONB, info=PIN),
+    num("priority", server_default=text("3"), info=PIN) + jsonb("flow?", info=PIN),
     # child runs (0024): the run and step that started it, and its depth
-    Column("parent_run_id", UUID(as_uuid=True), info=PIN),
-    Column("parent_step_id", UUID(as_uuid=True), info=PIN),
-    Column("depth", Integer, info=PIN),  # NULL (an older host's insert): 0
+    uid("parent_run_id?", "parent_step_id?", info=PIN),
+    num("depth?", info=PIN),  # NULL (an older host's insert): 0
     UniqueConstraint("tenant_id", "project_id", "idempotency_key", name="uq_runs_idempotency"),
     Index("ix_runs_list", "tenant_id", "created_at", "run_id"),
     Index("ix_runs_state", "tenant_id", "state", "created_at"),
     Index("ix_runs_workflow", "tenant_id", "workflow_id", "created_at"),
-    Index(
-        "ix_runs_parent",
-        "tenant_id",
-        "parent_run_id",
-        "created_at",
-        postgresql_where=text("parent_run_id IS NOT NULL"),
-    ),
-    Index(
-        "ix_runs_due",
-        "next_due_at",
-        postgresql_where=text("next_due_at IS NOT NULL"),
-    ),
+    index_where("ix_runs_parent", "tenant_id", "parent_run_id", "created_at", where=PARENT),
+    index_where("ix_runs_due", "next_due_at", where="next_due_at IS NOT NULL"),
+    policies=(PROJECT_READS,),
 )
 
-steps = Table(
+steps = tenant_table(
     "steps",
-    metadata,
-    Column("step_id", UUID(as_uuid=True), primary_key=True),
-    Column("tenant_id", Text, nullable=False),
-    Column("run_id", UUID(as_uuid=True), ForeignKey("runs.run_id"), nullable=False),
-    Column("ordinal", Integer, nullable=False),
-    Column("name", Text, nullable=False),
-    Column("agent_id", Text, nullable=False),
-    Column("skill_id", Text),
-    Column("state", Text, nullable=False),
-    Column("max_attempts", Integer, nullable=False),
-    Column("gate", Text, nullable=False),
-    Column("side_effect_class", Text, nullable=False),
-    Column("not_before", TZ),
-    Column("failure_class", Text),
-    Column("outcome_hash", Text),
+    uid("step_id", primary_key=True),
+    ref("run_id") + num("ordinal"),
+    txt("name", "agent_id", "skill_id?", "state") + num("max_attempts"),
+    txt("gate", "side_effect_class") + tz("not_before?"),
+    txt("failure_class?", "outcome_hash?"),
     # the names of the steps it waits for (0016); NULL before graphs: the step before it
-    Column("depends_on", JSONB),
+    jsonb("depends_on?"),
     # a step no worker executes (0016): kind 'wait', its timer, and when it fires
-    Column("kind", Text, nullable=False, server_default=text("'agent'")),
-    Column("wait", JSONB),
-    Column("due_at", TZ),
-    Column("signal", JSONB),  # a signal step's signal, once received (kept until it waits)
+    txt("kind", server_default=text("'agent'")) + jsonb("wait?") + tz("due_at?"),
+    jsonb("signal?"),  # a signal step's signal, once received (kept until it waits)
     # flow control (0017): the step's own concurrency keys, and why it is held
-    Column("flow", JSONB),
+    jsonb("flow?"),
     # the rate-limit buckets its dispatch draws on, and why a Pending step is held (0018)
-    Column("rate_limits", JSONB),
-    Column("held", JSONB),
+    jsonb("rate_limits?", "held?"),
     # issue 32 (0024): its condition, a step-no-worker-executes' result, a run step's child
-    Column("condition", Text),
-    Column("result_json", Text),
-    Column("child", JSONB),
+    txt("condition?", "result_json?") + jsonb("child?"),
     UniqueConstraint("run_id", "ordinal", name="uq_steps_ordinal"),
-    Index("ix_steps_held", "tenant_id", postgresql_where=text("held IS NOT NULL")),
+    index_where("ix_steps_held", "tenant_id", where="held IS NOT NULL"),
 )
 
-attempts = Table(
+attempts = tenant_table(
     "attempts",
-    metadata,
-    Column("attempt_id", UUID(as_uuid=True), primary_key=True),
-    Column("tenant_id", Text, nullable=False),
-    Column("step_id", UUID(as_uuid=True), ForeignKey("steps.step_id"), nullable=False),
-    Column("run_id", UUID(as_uuid=True), ForeignKey("runs.run_id"), nullable=False),
-    Column("agent_id", Text, nullable=False),
-    Column("number", Integer, nullable=False),
-    Column("state", Text, nullable=False),
-    Column("lease_id", UUID(as_uuid=True)),
-    Column("fencing_token", BigInteger),
-    Column("holder", Text),
-    Column("outcome", Text),
-    Column("outcome_hash", Text),
-    Column("failure_class", Text),
-    Column("dispatched_at", TZ, nullable=False),
-    Column("settled_at", TZ),
-    Column("settled_by", Text),
+    uid("attempt_id", primary_key=True),
+    ref("step_id", "run_id") + txt("agent_id") + num("number") + txt("state"),
+    uid("lease_id?") + big("fencing_token?") + txt("holder?"),  # the lease it is held by
+    txt("outcome?", "outcome_hash?", "failure_class?"),
+    tz("dispatched_at", "settled_at?") + txt("settled_by?"),
     # the last progress message stored (0009); its holder numbers them from 1
-    Column("progress_seq", BigInteger, nullable=False, server_default=text("0")),
+    big("progress_seq", server_default=text("0")),
     UniqueConstraint("step_id", "number", name="uq_attempts_number"),
     Index("ix_attempts_run", "run_id"),
     # Invariant 4 at the database level: one non-terminal attempt per step.
-    Index(
-        "uq_attempts_open_per_step",
-        "step_id",
-        unique=True,
-        postgresql_where=text("state IN ('Dispatched', 'Leased', 'Parked')"),
-    ),
-    Index(
-        "ix_attempts_claimable",
-        "agent_id",
-        "dispatched_at",
-        postgresql_where=text("state = 'Dispatched'"),
-    ),
+    index_where("uq_attempts_open_per_step", "step_id", unique=True, where=OPEN_ATTEMPT),
+    index_where("ix_attempts_claimable", "agent_id", "dispatched_at", where=DISPATCHED),
 )
 
 # What an attempt's outcome produced (0015): inserted once with the outcome, never rewritten.
 # ``result_json`` is the JSON's canonical text (text, not jsonb: jsonb would rewrite numbers such
 # as 1e+20, and the bytes a dependent step receives are the bytes hashed), or ``result_ref`` a
 # {uri, sha256, bytes} reference; ``outcome_hash`` is the canonical hash of the one stored.
-attempt_results = Table(
+attempt_results = tenant_table(
     "attempt_results",
-    metadata,
-    Column("attempt_id", UUID(as_uuid=True), ForeignKey("attempts.attempt_id"), primary_key=True),
-    Column("tenant_id", Text, nullable=False),
-    Column("step_id", UUID(as_uuid=True), ForeignKey("steps.step_id"), nullable=False),
-    Column("run_id", UUID(as_uuid=True), ForeignKey("runs.run_id"), nullable=False),
-    Column("outcome_hash", Text, nullable=False),
-    Column("bytes", BigInteger, nullable=False),
-    Column("created_at", TZ, nullable=False),
-    Column("result_json", Text),
-    Column("result_ref", JSONB),
+    ref("attempt_id", primary_key=True),
+    ref("step_id", "run_id"),
+    txt("outcome_hash") + big("bytes") + tz("created_at"),
+    txt("result_json?") + jsonb("result_ref?"),
     Index("ix_attempt_results_run", "run_id"),
 )
 
-leases = Table(
+leases = tenant_table(
     "leases",
-    metadata,
-    Column("lease_id", UUID(as_uuid=True), primary_key=True),
-    Column("tenant_id", Text, nullable=False),
-    Column("attempt_id", UUID(as_uuid=True), ForeignKey("attempts.attempt_id"), nullable=False),
-    Column("run_id", UUID(as_uuid=True), ForeignKey("runs.run_id"), nullable=False),
-    Column("holder", Text, nullable=False),
-    Column("fencing_token", BigInteger, nullable=False),
-    Column("granted_at", TZ, nullable=False),
-    Column("expires_at", TZ, nullable=False),
-    Column("released_at", TZ),
-    Column("release_cause", Text),
+    uid("lease_id", primary_key=True),
+    ref("attempt_id", "run_id") + txt("holder") + big("fencing_token"),
+    tz("granted_at", "expires_at", "released_at?") + txt("release_cause?"),
     UniqueConstraint("run_id", "fencing_token", name="uq_leases_token"),
     # Invariant 5 at the database level: exactly one current lease per attempt.
-    Index(
-        "uq_leases_current_per_attempt",
-        "attempt_id",
-        unique=True,
-        postgresql_where=text("released_at IS NULL"),
-    ),
-    Index("ix_leases_expiry", "expires_at", postgresql_where=text("released_at IS NULL")),
+    index_where("uq_leases_current_per_attempt", "attempt_id", unique=True, where=UNRELEASED),
+    index_where("ix_leases_expiry", "expires_at", where=UNRELEASED),
 )
 
-approval_requests = Table(
+approval_requests = tenant_table(
     "approval_requests",
-    metadata,
-    Column("approval_id", UUID(as_uuid=True), primary_key=True),
-    Column("tenant_id", Text, nullable=False),
-    Column("run_id", UUID(as_uuid=True), ForeignKey("runs.run_id"), nullable=False),
-    Column("step_id", UUID(as_uuid=True), ForeignKey("steps.step_id"), nullable=False),
-    Column("attempt_id", UUID(as_uuid=True), ForeignKey("attempts.attempt_id"), nullable=False),
-    Column("action_class", Text, nullable=False),
-    Column("proposal_hash", Text, nullable=False),
-    Column("policy_revision", Text, nullable=False),
-    Column("approver_rule", Text, nullable=False),
-    Column("required_approvals", Integer, nullable=False),
-    Column("requested_by", Text, nullable=False),
-    Column("created_at", TZ, nullable=False),
-    Column("expires_at", TZ, nullable=False),
-    Column("state", Text, nullable=False),
-    Column("decided_by", Text),
-    Column("decided_at", TZ),
-    Column("reason", Text),
-    Column("version", BigInteger, nullable=False),
+    uid("approval_id", primary_key=True),
+    ref("run_id", "step_id", "attempt_id"),
+    txt("action_class", "proposal_hash", "policy_revision", "approver_rule"),
+    num("required_approvals") + txt("requested_by") + tz("created_at", "expires_at"),
+    txt("state", "decided_by?") + tz("decided_at?") + txt("reason?"),
+    big("version"),
     Index("ix_approvals_run", "run_id"),
     Index("ix_approvals_list", "tenant_id", "state", "created_at"),
-    Index(
-        "uq_approvals_pending_per_step",
-        "step_id",
-        unique=True,
-        postgresql_where=text("state = 'Pending'"),
-    ),
-    Index("ix_approvals_expiry", "expires_at", postgresql_where=text("state = 'Pending'")),
+    index_where("uq_approvals_pending_per_step", "step_id", unique=True, where=PENDING),
+    index_where("ix_approvals_expiry", "expires_at", where=PENDING),
 )
 
-approval_decisions = Table(
+approval_decisions = tenant_table(
     "approval_decisions",
-    metadata,
-    Column("approval_id", UUID(as_uuid=True), ForeignKey("approval_requests.approval_id")),
-    Column("decided_by", Text),
-    Column("tenant_id", Text, nullable=False),
-    Column("run_id", UUID(as_uuid=True), nullable=False),
-    Column("decision", Text, nullable=False),
-    Column("proposal_hash", Text, nullable=False),
-    Column("reason", Text),
-    Column("break_glass", Boolean, nullable=False),
-    Column("decided_at", TZ, nullable=False),
+    uid("approval_id", refs="approval_requests.approval_id") + txt("decided_by"),
+    uid("run_id") + txt("decision", "proposal_hash", "reason?"),
+    flag("break_glass") + tz("decided_at"),
     PrimaryKeyConstraint("approval_id", "decided_by"),
     Index("ix_decisions_run", "run_id"),
+    tenant_after="decided_by",
 )
 
 # Tool calls claimed before their side effect, at most once per run and call id (0009).
 # Journaled calls (``step.run``, 0021): the first value recorded per (run, step, name,
 # occurrence), insert-only; the primary key keeps one value per key at the database level too.
-journaled_calls = Table(
+journaled_calls = tenant_table(
     "journaled_calls",
-    metadata,
-    Column("run_id", UUID(as_uuid=True), ForeignKey("runs.run_id"), primary_key=True),
-    Column("step_id", UUID(as_uuid=True), ForeignKey("steps.step_id"), primary_key=True),
-    Column("name", Text, primary_key=True),
-    Column("occurrence", Integer, primary_key=True),
-    Column("tenant_id", Text, nullable=False),
-    Column("attempt_id", UUID(as_uuid=True), ForeignKey("attempts.attempt_id"), nullable=False),
-    Column("fencing_token", BigInteger, nullable=False),
-    Column("value_hash", Text, nullable=False),
-    Column("bytes", BigInteger, nullable=False),
-    Column("recorded_at", TZ, nullable=False),
-    Column("value_json", Text),
-    Column("error", JSONB),
+    ref("run_id", "step_id", primary_key=True),
+    txt("name", primary_key=True) + num("occurrence", primary_key=True),
+    ref("attempt_id") + big("fencing_token"),
+    txt("value_hash") + big("bytes") + tz("recorded_at"),
+    txt("value_json?") + jsonb("error?"),
 )
-tool_calls = Table(
+tool_calls = tenant_table(
     "tool_calls",
-    metadata,
-    Column("tool_call_id", UUID(as_uuid=True), primary_key=True),
-    Column("tenant_id", Text, nullable=False),
-    Column("run_id", UUID(as_uuid=True), ForeignKey("runs.run_id"), nullable=False),
-    Column("call_id", Text, nullable=False),
-    Column("attempt_id", UUID(as_uuid=True), ForeignKey("attempts.attempt_id"), nullable=False),
-    Column("request_hash", Text, nullable=False),
-    Column("claimed_by", Text, nullable=False),
-    Column("fencing_token", BigInteger, nullable=False),
-    Column("claimed_at", TZ, nullable=False),
-    Column("expires_at", TZ, nullable=False),
-    Column("state", Text, nullable=False),
-    Column("result_hash", Text),
-    Column("completed_at", TZ),
-    Column("error", Text),
+    uid("tool_call_id", primary_key=True),
+    ref("run_id") + txt("call_id") + ref("attempt_id"),
+    txt("request_hash", "claimed_by") + big("fencing_token"),
+    tz("claimed_at", "expires_at") + txt("state"),
+    txt("result_hash?") + tz("completed_at?") + txt("error?"),
     # the result's canonical JSON, stored by a completion that sends it (0021)
-    Column("result_json", Text),
+    txt("result_json?"),
     # At most once, at the database level too: one claim per run and call id.
     UniqueConstraint("run_id", "call_id", name="uq_tool_calls_call"),
 )
 
-cancellation_intents = Table(
+cancellation_intents = tenant_table(
     "cancellation_intents",
-    metadata,
-    Column("intent_id", UUID(as_uuid=True), primary_key=True),
-    Column("tenant_id", Text, nullable=False),
-    Column("run_id", UUID(as_uuid=True), ForeignKey("runs.run_id"), nullable=False),
-    Column("requested_by", Text, nullable=False),
-    Column("reason", Text, nullable=False),
-    Column("requested_at", TZ, nullable=False),
+    uid("intent_id", primary_key=True),
+    ref("run_id") + txt("requested_by", "reason") + tz("requested_at"),
     Index("ix_intents_run", "run_id"),
 )
 
-recovery_journal = Table(
+recovery_journal = tenant_table(
     "recovery_journal",
-    metadata,
-    Column("id", BigInteger, primary_key=True, autoincrement=True),
-    Column("tenant_id", Text, nullable=False),
-    Column("run_id", UUID(as_uuid=True), nullable=False),
-    Column("sequence", BigInteger, nullable=False),
-    Column("entity", Text, nullable=False),
-    Column("entity_id", UUID(as_uuid=True), nullable=False),
-    Column("from_state", Text),
-    Column("to_state", Text, nullable=False),
-    Column("cause", Text, nullable=False),
-    Column("actor", Text, nullable=False),
-    Column("occurred_at", TZ, nullable=False),
+    serial("id"),
+    uid("run_id") + big("sequence"),
+    txt("entity") + uid("entity_id"),
+    txt("from_state?", "to_state", "cause", "actor") + tz("occurred_at"),
     UniqueConstraint("run_id", "sequence", name="uq_journal_sequence"),
     Index("ix_journal_occurred", "occurred_at"),
+    policies=(RETENTION_PURGE,),
 )
 
-outbox = Table(
+outbox = tenant_table(
     "outbox",
-    metadata,
-    Column("id", BigInteger, primary_key=True, autoincrement=True),
-    Column("event_id", UUID(as_uuid=True), nullable=False, unique=True),
-    Column("tenant_id", Text, nullable=False),
-    Column("project_id", Text, nullable=False),
-    Column("run_id", UUID(as_uuid=True), nullable=False),
-    Column("seq", BigInteger, nullable=False),
-    Column("topic", Text, nullable=False),
-    Column("event_type", Text, nullable=False),
-    Column("step_id", UUID(as_uuid=True)),
-    Column("attempt_id", UUID(as_uuid=True)),
-    Column("correlation_id", Text),
-    Column("causation_id", Text),
-    Column("producer", Text, nullable=False),
-    Column("schema_version", Integer, nullable=False),
-    Column("payload", JSONB, nullable=False),
-    Column("occurred_at", TZ, nullable=False),
-    Column("published_at", TZ),
+    serial("id"),
+    uid("event_id", unique=True),
+    txt("project_id") + uid("run_id") + big("seq") + txt("topic", "event_type"),
+    uid("step_id?", "attempt_id?"),
+    txt("correlation_id?", "causation_id?", "producer") + num("schema_version"),
+    jsonb("payload") + tz("occurred_at", "published_at?"),
     UniqueConstraint("run_id", "seq", name="uq_outbox_run_seq"),
-    Index("ix_outbox_unpublished", "id", postgresql_where=text("published_at IS NULL")),
+    index_where("ix_outbox_unpublished", "id", where="published_at IS NULL"),
+    tenant_after="event_id",
+    policies=(PROJECT_READS,),
 )
 
-command_answers = Table(
+command_answers = tenant_table(
     "command_answers",
-    metadata,
-    Column("tenant_id", Text, nullable=False),
-    Column("run_id", UUID(as_uuid=True), nullable=False),
-    Column("command_id", Text, nullable=False),
-    Column("command", Text, nullable=False),
-    Column("answer", JSONB, nullable=False),
-    Column("created_at", TZ, nullable=False),
-    Column("fingerprint", Text),  # what the command asked (commands.fingerprint); 0007
+    uid("run_id") + txt("command_id", "command"),
+    jsonb("answer") + tz("created_at"),
+    txt("fingerprint?"),  # what the command asked (commands.fingerprint); 0007
     PrimaryKeyConstraint("tenant_id", "run_id", "command_id"),
     Index("ix_command_answers_created", "created_at"),
     # a resent claim finds the lease it granted by its claim id alone (migration 0013)
-    Index(
-        "ix_command_answers_claims",
-        "command_id",
-        postgresql_where=text("command = 'AcquireLease'"),
-    ),
+    index_where("ix_command_answers_claims", "command_id", where="command = 'AcquireLease'"),
 )
 
-audit_log = Table(
+audit_log = tenant_table(
     "audit_log",
-    metadata,
-    Column("id", BigInteger, primary_key=True, autoincrement=True),
-    Column("tenant_id", Text, nullable=False),
-    Column("run_id", UUID(as_uuid=True)),
-    Column("kind", Text, nullable=False),
-    Column("actor", Text, nullable=False),
-    Column("detail", JSONB, nullable=False),
-    Column("occurred_at", TZ, nullable=False),
+    serial("id"),
+    uid("run_id?") + txt("kind", "actor") + jsonb("detail") + tz("occurred_at"),
     Index("ix_audit_run", "run_id"),
 )
 
-releases = Table(
+releases = tenant_table(
     "releases",
-    metadata,
-    Column("release_id", Text, primary_key=True),
-    Column("tenant_id", Text, nullable=False),
-    Column("workflow_id", Text, nullable=False),
-    Column("content_hash", Text, nullable=False),
-    Column("definition", JSONB, nullable=False),
-    Column("published_by", Text, nullable=False),
-    Column("published_at", TZ, nullable=False),
+    txt("release_id", primary_key=True),
+    txt("workflow_id", "content_hash") + jsonb("definition"),
+    txt("published_by") + tz("published_at"),
     UniqueConstraint("tenant_id", "workflow_id", "content_hash", name="uq_releases_content"),
     length_check("releases", "workflow_id", MAX_WORKFLOW_ID),
 )
 
-release_aliases = Table(
+release_aliases = tenant_table(
     "release_aliases",
-    metadata,
-    Column("tenant_id", Text),
-    Column("workflow_id", Text),
-    Column("alias", Text),
-    Column("release_id", Text, ForeignKey("releases.release_id"), nullable=False),
-    Column("moved_at", TZ, nullable=False),
+    txt("workflow_id", "alias"),
+    txt("release_id", refs="releases.release_id") + tz("moved_at"),
     PrimaryKeyConstraint("tenant_id", "workflow_id", "alias"),
     length_check("release_aliases", "workflow_id", MAX_WORKFLOW_ID),
     length_check("release_aliases", "alias", MAX_NAME),
 )
 
-policies = Table(
+policies = tenant_table(
     "policies",
-    metadata,
-    Column("tenant_id", Text),
-    Column("policy_id", Text),
-    Column("revision", Integer),
-    Column("document", JSONB, nullable=False),
-    Column("created_at", TZ, nullable=False),
+    txt("policy_id") + num("revision") + jsonb("document") + tz("created_at"),
     PrimaryKeyConstraint("tenant_id", "policy_id", "revision"),
 )
 
-budget_reservations = Table(
+budget_reservations = tenant_table(
     "budget_reservations",
-    metadata,
-    Column("reservation_id", UUID(as_uuid=True), primary_key=True),
-    Column("tenant_id", Text, nullable=False),
-    Column("run_id", UUID(as_uuid=True), nullable=False, unique=True),
-    Column("amount_usd", Numeric, nullable=False),
-    Column("created_at", TZ, nullable=False),
-    Column("released_at", TZ),
-    Index("ix_budget_open", "tenant_id", postgresql_where=text("released_at IS NULL")),
+    uid("reservation_id", primary_key=True),
+    uid("run_id", unique=True) + usd("amount_usd") + tz("created_at", "released_at?"),
+    index_where("ix_budget_open", "tenant_id", where="released_at IS NULL"),
 )
 
 # Flow control (0017, docs/flow-control.md): the holders of each concurrency key's slots and
 # the runs waiting for one. Written only by the dispatching statement's functions and the
 # triggers that free a slot in the transaction making its holder terminal; never by a writer.
-flow_slots = Table(
+flow_slots = tenant_table(
     "flow_slots",
-    metadata,
-    Column("tenant_id", Text, nullable=False),
-    Column("name", Text, nullable=False),
-    Column("key", Text, nullable=False),
-    # the run (a workflow-wide key: held for the run's life) or the attempt (a step's key, the
-    # tenant's cap: held until the attempt settles)
-    Column("holder", Text, nullable=False),
-    Column("run_id", UUID(as_uuid=True), nullable=False),
-    Column("attempt_id", UUID(as_uuid=True)),
-    Column("kind", Text, nullable=False),
-    Column("max_holders", Integer, nullable=False),
-    Column("taken_at", TZ, nullable=False),
+    # holder: the run (a workflow-wide key: held for the run's life) or the attempt (a step's
+    # key, the tenant's cap: held until the attempt settles)
+    txt("name", "key", "holder") + uid("run_id", "attempt_id?"),
+    txt("kind") + num("max_holders") + tz("taken_at"),
     PrimaryKeyConstraint("tenant_id", "name", "key", "holder", name="pk_flow_slots"),
     Index("ix_flow_slots_run", "run_id"),
-    Index("ix_flow_slots_attempt", "attempt_id", postgresql_where=text("attempt_id IS NOT NULL")),
+    index_where("ix_flow_slots_attempt", "attempt_id", where="attempt_id IS NOT NULL"),
 )
 
-flow_waiters = Table(
+flow_waiters = tenant_table(
     "flow_waiters",
-    metadata,
-    Column("tenant_id", Text, nullable=False),
-    Column("name", Text, nullable=False),
-    Column("key", Text, nullable=False),
-    Column("holder", Text, nullable=False),  # the run (workflow-wide key) or the step
-    Column("run_id", UUID(as_uuid=True), nullable=False),
-    Column("step_id", UUID(as_uuid=True)),
-    Column("kind", Text, nullable=False),
-    Column("max_holders", Integer, nullable=False),
-    Column("priority", Integer, nullable=False),
-    Column("seq", BigInteger, nullable=False),  # arrival order (flow_waiters_seq)
+    txt("name", "key", "holder"),  # holder: the run (workflow-wide key) or the step
+    uid("run_id", "step_id?") + txt("kind") + num("max_holders", "priority"),
+    big("seq"),  # arrival order (flow_waiters_seq)
     # given the next free slot: its run is due, and its dispatch is admitted on it
-    Column("promoted", Boolean, nullable=False),
-    Column("enqueued_at", TZ, nullable=False),
+    flag("promoted") + tz("enqueued_at"),
     PrimaryKeyConstraint("tenant_id", "name", "key", "holder", name="pk_flow_waiters"),
     Index("ix_flow_waiters_order", "tenant_id", "name", "key", "promoted", "priority", "seq"),
     Index("ix_flow_waiters_run", "run_id"),
@@ -496,15 +290,9 @@ flow_waiters = Table(
 
 # Rate limits (0018): one GCRA bucket per (tenant, bucket) shared by every host; ``tat`` is its
 # theoretical arrival time, ``per_second`` and ``burst`` the terms of its last reservation.
-rate_buckets = Table(
+rate_buckets = tenant_table(
     "rate_buckets",
-    metadata,
-    Column("tenant_id", Text, nullable=False),
-    Column("bucket", Text, nullable=False),
-    Column("tat", TZ, nullable=False),
-    Column("per_second", DOUBLE_PRECISION, nullable=False),
-    Column("burst", DOUBLE_PRECISION, nullable=False),
-    Column("updated_at", TZ, nullable=False),
+    txt("bucket") + tz("tat") + real("per_second", "burst") + tz("updated_at"),
     PrimaryKeyConstraint("tenant_id", "bucket"),
 )
 
@@ -512,196 +300,124 @@ rate_buckets = Table(
 # in the run (gap-free, in commit order: the readers' cursor); ``seq`` numbers it in its attempt
 # and (``fencing_token``, ``lease_seq``) is the holder's own number, what a resend repeats.
 # Written only by ``runcontrol_append_output``; kept as long as the event history.
-output_chunks = Table(
+output_chunks = tenant_table(
     "output_chunks",
-    metadata,
-    Column("run_id", UUID(as_uuid=True), nullable=False),
-    Column("position", BigInteger, nullable=False),
-    Column("tenant_id", Text, nullable=False),
-    Column("attempt_id", UUID(as_uuid=True), nullable=False),
-    Column("step_id", UUID(as_uuid=True), nullable=False),
-    Column("seq", BigInteger, nullable=False),
-    Column("fencing_token", BigInteger, nullable=False),
-    Column("lease_seq", BigInteger, nullable=False),
-    Column("attempt_bytes", BigInteger, nullable=False),  # the attempt's total up to this one
-    Column("text", Text),
-    Column("data_json", Text),  # canonical JSON text (jsonb would rewrite its numbers)
-    Column("written_at", TZ, nullable=False),
+    uid("run_id") + big("position"),
+    uid("attempt_id", "step_id") + big("seq", "fencing_token", "lease_seq"),
+    big("attempt_bytes"),  # the attempt's total up to this one
+    txt("text?"),
+    txt("data_json?"),  # canonical JSON text (jsonb would rewrite its numbers)
+    tz("written_at"),
     PrimaryKeyConstraint("run_id", "position"),
     UniqueConstraint("attempt_id", "seq", name="uq_output_chunks_seq"),
     Index("ix_output_chunks_written", "written_at"),
+    tenant_after="position",
 )
 
 # The last output position of each run that streamed: its row lock orders the run's writes.
-output_heads = Table(
+output_heads = tenant_table(
     "output_heads",
-    metadata,
-    Column("run_id", UUID(as_uuid=True), primary_key=True),
-    Column("tenant_id", Text, nullable=False),
-    Column("position", BigInteger, nullable=False),
-    Column("updated_at", TZ, nullable=False),
+    uid("run_id", primary_key=True),
+    big("position") + tz("updated_at"),
     Index("ix_output_heads_updated", "updated_at"),
 )
 
 # Events out (0010): the tenant-wide feed position of each published event, webhook
 # subscriptions and one delivery row per (subscription, event).
-event_feed = Table(
+event_feed = tenant_table(
     "event_feed",
-    metadata,
-    Column("position", BigInteger, primary_key=True, autoincrement=True),
-    Column("event_id", UUID(as_uuid=True), nullable=False),
-    Column("tenant_id", Text, nullable=False),
-    Column("project_id", Text, nullable=False),
-    Column("run_id", UUID(as_uuid=True), nullable=False),
-    Column("seq", BigInteger, nullable=False),
-    Column("published_at", TZ, nullable=False),
+    serial("position") + uid("event_id"),
+    txt("project_id") + uid("run_id") + big("seq") + tz("published_at"),
     UniqueConstraint("event_id", name="uq_event_feed_event"),
-    ForeignKeyConstraint(
-        ["event_id"], ["outbox.event_id"], name="fk_event_feed_outbox", ondelete="CASCADE"
-    ),
+    cascade("fk_event_feed_outbox", "event_id", "outbox.event_id"),
     Index("ix_event_feed_tenant", "tenant_id", "position"),
+    tenant_after="event_id",
+    policies=(PROJECT_READS,),
 )
 
-webhook_subscriptions = Table(
+webhook_subscriptions = tenant_table(
     "webhook_subscriptions",
-    metadata,
-    Column("subscription_id", UUID(as_uuid=True), primary_key=True),
-    Column("tenant_id", Text, nullable=False),
-    Column("url", Text, nullable=False),
-    Column("secret", Text, nullable=False),
-    Column("description", Text),
-    Column("max_attempts", Integer, nullable=False),
-    Column("created_by", Text, nullable=False),
-    Column("created_at", TZ, nullable=False),
-    Column("starts_after", BigInteger, nullable=False),
-    Column("disabled_at", TZ),
+    uid("subscription_id", primary_key=True),
+    txt("url", "secret", "description?") + num("max_attempts"),
+    txt("created_by") + tz("created_at") + big("starts_after") + tz("disabled_at?"),
     # A run's subscription (0028: an A2A task's push config): only that run's events of
     # ``event_types`` (NULL: every type), rendered by ``format`` (``event``: the signed envelope).
-    Column("run_id", UUID(as_uuid=True)),
-    Column("event_types", ARRAY(Text)),
-    Column("format", Text, nullable=False, server_default="event"),
+    uid("run_id?") + texts("event_types?") + txt("format", server_default="event"),
     Index("ix_webhook_subscriptions_tenant", "tenant_id", "created_at"),
-    Index("ix_webhook_subscriptions_run", "run_id", postgresql_where=text("run_id IS NOT NULL")),
+    index_where("ix_webhook_subscriptions_run", "run_id", where="run_id IS NOT NULL"),
     # the relay's tenant-wide ones, not every push config of the tenant's tasks (0028)
-    Index(
-        "ix_webhook_subscriptions_tenant_wide",
-        "tenant_id",
-        postgresql_where=text("run_id IS NULL AND disabled_at IS NULL"),
-    ),
+    index_where("ix_webhook_subscriptions_tenant_wide", "tenant_id", where=TENANT_WIDE),
 )
 
-webhook_deliveries = Table(
+webhook_deliveries = tenant_table(
     "webhook_deliveries",
-    metadata,
-    Column("subscription_id", UUID(as_uuid=True), nullable=False),
-    Column("position", BigInteger, nullable=False),
-    Column("tenant_id", Text, nullable=False),
-    Column("run_id", UUID(as_uuid=True), nullable=False),
-    Column("seq", BigInteger, nullable=False),
-    Column("state", Text, nullable=False),
-    Column("attempts", Integer, nullable=False),
-    Column("next_attempt_at", TZ, nullable=False),
-    Column("last_status", Integer),
-    Column("last_error", Text),
-    Column("delivered_at", TZ),
-    Column("updated_at", TZ, nullable=False),
+    uid("subscription_id") + big("position"),
+    uid("run_id") + big("seq") + txt("state"),
+    num("attempts") + tz("next_attempt_at"),  # so far, and when the next one is due
+    num("last_status?") + txt("last_error?"),
+    tz("delivered_at?", "updated_at"),
     PrimaryKeyConstraint("subscription_id", "position"),
-    ForeignKeyConstraint(
-        ["subscription_id"],
-        ["webhook_subscriptions.subscription_id"],
-        name="fk_deliveries_subscription",
-        ondelete="CASCADE",
+    cascade(
+        "fk_deliveries_subscription", "subscription_id", "webhook_subscriptions.subscription_id"
     ),
-    ForeignKeyConstraint(
-        ["position"], ["event_feed.position"], name="fk_deliveries_feed", ondelete="CASCADE"
-    ),
-    Index(
-        "ix_webhook_deliveries_pending",
-        "subscription_id",
-        "run_id",
-        "seq",
-        postgresql_where=text("state = 'Pending'"),
-    ),
+    cascade("fk_deliveries_feed", "position", "event_feed.position"),
+    index_where("ix_webhook_deliveries_pending", "subscription_id", "run_id", "seq", where=PENDING),
     Index("ix_webhook_deliveries_position", "position"),
+    tenant_after="position",
 )
 
 # A2A push notification configs (0028): one per (task, owner, config id), delivered through
 # the run's webhook subscription (its URL, retries, dead letters); the token and the
 # authentication are A2A's headers, never shown to another owner.
-a2a_push_configs = Table(
+a2a_push_configs = tenant_table(
     "a2a_push_configs",
-    metadata,
-    Column("run_id", UUID(as_uuid=True), nullable=False),
-    Column("owner", Text, nullable=False),
-    Column("config_id", Text, nullable=False),
-    Column("tenant_id", Text, nullable=False),
-    Column("subscription_id", UUID(as_uuid=True), nullable=False),
-    Column("token", Text),
-    Column("auth_scheme", Text),
-    Column("auth_credentials", Text),
-    Column("created_at", TZ, nullable=False),
-    Column("updated_at", TZ, nullable=False),
+    uid("run_id") + txt("owner", "config_id"),
+    uid("subscription_id"),
+    txt("token?", "auth_scheme?", "auth_credentials?"),
+    tz("created_at", "updated_at"),
     PrimaryKeyConstraint("run_id", "owner", "config_id"),
     UniqueConstraint("subscription_id", name="uq_a2a_push_configs_subscription"),
-    ForeignKeyConstraint(
-        ["subscription_id"],
-        ["webhook_subscriptions.subscription_id"],
-        name="fk_a2a_push_configs_subscription",
-        ondelete="CASCADE",
+    cascade(
+        "fk_a2a_push_configs_subscription",
+        "subscription_id",
+        "webhook_subscriptions.subscription_id",
     ),
+    tenant_after="config_id",
 )
 
 # Schedules (0023): a tenant's schedules with their durable sweep state (the last nominal fire
 # time handled, the next one due), and one row per fire time handled (not for missed ones).
-schedules = Table(
+schedules = tenant_table(
     "schedules",
-    metadata,
-    Column("schedule_id", UUID(as_uuid=True), primary_key=True),
-    Column("tenant_id", Text, nullable=False),
-    Column("project_id", Text, nullable=False),
-    Column("owner", Text, nullable=False),  # the subject whose runs it starts
-    Column("owner_roles", JSONB, nullable=False),
-    Column("owner_scopes", JSONB, nullable=False),
-    Column("spec", JSONB, nullable=False),  # domain.schedules.ScheduleSpec
-    Column("paused", Boolean, nullable=False),
-    Column("note", Text),
-    Column("last_nominal_at", TZ),  # the last nominal fire time the sweep handled
-    Column("next_fire_at", TZ),  # when the next one is due (nominal + jitter); None: ended
-    Column("buffered_at", TZ),  # buffer-one: the nominal time waiting for the open run
-    Column("started", BigInteger, nullable=False),
-    Column("skipped", BigInteger, nullable=False),
-    Column("missed", BigInteger, nullable=False),
-    Column("created_at", TZ, nullable=False),
-    Column("updated_at", TZ, nullable=False),
-    Index("ix_schedules_due", "next_fire_at", postgresql_where=text("NOT paused")),
+    uid("schedule_id", primary_key=True),
+    txt("project_id"),
+    txt("owner"),  # the subject whose runs it starts
+    jsonb("owner_roles", "owner_scopes"),
+    jsonb("spec"),  # domain.schedules.ScheduleSpec
+    flag("paused") + txt("note?"),
+    tz("last_nominal_at?"),  # the last nominal fire time the sweep handled
+    tz("next_fire_at?"),  # when the next one is due (nominal + jitter); None: ended
+    tz("buffered_at?"),  # buffer-one: the nominal time waiting for the open run
+    big("started", "skipped", "missed") + tz("created_at", "updated_at"),
+    index_where("ix_schedules_due", "next_fire_at", where="NOT paused"),
     Index("ix_schedules_tenant", "tenant_id", "created_at"),
+    policies=(PROJECT_ROWS,),
 )
 
-schedule_fires = Table(
+schedule_fires = tenant_table(
     "schedule_fires",
-    metadata,
-    Column("schedule_id", UUID(as_uuid=True), nullable=False),
-    Column("nominal_at", TZ, nullable=False),
-    Column("tenant_id", Text, nullable=False),
-    Column("kind", Text, nullable=False),  # domain.schedules.FireKind
-    Column("outcome", Text, nullable=False),  # domain.schedules.FireOutcome
-    Column("run_id", UUID(as_uuid=True)),  # once submitted
-    Column("submitted_at", TZ),  # a started fire not yet submitted has None
-    Column("cancels", JSONB),  # cancel-other: the open runs it cancels
-    Column("error", Text),  # the submission's refusal (a started fire that started nothing)
-    Column("recorded_at", TZ, nullable=False),
+    uid("schedule_id") + tz("nominal_at"),
+    txt("kind"),  # domain.schedules.FireKind
+    txt("outcome"),  # domain.schedules.FireOutcome
+    uid("run_id?"),  # once submitted
+    tz("submitted_at?"),  # a started fire not yet submitted has None
+    jsonb("cancels?"),  # cancel-other: the open runs it cancels
+    txt("error?"),  # the submission's refusal (a started fire that started nothing)
+    tz("recorded_at"),
     PrimaryKeyConstraint("schedule_id", "nominal_at"),
-    ForeignKeyConstraint(
-        ["schedule_id"],
-        ["schedules.schedule_id"],
-        name="fk_schedule_fires_schedule",
-        ondelete="CASCADE",
-    ),
-    Index(
-        "ix_schedule_fires_unsubmitted",
-        "schedule_id",
-        postgresql_where=text("outcome = 'started' AND submitted_at IS NULL"),
-    ),
+    cascade("fk_schedule_fires_schedule", "schedule_id", "schedules.schedule_id"),
+    index_where("ix_schedule_fires_unsubmitted", "schedule_id", where=UNSUBMITTED),
+    tenant_after="nominal_at",
 )
 
 # Who LISTENs on which channel (0026, issue 33): a row per (channel, backend pid) while a
@@ -710,14 +426,14 @@ schedule_fires = Table(
 listeners = Table(
     "runcontrol_listeners",
     metadata,
-    Column("channel", Text, nullable=False),
-    Column("pid", Integer, nullable=False),
+    *txt("channel"),
+    *num("pid"),
     PrimaryKeyConstraint("channel", "pid"),
     prefixes=["UNLOGGED"],  # after a crash no backend listens either
 )
 
 RUN_PINS = tuple(str(c.name) for c in runs.columns if c.info.get("pinned"))
-TENANT_TABLES = tuple(name for name, t in metadata.tables.items() if "tenant_id" in t.columns)
+TENANT_TABLES = tuple(name for name, t in metadata.tables.items() if POLICIES in t.info)
 APPEND_ONLY_TABLES = ("recovery_journal", "audit_log", "approval_decisions", "cancellation_intents")
 # The app role adds rows to these and never changes them (command answers: the system role
 # prunes them past the resend window).

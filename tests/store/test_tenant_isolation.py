@@ -7,6 +7,7 @@ Every statement here is hand-written SQL without a tenant filter, run as the app
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import uuid
@@ -14,13 +15,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, create_engine
+from sqlalchemy import Connection, MetaData, create_engine
 from sqlalchemy.exc import DBAPIError
 from support import drive, report
 
 from runcontrol.domain import AttemptOutcome, StepSpec, WorkflowDefinition, errors
-from runcontrol.store import APP_ROLE, SYSTEM_ROLE
-from runcontrol.store.tables import INSERT_ONLY_TABLES, READ_ONLY_TABLES, TENANT_TABLES
+from runcontrol.store import APP_ROLE, SYSTEM_ROLE, rls
+from runcontrol.store.tables import INSERT_ONLY_TABLES, READ_ONLY_TABLES, TENANT_TABLES, metadata
 
 INSUFFICIENT_PRIVILEGE = "42501"
 UPDATABLE = tuple(
@@ -428,3 +429,57 @@ def test_every_tenant_table_has_the_tenant_policy_and_no_wider_one(owner_engine)
             and not (table == "recovery_journal" and p.policyname == "retention_purge")
         ]
         assert not wider, (table, wider)
+
+
+# ------------------------------------------------- the policies are the ones tables.py marks
+
+Policies = set[tuple[Any, ...]]
+
+
+def row_security(conn: Connection, schema: str) -> Policies:
+    """Each table of ``schema`` with row-level security (on, forced) and each of its policies,
+    in the catalog's normalised text."""
+    tables = conn.exec_driver_sql(
+        "SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity FROM pg_class c"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s"
+        " AND c.relkind = 'r' AND (c.relrowsecurity OR c.relforcerowsecurity)",
+        (schema,),
+    ).all()
+    policies = conn.exec_driver_sql(
+        "SELECT tablename, policyname, permissive, array_to_string(roles, ','), cmd, qual,"
+        " with_check FROM pg_policies WHERE schemaname = %s",
+        (schema,),
+    ).all()
+    return {tuple(r) for r in tables} | {tuple(p) for p in policies}
+
+
+def marked_row_security(conn: Connection, target: MetaData) -> Policies:
+    """What ``target``'s tables and ``rls.statements`` make of an empty schema (rolled back)."""
+    with conn.begin_nested() as nested:
+        conn.exec_driver_sql("CREATE SCHEMA rls_marked")
+        conn.exec_driver_sql("SET LOCAL search_path = rls_marked")
+        target.create_all(conn, checkfirst=False)
+        conn.exec_driver_sql(rls.statements(target))
+        found = row_security(conn, "rls_marked")
+        conn.exec_driver_sql("SET LOCAL search_path = public")
+        nested.rollback()
+    return found
+
+
+def test_the_migrated_row_security_is_what_tables_py_marks(owner_engine):
+    """Every policy of the migrated schema, and RLS on and forced, are those of the tables'
+    marks (``tenant_table``, rendered by ``rls.statements``): a tenant table without its policy,
+    or a policy on a table that is not marked, fails here."""
+    with owner_engine.connect() as conn, conn.begin() as tx:
+        assert marked_row_security(conn, metadata) == row_security(conn, "public")
+        changed = copy.deepcopy(metadata)  # not vacuous: one mark less, one more
+        changed.tables["rate_buckets"].info[rls.POLICIES] = ()
+        audit = changed.tables["audit_log"].info
+        audit[rls.POLICIES] = (*audit[rls.POLICIES], rls.RETENTION_PURGE)
+        differ = marked_row_security(conn, changed) ^ row_security(conn, "public")
+        assert {(row[0], row[1]) for row in differ} == {
+            ("rate_buckets", True),  # RLS on (forced) and its tenant policy: 2 rows
+            ("rate_buckets", "tenant_isolation"),
+            ("audit_log", "retention_purge"),
+        }
+        tx.rollback()

@@ -170,7 +170,7 @@ def main(argv: Sequence[str]) -> int:
     revision = f"{int(down) + 1:04d}"
     path = MIGRATIONS / "versions" / f"{revision}_functions.py"
     path.write_text(revision_text(revision, down, functions))
-    print(f"{path.relative_to(FOLDER.parents[3])}: applies {', '.join(functions)}")
+    print(f"{path.relative_to(FOLDER.parents[2])}: applies {', '.join(functions)}")
     print("say in its docstring what changed; an ALTER goes in its upgrade, before apply")
     return 0
 

@@ -77,18 +77,21 @@ BEGIN
         PERFORM runcontrol_release_budget((doc->'run'->>'run_id')::uuid,
                                           (doc->>'release_budget')::timestamptz);
     END IF;
-    IF doc ? 'notify_agents' THEN  -- the previous release's documents
+    -- "notify_agents", "notify_run" (and the mode "update"): documents written before
+    -- issue 33, which NOTIFY whether or not anybody listens.
+    IF doc ? 'notify_agents' THEN
         PERFORM pg_notify('runcontrol_dispatch', agent)
             FROM jsonb_array_elements_text(doc->'notify_agents') agent;
     END IF;
     IF doc ? 'notify_run' THEN
         PERFORM pg_notify('runcontrol_events', doc->>'notify_run');
     END IF;
-    IF appends AND doc ? 'results' THEN  -- 0015
+    -- The results and journaled calls after the run, step and attempt they refer to.
+    IF appends AND doc ? 'results' THEN
         wrote := runcontrol_write_attempt_results(doc->'results');
     END IF;
     IF doc ? 'flow' THEN PERFORM runcontrol_flow_admit(doc->>'tenant', doc->'flow'); END IF;
-    IF doc ? 'flow_wait' THEN  -- 0017
+    IF doc ? 'flow_wait' THEN  -- held steps queued, after the slots this document took
         PERFORM runcontrol_flow_wait(doc->>'tenant', doc->'flow_wait');
     END IF;
     -- A run with held steps rewrote its reminder from its cache, which cannot know that one
@@ -100,7 +103,8 @@ BEGIN
                           WHERE w.run_id = (doc->'run'->>'run_id')::uuid AND w.promoted);
     END IF;
     IF doc ? 'calls' THEN wrote := runcontrol_write_journaled_calls(doc->'calls'); END IF;
-    IF wake_dispatch AND doc ? 'wake_agents' THEN  -- 0026
+    -- The wake-ups, each only to a channel somebody listens on (runcontrol_listen).
+    IF wake_dispatch AND doc ? 'wake_agents' THEN
         PERFORM pg_notify('runcontrol_dispatch', agent)
             FROM jsonb_array_elements_text(doc->'wake_agents') agent;
     END IF;

@@ -7,6 +7,12 @@ function by name (``FUNCTIONS``: ``runcontrol/store/sql/`` and the writers rende
 some of them). It keeps revision id 0029, so a database already at 0029 upgrades on as before;
 one at an older revision is not upgraded (docs/operations.md).
 
+The squash left the schema as it was: a database migrated from empty by the chain before it
+(commit 4b592df) and one migrated by this baseline have the same ``pg_dump --schema-only``, but
+for the five functions the old chain renamed and no longer called (``runcontrol_apply_0014`` ..
+``runcontrol_apply_0026``), which a database made by the baseline does not have (and one
+migrated before keeps, unused).
+
 Revision ID: 0029
 """
 

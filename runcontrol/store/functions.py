@@ -1,8 +1,9 @@
 """The SQL functions, each written once, and the migrations that apply them by name.
 
-Every hand-written function (and trigger function) is one file here, ``<name>.sql``, holding its
-current text only: the ``CREATE OR REPLACE FUNCTION``, its grants, and the comment that says
-why it is as it is. The per-table writers are rendered from ``tables.py`` by ``writers.py``.
+Every hand-written function (and trigger function) is one file, ``store/sql/<name>.sql``,
+holding its current text only: the ``CREATE OR REPLACE FUNCTION``, its grants, and the comment
+that says why it is as it is. The per-table writers are rendered from ``tables.py`` by
+``writers.py``.
 A migration never copies a function's text: it names the functions it applies (``FUNCTIONS``:
 name -> the digest of the text it applied, ``digest``) and calls ``apply``, which executes
 each one's text as the sources hold it today. The baseline (0029) names them all; a later
@@ -20,7 +21,7 @@ from empty ends with today's text, as one upgraded revision by revision does. ``
 off ``check_function_bodies`` while it runs (as ``pg_dump``'s restore does): a body may name a
 column a later revision adds. What is not a body is checked: the run's pins trigger
 (``writers.py``) names its columns, so a new pinned column goes into the baseline's SQL too
-(``ADD COLUMN IF NOT EXISTS`` in its own revision).
+(and ``ADD COLUMN IF NOT EXISTS`` in its own revision), or the baseline could not create it.
 ``CREATE OR REPLACE`` keeps a function's grants and cannot change its arguments or result: a
 change of either drops the old function in the revision's ``upgrade`` before ``apply``.
 """

@@ -60,7 +60,7 @@ def test_the_check_fails_for_a_column_added_without_make_sql():
     ]
 
 
-def test_a_generated_revision_records_and_applies_what_changed():
+def test_a_generated_revision_records_what_changed_and_fails_closed():
     text = functions.revision_text("0031", "0030", {"runcontrol_apply": "ab" * 16})
     module: dict[str, object] = {}
     exec(compile(text, "0031_functions.py", "exec"), module)

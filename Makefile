@@ -70,11 +70,12 @@ proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. \
 		schemas/runcontrol.proto
 
-# The per-table SQL writers are rendered from runcontrol/store/tables.py into the newest
-# migration's NNNN_writers.sql (those that differ from the ones frozen before it): run this after
-# changing a table and commit the result (tests/store/test_writers.py checks it).
+# The SQL functions are written once (runcontrol/store/sql/<name>.sql, and the per-table writers
+# rendered from runcontrol/store/tables.py): after changing one, this writes the migration that
+# applies by name those whose text changed (migrations/versions/NNNN_functions.py); commit it
+# with the change (tests/store/test_writers.py checks it).
 sql: $(STAMP)
-	$(BIN)/python -m runcontrol.store.writers
+	$(BIN)/python -m runcontrol.store.functions
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

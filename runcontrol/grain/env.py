@@ -14,7 +14,8 @@ from ..clock import Clock
 from ..commands import Command
 from ..domain import CommandContext, Event, Options, RunAggregate
 from ..ports import Budget, Capacity, PolicyStore, ReleaseRegistry
-from ..store.commit import Answer, GroupCommit, Store
+from ..store.commit import Answer, Store
+from ..store.group import GroupCommit
 from ..store.output import OutputWriter
 from ..workers.grants import Credits
 

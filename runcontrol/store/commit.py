@@ -1,6 +1,6 @@
-"""The write path's machinery, in one place: a grain's change as one ``runcontrol_apply``
-document, the asynchronous store a grain loads and commits through, and the group commit that
-sends every document ready at the same moment as one statement.
+"""The write path's machinery: a grain's change as one ``runcontrol_apply`` document, and the
+asynchronous store a grain loads and commits through (the group commit that sends every
+document ready at the same moment as one statement is ``store/group.py``).
 
 One I/O model: everything here is awaited on the caller's event loop (psycopg async). A run
 host runs its grains on its loop; nothing is handed to a thread. ``docs/write-path.md``
@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 import re
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, Generic, TypeVar
+from typing import Any
 from uuid import UUID
 
 import orjson
@@ -53,11 +53,6 @@ APPLICATION_NAME = "runcontrol-grains"  # how a host's store sessions show in pg
 
 # What the database answered for one document: None (committed) or (SQLSTATE, message).
 Answer = tuple[str, str] | None
-# A group is one transaction with a subtransaction per document and one around them all
-# (migration 0029): at most 64, the subtransaction ids PostgreSQL caches per backend; past
-# them every other backend's snapshot reads pg_subtrans to tell what is visible.
-MAX_GROUP = 63
-
 _APPLY = "SELECT runcontrol_apply(%s::jsonb)"
 _APPLY_MANY = "SELECT runcontrol_apply_many(%s::jsonb)"
 _SET_TENANT = "SELECT set_config('runcontrol.tenant_id', %s, true)"
@@ -536,77 +531,3 @@ class Store:
             raise errors.Unavailable("the database connection was lost") from exc
         except PoolTimeout as exc:
             raise errors.Unavailable("no database connection is free") from exc
-
-
-# ---------------------------------------------------------------------- group commit
-
-A = TypeVar("A")  # what the statement answers per document (``Answer`` for runcontrol_apply)
-Sender = Callable[[list[str]], Awaitable[list[A]]]
-
-
-@dataclass(eq=False, slots=True)
-class _Slot(Generic[A]):
-    key: str
-    doc: str
-    answer: asyncio.Future[A]
-
-
-class GroupCommit(Generic[A]):
-    """Every document committed on one event loop at the same moment, in one statement.
-
-    ``commit(doc, key)`` queues the document; the queue leaves on the next turn of the loop
-    (so the commands a batch runs together share a statement) as long as fewer than
-    ``max_in_flight`` statements are unanswered, else as soon as one is answered. A lone
-    command is never delayed beyond one loop turn. Each group writes its runs in key (run id)
-    order, so two groups on two hosts queue behind each other rather than deadlock. Each
-    document runs in its own subtransaction: one lost race or refusal rolls back only its own
-    command. A whole group that failed (a lost connection) fails each of its callers with the
-    sender's error."""
-
-    def __init__(
-        self, send: Sender[A], *, max_group: int = MAX_GROUP, max_in_flight: int = 2
-    ) -> None:
-        self._send = send
-        self._max_group = max_group
-        self._max_in_flight = max_in_flight
-        self._queue: list[_Slot[A]] = []
-        self._in_flight = 0
-        self._scheduled = False
-
-    async def commit(self, doc: str, key: str) -> A:
-        slot: _Slot[A] = _Slot(key, doc, asyncio.get_running_loop().create_future())
-        self._queue.append(slot)
-        self._kick()
-        return await slot.answer
-
-    def _kick(self) -> None:
-        if self._queue and not self._scheduled and self._in_flight < self._max_in_flight:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._scheduled = False
-        loop = asyncio.get_running_loop()
-        while self._queue and self._in_flight < self._max_in_flight:
-            group = self._queue[: self._max_group]
-            del self._queue[: self._max_group]
-            self._in_flight += 1
-            loop.create_task(self._commit(group))
-
-    async def _commit(self, group: list[_Slot[A]]) -> None:
-        group.sort(key=lambda s: s.key)
-        try:
-            found = await self._send([s.doc for s in group])
-        except BaseException as exc:  # noqa: BLE001 - the whole group failed: each caller hears
-            for slot in group:
-                if not slot.answer.done():
-                    slot.answer.set_exception(exc)
-            if not isinstance(exc, Exception):
-                raise
-        else:
-            for slot, answer in zip(group, found, strict=True):
-                if not slot.answer.done():
-                    slot.answer.set_result(answer)
-        finally:
-            self._in_flight -= 1
-            self._kick()

@@ -20,7 +20,8 @@ from sqlalchemy import Connection, select
 from ..commands import AppendOutput
 from ..domain import canonical_json, errors
 from ..domain.output import OUTPUT_ATTEMPT_MAX_BYTES, OutputAck, check_write, refusal
-from .commit import GroupCommit, Store
+from .commit import Store
+from .group import GroupCommit
 from .queries.events import run_rows_after
 from .tables import output_chunks
 

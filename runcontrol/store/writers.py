@@ -1,58 +1,48 @@
-"""The per-table SQL writers, rendered from ``tables.py`` and frozen into migrations.
+"""The per-table SQL writers, rendered from ``tables.py``.
 
-``runcontrol_apply(jsonb)`` (migration 0014) is the one statement a group commit sends; it
-keeps by hand only what is not a table's column list (the version guard, the budget
-reservation, the capacity check, the budget release, the notifications) and hands each table's
-rows to that table's writer, rendered here:
+``runcontrol_apply_document`` (``store/sql/runcontrol_apply_document.sql``), which a group
+commit runs per document, keeps by hand only what is not a table's column list (the version
+guard, the budget reservation, the capacity check, the budget release, the notifications) and
+hands each table's rows to that table's writer, rendered here:
 
 - ``runcontrol_insert_runs(doc)`` / ``runcontrol_update_runs(doc, expected_version)``: the
   run's insert (a used idempotency key inserts nothing) and its version-guarded update, each
   answering whether it wrote the row. The update leaves out the columns ``tables.py`` marks
   pinned (invariant 2), and ``runcontrol_keep_run_pins`` (a trigger) refuses a change of one.
-- ``runcontrol_patch_runs(doc, expected_version)`` (0026, issue 33): the same guarded update
+- ``runcontrol_patch_runs(doc, expected_version)`` (issue 33): the same guarded update
   of only the columns ``doc`` carries (the others keep their stored values: an unchanged
   ``input`` keeps its TOAST pointer instead of being written again).
 - ``runcontrol_write_<table>(rows)``: an upsert on the primary key, or a plain insert for the
   tables the write path only adds to (``tables.APPENDED_TABLES``), answering whether it wrote.
-- ``runcontrol_append_<table>(docs, applied, key, tenant)`` (0029, issue 33) for the tables a
+- ``runcontrol_append_<table>(docs, applied, key, tenant)`` (issue 33) for the tables a
   group commit appends to after its documents applied (``GROUP_APPENDED``): one insert of the
   rows under ``key`` of the documents of ``tenant`` at the places ``applied`` (from 1), in
   document order (a key holding one object is one row).
 
 Every writer is static SQL in plpgsql: its plans are cached per session, as the old whole
-function's were. Each answers a value so that ``runcontrol_apply`` calls it as an expression
-(``wrote := ...``), which plpgsql evaluates as a simple expression, without the executor
-start-up a ``PERFORM`` (a whole query) pays per call.
+function's were. Each answers a value so that ``runcontrol_apply_document`` calls it as an
+expression (``wrote := ...``), which plpgsql evaluates as a simple expression, without the
+executor start-up a ``PERFORM`` (a whole query) pays per call.
 
-A migration freezes the writers as ``NNNN_writers.sql`` beside its own SQL. ``make sql``
-(``python -m runcontrol.store.writers``) writes into the newest migration's file the writers
-that differ from the ones frozen before it, and ``tests/store/test_writers.py`` fails until it
-has been run. Adding a stored column is therefore: the field, the ``Column``, a migration with
-the ``ALTER`` that executes its ``NNNN_writers.sql``, and ``make sql``.
+No migration copies a writer: like the hand-written functions of ``store/sql/``, each is
+applied by name with its text of today (``store/functions.py``). ``make sql`` (``python -m
+runcontrol.store.functions``) writes the revision that applies the writers (and functions) whose
+text changed since the chain last recorded it, and ``tests/store/test_writers.py`` fails until
+it has been run. Adding a stored column is therefore: the field, the ``Column``, ``make sql``,
+and the ``ALTER`` in the revision it wrote, before its ``apply``.
 """
 
 from __future__ import annotations
 
-import re
-import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from alembic.config import Config
-from alembic.script import ScriptDirectory
 from sqlalchemy import Column, MetaData, Table, UniqueConstraint
 from sqlalchemy.dialects import postgresql
 
 from .tables import APPENDED_TABLES, metadata
 
-MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 APP_ROLE = "runcontrol_app"
-HEADER = (
-    "-- Rendered from runcontrol/store/tables.py by `make sql` (runcontrol/store/writers.py):\n"
-    "-- do not edit. The writers this migration changes; each is frozen here as of this revision.\n"
-)
-_MARK = "-- writer: "
 # The tables the write path writes, in the order a document writes them. The runs table is
 # written by its own two functions; budget reservations by runcontrol_apply's own clauses.
 WRITTEN = (
@@ -71,7 +61,7 @@ WRITTEN = (
     "command_answers",
 )
 # The append-only tables whose rows a group commit inserts for all its documents at once, once
-# they have applied (migration 0029's runcontrol_apply_many): no document reads them.
+# they have applied (runcontrol_apply_many): no document reads them.
 GROUP_APPENDED = ("outbox", "recovery_journal", "audit_log", "command_answers", "attempt_results")
 _DIALECT = postgresql.dialect()  # type: ignore[no-untyped-call]
 RUN_IDEMPOTENCY = "uq_runs_idempotency"  # a second insert with the key inserts nothing
@@ -163,7 +153,7 @@ def _run_units(runs: Table) -> list[Unit]:
     changed = [c for c in written_columns(runs) if c not in keys and c not in pins]
     # The row by its key read from the document, not joined to the record: a join let the
     # planner scan the tenant's runs (row-level security's predicate) and build the record
-    # once per row it met, in a plan cached while the table was small (issue 33, 0029).
+    # once per row it met, in a plan cached while the table was small (issue 33).
     match = " AND ".join(
         f"{runs.name}.{k} = CAST(doc->>'{k}' AS {runs.c[k].type.compile(dialect=_DIALECT)})"
         for k in keys
@@ -252,73 +242,3 @@ def render(target: MetaData = metadata) -> list[Unit]:
         *(_table_unit(target.tables[name]) for name in WRITTEN),
         *(_append_unit(target.tables[name]) for name in GROUP_APPENDED),
     ]
-
-
-# ---------------------------------------------------------------------- freezing
-
-
-def revisions() -> list[str]:
-    """The migrations' revisions, oldest first."""
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
-    return [s.revision for s in reversed(list(ScriptDirectory.from_config(cfg).walk_revisions()))]
-
-
-def frozen_path(revision: str) -> Path:
-    return MIGRATIONS / f"{revision}_writers.sql"
-
-
-def parse(text: str) -> dict[str, str]:
-    """A frozen file's units: name -> text."""
-    blocks = text.split(_MARK)[1:]
-    return {b.split("\n", 1)[0].strip(): b.split("\n", 1)[1].strip() + "\n" for b in blocks}
-
-
-def frozen(before: str | None = None) -> dict[str, str]:
-    """Each writer as last frozen (by the revisions before ``before``, or by all)."""
-    found: dict[str, str] = {}
-    for revision in revisions():
-        if revision == before:
-            break
-        path = frozen_path(revision)
-        if path.exists():
-            found.update(parse(path.read_text()))
-    return found
-
-
-def file_text(units: Sequence[Unit], before: dict[str, str]) -> str | None:
-    """The newest migration's frozen file: the writers that differ from ``before`` (None when
-    none does)."""
-    changed = [u for u in units if before.get(u.name) != u.sql]
-    if not changed:
-        return None
-    return HEADER + "".join(f"\n{_MARK}{u.name}\n{u.sql}" for u in changed)
-
-
-def expected(target: MetaData = metadata) -> tuple[Path, str | None]:
-    """Where ``make sql`` writes and what: the newest revision's file, as rendered today."""
-    head = revisions()[-1]
-    return frozen_path(head), file_text(render(target), frozen(before=head))
-
-
-def main(argv: Sequence[str]) -> int:
-    path, text = expected()
-    if text is None:
-        if path.exists():
-            path.unlink()
-            print(f"{path.name}: removed (no writer differs from the ones frozen before it)")
-        else:
-            print("no writer differs from the frozen ones")
-        return 0
-    names = sorted(re.findall(rf"^{_MARK}(\S+)$", text, re.M))
-    if path.exists() and path.read_text() == text:
-        print(f"{path.name}: up to date ({', '.join(names)})")
-        return 0
-    path.write_text(text)
-    print(f"{path.name}: wrote {', '.join(names)}")
-    print(f"the migration {path.name[:4]} must execute it: op.execute(<path>.read_text())")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

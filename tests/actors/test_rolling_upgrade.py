@@ -35,8 +35,8 @@ from runcontrol.client import Claim
 from runcontrol.commands import ReportOutcome, RequestApproval, SubmitRun
 from runcontrol.domain import AttemptOutcome
 from runcontrol.store import Database
+from runcontrol.store.functions import revisions
 from runcontrol.store.schema import SchemaVersion
-from runcontrol.store.writers import revisions
 
 HEAD = revisions()[-1]
 NEXT_RELEASE = Path(__file__).resolve().parent.parent / "upgrade_migrations"

@@ -56,7 +56,7 @@ def test_a_replica_on_a_schema_that_keeps_no_older_code_is_not_ready_and_says_wh
     sends nothing to it until the rolling upgrade replaces it."""
     from support import new_database
 
-    from runcontrol.store.writers import revisions
+    from runcontrol.store.functions import revisions
 
     newer = new_database(ray_runtime.owner_url, "runcontrol_newer")
     newer.migrate(more_versions=[Path(__file__).resolve().parent.parent / "upgrade_migrations"])

@@ -1,4 +1,4 @@
-"""Group commit (``GroupCommit`` in ``runcontrol/store/commit.py``, migration 0003): every
+"""Group commit (``GroupCommit`` in ``runcontrol/store/group.py``, migration 0003): every
 document committed on one event loop in the same turn goes in one ``runcontrol_apply_many``
 statement, each document in its own subtransaction, the group's runs written in run-id order.
 At most ``max_in_flight`` statements are unanswered; what arrives meanwhile forms the next group,
@@ -50,7 +50,8 @@ from runcontrol.commands import AcquireLease, Command, RenewLease, ReportOutcome
 from runcontrol.domain import Attempt, AttemptOutcome, LeaseGrant, canonical_hash, errors
 from runcontrol.grain import RunGrain
 from runcontrol.store import Database, DuplicateSubmission, GroupCommit
-from runcontrol.store.commit import Answer, Sender
+from runcontrol.store.commit import Answer
+from runcontrol.store.group import Sender
 
 # ---------------------------------------------------------------------- harness
 

@@ -1,5 +1,5 @@
 """Migrations: re-running them is harmless, the migrated schema is what tables.py says, and the
-baseline (0013, the squashed 0001..0013) leaves the write path to 0014.
+baseline (0029, the squashed 0001..0029) applies every SQL function by name.
 
 The Alembic migrations are the authority on the schema; ``runcontrol/store/tables.py`` is what
 the code queries with. ``alembic.autogenerate.compare_metadata`` diffs the two: tables, columns,
@@ -12,18 +12,16 @@ from __future__ import annotations
 import copy
 import warnings
 
-import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Column, Integer, create_engine
-from sqlalchemy.exc import DBAPIError
 
-from runcontrol.store import Database
+from runcontrol.store import Database, functions
 from runcontrol.store.database import MIGRATIONS
+from runcontrol.store.functions import revisions
 from runcontrol.store.tables import metadata
-from runcontrol.store.writers import revisions
 
 CATALOG = {
     "policies": "SELECT count(*) FROM pg_policy",
@@ -108,12 +106,13 @@ def test_partial_indexes_match_metadata(owner_engine):
     assert declared["uq_attempts_open_per_step"] and declared["uq_leases_current_per_attempt"]
 
 
-def test_the_baseline_is_the_root_and_0014_follows_it():
+def test_the_baseline_is_the_root_and_applies_every_function_by_name():
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     scripts = ScriptDirectory.from_config(cfg)
-    assert scripts.get_bases() == ["0013"]
-    assert revisions()[:2] == ["0013", "0014"]
+    assert scripts.get_bases() == ["0029"] == revisions()[:1]
+    baseline = scripts.get_revision("0029").module
+    assert set(baseline.FUNCTIONS) == set(functions.current())  # a later one: a revision of its own
 
 
 APPLY_ACL = (
@@ -122,18 +121,11 @@ APPLY_ACL = (
 )
 
 
-def test_the_baseline_declares_the_write_function_and_0014_gives_it_its_body(fresh_url):
-    # The baseline holds runcontrol_apply's grants, not the whole function 0014 replaces: at 0013
-    # it refuses every document, and 0014's CREATE OR REPLACE keeps the grants.
+def test_the_baseline_runs_documents_and_grants_the_write_function_to_the_app_role(fresh_url):
     database = Database(fresh_url)
     engine = create_engine(fresh_url)
     try:
-        database.migrate("0013")
-        with engine.connect() as conn:
-            assert conn.exec_driver_sql(APPLY_ACL).one() == (True, False)
-            with pytest.raises(DBAPIError, match="migrate the database to head"):
-                conn.exec_driver_sql("SELECT runcontrol_apply('{}'::jsonb)")
-        database.migrate()
+        database.migrate("0029")
         with engine.connect() as conn:
             assert conn.exec_driver_sql(APPLY_ACL).one() == (True, False)
             conn.exec_driver_sql('SELECT runcontrol_apply(\'{"tenant": "t"}\'::jsonb)')

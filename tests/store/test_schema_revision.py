@@ -26,8 +26,8 @@ from runcontrol.bootstrap import build_database
 from runcontrol.config import Settings
 from runcontrol.store import Database
 from runcontrol.store.database import SchemaMismatch
+from runcontrol.store.functions import revisions
 from runcontrol.store.schema import SchemaVersion
-from runcontrol.store.writers import revisions
 
 BASELINE, *_, HEAD = revisions()  # the newest migration: a new one needs no edit here
 NEXT_RELEASE = Path(__file__).resolve().parent.parent / "upgrade_migrations"

@@ -1,7 +1,8 @@
-"""The SQL writers rendered from ``tables.py`` (``runcontrol/store/writers.py``, migration 0014).
+"""The SQL functions (``runcontrol/store/sql/``) and the writers rendered from ``tables.py``
+(``runcontrol/store/writers.py``).
 
-- the newest migration's frozen writers are what the generator renders today (a ``Column``
-  added without ``make sql`` fails here), and the migrated database runs exactly them;
+- every function is as the revision chain last applied it (a function or a ``Column`` changed
+  without ``make sql`` fails here), and the migrated database runs exactly them;
 - adding a column takes its ``ALTER`` and its one re-rendered writer, and ``runcontrol_apply``
   writes it unchanged (done here on a database of its own);
 - invariant 2 at the database level: a run's pins never change, whoever updates the row.
@@ -20,7 +21,7 @@ from support import drive
 from test_schema_source import Prepared, everything
 
 from runcontrol.config import Settings
-from runcontrol.store import Database, Store, rows, writers
+from runcontrol.store import Database, Store, functions, rows, writers
 from runcontrol.store.commit import conclude, prepare
 from runcontrol.store.tables import RUN_PINS, metadata
 
@@ -43,27 +44,36 @@ def with_column(table: str, name: str) -> MetaData:
     return changed
 
 
-# ---------------------------------------------------------------------- frozen = rendered
+# ---------------------------------------------------------------------- written once
 
 
-def test_the_newest_frozen_writers_are_what_tables_py_renders():
-    path, rendered = writers.expected()
-    found = path.read_text() if path.exists() else None
-    assert found == rendered, (
-        f"{path.name} is not what tables.py renders: run `make sql` and commit the result"
+def test_every_function_is_as_the_revision_chain_applies_it():
+    assert functions.changed() == {}, (
+        "a SQL function or a table changed since the newest migration: run `make sql` and "
+        "commit the revision it writes"
     )
 
 
 def test_the_check_fails_for_a_column_added_without_make_sql():
-    path, rendered = writers.expected(with_column("attempts", "added_later"))
-    # the head migration may have no writers file of its own (one that adds no column)
-    assert rendered is not None and rendered != (path.read_text() if path.exists() else "")
+    assert list(functions.changed(with_column("attempts", "added_later"))) == [
+        "runcontrol_write_attempts"
+    ]
 
 
-def test_every_writer_is_frozen_once_and_the_database_runs_it(owner_engine):
+def test_a_generated_revision_records_what_changed_and_fails_closed():
+    text = functions.revision_text("0031", "0030", {"runcontrol_apply": "ab" * 16})
+    module: dict[str, object] = {}
+    exec(compile(text, "0031_functions.py", "exec"), module)
+    assert (module["revision"], module["down_revision"]) == ("0031", "0030")
+    assert module["FUNCTIONS"] == {"runcontrol_apply": "ab" * 16}
+    assert "oldest_code" not in module  # fail closed until said otherwise
+
+
+def test_every_function_is_written_once_and_the_database_runs_it(owner_engine):
     units = writers.render()
     assert len({u.name for u in units}) == len(units)
-    assert writers.frozen() == {u.name: u.sql for u in units}
+    current = functions.current()  # raises for a hand-written file named as a writer
+    assert {u.name: u.sql for u in units}.items() <= current.items()
     with owner_engine.connect() as conn:
         source = dict(
             conn.exec_driver_sql(
@@ -75,8 +85,11 @@ def test_every_writer_is_frozen_once_and_the_database_runs_it(owner_engine):
                 "SELECT tgname FROM pg_trigger WHERE tgrelid = 'runs'::regclass"
             ).scalars()
         )
-    for unit in units:
-        assert source.get(unit.name) == unit.body, f"{unit.name}: the migration did not run it"
+    for name, written in current.items():
+        assert source.get(name) == functions.body(written), (
+            f"{name}: the migration did not apply it"
+        )
+    assert set(source) == set(current)  # and nothing else
     assert "runs_keep_pins" in triggers
 
 
@@ -103,29 +116,24 @@ def test_writers_upsert_mutable_tables_and_only_insert_into_appended_ones():
 
 
 def test_a_new_column_rerenders_only_its_table_writer():
-    """What `make sql` writes into a new migration after a ``Column`` is added to steps: that
+    """What `make sql` applies in a new revision after a ``Column`` is added to steps: that
     table's writer alone, naming the column in its INSERT, SELECT and upsert SET."""
-    changed = writers.file_text(writers.render(with_column("steps", "note")), writers.frozen())
-    assert changed is not None
-    units = writers.parse(changed)
-    assert list(units) == ["runcontrol_write_steps"]
-    steps = units["runcontrol_write_steps"]
+    changed = with_column("steps", "note")
+    assert list(functions.changed(changed)) == ["runcontrol_write_steps"]
+    steps = functions.current(changed)["runcontrol_write_steps"]
     assert steps.count("note") == 4  # the INSERT's list, the SELECT's and both sides of the SET
     assert "note = EXCLUDED.note" in steps
-    # ... and nothing at all when no table changed.
-    assert writers.file_text(writers.render(), writers.frozen()) is None
 
 
 def test_adding_a_column_is_an_alter_and_one_writer(scratch: Database, tenant: str):
-    """The migration a new column needs, played on a scratch database: the ``ALTER`` and the
+    """The revision a new column needs, played on a scratch database: the ``ALTER`` and the
     re-rendered writer. ``runcontrol_apply`` is not restated, and writes the column."""
-    migration = writers.file_text(writers.render(with_column("steps", "note")), writers.frozen())
-    assert migration is not None
+    writer = functions.current(with_column("steps", "note"))["runcontrol_write_steps"]
     owner = create_engine(scratch.owner_url)
     try:
         with owner.begin() as conn:
             conn.exec_driver_sql("ALTER TABLE steps ADD COLUMN note TEXT")
-            conn.exec_driver_sql(migration.replace("%", "%%"))
+            conn.exec_driver_sql(writer.replace("%", "%%"))
     finally:
         owner.dispose()
 

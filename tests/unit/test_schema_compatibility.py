@@ -71,18 +71,5 @@ def test_the_shipped_chain_declares_what_its_docstrings_say():
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     scripts = ScriptDirectory.from_config(cfg)
-    # 0013..0016 declare nothing (none kept older code); 0019 only adds a column: 0016's code.
-    assert [oldest_code(scripts, r) for r in ("0013", "0014", "0015", "0016")] == [
-        "0013",
-        "0014",
-        "0015",
-        "0016",
-    ]
-    # 0017 (concurrency keys) and 0018 (rate limits) keep no older code: their own revisions;
-    # 0019 (a column) and 0020 (triggers that NOTIFY) keep 0016's, so the marker stays at 0018.
-    assert [oldest_code(scripts, r) for r in ("0017", "0018", "0019", "0020")] == [
-        "0017",
-        "0018",
-        "0018",
-        "0018",
-    ]
+    # The baseline (0029, the squashed 0001..0029) declares nothing: it keeps no older code.
+    assert oldest_code(scripts, "0029") == "0029"

@@ -540,6 +540,16 @@ def _register(*classes: type[EventBody]) -> Mapping[str, type[EventBody]]:
 
 # Every event type, in the order declared: declaring the class is registering it.
 EVENT_TYPES: Mapping[str, type[EventBody]] = _register(*_DECLARED)
+_UNDECLARED = [
+    name
+    for name, c in list(globals().items())
+    if isinstance(c, type)
+    and issubclass(c, EventBody)
+    and "topic" in vars(c)
+    and c not in _DECLARED
+]
+if _UNDECLARED:  # a topic set by hand: the class is not registered
+    raise TypeError(f"events without @event: {_UNDECLARED}")
 
 # event type -> topic (derived: the classes are the one definition)
 TOPICS: Mapping[str, str] = {name: cls.topic for name, cls in EVENT_TYPES.items()}

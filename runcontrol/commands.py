@@ -1,5 +1,7 @@
-"""Commands as typed messages, each declared once: one frozen dataclass per command a run's
-grain handles, with its ``declare(...)`` line.
+"""Commands as typed messages, each declared once: one class per command a run's grain
+handles, its fields under its ``declare(...)`` line (which makes it a frozen dataclass). A
+lease holder's commands share ``Fenced`` (the attempt, the holder, the token), an operator's
+``Control`` (the principal and the reason).
 
 Every command names the run it is for (``tenant_id``, ``run_id``: a host routes on them) and
 carries a ``command_id``, made by the client when the caller does not give one. The grain
@@ -17,16 +19,15 @@ RPC table's command rows (``rpc.table``). Which run states admit a command is th
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum, StrEnum
+from enum import StrEnum
 from typing import Any, Generic, TypeVar
 from uuid import UUID
 
 from .declaration import (
+    JSON_VALUE,
     LEASE_HOLDER,
     OPERATOR,
     REVIEWER,
@@ -36,6 +37,7 @@ from .declaration import (
     caller,
     declare,
     declared,
+    fingerprint,
     system,
 )
 from .domain import (
@@ -54,7 +56,6 @@ from .domain import (
     RunAggregate,
     SideEffectClass,
     ToolCallClaim,
-    canonical_hash,
 )
 from .domain.output import OutputAck, OutputChunk
 from .domain.run import (
@@ -72,51 +73,12 @@ from .domain.run import (
     usage,
     waits,
 )
-from .json_dumps import dumps
 
 R = TypeVar("R")
 
 
 def new_command_id() -> str:
     return str(uuid.uuid4())
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, frozenset | set):
-        return sorted(str(v.value if isinstance(v, Enum) else v) for v in value)
-    return str(value)
-
-
-# A field holding any JSON value (a result): fingerprinted by its canonical hash (orjson cannot
-# write every JSON number, and the document would be as large as the value).
-JSON_VALUE: dict[str, bool] = {"json": True}
-
-
-_FINGERPRINTED: dict[type[Any], tuple[tuple[str, bool], ...]] = {}
-
-
-def _fingerprinted(cls: type[Any]) -> tuple[tuple[str, bool], ...]:
-    """The fields a command of ``cls`` is fingerprinted by, each with whether it is a JSON
-    value (read once per class: every command is fingerprinted, issue 33)."""
-    found = _FINGERPRINTED.get(cls)
-    if found is None:
-        found = _FINGERPRINTED[cls] = tuple(
-            (f.name, bool(f.metadata.get("json")))
-            for f in dataclasses.fields(cls)
-            if f.name != "command_id"
-        )
-    return found
-
-
-def fingerprint(command: Command[Any]) -> str:
-    """A hash of what the command asks (its type and fields, not its id): a command id reused
-    for a different command is told apart from a resend of the same one."""
-    fields: dict[str, Any] = {}
-    for name, json_value in _fingerprinted(type(command)):
-        value = getattr(command, name)
-        fields[name] = canonical_hash(value) if json_value and value is not None else value
-    body = dumps([type(command).__name__, fields], _plain, sort_keys=True)
-    return hashlib.sha256(body).hexdigest()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -126,6 +88,16 @@ class Command(Generic[R]):
     tenant_id: str
     run_id: UUID
     command_id: str = field(default_factory=new_command_id)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fenced(Command[R]):
+    """A lease holder's command on its attempt: fenced by its lease's token (and by the lease
+    itself when it names one, ``lease_id``)."""
+
+    attempt_id: UUID
+    holder: str
+    fencing_token: int
 
 
 # ---------------------------------------------------------------------- answers
@@ -203,7 +175,6 @@ class SubmitRequest:
 
 
 @declare(SUBMITTER)
-@dataclass(frozen=True, slots=True, kw_only=True)
 class SubmitRun(Command[SubmitResult]):
     """SubmitRun: accept (idempotent on tenant + project + key), reserve budget, dispatch.
     ``run_id`` is the id the run gets if this submission creates it."""
@@ -213,13 +184,11 @@ class SubmitRun(Command[SubmitResult]):
 
 
 @declare(system("run-dispatcher"))
-@dataclass(frozen=True, slots=True, kw_only=True)
 class StartRun(Command[None]):
     """Reserve the budget of an Accepted run and dispatch its first step (safe to repeat)."""
 
 
 @declare(system("run-dispatcher"))
-@dataclass(frozen=True, slots=True, kw_only=True)
 class DispatchRun(Command[Attempt | None]):
     """RunDispatcher: dispatch the next due Pending step if capacity allows."""
 
@@ -229,7 +198,6 @@ class DispatchRun(Command[Attempt | None]):
     cancellation.cancel,
     answer=lambda run, c, cancelled, _: str(run.run.state),  # the state observed after it
 )
-@dataclass(frozen=True, slots=True, kw_only=True)
 class CancelRun(Command[str]):
     """Record the cancellation intent; answers the run's state observed after it."""
 
@@ -263,7 +231,6 @@ def signal_result(
 
 
 @declare(caller("sent_by"), waits.receive_signal, dispatches=True, answer=signal_result)
-@dataclass(frozen=True, slots=True, kw_only=True)
 class SendSignal(Command[SignalResult]):
     """An input from outside for the run's signal step named ``name``; ``body`` (JSON)
     becomes its result. ``sent_by`` is the verified caller (audited)."""
@@ -274,7 +241,6 @@ class SendSignal(Command[SignalResult]):
 
 
 @declare(system(children.CHILD_RUN), children.child_ended, dispatches=True)
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ChildRunEnded(Command[str]):
     """To a parent run: its step ``step_id``'s child run ``child_run_id`` ended ``state``
     (with its ``result`` when Completed, its failure otherwise). Sent by the child's grain
@@ -290,7 +256,6 @@ class ChildRunEnded(Command[str]):
 
 
 @declare(system(children.CHILD_RUN))
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ReportToParent(Command[bool]):
     """To a child run: if it has ended, send its parent its end (``ChildRunEnded``). A
     parent's reminder asks it until the end is recorded; a run not there yet is
@@ -298,13 +263,11 @@ class ReportToParent(Command[bool]):
 
 
 @declare(system("reminder"))
-@dataclass(frozen=True, slots=True, kw_only=True)
 class WakeRun(Command[WakeResult]):
     """The reminder: expire leases and approvals that are due, dispatch due retries."""
 
 
 @declare(system("run-host"))
-@dataclass(frozen=True, slots=True, kw_only=True)
 class OpenAttempts(Command[list[UUID]]):
     """A read of the activation: ids of the run's non-terminal attempts (changes nothing)."""
 
@@ -313,32 +276,23 @@ class OpenAttempts(Command[list[UUID]]):
 
 
 @declare(LEASE_HOLDER, leases.acquire_lease, rpc="AcquireLease")
-@dataclass(frozen=True, slots=True, kw_only=True)
 class AcquireLease(Command[LeaseGrant]):
     attempt_id: UUID
     holder: str
 
 
 @declare(LEASE_HOLDER, leases.renew_lease, rpc="AcquireLease")
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RenewLease(Command[LeaseGrant]):
-    attempt_id: UUID
-    holder: str
-    fencing_token: int
+class RenewLease(Fenced[LeaseGrant]):
     lease_id: UUID | None = None  # when given, it must be the current lease
 
 
 @declare(LEASE_HOLDER, outcomes.report_outcome, dispatches=True, rpc="ReportAttemptOutcome")
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReportOutcome(Command[Attempt]):
+class ReportOutcome(Fenced[Attempt]):
     """The attempt's one outcome. ``result``: what it produced, as JSON (at most
     ``RunControl:Results:MaxInlineBytes`` of canonical JSON), or ``result_ref`` ``{uri,
     sha256, bytes}`` for a larger artifact; the server hashes what it stores as the
     ``outcome_hash`` (one sent must equal it). Neither: ``outcome_hash`` is the caller's."""
 
-    attempt_id: UUID
-    holder: str
-    fencing_token: int
     outcome: AttemptOutcome
     failure_class: FailureClass | None = None
     outcome_hash: str | None = None
@@ -349,26 +303,18 @@ class ReportOutcome(Command[Attempt]):
 
 
 @declare(LEASE_HOLDER, approvals.request_approval, rpc="RequestApproval")
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RequestApproval(Command[ApprovalRequest | None]):
-    attempt_id: UUID
-    holder: str
-    fencing_token: int
+class RequestApproval(Fenced[ApprovalRequest | None]):
     proposal_hash: str
     action_class: SideEffectClass | None = None
     lease_id: UUID | None = None
 
 
 @declare(LEASE_HOLDER, progress.report_progress, refuse=progress.gap_refusal, rpc="ReportProgress")
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReportProgress(Command[ProgressAck]):
+class ReportProgress(Fenced[ProgressAck]):
     """The lease holder's progress messages, in sequence (at most ``PROGRESS_BATCH_MAX``):
     answers the cumulative ack; a gap is refused as ``errors.ProgressGap`` after the messages
     before it are stored."""
 
-    attempt_id: UUID
-    holder: str
-    fencing_token: int
     messages: tuple[ProgressMessage, ...]
     lease_id: UUID | None = None
 
@@ -379,71 +325,51 @@ class ReportProgress(Command[ProgressAck]):
     after_commit=AfterCommit.MOVE_RATE_BUCKET,
     rpc="ConsumeRateLimit",
 )
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ConsumeRateLimit(Command[RateConsumed]):
+class ConsumeRateLimit(Fenced[RateConsumed]):
     """The lease holder used ``units`` of the named rate limit ``name`` (model tokens, say):
     the tenant's bucket of it moves by units / rate, so later dispatches drawing on it wait.
     Fenced: only the current lease holder's report counts."""
 
-    attempt_id: UUID
-    holder: str
-    fencing_token: int
     name: str
     units: float
     lease_id: UUID | None = None
 
 
 @declare(LEASE_HOLDER, outcomes.hand_back, dispatches=True, rpc="HandBackAttempt")
-@dataclass(frozen=True, slots=True, kw_only=True)
-class HandBackAttempt(Command[Attempt]):
+class HandBackAttempt(Fenced[Attempt]):
     """The lease holder gives its attempt back now, for ``reason``: it settles as an expired
     lease's would (``TimedOut``, or ``Uncertain`` for a side-effecting step) and its step is
     retried under its policy, without waiting for the lease's expiry plus grace."""
 
-    attempt_id: UUID
-    holder: str
-    fencing_token: int
     reason: str
     lease_id: UUID | None = None
 
 
 @declare(LEASE_HOLDER, rpc="AppendOutput")
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AppendOutput(Command[OutputAck]):
+class AppendOutput(Fenced[OutputAck]):
     """The lease holder's streamed output (``step.stream``), numbered per lease from 1: its
     own fenced insert beside the run's commits, not a turn of the grain (docs/streaming.md);
     chunks at or below the lease's last stored one are resends and dropped."""
 
-    attempt_id: UUID
-    holder: str
-    fencing_token: int
     chunks: tuple[OutputChunk, ...]
     lease_id: UUID | None = None
 
 
 @declare(LEASE_HOLDER, tool_calls.claim_tool_call, rpc="ClaimToolCall")
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ClaimToolCall(Command[ToolCallClaim]):
+class ClaimToolCall(Fenced[ToolCallClaim]):
     """Claim ``call_id`` before its side effect; execute only if the answer says ``proceed``."""
 
-    attempt_id: UUID
-    holder: str
-    fencing_token: int
     call_id: str
     request_hash: str
     lease_id: UUID | None = None
 
 
 @declare(LEASE_HOLDER, tool_calls.complete_tool_call, rpc="CompleteToolCall")
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CompleteToolCall(Command[ToolCallClaim]):
+class CompleteToolCall(Fenced[ToolCallClaim]):
     """Store the result of a call this attempt claimed and executed: its hash, and the
     result itself when sent (JSON, at most ``RunControl:Results:MaxInlineBytes``), which a
     repeat claim then answers."""
 
-    attempt_id: UUID
-    holder: str
-    fencing_token: int
     call_id: str
     result_hash: str
     lease_id: UUID | None = None
@@ -452,17 +378,13 @@ class CompleteToolCall(Command[ToolCallClaim]):
 
 
 @declare(LEASE_HOLDER, journaled_calls.record_call, rpc="RecordCall")
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RecordCall(Command[RecordedCall]):
+class RecordCall(Fenced[RecordedCall]):
     """Store the value of a journaled call (``step.run``): the ``occurrence``-th call named
     ``name`` in an execution of the attempt's step; ``value`` (JSON, at most
     ``RunControl:Results:MaxInlineBytes``) or its final ``error`` {type, message,
     failure_class}. A value stored under the key already is answered instead (use it, not
     yours). ``read_only``: store nothing, answer the stored value."""
 
-    attempt_id: UUID
-    holder: str
-    fencing_token: int
     name: str
     occurrence: int
     # data of the run: never in a log line (repr) or a span
@@ -476,7 +398,6 @@ class RecordCall(Command[RecordedCall]):
 
 
 @declare(REVIEWER, approvals.decide_approval, dispatches=True)
-@dataclass(frozen=True, slots=True, kw_only=True)
 class DecideApproval(Command[ApprovalRequest]):
     approval_id: UUID
     principal: Principal
@@ -502,6 +423,14 @@ class ControlResult:
     attempt_number: int | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Control(Command[R]):
+    """An operator's control of the run: who asks (a principal of the run's tenant) and why."""
+
+    principal: Principal
+    reason: str
+
+
 def control_result(
     agg: RunAggregate, attempt: Attempt | None = None, step_id: UUID | None = None
 ) -> ControlResult:
@@ -518,23 +447,15 @@ def control_result(
 
 
 @declare(OPERATOR, controls.suspend, answer=lambda run, c, _, __: control_result(run))
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SuspendRun(Command[ControlResult]):
+class SuspendRun(Control[ControlResult]):
     """Hold the run: nothing new is dispatched or leased; leases in hand may finish."""
-
-    principal: Principal
-    reason: str
 
 
 @declare(
     OPERATOR, controls.resume, dispatches=True, answer=lambda run, c, _, __: control_result(run)
 )
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ResumeRun(Command[ControlResult]):
+class ResumeRun(Control[ControlResult]):
     """Lift a suspension and dispatch what is due."""
-
-    principal: Principal
-    reason: str
 
 
 @declare(
@@ -543,12 +464,9 @@ class ResumeRun(Command[ControlResult]):
     dispatches=True,
     answer=lambda run, c, step, attempt: control_result(run, attempt, step.step_id),
 )
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RetryStep(Command[ControlResult]):
+class RetryStep(Control[ControlResult]):
     """Dispatch a new attempt now of a step waiting for its retry (a live run only)."""
 
-    principal: Principal
-    reason: str
     step_id: UUID
 
 
@@ -558,12 +476,9 @@ class RetryStep(Command[ControlResult]):
     dispatches=True,
     answer=lambda run, c, attempt, _: control_result(run, attempt),
 )
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ResolveAttempt(Command[ControlResult]):
+class ResolveAttempt(Control[ControlResult]):
     """Settle an Uncertain attempt as Succeeded or Failed."""
 
-    principal: Principal
-    reason: str
     attempt_id: UUID
     outcome: AttemptOutcome
 
@@ -576,14 +491,11 @@ class RerunRelease(StrEnum):
 
 
 @declare(OPERATOR)
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RerunRun(Command[SubmitResult]):
+class RerunRun(Control[SubmitResult]):
     """Submit a new run (``run_id``, the new id) with the input of the finished run
     ``rerun_of``, linked to it. ``release``: the old run's pinned release, or the one
     ``release_alias`` names now. Idempotent on the command id (it makes the new run's key)."""
 
-    principal: Principal
-    reason: str
     rerun_of: UUID
     release: RerunRelease = RerunRelease.PINNED
     release_alias: str = "latest"
@@ -597,7 +509,6 @@ class RerunRun(Command[SubmitResult]):
     restore.settle_restored_leases,
     answer=lambda run, c, settled, _: [str(attempt) for attempt in settled],
 )
-@dataclass(frozen=True, slots=True, kw_only=True)
 class SettleRestoredLeases(Command[list[str]]):
     """restore-check, after the store was restored from a backup: revoke the run's open
     leases and settle their attempts Uncertain; answers the ids of the attempts settled."""
@@ -618,7 +529,9 @@ __all__ = [
     "Command",
     "CompleteToolCall",
     "ConsumeRateLimit",
+    "Control",
     "ControlResult",
+    "Fenced",
     "DecideApproval",
     "DispatchRun",
     "HandBackAttempt",

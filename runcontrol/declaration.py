@@ -4,22 +4,28 @@ A declaration names, once: who sends the command (``Sender``: the audit's actor)
 that decides it (a pure function of the run aggregate, ``runcontrol.domain.run``, called with
 the command's fields by name and checked here when the module declaring it loads), whether its
 statement also dispatches what became due, how its answer is read off the run, a refusal read
-off the answer, its after-commit effect and its gRPC method.
+off the answer, its after-commit effect and its gRPC method. ``declare`` makes the class the
+frozen dataclass of its fields. ``fingerprint`` hashes what a command asks (its type and
+fields): stored with its answer, it tells a command id reused for another command apart from a
+resend.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import inspect
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from enum import StrEnum
+from enum import Enum, StrEnum
 from types import MappingProxyType
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, dataclass_transform
 from uuid import UUID
 
-from .domain import Attempt, CommandContext, Principal, RunAggregate, errors
+from .domain import Attempt, CommandContext, Principal, RunAggregate, canonical_hash, errors
 from .domain.machines import RUN_COMMANDS, Guard, RunCommand
+from .json_dumps import dumps
 
 
 class Addressed(Protocol):
@@ -158,10 +164,49 @@ class Declaration:
         return value if self.answer is None else self.answer(run, command, value, dispatched)
 
 
+def _plain(value: Any) -> Any:
+    if isinstance(value, frozenset | set):
+        return sorted(str(v.value if isinstance(v, Enum) else v) for v in value)
+    return str(value)
+
+
+# A command's field holding any JSON value (a result): ``fingerprint`` takes its canonical hash
+# (orjson cannot write every JSON number, and the document would be as large as the value).
+JSON_VALUE: dict[str, bool] = {"json": True}
+
+
+_FINGERPRINTED: dict[type[Any], tuple[tuple[str, bool], ...]] = {}
+
+
+def _fingerprinted(cls: type[Any]) -> tuple[tuple[str, bool], ...]:
+    """The fields a command of ``cls`` is fingerprinted by, each with whether it is a JSON
+    value (read once per class: every command is fingerprinted, issue 33)."""
+    found = _FINGERPRINTED.get(cls)
+    if found is None:
+        found = _FINGERPRINTED[cls] = tuple(
+            (f.name, bool(f.metadata.get("json")))
+            for f in dataclasses.fields(cls)
+            if f.name != "command_id"
+        )
+    return found
+
+
+def fingerprint(command: Addressed) -> str:
+    """A hash of what the command asks (its type and fields, not its id): a command id reused
+    for a different command is told apart from a resend of the same one."""
+    fields: dict[str, Any] = {}
+    for name, json_value in _fingerprinted(type(command)):
+        value = getattr(command, name)
+        fields[name] = canonical_hash(value) if json_value and value is not None else value
+    body = dumps([type(command).__name__, fields], _plain, sort_keys=True)
+    return hashlib.sha256(body).hexdigest()
+
+
 _DECLARED: dict[type[Any], Declaration] = {}
-C = TypeVar("C", bound=type[Any])
+C = TypeVar("C")
 
 
+@dataclass_transform(frozen_default=True, kw_only_default=True)
 def declare(
     sender: Sender,
     decide: Callable[..., Any] | None = None,
@@ -171,12 +216,14 @@ def declare(
     refuse: Callable[[Any], errors.RunControlError | None] | None = None,
     after_commit: AfterCommit | None = None,
     rpc: str | None = None,
-) -> Callable[[C], C]:
-    """Declare a command (see ``Declaration``). The rule's parameters are the command's
+) -> Callable[[type[C]], type[C]]:
+    """Declare a command (see ``Declaration``): the class becomes a frozen, slotted,
+    keyword-only dataclass, its fields the message's. The rule's parameters are the command's
     fields by name (of the same type) and ``GIVEN``; every field but the address is read by
     the rule or names the sender. A mismatch is a ``TypeError`` when this module loads."""
 
-    def declared(cls: C) -> C:
+    def declared(cls: type[C]) -> type[C]:
+        cls = dataclass(frozen=True, slots=True, kw_only=True)(cls)
         fields, given = _bind(cls, sender, decide)
         _DECLARED[cls] = Declaration(
             cls, sender, decide, dispatches, answer, refuse, after_commit, rpc, fields, given

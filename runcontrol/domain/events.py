@@ -1,28 +1,31 @@
 """The run's events, one frozen dataclass per type: the one definition of each payload.
 
-A class names its type (the class name), its topic and its schema version; its fields are the
-payload's, in snake_case. ``to_payload`` gives the JSON object the outbox stores (camelCase
-keys, ids and times as strings, enums by value): consumers of the outbox, the per-run and
-tenant feeds and webhooks read exactly that, and ``payload_schema`` describes it as JSON Schema
-(served at ``GET /factory/schemas/events``). A payload never changes meaning under a version:
-a new meaning is a new ``schema_version``.
+``@event("runs")`` declares a type: the class's name is the event type, its topic is
+``run-control.<family>.v<version>.<the name in kebab-case>`` (``tests/unit/test_event_types``
+pins every published one), its fields are the payload's, in snake_case; a base names what a
+family of events shares (the run, the step, the attempt, the lease). ``to_payload`` gives the
+JSON object the outbox stores (camelCase keys, ids and times as strings, enums by value):
+consumers of the outbox, the per-run and tenant feeds and webhooks read exactly that, and
+``payload_schema`` describes it as JSON Schema (served at ``GET /factory/schemas/events``). A
+payload never changes meaning under a version: a new meaning is a new ``version``.
 
 Every key is always present (a value may be null), so the schema requires them all.
 
-A new event type is a class here (``topic`` set, fields typed) and the aggregate's
+A new event type is a class here (``@event(family)``, fields typed) and the aggregate's
 ``self._emit(ctx, NewEvent(...))``: the registry, ``TOPICS``, the stored payload and the schema
 follow from the class.
 """
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, dataclass_transform
 from uuid import UUID
 
 from .states import (
@@ -40,7 +43,7 @@ Encode = Callable[[Any], Any]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EventBody:
-    """The typed payload of one event. Subclasses set ``topic`` (and ``schema_version``)."""
+    """The typed payload of one event; ``@event`` sets its ``topic`` and ``schema_version``."""
 
     topic: ClassVar[str]
     schema_version: ClassVar[int] = 1
@@ -76,6 +79,27 @@ class EventBody:
         }
 
 
+B = TypeVar("B", bound=EventBody)
+
+# The event types in the order they are declared (``EVENT_TYPES`` registers them).
+_DECLARED: list[type[EventBody]] = []
+
+
+@dataclass_transform(frozen_default=True, kw_only_default=True)
+def event(family: str, *, version: int = 1) -> Callable[[type[B]], type[B]]:
+    """Declare an event type: a frozen, slotted, keyword-only dataclass with its topic."""
+
+    def declare(cls: type[B]) -> type[B]:
+        kebab = re.sub(r"(?<!^)(?=[A-Z])", "-", cls.__name__).lower()
+        cls.topic = f"run-control.{family}.v{version}.{kebab}"
+        cls.schema_version = version
+        body = dataclass(frozen=True, slots=True, kw_only=True)(cls)
+        _DECLARED.append(body)
+        return body
+
+    return declare
+
+
 # ---------------------------------------------------------------------- the run
 
 
@@ -87,10 +111,23 @@ class RunEventBody(EventBody):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StepEventBody(RunEventBody):
+    """A payload that names the run's step."""
+
+    step_id: UUID
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttemptEventBody(StepEventBody):
+    """A payload that names the step's attempt."""
+
+    attempt_id: UUID
+
+
+@event("runs")
 class RunAccepted(RunEventBody):
     """The run was accepted and pinned to its release, policy revision and model profile."""
 
-    topic = "run-control.runs.v1.run-accepted"
     tenant_id: str
     project_id: str
     workflow_id: str
@@ -103,53 +140,48 @@ class RunAccepted(RunEventBody):
     parent_step_id: UUID | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event("runs")
 class RunStateChanged(RunEventBody):
     """The run moved from one state to another; ``cause`` is the transition's."""
 
-    topic = "run-control.runs.v1.run-state-changed"
     tenant_id: str
     from_state: RunState
     to_state: RunState
     cause: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event("runs")
 class RunCompleted(RunEventBody):
     """Every step succeeded; ``outcomeHash`` hashes the steps' outcome hashes in order;
     ``resultHash`` is the run's result's (its final step's), null when it sent none."""
 
-    topic = "run-control.runs.v1.run-completed"
     tenant_id: str
     outcome_hash: str | None
     result_hash: str | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event("runs")
 class RunFailed(RunEventBody):
     """The run ended Failed."""
 
-    topic = "run-control.runs.v1.run-failed"
     tenant_id: str
     failure_class: FailureClass
     reason: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event("runs")
 class RunCancelled(RunEventBody):
     """The run ended Cancelled: every attempt settled."""
 
-    topic = "run-control.runs.v1.run-cancelled"
     tenant_id: str
     reason: str | None
     requested_by: str | None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event("runs")
 class CancellationRequested(RunEventBody):
     """The intent to cancel was recorded (before anything settles)."""
 
-    topic = "run-control.runs.v1.cancellation-requested"
     requested_by: str
     reason: str
 
@@ -157,13 +189,10 @@ class CancellationRequested(RunEventBody):
 # ---------------------------------------------------------------------- attempts and leases
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AttemptDispatched(RunEventBody):
+@event("attempts")
+class AttemptDispatched(AttemptEventBody):
     """A step's attempt is claimable; its lease and token come with the claim (null here)."""
 
-    topic = "run-control.attempts.v1.attempt-dispatched"
-    step_id: UUID
-    attempt_id: UUID
     lease_id: UUID | None = None
     fencing_token: int | None = None
     agent_id: str
@@ -171,39 +200,30 @@ class AttemptDispatched(RunEventBody):
     attempt_number: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LeaseGranted(RunEventBody):
+@event("leases")
+class LeaseGranted(AttemptEventBody):
     """A worker holds the attempt's lease, fenced by ``fencingToken``."""
 
-    topic = "run-control.leases.v1.lease-granted"
-    step_id: UUID
-    attempt_id: UUID
     lease_id: UUID
     fencing_token: int
     holder: str
     expires_at: datetime
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AttemptParked(RunEventBody):
+@event("attempts")
+class AttemptParked(AttemptEventBody):
     """The attempt waits for an approval decision, holding no lease."""
 
-    topic = "run-control.attempts.v1.attempt-parked"
-    step_id: UUID
-    attempt_id: UUID
     approval_id: UUID
     lease_id: UUID | None
     fencing_token: int | None
     holder: str | None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AttemptResumed(RunEventBody):
+@event("attempts")
+class AttemptResumed(AttemptEventBody):
     """After the decision the parked attempt is claimable again (a new lease, a new token)."""
 
-    topic = "run-control.attempts.v1.attempt-resumed"
-    step_id: UUID
-    attempt_id: UUID
     approval_id: UUID
     approval_state: ApprovalState
     agent_id: str
@@ -211,91 +231,75 @@ class AttemptResumed(RunEventBody):
     attempt_number: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AttemptOutcomeRecorded(RunEventBody):
+@event("attempts")
+class AttemptOutcomeRecorded(AttemptEventBody):
     """The attempt's one outcome."""
 
-    topic = "run-control.attempts.v1.attempt-outcome-recorded"
-    step_id: UUID
-    attempt_id: UUID
     outcome: AttemptOutcome
     failure_class: FailureClass | None
     outcome_hash: str | None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StepRetryScheduled(RunEventBody):
+@event("steps")
+class StepRetryScheduled(StepEventBody):
     """The step's next attempt is due at ``notBefore`` (backoff with jitter)."""
 
-    topic = "run-control.steps.v1.step-retry-scheduled"
-    step_id: UUID
     next_attempt_number: int
     not_before: datetime
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StepWaiting(RunEventBody):
+@event("steps")
+class StepWaiting(StepEventBody):
     """A step no worker executes started to wait: ``kind`` ``wait`` for its timer, until
     ``until``; ``signal`` for the signal named ``signal``, until ``until`` (its timeout; null:
     no timeout). The run stays Running; the wait holds no worker."""
 
-    topic = "run-control.steps.v1.step-waiting"
-    step_id: UUID
     kind: str
     signal: str | None
     until: datetime | None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StepWaitEnded(RunEventBody):
+@event("steps")
+class StepWaitEnded(StepEventBody):
     """The step's wait ended (``cause``: ``timer-fired``, ``signal-received``, or
     ``signal-timed-out``: the step then succeeded with its default, or failed the run)."""
 
-    topic = "run-control.steps.v1.step-wait-ended"
-    step_id: UUID
     cause: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StepSkipped(RunEventBody):
+@event("steps")
+class StepSkipped(StepEventBody):
     """The step will not run (issue 32): ``cause`` ``ConditionFalse`` (its ``when`` was
     false) or ``DependenciesSkipped`` (every step it depends on was skipped)."""
 
-    topic = "run-control.steps.v1.step-skipped"
-    step_id: UUID
     cause: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ChildRunStarted(RunEventBody):
+@event("children")
+class ChildRunStarted(StepEventBody):
     """The run step started its child run ``childRunId`` of ``workflowId`` (its ``number``th:
     a retry starts the next); the child is submitted after this commits."""
 
-    topic = "run-control.children.v1.child-run-started"
-    step_id: UUID
     child_run_id: UUID
     workflow_id: str
     number: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event("children")
 class ChildRunEnded(RunEventBody):
     """The run step's child run ended ``state`` (Completed: its result is the step's)."""
 
-    topic = "run-control.children.v1.child-run-ended"
     step_id: UUID
     child_run_id: UUID
     state: str
     reason: str | None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SignalReceived(RunEventBody):
+@event("signals")
+class SignalReceived(StepEventBody):
     """A signal for the step arrived from ``sentBy``; ``delivered``: the step was waiting and
     took it now (otherwise it is kept until the step waits). The body is not in the event."""
 
-    topic = "run-control.signals.v1.signal-received"
-    step_id: UUID
     signal_id: UUID
     name: str
     sent_by: str
@@ -303,62 +307,50 @@ class SignalReceived(RunEventBody):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class LeaseExpired(EventBody):
-    """The lease passed its expiry and grace without a renewal; the attempt settles next."""
+class LeaseEventBody(EventBody):
+    """What the lease reconcilers record: the lease, its holder and its fencing token."""
 
-    topic = "run-control.leases.v1.lease-expired"
     attempt_id: UUID
     lease_id: UUID
     holder: str
     fencing_token: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LeaseHandedBack(EventBody):
+@event("leases")
+class LeaseExpired(LeaseEventBody):
+    """The lease passed its expiry and grace without a renewal; the attempt settles next."""
+
+
+@event("leases")
+class LeaseHandedBack(LeaseEventBody):
     """The lease holder gave its attempt back before its lease ended; the attempt settles
     next, as an expired lease's would."""
 
-    topic = "run-control.leases.v1.lease-handed-back"
-    attempt_id: UUID
-    lease_id: UUID
-    holder: str
-    fencing_token: int
     reason: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LeaseRevoked(EventBody):
+@event("leases")
+class LeaseRevoked(LeaseEventBody):
     """The lease was revoked (after a restore from backup: it may have been acted on)."""
 
-    topic = "run-control.leases.v1.lease-revoked"
-    attempt_id: UUID
-    lease_id: UUID
-    holder: str
-    fencing_token: int
     reason: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ProgressReported(RunEventBody):
+@event("attempts")
+class ProgressReported(AttemptEventBody):
     """One progress message of the lease holder, in its attempt's sequence."""
 
-    topic = "run-control.attempts.v1.progress-reported"
-    step_id: UUID
-    attempt_id: UUID
     seq: int
     text: str | None
     payload: dict[str, Any] | None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CallRecorded(RunEventBody):
+@event("attempts")
+class CallRecorded(AttemptEventBody):
     """A journaled call's value (or final error) was stored under (step, ``name``,
     ``occurrence``): every later execution of the step gets it back. Its hash and size only,
     never its content."""
 
-    topic = "run-control.attempts.v1.call-recorded"
-    step_id: UUID
-    attempt_id: UUID
     name: str
     occurrence: int
     value_hash: str
@@ -366,14 +358,11 @@ class CallRecorded(RunEventBody):
     failed: bool
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RateLimitConsumed(RunEventBody):
+@event("attempts")
+class RateLimitConsumed(AttemptEventBody):
     """The lease holder reported using ``units`` of the named rate limit ``name`` (its
     tenant's bucket ``bucket`` moved by them: later dispatches drawing on it wait)."""
 
-    topic = "run-control.attempts.v1.rate-limit-consumed"
-    step_id: UUID
-    attempt_id: UUID
     name: str
     bucket: str
     units: float
@@ -382,11 +371,10 @@ class RateLimitConsumed(RunEventBody):
 # ---------------------------------------------------------------------- approvals
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event("approvals")
 class ApprovalRequested(EventBody):
     """A human must decide on this exact proposal."""
 
-    topic = "run-control.approvals.v1.approval-requested"
     approval_id: UUID
     run_id: UUID
     step_id: UUID
@@ -397,11 +385,10 @@ class ApprovalRequested(EventBody):
     expires_at: datetime
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event("approvals")
 class ApprovalDecided(EventBody):
     """The request left Pending (decided, expired, stale or cancelled)."""
 
-    topic = "run-control.approvals.v1.approval-decided"
     approval_id: UUID
     run_id: UUID
     tenant_id: str
@@ -426,25 +413,19 @@ class ToolCallEventBody(RunEventBody):
     error: str | None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event("tool-calls")
 class ToolCallClaimed(ToolCallEventBody):
     """The call was claimed before its side effect: the claimer may execute it, once."""
 
-    topic = "run-control.tool-calls.v1.tool-call-claimed"
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event("tool-calls")
 class ToolCallCompleted(ToolCallEventBody):
     """The call's result hash is stored; a repeat claim gets it."""
 
-    topic = "run-control.tool-calls.v1.tool-call-completed"
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event("tool-calls")
 class ToolCallExpired(ToolCallEventBody):
     """No result within the claim timeout: closed, never executed again."""
-
-    topic = "run-control.tool-calls.v1.tool-call-expired"
 
 
 # ---------------------------------------------------------------------- operator controls
@@ -461,53 +442,44 @@ class ControlEventBody(RunEventBody):
     reason: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event("runs")
 class RunSuspended(ControlEventBody):
     """An operator suspended the run: nothing new is dispatched or leased."""
 
-    topic = "run-control.runs.v1.run-suspended"
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event("runs")
 class RunResumed(ControlEventBody):
     """An operator lifted the suspension."""
 
-    topic = "run-control.runs.v1.run-resumed"
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event("steps")
 class StepRetryRequested(ControlEventBody):
     """An operator skipped the step's backoff: its next attempt is dispatched now."""
 
-    topic = "run-control.steps.v1.step-retry-requested"
     step_id: UUID
     next_attempt_number: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event("attempts")
 class AttemptOutcomeResolved(ControlEventBody):
     """An operator resolved an Uncertain attempt as Succeeded or Failed."""
 
-    topic = "run-control.attempts.v1.attempt-outcome-resolved"
     step_id: UUID
     attempt_id: UUID
     from_outcome: AttemptOutcome
     outcome: AttemptOutcome
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event("runs")
 class RunRerun(ControlEventBody):
     """This run reruns the finished run ``rerunOf`` (``release``: pinned or current)."""
 
-    topic = "run-control.runs.v1.run-rerun"
     rerun_of: UUID
     release: str
     release_id: str
 
 
 # ---------------------------------------------------------------------- the registry
-
-B = TypeVar("B", bound=type[EventBody])
 
 
 def _camel(name: str) -> str:
@@ -562,23 +534,22 @@ def _register(*classes: type[EventBody]) -> Mapping[str, type[EventBody]]:
         cls.payload_schema()  # fails here, at import, for a field type without a schema
         if cls.event_type() in registry:
             raise TypeError(f"event type {cls.event_type()} is defined twice")
-        if f".v{cls.schema_version}." not in cls.topic:
-            raise TypeError(
-                f"{cls.event_type()}: topic {cls.topic} is not schema version {cls.schema_version}"
-            )
         registry[cls.event_type()] = cls
     return registry
 
 
-# Every event class of this module with a topic of its own (the abstract bases have none), in
-# the order they are defined: defining the class is registering it.
-EVENT_TYPES: Mapping[str, type[EventBody]] = _register(
-    *(
-        c
-        for c in list(globals().values())
-        if isinstance(c, type) and issubclass(c, EventBody) and "topic" in vars(c)
-    )
-)
+# Every event type, in the order declared: declaring the class is registering it.
+EVENT_TYPES: Mapping[str, type[EventBody]] = _register(*_DECLARED)
+_UNDECLARED = [
+    name
+    for name, c in list(globals().items())
+    if isinstance(c, type)
+    and issubclass(c, EventBody)
+    and "topic" in vars(c)
+    and c not in _DECLARED
+]
+if _UNDECLARED:  # a topic set by hand: the class is not registered
+    raise TypeError(f"events without @event: {_UNDECLARED}")
 
 # event type -> topic (derived: the classes are the one definition)
 TOPICS: Mapping[str, str] = {name: cls.topic for name, cls in EVENT_TYPES.items()}

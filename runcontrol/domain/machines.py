@@ -7,7 +7,7 @@ run's state does not admit (``RUN_COMMANDS``) is refused with its table's error.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TypeVar
@@ -30,91 +30,106 @@ from .states import (
 
 S = TypeVar("S", bound=StrEnum)
 
-R = RunState
-RUN_TRANSITIONS: Mapping[tuple[RunState, RunState], str] = {
-    (R.ACCEPTED, R.RUNNING): "FirstAttemptDispatched",
-    (R.RUNNING, R.WAITING_FOR_APPROVAL): "ApprovalRequested",
-    (R.WAITING_FOR_APPROVAL, R.RUNNING): "ApprovalGranted",
-    (R.WAITING_FOR_APPROVAL, R.FAILED): "ApprovalRejectedOrExpired",
-    (R.ACCEPTED, R.CANCELLED): "CancelRequestedBeforeDispatch",
-    (R.RUNNING, R.CANCELLING): "CancelRequested",
-    (R.WAITING_FOR_APPROVAL, R.CANCELLING): "CancelRequested",
-    (R.CANCELLING, R.CANCELLED): "AllAttemptsSettled",
+
+def machine(states: type[S]) -> Callable[[str], Mapping[tuple[S, S], str]]:
+    """A machine's table from its rows, one a line: ``from -> to  Cause``, the states by their
+    values (as the spec draws them), the cause the spec's name; ``#`` begins a comment. A
+    state that does not exist or a pair given twice fails here, at import."""
+
+    def rows(text: str) -> Mapping[tuple[S, S], str]:
+        table: dict[tuple[S, S], str] = {}
+        for line in text.splitlines():
+            words = line.split("#", 1)[0].split()
+            if not words:
+                continue
+            current, arrow, target, cause = words
+            if arrow != "->" or (states(current), states(target)) in table:
+                raise ValueError(f"{states.__name__}: row {line.strip()!r}")
+            table[states(current), states(target)] = cause
+        return table
+
+    return rows
+
+
+RUN_TRANSITIONS = machine(RunState)("""
+    Accepted           -> Running             FirstAttemptDispatched
+    Running            -> WaitingForApproval  ApprovalRequested
+    WaitingForApproval -> Running             ApprovalGranted
+    WaitingForApproval -> Failed              ApprovalRejectedOrExpired
+    Accepted           -> Cancelled           CancelRequestedBeforeDispatch
+    Running            -> Cancelling          CancelRequested
+    WaitingForApproval -> Cancelling          CancelRequested
+    Cancelling         -> Cancelled           AllAttemptsSettled
     # Not in the spec's diagram: a graph's step failed terminally while siblings were held;
     # they were asked to stop as for a cancel, and the run fails once they all settled.
-    (R.CANCELLING, R.FAILED): "SiblingsSettledAfterFailure",
-    (R.RUNNING, R.COMPLETED): "LastStepSucceeded",
-    (R.RUNNING, R.FAILED): "StepFailedTerminally",
+    Cancelling         -> Failed              SiblingsSettledAfterFailure
+    Running            -> Completed           LastStepSucceeded
+    Running            -> Failed              StepFailedTerminally
     # Not drawn in the spec's diagram, but required by its BudgetReservationDenied handler
     # ("terminate the run as Failed (policy-denied)") for a run that never dispatched.
-    (R.ACCEPTED, R.FAILED): "BudgetReservationDenied",
-}
+    Accepted           -> Failed              BudgetReservationDenied
+""")
 
-St = StepState
-STEP_TRANSITIONS: Mapping[tuple[StepState, StepState], str] = {
-    (St.PENDING, St.RUNNING): "AttemptDispatched",
-    (St.RUNNING, St.PENDING): "RetryScheduled",
-    (St.RUNNING, St.SUCCEEDED): "AttemptSucceeded",
-    (St.RUNNING, St.FAILED): "AttemptFailedTerminally",
-    (St.RUNNING, St.CANCELLED): "RunCancelled",
-    (St.PENDING, St.CANCELLED): "RunEnded",
+STEP_TRANSITIONS = machine(StepState)("""
+    Pending -> Running    AttemptDispatched
+    Running -> Pending    RetryScheduled
+    Running -> Succeeded  AttemptSucceeded
+    Running -> Failed     AttemptFailedTerminally
+    Running -> Cancelled  RunCancelled
+    Pending -> Cancelled  RunEnded
     # An operator resolved the Uncertain attempt the step awaited its retry after as Succeeded.
-    (St.PENDING, St.SUCCEEDED): "OperatorResolved",
+    Pending -> Succeeded  OperatorResolved
     # Issue 32: a ready step whose condition is false, or whose dependencies were all skipped,
     # never runs (its cause says which).
-    (St.PENDING, St.SKIPPED): "ConditionFalse",
-}
+    Pending -> Skipped    ConditionFalse
+""")
 
 # An operator's retry skips the Pending step's backoff: the step stays Pending (a journaled
 # self-loop, kept out of the machine, which has none).
-STEP_CONTROLS: Mapping[tuple[StepState, StepState], str] = {
-    (St.PENDING, St.PENDING): "RetryRequested",
-}
+STEP_CONTROLS = machine(StepState)("""
+    Pending -> Pending  RetryRequested
+""")
 
 # An operator's suspension holds a live run in whatever state it is in (``Run.suspended_at``):
 # a machine of its own beside the run's.
-Su = Suspension
-SUSPENSION_TRANSITIONS: Mapping[tuple[Suspension, Suspension], str] = {
-    (Su.ACTIVE, Su.SUSPENDED): "SuspendRequested",
-    (Su.SUSPENDED, Su.ACTIVE): "ResumeRequested",
-}
+SUSPENSION_TRANSITIONS = machine(Suspension)("""
+    Active    -> Suspended  SuspendRequested
+    Suspended -> Active     ResumeRequested
+""")
 
-A = AttemptState
-ATTEMPT_TRANSITIONS: Mapping[tuple[AttemptState, AttemptState], str] = {
-    (A.DISPATCHED, A.LEASED): "LeaseGranted",
-    (A.DISPATCHED, A.CANCELLED): "CancelledBeforeLease",
-    (A.LEASED, A.SUCCEEDED): "OutcomeReported",
-    (A.LEASED, A.FAILED): "OutcomeReported",
-    (A.LEASED, A.UNCERTAIN): "OutcomeReported",
-    (A.LEASED, A.CANCELLED): "OutcomeReported",
-    (A.LEASED, A.TIMED_OUT): "LeaseExpired",
-    (A.LEASED, A.PARKED): "ParkedForApproval",
-    (A.PARKED, A.DISPATCHED): "ApprovalDecided",
-    (A.PARKED, A.CANCELLED): "CancelledWhileParked",
-}
+ATTEMPT_TRANSITIONS = machine(AttemptState)("""
+    Dispatched -> Leased      LeaseGranted
+    Dispatched -> Cancelled   CancelledBeforeLease
+    Leased     -> Succeeded   OutcomeReported
+    Leased     -> Failed      OutcomeReported
+    Leased     -> Uncertain   OutcomeReported
+    Leased     -> Cancelled   OutcomeReported
+    Leased     -> TimedOut    LeaseExpired
+    Leased     -> Parked      ParkedForApproval
+    Parked     -> Dispatched  ApprovalDecided
+    Parked     -> Cancelled   CancelledWhileParked
+""")
 
 # Invariant 6 surfaces an Uncertain attempt to an operator, who may find out whether its side
 # effect happened. That is a correction of the attempt's record, not a move of its machine
 # (whose terminal states keep no exits): the only corrections there are.
-ATTEMPT_RESOLUTIONS: Mapping[tuple[AttemptState, AttemptState], str] = {
-    (A.UNCERTAIN, A.SUCCEEDED): "OperatorResolved",
-    (A.UNCERTAIN, A.FAILED): "OperatorResolved",
-}
+ATTEMPT_RESOLUTIONS = machine(AttemptState)("""
+    Uncertain -> Succeeded  OperatorResolved
+    Uncertain -> Failed     OperatorResolved
+""")
 
-Ap = ApprovalState
-APPROVAL_TRANSITIONS: Mapping[tuple[ApprovalState, ApprovalState], str] = {
-    (Ap.PENDING, Ap.APPROVED): "Approve",
-    (Ap.PENDING, Ap.REJECTED): "Reject",
-    (Ap.PENDING, Ap.EXPIRED): "ExpiryReminder",
-    (Ap.PENDING, Ap.STALE): "ProposalChanged",
-    (Ap.PENDING, Ap.CANCELLED): "RunCancelled",
-}
+APPROVAL_TRANSITIONS = machine(ApprovalState)("""
+    Pending -> Approved   Approve
+    Pending -> Rejected   Reject
+    Pending -> Expired    ExpiryReminder
+    Pending -> Stale      ProposalChanged
+    Pending -> Cancelled  RunCancelled
+""")
 
-T = ToolCallState
-TOOL_CALL_TRANSITIONS: Mapping[tuple[ToolCallState, ToolCallState], str] = {
-    (T.CLAIMED, T.COMPLETED): "ToolCallCompleted",
-    (T.CLAIMED, T.EXPIRED): "ClaimTimeout",
-}
+TOOL_CALL_TRANSITIONS = machine(ToolCallState)("""
+    Claimed -> Completed  ToolCallCompleted
+    Claimed -> Expired    ClaimTimeout
+""")
 
 
 def check(entity: str, table: Mapping[tuple[S, S], str], current: S, target: S) -> str:
@@ -174,6 +189,7 @@ class Guard:
     refusals: Mapping[RunState, Refusal] = field(default_factory=dict)
 
 
+R = RunState
 LIVE = frozenset(s for s in RunState if not s.terminal)
 
 

@@ -25,21 +25,24 @@ from schemas.api import (
     RunGraph,
     WorkflowPage,
     WorkflowView,
+    id_check,
 )
 
 from ..domain import WorkflowDefinition, errors
 from ..ports.releases import move_alias, publish_release
 from ..store import catalog
 from .auth import ReleasePublisher, RunsReader
-from .context import Svc, found
+from .context import Svc, found, location
 from .problems import responses
 
 releases_router = APIRouter(prefix="/factory/releases", tags=["catalog"])
 workflows_router = APIRouter(prefix="/factory/workflows", tags=["catalog"])
 graph_router = APIRouter(prefix="/factory/runs", tags=["catalog"])
 
-WorkflowIdPath = Annotated[str, Path(alias="workflowId", min_length=1, max_length=200)]
-AliasPath = Annotated[str, Path(min_length=1, max_length=200)]
+WorkflowIdPath = Annotated[
+    str, Path(alias="workflowId", min_length=1, max_length=200), id_check(segment=True)
+]
+AliasPath = Annotated[str, Path(min_length=1, max_length=200), id_check(segment=True)]
 RunIdPath = Annotated[UUID, Path(alias="runId")]
 
 
@@ -73,7 +76,7 @@ async def publish(
         datetime.now(UTC),
         body.aliases,
     )
-    response.headers["Location"] = f"{workflows_router.prefix}/{release.workflow_id}"
+    response.headers["Location"] = location(workflows_router.prefix, release.workflow_id)
     return await svc.read_in_tenant(
         caller, lambda conn: _released(conn, release.workflow_id, release.release_id)
     )

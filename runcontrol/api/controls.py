@@ -40,7 +40,7 @@ from ..edge.metering import TenantRateLimiter
 from .auth import Caller, require
 from .context import Services, Svc
 from .problems import responses
-from .runs import RetryKey, RunIdPath, location
+from .runs import RetryKey, RunIdPath, run_location
 
 router = APIRouter(prefix="/factory/runs", tags=["run controls"])
 
@@ -207,7 +207,7 @@ async def rerun_run(
         release_alias=body.release_alias,
     )
     result = await svc.send(command)
-    response.headers["Location"] = location(result.run_id)
+    response.headers["Location"] = run_location(result.run_id)
     return {**asdict(result), "rerun_of": run_id, "release": str(release)}
 
 

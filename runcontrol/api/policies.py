@@ -24,7 +24,7 @@ from ..ports.policy import (
     publish_policy,
 )
 from .auth import ApprovalsReader, PolicyManager
-from .context import Svc
+from .context import Svc, location
 from .problems import responses
 
 router = APIRouter(prefix="/factory/policies", tags=["policies"])
@@ -51,7 +51,7 @@ async def publish(
     published = await asyncio.to_thread(
         publish_policy, svc.db, caller.tenant_id, doc, datetime.now(UTC)
     )
-    response.headers["Location"] = f"{router.prefix}/current"
+    response.headers["Location"] = location(router.prefix, "current")
     return _view(published.policy_id, published.revision, document_to_dict(published))
 
 

@@ -23,6 +23,7 @@ from schemas.api import (
     RunView,
     SubmitRunRequest,
     SubmitRunResponse,
+    id_check,
 )
 
 from ..domain import Limits, RunState, errors
@@ -30,7 +31,7 @@ from ..edge import bulk, commands
 from ..store import queries as q
 from ..store.commit import EVENTS_CHANNEL
 from .auth import Caller, RunCanceller, RunsReader
-from .context import Cursor, PageLimit, Services, Svc, found, list_page
+from .context import Cursor, PageLimit, Services, Svc, found, list_page, location
 from .limits import MeteredCanceller, MeteredSubmitter
 from .problems import responses
 
@@ -108,8 +109,8 @@ async def wait_terminal(
         await svc.feed.wait(EVENTS_CHANNEL, key, since, left)
 
 
-def location(run_id: UUID) -> str:
-    return f"{router.prefix}/{run_id}"
+def run_location(run_id: UUID) -> str:
+    return location(router.prefix, run_id)
 
 
 @router.post(
@@ -141,12 +142,12 @@ async def submit_run(
         svc.outside(caller), idempotency_key, correlation_id=correlation_id, limits=limits, **fields
     )
     result = await svc.send(command)
-    response.headers["Location"] = location(result.run_id)
+    response.headers["Location"] = run_location(result.run_id)
     if wait > 0:
         view = await wait_terminal(svc, caller, result.run_id, wait)
         if view is not None:  # ended within the wait: the run itself, as GetRun answers it
             run = RunView.model_validate(view).model_dump(mode="json", by_alias=True)
-            headers = {"Location": location(result.run_id), "Preference-Applied": "wait"}
+            headers = {"Location": run_location(result.run_id), "Preference-Applied": "wait"}
             return JSONResponse(run, status_code=200, headers=headers)
     return result
 
@@ -184,7 +185,9 @@ async def list_runs(
     svc: Svc,
     state: Annotated[list[RunState] | None, Query()] = None,
     workflow_id: Annotated[
-        str | None, Query(alias="workflowId", min_length=1, max_length=200, pattern=r"^[^\x00]*$")
+        str | None,
+        Query(alias="workflowId", min_length=1, max_length=200, pattern=r"^[^\x00]*$"),
+        id_check(),
     ] = None,
     parent_run_id: Annotated[UUID | None, Query(alias="parentRunId")] = None,
     cursor: Cursor = None,

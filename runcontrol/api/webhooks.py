@@ -31,7 +31,7 @@ from ..domain import errors
 from ..domain.webhooks import DeliveryState
 from ..store import webhooks as store
 from .auth import WebhooksManager
-from .context import Svc, found
+from .context import Svc, found, location
 from .problems import responses
 
 router = APIRouter(prefix="/factory/webhooks", tags=["webhooks"])
@@ -68,7 +68,7 @@ async def create_webhook(
         options=svc.settings.webhooks,
         now=datetime.now(UTC),
     )
-    response.headers["Location"] = f"{router.prefix}/{created['subscriptionId']}"
+    response.headers["Location"] = location(router.prefix, created["subscriptionId"])
     return created
 
 

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, TypeVar
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Header, Path, Query
+from fastapi import Depends, Header, Path, Query
 from fastapi.responses import Response, StreamingResponse
 from sqlalchemy import Connection
 
@@ -28,11 +28,12 @@ from ..domain.events import TERMINAL_EVENTS
 from ..edge.follow import Notified, Page, follow
 from ..store import queries as q
 from ..store.commit import EVENTS_CHANNEL
+from . import routes
 from .auth import RunsReader
 from .context import Services, Streams, Svc, found
 from .problems import TooManySubscribers, responses
 
-router = APIRouter(prefix="/factory/runs", tags=["events"])
+router = routes.router("/factory/runs", "events")
 
 T = TypeVar("T")
 RunIdPath = Annotated[UUID, Path(alias="runId")]
@@ -103,21 +104,18 @@ def _run_and_events(
     return read
 
 
-@router.get(
-    "/{runId}/events/history",
-    operation_id="GetRunEventHistory",
-    response_model=list[EventEnvelope],
-    responses=responses(401, 403, 404, 422),
-    summary="The run's persisted events after a cursor, in sequence order.",
-    description="Scope `factory.runs.read`. `after` is the last seq seen (0: from the start).",
-)
-async def event_history(
+@router.get("/{runId}/events/history", response_model=list[EventEnvelope])
+async def get_run_event_history(
     caller: RunsReader,
     svc: Svc,
     run_id: RunIdPath,
     after: AfterQuery = 0,
     limit: LimitQuery = 100,
 ) -> list[dict[str, Any]]:
+    """The run's persisted events after a cursor, in sequence order.
+
+    Scope `factory.runs.read`. `after` is the last seq seen (0: from the start).
+    """
     read = _run_and_events(run_id, caller.project_scope, after, limit)
     run, events = await svc.read_in_scope(caller, read)
     if run is None:
@@ -226,7 +224,6 @@ async def counted(streams: Streams, frames: AsyncIterator[Item]) -> AsyncIterato
 
 @router.get(
     "/{runId}/events",
-    operation_id="StreamRunEvents",
     response_class=StreamingResponse,
     responses={
         200: {
@@ -234,20 +231,20 @@ async def counted(streams: Streams, frames: AsyncIterator[Item]) -> AsyncIterato
             "content": {"text/event-stream": {"schema": {"type": "string"}}},
         },
         204: {"description": "The run is terminal and no event follows the cursor."},
-        **responses(401, 403, 404, 422, 429),
+        **responses(429),
     },
-    summary="Subscribe to the run's events (Server-Sent Events, resumable).",
-    description=(
-        "Scope `factory.runs.read`. Resumes after `Last-Event-ID` (or `?after=`); heartbeats "
-        "are comment lines; the stream ends after RunCompleted, RunFailed or RunCancelled."
-    ),
 )
-async def stream_events(
+async def stream_run_events(
     caller: RunsReader,
     svc: Svc,
     run_id: RunIdPath,
     cursor: ResumeAfter,
 ) -> Response:
+    """Subscribe to the run's events (Server-Sent Events, resumable).
+
+    Scope `factory.runs.read`. Resumes after `Last-Event-ID` (or `?after=`); heartbeats are comment
+    lines; the stream ends after RunCompleted, RunFailed or RunCancelled.
+    """
     tenant_id, project_id = caller.tenant_id, caller.project_scope
     since = svc.feed.generation(EVENTS_CHANNEL, (str(run_id),))
     run, first = await svc.read_in_scope(

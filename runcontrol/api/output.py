@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 from uuid import UUID
 
-from fastapi import APIRouter
 from fastapi.responses import Response, StreamingResponse
 from sqlalchemy import Connection
 
@@ -26,6 +25,7 @@ from ..domain import RunState, errors
 from ..edge.follow import Notified, Page, follow
 from ..store import queries as q
 from ..store.output import OUTPUT_CHANNEL, output_after
+from . import routes
 from .auth import RunsReader
 from .context import Svc, found
 from .events import (
@@ -41,7 +41,7 @@ from .events import (
 )
 from .problems import responses
 
-router = APIRouter(prefix="/factory/runs", tags=["output"])
+router = routes.router("/factory/runs", "output")
 
 RunAndOutput = tuple[dict[str, Any] | None, list[dict[str, Any]]]
 
@@ -73,22 +73,20 @@ def output_frame(chunk: dict[str, Any]) -> str:
 
 
 @router.get(
-    "/{runId}/output",
-    operation_id="GetRunOutput",
-    response_model=list[OutputChunkView],
-    response_model_exclude_none=True,
-    responses=responses(401, 403, 404, 422),
-    summary="The run's streamed output after a position, in position order.",
-    description="Scope `factory.runs.read`. `after` is the last position seen (0: from the "
-    "start); positions number the run's chunks from 1 without gaps.",
+    "/{runId}/output", response_model=list[OutputChunkView], response_model_exclude_none=True
 )
-async def get_output(
+async def get_run_output(
     caller: RunsReader,
     svc: Svc,
     run_id: RunIdPath,
     after: AfterQuery = 0,
     limit: LimitQuery = 100,
 ) -> list[dict[str, Any]]:
+    """The run's streamed output after a position, in position order.
+
+    Scope `factory.runs.read`. `after` is the last position seen (0: from the start); positions
+    number the run's chunks from 1 without gaps.
+    """
     run, chunks = await svc.read_in_scope(
         caller, run_and_output(run_id, caller.project_scope, after, limit)
     )
@@ -98,25 +96,25 @@ async def get_output(
 
 @router.get(
     "/{runId}/output/stream",
-    operation_id="StreamRunOutput",
     response_class=StreamingResponse,
     responses={
         200: {
-            "description": "A text/event-stream: `id` = position, `event` = output, `data` = "
-            "the chunk as GET /output answers it.",
+            "description": "A text/event-stream: `id` = position, `event` = output, "
+            "`data` = the chunk as GET /output answers it.",
             "content": {"text/event-stream": {"schema": {"type": "string"}}},
         },
         204: {"description": "The run is terminal and no chunk follows the cursor."},
-        **responses(401, 403, 404, 422, 429),
+        **responses(429),
     },
-    summary="Subscribe to the run's streamed output (Server-Sent Events, resumable).",
-    description="Scope `factory.runs.read`. Resumes after `Last-Event-ID` (or `?after=`); "
-    "heartbeats are comment lines; the stream ends once the run is terminal and its output "
-    "was sent.",
 )
-async def stream_output(
+async def stream_run_output(
     caller: RunsReader, svc: Svc, run_id: RunIdPath, cursor: ResumeAfter
 ) -> Response:
+    """Subscribe to the run's streamed output (Server-Sent Events, resumable).
+
+    Scope `factory.runs.read`. Resumes after `Last-Event-ID` (or `?after=`); heartbeats are comment
+    lines; the stream ends once the run is terminal and its output was sent.
+    """
     tenant_id, project_id = caller.tenant_id, caller.project_scope
     notified = Notified(svc.feed, (OUTPUT_CHANNEL,), (str(run_id),))
     since = notified.generation()

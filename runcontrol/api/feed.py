@@ -32,8 +32,8 @@ from .events import (
     counted,
     sse_response,
     sse_stream,
+    stream_responses,
 )
-from .problems import responses
 
 router = routes.router("/factory/events", "events")
 
@@ -79,14 +79,9 @@ def _live(
 @router.get(
     "",
     response_class=StreamingResponse,
-    responses={
-        200: {
-            "description": "A text/event-stream: `id` = feed position, `event` = type, "
-            "`data` = the envelope with its `position`.",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
-        },
-        **responses(422, 429),
-    },
+    responses=stream_responses(
+        "`id` = feed position, `event` = type, `data` = the envelope with its `position`"
+    ),
 )
 async def stream_event_feed(
     caller: RunsReader,

@@ -39,15 +39,15 @@ def _dependants(dependant: Dependant) -> Iterator[Dependant]:
 
 def derived_statuses(dependant: Dependant) -> set[int]:
     """The problem statuses a route answers by its signature alone."""
+    every = list(_dependants(dependant))  # a dependency's inputs are the route's too
     found: set[int] = set()
-    if any(d.call is authenticate for d in _dependants(dependant)):
+    if any(d.call is authenticate for d in every):
         found |= {401, 403}
-    if dependant.path_params:
+    if any(d.path_params for d in every):
         found.add(404)
-    if dependant.body_params:
+    if any(d.body_params for d in every):
         found.add(413)
-    d = dependant
-    if d.path_params or d.query_params or d.header_params or d.body_params:
+    if any(d.path_params or d.query_params or d.header_params or d.body_params for d in every):
         found.add(422)
     return found
 

@@ -129,6 +129,14 @@ def submit_run(
         limits=limits,
         **fields,
     )
+    # The id character set at both doors (an id outside it is a 422, never a 404 at one).
+    checked_id(request.workflow_id, "workflowId")
+    for where, value in (
+        ("releaseAlias", request.release_alias),
+        ("releaseId", request.release_id),
+    ):
+        if value is not None:
+            checked_id(value, where)
     if not may_set_priority(o.caller.principal.roles, o.caller.scopes, request.priority):
         raise errors.Forbidden(
             f"priority {request.priority} needs the {RUNS_OPERATE} scope (above the default 3)"

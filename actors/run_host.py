@@ -36,6 +36,7 @@ from runcontrol.domain import LeaseGrant, RunAggregate, errors
 from runcontrol.domain.run import RUN_CONTROL
 from runcontrol.drain import Drain
 from runcontrol.grain import UNSERIALISED, RunGrain
+from runcontrol.store import Database
 from runcontrol.store import queries as q
 from runcontrol.store.commit import CONFIG_CHANNEL, DISPATCH_CHANNEL, EVENTS_CHANNEL
 from runcontrol.store.notify import Listener
@@ -94,6 +95,21 @@ def host_config(settings: Settings, owner_url: str) -> dict[str, Any]:
     return {"owner_url": owner_url, "settings": settings.model_dump(mode="json")}
 
 
+def actor_start(config: dict[str, Any], role: str) -> tuple[Settings, Database]:
+    """An actor's settings (its telemetry configured as ``role``) and its database: migrated by
+    the deployment, never by an actor, and of a schema this release runs on, waited for."""
+    settings = Settings.model_validate(config["settings"])
+    configure(settings.telemetry, role)
+    db = build_database(
+        settings,
+        owner_url=config["owner_url"],
+        migrate=False,
+        require_compatible_schema=True,
+        wait_s=DATABASE_WAIT_S,
+    )
+    return settings, db
+
+
 def make_router(config: dict[str, Any]) -> HostRouter:
     settings = Settings.model_validate(config["settings"])
     return HostRouter(
@@ -136,15 +152,7 @@ class Activation:
 class RunHost:
     def __init__(self, config: dict[str, Any]) -> None:
         self._config = config
-        self.settings = Settings.model_validate(config["settings"])
-        configure(self.settings.telemetry, "host")
-        db = build_database(
-            self.settings,
-            owner_url=config["owner_url"],
-            migrate=False,
-            require_compatible_schema=True,
-            wait_s=DATABASE_WAIT_S,
-        )
+        self.settings, db = actor_start(config, "host")
         # The policy/alias cache's LISTEN connection, always on (a change must evict at once).
         self._listener = Listener(db.system_url, (CONFIG_CHANNEL,))
         self._listener.start()

@@ -16,18 +16,17 @@ import ray
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from runcontrol import reconcilers, schedules
-from runcontrol.bootstrap import DATABASE_WAIT_S, build, build_database
+from runcontrol.bootstrap import build
 from runcontrol.commands import WakeRun
 from runcontrol.config import Settings
 from runcontrol.store.commit import EVENTS_CHANNEL
 from runcontrol.store.notify import Listener
 from runcontrol.store.queries import RunKey
-from runcontrol.telemetry import configure
 from runcontrol.webhooks import Deliverer, HttpTransport, delivery_formats
 
 from .metrics import SchedulerMetrics, job_span
 from .placement import SCHEDULER_NAME, get_or_create
-from .run_host import make_router
+from .run_host import actor_start, make_router
 
 # How long a sweep waits for its wakes. A run whose host is restarting answers only once the
 # host is back (seconds): waiting for it would hold every later sweep (``max_instances=1``)
@@ -50,15 +49,7 @@ SCHEDULER_OPTIONS: dict[str, Any] = {
 
 class Scheduler:
     def __init__(self, config: dict[str, Any]) -> None:
-        self.settings = Settings.model_validate(config["settings"])
-        configure(self.settings.telemetry, "scheduler")
-        db = build_database(
-            self.settings,
-            owner_url=config["owner_url"],
-            migrate=False,
-            require_compatible_schema=True,
-            wait_s=DATABASE_WAIT_S,
-        )
+        self.settings, db = actor_start(config, "scheduler")
         self._container = build(self.settings, db=db, migrate=False)
         self._db = db
         self._clock = self._container.env.clock

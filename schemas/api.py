@@ -1,6 +1,7 @@
 """HTTP request and response models (pydantic v2). JSON field names are the spec's camelCase.
 
-Requests are checked for what the store cannot hold (NUL characters, lone surrogates, numbers
+An id or a name holds the characters ``domain.limits.name`` states (``id_check``). Requests
+are checked for what the store cannot hold (NUL characters, lone surrogates, numbers
 beyond a column's range: ``runcontrol.edge.storable``) so that such input is a 422 here and
 never a database error later. Unknown request fields are ignored: in particular a
 ``tenantId`` in a body has no effect.
@@ -41,7 +42,9 @@ from runcontrol.domain import (
     Limits,
     Run,
     Step,
+    limits,
 )
+from runcontrol.domain.errors import ValidationFailed
 from runcontrol.domain.limits import (
     INT8_MAX,
     MAX_APPROVALS,
@@ -55,7 +58,21 @@ from runcontrol.domain.limits import (
 )
 from runcontrol.edge.storable import storable, storable_json
 
-Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME), AfterValidator(storable)]
+
+def id_check(*, segment: bool = False) -> AfterValidator:
+    """The id character set (``domain.limits.name``; ``segment``: an id that is a URL's path
+    segment) as a pydantic check: a request's id, in a body or a path, outside it is a 422."""
+
+    def check(value: str) -> str:
+        try:
+            return limits.name(value, "an id", segment=segment)
+        except ValidationFailed as exc:
+            raise ValueError(str(exc)) from None
+
+    return AfterValidator(check)
+
+
+Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME), id_check()]
 Reason = Annotated[str, Field(min_length=1, max_length=MAX_REASON), AfterValidator(storable)]
 JsonObject = Annotated[dict[str, Any], AfterValidator(storable_json)]
 

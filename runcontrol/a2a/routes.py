@@ -35,7 +35,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..api.context import Services
 from ..api.problems import from_error
-from ..domain import errors
+from ..domain import errors, limits
 from ..domain.access import Operation
 from ..edge.auth import Caller, TokenVerifier, permit
 from ..edge.errors import Unauthorized
@@ -57,6 +57,7 @@ async def find_agent(svc: Services, caller: Caller, workflow_id: str) -> Agent:
 
 
 async def _agent_in(svc: Services, tenant_id: str, workflow_id: str) -> Agent:
+    limits.name(workflow_id, "workflowId", limit=limits.MAX_WORKFLOW_ID, segment=True)  # else 422
     query = functools.partial(catalog.newest_release, workflow_id=workflow_id)
     found = await svc.read(tenant_id, query, project_id=None)
     if found is None or found[1].agent is None:

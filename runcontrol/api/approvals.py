@@ -10,7 +10,7 @@ from dataclasses import asdict
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import Path, Query, Request
 
 from schemas.api import (
     ApprovalPage,
@@ -26,31 +26,21 @@ from ..domain.access import approvals_visible_only_to
 from ..edge import bulk, commands
 from ..edge.commands import require_visible
 from ..store import queries as q
+from . import routes
 from .auth import ApprovalsDecider, ApprovalsReader, Caller
 from .context import Cursor, PageLimit, Services, Svc, found, list_page
 from .limits import MeteredDecider
 from .problems import responses
 from .runs import RetryKey
 
-router = APIRouter(prefix="/factory/approvals", tags=["approvals"])
+router = routes.router("/factory/approvals", "approvals")
 # The approvals of one run, under the run's path.
-runs_router = APIRouter(prefix="/factory/runs", tags=["approvals"])
+runs_router = routes.router("/factory/runs", "approvals")
 ApprovalStates = Annotated[list[ApprovalState] | None, Query()]
 
 
 @router.post(
-    "/{approvalId}/decision",
-    operation_id="DecideApproval",
-    response_model=ApprovalView,
-    responses=responses(401, 403, 404, 409, 410, 413, 422, 429, 503),
-    summary="Approve, reject or request changes on the exact proposal version.",
-    description=(
-        "Scope `factory.approvals.decide`; roles Reviewer, WorkspaceAdmin, PlatformAdmin "
-        "(break-glass), within the caller's project unless a role spans the tenant. "
-        "`version` is the request version decided on "
-        "(optimistic concurrency): a mismatch or a second decision is 409, an expired or stale "
-        "request is 410, the run's requester is refused with 403."
-    ),
+    "/{approvalId}/decision", response_model=ApprovalView, responses=responses(409, 410, 429, 503)
 )
 async def decide_approval(
     caller: MeteredDecider,
@@ -59,6 +49,13 @@ async def decide_approval(
     approval_id: Annotated[UUID, Path(alias="approvalId")],
     idempotency_key: RetryKey = None,
 ) -> dict[str, Any]:
+    """Approve, reject or request changes on the exact proposal version.
+
+    Scope `factory.approvals.decide`; roles Reviewer, WorkspaceAdmin, PlatformAdmin (break-glass),
+    within the caller's project unless a role spans the tenant. `version` is the request version
+    decided on (optimistic concurrency): a mismatch or a second decision is 409, an expired or stale
+    request is 410, the run's requester is refused with 403.
+    """
     command = await commands.decide_approval(
         svc.outside(caller), idempotency_key, approval_id=approval_id, **body.model_dump()
     )
@@ -66,21 +63,7 @@ async def decide_approval(
     return q.approval_view(asdict(approval))
 
 
-@router.post(
-    "/decisions",
-    operation_id="DecideApprovals",
-    response_model=BulkDecisionResponse,
-    responses=responses(401, 403, 413, 422),
-    summary="Decide many approval requests at once; one outcome per item.",
-    description=(
-        "Scope `factory.approvals.decide`. Each item is one DecideApproval (its approval, "
-        "decision, version and proposal hash), decided by the same rules and audited the "
-        "same way: its outcome is `decided` (with the approval) or the refusal the single "
-        "call would have answered (`stale`, `expired`, `forbidden`, `conflict`, `not-found`, "
-        "...). Each item takes one command of the tenant's rate. A retry with the same "
-        "Idempotency-Key answers every item as the first call did."
-    ),
-)
+@router.post("/decisions", response_model=BulkDecisionResponse)
 async def decide_approvals(
     caller: ApprovalsDecider,
     svc: Svc,
@@ -88,6 +71,14 @@ async def decide_approvals(
     request: Request,
     idempotency_key: RetryKey = None,
 ) -> dict[str, Any]:
+    """Decide many approval requests at once; one outcome per item.
+
+    Scope `factory.approvals.decide`. Each item is one DecideApproval (its approval, decision,
+    version and proposal hash), decided by the same rules and audited the same way: its outcome is
+    `decided` (with the approval) or the refusal the single call would have answered (`stale`,
+    `expired`, `forbidden`, `conflict`, `not-found`, ...). Each item takes one command of the
+    tenant's rate. A retry with the same Idempotency-Key answers every item as the first call did.
+    """
     bulk.distinct([i.approval_id for i in body.items], "approval")
     outside = svc.outside(caller, meter=request.app.state.rate_limiter)
 
@@ -107,19 +98,7 @@ async def decide_approvals(
     )
 
 
-@router.get(
-    "",
-    operation_id="ListApprovals",
-    response_model=ApprovalPage,
-    responses=responses(400, 401, 403, 422),
-    summary="Pending and decided approval requests visible to the caller's roles; paged.",
-    description=(
-        "Scope `factory.approvals.read`. Newest first. Reviewers, workspace and platform "
-        "admins, operators and observers see every request in their scope (their project; "
-        "the tenant for operators and admins); anyone else sees the requests of the runs "
-        "they requested."
-    ),
-)
+@router.get("", response_model=ApprovalPage, responses=responses(400))
 async def list_approvals(
     caller: ApprovalsReader,
     svc: Svc,
@@ -128,6 +107,12 @@ async def list_approvals(
     cursor: Cursor = None,
     limit: PageLimit = 50,
 ) -> dict[str, Any]:
+    """Pending and decided approval requests visible to the caller's roles; paged.
+
+    Scope `factory.approvals.read`. Newest first. Reviewers, workspace and platform admins,
+    operators and observers see every request in their scope (their project; the tenant for
+    operators and admins); anyone else sees the requests of the runs they requested.
+    """
     return await _approvals_page(caller, svc, state, run_id, cursor, limit)
 
 
@@ -151,15 +136,7 @@ async def _approvals_page(
     )
 
 
-@runs_router.get(
-    "/{runId}/approvals",
-    operation_id="ListRunApprovals",
-    response_model=ApprovalPage,
-    responses=responses(400, 401, 403, 404, 422),
-    summary="The approval requests of one run (every state), newest first; paged.",
-    description="Scope `factory.approvals.read`; the visibility of ListApprovals. A run the "
-    "caller may not see answers 404.",
-)
+@runs_router.get("/{runId}/approvals", response_model=ApprovalPage, responses=responses(400))
 async def list_run_approvals(
     caller: ApprovalsReader,
     svc: Svc,
@@ -168,24 +145,26 @@ async def list_run_approvals(
     cursor: Cursor = None,
     limit: PageLimit = 50,
 ) -> dict[str, Any]:
+    """The approval requests of one run (every state), newest first; paged.
+
+    Scope `factory.approvals.read`; the visibility of ListApprovals. A run the caller may not see
+    answers 404.
+    """
     await require_visible(caller, svc.db, run_id, tenant_wide_too=True)
     return await _approvals_page(caller, svc, state, run_id, cursor, limit)
 
 
-@router.get(
-    "/{approvalId}",
-    operation_id="GetApproval",
-    response_model=ApprovalView,
-    responses=responses(401, 403, 404, 422),
-    summary="One approval request, as ListApprovals would show it to the caller.",
-    description="Scope `factory.approvals.read`; the same visibility as ListApprovals "
-    "(404 for one the caller may not see).",
-)
+@router.get("/{approvalId}", response_model=ApprovalView)
 async def get_approval(
     caller: ApprovalsReader,
     svc: Svc,
     approval_id: Annotated[UUID, Path(alias="approvalId")],
 ) -> dict[str, Any]:
+    """One approval request, as ListApprovals would show it to the caller.
+
+    Scope `factory.approvals.read`; the same visibility as ListApprovals (404 for one the caller may
+    not see).
+    """
     requested_by = approvals_visible_only_to(caller.principal)
     view = await svc.read_in_scope(
         caller,

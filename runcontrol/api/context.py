@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
+from urllib.parse import quote
 from uuid import UUID
 
 from fastapi import Depends, Query, Request
@@ -107,6 +108,12 @@ async def services(request: Request) -> Services:
 
 
 Svc = Annotated[Services, Depends(services)]
+
+
+def location(prefix: str, *segments: object) -> str:
+    """A ``Location`` header's path: ``prefix``, then each segment percent-encoded (RFC 3986).
+    A header holds Latin-1 only; an id may hold any script (``domain.limits.name``)."""
+    return "/".join([prefix, *(quote(str(s), safe="") for s in segments)])
 
 
 def found(view: T | None, missing: Exception) -> T:

@@ -14,7 +14,7 @@ from dataclasses import asdict
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi import Depends, Path, Request, Response
 
 from schemas.api import (
     ControlRequest,
@@ -37,12 +37,13 @@ from ..domain import AttemptOutcome
 from ..domain.access import Operation
 from ..edge import commands
 from ..edge.metering import TenantRateLimiter
+from . import routes
 from .auth import Caller, require
 from .context import Services, Svc
 from .problems import responses
-from .runs import RetryKey, RunIdPath, location
+from .runs import RetryKey, RunIdPath, run_location
 
-router = APIRouter(prefix="/factory/runs", tags=["run controls"])
+router = routes.router("/factory/runs", "run controls")
 
 ROLES = "Scope `factory.runs.operate`; roles Operator, WorkspaceAdmin, PlatformAdmin."
 
@@ -58,7 +59,8 @@ async def _operator(
 RunOperator = Annotated[Caller, Depends(_operator)]
 StepIdPath = Annotated[UUID, Path(alias="stepId")]
 AttemptIdPath = Annotated[UUID, Path(alias="attemptId")]
-CONTROL_RESPONSES = responses(401, 403, 404, 409, 413, 422, 429, 503)
+# Besides those of every route with a caller, a path and a body (``routes.Operation``).
+CONTROL_RESPONSES = responses(409, 429, 503)
 
 
 async def _control(
@@ -93,7 +95,6 @@ def _run_control(kind: type[Command[ControlResult]], path: str, summary: str, re
     route.__name__ = route.__qualname__ = f"{path.rsplit('/', 1)[-1]}_run"
     router.post(
         path,
-        operation_id=kind.__name__,
         response_model=ControlResponse,
         responses=CONTROL_RESPONSES,
         summary=summary,
@@ -117,7 +118,6 @@ _run_control(
 
 @router.post(
     "/{runId}/steps/{stepId}/retry",
-    operation_id="RetryStep",
     response_model=ControlResponse,
     responses=CONTROL_RESPONSES,
     summary="Dispatch a new attempt now of a step waiting for its retry.",
@@ -148,7 +148,6 @@ async def retry_step(
 
 @router.post(
     "/{runId}/attempts/{attemptId}/resolve",
-    operation_id="ResolveAttempt",
     response_model=ControlResponse,
     responses=CONTROL_RESPONSES,
     summary="Resolve an Uncertain attempt as Succeeded or Failed.",
@@ -179,7 +178,6 @@ async def resolve_attempt(
 
 @router.post(
     "/{runId}/rerun",
-    operation_id="RerunRun",
     status_code=201,
     response_model=RerunResponse,
     responses=CONTROL_RESPONSES,
@@ -207,7 +205,7 @@ async def rerun_run(
         release_alias=body.release_alias,
     )
     result = await svc.send(command)
-    response.headers["Location"] = location(result.run_id)
+    response.headers["Location"] = run_location(result.run_id)
     return {**asdict(result), "rerun_of": run_id, "release": str(release)}
 
 

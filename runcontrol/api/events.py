@@ -14,10 +14,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Header, Path, Query
+from fastapi import Depends, Header, Path, Query
 from fastapi.responses import Response, StreamingResponse
 from sqlalchemy import Connection
 
@@ -28,11 +29,12 @@ from ..domain.events import TERMINAL_EVENTS
 from ..edge.follow import Notified, Page, follow
 from ..store import queries as q
 from ..store.commit import EVENTS_CHANNEL
-from .auth import RunsReader
+from . import routes
+from .auth import Caller, RunsReader
 from .context import Services, Streams, Svc, found
 from .problems import TooManySubscribers, responses
 
-router = APIRouter(prefix="/factory/runs", tags=["events"])
+router = routes.router("/factory/runs", "events")
 
 T = TypeVar("T")
 RunIdPath = Annotated[UUID, Path(alias="runId")]
@@ -85,44 +87,76 @@ def sse_response(frames: AsyncIterator[str]) -> StreamingResponse:
     )
 
 
-RunAndEvents = tuple[dict[str, Any] | None, list[dict[str, Any]]]
+def stream_responses(frames: str, ended: str | None = None) -> dict[int | str, dict[str, Any]]:
+    """A Server-Sent Events route's answers: the stream (``frames``: what each frame holds),
+    204 when the stream has ``ended`` before it starts, 429 with too many streams open."""
+    answers: dict[int | str, dict[str, Any]] = {
+        200: {
+            "description": f"A text/event-stream: {frames}.",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        }
+    }
+    if ended is not None:
+        answers[204] = {"description": ended}
+    return {**answers, **responses(429)}
 
 
-def _run_and_events(
-    run_id: UUID, project_id: str | None, after: int, limit: int
-) -> Callable[[Connection], RunAndEvents]:
-    """A read of the run (None: not in this tenant or not in ``project_id``) and its events
-    after ``after``."""
+Rows = list[dict[str, Any]]
+RunAndRows = tuple[dict[str, Any] | None, Rows]
+# A run's rows after a cursor, in cursor order: ``q.events_after``, ``store.output.output_after``.
+RowsAfter = Callable[[Connection, UUID, int, int], Rows]
 
-    def read(conn: Connection) -> RunAndEvents:
+
+def run_and_rows(
+    rows_after: RowsAfter, run_id: UUID, project_id: str | None, after: int, limit: int
+) -> Callable[[Connection], RunAndRows]:
+    """A read of the run (None: not in this tenant or not in ``project_id``) and then its rows
+    after ``after``: read in that order, a terminal run's rows are read to their end."""
+
+    def read(conn: Connection) -> RunAndRows:
         run = q.get_run(conn, run_id, project_id=project_id)
-        if run is None or limit == 0:
-            return run, []
-        return run, q.events_after(conn, run_id, after, limit)
+        if run is None:
+            return None, []
+        return run, rows_after(conn, run_id, after, limit)
 
     return read
 
 
-@router.get(
-    "/{runId}/events/history",
-    operation_id="GetRunEventHistory",
-    response_model=list[EventEnvelope],
-    responses=responses(401, 403, 404, 422),
-    summary="The run's persisted events after a cursor, in sequence order.",
-    description="Scope `factory.runs.read`. `after` is the last seq seen (0: from the start).",
-)
-async def event_history(
-    caller: RunsReader,
-    svc: Svc,
-    run_id: RunIdPath,
-    after: AfterQuery = 0,
-    limit: LimitQuery = 100,
-) -> list[dict[str, Any]]:
-    read = _run_and_events(run_id, caller.project_scope, after, limit)
-    run, events = await svc.read_in_scope(caller, read)
-    if run is None:
-        raise errors.RunNotFound(f"run {run_id} not found")
-    return events
+def not_found(run_id: UUID) -> errors.RunNotFound:
+    return errors.RunNotFound(f"run {run_id} not found")
+
+
+@dataclass(frozen=True)
+class RunPage:
+    """A page of a run's history: the rows after ``after`` (the last seq or position seen)."""
+
+    run_id: UUID
+    after: int
+    limit: int
+
+
+async def run_page(run_id: RunIdPath, after: AfterQuery = 0, limit: LimitQuery = 100) -> RunPage:
+    return RunPage(run_id, after, limit)
+
+
+async def history(svc: Services, caller: Caller, page: RunPage, rows_after: RowsAfter) -> Rows:
+    """A page of the run's history in the caller's scope; 404 for a run it may not see."""
+    read = run_and_rows(rows_after, page.run_id, caller.project_scope, page.after, page.limit)
+    run, rows = await svc.read_in_scope(caller, read)
+    found(run, not_found(page.run_id))
+    return rows
+
+
+RunPageQuery = Annotated[RunPage, Depends(run_page)]
+
+
+@router.get("/{runId}/events/history", response_model=list[EventEnvelope])
+async def get_run_event_history(caller: RunsReader, svc: Svc, page: RunPageQuery) -> Rows:
+    """The run's persisted events after a cursor, in sequence order.
+
+    Scope `factory.runs.read`. `after` is the last seq seen (0: from the start).
+    """
+    return await history(svc, caller, page, q.events_after)
 
 
 async def _replay(
@@ -135,11 +169,8 @@ async def _replay(
             yield sse_frame(event)
         if len(batch) < REPLAY_BATCH:
             return
-        _, batch = await svc.read(
-            tenant_id,
-            _run_and_events(run_id, project_id, batch[-1]["seq"], REPLAY_BATCH),
-            project_id=project_id,
-        )
+        read = run_and_rows(q.events_after, run_id, project_id, batch[-1]["seq"], REPLAY_BATCH)
+        _, batch = await svc.read(tenant_id, read, project_id=project_id)
 
 
 def _events_after(run_id: UUID, after: int) -> Callable[[Connection], list[dict[str, Any]]]:
@@ -226,34 +257,29 @@ async def counted(streams: Streams, frames: AsyncIterator[Item]) -> AsyncIterato
 
 @router.get(
     "/{runId}/events",
-    operation_id="StreamRunEvents",
     response_class=StreamingResponse,
-    responses={
-        200: {
-            "description": "A text/event-stream: `id` = seq, `event` = type, `data` = envelope.",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
-        },
-        204: {"description": "The run is terminal and no event follows the cursor."},
-        **responses(401, 403, 404, 422, 429),
-    },
-    summary="Subscribe to the run's events (Server-Sent Events, resumable).",
-    description=(
-        "Scope `factory.runs.read`. Resumes after `Last-Event-ID` (or `?after=`); heartbeats "
-        "are comment lines; the stream ends after RunCompleted, RunFailed or RunCancelled."
+    responses=stream_responses(
+        "`id` = seq, `event` = type, `data` = envelope",
+        "The run is terminal and no event follows the cursor.",
     ),
 )
-async def stream_events(
+async def stream_run_events(
     caller: RunsReader,
     svc: Svc,
     run_id: RunIdPath,
     cursor: ResumeAfter,
 ) -> Response:
+    """Subscribe to the run's events (Server-Sent Events, resumable).
+
+    Scope `factory.runs.read`. Resumes after `Last-Event-ID` (or `?after=`); heartbeats are comment
+    lines; the stream ends after RunCompleted, RunFailed or RunCancelled.
+    """
     tenant_id, project_id = caller.tenant_id, caller.project_scope
     since = svc.feed.generation(EVENTS_CHANNEL, (str(run_id),))
     run, first = await svc.read_in_scope(
-        caller, _run_and_events(run_id, project_id, cursor, REPLAY_BATCH)
+        caller, run_and_rows(q.events_after, run_id, project_id, cursor, REPLAY_BATCH)
     )
-    run = found(run, errors.RunNotFound(f"run {run_id} not found"))
+    run = found(run, not_found(run_id))
     frames: AsyncIterator[str]
     if RunState(run["state"]).terminal:
         if not first:

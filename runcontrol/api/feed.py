@@ -14,13 +14,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import Query
 from fastapi.responses import StreamingResponse
 
 from schemas.api import FeedEvent
 
 from ..edge.follow import Notified, Page, follow
 from ..store import webhooks as store
+from . import routes
 from .auth import RunsReader
 from .context import Services, Svc
 from .events import (
@@ -31,10 +32,10 @@ from .events import (
     counted,
     sse_response,
     sse_stream,
+    stream_responses,
 )
-from .problems import responses
 
-router = APIRouter(prefix="/factory/events", tags=["events"])
+router = routes.router("/factory/events", "events")
 
 
 def feed_frame(event: dict[str, Any]) -> str:
@@ -42,21 +43,18 @@ def feed_frame(event: dict[str, Any]) -> str:
     return f"id: {event['position']}\nevent: {event['type']}\ndata: {data}\n\n"
 
 
-@router.get(
-    "/history",
-    operation_id="GetEventFeedHistory",
-    response_model=list[FeedEvent],
-    responses=responses(401, 403, 422),
-    summary="The tenant feed's events after a position, in position order.",
-    description="Scope `factory.runs.read`; the caller's project only unless a role spans "
-    "the tenant. `after` is the last position seen (0: from the oldest retained).",
-)
-async def feed_history(
+@router.get("/history", response_model=list[FeedEvent])
+async def get_event_feed_history(
     caller: RunsReader,
     svc: Svc,
     after: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
     limit: Annotated[int, Query(ge=1, le=REPLAY_BATCH)] = 100,
 ) -> list[dict[str, Any]]:
+    """The tenant feed's events after a position, in position order.
+
+    Scope `factory.runs.read`; the caller's project only unless a role spans the tenant. `after` is
+    the last position seen (0: from the oldest retained).
+    """
     return await svc.read_in_scope(caller, lambda conn: store.feed_after(conn, after, limit))
 
 
@@ -80,24 +78,20 @@ def _live(
 
 @router.get(
     "",
-    operation_id="StreamEventFeed",
     response_class=StreamingResponse,
-    responses={
-        200: {
-            "description": "A text/event-stream: `id` = feed position, `event` = type, "
-            "`data` = the envelope with its `position`.",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
-        },
-        **responses(401, 403, 422, 429),
-    },
-    summary="Subscribe to every event of the runs the caller may see (SSE, resumable).",
-    description="Scope `factory.runs.read`. Resumes after `Last-Event-ID` (or `?after=`).",
+    responses=stream_responses(
+        "`id` = feed position, `event` = type, `data` = the envelope with its `position`"
+    ),
 )
-async def stream_feed(
+async def stream_event_feed(
     caller: RunsReader,
     svc: Svc,
     cursor: ResumeAfter,
 ) -> StreamingResponse:
+    """Subscribe to every event of the runs the caller may see (SSE, resumable).
+
+    Scope `factory.runs.read`. Resumes after `Last-Event-ID` (or `?after=`).
+    """
     admit_live_stream(svc, "/factory/events/history")
     since = svc.feed.generation(store.FEED_CHANNEL, (caller.tenant_id,))
     frames = counted(svc.streams, _live(svc, caller.tenant_id, caller.project_scope, cursor, since))

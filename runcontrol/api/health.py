@@ -23,27 +23,28 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
-from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from schemas.api import Health, WorkersHealth
 
 from ..store import queries as q
 from ..store.schema import SchemaMismatch
+from . import routes
 from .auth import RunsReader
 from .context import Svc
 from .problems import problem, responses
 
 log = logging.getLogger(__name__)
 
-router = APIRouter(prefix="/health", tags=["health"])
+router = routes.router("/health", "health")
 
 # Probes get their own threads: a database that hangs must not starve the threads reads use.
 _probe_threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="readiness")
 
 
-@router.get("/live", operation_id="Live", response_model=Health, summary="Process liveness.")
+@router.get("/live", response_model=Health)
 async def live() -> dict[str, Any]:
+    """Process liveness."""
     return {"status": "live"}
 
 
@@ -65,14 +66,10 @@ async def _check(name: str, probe: Probe, timeout: float) -> str:
     return "ok"
 
 
-@router.get(
-    "/ready",
-    operation_id="Ready",
-    response_model=Health,
-    responses=responses(503),
-    summary="Readiness: the database and every run host answer, and the replica is not draining.",
-)
+@router.get("/ready", response_model=Health, responses=responses(503))
 async def ready(svc: Svc) -> Any:
+    """Readiness: the database and every run host answer, and the replica is not draining."""
+
     def schema_refusal() -> str | None:
         try:
             svc.db.require_compatible_schema(svc.db.app)
@@ -103,16 +100,13 @@ async def ready(svc: Svc) -> Any:
     return response
 
 
-@router.get(
-    "/workers",
-    operation_id="WorkersHealth",
-    response_model=WorkersHealth,
-    responses=responses(401, 403),
-    summary="The caller's tenant: agents whose dispatched attempts no worker takes.",
-    description="Scope `factory.runs.read`; the caller's tenant (and project) only. 200 with "
-    "`status` `stalled` and the agents, or `ok`; for alerting, not for load balancing.",
-)
-async def workers(caller: RunsReader, svc: Svc) -> dict[str, Any]:
+@router.get("/workers", response_model=WorkersHealth)
+async def workers_health(caller: RunsReader, svc: Svc) -> dict[str, Any]:
+    """The caller's tenant: agents whose dispatched attempts no worker takes.
+
+    Scope `factory.runs.read`; the caller's tenant (and project) only. 200 with `status` `stalled`
+    and the agents, or `ok`; for alerting, not for load balancing.
+    """
     stall = svc.settings.api.dispatch_stall_seconds
     if stall is None:
         return {"status": "ok", "stall_seconds": None, "stalled": []}

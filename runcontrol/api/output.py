@@ -16,49 +16,42 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 from uuid import UUID
 
-from fastapi import APIRouter
 from fastapi.responses import Response, StreamingResponse
 from sqlalchemy import Connection
 
 from schemas.api import OutputChunkView
 
-from ..domain import RunState, errors
+from ..domain import RunState
 from ..edge.follow import Notified, Page, follow
-from ..store import queries as q
 from ..store.output import OUTPUT_CHANNEL, output_after
+from . import routes
 from .auth import RunsReader
 from .context import Svc, found
 from .events import (
     REPLAY_BATCH,
-    AfterQuery,
-    LimitQuery,
     ResumeAfter,
+    Rows,
+    RunAndRows,
     RunIdPath,
+    RunPageQuery,
     admit_live_stream,
     counted,
+    history,
+    not_found,
+    run_and_rows,
     sse_response,
     sse_stream,
+    stream_responses,
 )
-from .problems import responses
 
-router = APIRouter(prefix="/factory/runs", tags=["output"])
-
-RunAndOutput = tuple[dict[str, Any] | None, list[dict[str, Any]]]
+router = routes.router("/factory/runs", "output")
 
 
 def run_and_output(
     run_id: UUID, project_id: str | None, after: int, limit: int
-) -> Callable[[Connection], RunAndOutput]:
-    """A read of the run (None: not in this tenant or project) and then its chunks after
-    ``after``: read in that order, a terminal run's output is read to its end."""
-
-    def read(conn: Connection) -> RunAndOutput:
-        run = q.get_run(conn, run_id, project_id=project_id)
-        if run is None:
-            return None, []
-        return run, output_after(conn, run_id, after, limit)
-
-    return read
+) -> Callable[[Connection], RunAndRows]:
+    """A read of the run and then its chunks after ``after`` (``events.run_and_rows``)."""
+    return run_and_rows(output_after, run_id, project_id, after, limit)
 
 
 def output_page(run: dict[str, Any], chunks: list[dict[str, Any]], after: int) -> Page[Any, int]:
@@ -73,57 +66,40 @@ def output_frame(chunk: dict[str, Any]) -> str:
 
 
 @router.get(
-    "/{runId}/output",
-    operation_id="GetRunOutput",
-    response_model=list[OutputChunkView],
-    response_model_exclude_none=True,
-    responses=responses(401, 403, 404, 422),
-    summary="The run's streamed output after a position, in position order.",
-    description="Scope `factory.runs.read`. `after` is the last position seen (0: from the "
-    "start); positions number the run's chunks from 1 without gaps.",
+    "/{runId}/output", response_model=list[OutputChunkView], response_model_exclude_none=True
 )
-async def get_output(
-    caller: RunsReader,
-    svc: Svc,
-    run_id: RunIdPath,
-    after: AfterQuery = 0,
-    limit: LimitQuery = 100,
-) -> list[dict[str, Any]]:
-    run, chunks = await svc.read_in_scope(
-        caller, run_and_output(run_id, caller.project_scope, after, limit)
-    )
-    found(run, errors.RunNotFound(f"run {run_id} not found"))
-    return chunks
+async def get_run_output(caller: RunsReader, svc: Svc, page: RunPageQuery) -> Rows:
+    """The run's streamed output after a position, in position order.
+
+    Scope `factory.runs.read`. `after` is the last position seen (0: from the start); positions
+    number the run's chunks from 1 without gaps.
+    """
+    return await history(svc, caller, page, output_after)
 
 
 @router.get(
     "/{runId}/output/stream",
-    operation_id="StreamRunOutput",
     response_class=StreamingResponse,
-    responses={
-        200: {
-            "description": "A text/event-stream: `id` = position, `event` = output, `data` = "
-            "the chunk as GET /output answers it.",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
-        },
-        204: {"description": "The run is terminal and no chunk follows the cursor."},
-        **responses(401, 403, 404, 422, 429),
-    },
-    summary="Subscribe to the run's streamed output (Server-Sent Events, resumable).",
-    description="Scope `factory.runs.read`. Resumes after `Last-Event-ID` (or `?after=`); "
-    "heartbeats are comment lines; the stream ends once the run is terminal and its output "
-    "was sent.",
+    responses=stream_responses(
+        "`id` = position, `event` = output, `data` = the chunk as GET /output answers it",
+        "The run is terminal and no chunk follows the cursor.",
+    ),
 )
-async def stream_output(
+async def stream_run_output(
     caller: RunsReader, svc: Svc, run_id: RunIdPath, cursor: ResumeAfter
 ) -> Response:
+    """Subscribe to the run's streamed output (Server-Sent Events, resumable).
+
+    Scope `factory.runs.read`. Resumes after `Last-Event-ID` (or `?after=`); heartbeats are comment
+    lines; the stream ends once the run is terminal and its output was sent.
+    """
     tenant_id, project_id = caller.tenant_id, caller.project_scope
     notified = Notified(svc.feed, (OUTPUT_CHANNEL,), (str(run_id),))
     since = notified.generation()
     run, chunks = await svc.read_in_scope(
         caller, run_and_output(run_id, project_id, cursor, REPLAY_BATCH)
     )
-    first = output_page(found(run, errors.RunNotFound(f"run {run_id} not found")), chunks, cursor)
+    first = output_page(found(run, not_found(run_id)), chunks, cursor)
     if first.done and not chunks:
         return Response(status_code=204)  # nothing more will come: EventSource stops
 
@@ -133,7 +109,7 @@ async def stream_output(
             run_and_output(run_id, project_id, after, REPLAY_BATCH),
             project_id=project_id,
         )
-        return output_page(found(run, errors.RunNotFound(f"run {run_id} not found")), chunks, after)
+        return output_page(found(run, not_found(run_id)), chunks, after)
 
     heartbeat_s = svc.settings.api.sse_heartbeat_seconds
     frames: AsyncIterator[str] = sse_stream(

@@ -12,58 +12,46 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
-from fastapi import APIRouter, Response
+from fastapi import Response
 
 from schemas.api import PolicyRequest, PolicyView
 
-from ..ports.policy import (
-    DEFAULT_POLICY_ID,
-    current_policy,
-    document_from_dict,
-    document_to_dict,
-    publish_policy,
-)
+from ..ports import policy
+from ..ports.policy import DEFAULT_POLICY_ID, current_policy, document_from_dict, document_to_dict
+from . import routes
 from .auth import ApprovalsReader, PolicyManager
-from .context import Svc
-from .problems import responses
+from .context import Svc, location
 
-router = APIRouter(prefix="/factory/policies", tags=["policies"])
+router = routes.router("/factory/policies", "policies")
 
 
 def _view(policy_id: str, revision: str, document: dict[str, Any]) -> dict[str, Any]:
     return {"policyId": policy_id, "revision": revision, "document": document}
 
 
-@router.post(
-    "",
-    operation_id="PublishPolicy",
-    status_code=201,
-    response_model=PolicyView,
-    responses=responses(401, 403, 413, 422),
-    summary="Publish the tenant's next approval policy revision.",
-    description="Scope `factory.policies.manage`; roles WorkspaceAdmin, PlatformAdmin. Applies "
-    "to runs submitted from now on; running runs keep their pinned revision.",
-)
-async def publish(
+@router.post("", status_code=201, response_model=PolicyView)
+async def publish_policy(
     caller: PolicyManager, svc: Svc, body: PolicyRequest, response: Response
 ) -> dict[str, Any]:
+    """Publish the tenant's next approval policy revision.
+
+    Scope `factory.policies.manage`; roles WorkspaceAdmin, PlatformAdmin. Applies to runs submitted
+    from now on; running runs keep their pinned revision.
+    """
     doc = document_from_dict(DEFAULT_POLICY_ID, "", body.model_dump(by_alias=True))
     published = await asyncio.to_thread(
-        publish_policy, svc.db, caller.tenant_id, doc, datetime.now(UTC)
+        policy.publish_policy, svc.db, caller.tenant_id, doc, datetime.now(UTC)
     )
-    response.headers["Location"] = f"{router.prefix}/current"
+    response.headers["Location"] = location(router.prefix, "current")
     return _view(published.policy_id, published.revision, document_to_dict(published))
 
 
-@router.get(
-    "/current",
-    operation_id="GetCurrentPolicy",
-    response_model=PolicyView,
-    responses=responses(401, 403),
-    summary="The approval policy new runs of the tenant are pinned to.",
-    description="Scope `factory.approvals.read`. Revision `0` is the built-in default (no "
-    "revision published yet).",
-)
-async def current(caller: ApprovalsReader, svc: Svc) -> dict[str, Any]:
+@router.get("/current", response_model=PolicyView)
+async def get_current_policy(caller: ApprovalsReader, svc: Svc) -> dict[str, Any]:
+    """The approval policy new runs of the tenant are pinned to.
+
+    Scope `factory.approvals.read`. Revision `0` is the built-in default (no revision published
+    yet).
+    """
     doc = await svc.read_in_tenant(caller, current_policy)
     return _view(doc.policy_id, doc.revision, document_to_dict(doc))

@@ -11,7 +11,7 @@ import math
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Header, Path, Query, Request, Response
+from fastapi import Header, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from schemas.api import (
@@ -23,18 +23,20 @@ from schemas.api import (
     RunView,
     SubmitRunRequest,
     SubmitRunResponse,
+    id_check,
 )
 
 from ..domain import Limits, RunState, errors
 from ..edge import bulk, commands
 from ..store import queries as q
 from ..store.commit import EVENTS_CHANNEL
+from . import routes
 from .auth import Caller, RunCanceller, RunsReader
-from .context import Cursor, PageLimit, Services, Svc, found, list_page
+from .context import Cursor, PageLimit, Services, Svc, found, list_page, location
 from .limits import MeteredCanceller, MeteredSubmitter
 from .problems import responses
 
-router = APIRouter(prefix="/factory/runs", tags=["runs"])
+router = routes.router("/factory/runs", "runs")
 
 IdempotencyKey = Annotated[
     str | None,
@@ -108,22 +110,18 @@ async def wait_terminal(
         await svc.feed.wait(EVENTS_CHANNEL, key, since, left)
 
 
-def location(run_id: UUID) -> str:
-    return f"{router.prefix}/{run_id}"
+def run_location(run_id: UUID) -> str:
+    return location(router.prefix, run_id)
 
 
 @router.post(
     "",
-    operation_id="SubmitRun",
     status_code=202,
     response_model=SubmitRunResponse,
     responses={
         200: {"model": RunView, "description": "With `Prefer: wait=N`: the run ended within it."},
-        **responses(400, 401, 403, 404, 409, 413, 422, 429, 503),
+        **responses(400, 404, 409, 429, 503),
     },
-    summary="Accept a run; 202 with the run location; idempotent on Idempotency-Key.",
-    description="Scope `factory.runs.write`; roles Requester, WorkspaceAdmin, PlatformAdmin. "
-    "The run belongs to the token's project.",
 )
 async def submit_run(
     caller: MeteredSubmitter,
@@ -134,6 +132,11 @@ async def submit_run(
     correlation_id: CorrelationId = None,
     prefer: Prefer = None,
 ) -> Any:
+    """Accept a run; 202 with the run location; idempotent on Idempotency-Key.
+
+    Scope `factory.runs.write`; roles Requester, WorkspaceAdmin, PlatformAdmin. The run belongs to
+    the token's project.
+    """
     wait = preferred_wait(prefer, svc.settings.api.prefer_wait_max_seconds)
     fields = body.model_dump(exclude={"limits"})
     limits = Limits(**body.limits.model_dump())
@@ -141,55 +144,51 @@ async def submit_run(
         svc.outside(caller), idempotency_key, correlation_id=correlation_id, limits=limits, **fields
     )
     result = await svc.send(command)
-    response.headers["Location"] = location(result.run_id)
+    response.headers["Location"] = run_location(result.run_id)
     if wait > 0:
         view = await wait_terminal(svc, caller, result.run_id, wait)
         if view is not None:  # ended within the wait: the run itself, as GetRun answers it
             run = RunView.model_validate(view).model_dump(mode="json", by_alias=True)
-            headers = {"Location": location(result.run_id), "Preference-Applied": "wait"}
+            headers = {"Location": run_location(result.run_id), "Preference-Applied": "wait"}
             return JSONResponse(run, status_code=200, headers=headers)
     return result
 
 
-@router.get(
-    "/{runId}",
-    operation_id="GetRun",
-    response_model=RunView,
-    responses=responses(401, 403, 404, 422),
-    summary="Run with steps, attempts, current lease and pending approvals.",
-    description="Scope `factory.runs.read`. A run outside the caller's project is 404 unless "
-    "a role spans the tenant (Operator, WorkspaceAdmin, PlatformAdmin).",
-)
+@router.get("/{runId}", response_model=RunView)
 async def get_run(
     caller: RunsReader,
     svc: Svc,
     run_id: RunIdPath,
 ) -> dict[str, Any]:
+    """Run with steps, attempts, current lease and pending approvals.
+
+    Scope `factory.runs.read`. A run outside the caller's project is 404 unless a role spans the
+    tenant (Operator, WorkspaceAdmin, PlatformAdmin).
+    """
     project = caller.project_scope
     view = await svc.read_in_scope(caller, lambda conn: q.get_run(conn, run_id, project_id=project))
     return found(view, errors.RunNotFound(f"run {run_id} not found"))
 
 
-@router.get(
-    "",
-    operation_id="ListRuns",
-    response_model=RunPage,
-    responses=responses(400, 401, 403, 422),
-    summary="Runs in the trusted scope with state and freshness; paged.",
-    description="Scope `factory.runs.read`. Newest first. The caller's project only, unless "
-    "a role spans the tenant (Operator, WorkspaceAdmin, PlatformAdmin).",
-)
+@router.get("", response_model=RunPage, responses=responses(400))
 async def list_runs(
     caller: RunsReader,
     svc: Svc,
     state: Annotated[list[RunState] | None, Query()] = None,
     workflow_id: Annotated[
-        str | None, Query(alias="workflowId", min_length=1, max_length=200, pattern=r"^[^\x00]*$")
+        str | None,
+        Query(alias="workflowId", min_length=1, max_length=200, pattern=r"^[^\x00]*$"),
+        id_check(),
     ] = None,
     parent_run_id: Annotated[UUID | None, Query(alias="parentRunId")] = None,
     cursor: Cursor = None,
     limit: PageLimit = 50,
 ) -> dict[str, Any]:
+    """Runs in the trusted scope with state and freshness; paged.
+
+    Scope `factory.runs.read`. Newest first. The caller's project only, unless a role spans the
+    tenant (Operator, WorkspaceAdmin, PlatformAdmin).
+    """
     states = [str(s) for s in state or ()]
     return await list_page(
         svc,
@@ -205,13 +204,9 @@ async def list_runs(
 
 @router.post(
     "/{runId}/cancel",
-    operation_id="CancelRun",
     status_code=202,
     response_model=CancelRunResponse,
-    responses=responses(401, 403, 404, 409, 413, 422, 429, 503),
-    summary="Record cancellation intent; the resulting state is observed, not assumed.",
-    description="Scope `factory.runs.write`; roles Requester (its project's runs), Operator, "
-    "WorkspaceAdmin, PlatformAdmin (any run of the tenant).",
+    responses=responses(409, 429, 503),
 )
 async def cancel_run(
     caller: MeteredCanceller,
@@ -220,23 +215,18 @@ async def cancel_run(
     run_id: RunIdPath,
     idempotency_key: RetryKey = None,
 ) -> dict[str, Any]:
+    """Record cancellation intent; the resulting state is observed, not assumed.
+
+    Scope `factory.runs.write`; roles Requester (its project's runs), Operator, WorkspaceAdmin,
+    PlatformAdmin (any run of the tenant).
+    """
     command = await commands.cancel_run(
         svc.outside(caller), idempotency_key, run_id=run_id, reason=body.reason
     )
     return {"runId": run_id, "state": await svc.send(command)}
 
 
-@router.post(
-    "/cancel",
-    operation_id="CancelRuns",
-    response_model=BulkCancelResponse,
-    responses=responses(401, 403, 413, 422),
-    summary="Record cancellation intent on each run of an explicit list; one outcome each.",
-    description="Scope `factory.runs.write`; the roles of CancelRun. Each run is one "
-    "CancelRun with the same reason: `accepted` with the state observed, or the refusal the "
-    "single call would have answered (`not-found`, `forbidden`, `conflict`, ...). Each run "
-    "takes one command of the tenant's rate.",
-)
+@router.post("/cancel", response_model=BulkCancelResponse)
 async def cancel_runs(
     caller: RunCanceller,
     svc: Svc,
@@ -244,6 +234,12 @@ async def cancel_runs(
     request: Request,
     idempotency_key: RetryKey = None,
 ) -> dict[str, Any]:
+    """Record cancellation intent on each run of an explicit list; one outcome each.
+
+    Scope `factory.runs.write`; the roles of CancelRun. Each run is one CancelRun with the same
+    reason: `accepted` with the state observed, or the refusal the single call would have answered
+    (`not-found`, `forbidden`, `conflict`, ...). Each run takes one command of the tenant's rate.
+    """
     bulk.distinct(body.run_ids, "run")
     outside = svc.outside(caller, meter=request.app.state.rate_limiter)
 

@@ -31,7 +31,7 @@ from ..domain import errors
 from ..domain.schedules import Overlap
 from ..store import schedules as store
 from .auth import RunsReader, RunSubmitter
-from .context import Svc, found
+from .context import Svc, found, location
 from .problems import responses
 
 router = APIRouter(prefix="/factory/schedules", tags=["schedules"])
@@ -81,7 +81,7 @@ async def create_schedule(
         return _detail(conn, row["schedule_id"], now)
 
     created = await svc.read_in_scope(caller, create)
-    response.headers["Location"] = f"{router.prefix}/{row['schedule_id']}"
+    response.headers["Location"] = location(router.prefix, row["schedule_id"])
     return found(created, _missing(row["schedule_id"]))
 
 

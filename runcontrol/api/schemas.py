@@ -9,25 +9,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
-
 from ..domain.events import payload_schemas
+from . import routes
 from .auth import RunsReader
-from .problems import responses
 
-router = APIRouter(prefix="/factory/schemas", tags=["schemas"])
+router = routes.router("/factory/schemas", "schemas")
 
 _EVENTS: dict[str, Any] = {"eventTypes": payload_schemas()}  # fixed by the code: built once
 
 
-@router.get(
-    "/events",
-    operation_id="GetEventSchemas",
-    responses=responses(401, 403),
-    summary="The JSON Schema of every event type's payload, with its topic and version.",
-    description="Scope `factory.runs.read`. `eventTypes` maps each event type (the SSE "
-    "`event`, the envelope's `type`) to its `topic`, `schemaVersion` and `payload` schema "
-    "(JSON Schema 2020-12).",
-)
-async def event_schemas(caller: RunsReader) -> dict[str, Any]:
+@router.get("/events")
+async def get_event_schemas(caller: RunsReader) -> dict[str, Any]:
+    """The JSON Schema of every event type's payload, with its topic and version.
+
+    Scope `factory.runs.read`. `eventTypes` maps each event type (the SSE `event`, the envelope's
+    `type`) to its `topic`, `schemaVersion` and `payload` schema (JSON Schema 2020-12).
+    """
     return _EVENTS

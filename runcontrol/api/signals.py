@@ -14,18 +14,19 @@ from __future__ import annotations
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Body, Path
+from fastapi import Body, Path
 
 from schemas.api import SignalResponse
 
 from ..commands import SignalResult
 from ..edge import commands
+from . import routes
 from .context import Svc
 from .limits import MeteredSubmitter
 from .problems import responses
 from .runs import IdempotencyKey
 
-router = APIRouter(prefix="/factory/runs", tags=["signals"])
+router = routes.router("/factory/runs", "signals")
 
 RunIdPath = Annotated[UUID, Path(alias="runId")]
 SignalName = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[^\x00/]+$")]
@@ -33,14 +34,9 @@ SignalName = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[^\x00
 
 @router.post(
     "/{runId}/signals/{name}",
-    operation_id="SendSignal",
     status_code=202,
     response_model=SignalResponse,
-    responses=responses(400, 401, 403, 404, 409, 413, 422, 429, 503),
-    summary="Send the run's signal step its input; the body becomes the step's result.",
-    description="Scope `factory.runs.write`; roles Requester (its project's runs), "
-    "WorkspaceAdmin, PlatformAdmin. `Idempotency-Key` required. `delivered` is false when the "
-    "step does not wait yet: the signal is kept and delivered when it does.",
+    responses=responses(400, 409, 429, 503),
 )
 async def send_signal(
     caller: MeteredSubmitter,
@@ -52,6 +48,12 @@ async def send_signal(
     ] = None,
     idempotency_key: IdempotencyKey = None,
 ) -> SignalResult:
+    """Send the run's signal step its input; the body becomes the step's result.
+
+    Scope `factory.runs.write`; roles Requester (its project's runs), WorkspaceAdmin, PlatformAdmin.
+    `Idempotency-Key` required. `delivered` is false when the step does not wait yet: the signal is
+    kept and delivered when it does.
+    """
     command = await commands.send_signal(
         svc.outside(caller), idempotency_key, run_id=run_id, name=name, body=body
     )

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import Path, Query, Response
 from sqlalchemy import Connection
 
 from schemas.api import (
@@ -30,11 +30,12 @@ from .. import webhooks
 from ..domain import errors
 from ..domain.webhooks import DeliveryState
 from ..store import webhooks as store
+from . import routes
 from .auth import WebhooksManager
-from .context import Svc, found
+from .context import Svc, found, location
 from .problems import responses
 
-router = APIRouter(prefix="/factory/webhooks", tags=["webhooks"])
+router = routes.router("/factory/webhooks", "webhooks")
 
 SubscriptionIdPath = Annotated[UUID, Path(alias="subscriptionId")]
 MAX_SEQ = 2**63 - 1
@@ -44,19 +45,15 @@ def _not_found(subscription_id: UUID) -> errors.WebhookNotFound:
     return errors.WebhookNotFound(f"webhook subscription {subscription_id} not found")
 
 
-@router.post(
-    "",
-    operation_id="CreateWebhook",
-    status_code=201,
-    response_model=WebhookCreated,
-    responses=responses(401, 403, 413, 422),
-    summary="Subscribe a URL to every event of the tenant published from now on.",
-    description="Scope `factory.webhooks.manage`; roles Operator, WorkspaceAdmin, "
-    "PlatformAdmin. The answer holds the signing secret, shown only here.",
-)
+@router.post("", status_code=201, response_model=WebhookCreated)
 async def create_webhook(
     caller: WebhooksManager, svc: Svc, body: WebhookCreateRequest, response: Response
 ) -> dict[str, Any]:
+    """Subscribe a URL to every event of the tenant published from now on.
+
+    Scope `factory.webhooks.manage`; roles Operator, WorkspaceAdmin, PlatformAdmin. The answer holds
+    the signing secret, shown only here.
+    """
     created = await asyncio.to_thread(
         webhooks.create_subscription,
         svc.db,
@@ -68,48 +65,33 @@ async def create_webhook(
         options=svc.settings.webhooks,
         now=datetime.now(UTC),
     )
-    response.headers["Location"] = f"{router.prefix}/{created['subscriptionId']}"
+    response.headers["Location"] = location(router.prefix, created["subscriptionId"])
     return created
 
 
-@router.get(
-    "",
-    operation_id="ListWebhooks",
-    response_model=WebhookPage,
-    responses=responses(401, 403),
-    summary="The tenant's webhook subscriptions (disabled ones too), oldest first.",
-)
+@router.get("", response_model=WebhookPage)
 async def list_webhooks(caller: WebhooksManager, svc: Svc) -> dict[str, Any]:
+    """The tenant's webhook subscriptions (disabled ones too), oldest first."""
     items = await svc.read_in_tenant(caller, store.list_subscriptions)
     return {"items": items}
 
 
-@router.get(
-    "/{subscriptionId}",
-    operation_id="GetWebhook",
-    response_model=WebhookView,
-    responses=responses(401, 403, 404, 422),
-    summary="A subscription with its delivery counts by state.",
-)
+@router.get("/{subscriptionId}", response_model=WebhookView)
 async def get_webhook(
     caller: WebhooksManager, svc: Svc, subscription_id: SubscriptionIdPath
 ) -> dict[str, Any]:
+    """A subscription with its delivery counts by state."""
     view = await svc.read_in_tenant(
         caller, lambda conn: store.get_subscription(conn, subscription_id)
     )
     return found(view, _not_found(subscription_id))
 
 
-@router.delete(
-    "/{subscriptionId}",
-    operation_id="DisableWebhook",
-    status_code=204,
-    responses=responses(401, 403, 404, 422),
-    summary="Stop deliveries to the subscription (kept, disabled, for the record).",
-)
+@router.delete("/{subscriptionId}", status_code=204)
 async def disable_webhook(
     caller: WebhooksManager, svc: Svc, subscription_id: SubscriptionIdPath
 ) -> Response:
+    """Stop deliveries to the subscription (kept, disabled, for the record)."""
     now = datetime.now(UTC)
     disabled = await svc.read_in_tenant(
         caller, lambda conn: store.disable_subscription(conn, subscription_id, now)
@@ -119,16 +101,8 @@ async def disable_webhook(
     return Response(status_code=204)
 
 
-@router.get(
-    "/{subscriptionId}/deliveries",
-    operation_id="ListWebhookDeliveries",
-    response_model=DeliveryPage,
-    responses=responses(401, 403, 404, 422),
-    summary="The subscription's deliveries after a feed position, in position order.",
-    description="`state=DeadLettered` lists the dead letters; redeliver them with "
-    "`POST .../redeliver`.",
-)
-async def list_deliveries(
+@router.get("/{subscriptionId}/deliveries", response_model=DeliveryPage)
+async def list_webhook_deliveries(
     caller: WebhooksManager,
     svc: Svc,
     subscription_id: SubscriptionIdPath,
@@ -136,6 +110,10 @@ async def list_deliveries(
     after: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> dict[str, Any]:
+    """The subscription's deliveries after a feed position, in position order.
+
+    `state=DeadLettered` lists the dead letters; redeliver them with `POST .../redeliver`.
+    """
     states = [str(s) for s in state or ()]
 
     def page(conn: Connection) -> list[dict[str, Any]] | None:
@@ -150,21 +128,22 @@ async def list_deliveries(
 
 @router.post(
     "/{subscriptionId}/redeliver",
-    operation_id="RedeliverWebhook",
     status_code=202,
     response_model=RedeliverResponse,
-    responses=responses(401, 403, 404, 409, 413, 422),
-    summary="Queue every retained event after a feed position again for the subscription.",
-    description="Delivered and dead-lettered events start over (receivers deduplicate on "
-    "eventId); each run's events go in seq order as always. `after` is a feed position "
-    "(`Runcontrol-Feed-Position`, a delivery's `position`, the `/factory/events` id).",
+    responses=responses(409),
 )
-async def redeliver(
+async def redeliver_webhook(
     caller: WebhooksManager,
     svc: Svc,
     subscription_id: SubscriptionIdPath,
     body: RedeliverRequest,
 ) -> dict[str, Any]:
+    """Queue every retained event after a feed position again for the subscription.
+
+    Delivered and dead-lettered events start over (receivers deduplicate on eventId); each run's
+    events go in seq order as always. `after` is a feed position (`Runcontrol-Feed-Position`, a
+    delivery's `position`, the `/factory/events` id).
+    """
     queued = await asyncio.to_thread(
         webhooks.redeliver,
         svc.db,

@@ -38,26 +38,39 @@ MAX_COST_USD = 1e12
 MAX_PER_SECOND = 1_000_000.0
 MAX_BURST = 1_000_000_000
 MAX_RATE_WINDOW_S = 366 * 86400.0
-# Characters no id or name may hold: control (``\t``, ``\n``), format (U+202E, U+FEFF), line
-# and paragraph separators, surrogates; an id (a workflow's, an alias, a signal's: a URL's
-# path segment) holds no path separator either and is not ``.`` or ``..``.
-INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+# The characters of an id or a name (a workflow's id, an alias, a step, an agent, a signal, a
+# subject): Unicode's letters, marks, numbers, punctuation, symbols and spaces, in any script
+# (general categories L*, M*, N*, P*, S* and Zs: ``名前`` and ``café`` are ids), neither first
+# nor last a space. Never a control (``\t``, ``\n``), format (U+202E, U+FEFF), surrogate,
+# private-use or unassigned character, nor a line or paragraph separator. An id that stands as
+# a URL's path segment (a workflow's, an alias, a signal's) holds no path separator either and
+# is not ``.`` or ``..``. Where an id travels in an HTTP header (``Location``) it is
+# percent-encoded (``runcontrol.api.context.location``).
+ID_CATEGORIES = frozenset("LMNPS")  # the first letter of an allowed general category
+ID_SPACE = "Zs"
 PATH_SEPARATORS = frozenset("/\\")
 
 
+def _id_character(c: str) -> bool:
+    category = unicodedata.category(c)
+    return category[0] in ID_CATEGORIES or category == ID_SPACE
+
+
 def name(value: Any, where: str, *, limit: int = MAX_NAME, segment: bool = False) -> str:
-    """``value`` if it is a name the store and a URL can hold (``segment``: a path segment);
-    else ``ValidationFailed`` naming ``where``. Never converts: ``123`` is refused."""
+    """``value`` if it is an id or a name of the character set above, 1 to ``limit``
+    characters (``segment``: a path segment); else ``ValidationFailed`` naming ``where``.
+    Never converts: ``123`` is refused."""
     if not isinstance(value, str):
         raise ValidationFailed(f"{where} must be a string", field=where)
     if not 1 <= len(value) <= limit:
         raise ValidationFailed(f"{where} must be 1 to {limit} characters", field=where)
     if value != value.strip():
         raise ValidationFailed(f"{where} must not start or end with whitespace", field=where)
-    bad = next((c for c in value if unicodedata.category(c) in INVISIBLE), None)
+    bad = next((c for c in value if not _id_character(c)), None)
     if bad is not None:
         raise ValidationFailed(
-            f"{where} must not contain control or format characters (U+{ord(bad):04X})",
+            f"{where} must hold letters, marks, numbers, punctuation, symbols and spaces only, "
+            f"not a control, format, private-use or unassigned character (U+{ord(bad):04X})",
             field=where,
         )
     if segment and (value in (".", "..") or PATH_SEPARATORS & set(value)):

@@ -35,7 +35,7 @@ from ..commands import (
 )
 from ..domain import Decision, Limits, canonical_json, errors
 from ..domain.access import RUNS_OPERATE, Operation, may_set_priority
-from ..domain.limits import MAX_NAME
+from ..domain.limits import name as checked_id
 from ..domain.run.waits import MAX_SIGNAL_BYTES
 from ..store import Database
 from ..store import queries as q
@@ -43,7 +43,7 @@ from . import reads
 from .auth import Caller, permit
 from .errors import IdempotencyKeyRequired, RequestInvalid
 from .metering import TenantRateLimiter
-from .storable import UNSTORABLE, storable_json
+from .storable import storable_json
 
 T = TypeVar("T")
 
@@ -129,6 +129,14 @@ def submit_run(
         limits=limits,
         **fields,
     )
+    # The id character set at both doors (an id outside it is a 422, never a 404 at one).
+    checked_id(request.workflow_id, "workflowId")
+    for where, value in (
+        ("releaseAlias", request.release_alias),
+        ("releaseId", request.release_id),
+    ):
+        if value is not None:
+            checked_id(value, where)
     if not may_set_priority(o.caller.principal.roles, o.caller.scopes, request.priority):
         raise errors.Forbidden(
             f"priority {request.priority} needs the {RUNS_OPERATE} scope (above the default 3)"
@@ -157,10 +165,7 @@ async def send_signal(
     submission does (the same operation), within the caller's project."""
     o.admit(Operation.SUBMIT_RUN)
     key = required_key(key)
-    if not name or len(name) > MAX_NAME or UNSTORABLE.search(name):
-        raise errors.ValidationFailed(
-            f"a signal's name is 1 to {MAX_NAME} characters, without NUL", field="name"
-        )
+    checked_id(name, "name", segment=True)  # a step's signal, as publication checks it
     try:
         storable_json(body)
     except ValueError as exc:

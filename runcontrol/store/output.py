@@ -22,7 +22,7 @@ from ..domain import canonical_json, errors
 from ..domain.output import OUTPUT_ATTEMPT_MAX_BYTES, OutputAck, check_write, refusal
 from .commit import Store
 from .group import GroupCommit
-from .queries.events import run_rows_after
+from .queries.events import RowsAfter
 from .tables import output_chunks
 
 # NOTIFYed (the run id as payload) by a write that stored chunks: wakes the run's readers.
@@ -102,12 +102,8 @@ def output_view(row: Any) -> dict[str, Any]:
     return view
 
 
-def output_after(
-    conn: Connection, run_id: UUID, after: int, limit: int = 500
-) -> list[dict[str, Any]]:
-    """The run's chunks at positions after ``after``, in order (a tenant-scoped read)."""
-    rows = conn.execute(run_rows_after(output_chunks, "position", run_id, after, limit))
-    return [output_view(r._mapping) for r in rows]
+# The run's chunks at positions after ``after``, in order (a tenant-scoped read).
+output_after = RowsAfter(output_chunks, "position", output_view)
 
 
 def streamed_attempts(

@@ -3,31 +3,39 @@ unpublished ones, and their backlog."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Connection, Select, Table, func, select, text, update
+from sqlalchemy import Connection, Table, func, select, text, update
 
 from ..tables import outbox
 from .views import event_view
 
 
-def run_rows_after(table: Table, cursor: str, run_id: UUID, after: int, limit: int) -> Select[Any]:
-    """A run's rows of ``table`` whose ``cursor`` column is past ``after``, in its order (a
-    resumable stream's page: the events by seq, the output by position)."""
-    column = table.c[cursor]
-    return (
-        select(table).where(table.c.run_id == run_id, column > after).order_by(column).limit(limit)
-    )
+@dataclass(frozen=True, slots=True)
+class RowsAfter:
+    """The read of a run's rows of ``table`` whose ``cursor`` column is past ``after``, in its
+    order, each as ``view`` shows it (a resumable stream's page: the events by seq, the output
+    by position)."""
+
+    table: Table
+    cursor: str
+    view: Callable[[Any], dict[str, Any]]
+
+    def __call__(
+        self, conn: Connection, run_id: UUID, after: int, limit: int = 500
+    ) -> list[dict[str, Any]]:
+        column = self.table.c[self.cursor]
+        query = select(self.table).where(self.table.c.run_id == run_id, column > after)
+        rows = conn.execute(query.order_by(column).limit(limit))
+        return [self.view(r._mapping) for r in rows]
 
 
-def events_after(
-    conn: Connection, run_id: UUID, after_seq: int, limit: int = 500
-) -> list[dict[str, Any]]:
-    """The run's committed events with seq > after_seq, in order (the SSE replay cursor)."""
-    rows = conn.execute(run_rows_after(outbox, "seq", run_id, after_seq, limit))
-    return [event_view(r._mapping) for r in rows]
+# The run's committed events with seq > after, in order (the SSE replay cursor).
+events_after = RowsAfter(outbox, "seq", event_view)
 
 
 def take_unpublished(

@@ -8,7 +8,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Required, TypedDict, Unpack
 from uuid import UUID
 
 from sqlalchemy import ColumnElement, Connection, String, and_, cast, func, or_, select, tuple_
@@ -166,31 +166,29 @@ class RunContext:
     updated_after: datetime | None = None
 
 
+class RunFilters(TypedDict, total=False):
+    """Which runs ``list_runs`` pages through and ``count_runs`` counts: those of
+    ``project_id`` (None: the tenant's), in ``states``, of ``workflow_id``; ``parent_run_id``:
+    a run's children only; ``context``: an A2A ListTasks' filters."""
+
+    project_id: Required[str | None]
+    states: Sequence[str]
+    workflow_id: str | None
+    parent_run_id: UUID | None
+    context: RunContext | None
+
+
 def list_runs(
-    conn: Connection,
-    *,
-    project_id: str | None,
-    states: Sequence[str] = (),
-    workflow_id: str | None = None,
-    parent_run_id: UUID | None = None,
-    context: RunContext | None = None,
-    cursor: str | None = None,
-    limit: int = 50,
+    conn: Connection, *, cursor: str | None = None, limit: int = 50, **filters: Unpack[RunFilters]
 ) -> tuple[list[dict[str, Any]], str | None]:
-    """Newest first, keyset-paged on (created_at, run_id); ``parent_run_id``: a run's
-    children only; ``context``: an A2A ListTasks' filters."""
-    conditions = _run_filters(project_id, states, workflow_id, parent_run_id, context)
-    return page(conn, runs, runs.c.run_id, conditions, cursor, limit, run_summary)
+    """Newest first, keyset-paged on (created_at, run_id)."""
+    return page(conn, runs, runs.c.run_id, _run_filters(filters), cursor, limit, run_summary)
 
 
-def _run_filters(
-    project_id: str | None,
-    states: Sequence[str],
-    workflow_id: str | None,
-    parent_run_id: UUID | None = None,
-    context: RunContext | None = None,
-) -> list[ColumnElement[bool]]:
-    conditions = in_project(project_id)
+def _run_filters(filters: RunFilters) -> list[ColumnElement[bool]]:
+    conditions = in_project(filters["project_id"])
+    context, states = filters.get("context"), filters.get("states")
+    workflow_id, parent_run_id = filters.get("workflow_id"), filters.get("parent_run_id")
     if context is not None and context.correlation_id is not None:
         # A run's context: its correlation id, else its own id (a2a.tasks.context_id).
         own = and_(
@@ -208,17 +206,9 @@ def _run_filters(
     return conditions
 
 
-def count_runs(
-    conn: Connection,
-    *,
-    project_id: str | None,
-    states: Sequence[str] = (),
-    workflow_id: str | None = None,
-    parent_run_id: UUID | None = None,
-    context: RunContext | None = None,
-) -> int:
+def count_runs(conn: Connection, **filters: Unpack[RunFilters]) -> int:
     """How many runs ``list_runs`` would page through with these filters."""
-    conditions = _run_filters(project_id, states, workflow_id, parent_run_id, context)
+    conditions = _run_filters(filters)
     return int(conn.execute(select(func.count()).select_from(runs).where(*conditions)).scalar_one())
 
 

@@ -6,7 +6,7 @@ beside this one; none of them keeps state of its own."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -129,6 +129,30 @@ class Changes:
     run_dirty: bool = False
 
 
+# A row a command creates (``RunAggregate.add``).
+NewRow = (
+    Attempt
+    | Lease
+    | ApprovalRequest
+    | ToolCall
+    | JournaledCall
+    | ApprovalDecision
+    | CancellationIntent
+    | AttemptResult
+)
+_IDS = ("run_id", "tenant_id", "step_id", "attempt_id")
+_IDS_OF: dict[type[ev.EventBody], tuple[str, ...]] = {}
+
+
+def _ids_of(kind: type[ev.EventBody]) -> tuple[str, ...]:
+    """The ids ``RunAggregate.record`` fills in that the event type ``kind`` has."""
+    found = _IDS_OF.get(kind)
+    if found is None:
+        names = {f.name for f in fields(kind)}
+        found = _IDS_OF[kind] = tuple(name for name in _IDS if name in names)
+    return found
+
+
 class RunAggregate:
     """One run's state as data: its entities, what the current command recorded (changed
     rows, events, journal entries, audits), the guarded moves of its state machines and the
@@ -192,7 +216,82 @@ class RunAggregate:
 
     def touch(self, ctx: CommandContext) -> None:
         self.run.updated_at = ctx.now
+        self.run_changed()
+
+    def run_changed(self) -> None:
+        """The run's row is written by this command (without a new ``updated_at``)."""
         self.changes.run_dirty = True
+
+    def changed(self, row: Step | Attempt | Lease | ApprovalRequest | ToolCall) -> None:
+        """``row``, one the run holds, is written by this command."""
+        match row:
+            case Step():
+                self.changes.steps[row.step_id] = row
+            case Attempt():
+                self.changes.attempts[row.attempt_id] = row
+            case Lease():
+                self.changes.leases[row.lease_id] = row
+            case ApprovalRequest():
+                self.changes.approvals[row.approval_id] = row
+            case ToolCall():
+                self.changes.tool_calls[row.tool_call_id] = row
+
+    def add(self, row: NewRow) -> None:
+        """``row`` is new: the run holds it from now on, and this command writes it."""
+        match row:
+            case Attempt():
+                self.attempts[row.attempt_id] = row
+            case Lease():
+                self.leases[row.attempt_id] = row
+            case ApprovalRequest():
+                self.approvals[row.approval_id] = row
+            case ToolCall():
+                self.tool_calls[row.call_id] = row
+            case JournaledCall():
+                self.calls[row.key] = row
+                self.changes.calls.append(row)
+                return
+            case ApprovalDecision():
+                self.decisions.setdefault(row.approval_id, []).append(row)
+                self.changes.decisions.append(row)
+                return
+            case CancellationIntent():
+                self.intents.append(row)
+                self.changes.intents.append(row)
+                return
+            case AttemptResult():
+                self.results[row.attempt_id] = row
+                self.changes.results.append(row)
+                return
+        self.changed(row)
+
+    def ask_child(self, call: ChildCall) -> None:
+        """Send ``call`` to its child run once this command commits."""
+        self.changes.child_calls.append(call)
+
+    def record(
+        self,
+        ctx: CommandContext,
+        kind: type[ev.EventBody],
+        about: Step | Attempt | ApprovalRequest | None = None,
+        /,
+        **payload: Any,
+    ) -> None:
+        """Record an event of type ``kind`` as the run's next: ``payload``, and the ids the run
+        and ``about`` (the step, attempt or approval it is about) give, where ``kind`` has
+        them (``run_id``, ``tenant_id``, ``step_id``, ``attempt_id``). The envelope names the
+        same step and attempt."""
+        step_id: UUID | None = getattr(about, "step_id", None)
+        attempt_id: UUID | None = getattr(about, "attempt_id", None)
+        given = {
+            "run_id": self.run.run_id,
+            "tenant_id": self.run.tenant_id,
+            "step_id": step_id,
+            "attempt_id": attempt_id,
+        }
+        for name in _ids_of(kind):
+            payload.setdefault(name, given[name])
+        self.emit(ctx, kind(**payload), step_id=step_id, attempt_id=attempt_id)
 
     def emit(
         self,
@@ -275,26 +374,19 @@ class RunAggregate:
         if target.terminal:
             self.run.suspended_at = None  # a suspension ends with the run
         self.journal(ctx, "Run", self.run.run_id, current, target, cause or spec_cause)
-        self.emit(
-            ctx,
-            ev.RunStateChanged(
-                run_id=self.run.run_id,
-                tenant_id=self.run.tenant_id,
-                from_state=current,
-                to_state=target,
-                cause=cause or spec_cause,
-            ),
+        self.record(
+            ctx, ev.RunStateChanged, from_state=current, to_state=target, cause=cause or spec_cause
         )
 
     def move_step(self, ctx: CommandContext, step: Step, target: StepState, cause: str) -> None:
         self._move(ctx, "Step", STEP_TRANSITIONS, step, step.step_id, target, cause)
-        self.changes.steps[step.step_id] = step
+        self.changed(step)
 
     def move_attempt(
         self, ctx: CommandContext, attempt: Attempt, target: AttemptState, cause: str
     ) -> None:
         self._move(ctx, "Attempt", ATTEMPT_TRANSITIONS, attempt, attempt.attempt_id, target, cause)
-        self.changes.attempts[attempt.attempt_id] = attempt
+        self.changed(attempt)
 
     def move_approval(
         self, ctx: CommandContext, approval: ApprovalRequest, target: ApprovalState, cause: str
@@ -302,11 +394,11 @@ class RunAggregate:
         table = APPROVAL_TRANSITIONS
         self._move(ctx, "ApprovalRequest", table, approval, approval.approval_id, target, cause)
         approval.version += 1
-        self.changes.approvals[approval.approval_id] = approval
+        self.changed(approval)
 
     def move_tool_call(self, ctx: CommandContext, call: ToolCall, target: ToolCallState) -> None:
         self._move(ctx, "ToolCall", TOOL_CALL_TRANSITIONS, call, call.tool_call_id, target, None)
-        self.changes.tool_calls[call.tool_call_id] = call
+        self.changed(call)
 
     def _move(
         self,

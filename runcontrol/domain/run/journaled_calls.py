@@ -95,20 +95,16 @@ def record_call(
         value_json=None if failed else text.decode(),
         error=error if failed else None,
     )
-    agg.calls[call.key] = call
-    agg.changes.calls.append(call)
-    agg.emit(
+    agg.add(call)
+    agg.record(
         ctx,
-        ev.CallRecorded(
-            run_id=agg.run.run_id,
-            step_id=attempt.step_id,
-            attempt_id=attempt_id,
-            name=name,
-            occurrence=occurrence,
-            value_hash=call.value_hash,
-            bytes=size,
-            failed=failed,
-        ),
+        ev.CallRecorded,
+        attempt,
+        name=name,
+        occurrence=occurrence,
+        value_hash=call.value_hash,
+        bytes=size,
+        failed=failed,
     )
     return _answer(call, recorded=True)
 

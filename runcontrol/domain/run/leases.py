@@ -69,19 +69,15 @@ def acquire_lease(
     attempt.lease_id = lease.lease_id
     attempt.fencing_token = lease.fencing_token
     attempt.holder = holder
-    agg.leases[attempt_id] = lease
-    agg.changes.leases[lease.lease_id] = lease
-    agg.emit(
+    agg.add(lease)
+    agg.record(
         ctx,
-        ev.LeaseGranted(
-            run_id=agg.run.run_id,
-            step_id=attempt.step_id,
-            attempt_id=attempt_id,
-            lease_id=lease.lease_id,
-            fencing_token=lease.fencing_token,
-            holder=holder,
-            expires_at=lease.expires_at,
-        ),
+        ev.LeaseGranted,
+        attempt,
+        lease_id=lease.lease_id,
+        fencing_token=lease.fencing_token,
+        holder=holder,
+        expires_at=lease.expires_at,
     )
     return agg.lease_grant(attempt, lease)
 
@@ -171,10 +167,35 @@ def renew_lease(
             "the run was cancelled and its stop timeout has passed",
             attempt_id=str(attempt_id),
         )
-    lease.expires_at = ctx.now + timedelta(seconds=options.lease_seconds)
-    agg.changes.leases[lease.lease_id] = lease
+    full_term(agg, ctx, lease, options)
     agg.touch(ctx)
     return agg.lease_grant(attempt, lease)
+
+
+def full_term(agg: RunAggregate, ctx: CommandContext, lease: Lease, options: Options) -> None:
+    """The lease runs a full term from now (a renewal, or a holder's wait that ended)."""
+    lease.expires_at = ctx.now + timedelta(seconds=options.lease_seconds)
+    agg.changed(lease)
+
+
+def record_lease_end(
+    agg: RunAggregate,
+    ctx: CommandContext,
+    attempt: Attempt,
+    lease: Lease,
+    ended: type[ev.LeaseExpired | ev.LeaseHandedBack | ev.LeaseRevoked],
+    **payload: Any,
+) -> None:
+    """Record how the attempt's ``lease`` ended (``ended``, with ``payload``)."""
+    agg.record(
+        ctx,
+        ended,
+        attempt,
+        lease_id=lease.lease_id,
+        holder=lease.holder,
+        fencing_token=lease.fencing_token,
+        **payload,
+    )
 
 
 def release_lease(
@@ -184,5 +205,5 @@ def release_lease(
     if lease is not None:
         lease.released_at = ctx.now
         lease.release_cause = cause
-        agg.changes.leases[lease.lease_id] = lease
+        agg.changed(lease)
     return lease

@@ -58,17 +58,14 @@ def report_progress(
             gap_at = message.seq
             break
         attempt.progress_seq = message.seq
-        agg.changes.attempts[attempt_id] = attempt
-        agg.emit(
+        agg.changed(attempt)
+        agg.record(
             ctx,
-            ev.ProgressReported(
-                run_id=agg.run.run_id,
-                step_id=attempt.step_id,
-                attempt_id=attempt_id,
-                seq=message.seq,
-                text=message.text,
-                payload=message.payload,
-            ),
+            ev.ProgressReported,
+            attempt,
+            seq=message.seq,
+            text=message.text,
+            payload=message.payload,
         )
         stored += 1
     return ProgressAck(attempt_id, attempt.progress_seq, stored, duplicates, gap_at)

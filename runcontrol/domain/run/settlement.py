@@ -49,24 +49,20 @@ def settle(
 ) -> None:
     agg.move_attempt(ctx, attempt, outcome.attempt_state, cause)
     if result is not None:
-        agg.results[attempt.attempt_id] = result
-        agg.changes.results.append(result)
+        agg.add(result)
     attempt.outcome = outcome
     attempt.failure_class = failure_class
     attempt.outcome_hash = outcome_hash
     attempt.settled_at = ctx.now
     attempt.settled_by = settled_by
     release_lease(agg, ctx, attempt, cause)
-    agg.emit(
+    agg.record(
         ctx,
-        ev.AttemptOutcomeRecorded(
-            run_id=agg.run.run_id,
-            step_id=attempt.step_id,
-            attempt_id=attempt.attempt_id,
-            outcome=outcome,
-            failure_class=failure_class,
-            outcome_hash=outcome_hash,
-        ),
+        ev.AttemptOutcomeRecorded,
+        attempt,
+        outcome=outcome,
+        failure_class=failure_class,
+        outcome_hash=outcome_hash,
     )
 
 
@@ -144,14 +140,12 @@ def schedule_retry(
     )
     step.not_before = ctx.now + timedelta(seconds=delay)
     agg.move_step(ctx, step, StepState.PENDING, "RetryScheduled")
-    agg.emit(
+    agg.record(
         ctx,
-        ev.StepRetryScheduled(
-            run_id=agg.run.run_id,
-            step_id=step.step_id,
-            next_attempt_number=number + 1,
-            not_before=step.not_before,
-        ),
+        ev.StepRetryScheduled,
+        step,
+        next_attempt_number=number + 1,
+        not_before=step.not_before,
     )
 
 
@@ -167,7 +161,7 @@ def skip_step(agg: RunAggregate, ctx: CommandContext, step: Step, cause: str) ->
     if agg.run.state is RunState.ACCEPTED:
         agg.move_run(ctx, RunState.RUNNING)  # its first step settles, if without an attempt
     agg.move_step(ctx, step, StepState.SKIPPED, cause)
-    agg.emit(ctx, ev.StepSkipped(run_id=agg.run.run_id, step_id=step.step_id, cause=cause))
+    agg.record(ctx, ev.StepSkipped, step, cause=cause)
     complete_if_done(agg, ctx)
 
 
@@ -180,14 +174,11 @@ def complete_if_done(agg: RunAggregate, ctx: CommandContext) -> None:
         if result is not None:
             agg.run.result_hash, agg.run.result_bytes = result.outcome_hash, result.bytes
         agg.move_run(ctx, RunState.COMPLETED)
-        agg.emit(
+        agg.record(
             ctx,
-            ev.RunCompleted(
-                run_id=agg.run.run_id,
-                tenant_id=agg.run.tenant_id,
-                outcome_hash=agg.run.outcome_hash,
-                result_hash=agg.run.result_hash,
-            ),
+            ev.RunCompleted,
+            outcome_hash=agg.run.outcome_hash,
+            result_hash=agg.run.result_hash,
         )
 
 
@@ -216,14 +207,11 @@ def fail_run(
 
 
 def _emit_failed(agg: RunAggregate, ctx: CommandContext) -> None:
-    agg.emit(
+    agg.record(
         ctx,
-        ev.RunFailed(
-            run_id=agg.run.run_id,
-            tenant_id=agg.run.tenant_id,
-            failure_class=agg.run.failure_class or FailureClass.TRANSIENT,
-            reason=agg.run.failure_reason or "",
-        ),
+        ev.RunFailed,
+        failure_class=agg.run.failure_class or FailureClass.TRANSIENT,
+        reason=agg.run.failure_reason or "",
     )
 
 
@@ -246,12 +234,8 @@ def record_intent(
         reason=reason,
         requested_at=ctx.now,
     )
-    agg.changes.intents.append(intent)
-    agg.intents.append(intent)
-    agg.emit(
-        ctx,
-        ev.CancellationRequested(run_id=agg.run.run_id, requested_by=requested_by, reason=reason),
-    )
+    agg.add(intent)
+    agg.record(ctx, ev.CancellationRequested, requested_by=requested_by, reason=reason)
     return intent
 
 
@@ -266,7 +250,7 @@ def cancel_unheld(agg: RunAggregate, ctx: CommandContext) -> None:
             cancel_unleased(agg, ctx, attempt)
             agg.move_step(ctx, agg.step(attempt.step_id), StepState.CANCELLED, "RunCancelled")
     for step in agg.open_children():  # intent: each child settles in its own grain
-        agg.changes.child_calls.append(child_cancel(agg, step))
+        agg.ask_child(child_cancel(agg, step))
 
 
 def child_cancel(agg: RunAggregate, step: Step) -> ChildCall:
@@ -335,30 +319,23 @@ def finish_cancelling(agg: RunAggregate, ctx: CommandContext) -> None:
 def emit_cancelled(
     agg: RunAggregate, ctx: CommandContext, intent: CancellationIntent | None
 ) -> None:
-    agg.emit(
+    agg.record(
         ctx,
-        ev.RunCancelled(
-            run_id=agg.run.run_id,
-            tenant_id=agg.run.tenant_id,
-            reason=intent.reason if intent else agg.run.failure_reason,
-            requested_by=intent.requested_by if intent else None,
-        ),
+        ev.RunCancelled,
+        reason=intent.reason if intent else agg.run.failure_reason,
+        requested_by=intent.requested_by if intent else None,
     )
 
 
 def emit_approval_decided(
     agg: RunAggregate, ctx: CommandContext, approval: ApprovalRequest
 ) -> None:
-    agg.emit(
+    agg.record(
         ctx,
-        ev.ApprovalDecided(
-            approval_id=approval.approval_id,
-            run_id=agg.run.run_id,
-            tenant_id=agg.run.tenant_id,
-            state=approval.state,
-            decided_by=approval.decided_by,
-            reason=approval.reason,
-        ),
-        step_id=approval.step_id,
-        attempt_id=approval.attempt_id,
+        ev.ApprovalDecided,
+        approval,
+        approval_id=approval.approval_id,
+        state=approval.state,
+        decided_by=approval.decided_by,
+        reason=approval.reason,
     )

@@ -121,8 +121,7 @@ def claim_tool_call(
         claimed_at=ctx.now,
         expires_at=ctx.now + timedelta(seconds=options.tool_call_claim_timeout_seconds),
     )
-    agg.tool_calls[call_id] = call
-    agg.changes.tool_calls[call.tool_call_id] = call
+    agg.add(call)
     agg.journal(ctx, "ToolCall", call.tool_call_id, None, call.state, "ToolCallClaimed")
     _emit_tool_call(agg, ctx, ev.ToolCallClaimed, call)
     return ToolCallClaim(call.tool_call_id, call_id, ToolCallStatus.PROCEED)
@@ -222,20 +221,16 @@ def expire_tool_calls(agg: RunAggregate, ctx: CommandContext) -> int:
 def _emit_tool_call(
     agg: RunAggregate, ctx: CommandContext, event: type[ev.ToolCallEventBody], call: ToolCall
 ) -> None:
-    attempt = agg.attempt(call.attempt_id)
-    agg.emit(
+    agg.record(
         ctx,
-        event(
-            run_id=agg.run.run_id,
-            attempt_id=call.attempt_id,
-            tool_call_id=call.tool_call_id,
-            call_id=call.call_id,
-            request_hash=call.request_hash,
-            state=call.state,
-            result_hash=call.result_hash,
-            error=call.error,
-        ),
-        step_id=attempt.step_id,
+        event,
+        agg.attempt(call.attempt_id),
+        tool_call_id=call.tool_call_id,
+        call_id=call.call_id,
+        request_hash=call.request_hash,
+        state=call.state,
+        result_hash=call.result_hash,
+        error=call.error,
     )
 
 

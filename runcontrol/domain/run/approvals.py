@@ -32,7 +32,7 @@ from ..states import (
 )
 from ..workflow import PolicyDocument
 from .core import RunAggregate
-from .leases import full_term, held_lease, release_lease
+from .leases import full_term, held_lease, refused, release_lease
 from .settlement import emit_approval_decided, fail_run
 from .values import (
     APPROVAL_EXPIRY,
@@ -60,15 +60,16 @@ def request_approval(
         raise errors.ValidationFailed("proposalHash must be a sha256 canonical hash")
     attempt = agg.attempt(attempt_id)
     if attempt.state.terminal:
-        agg.audit(
+        raise refused(
+            agg,
             ctx,
             "stale-fencing-token",
-            attempt_id=attempt_id,
-            holder=holder,
+            errors.StaleFencingToken("the attempt is settled; this lease is stale"),
+            attempt_id,
+            holder,
             fencing_token=fencing_token,
             reason=f"attempt settled as {attempt.state}",
         )
-        raise errors.StaleFencingToken("the attempt is settled; this lease is stale")
     held_lease(agg, ctx, attempt, holder, fencing_token, options, lease_id)
     require(RunCommand.REQUEST_APPROVAL, agg.run.state)
     step = agg.step(attempt.step_id)
@@ -134,16 +135,7 @@ def _open_approval(
         ApprovalState.PENDING,
         "ApprovalRequested",
     )
-    agg.record(
-        ctx,
-        ev.ApprovalRequested,
-        approval,
-        approval_id=approval.approval_id,
-        action_class=action,
-        proposal_hash=proposal_hash,
-        approver_rule=approval.approver_rule,
-        expires_at=approval.expires_at,
-    )
+    agg.record(ctx, ev.ApprovalRequested, approval)
     return approval
 
 
@@ -172,15 +164,13 @@ def _resume_parked(
     fencing token); an approval's grant carries the approved proposal hash."""
     agg.move_attempt(ctx, attempt, AttemptState.DISPATCHED, "ApprovalDecided")
     attempt.dispatched_at = ctx.now
-    step = agg.step(attempt.step_id)
     agg.record(
         ctx,
         ev.AttemptResumed,
         attempt,
-        approval_id=approval.approval_id,
+        agg.step(attempt.step_id),
+        approval,
         approval_state=approval.state,
-        agent_id=step.agent_id,
-        skill_id=step.skill_id,
         attempt_number=attempt.number,
     )
 

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 from .. import conditions, errors, flow
@@ -140,17 +140,25 @@ NewRow = (
     | CancellationIntent
     | AttemptResult
 )
-_IDS = ("run_id", "tenant_id", "step_id", "attempt_id")
-_IDS_OF: dict[type[ev.EventBody], tuple[str, ...]] = {}
+_RUN_IDS = ("run_id", "tenant_id")
+_FIELDS: dict[type[ev.EventBody], tuple[str, ...]] = {}
 
 
-def _ids_of(kind: type[ev.EventBody]) -> tuple[str, ...]:
-    """The ids ``RunAggregate.record`` fills in that the event type ``kind`` has."""
-    found = _IDS_OF.get(kind)
+def _fields_of(kind: type[ev.EventBody]) -> tuple[str, ...]:
+    found = _FIELDS.get(kind)
     if found is None:
-        names = {f.name for f in fields(kind)}
-        found = _IDS_OF[kind] = tuple(name for name in _IDS if name in names)
+        found = _FIELDS[kind] = tuple(f.name for f in fields(kind))
     return found
+
+
+T = TypeVar("T")
+
+
+def _found(row: T | None, entity: str, row_id: UUID, missing: type[errors.NotFound]) -> T:
+    """``row``, or ``missing`` naming the ``entity`` ``row_id`` nobody found."""
+    if row is None:
+        raise missing(f"{entity} {row_id} not found", **{f"{entity}_id": str(row_id)})
+    return row
 
 
 class RunAggregate:
@@ -270,27 +278,23 @@ class RunAggregate:
         self.changes.child_calls.append(call)
 
     def record(
-        self,
-        ctx: CommandContext,
-        kind: type[ev.EventBody],
-        about: Step | Attempt | ApprovalRequest | None = None,
-        /,
-        **payload: Any,
+        self, ctx: CommandContext, kind: type[ev.EventBody], /, *about: Any, **payload: Any
     ) -> None:
-        """Record an event of type ``kind`` as the run's next: ``payload``, and the ids the run
-        and ``about`` (the step, attempt or approval it is about) give, where ``kind`` has
-        them (``run_id``, ``tenant_id``, ``step_id``, ``attempt_id``). The envelope names the
-        same step and attempt."""
-        step_id: UUID | None = getattr(about, "step_id", None)
-        attempt_id: UUID | None = getattr(about, "attempt_id", None)
-        given = {
-            "run_id": self.run.run_id,
-            "tenant_id": self.run.tenant_id,
-            "step_id": step_id,
-            "attempt_id": attempt_id,
-        }
-        for name in _ids_of(kind):
-            payload.setdefault(name, given[name])
+        """Record an event of type ``kind`` as the run's next. Its ``run_id`` and ``tenant_id``
+        are the run's; a field ``payload`` does not give is the attribute of that name of the
+        first of ``about`` (what the event is about: its attempt, step, approval, lease...)
+        that has one. The envelope names the step and attempt it is about."""
+        for name in _fields_of(kind):
+            if name in payload:
+                continue
+            if name in _RUN_IDS:
+                payload[name] = getattr(self.run, name)
+                continue
+            source = next((a for a in about if hasattr(a, name)), None)
+            if source is not None:
+                payload[name] = getattr(source, name)
+        step_id = next((a.step_id for a in about if hasattr(a, "step_id")), None)
+        attempt_id = next((a.attempt_id for a in about if hasattr(a, "attempt_id")), None)
         self.emit(ctx, kind(**payload), step_id=step_id, attempt_id=attempt_id)
 
     def emit(
@@ -418,26 +422,16 @@ class RunAggregate:
         self.journal(ctx, entity, thing_id, current, target, cause or spec_cause)
 
     def step(self, step_id: UUID) -> Step:
-        for step in self.steps:
-            if step.step_id == step_id:
-                return step
-        raise errors.StepNotFound(f"step {step_id} not found", step_id=str(step_id))
+        found = next((s for s in self.steps if s.step_id == step_id), None)
+        return _found(found, "step", step_id, errors.StepNotFound)
 
     def attempt(self, attempt_id: UUID) -> Attempt:
-        try:
-            return self.attempts[attempt_id]
-        except KeyError:
-            raise errors.AttemptNotFound(
-                f"attempt {attempt_id} not found", attempt_id=str(attempt_id)
-            ) from None
+        found = self.attempts.get(attempt_id)
+        return _found(found, "attempt", attempt_id, errors.AttemptNotFound)
 
     def approval(self, approval_id: UUID) -> ApprovalRequest:
-        try:
-            return self.approvals[approval_id]
-        except KeyError:
-            raise errors.ApprovalNotFound(
-                f"approval {approval_id} not found", approval_id=str(approval_id)
-            ) from None
+        found = self.approvals.get(approval_id)
+        return _found(found, "approval", approval_id, errors.ApprovalNotFound)
 
     def attempts_of(self, step: Step) -> list[Attempt]:
         return sorted(

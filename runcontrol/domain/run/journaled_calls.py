@@ -96,16 +96,7 @@ def record_call(
         error=error if failed else None,
     )
     agg.add(call)
-    agg.record(
-        ctx,
-        ev.CallRecorded,
-        attempt,
-        name=name,
-        occurrence=occurrence,
-        value_hash=call.value_hash,
-        bytes=size,
-        failed=failed,
-    )
+    agg.record(ctx, ev.CallRecorded, attempt, call, failed=failed)
     return _answer(call, recorded=True)
 
 

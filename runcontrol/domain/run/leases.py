@@ -70,16 +70,23 @@ def acquire_lease(
     attempt.fencing_token = lease.fencing_token
     attempt.holder = holder
     agg.add(lease)
-    agg.record(
-        ctx,
-        ev.LeaseGranted,
-        attempt,
-        lease_id=lease.lease_id,
-        fencing_token=lease.fencing_token,
-        holder=holder,
-        expires_at=lease.expires_at,
-    )
+    agg.record(ctx, ev.LeaseGranted, lease, attempt)
     return agg.lease_grant(attempt, lease)
+
+
+def refused(
+    agg: RunAggregate,
+    ctx: CommandContext,
+    kind: str,
+    error: errors.RunControlError,
+    attempt_id: UUID,
+    holder: str,
+    **detail: Any,
+) -> errors.RunControlError:
+    """A holder's command refused: audited as ``kind`` (the attempt, the holder and
+    ``detail``); answers ``error``, for the caller to raise."""
+    agg.audit(ctx, kind, attempt_id=attempt_id, holder=holder, **detail)
+    return error
 
 
 def held_lease(
@@ -96,15 +103,9 @@ def held_lease(
     lease = agg.leases.get(attempt.attempt_id)
 
     def refuse(kind: str, error: errors.RunControlError, **detail: Any) -> errors.RunControlError:
-        agg.audit(
-            ctx,
-            kind,
-            attempt_id=attempt.attempt_id,
-            holder=holder,
-            fencing_token=token,
-            **detail,
+        return refused(
+            agg, ctx, kind, error, attempt.attempt_id, holder, fencing_token=token, **detail
         )
-        return error
 
     attempt_key = str(attempt.attempt_id)
     if lease is None or attempt.state is not AttemptState.LEASED:
@@ -156,16 +157,17 @@ def renew_lease(
     lease = held_lease(agg, ctx, attempt, holder, fencing_token, options, lease_id)
     stop = agg.stop_deadline(options)
     if stop is not None and ctx.now >= stop:
-        agg.audit(
+        raise refused(
+            agg,
             ctx,
             "renewal-after-stop-timeout",
-            attempt_id=attempt_id,
-            holder=holder,
+            errors.LeaseRejected(
+                "the run was cancelled and its stop timeout has passed",
+                attempt_id=str(attempt_id),
+            ),
+            attempt_id,
+            holder,
             fencing_token=fencing_token,
-        )
-        raise errors.LeaseRejected(
-            "the run was cancelled and its stop timeout has passed",
-            attempt_id=str(attempt_id),
         )
     full_term(agg, ctx, lease, options)
     agg.touch(ctx)
@@ -187,15 +189,7 @@ def record_lease_end(
     **payload: Any,
 ) -> None:
     """Record how the attempt's ``lease`` ended (``ended``, with ``payload``)."""
-    agg.record(
-        ctx,
-        ended,
-        attempt,
-        lease_id=lease.lease_id,
-        holder=lease.holder,
-        fencing_token=lease.fencing_token,
-        **payload,
-    )
+    agg.record(ctx, ended, lease, attempt, **payload)
 
 
 def release_lease(

@@ -26,7 +26,7 @@ from ..states import (
     SideEffectClass,
 )
 from .core import RunAggregate
-from .leases import held_lease, record_lease_end
+from .leases import held_lease, record_lease_end, refused
 from .settlement import after_settled, settle, settle_unreported
 from .values import (
     WORKER_OUTCOMES,
@@ -77,28 +77,30 @@ def report_outcome(
         ):
             return attempt  # the same report retried (at-least-once delivery): no effect
         if attempt.settled_by == holder and attempt.fencing_token == fencing_token:
-            agg.audit(
+            raise refused(
+                agg,
                 ctx,
                 "duplicate-outcome",
-                attempt_id=attempt_id,
-                holder=holder,
+                errors.OutcomeAlreadyRecorded(
+                    "this attempt already has its outcome", attempt_id=str(attempt_id)
+                ),
+                attempt_id,
+                holder,
                 fencing_token=fencing_token,
                 outcome=str(outcome),
             )
-            raise errors.OutcomeAlreadyRecorded(
-                "this attempt already has its outcome", attempt_id=str(attempt_id)
-            )
-        agg.audit(
+        raise refused(
+            agg,
             ctx,
             "stale-fencing-token",
-            attempt_id=attempt_id,
-            holder=holder,
+            errors.StaleFencingToken(
+                f"the attempt was settled as {attempt.state}; this lease is stale",
+                attempt_id=str(attempt_id),
+            ),
+            attempt_id,
+            holder,
             fencing_token=fencing_token,
             reason=f"attempt settled as {attempt.state}",
-        )
-        raise errors.StaleFencingToken(
-            f"the attempt was settled as {attempt.state}; this lease is stale",
-            attempt_id=str(attempt_id),
         )
     held_lease(agg, ctx, attempt, holder, fencing_token, options, lease_id)
     if any(a.attempt_id == attempt_id for a in agg.pending_approvals()):

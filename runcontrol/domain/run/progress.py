@@ -59,14 +59,7 @@ def report_progress(
             break
         attempt.progress_seq = message.seq
         agg.changed(attempt)
-        agg.record(
-            ctx,
-            ev.ProgressReported,
-            attempt,
-            seq=message.seq,
-            text=message.text,
-            payload=message.payload,
-        )
+        agg.record(ctx, ev.ProgressReported, attempt, message)
         stored += 1
     return ProgressAck(attempt_id, attempt.progress_seq, stored, duplicates, gap_at)
 

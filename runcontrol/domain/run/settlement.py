@@ -56,14 +56,7 @@ def settle(
     attempt.settled_at = ctx.now
     attempt.settled_by = settled_by
     release_lease(agg, ctx, attempt, cause)
-    agg.record(
-        ctx,
-        ev.AttemptOutcomeRecorded,
-        attempt,
-        outcome=outcome,
-        failure_class=failure_class,
-        outcome_hash=outcome_hash,
-    )
+    agg.record(ctx, ev.AttemptOutcomeRecorded, attempt)
 
 
 def settle_unreported(
@@ -140,13 +133,7 @@ def schedule_retry(
     )
     step.not_before = ctx.now + timedelta(seconds=delay)
     agg.move_step(ctx, step, StepState.PENDING, "RetryScheduled")
-    agg.record(
-        ctx,
-        ev.StepRetryScheduled,
-        step,
-        next_attempt_number=number + 1,
-        not_before=step.not_before,
-    )
+    agg.record(ctx, ev.StepRetryScheduled, step, next_attempt_number=number + 1)
 
 
 def step_succeeded(agg: RunAggregate, ctx: CommandContext, step: Step, cause: str) -> None:
@@ -174,12 +161,7 @@ def complete_if_done(agg: RunAggregate, ctx: CommandContext) -> None:
         if result is not None:
             agg.run.result_hash, agg.run.result_bytes = result.outcome_hash, result.bytes
         agg.move_run(ctx, RunState.COMPLETED)
-        agg.record(
-            ctx,
-            ev.RunCompleted,
-            outcome_hash=agg.run.outcome_hash,
-            result_hash=agg.run.result_hash,
-        )
+        agg.record(ctx, ev.RunCompleted, agg.run)
 
 
 def fail_run(
@@ -235,7 +217,7 @@ def record_intent(
         requested_at=ctx.now,
     )
     agg.add(intent)
-    agg.record(ctx, ev.CancellationRequested, requested_by=requested_by, reason=reason)
+    agg.record(ctx, ev.CancellationRequested, intent)
     return intent
 
 
@@ -330,12 +312,4 @@ def emit_cancelled(
 def emit_approval_decided(
     agg: RunAggregate, ctx: CommandContext, approval: ApprovalRequest
 ) -> None:
-    agg.record(
-        ctx,
-        ev.ApprovalDecided,
-        approval,
-        approval_id=approval.approval_id,
-        state=approval.state,
-        decided_by=approval.decided_by,
-        reason=approval.reason,
-    )
+    agg.record(ctx, ev.ApprovalDecided, approval)

@@ -129,18 +129,7 @@ def accept_run(
     for step in steps:
         agg.changed(step)
     agg.journal(ctx, "Run", run.run_id, None, RunState.ACCEPTED, "SubmitRun")
-    agg.record(
-        ctx,
-        ev.RunAccepted,
-        project_id=run.project_id,
-        workflow_id=run.workflow_id,
-        release_id=run.release_id,
-        policy_revision=run.policy_revision,
-        model_profile_id=run.model_profile_id,
-        requested_by=run.requested_by,
-        parent_run_id=run.parent_run_id,
-        parent_step_id=run.parent_step_id,
-    )
+    agg.record(ctx, ev.RunAccepted, run)
     return agg
 
 
@@ -452,14 +441,7 @@ def dispatch(agg: RunAggregate, ctx: CommandContext, step: Step) -> Attempt:
     agg.journal(ctx, "Attempt", attempt.attempt_id, None, AttemptState.DISPATCHED, "RunDispatcher")
     # Dispatch is pull-based: the lease and its fencing token are granted when a worker
     # claims the attempt (LeaseGranted), so they are null here.
-    agg.record(
-        ctx,
-        ev.AttemptDispatched,
-        attempt,
-        agent_id=step.agent_id,
-        skill_id=step.skill_id,
-        attempt_number=attempt.number,
-    )
+    agg.record(ctx, ev.AttemptDispatched, attempt, step, attempt_number=attempt.number)
     if agg.run.state is RunState.ACCEPTED:
         agg.move_run(ctx, RunState.RUNNING)
     return attempt

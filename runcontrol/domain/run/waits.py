@@ -50,14 +50,8 @@ def start_wait(agg: RunAggregate, ctx: CommandContext, step: Step) -> None:
         due = ctx.now + timedelta(seconds=float(wait.get("seconds") or 0))
     step.due_at = due
     agg.move_step(ctx, step, StepState.RUNNING, "WaitStarted")
-    agg.record(
-        ctx,
-        ev.StepWaiting,
-        step,
-        kind=step.kind,
-        signal=wait.get("signal") if step.kind == SIGNAL else None,
-        until=due,
-    )
+    signal = wait.get("signal") if step.kind == SIGNAL else None
+    agg.record(ctx, ev.StepWaiting, step, signal=signal, until=due)
     if agg.run.state is RunState.ACCEPTED:
         agg.move_run(ctx, RunState.RUNNING)
     if step.signal is not None:

@@ -111,12 +111,11 @@ def _open_approval(
     options: Options,
 ) -> ApprovalRequest:
     expiry_hours = policy.expiry_hours or options.approval_expiry_hours
-    approval = ApprovalRequest(
+    approval = agg.new(
+        ApprovalRequest,
         approval_id=ctx.new_id(),
-        run_id=agg.run.run_id,
         step_id=step.step_id,
         attempt_id=attempt_id,
-        tenant_id=agg.run.tenant_id,
         action_class=action,
         proposal_hash=proposal_hash,
         policy_revision=agg.run.policy_revision,
@@ -126,7 +125,6 @@ def _open_approval(
         created_at=ctx.now,
         expires_at=ctx.now + timedelta(hours=expiry_hours),
     )
-    agg.add(approval)
     agg.journal(
         ctx,
         "ApprovalRequest",
@@ -247,10 +245,9 @@ def decide_approval(
         raise
     if any(v.decided_by == principal.subject for v in agg.decisions.get(approval_id, ())):
         raise errors.ApprovalAlreadyDecided("this approver already decided")
-    vote = ApprovalDecision(
+    vote = agg.new(
+        ApprovalDecision,
         approval_id=approval_id,
-        run_id=agg.run.run_id,
-        tenant_id=agg.run.tenant_id,
         decided_by=principal.subject,
         decision=decision,
         proposal_hash=proposal_hash,
@@ -258,7 +255,6 @@ def decide_approval(
         break_glass=break_glass,
         decided_at=ctx.now,
     )
-    agg.add(vote)
     if break_glass:
         agg.audit(
             ctx,

@@ -140,6 +140,17 @@ NewRow = (
     | CancellationIntent
     | AttemptResult
 )
+# A row the run holds that a command creates (``RunAggregate.new``).
+R = TypeVar(
+    "R",
+    Attempt,
+    Lease,
+    ApprovalRequest,
+    ToolCall,
+    JournaledCall,
+    ApprovalDecision,
+    CancellationIntent,
+)
 _RUN_IDS = ("run_id", "tenant_id")
 _FIELDS: dict[type[ev.EventBody], tuple[str, ...]] = {}
 
@@ -272,6 +283,13 @@ class RunAggregate:
                 self.changes.results.append(row)
                 return
         self.changed(row)
+
+    def new(self, kind: type[R], /, **fields: Any) -> R:
+        """A new row of this run (its ``run_id`` and ``tenant_id`` the run's, the rest
+        ``fields``), ``add``ed."""
+        row = kind(run_id=self.run.run_id, tenant_id=self.run.tenant_id, **fields)
+        self.add(row)
+        return row
 
     def ask_child(self, call: ChildCall) -> None:
         """Send ``call`` to its child run once this command commits."""

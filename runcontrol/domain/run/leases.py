@@ -55,11 +55,10 @@ def acquire_lease(
     if agg.run.deadline_at is None and agg.run.limits.max_minutes:
         # The wall-clock budget runs from the first lease grant: work starts there.
         agg.run.deadline_at = ctx.now + timedelta(minutes=agg.run.limits.max_minutes)
-    lease = Lease(
+    lease = agg.new(
+        Lease,
         lease_id=ctx.new_id(),
         attempt_id=attempt_id,
-        run_id=agg.run.run_id,
-        tenant_id=agg.run.tenant_id,
         holder=holder,
         fencing_token=agg.run.fencing_seq,
         granted_at=ctx.now,
@@ -69,7 +68,6 @@ def acquire_lease(
     attempt.lease_id = lease.lease_id
     attempt.fencing_token = lease.fencing_token
     attempt.holder = holder
-    agg.add(lease)
     agg.record(ctx, ev.LeaseGranted, lease, attempt)
     return agg.lease_grant(attempt, lease)
 

@@ -208,15 +208,13 @@ def _stop_siblings(agg: RunAggregate, ctx: CommandContext, reason: str, cause: s
 def record_intent(
     agg: RunAggregate, ctx: CommandContext, requested_by: str, reason: str
 ) -> CancellationIntent:
-    intent = CancellationIntent(
+    intent = agg.new(
+        CancellationIntent,
         intent_id=ctx.new_id(),
-        run_id=agg.run.run_id,
-        tenant_id=agg.run.tenant_id,
         requested_by=requested_by,
         reason=reason,
         requested_at=ctx.now,
     )
-    agg.add(intent)
     agg.record(ctx, ev.CancellationRequested, intent)
     return intent
 

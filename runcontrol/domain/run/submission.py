@@ -425,11 +425,10 @@ def dispatch(agg: RunAggregate, ctx: CommandContext, step: Step) -> Attempt:
             "a step may have only one non-terminal attempt", step_id=str(step.step_id)
         )
     previous = agg.attempts_of(step)
-    attempt = Attempt(
+    attempt = agg.new(
+        Attempt,
         attempt_id=ctx.new_id(),
         step_id=step.step_id,
-        run_id=agg.run.run_id,
-        tenant_id=agg.run.tenant_id,
         number=len(previous) + 1,
         state=AttemptState.DISPATCHED,
         dispatched_at=ctx.now,
@@ -437,7 +436,6 @@ def dispatch(agg: RunAggregate, ctx: CommandContext, step: Step) -> Attempt:
     agg.move_step(ctx, step, StepState.RUNNING, "AttemptDispatched")
     step.not_before = None
     step.held = None
-    agg.add(attempt)
     agg.journal(ctx, "Attempt", attempt.attempt_id, None, AttemptState.DISPATCHED, "RunDispatcher")
     # Dispatch is pull-based: the lease and its fencing token are granted when a worker
     # claims the attempt (LeaseGranted), so they are null here.

@@ -112,10 +112,9 @@ def claim_tool_call(
             call_id=call_id,
             reason="the run is being cancelled",
         )
-    call = ToolCall(
+    call = agg.new(
+        ToolCall,
         tool_call_id=ctx.new_id(),
-        run_id=agg.run.run_id,
-        tenant_id=agg.run.tenant_id,
         call_id=call_id,
         attempt_id=attempt_id,
         request_hash=request_hash,
@@ -124,7 +123,6 @@ def claim_tool_call(
         claimed_at=ctx.now,
         expires_at=ctx.now + timedelta(seconds=options.tool_call_claim_timeout_seconds),
     )
-    agg.add(call)
     agg.journal(ctx, "ToolCall", call.tool_call_id, None, call.state, "ToolCallClaimed")
     _emit_tool_call(agg, ctx, ev.ToolCallClaimed, call)
     return ToolCallClaim(call.tool_call_id, call_id, ToolCallStatus.PROCEED)

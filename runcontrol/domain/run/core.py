@@ -291,6 +291,18 @@ class RunAggregate:
         self.add(row)
         return row
 
+    def want_slot(self, slot: dict[str, Any]) -> None:
+        """The dispatch needs ``slot`` of a flow key (the statement admits or refuses it)."""
+        self.changes.flow.append(slot)
+
+    def queue_for_slot(self, place: dict[str, Any]) -> None:
+        """A held step's ``place`` in its flow key's queue."""
+        self.changes.flow_wait.append(place)
+
+    def cancel_holders(self, run_ids: Iterable[UUID], reason: str) -> None:
+        """The runs holding a key this run waits for are cancelled after the commit."""
+        self.changes.flow_cancel.extend((run_id, reason) for run_id in run_ids)
+
     def ask_child(self, call: ChildCall) -> None:
         """Send ``call`` to its child run once this command commits."""
         self.changes.child_calls.append(call)

@@ -302,7 +302,7 @@ def _take_slots(
     step = agg.step(a.step_id)
     for k in wanted:
         per_run = k["scope"] == flow.RUN
-        agg.changes.flow.append(
+        agg.want_slot(
             {
                 "name": k["name"],
                 "key": k["key"],
@@ -341,7 +341,7 @@ def _hold(
     if reservation is not None:  # its units stay reserved for the dispatch once admitted
         step.held["reservation"] = reservation
     agg.changed(step)
-    agg.changes.flow_wait.append(
+    agg.queue_for_slot(
         {
             "name": k["name"],
             "key": k["key"],
@@ -371,7 +371,7 @@ def _cancel_oldest(agg: RunAggregate, ctx: CommandContext, k: dict[str, Any], fo
         f"concurrency key {k['key']} is wanted by run {agg.run.run_id} ({k['name']}: cancel-oldest)"
     )
     _audit_cancelling(agg, ctx, flow.CANCEL_OLDEST, k, holders)
-    agg.changes.flow_cancel.extend((run_id, reason) for run_id in holders)
+    agg.cancel_holders(holders, reason)
 
 
 def _cancel_newest(agg: RunAggregate, ctx: CommandContext, k: dict[str, Any], found: Any) -> None:

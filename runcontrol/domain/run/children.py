@@ -30,7 +30,8 @@ from ..machines import RunCommand, require
 from ..model import Step
 from ..states import FailureClass, RunState, StepState
 from ..workflow import MAX_CHILD_DEPTH
-from .core import ChildAction, RunAggregate
+from .changes import ChildAction
+from .core import RunAggregate
 from .settlement import (
     child_cancel,
     complete_if_done,

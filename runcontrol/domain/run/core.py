@@ -6,7 +6,7 @@ beside this one; none of them keeps state of its own."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import fields, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -47,6 +47,7 @@ from ..states import (
     ToolCallState,
 )
 from ..workflow import RUN, dependencies, dependency_map, final_step
+from .changes import Changes, ChildAction, ChildCall, HeldRow, NewRow
 from .values import (
     LIFETIME_EXCEEDED,
     WALL_CLOCK_EXCEEDED,
@@ -55,102 +56,6 @@ from .values import (
     Options,
 )
 
-
-class ChildAction(StrEnum):
-    SUBMIT = "submit"  # submit the child run (idempotent: its key is the parent's step's)
-    CHECK = "check"  # ask the child for its end; submit it if it is not there (a re-drive)
-    CANCEL = "cancel"  # ask the child run to cancel (the parent is being cancelled)
-
-
-@dataclass(frozen=True, slots=True)
-class ChildCall:
-    """A command to a run step's child run, sent after the parent's commit (never written by
-    the parent's statement: the child's own grain decides it). Both are idempotent, and the
-    parent's reminder sends them again until the child's end is reported."""
-
-    action: ChildAction
-    step_id: UUID
-    step_name: str
-    child_run_id: UUID
-    number: int
-    workflow_id: str
-    release_alias: str | None = None
-    input: dict[str, Any] | None = None
-    reason: str | None = None
-
-
-@dataclass(slots=True)
-class Changes:
-    """What one command must persist, atomically."""
-
-    run: Run
-    expected_version: int | None
-    steps: dict[UUID, Step] = field(default_factory=dict)
-    attempts: dict[UUID, Attempt] = field(default_factory=dict)
-    leases: dict[UUID, Lease] = field(default_factory=dict)
-    approvals: dict[UUID, ApprovalRequest] = field(default_factory=dict)
-    decisions: list[ApprovalDecision] = field(default_factory=list)
-    intents: list[CancellationIntent] = field(default_factory=list)
-    events: list[Event] = field(default_factory=list)
-    journal: list[RecoveryJournalEntry] = field(default_factory=list)
-    audits: list[AuditRecord] = field(default_factory=list)
-    tool_calls: dict[UUID, ToolCall] = field(default_factory=dict)
-    results: list[AttemptResult] = field(default_factory=list)
-    calls: list[JournaledCall] = field(default_factory=list)
-    # Flow control (issue 21): the slots the dispatches need (the statement admits or refuses
-    # them) and the held steps' places in their keys' queues.
-    flow: list[dict[str, Any]] = field(default_factory=list)
-    flow_wait: list[dict[str, Any]] = field(default_factory=list)
-    # ``cancel-oldest``: the runs holding a key this run now waits for, and why; the host
-    # cancels them after the commit (not stored: the audit record is).
-    flow_cancel: list[tuple[UUID, str]] = field(default_factory=list)
-    # Child runs to submit or cancel once this commits (not stored: the step's ``child`` and
-    # ``due_at`` are, and the reminder sends them again).
-    child_calls: list[ChildCall] = field(default_factory=list)
-
-    @property
-    def empty(self) -> bool:
-        return not (
-            self.steps
-            or self.attempts
-            or self.leases
-            or self.approvals
-            or self.decisions
-            or self.intents
-            or self.events
-            or self.journal
-            or self.tool_calls
-            or self.results
-            or self.calls
-            or self.flow_wait
-            or self.run_dirty
-        )
-
-    run_dirty: bool = False
-
-
-# A row a command creates (``RunAggregate.add``).
-NewRow = (
-    Attempt
-    | Lease
-    | ApprovalRequest
-    | ToolCall
-    | JournaledCall
-    | ApprovalDecision
-    | CancellationIntent
-    | AttemptResult
-)
-# A row the run holds that a command creates (``RunAggregate.new``).
-R = TypeVar(
-    "R",
-    Attempt,
-    Lease,
-    ApprovalRequest,
-    ToolCall,
-    JournaledCall,
-    ApprovalDecision,
-    CancellationIntent,
-)
 _RUN_IDS = ("run_id", "tenant_id")
 _FIELDS: dict[type[ev.EventBody], tuple[str, ...]] = {}
 
@@ -284,10 +189,10 @@ class RunAggregate:
                 return
         self.changed(row)
 
-    def new(self, kind: type[R], /, **fields: Any) -> R:
+    def new(self, kind: type[HeldRow], /, **values: Any) -> HeldRow:
         """A new row of this run (its ``run_id`` and ``tenant_id`` the run's, the rest
-        ``fields``), ``add``ed."""
-        row = kind(run_id=self.run.run_id, tenant_id=self.run.tenant_id, **fields)
+        ``values``), ``add``ed."""
+        row = kind(run_id=self.run.run_id, tenant_id=self.run.tenant_id, **values)
         self.add(row)
         return row
 

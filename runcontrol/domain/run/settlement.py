@@ -26,7 +26,8 @@ from ..states import (
     SideEffectClass,
     StepState,
 )
-from .core import ChildAction, ChildCall, RunAggregate
+from .changes import ChildAction, ChildCall
+from .core import RunAggregate
 from .leases import release_lease
 from .values import (
     RUN_CONTROL,

@@ -9,21 +9,7 @@ from enum import StrEnum
 from typing import Any, TypeVar
 from uuid import UUID
 
-from ..model import (
-    ApprovalDecision,
-    ApprovalRequest,
-    Attempt,
-    AttemptResult,
-    AuditRecord,
-    CancellationIntent,
-    Event,
-    JournaledCall,
-    Lease,
-    RecoveryJournalEntry,
-    Run,
-    Step,
-    ToolCall,
-)
+from .. import model
 
 
 class ChildAction(StrEnum):
@@ -53,20 +39,20 @@ class ChildCall:
 class Changes:
     """What one command must persist, atomically."""
 
-    run: Run
+    run: model.Run
     expected_version: int | None
-    steps: dict[UUID, Step] = field(default_factory=dict)
-    attempts: dict[UUID, Attempt] = field(default_factory=dict)
-    leases: dict[UUID, Lease] = field(default_factory=dict)
-    approvals: dict[UUID, ApprovalRequest] = field(default_factory=dict)
-    decisions: list[ApprovalDecision] = field(default_factory=list)
-    intents: list[CancellationIntent] = field(default_factory=list)
-    events: list[Event] = field(default_factory=list)
-    journal: list[RecoveryJournalEntry] = field(default_factory=list)
-    audits: list[AuditRecord] = field(default_factory=list)
-    tool_calls: dict[UUID, ToolCall] = field(default_factory=dict)
-    results: list[AttemptResult] = field(default_factory=list)
-    calls: list[JournaledCall] = field(default_factory=list)
+    steps: dict[UUID, model.Step] = field(default_factory=dict)
+    attempts: dict[UUID, model.Attempt] = field(default_factory=dict)
+    leases: dict[UUID, model.Lease] = field(default_factory=dict)
+    approvals: dict[UUID, model.ApprovalRequest] = field(default_factory=dict)
+    decisions: list[model.ApprovalDecision] = field(default_factory=list)
+    intents: list[model.CancellationIntent] = field(default_factory=list)
+    events: list[model.Event] = field(default_factory=list)
+    journal: list[model.RecoveryJournalEntry] = field(default_factory=list)
+    audits: list[model.AuditRecord] = field(default_factory=list)
+    tool_calls: dict[UUID, model.ToolCall] = field(default_factory=dict)
+    results: list[model.AttemptResult] = field(default_factory=list)
+    calls: list[model.JournaledCall] = field(default_factory=list)
     # Flow control (issue 21): the slots the dispatches need (the statement admits or refuses
     # them) and the held steps' places in their keys' queues.
     flow: list[dict[str, Any]] = field(default_factory=list)
@@ -101,23 +87,23 @@ class Changes:
 
 # A row a command creates (``RunAggregate.add``).
 NewRow = (
-    Attempt
-    | Lease
-    | ApprovalRequest
-    | ToolCall
-    | JournaledCall
-    | ApprovalDecision
-    | CancellationIntent
-    | AttemptResult
+    model.Attempt
+    | model.Lease
+    | model.ApprovalRequest
+    | model.ToolCall
+    | model.JournaledCall
+    | model.ApprovalDecision
+    | model.CancellationIntent
+    | model.AttemptResult
 )
 # A row the run holds that a command creates (``RunAggregate.new``).
 HeldRow = TypeVar(
     "HeldRow",
-    Attempt,
-    Lease,
-    ApprovalRequest,
-    ToolCall,
-    JournaledCall,
-    ApprovalDecision,
-    CancellationIntent,
+    model.Attempt,
+    model.Lease,
+    model.ApprovalRequest,
+    model.ToolCall,
+    model.JournaledCall,
+    model.ApprovalDecision,
+    model.CancellationIntent,
 )

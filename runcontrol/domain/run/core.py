@@ -67,6 +67,18 @@ def _fields_of(kind: type[ev.EventBody]) -> tuple[str, ...]:
     return found
 
 
+_NONE: Any = object()  # no such attribute
+
+
+def _first(sources: tuple[Any, ...], name: str, default: Any = _NONE) -> Any:
+    """The attribute ``name`` of the first of ``sources`` that has one (else ``default``)."""
+    for source in sources:
+        value = getattr(source, name, _NONE)
+        if value is not _NONE:
+            return value
+    return default
+
+
 T = TypeVar("T")
 
 
@@ -220,16 +232,11 @@ class RunAggregate:
         first of ``about`` (what the event is about: its attempt, step, approval, lease...)
         that has one. The envelope names the step and attempt it is about."""
         for name in _fields_of(kind):
-            if name in payload:
-                continue
-            if name in _RUN_IDS:
-                payload[name] = getattr(self.run, name)
-                continue
-            source = next((a for a in about if hasattr(a, name)), None)
-            if source is not None:
-                payload[name] = getattr(source, name)
-        step_id = next((a.step_id for a in about if hasattr(a, "step_id")), None)
-        attempt_id = next((a.attempt_id for a in about if hasattr(a, "attempt_id")), None)
+            if name not in payload:
+                value = getattr(self.run, name) if name in _RUN_IDS else _first(about, name)
+                if value is not _NONE:
+                    payload[name] = value
+        step_id, attempt_id = _first(about, "step_id", None), _first(about, "attempt_id", None)
         self.emit(ctx, kind(**payload), step_id=step_id, attempt_id=attempt_id)
 
     def emit(

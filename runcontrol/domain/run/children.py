@@ -33,6 +33,7 @@ from ..workflow import MAX_CHILD_DEPTH
 from .changes import ChildAction
 from .core import RunAggregate
 from .settlement import (
+    child_call,
     child_cancel,
     complete_if_done,
     fail_run,
@@ -82,7 +83,7 @@ def start_child(agg: RunAggregate, ctx: CommandContext, step: Step, options: Opt
     agg.record(
         ctx, ev.ChildRunStarted, step, child_run_id=child_id, workflow_id=workflow_id, number=number
     )
-    agg.ask_child(agg.child_call(step, ChildAction.SUBMIT))
+    agg.ask_child(child_call(agg, step, ChildAction.SUBMIT))
 
 
 def redrive_children(agg: RunAggregate, ctx: CommandContext, options: Options) -> int:
@@ -95,7 +96,7 @@ def redrive_children(agg: RunAggregate, ctx: CommandContext, options: Options) -
         agg.touch(ctx)
         cancelling = agg.run.state is RunState.CANCELLING
         agg.ask_child(
-            child_cancel(agg, step) if cancelling else agg.child_call(step, ChildAction.CHECK)
+            child_cancel(agg, step) if cancelling else child_call(agg, step, ChildAction.CHECK)
         )
     return len(due)
 

@@ -12,7 +12,7 @@ from enum import StrEnum
 from typing import Any, TypeVar
 from uuid import UUID
 
-from .. import conditions, errors, flow
+from .. import errors, flow
 from .. import events as ev
 from ..hashing import result_hash
 from ..machines import (
@@ -47,7 +47,7 @@ from ..states import (
     ToolCallState,
 )
 from ..workflow import RUN, dependencies, dependency_map, final_step
-from .changes import Changes, ChildAction, ChildCall, HeldRow, NewRow
+from .changes import Changes, ChildCall, HeldRow, NewRow
 from .values import (
     LIFETIME_EXCEEDED,
     WALL_CLOCK_EXCEEDED,
@@ -57,13 +57,16 @@ from .values import (
 )
 
 _RUN_IDS = ("run_id", "tenant_id")
-_FIELDS: dict[type[ev.EventBody], tuple[str, ...]] = {}
+_FIELDS: dict[type[ev.EventBody], tuple[tuple[str, ...], tuple[str, ...]]] = {}
 
 
-def _fields_of(kind: type[ev.EventBody]) -> tuple[str, ...]:
+def _fields_of(kind: type[ev.EventBody]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The run's ids ``kind`` has, and its other fields."""
     found = _FIELDS.get(kind)
     if found is None:
-        found = _FIELDS[kind] = tuple(f.name for f in fields(kind))
+        names = [f.name for f in fields(kind)]
+        ids = tuple(n for n in names if n in _RUN_IDS)
+        found = _FIELDS[kind] = (ids, tuple(n for n in names if n not in _RUN_IDS))
     return found
 
 
@@ -231,11 +234,17 @@ class RunAggregate:
         are the run's; a field ``payload`` does not give is the attribute of that name of the
         first of ``about`` (what the event is about: its attempt, step, approval, lease...)
         that has one. The envelope names the step and attempt it is about."""
-        for name in _fields_of(kind):
+        ids, rest = _fields_of(kind)
+        for name in ids:
             if name not in payload:
-                value = getattr(self.run, name) if name in _RUN_IDS else _first(about, name)
-                if value is not _NONE:
-                    payload[name] = value
+                payload[name] = getattr(self.run, name)
+        for name in rest:
+            if name not in payload:
+                for source in about:
+                    value = getattr(source, name, _NONE)
+                    if value is not _NONE:
+                        payload[name] = value
+                        break
         step_id, attempt_id = _first(about, "step_id", None), _first(about, "attempt_id", None)
         self.emit(ctx, kind(**payload), step_id=step_id, attempt_id=attempt_id)
 
@@ -439,31 +448,6 @@ class RunAggregate:
 
     def open_attempts(self) -> list[Attempt]:
         return [a for a in self.attempts.values() if not a.state.terminal]
-
-    def child_call(self, step: Step, action: ChildAction, reason: str | None = None) -> ChildCall:
-        """What to ask of the run step's current child (the same each time it is sent): its
-        input is the step's ``input`` fields evaluated over the run's input and the
-        dependencies' results, or (none given) the run's input."""
-        child = step.child or {}
-        wait = step.wait or {}
-        fields = wait.get("input")
-        results = self.dependency_results(step)
-        return ChildCall(
-            action=action,
-            step_id=step.step_id,
-            step_name=step.name,
-            child_run_id=UUID(str(child["runId"])),
-            number=int(child["number"]),
-            workflow_id=str(wait.get("workflowId")),
-            release_alias=wait.get("releaseAlias"),
-            input=dict(self.run.input or {})
-            if fields is None
-            else {
-                name: conditions.evaluate(conditions.parse(text), self.run.input, results)
-                for name, text in fields.items()
-            },
-            reason=reason,
-        )
 
     def open_children(self) -> list[Step]:
         """The run steps whose child run has not ended yet (they hold the run open)."""

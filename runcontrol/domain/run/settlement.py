@@ -6,7 +6,9 @@ or a run goes through here."""
 from __future__ import annotations
 
 from datetime import timedelta
+from uuid import UUID
 
+from .. import conditions
 from .. import events as ev
 from ..backoff import backoff_delay
 from ..hashing import canonical_hash
@@ -237,8 +239,36 @@ def cancel_unheld(agg: RunAggregate, ctx: CommandContext) -> None:
 def child_cancel(agg: RunAggregate, step: Step) -> ChildCall:
     """The cancel a Cancelling run asks of a run step's open child."""
     reason = (agg.intents[-1].reason if agg.intents else None) or "the parent run is cancelled"
-    return agg.child_call(
-        step, ChildAction.CANCEL, f"parent run {agg.run.run_id} cancelling: {reason}"
+    return child_call(
+        agg, step, ChildAction.CANCEL, f"parent run {agg.run.run_id} cancelling: {reason}"
+    )
+
+
+def child_call(
+    agg: RunAggregate, step: Step, action: ChildAction, reason: str | None = None
+) -> ChildCall:
+    """What to ask of the run step's current child (the same each time it is sent): its
+    input is the step's ``input`` fields evaluated over the run's input and the
+    dependencies' results, or (none given) the run's input."""
+    child = step.child or {}
+    wait = step.wait or {}
+    fields = wait.get("input")
+    results = agg.dependency_results(step)
+    return ChildCall(
+        action=action,
+        step_id=step.step_id,
+        step_name=step.name,
+        child_run_id=UUID(str(child["runId"])),
+        number=int(child["number"]),
+        workflow_id=str(wait.get("workflowId")),
+        release_alias=wait.get("releaseAlias"),
+        input=dict(agg.run.input or {})
+        if fields is None
+        else {
+            name: conditions.evaluate(conditions.parse(text), agg.run.input, results)
+            for name, text in fields.items()
+        },
+        reason=reason,
     )
 
 

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import fields, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any
 from uuid import UUID
 
 from .. import errors, flow
@@ -82,14 +82,9 @@ def _first(sources: tuple[Any, ...], name: str, default: Any = _NONE) -> Any:
     return default
 
 
-T = TypeVar("T")
-
-
-def _found(row: T | None, entity: str, row_id: UUID, missing: type[errors.NotFound]) -> T:
-    """``row``, or ``missing`` naming the ``entity`` ``row_id`` nobody found."""
-    if row is None:
-        raise missing(f"{entity} {row_id} not found", **{f"{entity}_id": str(row_id)})
-    return row
+def _missing(error: type[errors.NotFound], entity: str, row_id: UUID) -> errors.NotFound:
+    """The ``error`` that the run has no ``entity`` ``row_id``."""
+    return error(f"{entity} {row_id} not found", **{f"{entity}_id": str(row_id)})
 
 
 class RunAggregate:
@@ -373,16 +368,22 @@ class RunAggregate:
         self.journal(ctx, entity, thing_id, current, target, cause or spec_cause)
 
     def step(self, step_id: UUID) -> Step:
-        found = next((s for s in self.steps if s.step_id == step_id), None)
-        return _found(found, "step", step_id, errors.StepNotFound)
+        for step in self.steps:
+            if step.step_id == step_id:
+                return step
+        raise _missing(errors.StepNotFound, "step", step_id)
 
     def attempt(self, attempt_id: UUID) -> Attempt:
         found = self.attempts.get(attempt_id)
-        return _found(found, "attempt", attempt_id, errors.AttemptNotFound)
+        if found is None:
+            raise _missing(errors.AttemptNotFound, "attempt", attempt_id)
+        return found
 
     def approval(self, approval_id: UUID) -> ApprovalRequest:
         found = self.approvals.get(approval_id)
-        return _found(found, "approval", approval_id, errors.ApprovalNotFound)
+        if found is None:
+            raise _missing(errors.ApprovalNotFound, "approval", approval_id)
+        return found
 
     def attempts_of(self, step: Step) -> list[Attempt]:
         return sorted(

@@ -178,18 +178,6 @@ def full_term(agg: RunAggregate, ctx: CommandContext, lease: Lease, options: Opt
     agg.changed(lease)
 
 
-def record_lease_end(
-    agg: RunAggregate,
-    ctx: CommandContext,
-    attempt: Attempt,
-    lease: Lease,
-    ended: type[ev.LeaseExpired | ev.LeaseHandedBack | ev.LeaseRevoked],
-    **payload: Any,
-) -> None:
-    """Record how the attempt's ``lease`` ended (``ended``, with ``payload``)."""
-    agg.record(ctx, ended, lease, attempt, **payload)
-
-
 def release_lease(
     agg: RunAggregate, ctx: CommandContext, attempt: Attempt, cause: str
 ) -> Lease | None:

@@ -26,7 +26,7 @@ from ..states import (
     SideEffectClass,
 )
 from .core import RunAggregate
-from .leases import held_lease, record_lease_end, refused
+from .leases import held_lease, refused
 from .settlement import after_settled, settle, settle_unreported
 from .values import (
     WORKER_OUTCOMES,
@@ -126,7 +126,7 @@ def expire_lease(
         return False  # the lease is suspended while a human decides
     if ctx.now <= lease.expires_at + timedelta(seconds=options.renewal_grace_seconds):
         return False
-    record_lease_end(agg, ctx, attempt, lease, ev.LeaseExpired)
+    agg.record(ctx, ev.LeaseExpired, lease, attempt)
     _settle_unheld(agg, ctx, attempt, "lease-expiry-reconciler", options)
     return True
 
@@ -155,7 +155,7 @@ def hand_back(
         raise errors.IllegalTransition(
             "the attempt awaits an approval decision; hand it back after the decision"
         )
-    record_lease_end(agg, ctx, attempt, lease, ev.LeaseHandedBack, reason=reason)
+    agg.record(ctx, ev.LeaseHandedBack, lease, attempt, reason=reason)
     _settle_unheld(agg, ctx, attempt, holder, options)
     return attempt
 

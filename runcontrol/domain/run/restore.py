@@ -11,7 +11,6 @@ from ..states import (
     RunState,
 )
 from .core import RunAggregate
-from .leases import record_lease_end
 from .settlement import emit_approval_decided, settle_unreported
 from .values import (
     RESTORE_CHECK,
@@ -44,7 +43,7 @@ def settle_restored_leases(agg: RunAggregate, ctx: CommandContext, options: Opti
             holder=lease.holder,
             fencing_token=lease.fencing_token,
         )
-        record_lease_end(agg, ctx, attempt, lease, ev.LeaseRevoked, reason=RESTORED_FROM_BACKUP)
+        agg.record(ctx, ev.LeaseRevoked, lease, attempt, reason=RESTORED_FROM_BACKUP)
         for approval in agg.pending_approvals():
             if approval.attempt_id == attempt_id:
                 agg.move_approval(ctx, approval, ApprovalState.CANCELLED, RESTORED_FROM_BACKUP)

@@ -392,25 +392,17 @@ def retention(
             ).scalar()
             or 0
         )
+        history = now - timedelta(days=outbox_days)
         conn.execute(
             text("DELETE FROM outbox WHERE published_at IS NOT NULL AND published_at < :cutoff"),
-            {"cutoff": now - timedelta(days=outbox_days)},
+            {"cutoff": history},
         )
-        conn.execute(
-            text("DELETE FROM attempt_results WHERE created_at < :cutoff"),
-            {"cutoff": now - timedelta(days=outbox_days)},
-        )
-        for table, column in (("output_chunks", "written_at"), ("output_heads", "updated_at")):
-            conn.execute(  # streamed output: kept as long as the event history
-                text(f"DELETE FROM {table} WHERE {column} < :cutoff"),
-                {"cutoff": now - timedelta(days=outbox_days)},
-            )
-        conn.execute(
-            text("DELETE FROM journaled_calls WHERE recorded_at < :cutoff"),
-            {"cutoff": now - timedelta(days=outbox_days)},
-        )
-        conn.execute(
-            text("DELETE FROM command_answers WHERE created_at < :cutoff"),
-            {"cutoff": now - timedelta(hours=answer_hours)},
-        )
+        for table, column, cutoff in (
+            ("attempt_results", "created_at", history),
+            ("output_chunks", "written_at", history),  # streamed output
+            ("output_heads", "updated_at", history),
+            ("journaled_calls", "recorded_at", history),
+            ("command_answers", "created_at", now - timedelta(hours=answer_hours)),
+        ):
+            conn.execute(text(f"DELETE FROM {table} WHERE {column} < :cutoff"), {"cutoff": cutoff})
     return removed

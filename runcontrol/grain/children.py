@@ -24,8 +24,8 @@ from ..commands import (
     SubmitRun,
 )
 from ..domain import Principal, RunAggregate, RunState, errors
+from ..domain.run.changes import ChildAction, ChildCall
 from ..domain.run.children import CHILD_RUN, child_key
-from ..domain.run.core import ChildAction, ChildCall
 from .bus import Committed, subscribe
 from .env import log
 from .grain import RunGrain

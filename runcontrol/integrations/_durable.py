@@ -11,6 +11,7 @@ import asyncio
 import hashlib
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
@@ -68,6 +69,7 @@ def tool_proposal(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
     return {"tool": tool, "arguments": arguments}
 
 
+@dataclass(eq=False)
 class AgentCalls:
     """The journaled calls of one agent run inside a step.
 
@@ -75,21 +77,13 @@ class AgentCalls:
     ``{agent}:tool:{tool}:{call id}``: tools may run concurrently, so a tool call is named by the
     model's id of the call (journaled with the response that made it), not by its turn."""
 
-    def __init__(
-        self,
-        step: DurableStep,
-        agent: str,
-        *,
-        token_limit: str | None = None,
-        stream_text: bool = True,
-        action_class: SideEffectClass | None = None,
-    ) -> None:
-        self.step = step
-        self.agent = agent
-        self.token_limit = token_limit
-        self.stream_text = stream_text
-        self.action_class = action_class
-        self._named: Counter[str] = Counter()
+    step: DurableStep
+    agent: str
+    _: KW_ONLY
+    token_limit: str | None = None
+    stream_text: bool = True
+    action_class: SideEffectClass | None = None
+    _named: Counter[str] = field(default_factory=Counter, init=False, repr=False)
 
     def check_cancelled(self) -> None:
         """A cancelled run stops before its next model request or tool call."""

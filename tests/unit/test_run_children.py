@@ -22,8 +22,8 @@ from runcontrol.domain import (
     WorkflowDefinition,
     errors,
 )
+from runcontrol.domain.run.changes import ChildAction
 from runcontrol.domain.run.children import child_key, child_run_id
-from runcontrol.domain.run.core import ChildAction
 from runcontrol.domain.run.outcomes import report_outcome
 from runcontrol.domain.run.submission import accept_run
 from runcontrol.domain.workflow import MAX_CHILD_DEPTH

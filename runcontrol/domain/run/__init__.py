@@ -12,7 +12,8 @@ except for audit records that must be kept even when the command is refused. Whi
 run's state admits is the ``RUN_COMMANDS`` table of ``runcontrol.domain.machines``.
 """
 
-from .core import Changes, RunAggregate
+from .changes import Changes
+from .core import RunAggregate
 from .usage import RateConsumed
 from .values import (
     APPROVAL_EXPIRY,

@@ -32,7 +32,7 @@ from ..states import (
 )
 from ..workflow import PolicyDocument
 from .core import RunAggregate
-from .leases import held_lease, release_lease
+from .leases import full_term, held_lease, refused, release_lease
 from .settlement import emit_approval_decided, fail_run
 from .values import (
     APPROVAL_EXPIRY,
@@ -60,15 +60,16 @@ def request_approval(
         raise errors.ValidationFailed("proposalHash must be a sha256 canonical hash")
     attempt = agg.attempt(attempt_id)
     if attempt.state.terminal:
-        agg.audit(
+        raise refused(
+            agg,
             ctx,
             "stale-fencing-token",
-            attempt_id=attempt_id,
-            holder=holder,
+            errors.StaleFencingToken("the attempt is settled; this lease is stale"),
+            attempt_id,
+            holder,
             fencing_token=fencing_token,
             reason=f"attempt settled as {attempt.state}",
         )
-        raise errors.StaleFencingToken("the attempt is settled; this lease is stale")
     held_lease(agg, ctx, attempt, holder, fencing_token, options, lease_id)
     require(RunCommand.REQUEST_APPROVAL, agg.run.state)
     step = agg.step(attempt.step_id)
@@ -110,12 +111,11 @@ def _open_approval(
     options: Options,
 ) -> ApprovalRequest:
     expiry_hours = policy.expiry_hours or options.approval_expiry_hours
-    approval = ApprovalRequest(
+    approval = agg.new(
+        ApprovalRequest,
         approval_id=ctx.new_id(),
-        run_id=agg.run.run_id,
         step_id=step.step_id,
         attempt_id=attempt_id,
-        tenant_id=agg.run.tenant_id,
         action_class=action,
         proposal_hash=proposal_hash,
         policy_revision=agg.run.policy_revision,
@@ -125,8 +125,6 @@ def _open_approval(
         created_at=ctx.now,
         expires_at=ctx.now + timedelta(hours=expiry_hours),
     )
-    agg.approvals[approval.approval_id] = approval
-    agg.changes.approvals[approval.approval_id] = approval
     agg.journal(
         ctx,
         "ApprovalRequest",
@@ -135,20 +133,7 @@ def _open_approval(
         ApprovalState.PENDING,
         "ApprovalRequested",
     )
-    agg.emit(
-        ctx,
-        ev.ApprovalRequested(
-            approval_id=approval.approval_id,
-            run_id=agg.run.run_id,
-            step_id=step.step_id,
-            tenant_id=agg.run.tenant_id,
-            action_class=action,
-            proposal_hash=proposal_hash,
-            approver_rule=approval.approver_rule,
-            expires_at=approval.expires_at,
-        ),
-        attempt_id=attempt_id,
-    )
+    agg.record(ctx, ev.ApprovalRequested, approval)
     return approval
 
 
@@ -159,17 +144,14 @@ def _park(
     are refused as stale) and the attempt waits, unclaimable, for the decision."""
     lease = release_lease(agg, ctx, attempt, "ParkedForApproval")
     agg.move_attempt(ctx, attempt, AttemptState.PARKED, "ParkedForApproval")
-    agg.emit(
+    agg.record(
         ctx,
-        ev.AttemptParked(
-            run_id=agg.run.run_id,
-            step_id=attempt.step_id,
-            attempt_id=attempt.attempt_id,
-            approval_id=approval.approval_id,
-            lease_id=lease.lease_id if lease else None,
-            fencing_token=lease.fencing_token if lease else None,
-            holder=lease.holder if lease else None,
-        ),
+        ev.AttemptParked,
+        attempt,
+        approval_id=approval.approval_id,
+        lease_id=lease.lease_id if lease else None,
+        fencing_token=lease.fencing_token if lease else None,
+        holder=lease.holder if lease else None,
     )
 
 
@@ -180,19 +162,14 @@ def _resume_parked(
     fencing token); an approval's grant carries the approved proposal hash."""
     agg.move_attempt(ctx, attempt, AttemptState.DISPATCHED, "ApprovalDecided")
     attempt.dispatched_at = ctx.now
-    step = agg.step(attempt.step_id)
-    agg.emit(
+    agg.record(
         ctx,
-        ev.AttemptResumed(
-            run_id=agg.run.run_id,
-            step_id=step.step_id,
-            attempt_id=attempt.attempt_id,
-            approval_id=approval.approval_id,
-            approval_state=approval.state,
-            agent_id=step.agent_id,
-            skill_id=step.skill_id,
-            attempt_number=attempt.number,
-        ),
+        ev.AttemptResumed,
+        attempt,
+        agg.step(attempt.step_id),
+        approval,
+        approval_state=approval.state,
+        attempt_number=attempt.number,
     )
 
 
@@ -266,13 +243,11 @@ def decide_approval(
             message=str(refusal),
         )
         raise
-    votes = agg.decisions.setdefault(approval_id, [])
-    if any(v.decided_by == principal.subject for v in votes):
+    if any(v.decided_by == principal.subject for v in agg.decisions.get(approval_id, ())):
         raise errors.ApprovalAlreadyDecided("this approver already decided")
-    vote = ApprovalDecision(
+    vote = agg.new(
+        ApprovalDecision,
         approval_id=approval_id,
-        run_id=agg.run.run_id,
-        tenant_id=agg.run.tenant_id,
         decided_by=principal.subject,
         decision=decision,
         proposal_hash=proposal_hash,
@@ -280,8 +255,6 @@ def decide_approval(
         break_glass=break_glass,
         decided_at=ctx.now,
     )
-    votes.append(vote)
-    agg.changes.decisions.append(vote)
     if break_glass:
         agg.audit(
             ctx,
@@ -290,7 +263,7 @@ def decide_approval(
             decision=str(decision),
             reason=reason,
         )
-    approvals = sum(1 for v in votes if v.decision is Decision.APPROVE)
+    approvals = sum(1 for v in agg.decisions[approval_id] if v.decision is Decision.APPROVE)
     if decision is Decision.APPROVE and (break_glass or approvals >= approval.required_approvals):
         _finish_approval(agg, ctx, approval, ApprovalState.APPROVED, "Approve", vote)
         _resume_after_approval(agg, ctx, approval, options)
@@ -309,7 +282,7 @@ def decide_approval(
         _resume_after_approval(agg, ctx, approval, options)
     else:
         approval.version += 1  # a vote short of quorum: still Pending, new version
-        agg.changes.approvals[approval_id] = approval
+        agg.changed(approval)
         agg.touch(ctx)
     return approval
 
@@ -347,8 +320,7 @@ def _resume_after_approval(
     lease = agg.leases.get(approval.attempt_id)
     if lease is not None:
         # The lease was suspended while a human decided: give the holder a full term.
-        lease.expires_at = ctx.now + timedelta(seconds=options.lease_seconds)
-        agg.changes.leases[lease.lease_id] = lease
+        full_term(agg, ctx, lease, options)
 
 
 def expire_approval(

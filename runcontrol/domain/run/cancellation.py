@@ -17,6 +17,7 @@ from ..states import (
     StepState,
 )
 from .core import RunAggregate
+from .leases import full_term
 from .settlement import (
     cancel_unheld,
     cancel_unleased,
@@ -56,10 +57,8 @@ def cancel(
     if agg.run.state is RunState.WAITING_FOR_APPROVAL:
         # The leases were suspended while a human decided: give each holder a full term
         # to observe the cancellation and settle its attempt itself.
-        term = timedelta(seconds=(options or Options()).lease_seconds)
         for lease in agg.leases.values():
-            lease.expires_at = ctx.now + term
-            agg.changes.leases[lease.lease_id] = lease
+            full_term(agg, ctx, lease, options or Options())
     agg.move_run(ctx, RunState.CANCELLING)
     cancel_unheld(agg, ctx)
     finish_cancelling(agg, ctx)

@@ -30,8 +30,10 @@ from ..machines import RunCommand, require
 from ..model import Step
 from ..states import FailureClass, RunState, StepState
 from ..workflow import MAX_CHILD_DEPTH
-from .core import ChildAction, RunAggregate
+from .changes import ChildAction
+from .core import RunAggregate
 from .settlement import (
+    child_call,
     child_cancel,
     complete_if_done,
     fail_run,
@@ -78,17 +80,10 @@ def start_child(agg: RunAggregate, ctx: CommandContext, step: Step, options: Opt
             "ChildDepthExceeded",
         )
         return
-    agg.emit(
-        ctx,
-        ev.ChildRunStarted(
-            run_id=agg.run.run_id,
-            step_id=step.step_id,
-            child_run_id=child_id,
-            workflow_id=workflow_id,
-            number=number,
-        ),
+    agg.record(
+        ctx, ev.ChildRunStarted, step, child_run_id=child_id, workflow_id=workflow_id, number=number
     )
-    agg.changes.child_calls.append(agg.child_call(step, ChildAction.SUBMIT))
+    agg.ask_child(child_call(agg, step, ChildAction.SUBMIT))
 
 
 def redrive_children(agg: RunAggregate, ctx: CommandContext, options: Options) -> int:
@@ -97,11 +92,11 @@ def redrive_children(agg: RunAggregate, ctx: CommandContext, options: Options) -
     due = [s for s in agg.open_children() if s.due_at is not None and s.due_at <= ctx.now]
     for step in due:
         step.due_at = ctx.now + timedelta(seconds=options.child_check_seconds)
-        agg.changes.steps[step.step_id] = step
+        agg.changed(step)
         agg.touch(ctx)
         cancelling = agg.run.state is RunState.CANCELLING
-        agg.changes.child_calls.append(
-            child_cancel(agg, step) if cancelling else agg.child_call(step, ChildAction.CHECK)
+        agg.ask_child(
+            child_cancel(agg, step) if cancelling else child_call(agg, step, ChildAction.CHECK)
         )
     return len(due)
 
@@ -133,15 +128,8 @@ def child_ended(
     if current != str(child_run_id) or step.state is not StepState.RUNNING:
         return str(step.state)
     step.due_at = None
-    agg.emit(
-        ctx,
-        ev.ChildRunEnded(
-            run_id=agg.run.run_id,
-            step_id=step.step_id,
-            child_run_id=child_run_id,
-            state=str(ended),
-            reason=reason,
-        ),
+    agg.record(
+        ctx, ev.ChildRunEnded, step, child_run_id=child_run_id, state=str(ended), reason=reason
     )
     cancelling = agg.run.state is RunState.CANCELLING
     if ended is RunState.COMPLETED:

@@ -88,7 +88,7 @@ def retry_step(agg: RunAggregate, ctx: CommandContext, step_id: UUID, reason: st
     if not reserved(step.held, last.number + 1):  # a rate limit's hold stays: its instant
         step.not_before = None  # is the reservation, not a backoff
     cause = check("Step", STEP_CONTROLS, step.state, StepState.PENDING)
-    agg.changes.steps[step.step_id] = step
+    agg.changed(step)
     agg.journal(ctx, "Step", step.step_id, step.state, StepState.PENDING, cause)
     _control_event(
         agg,
@@ -134,7 +134,7 @@ def resolve_attempt(
     )
     cause = check("Attempt", ATTEMPT_RESOLUTIONS, attempt.state, outcome.attempt_state)
     attempt.state = outcome.attempt_state
-    agg.changes.attempts[attempt.attempt_id] = attempt
+    agg.changed(attempt)
     agg.journal(ctx, "Attempt", attempt_id, AttemptState.UNCERTAIN, attempt.state, cause)
     attempt.outcome = outcome
     attempt.failure_class = failure_class_for(outcome, None)
@@ -171,16 +171,15 @@ def _control_event(
 ) -> None:
     """The control's event: the run as it now is, who asked and why, and ``fields`` (its
     ``step_id`` and ``attempt_id`` also go on the envelope)."""
-    body = event(
-        run_id=agg.run.run_id,
-        tenant_id=agg.run.tenant_id,
+    agg.record(
+        ctx,
+        event,
         state=agg.run.state,
         suspended=agg.run.suspended_at is not None,
         requested_by=ctx.actor,
         reason=reason,
         **fields,
     )
-    agg.emit(ctx, body, step_id=fields.get("step_id"), attempt_id=fields.get("attempt_id"))
 
 
 def record_rerun(
@@ -191,7 +190,7 @@ def record_rerun(
     statement: the finished run is never written again."""
     reason = control_reason(reason)
     agg.run.rerun_of = rerun_of
-    agg.changes.run_dirty = True
+    agg.run_changed()
     agg.journal(ctx, "Run", agg.run.run_id, None, agg.run.state, "RerunRequested")
     _control_event(
         agg,

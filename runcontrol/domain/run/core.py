@@ -6,13 +6,13 @@ beside this one; none of them keeps state of its own."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import fields, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
-from .. import conditions, errors, flow
+from .. import errors, flow
 from .. import events as ev
 from ..hashing import result_hash
 from ..machines import (
@@ -47,6 +47,7 @@ from ..states import (
     ToolCallState,
 )
 from ..workflow import RUN, dependencies, dependency_map, final_step
+from .changes import Changes, ChildCall, HeldRow, NewRow
 from .values import (
     LIFETIME_EXCEEDED,
     WALL_CLOCK_EXCEEDED,
@@ -55,78 +56,35 @@ from .values import (
     Options,
 )
 
-
-class ChildAction(StrEnum):
-    SUBMIT = "submit"  # submit the child run (idempotent: its key is the parent's step's)
-    CHECK = "check"  # ask the child for its end; submit it if it is not there (a re-drive)
-    CANCEL = "cancel"  # ask the child run to cancel (the parent is being cancelled)
+_RUN_IDS = ("run_id", "tenant_id")
+_FIELDS: dict[type[ev.EventBody], tuple[tuple[str, ...], tuple[str, ...]]] = {}
 
 
-@dataclass(frozen=True, slots=True)
-class ChildCall:
-    """A command to a run step's child run, sent after the parent's commit (never written by
-    the parent's statement: the child's own grain decides it). Both are idempotent, and the
-    parent's reminder sends them again until the child's end is reported."""
-
-    action: ChildAction
-    step_id: UUID
-    step_name: str
-    child_run_id: UUID
-    number: int
-    workflow_id: str
-    release_alias: str | None = None
-    input: dict[str, Any] | None = None
-    reason: str | None = None
+def _fields_of(kind: type[ev.EventBody]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The run's ids ``kind`` has, and its other fields."""
+    found = _FIELDS.get(kind)
+    if found is None:
+        names = [f.name for f in fields(kind)]
+        ids = tuple(n for n in names if n in _RUN_IDS)
+        found = _FIELDS[kind] = (ids, tuple(n for n in names if n not in _RUN_IDS))
+    return found
 
 
-@dataclass(slots=True)
-class Changes:
-    """What one command must persist, atomically."""
+_NONE: Any = object()  # no such attribute
 
-    run: Run
-    expected_version: int | None
-    steps: dict[UUID, Step] = field(default_factory=dict)
-    attempts: dict[UUID, Attempt] = field(default_factory=dict)
-    leases: dict[UUID, Lease] = field(default_factory=dict)
-    approvals: dict[UUID, ApprovalRequest] = field(default_factory=dict)
-    decisions: list[ApprovalDecision] = field(default_factory=list)
-    intents: list[CancellationIntent] = field(default_factory=list)
-    events: list[Event] = field(default_factory=list)
-    journal: list[RecoveryJournalEntry] = field(default_factory=list)
-    audits: list[AuditRecord] = field(default_factory=list)
-    tool_calls: dict[UUID, ToolCall] = field(default_factory=dict)
-    results: list[AttemptResult] = field(default_factory=list)
-    calls: list[JournaledCall] = field(default_factory=list)
-    # Flow control (issue 21): the slots the dispatches need (the statement admits or refuses
-    # them) and the held steps' places in their keys' queues.
-    flow: list[dict[str, Any]] = field(default_factory=list)
-    flow_wait: list[dict[str, Any]] = field(default_factory=list)
-    # ``cancel-oldest``: the runs holding a key this run now waits for, and why; the host
-    # cancels them after the commit (not stored: the audit record is).
-    flow_cancel: list[tuple[UUID, str]] = field(default_factory=list)
-    # Child runs to submit or cancel once this commits (not stored: the step's ``child`` and
-    # ``due_at`` are, and the reminder sends them again).
-    child_calls: list[ChildCall] = field(default_factory=list)
 
-    @property
-    def empty(self) -> bool:
-        return not (
-            self.steps
-            or self.attempts
-            or self.leases
-            or self.approvals
-            or self.decisions
-            or self.intents
-            or self.events
-            or self.journal
-            or self.tool_calls
-            or self.results
-            or self.calls
-            or self.flow_wait
-            or self.run_dirty
-        )
+def _first(sources: tuple[Any, ...], name: str, default: Any = _NONE) -> Any:
+    """The attribute ``name`` of the first of ``sources`` that has one (else ``default``)."""
+    for source in sources:
+        value = getattr(source, name, _NONE)
+        if value is not _NONE:
+            return value
+    return default
 
-    run_dirty: bool = False
+
+def _missing(error: type[errors.NotFound], entity: str, row_id: UUID) -> errors.NotFound:
+    """The ``error`` that the run has no ``entity`` ``row_id``."""
+    return error(f"{entity} {row_id} not found", **{f"{entity}_id": str(row_id)})
 
 
 class RunAggregate:
@@ -192,7 +150,98 @@ class RunAggregate:
 
     def touch(self, ctx: CommandContext) -> None:
         self.run.updated_at = ctx.now
+        self.run_changed()
+
+    def run_changed(self) -> None:
+        """The run's row is written by this command (without a new ``updated_at``)."""
         self.changes.run_dirty = True
+
+    def changed(self, row: Step | Attempt | Lease | ApprovalRequest | ToolCall) -> None:
+        """``row``, one the run holds, is written by this command."""
+        match row:
+            case Step():
+                self.changes.steps[row.step_id] = row
+            case Attempt():
+                self.changes.attempts[row.attempt_id] = row
+            case Lease():
+                self.changes.leases[row.lease_id] = row
+            case ApprovalRequest():
+                self.changes.approvals[row.approval_id] = row
+            case ToolCall():
+                self.changes.tool_calls[row.tool_call_id] = row
+
+    def add(self, row: NewRow) -> None:
+        """``row`` is new: the run holds it from now on, and this command writes it."""
+        match row:
+            case Attempt():
+                self.attempts[row.attempt_id] = row
+            case Lease():
+                self.leases[row.attempt_id] = row
+            case ApprovalRequest():
+                self.approvals[row.approval_id] = row
+            case ToolCall():
+                self.tool_calls[row.call_id] = row
+            case JournaledCall():
+                self.calls[row.key] = row
+                self.changes.calls.append(row)
+                return
+            case ApprovalDecision():
+                self.decisions.setdefault(row.approval_id, []).append(row)
+                self.changes.decisions.append(row)
+                return
+            case CancellationIntent():
+                self.intents.append(row)
+                self.changes.intents.append(row)
+                return
+            case AttemptResult():
+                self.results[row.attempt_id] = row
+                self.changes.results.append(row)
+                return
+        self.changed(row)
+
+    def new(self, kind: type[HeldRow], /, **values: Any) -> HeldRow:
+        """A new row of this run (its ``run_id`` and ``tenant_id`` the run's, the rest
+        ``values``), ``add``ed."""
+        row = kind(run_id=self.run.run_id, tenant_id=self.run.tenant_id, **values)
+        self.add(row)
+        return row
+
+    def want_slot(self, slot: dict[str, Any]) -> None:
+        """The dispatch needs ``slot`` of a flow key (the statement admits or refuses it)."""
+        self.changes.flow.append(slot)
+
+    def queue_for_slot(self, place: dict[str, Any]) -> None:
+        """A held step's ``place`` in its flow key's queue."""
+        self.changes.flow_wait.append(place)
+
+    def cancel_holders(self, run_ids: Iterable[UUID], reason: str) -> None:
+        """The runs holding a key this run waits for are cancelled after the commit."""
+        self.changes.flow_cancel.extend((run_id, reason) for run_id in run_ids)
+
+    def ask_child(self, call: ChildCall) -> None:
+        """Send ``call`` to its child run once this command commits."""
+        self.changes.child_calls.append(call)
+
+    def record(
+        self, ctx: CommandContext, kind: type[ev.EventBody], /, *about: Any, **payload: Any
+    ) -> None:
+        """Record an event of type ``kind`` as the run's next. Its ``run_id`` and ``tenant_id``
+        are the run's; a field ``payload`` does not give is the attribute of that name of the
+        first of ``about`` (what the event is about: its attempt, step, approval, lease...)
+        that has one. The envelope names the step and attempt it is about."""
+        ids, rest = _fields_of(kind)
+        for name in ids:
+            if name not in payload:
+                payload[name] = getattr(self.run, name)
+        for name in rest:
+            if name not in payload:
+                for source in about:
+                    value = getattr(source, name, _NONE)
+                    if value is not _NONE:
+                        payload[name] = value
+                        break
+        step_id, attempt_id = _first(about, "step_id", None), _first(about, "attempt_id", None)
+        self.emit(ctx, kind(**payload), step_id=step_id, attempt_id=attempt_id)
 
     def emit(
         self,
@@ -275,26 +324,19 @@ class RunAggregate:
         if target.terminal:
             self.run.suspended_at = None  # a suspension ends with the run
         self.journal(ctx, "Run", self.run.run_id, current, target, cause or spec_cause)
-        self.emit(
-            ctx,
-            ev.RunStateChanged(
-                run_id=self.run.run_id,
-                tenant_id=self.run.tenant_id,
-                from_state=current,
-                to_state=target,
-                cause=cause or spec_cause,
-            ),
+        self.record(
+            ctx, ev.RunStateChanged, from_state=current, to_state=target, cause=cause or spec_cause
         )
 
     def move_step(self, ctx: CommandContext, step: Step, target: StepState, cause: str) -> None:
         self._move(ctx, "Step", STEP_TRANSITIONS, step, step.step_id, target, cause)
-        self.changes.steps[step.step_id] = step
+        self.changed(step)
 
     def move_attempt(
         self, ctx: CommandContext, attempt: Attempt, target: AttemptState, cause: str
     ) -> None:
         self._move(ctx, "Attempt", ATTEMPT_TRANSITIONS, attempt, attempt.attempt_id, target, cause)
-        self.changes.attempts[attempt.attempt_id] = attempt
+        self.changed(attempt)
 
     def move_approval(
         self, ctx: CommandContext, approval: ApprovalRequest, target: ApprovalState, cause: str
@@ -302,11 +344,11 @@ class RunAggregate:
         table = APPROVAL_TRANSITIONS
         self._move(ctx, "ApprovalRequest", table, approval, approval.approval_id, target, cause)
         approval.version += 1
-        self.changes.approvals[approval.approval_id] = approval
+        self.changed(approval)
 
     def move_tool_call(self, ctx: CommandContext, call: ToolCall, target: ToolCallState) -> None:
         self._move(ctx, "ToolCall", TOOL_CALL_TRANSITIONS, call, call.tool_call_id, target, None)
-        self.changes.tool_calls[call.tool_call_id] = call
+        self.changed(call)
 
     def _move(
         self,
@@ -329,23 +371,19 @@ class RunAggregate:
         for step in self.steps:
             if step.step_id == step_id:
                 return step
-        raise errors.StepNotFound(f"step {step_id} not found", step_id=str(step_id))
+        raise _missing(errors.StepNotFound, "step", step_id)
 
     def attempt(self, attempt_id: UUID) -> Attempt:
-        try:
-            return self.attempts[attempt_id]
-        except KeyError:
-            raise errors.AttemptNotFound(
-                f"attempt {attempt_id} not found", attempt_id=str(attempt_id)
-            ) from None
+        found = self.attempts.get(attempt_id)
+        if found is None:
+            raise _missing(errors.AttemptNotFound, "attempt", attempt_id)
+        return found
 
     def approval(self, approval_id: UUID) -> ApprovalRequest:
-        try:
-            return self.approvals[approval_id]
-        except KeyError:
-            raise errors.ApprovalNotFound(
-                f"approval {approval_id} not found", approval_id=str(approval_id)
-            ) from None
+        found = self.approvals.get(approval_id)
+        if found is None:
+            raise _missing(errors.ApprovalNotFound, "approval", approval_id)
+        return found
 
     def attempts_of(self, step: Step) -> list[Attempt]:
         return sorted(
@@ -411,31 +449,6 @@ class RunAggregate:
 
     def open_attempts(self) -> list[Attempt]:
         return [a for a in self.attempts.values() if not a.state.terminal]
-
-    def child_call(self, step: Step, action: ChildAction, reason: str | None = None) -> ChildCall:
-        """What to ask of the run step's current child (the same each time it is sent): its
-        input is the step's ``input`` fields evaluated over the run's input and the
-        dependencies' results, or (none given) the run's input."""
-        child = step.child or {}
-        wait = step.wait or {}
-        fields = wait.get("input")
-        results = self.dependency_results(step)
-        return ChildCall(
-            action=action,
-            step_id=step.step_id,
-            step_name=step.name,
-            child_run_id=UUID(str(child["runId"])),
-            number=int(child["number"]),
-            workflow_id=str(wait.get("workflowId")),
-            release_alias=wait.get("releaseAlias"),
-            input=dict(self.run.input or {})
-            if fields is None
-            else {
-                name: conditions.evaluate(conditions.parse(text), self.run.input, results)
-                for name, text in fields.items()
-            },
-            reason=reason,
-        )
 
     def open_children(self) -> list[Step]:
         """The run steps whose child run has not ended yet (they hold the run open)."""

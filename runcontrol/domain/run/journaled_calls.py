@@ -81,12 +81,11 @@ def record_call(
             f"{options.calls_max_bytes_per_step} (RunControl:Calls:MaxBytesPerStep)",
             max_bytes=options.calls_max_bytes_per_step,
         )
-    call = JournaledCall(
-        run_id=agg.run.run_id,
+    call = agg.new(
+        JournaledCall,
         step_id=attempt.step_id,
         name=name,
         occurrence=occurrence,
-        tenant_id=agg.run.tenant_id,
         attempt_id=attempt_id,
         fencing_token=fencing_token,
         value_hash=HASH_PREFIX + hashlib.sha256(text).hexdigest(),
@@ -95,21 +94,7 @@ def record_call(
         value_json=None if failed else text.decode(),
         error=error if failed else None,
     )
-    agg.calls[call.key] = call
-    agg.changes.calls.append(call)
-    agg.emit(
-        ctx,
-        ev.CallRecorded(
-            run_id=agg.run.run_id,
-            step_id=attempt.step_id,
-            attempt_id=attempt_id,
-            name=name,
-            occurrence=occurrence,
-            value_hash=call.value_hash,
-            bytes=size,
-            failed=failed,
-        ),
-    )
+    agg.record(ctx, ev.CallRecorded, attempt, call, failed=failed)
     return _answer(call, recorded=True)
 
 

@@ -55,11 +55,10 @@ def acquire_lease(
     if agg.run.deadline_at is None and agg.run.limits.max_minutes:
         # The wall-clock budget runs from the first lease grant: work starts there.
         agg.run.deadline_at = ctx.now + timedelta(minutes=agg.run.limits.max_minutes)
-    lease = Lease(
+    lease = agg.new(
+        Lease,
         lease_id=ctx.new_id(),
         attempt_id=attempt_id,
-        run_id=agg.run.run_id,
-        tenant_id=agg.run.tenant_id,
         holder=holder,
         fencing_token=agg.run.fencing_seq,
         granted_at=ctx.now,
@@ -69,21 +68,23 @@ def acquire_lease(
     attempt.lease_id = lease.lease_id
     attempt.fencing_token = lease.fencing_token
     attempt.holder = holder
-    agg.leases[attempt_id] = lease
-    agg.changes.leases[lease.lease_id] = lease
-    agg.emit(
-        ctx,
-        ev.LeaseGranted(
-            run_id=agg.run.run_id,
-            step_id=attempt.step_id,
-            attempt_id=attempt_id,
-            lease_id=lease.lease_id,
-            fencing_token=lease.fencing_token,
-            holder=holder,
-            expires_at=lease.expires_at,
-        ),
-    )
+    agg.record(ctx, ev.LeaseGranted, lease, attempt)
     return agg.lease_grant(attempt, lease)
+
+
+def refused(
+    agg: RunAggregate,
+    ctx: CommandContext,
+    kind: str,
+    error: errors.RunControlError,
+    attempt_id: UUID,
+    holder: str,
+    **detail: Any,
+) -> errors.RunControlError:
+    """A holder's command refused: audited as ``kind`` (the attempt, the holder and
+    ``detail``); answers ``error``, for the caller to raise."""
+    agg.audit(ctx, kind, attempt_id=attempt_id, holder=holder, **detail)
+    return error
 
 
 def held_lease(
@@ -100,15 +101,9 @@ def held_lease(
     lease = agg.leases.get(attempt.attempt_id)
 
     def refuse(kind: str, error: errors.RunControlError, **detail: Any) -> errors.RunControlError:
-        agg.audit(
-            ctx,
-            kind,
-            attempt_id=attempt.attempt_id,
-            holder=holder,
-            fencing_token=token,
-            **detail,
+        return refused(
+            agg, ctx, kind, error, attempt.attempt_id, holder, fencing_token=token, **detail
         )
-        return error
 
     attempt_key = str(attempt.attempt_id)
     if lease is None or attempt.state is not AttemptState.LEASED:
@@ -160,21 +155,27 @@ def renew_lease(
     lease = held_lease(agg, ctx, attempt, holder, fencing_token, options, lease_id)
     stop = agg.stop_deadline(options)
     if stop is not None and ctx.now >= stop:
-        agg.audit(
+        raise refused(
+            agg,
             ctx,
             "renewal-after-stop-timeout",
-            attempt_id=attempt_id,
-            holder=holder,
+            errors.LeaseRejected(
+                "the run was cancelled and its stop timeout has passed",
+                attempt_id=str(attempt_id),
+            ),
+            attempt_id,
+            holder,
             fencing_token=fencing_token,
         )
-        raise errors.LeaseRejected(
-            "the run was cancelled and its stop timeout has passed",
-            attempt_id=str(attempt_id),
-        )
-    lease.expires_at = ctx.now + timedelta(seconds=options.lease_seconds)
-    agg.changes.leases[lease.lease_id] = lease
+    full_term(agg, ctx, lease, options)
     agg.touch(ctx)
     return agg.lease_grant(attempt, lease)
+
+
+def full_term(agg: RunAggregate, ctx: CommandContext, lease: Lease, options: Options) -> None:
+    """The lease runs a full term from now (a renewal, or a holder's wait that ended)."""
+    lease.expires_at = ctx.now + timedelta(seconds=options.lease_seconds)
+    agg.changed(lease)
 
 
 def release_lease(
@@ -184,5 +185,5 @@ def release_lease(
     if lease is not None:
         lease.released_at = ctx.now
         lease.release_cause = cause
-        agg.changes.leases[lease.lease_id] = lease
+        agg.changed(lease)
     return lease

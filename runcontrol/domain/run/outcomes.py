@@ -26,7 +26,7 @@ from ..states import (
     SideEffectClass,
 )
 from .core import RunAggregate
-from .leases import held_lease
+from .leases import held_lease, refused
 from .settlement import after_settled, settle, settle_unreported
 from .values import (
     WORKER_OUTCOMES,
@@ -77,28 +77,30 @@ def report_outcome(
         ):
             return attempt  # the same report retried (at-least-once delivery): no effect
         if attempt.settled_by == holder and attempt.fencing_token == fencing_token:
-            agg.audit(
+            raise refused(
+                agg,
                 ctx,
                 "duplicate-outcome",
-                attempt_id=attempt_id,
-                holder=holder,
+                errors.OutcomeAlreadyRecorded(
+                    "this attempt already has its outcome", attempt_id=str(attempt_id)
+                ),
+                attempt_id,
+                holder,
                 fencing_token=fencing_token,
                 outcome=str(outcome),
             )
-            raise errors.OutcomeAlreadyRecorded(
-                "this attempt already has its outcome", attempt_id=str(attempt_id)
-            )
-        agg.audit(
+        raise refused(
+            agg,
             ctx,
             "stale-fencing-token",
-            attempt_id=attempt_id,
-            holder=holder,
+            errors.StaleFencingToken(
+                f"the attempt was settled as {attempt.state}; this lease is stale",
+                attempt_id=str(attempt_id),
+            ),
+            attempt_id,
+            holder,
             fencing_token=fencing_token,
             reason=f"attempt settled as {attempt.state}",
-        )
-        raise errors.StaleFencingToken(
-            f"the attempt was settled as {attempt.state}; this lease is stale",
-            attempt_id=str(attempt_id),
         )
     held_lease(agg, ctx, attempt, holder, fencing_token, options, lease_id)
     if any(a.attempt_id == attempt_id for a in agg.pending_approvals()):
@@ -124,19 +126,8 @@ def expire_lease(
         return False  # the lease is suspended while a human decides
     if ctx.now <= lease.expires_at + timedelta(seconds=options.renewal_grace_seconds):
         return False
-    _end_lease(
-        agg,
-        ctx,
-        attempt,
-        ev.LeaseExpired(
-            attempt_id=attempt_id,
-            lease_id=lease.lease_id,
-            holder=lease.holder,
-            fencing_token=lease.fencing_token,
-        ),
-        "lease-expiry-reconciler",
-        options,
-    )
+    agg.record(ctx, ev.LeaseExpired, lease, attempt)
+    _settle_unheld(agg, ctx, attempt, "lease-expiry-reconciler", options)
     return True
 
 
@@ -164,34 +155,16 @@ def hand_back(
         raise errors.IllegalTransition(
             "the attempt awaits an approval decision; hand it back after the decision"
         )
-    _end_lease(
-        agg,
-        ctx,
-        attempt,
-        ev.LeaseHandedBack(
-            attempt_id=attempt_id,
-            lease_id=lease.lease_id,
-            holder=holder,
-            fencing_token=fencing_token,
-            reason=reason,
-        ),
-        holder,
-        options,
-    )
+    agg.record(ctx, ev.LeaseHandedBack, lease, attempt, reason=reason)
+    _settle_unheld(agg, ctx, attempt, holder, options)
     return attempt
 
 
-def _end_lease(
-    agg: RunAggregate,
-    ctx: CommandContext,
-    attempt: Attempt,
-    ended: ev.LeaseExpired | ev.LeaseHandedBack,
-    settled_by: str,
-    options: Options,
+def _settle_unheld(
+    agg: RunAggregate, ctx: CommandContext, attempt: Attempt, settled_by: str, options: Options
 ) -> None:
-    """Record how the lease ended, then settle its attempt with no outcome reported."""
+    """Its lease ended: the attempt settles with no outcome reported."""
     step = agg.step(attempt.step_id)
-    agg.emit(ctx, ended, step_id=step.step_id)
     if step.side_effect_class.at_least(SideEffectClass.SHARED_WRITE):
         # invariant 6: the side effect may have happened
         settle_unreported(

@@ -58,18 +58,8 @@ def report_progress(
             gap_at = message.seq
             break
         attempt.progress_seq = message.seq
-        agg.changes.attempts[attempt_id] = attempt
-        agg.emit(
-            ctx,
-            ev.ProgressReported(
-                run_id=agg.run.run_id,
-                step_id=attempt.step_id,
-                attempt_id=attempt_id,
-                seq=message.seq,
-                text=message.text,
-                payload=message.payload,
-            ),
-        )
+        agg.changed(attempt)
+        agg.record(ctx, ev.ProgressReported, attempt, message)
         stored += 1
     return ProgressAck(attempt_id, attempt.progress_seq, stored, duplicates, gap_at)
 

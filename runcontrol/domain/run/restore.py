@@ -43,14 +43,7 @@ def settle_restored_leases(agg: RunAggregate, ctx: CommandContext, options: Opti
             holder=lease.holder,
             fencing_token=lease.fencing_token,
         )
-        revoked = ev.LeaseRevoked(
-            attempt_id=attempt_id,
-            lease_id=lease.lease_id,
-            holder=lease.holder,
-            fencing_token=lease.fencing_token,
-            reason=RESTORED_FROM_BACKUP,
-        )
-        agg.emit(ctx, revoked, step_id=attempt.step_id, attempt_id=attempt_id)
+        agg.record(ctx, ev.LeaseRevoked, lease, attempt, reason=RESTORED_FROM_BACKUP)
         for approval in agg.pending_approvals():
             if approval.attempt_id == attempt_id:
                 agg.move_approval(ctx, approval, ApprovalState.CANCELLED, RESTORED_FROM_BACKUP)

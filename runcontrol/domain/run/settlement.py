@@ -6,7 +6,9 @@ or a run goes through here."""
 from __future__ import annotations
 
 from datetime import timedelta
+from uuid import UUID
 
+from .. import conditions
 from .. import events as ev
 from ..backoff import backoff_delay
 from ..hashing import canonical_hash
@@ -26,7 +28,8 @@ from ..states import (
     SideEffectClass,
     StepState,
 )
-from .core import ChildAction, ChildCall, RunAggregate
+from .changes import ChildAction, ChildCall
+from .core import RunAggregate
 from .leases import release_lease
 from .values import (
     RUN_CONTROL,
@@ -49,25 +52,14 @@ def settle(
 ) -> None:
     agg.move_attempt(ctx, attempt, outcome.attempt_state, cause)
     if result is not None:
-        agg.results[attempt.attempt_id] = result
-        agg.changes.results.append(result)
+        agg.add(result)
     attempt.outcome = outcome
     attempt.failure_class = failure_class
     attempt.outcome_hash = outcome_hash
     attempt.settled_at = ctx.now
     attempt.settled_by = settled_by
     release_lease(agg, ctx, attempt, cause)
-    agg.emit(
-        ctx,
-        ev.AttemptOutcomeRecorded(
-            run_id=agg.run.run_id,
-            step_id=attempt.step_id,
-            attempt_id=attempt.attempt_id,
-            outcome=outcome,
-            failure_class=failure_class,
-            outcome_hash=outcome_hash,
-        ),
-    )
+    agg.record(ctx, ev.AttemptOutcomeRecorded, attempt)
 
 
 def settle_unreported(
@@ -144,15 +136,7 @@ def schedule_retry(
     )
     step.not_before = ctx.now + timedelta(seconds=delay)
     agg.move_step(ctx, step, StepState.PENDING, "RetryScheduled")
-    agg.emit(
-        ctx,
-        ev.StepRetryScheduled(
-            run_id=agg.run.run_id,
-            step_id=step.step_id,
-            next_attempt_number=number + 1,
-            not_before=step.not_before,
-        ),
-    )
+    agg.record(ctx, ev.StepRetryScheduled, step, next_attempt_number=number + 1)
 
 
 def step_succeeded(agg: RunAggregate, ctx: CommandContext, step: Step, cause: str) -> None:
@@ -167,7 +151,7 @@ def skip_step(agg: RunAggregate, ctx: CommandContext, step: Step, cause: str) ->
     if agg.run.state is RunState.ACCEPTED:
         agg.move_run(ctx, RunState.RUNNING)  # its first step settles, if without an attempt
     agg.move_step(ctx, step, StepState.SKIPPED, cause)
-    agg.emit(ctx, ev.StepSkipped(run_id=agg.run.run_id, step_id=step.step_id, cause=cause))
+    agg.record(ctx, ev.StepSkipped, step, cause=cause)
     complete_if_done(agg, ctx)
 
 
@@ -180,15 +164,7 @@ def complete_if_done(agg: RunAggregate, ctx: CommandContext) -> None:
         if result is not None:
             agg.run.result_hash, agg.run.result_bytes = result.outcome_hash, result.bytes
         agg.move_run(ctx, RunState.COMPLETED)
-        agg.emit(
-            ctx,
-            ev.RunCompleted(
-                run_id=agg.run.run_id,
-                tenant_id=agg.run.tenant_id,
-                outcome_hash=agg.run.outcome_hash,
-                result_hash=agg.run.result_hash,
-            ),
-        )
+        agg.record(ctx, ev.RunCompleted, agg.run)
 
 
 def fail_run(
@@ -216,14 +192,11 @@ def fail_run(
 
 
 def _emit_failed(agg: RunAggregate, ctx: CommandContext) -> None:
-    agg.emit(
+    agg.record(
         ctx,
-        ev.RunFailed(
-            run_id=agg.run.run_id,
-            tenant_id=agg.run.tenant_id,
-            failure_class=agg.run.failure_class or FailureClass.TRANSIENT,
-            reason=agg.run.failure_reason or "",
-        ),
+        ev.RunFailed,
+        failure_class=agg.run.failure_class or FailureClass.TRANSIENT,
+        reason=agg.run.failure_reason or "",
     )
 
 
@@ -238,20 +211,14 @@ def _stop_siblings(agg: RunAggregate, ctx: CommandContext, reason: str, cause: s
 def record_intent(
     agg: RunAggregate, ctx: CommandContext, requested_by: str, reason: str
 ) -> CancellationIntent:
-    intent = CancellationIntent(
+    intent = agg.new(
+        CancellationIntent,
         intent_id=ctx.new_id(),
-        run_id=agg.run.run_id,
-        tenant_id=agg.run.tenant_id,
         requested_by=requested_by,
         reason=reason,
         requested_at=ctx.now,
     )
-    agg.changes.intents.append(intent)
-    agg.intents.append(intent)
-    agg.emit(
-        ctx,
-        ev.CancellationRequested(run_id=agg.run.run_id, requested_by=requested_by, reason=reason),
-    )
+    agg.record(ctx, ev.CancellationRequested, intent)
     return intent
 
 
@@ -266,14 +233,42 @@ def cancel_unheld(agg: RunAggregate, ctx: CommandContext) -> None:
             cancel_unleased(agg, ctx, attempt)
             agg.move_step(ctx, agg.step(attempt.step_id), StepState.CANCELLED, "RunCancelled")
     for step in agg.open_children():  # intent: each child settles in its own grain
-        agg.changes.child_calls.append(child_cancel(agg, step))
+        agg.ask_child(child_cancel(agg, step))
 
 
 def child_cancel(agg: RunAggregate, step: Step) -> ChildCall:
     """The cancel a Cancelling run asks of a run step's open child."""
     reason = (agg.intents[-1].reason if agg.intents else None) or "the parent run is cancelled"
-    return agg.child_call(
-        step, ChildAction.CANCEL, f"parent run {agg.run.run_id} cancelling: {reason}"
+    return child_call(
+        agg, step, ChildAction.CANCEL, f"parent run {agg.run.run_id} cancelling: {reason}"
+    )
+
+
+def child_call(
+    agg: RunAggregate, step: Step, action: ChildAction, reason: str | None = None
+) -> ChildCall:
+    """What to ask of the run step's current child (the same each time it is sent): its
+    input is the step's ``input`` fields evaluated over the run's input and the
+    dependencies' results, or (none given) the run's input."""
+    child = step.child or {}
+    wait = step.wait or {}
+    fields = wait.get("input")
+    results = agg.dependency_results(step)
+    return ChildCall(
+        action=action,
+        step_id=step.step_id,
+        step_name=step.name,
+        child_run_id=UUID(str(child["runId"])),
+        number=int(child["number"]),
+        workflow_id=str(wait.get("workflowId")),
+        release_alias=wait.get("releaseAlias"),
+        input=dict(agg.run.input or {})
+        if fields is None
+        else {
+            name: conditions.evaluate(conditions.parse(text), agg.run.input, results)
+            for name, text in fields.items()
+        },
+        reason=reason,
     )
 
 
@@ -335,30 +330,15 @@ def finish_cancelling(agg: RunAggregate, ctx: CommandContext) -> None:
 def emit_cancelled(
     agg: RunAggregate, ctx: CommandContext, intent: CancellationIntent | None
 ) -> None:
-    agg.emit(
+    agg.record(
         ctx,
-        ev.RunCancelled(
-            run_id=agg.run.run_id,
-            tenant_id=agg.run.tenant_id,
-            reason=intent.reason if intent else agg.run.failure_reason,
-            requested_by=intent.requested_by if intent else None,
-        ),
+        ev.RunCancelled,
+        reason=intent.reason if intent else agg.run.failure_reason,
+        requested_by=intent.requested_by if intent else None,
     )
 
 
 def emit_approval_decided(
     agg: RunAggregate, ctx: CommandContext, approval: ApprovalRequest
 ) -> None:
-    agg.emit(
-        ctx,
-        ev.ApprovalDecided(
-            approval_id=approval.approval_id,
-            run_id=agg.run.run_id,
-            tenant_id=agg.run.tenant_id,
-            state=approval.state,
-            decided_by=approval.decided_by,
-            reason=approval.reason,
-        ),
-        step_id=approval.step_id,
-        attempt_id=approval.attempt_id,
-    )
+    agg.record(ctx, ev.ApprovalDecided, approval)

@@ -127,23 +127,9 @@ def accept_run(
     ]
     agg = RunAggregate(run, steps, is_new=True)
     for step in steps:
-        agg.changes.steps[step.step_id] = step
+        agg.changed(step)
     agg.journal(ctx, "Run", run.run_id, None, RunState.ACCEPTED, "SubmitRun")
-    agg.emit(
-        ctx,
-        ev.RunAccepted(
-            run_id=run.run_id,
-            tenant_id=run.tenant_id,
-            project_id=run.project_id,
-            workflow_id=run.workflow_id,
-            release_id=run.release_id,
-            policy_revision=run.policy_revision,
-            model_profile_id=run.model_profile_id,
-            requested_by=run.requested_by,
-            parent_run_id=run.parent_run_id,
-            parent_step_id=run.parent_step_id,
-        ),
-    )
+    agg.record(ctx, ev.RunAccepted, run)
     return agg
 
 
@@ -158,7 +144,7 @@ def assert_same_submission(agg: RunAggregate, input_hash: str) -> None:
 
 def record_budget_reservation(agg: RunAggregate, reservation_id: UUID) -> None:
     agg.run.budget_reservation_id = reservation_id
-    agg.changes.run_dirty = True
+    agg.run_changed()
 
 
 def deny_budget(agg: RunAggregate, ctx: CommandContext, reason: str) -> None:
@@ -316,7 +302,7 @@ def _take_slots(
     step = agg.step(a.step_id)
     for k in wanted:
         per_run = k["scope"] == flow.RUN
-        agg.changes.flow.append(
+        agg.want_slot(
             {
                 "name": k["name"],
                 "key": k["key"],
@@ -354,8 +340,8 @@ def _hold(
     reservation = rate_reservation(held)
     if reservation is not None:  # its units stay reserved for the dispatch once admitted
         step.held["reservation"] = reservation
-    agg.changes.steps[step.step_id] = step
-    agg.changes.flow_wait.append(
+    agg.changed(step)
+    agg.queue_for_slot(
         {
             "name": k["name"],
             "key": k["key"],
@@ -385,7 +371,7 @@ def _cancel_oldest(agg: RunAggregate, ctx: CommandContext, k: dict[str, Any], fo
         f"concurrency key {k['key']} is wanted by run {agg.run.run_id} ({k['name']}: cancel-oldest)"
     )
     _audit_cancelling(agg, ctx, flow.CANCEL_OLDEST, k, holders)
-    agg.changes.flow_cancel.extend((run_id, reason) for run_id in holders)
+    agg.cancel_holders(holders, reason)
 
 
 def _cancel_newest(agg: RunAggregate, ctx: CommandContext, k: dict[str, Any], found: Any) -> None:
@@ -423,8 +409,8 @@ def hold_for_rate(agg: RunAggregate, step: Step, admit: Admission) -> None:
     (``next_due``), with a visible reason; nothing else changes."""
     step.not_before = admit.at
     step.held = held(admit.bucket, admit.at, next_attempt_number(agg, step))
-    agg.changes.steps[step.step_id] = step
-    agg.changes.run_dirty = True  # the run's reminder moves to the instant
+    agg.changed(step)
+    agg.run_changed()  # the run's reminder moves to the instant
 
 
 def dispatch(agg: RunAggregate, ctx: CommandContext, step: Step) -> Attempt:
@@ -439,11 +425,10 @@ def dispatch(agg: RunAggregate, ctx: CommandContext, step: Step) -> Attempt:
             "a step may have only one non-terminal attempt", step_id=str(step.step_id)
         )
     previous = agg.attempts_of(step)
-    attempt = Attempt(
+    attempt = agg.new(
+        Attempt,
         attempt_id=ctx.new_id(),
         step_id=step.step_id,
-        run_id=agg.run.run_id,
-        tenant_id=agg.run.tenant_id,
         number=len(previous) + 1,
         state=AttemptState.DISPATCHED,
         dispatched_at=ctx.now,
@@ -451,22 +436,10 @@ def dispatch(agg: RunAggregate, ctx: CommandContext, step: Step) -> Attempt:
     agg.move_step(ctx, step, StepState.RUNNING, "AttemptDispatched")
     step.not_before = None
     step.held = None
-    agg.attempts[attempt.attempt_id] = attempt
-    agg.changes.attempts[attempt.attempt_id] = attempt
     agg.journal(ctx, "Attempt", attempt.attempt_id, None, AttemptState.DISPATCHED, "RunDispatcher")
     # Dispatch is pull-based: the lease and its fencing token are granted when a worker
     # claims the attempt (LeaseGranted), so they are null here.
-    agg.emit(
-        ctx,
-        ev.AttemptDispatched(
-            run_id=agg.run.run_id,
-            step_id=step.step_id,
-            attempt_id=attempt.attempt_id,
-            agent_id=step.agent_id,
-            skill_id=step.skill_id,
-            attempt_number=attempt.number,
-        ),
-    )
+    agg.record(ctx, ev.AttemptDispatched, attempt, step, attempt_number=attempt.number)
     if agg.run.state is RunState.ACCEPTED:
         agg.move_run(ctx, RunState.RUNNING)
     return attempt

@@ -25,7 +25,7 @@ from ..states import (
     ToolCallStatus,
 )
 from .core import RunAggregate
-from .leases import held_lease
+from .leases import held_lease, refused
 from .values import (
     CLAIM_TIMED_OUT,
     MAX_CALL_ID,
@@ -48,18 +48,19 @@ def _tool_call_checks(
     if not call_id or len(call_id) > MAX_CALL_ID:
         raise errors.ValidationFailed(f"a call id has 1 to {MAX_CALL_ID} characters")
     attempt = agg.attempt(attempt_id)
-    refused = refusal(RunCommand.USE_TOOL_CALL, agg.run.state)
-    if refused is not None:
-        agg.audit(
+    ended = refusal(RunCommand.USE_TOOL_CALL, agg.run.state)
+    if ended is not None:
+        raise refused(
+            agg,
             ctx,
             "tool-call-after-run-ended",
-            attempt_id=attempt_id,
-            holder=holder,
+            ended,
+            attempt_id,
+            holder,
             fencing_token=fencing_token,
             call_id=call_id,
             run_state=str(agg.run.state),
         )
-        raise refused
     held_lease(agg, ctx, attempt, holder, fencing_token, options, lease_id)
     return attempt
 
@@ -86,33 +87,34 @@ def claim_tool_call(
     existing = agg.tool_calls.get(call_id)
     if existing is not None:
         if existing.request_hash != request_hash:
-            agg.audit(
+            raise refused(
+                agg,
                 ctx,
                 "tool-call-conflict",
-                attempt_id=attempt_id,
-                holder=holder,
+                errors.ToolCallConflict(
+                    "this call id was claimed for a different request", call_id=call_id
+                ),
+                attempt_id,
+                holder,
                 call_id=call_id,
                 reason="another request under this call id",
             )
-            raise errors.ToolCallConflict(
-                "this call id was claimed for a different request", call_id=call_id
-            )
         return _claim_answer(existing, ctx.now)
-    refused = refusal(RunCommand.START_TOOL_CALL, agg.run.state)
-    if refused is not None:
-        agg.audit(
+    cancelling = refusal(RunCommand.START_TOOL_CALL, agg.run.state)
+    if cancelling is not None:
+        raise refused(
+            agg,
             ctx,
             "tool-call-refused",
-            attempt_id=attempt_id,
-            holder=holder,
+            cancelling,
+            attempt_id,
+            holder,
             call_id=call_id,
             reason="the run is being cancelled",
         )
-        raise refused
-    call = ToolCall(
+    call = agg.new(
+        ToolCall,
         tool_call_id=ctx.new_id(),
-        run_id=agg.run.run_id,
-        tenant_id=agg.run.tenant_id,
         call_id=call_id,
         attempt_id=attempt_id,
         request_hash=request_hash,
@@ -121,8 +123,6 @@ def claim_tool_call(
         claimed_at=ctx.now,
         expires_at=ctx.now + timedelta(seconds=options.tool_call_claim_timeout_seconds),
     )
-    agg.tool_calls[call_id] = call
-    agg.changes.tool_calls[call.tool_call_id] = call
     agg.journal(ctx, "ToolCall", call.tool_call_id, None, call.state, "ToolCallClaimed")
     _emit_tool_call(agg, ctx, ev.ToolCallClaimed, call)
     return ToolCallClaim(call.tool_call_id, call_id, ToolCallStatus.PROCEED)
@@ -152,31 +152,33 @@ def complete_tool_call(
     if call is None:
         raise errors.ToolCallNotFound(f"no claim of call {call_id!r}", call_id=call_id)
     if call.attempt_id != attempt_id:
-        agg.audit(
+        raise refused(
+            agg,
             ctx,
             "tool-call-conflict",
-            attempt_id=attempt_id,
-            holder=holder,
+            errors.ToolCallConflict("another attempt claimed this call", call_id=call_id),
+            attempt_id,
+            holder,
             call_id=call_id,
             reason="claimed by another attempt",
         )
-        raise errors.ToolCallConflict("another attempt claimed this call", call_id=call_id)
     if call.state is ToolCallState.COMPLETED:
         if call.result_hash == result_hash:
             return _claim_answer(call, ctx.now)  # the same completion retried
         raise errors.ToolCallConflict("the call already has a different result", call_id=call_id)
     if call.state is ToolCallState.EXPIRED or ctx.now >= call.expires_at:
-        agg.audit(
+        raise refused(
+            agg,
             ctx,
             "tool-call-late-result",
-            attempt_id=attempt_id,
-            holder=holder,
+            errors.ToolCallExpired(
+                "the claim timed out without a result; the result is not stored",
+                call_id=call_id,
+            ),
+            attempt_id,
+            holder,
             call_id=call_id,
             result_hash=result_hash,
-        )
-        raise errors.ToolCallExpired(
-            "the claim timed out without a result; the result is not stored",
-            call_id=call_id,
         )
     agg.move_tool_call(ctx, call, ToolCallState.COMPLETED)
     call.result_hash = result_hash
@@ -222,21 +224,7 @@ def expire_tool_calls(agg: RunAggregate, ctx: CommandContext) -> int:
 def _emit_tool_call(
     agg: RunAggregate, ctx: CommandContext, event: type[ev.ToolCallEventBody], call: ToolCall
 ) -> None:
-    attempt = agg.attempt(call.attempt_id)
-    agg.emit(
-        ctx,
-        event(
-            run_id=agg.run.run_id,
-            attempt_id=call.attempt_id,
-            tool_call_id=call.tool_call_id,
-            call_id=call.call_id,
-            request_hash=call.request_hash,
-            state=call.state,
-            result_hash=call.result_hash,
-            error=call.error,
-        ),
-        step_id=attempt.step_id,
-    )
+    agg.record(ctx, event, call, agg.attempt(call.attempt_id))
 
 
 def _claim_answer(call: ToolCall, now: datetime) -> ToolCallClaim:

@@ -65,15 +65,5 @@ def consume_rate(
         )
     attempt = agg.attempt(attempt_id)
     held_lease(agg, ctx, attempt, holder, fencing_token, options, lease_id)
-    agg.emit(
-        ctx,
-        ev.RateLimitConsumed(
-            run_id=agg.run.run_id,
-            step_id=attempt.step_id,
-            attempt_id=attempt_id,
-            name=name,
-            bucket=draw.bucket,
-            units=draw.units,
-        ),
-    )
+    agg.record(ctx, ev.RateLimitConsumed, attempt, name=name, bucket=draw.bucket, units=draw.units)
     return RateConsumed(name, draw.bucket, draw.units, ctx.now)

@@ -50,16 +50,8 @@ def start_wait(agg: RunAggregate, ctx: CommandContext, step: Step) -> None:
         due = ctx.now + timedelta(seconds=float(wait.get("seconds") or 0))
     step.due_at = due
     agg.move_step(ctx, step, StepState.RUNNING, "WaitStarted")
-    agg.emit(
-        ctx,
-        ev.StepWaiting(
-            run_id=agg.run.run_id,
-            step_id=step.step_id,
-            kind=step.kind,
-            signal=wait.get("signal") if step.kind == SIGNAL else None,
-            until=due,
-        ),
-    )
+    signal = wait.get("signal") if step.kind == SIGNAL else None
+    agg.record(ctx, ev.StepWaiting, step, signal=signal, until=due)
     if agg.run.state is RunState.ACCEPTED:
         agg.move_run(ctx, RunState.RUNNING)
     if step.signal is not None:
@@ -97,19 +89,17 @@ def receive_signal(
         "sentBy": sent_by,
         "receivedAt": ctx.now.isoformat(),
     }
-    agg.changes.steps[step.step_id] = step
+    agg.changed(step)
     agg.audit(ctx, "signal-received", step_id=step.step_id, signal=name, sent_by=sent_by)
     waiting = step.state is StepState.RUNNING
-    agg.emit(
+    agg.record(
         ctx,
-        ev.SignalReceived(
-            run_id=agg.run.run_id,
-            step_id=step.step_id,
-            signal_id=signal_id,
-            name=name,
-            sent_by=sent_by,
-            delivered=waiting,
-        ),
+        ev.SignalReceived,
+        step,
+        signal_id=signal_id,
+        name=name,
+        sent_by=sent_by,
+        delivered=waiting,
     )
     if waiting:
         _end_wait(agg, ctx, step, body, SIGNAL_RECEIVED)
@@ -156,7 +146,4 @@ def _end_wait(agg: RunAggregate, ctx: CommandContext, step: Step, result: Any, c
 
 
 def _emit_wait_ended(agg: RunAggregate, ctx: CommandContext, step: Step, cause: str) -> None:
-    agg.emit(
-        ctx,
-        ev.StepWaitEnded(run_id=agg.run.run_id, step_id=step.step_id, cause=cause),
-    )
+    agg.record(ctx, ev.StepWaitEnded, step, cause=cause)

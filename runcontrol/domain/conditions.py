@@ -52,7 +52,7 @@ Node = Literal | Path | Constant | Not | Binary
 
 
 class _ConditionParser(_Parser):
-    ROOTS = ROOTS
+    ROOTS: tuple[str, ...] = ROOTS
 
     def condition(self) -> Node:
         node = self.either()
@@ -130,13 +130,17 @@ def _name_char(text: str, i: int) -> bool:
     return i < len(text) and (text[i].isalnum() or text[i] == "_")
 
 
-def parse(text: Any, where: str = "when") -> Node:
-    """The condition's tree; ``ValidationFailed`` names the position of the first error."""
+def parse(text: Any, where: str = "when", roots: tuple[str, ...] = ROOTS) -> Node:
+    """The condition's tree; ``ValidationFailed`` names the position of the first error.
+    ``roots``: the names a path may start with (a template's proposal constraint:
+    ``proposal``)."""
     if not isinstance(text, str) or not text.strip():
         raise ValidationFailed(f"{where}: a condition is a non-empty string")
     if len(text) > MAX_EXPRESSION:
         raise ValidationFailed(f"{where}: a condition has at most {MAX_EXPRESSION} characters")
-    return _ConditionParser(text, where).condition()
+    parser = _ConditionParser(text, where)
+    parser.ROOTS = roots
+    return parser.condition()
 
 
 def evaluate(node: Node, run_input: Mapping[str, Any] | None, results: Mapping[str, Any]) -> Any:
@@ -158,6 +162,11 @@ def result_names(node: Node) -> set[str]:
 def holds(node: Node, run_input: Mapping[str, Any] | None, results: Mapping[str, Any]) -> bool:
     """Whether the condition is true of the run's input and its dependencies' results."""
     return _truthy(evaluate(node, run_input, results))
+
+
+def holds_over(node: Node, roots: Mapping[str, Any]) -> bool:
+    """Whether the condition is true of these named values (``{"proposal": ...}``)."""
+    return _truthy(_value(node, roots))
 
 
 def _value(node: Node, roots: Mapping[str, Any]) -> Any:

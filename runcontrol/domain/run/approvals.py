@@ -195,21 +195,36 @@ def _may_decide(
         raise errors.ApprovalGone("the approval request expired", gone="expired")
     if principal.subject == agg.run.requested_by:
         raise errors.SeparationOfDuties("the requester of a run may never decide its approvals")
-    break_glass = False
-    if not policy.may_decide(principal.subject, principal.roles):
-        if Role.PLATFORM_ADMIN not in principal.roles:
-            raise errors.Forbidden(f"deciding needs to match the rule: {approval.approver_rule}")
-        if not (reason and reason.strip()):
-            raise errors.BreakGlassReasonRequired("break-glass decisions require a reason")
-        break_glass = True
-    if version != approval.version:
-        raise errors.ApprovalVersionMismatch(
-            f"approval version is {approval.version}, not {version}",
-            current_version=approval.version,
-        )
-    if proposal_hash != approval.proposal_hash:
-        raise errors.ProposalHashMismatch("the decision is for a different proposal")
+    break_glass = outside_rule(
+        policy.may_decide(principal.subject, principal.roles),
+        principal.roles,
+        reason,
+        f"deciding needs to match the rule: {approval.approver_rule}",
+    )
+    bound_to(version, approval.version, proposal_hash, approval.proposal_hash, "approval")
     return break_glass
+
+
+def bound_to(version: int, current: int, content_hash: str, current_hash: str, what: str) -> None:
+    """A decision names the version and the content hash it was read at: refuse another."""
+    if version != current:
+        raise errors.ApprovalVersionMismatch(
+            f"{what} version is {current}, not {version}", current_version=current
+        )
+    if content_hash != current_hash:
+        raise errors.ProposalHashMismatch(f"the decision is for another {what} content")
+
+
+def outside_rule(eligible: bool, roles: frozenset[Role], reason: str | None, rule: str) -> bool:
+    """Whether a decider outside the approver rule decides as break-glass (a PlatformAdmin
+    with a reason, audited); anyone else outside it is refused (``rule`` says why)."""
+    if eligible:
+        return False
+    if Role.PLATFORM_ADMIN not in roles:
+        raise errors.Forbidden(rule)
+    if not (reason and reason.strip()):
+        raise errors.BreakGlassReasonRequired("break-glass decisions require a reason")
+    return True
 
 
 def decide_approval(

@@ -92,6 +92,9 @@ class Run:
     parent_run_id: UUID | None = None
     parent_step_id: UUID | None = None
     depth: int | None = None
+    # the template it was submitted from (issue 44), pinned: its pre-approvals apply
+    template_id: str | None = None
+    template_version: int | None = None
 
     @property
     def child_depth(self) -> int:

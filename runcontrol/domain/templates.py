@@ -104,9 +104,11 @@ class Template:
 
     def content(self) -> dict[str, Any]:
         """What a decision is bound to (with the version: an edit is another decision)."""
+        return {"templateId": self.template_id, "version": self.version, **self.document()}
+
+    def document(self) -> dict[str, Any]:
+        """What its author wrote, as ``from_dict`` reads it back."""
         return {
-            "templateId": self.template_id,
-            "version": self.version,
             "workflowId": self.workflow_id,
             "releaseAlias": self.release_alias,
             "defaultInput": dict(self.default_input),
@@ -130,8 +132,10 @@ def from_dict(
     version: int,
     author: str,
     now: datetime,
+    stored: bool = False,
 ) -> Template:
-    """A new version from its document; ``ValidationFailed`` (a 422) names the first fault."""
+    """A new version from its document; ``ValidationFailed`` (a 422) names the first fault.
+    ``stored``: a version read back (its expiries may have passed since)."""
     if not isinstance(doc, Mapping):
         raise errors.ValidationFailed("a template is an object")
     unknown = sorted(set(doc) - FIELDS)
@@ -148,7 +152,9 @@ def from_dict(
     raw = doc.get("preApprovals", [])
     if not isinstance(raw, list):
         raise errors.ValidationFailed("preApprovals: a list")
-    pre = tuple(_pre_approval(p, f"preApprovals[{i}]", now) for i, p in enumerate(raw))
+    pre = tuple(
+        _pre_approval(p, f"preApprovals[{i}]", None if stored else now) for i, p in enumerate(raw)
+    )
     template = Template(
         tenant_id=tenant_id,
         project_id=project_id,
@@ -174,7 +180,7 @@ def _object(value: Any, where: str) -> dict[str, Any]:
     return dict(value)
 
 
-def _pre_approval(doc: Any, where: str, now: datetime) -> PreApproval:
+def _pre_approval(doc: Any, where: str, now: datetime | None) -> PreApproval:
     if not isinstance(doc, Mapping):
         raise errors.ValidationFailed(f"{where}: an object")
     unknown = sorted(set(doc) - PRE_APPROVAL_FIELDS)
@@ -199,7 +205,7 @@ def _pre_approval(doc: Any, where: str, now: datetime) -> PreApproval:
             expires_at = None
     if not isinstance(expires_at, datetime) or expires_at.tzinfo is None:
         raise errors.ValidationFailed(f"{where}.expiresAt: a date-time with its offset")
-    if expires_at <= now:
+    if now is not None and expires_at <= now:
         raise errors.ValidationFailed(f"{where}.expiresAt: in the future")
     max_uses = doc.get("maxUses")
     if not isinstance(max_uses, int) or isinstance(max_uses, bool) or not 1 <= max_uses <= 2**31:

@@ -62,6 +62,8 @@ runs = tenant_table(
     # child runs (0024): the run and step that started it, and its depth
     uid("parent_run_id?", "parent_step_id?", info=PIN),
     num("depth?", info=PIN),  # NULL (an older host's insert): 0
+    # the template it was submitted from (0031, issue 44)
+    txt("template_id?") + num("template_version?"),
     UniqueConstraint("tenant_id", "project_id", "idempotency_key", name="uq_runs_idempotency"),
     Index("ix_runs_list", "tenant_id", "created_at", "run_id"),
     Index("ix_runs_state", "tenant_id", "state", "created_at"),
@@ -418,6 +420,23 @@ schedule_fires = tenant_table(
     cascade("fk_schedule_fires_schedule", "schedule_id", "schedules.schedule_id"),
     index_where("ix_schedule_fires_unsubmitted", "schedule_id", where=UNSUBMITTED),
     tenant_after="nominal_at",
+)
+
+# Run templates (0031, issue 44): one row per version, its content (domain.templates) as
+# created, its state and decision, and how many approvals it has decided (``uses``: counted
+# in the decision's transaction). The API writes them in the caller's tenant and project.
+run_templates = tenant_table(
+    "run_templates",
+    txt("template_id") + num("version"),
+    txt("project_id", "workflow_id", "release_alias", "state", "content_hash"),
+    jsonb("content"),
+    txt("created_by") + tz("created_at"),
+    txt("decided_by?") + tz("decided_at?") + txt("reason?") + flag("break_glass"),
+    big("uses", server_default=text("0")) + tz("updated_at"),
+    PrimaryKeyConstraint("tenant_id", "template_id", "version"),
+    Index("ix_run_templates_list", "tenant_id", "created_at"),
+    tenant_after="version",
+    policies=(PROJECT_ROWS,),
 )
 
 # Who LISTENs on which channel (0026, issue 33): a row per (channel, backend pid) while a

@@ -111,6 +111,8 @@ def everything(tenant: str) -> Changes:
         parent_run_id=uuid.uuid4(),
         parent_step_id=uuid.uuid4(),
         depth=2,
+        template_id="nightly",
+        template_version=3,
     )
     step = Step(
         step_id=step_id,

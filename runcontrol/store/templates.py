@@ -1,0 +1,110 @@
+"""Run templates in PostgreSQL (migration 0031, issue 44): a row per version, read and written
+on ``Database.tenant()`` connections (row-level security: the tenant, and for a caller bound
+to a project, its project). A version's content is written once; its state, decision and use
+count change. ``lock``: the row ``FOR UPDATE``, so two decisions (or a decision and a revoke, or
+two uses) of one version are taken one after the other.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from ..domain.templates import Template, TemplateState, from_dict
+from .queries.views import api_view, render
+from .tables import run_templates
+
+VIEW = api_view(
+    c for c in run_templates.c.keys() if c not in ("tenant_id", "content", "project_id")
+)
+# What changes of a version after it is written.
+_STATE = ("state", "decided_by", "decided_at", "reason", "break_glass")
+
+
+def view(template: Template, uses: int) -> dict[str, Any]:
+    """The API's view of one version: its columns and its content."""
+    return {**render(_row(template, uses, template.created_at), VIEW), **template.document()}
+
+
+def _row(template: Template, uses: int, now: datetime) -> dict[str, Any]:
+    return {
+        "template_id": template.template_id,
+        "version": template.version,
+        "tenant_id": template.tenant_id,
+        "project_id": template.project_id,
+        "workflow_id": template.workflow_id,
+        "release_alias": template.release_alias,
+        "content_hash": template.content_hash,
+        "content": template.document(),
+        "created_by": template.created_by,
+        "created_at": template.created_at,
+        "uses": uses,
+        "updated_at": now,
+        **{c: getattr(template, c) for c in _STATE},
+    }
+
+
+def template_of(m: Any) -> Template:
+    """A stored version as the domain's, its content read back as it was written."""
+    template = from_dict(
+        m["content"],
+        tenant_id=m["tenant_id"],
+        project_id=m["project_id"],
+        template_id=m["template_id"],
+        version=m["version"],
+        author=m["created_by"],
+        now=m["created_at"],
+        stored=True,
+    )
+    template.state = TemplateState(m["state"])
+    for column in _STATE[1:]:
+        setattr(template, column, m[column])
+    return template
+
+
+def insert(conn: Connection, template: Template, now: datetime) -> None:
+    conn.execute(pg_insert(run_templates).values(**_row(template, 0, now)))
+
+
+def save_state(conn: Connection, template: Template, now: datetime) -> None:
+    """A version's decision, revocation or supersession."""
+    t = run_templates.c
+    conn.execute(
+        update(run_templates)
+        .where(t.template_id == template.template_id, t.version == template.version)
+        .values(updated_at=now, **{c: getattr(template, c) for c in _STATE})
+    )
+
+
+def latest(
+    conn: Connection, template_id: str, version: int | None = None, *, lock: bool = False
+) -> tuple[Template, int] | None:
+    """A version (the newest when ``version`` is None) and its uses."""
+    t = run_templates.c
+    stmt = select(run_templates).where(t.template_id == template_id)
+    if version is not None:
+        stmt = stmt.where(t.version == version)
+    stmt = stmt.order_by(t.version.desc()).limit(1)
+    row = conn.execute(stmt.with_for_update() if lock else stmt).first()
+    return None if row is None else (template_of(row._mapping), row.uses)
+
+
+def versions(conn: Connection, *, cursor: datetime | None, limit: int) -> list[dict[str, Any]]:
+    """Every version in scope, oldest first."""
+    t = run_templates.c
+    stmt = select(run_templates).order_by(t.created_at, t.template_id, t.version).limit(limit)
+    if cursor is not None:
+        stmt = stmt.where(t.created_at > cursor)
+    return [view(template_of(r._mapping), r.uses) for r in conn.execute(stmt)]
+
+
+def count_use(conn: Connection, template: Template, now: datetime) -> None:
+    t = run_templates.c
+    conn.execute(
+        update(run_templates)
+        .where(t.template_id == template.template_id, t.version == template.version)
+        .values(uses=t.uses + 1, updated_at=now)
+    )

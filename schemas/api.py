@@ -56,6 +56,7 @@ from runcontrol.domain.limits import (
     MAX_RE_REQUESTS,
     MAX_REASON,
 )
+from runcontrol.domain.templates import Template
 from runcontrol.edge.storable import storable, storable_json
 
 
@@ -827,3 +828,69 @@ class BackfillResponse(ResponseModel):
 class TriggerResponse(ResponseModel):
     nominal_at: datetime
     outcome: str | None = Field(description="None: that instant was fired already.")
+
+
+# ---------------------------------------------------------------------- run templates
+
+
+class TemplateRequest(RequestModel):
+    """A run template's content (issue 44, docs/templates.md): checked by
+    ``domain.templates.from_dict`` (a bad schema or expression is 422, nothing stored)."""
+
+    workflow_id: Name
+    release_alias: Name = "latest"
+    default_input: JsonObject = Field(default_factory=dict)
+    limits: JsonObject = Field(default_factory=dict)
+    input_schema: dict[str, Any] | bool | None = Field(
+        None, description="A JSON Schema (the subset in docs/templates.md) the input satisfies."
+    )
+    pre_approvals: list[dict[str, Any]] = Field(
+        default_factory=list,
+        max_length=20,
+        description="`{actionClass, expiresAt, maxUses, approverRole, proposalSchema?, "
+        "proposalWhen?}`: what the template's runs may do without a human.",
+    )
+
+
+class CreateTemplateRequest(TemplateRequest):
+    template_id: Name
+
+
+class TemplateDecisionRequest(RequestModel):
+    decision: Decision = Field(description="approve or reject")
+    version: int = Field(ge=1, le=INT8_MAX, description="The template version decided on.")
+    content_hash: Name
+    reason: Reason | None = None
+
+
+class RevokeTemplateRequest(RequestModel):
+    reason: Reason | None = None
+
+
+@shows(
+    Template,
+    "template_id",
+    "version",
+    "workflow_id",
+    "release_alias",
+    "state",
+    "content_hash",
+    "created_by",
+    "created_at",
+    "decided_by",
+    "decided_at",
+    "reason",
+    "break_glass",
+)
+class TemplateView(ResponseModel):
+    uses: int = Field(description="How many approvals the version has decided.")
+    updated_at: datetime
+    default_input: dict[str, Any]
+    limits: dict[str, Any]
+    input_schema: dict[str, Any] | bool | None = None
+    pre_approvals: list[dict[str, Any]]
+
+
+class TemplatePage(ResponseModel):
+    items: list[TemplateView]
+    next_cursor: datetime | None = None

@@ -140,6 +140,14 @@ class ParentRef:
 
 
 @dataclass(frozen=True, slots=True)
+class TemplateRef:
+    """The template version a run is submitted from (issue 44): its pre-approvals apply."""
+
+    template_id: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
 class SubmitRequest:
     project_id: str
     idempotency_key: str
@@ -155,6 +163,7 @@ class SubmitRequest:
     # A child run's (issue 32: set by its parent's grain, never by a client): the run and
     # step that start it; its depth is the parent's + 1. Not in the canonical payload.
     parent: ParentRef | None = None
+    template: TemplateRef | None = None  # its input already merged and checked (issue 44)
 
     def canonical_payload(self) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -171,6 +180,8 @@ class SubmitRequest:
         }
         if self.priority != 3:  # absent at the default: older submissions keep their hash
             payload["priority"] = self.priority
+        if self.template is not None:  # absent without one: older submissions keep their hash
+            payload["template"] = [self.template.template_id, self.template.version]
         return payload
 
 
@@ -307,6 +318,9 @@ class RequestApproval(Fenced[ApprovalRequest | None]):
     proposal_hash: str
     action_class: SideEffectClass | None = None
     lease_id: UUID | None = None
+    # The proposal itself (any JSON, hashing to proposal_hash): what a template's proposal
+    # constraint is checked against (issue 44). None: only an unconstrained one applies.
+    proposal: Any = None
 
 
 @declare(LEASE_HOLDER, progress.report_progress, refuse=progress.gap_refusal, rpc="ReportProgress")
@@ -554,6 +568,7 @@ __all__ = [
     "SubmitResult",
     "SubmitRun",
     "SuspendRun",
+    "TemplateRef",
     "WakeResult",
     "ReportToParent",
     "WakeRun",

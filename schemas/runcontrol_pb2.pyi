@@ -172,7 +172,7 @@ class ReportAttemptOutcomeResponse(_message.Message):
     def __init__(self, attempt: _Optional[_Union[Attempt, _Mapping]] = ...) -> None: ...
 
 class RequestApprovalRequest(_message.Message):
-    __slots__ = ("run_id", "attempt_id", "lease_id", "fencing_token", "action_class", "proposal_hash", "command_id", "worker_instance_id")
+    __slots__ = ("run_id", "attempt_id", "lease_id", "fencing_token", "action_class", "proposal_hash", "command_id", "worker_instance_id", "proposal_json")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -181,6 +181,7 @@ class RequestApprovalRequest(_message.Message):
     PROPOSAL_HASH_FIELD_NUMBER: _ClassVar[int]
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
     WORKER_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    PROPOSAL_JSON_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     attempt_id: str
     lease_id: str
@@ -189,7 +190,8 @@ class RequestApprovalRequest(_message.Message):
     proposal_hash: str
     command_id: str
     worker_instance_id: str
-    def __init__(self, run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., action_class: _Optional[str] = ..., proposal_hash: _Optional[str] = ..., command_id: _Optional[str] = ..., worker_instance_id: _Optional[str] = ...) -> None: ...
+    proposal_json: str
+    def __init__(self, run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., action_class: _Optional[str] = ..., proposal_hash: _Optional[str] = ..., command_id: _Optional[str] = ..., worker_instance_id: _Optional[str] = ..., proposal_json: _Optional[str] = ...) -> None: ...
 
 class Approval(_message.Message):
     __slots__ = ("approval_id", "run_id", "step_id", "attempt_id", "tenant_id", "action_class", "proposal_hash", "policy_revision", "approver_rule", "required_approvals", "requested_by", "created_at", "expires_at", "state", "decided_by", "decided_at", "reason", "version")

@@ -19,9 +19,9 @@ from enum import StrEnum
 from typing import Any
 
 from . import conditions, errors, json_schema
+from .decisions import bound_to, outside_rule
 from .hashing import canonical_hash
 from .limits import name
-from .run.approvals import bound_to, outside_rule
 from .states import Decision, Role, SideEffectClass
 
 APPROVER_ROLES = frozenset({Role.REVIEWER, Role.WORKSPACE_ADMIN})
@@ -121,6 +121,14 @@ class Template:
     def reference(self) -> str:
         """How a decision names it: ``template:{id}@{version}``."""
         return f"template:{self.template_id}@{self.version}"
+
+
+@dataclass(frozen=True, slots=True)
+class Pinned:
+    """A run's template version as its grain reads it: the version and its uses so far."""
+
+    template: Template
+    uses: int
 
 
 def from_dict(

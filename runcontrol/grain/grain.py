@@ -20,7 +20,8 @@ from ..domain import (
 )
 from ..domain.rates import Admission, Draw
 from ..domain.run.submission import next_attempt_number, start_ready
-from ..store import rates
+from ..domain.templates import Pinned
+from ..store import rates, templates
 from ..store.commit import Reservation, StoredAnswer
 from ..workers.grants import Fused, fuse
 from .bus import HANDLERS, Committed, subscribe
@@ -91,6 +92,16 @@ class RunGrain:
         return await self.env.policies.revision(
             self.tenant_id, run.policy.policy_id, run.policy.revision
         )
+
+    async def pinned_template(self) -> Pinned | None:
+        """The template version the run was submitted from, with its uses (issue 44)."""
+        run = (await self.load_cached()).run
+        if run.template_id is None:
+            return None
+        found = await self.env.store.rows(
+            self.tenant_id, templates.PINNED, (run.template_id, run.template_version)
+        )
+        return Pinned(templates.template_of(found[0]), found[0]["uses"]) if found else None
 
     def observe(self, agg: RunAggregate, events: Sequence[Event]) -> None:
         for observer in self.env.observers:

@@ -115,6 +115,8 @@ async def handle(g: RunGrain, c: Command[Any]) -> Any:
         given["options"] = g.env.options
     if declared.policy:
         given["policy"] = await g.pinned_policy()
+    if "template" in declared.given:
+        given["template"] = await g.pinned_template()
 
     def decided(a: RunAggregate, x: CommandContext) -> Any:
         return declared.decided(a, x, c, given, g.dispatch_due)

@@ -96,6 +96,8 @@ async def accept(grain: RunGrain, command: SubmitRun, also: Also | None = None) 
         parent_run_id=None if request.parent is None else request.parent.run_id,
         parent_step_id=None if request.parent is None else request.parent.step_id,
         depth=0 if request.parent is None else request.parent.depth,
+        template_id=None if request.template is None else request.template.template_id,
+        template_version=None if request.template is None else request.template.version,
     )
     grain.flow_denied = {}
     try:

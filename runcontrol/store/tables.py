@@ -423,8 +423,9 @@ schedule_fires = tenant_table(
 )
 
 # Run templates (0031, issue 44): one row per version, its content (domain.templates) as
-# created, its state and decision, and how many approvals it has decided (``uses``: counted
-# in the decision's transaction). The API writes them in the caller's tenant and project.
+# created, its state and decision. Its uses are the approvals it decided (``approval_requests``
+# whose ``decided_by`` names it): counted by the decision's own row. The API writes them in the
+# caller's tenant and project.
 run_templates = tenant_table(
     "run_templates",
     txt("template_id") + num("version"),
@@ -432,7 +433,7 @@ run_templates = tenant_table(
     jsonb("content"),
     txt("created_by") + tz("created_at"),
     txt("decided_by?") + tz("decided_at?") + txt("reason?") + flag("break_glass"),
-    big("uses", server_default=text("0")) + tz("updated_at"),
+    tz("updated_at"),
     PrimaryKeyConstraint("tenant_id", "template_id", "version"),
     Index("ix_run_templates_list", "tenant_id", "created_at"),
     tenant_after="version",

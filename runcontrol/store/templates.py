@@ -2,7 +2,9 @@
 on ``Database.tenant()`` connections (row-level security: the tenant, and for a caller bound
 to a project, its project). A version's content is written once; its state, decision and use
 count change. ``lock``: the row ``FOR UPDATE``, so two decisions (or a decision and a revoke, or
-two uses) of one version are taken one after the other.
+two uses) of one version are taken one after the other. A version's uses are the approvals
+it decided (``decided_by`` = ``template:{id}@{version}``), counted, never stored apart: the
+decision's own row is its use, in the decision's transaction.
 """
 
 from __future__ import annotations
@@ -10,26 +12,42 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from ..domain.templates import Template, TemplateState, from_dict
 from .queries.views import api_view, render
-from .tables import run_templates
+from .tables import approval_requests, run_templates
 
 VIEW = api_view(
-    c for c in run_templates.c.keys() if c not in ("tenant_id", "content", "project_id")
+    (c for c in run_templates.c.keys() if c not in ("tenant_id", "content", "project_id")),
+)
+_t = run_templates.c
+USES = (
+    select(func.count())
+    .where(
+        approval_requests.c.decided_by == func.concat("template:", _t.template_id, "@", _t.version)
+    )
+    .scalar_subquery()
+    .label("uses")
+)
+# The grain's read of a run's pinned version (``RunGrain.pinned_template``), with its uses.
+PINNED = (
+    "SELECT t.*, (SELECT count(*) FROM approval_requests a WHERE a.decided_by = "
+    "'template:' || t.template_id || '@' || t.version) AS uses "
+    "FROM run_templates t WHERE t.template_id = %s AND t.version = %s"
 )
 # What changes of a version after it is written.
 _STATE = ("state", "decided_by", "decided_at", "reason", "break_glass")
 
 
 def view(template: Template, uses: int) -> dict[str, Any]:
-    """The API's view of one version: its columns and its content."""
-    return {**render(_row(template, uses, template.created_at), VIEW), **template.document()}
+    """The API's view of one version: its columns, its uses and its content."""
+    row = _row(template, template.created_at)
+    return {**render(row, VIEW), "uses": uses, **template.document()}
 
 
-def _row(template: Template, uses: int, now: datetime) -> dict[str, Any]:
+def _row(template: Template, now: datetime) -> dict[str, Any]:
     return {
         "template_id": template.template_id,
         "version": template.version,
@@ -41,7 +59,6 @@ def _row(template: Template, uses: int, now: datetime) -> dict[str, Any]:
         "content": template.document(),
         "created_by": template.created_by,
         "created_at": template.created_at,
-        "uses": uses,
         "updated_at": now,
         **{c: getattr(template, c) for c in _STATE},
     }
@@ -66,7 +83,7 @@ def template_of(m: Any) -> Template:
 
 
 def insert(conn: Connection, template: Template, now: datetime) -> None:
-    conn.execute(pg_insert(run_templates).values(**_row(template, 0, now)))
+    conn.execute(pg_insert(run_templates).values(**_row(template, now)))
 
 
 def save_state(conn: Connection, template: Template, now: datetime) -> None:
@@ -84,7 +101,7 @@ def latest(
 ) -> tuple[Template, int] | None:
     """A version (the newest when ``version`` is None) and its uses."""
     t = run_templates.c
-    stmt = select(run_templates).where(t.template_id == template_id)
+    stmt = select(run_templates, USES).where(t.template_id == template_id)
     if version is not None:
         stmt = stmt.where(t.version == version)
     stmt = stmt.order_by(t.version.desc()).limit(1)
@@ -95,16 +112,8 @@ def latest(
 def versions(conn: Connection, *, cursor: datetime | None, limit: int) -> list[dict[str, Any]]:
     """Every version in scope, oldest first."""
     t = run_templates.c
-    stmt = select(run_templates).order_by(t.created_at, t.template_id, t.version).limit(limit)
+    stmt = select(run_templates, USES).order_by(t.created_at, t.template_id, t.version)
+    stmt = stmt.limit(limit)
     if cursor is not None:
         stmt = stmt.where(t.created_at > cursor)
     return [view(template_of(r._mapping), r.uses) for r in conn.execute(stmt)]
-
-
-def count_use(conn: Connection, template: Template, now: datetime) -> None:
-    t = run_templates.c
-    conn.execute(
-        update(run_templates)
-        .where(t.template_id == template.template_id, t.version == template.version)
-        .values(uses=t.uses + 1, updated_at=now)
-    )

@@ -5,11 +5,13 @@ the decision (separation of duties, quorum, break-glass) and the expiry actions
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 from uuid import UUID
 
-from .. import errors
+from .. import errors, templates
 from .. import events as ev
-from ..hashing import is_hash
+from ..decisions import bound_to, outside_rule
+from ..hashing import canonical_hash, is_hash
 from ..machines import (
     RunCommand,
     require,
@@ -26,10 +28,10 @@ from ..states import (
     Decision,
     ExpiryAction,
     FailureClass,
-    Role,
     RunState,
     SideEffectClass,
 )
+from ..templates import Pinned
 from ..workflow import PolicyDocument
 from .core import RunAggregate
 from .leases import full_term, held_lease, refused, release_lease
@@ -54,10 +56,16 @@ def request_approval(
     *,
     action_class: SideEffectClass | None = None,
     lease_id: UUID | None = None,
+    proposal: Any = None,
+    template: Pinned | None = None,
 ) -> ApprovalRequest | None:
-    """Open (or return) the approval for this exact proposal; None if policy needs none."""
+    """Open (or return) the approval for this exact proposal; None if policy needs none. A
+    run submitted from a template whose pre-approval covers it is approved at once by the
+    template (``pre_approve``); otherwise it waits for a human."""
     if not is_hash(proposal_hash):
         raise errors.ValidationFailed("proposalHash must be a sha256 canonical hash")
+    if proposal is not None and canonical_hash(proposal) != proposal_hash:
+        raise errors.ValidationFailed("the proposal does not hash to proposalHash")
     attempt = agg.attempt(attempt_id)
     if attempt.state.terminal:
         raise refused(
@@ -94,6 +102,8 @@ def request_approval(
             existing.reason = "proposal regenerated"
             emit_approval_decided(agg, ctx, existing)
     approval = _open_approval(agg, ctx, step, attempt_id, action, proposal_hash, policy, options)
+    if template is not None and pre_approve(agg, ctx, approval, template, proposal):
+        return approval
     if agg.run.state is RunState.RUNNING:
         agg.move_run(ctx, RunState.WAITING_FOR_APPROVAL)
     _park(agg, ctx, attempt, approval)
@@ -135,6 +145,54 @@ def _open_approval(
     )
     agg.record(ctx, ev.ApprovalRequested, approval)
     return approval
+
+
+def pre_approve(
+    agg: RunAggregate,
+    ctx: CommandContext,
+    approval: ApprovalRequest,
+    pinned: Pinned,
+    proposal: Any,
+) -> bool:
+    """Decide the request at once as Approved by the run's template if one of its
+    pre-approvals covers it (``templates.pre_approval``: Active, unexpired, under its uses,
+    the proposal inside its constraint, the requester neither its author nor its approver).
+    Audited like a human decision: the vote (``decidedBy: template:{id}@{version}``, its
+    approver named), the journal entry and the event, in this transaction; the vote's
+    request, decided by the template, is its use."""
+    t = pinned.template
+    pre = templates.pre_approval(
+        t, pinned.uses, approval.action_class, proposal, agg.run.requested_by, ctx.now
+    )
+    if isinstance(pre, str):
+        agg.audit(
+            ctx,
+            "template-pre-approval-declined",
+            approval_id=approval.approval_id,
+            template=t.reference,
+            reason=pre,
+        )
+        return False
+    vote = agg.new(
+        ApprovalDecision,
+        approval_id=approval.approval_id,
+        decided_by=t.reference,
+        decision=Decision.APPROVE,
+        proposal_hash=approval.proposal_hash,
+        reason=f"pre-approved by {t.reference}, approved by {t.decided_by} ({pre.approver_role})",
+        break_glass=False,
+        decided_at=ctx.now,
+    )
+    agg.audit(
+        ctx,
+        "template-pre-approval",
+        approval_id=approval.approval_id,
+        template=t.reference,
+        approver=t.decided_by,
+        use=pinned.uses + 1,
+    )
+    _finish_approval(agg, ctx, approval, ApprovalState.APPROVED, "PreApprovedByTemplate", vote)
+    return True
 
 
 def _park(
@@ -203,28 +261,6 @@ def _may_decide(
     )
     bound_to(version, approval.version, proposal_hash, approval.proposal_hash, "approval")
     return break_glass
-
-
-def bound_to(version: int, current: int, content_hash: str, current_hash: str, what: str) -> None:
-    """A decision names the version and the content hash it was read at: refuse another."""
-    if version != current:
-        raise errors.ApprovalVersionMismatch(
-            f"{what} version is {current}, not {version}", current_version=current
-        )
-    if content_hash != current_hash:
-        raise errors.ProposalHashMismatch(f"the decision is for another {what} content")
-
-
-def outside_rule(eligible: bool, roles: frozenset[Role], reason: str | None, rule: str) -> bool:
-    """Whether a decider outside the approver rule decides as break-glass (a PlatformAdmin
-    with a reason, audited); anyone else outside it is refused (``rule`` says why)."""
-    if eligible:
-        return False
-    if Role.PLATFORM_ADMIN not in roles:
-        raise errors.Forbidden(rule)
-    if not (reason and reason.strip()):
-        raise errors.BreakGlassReasonRequired("break-glass decisions require a reason")
-    return True
 
 
 def decide_approval(

@@ -102,6 +102,8 @@ def accept_run(
         parent_run_id=submission.parent_run_id,
         parent_step_id=submission.parent_step_id,
         depth=submission.depth,
+        template_id=submission.template_id,
+        template_version=submission.template_version,
     )
     steps = [
         Step(

@@ -127,6 +127,9 @@ class Submission:
     parent_run_id: UUID | None = None
     parent_step_id: UUID | None = None
     depth: int = 0
+    # The template version it is submitted from (issue 44)
+    template_id: str | None = None
+    template_version: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

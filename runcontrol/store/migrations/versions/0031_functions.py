@@ -40,7 +40,6 @@ CREATE TABLE run_templates (
     decided_at TIMESTAMP WITH TIME ZONE,
     reason TEXT,
     break_glass BOOLEAN NOT NULL,
-    uses BIGINT DEFAULT 0 NOT NULL,
     updated_at TIMESTAMP WITH TIME ZONE NOT NULL,
     CONSTRAINT run_templates_pkey PRIMARY KEY (tenant_id, template_id, version)
 );

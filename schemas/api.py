@@ -168,6 +168,18 @@ class SubmitRunRequest(RequestModel):
         return self
 
 
+class SubmitRunBody(SubmitRunRequest):
+    """``POST /factory/runs``: a submission, or one from a run template (a schedule's run names
+    none)."""
+
+    template_id: Name | None = Field(
+        None,
+        description="Submit from this run template's Active version (docs/templates.md): the "
+        "input merged onto its defaults and checked against its constraints (422 naming the "
+        "rule); its pre-approvals apply to the run's approvals.",
+    )
+
+
 @shows(SubmitResult, "run_id", "state", "release_id", "policy_revision", "snapshot_id")
 class SubmitRunResponse(ResponseModel):
     pass

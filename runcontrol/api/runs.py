@@ -21,7 +21,7 @@ from schemas.api import (
     CancelRunResponse,
     RunPage,
     RunView,
-    SubmitRunRequest,
+    SubmitRunBody,
     SubmitRunResponse,
     id_check,
 )
@@ -30,7 +30,7 @@ from ..domain import Limits, RunState, errors
 from ..edge import bulk, commands
 from ..store import queries as q
 from ..store.commit import EVENTS_CHANNEL
-from . import routes
+from . import routes, templates
 from .auth import Caller, RunCanceller, RunsReader
 from .context import Cursor, PageLimit, Services, Svc, found, list_page, location
 from .limits import MeteredCanceller, MeteredSubmitter
@@ -126,7 +126,7 @@ def run_location(run_id: UUID) -> str:
 async def submit_run(
     caller: MeteredSubmitter,
     svc: Svc,
-    body: SubmitRunRequest,
+    body: SubmitRunBody,
     response: Response,
     idempotency_key: IdempotencyKey = None,
     correlation_id: CorrelationId = None,
@@ -138,8 +138,10 @@ async def submit_run(
     the token's project.
     """
     wait = preferred_wait(prefer, svc.settings.api.prefer_wait_max_seconds)
-    fields = body.model_dump(exclude={"limits"})
+    fields = body.model_dump(exclude={"limits", "template_id"})
     limits = Limits(**body.limits.model_dump())
+    if body.template_id is not None:
+        limits = await templates.submission(svc, caller, body.template_id, fields, limits)
     command = commands.submit_run(
         svc.outside(caller), idempotency_key, correlation_id=correlation_id, limits=limits, **fields
     )

@@ -26,9 +26,10 @@ from schemas.api import (
     id_check,
 )
 
-from ..domain import errors
+from ..commands import TemplateRef
+from ..domain import Limits, errors
 from ..domain import templates as rules
-from ..domain.templates import Template
+from ..domain.templates import Template, TemplateState
 from ..edge.auth import Caller
 from ..store import templates as store
 from . import routes
@@ -63,6 +64,31 @@ async def _change(
         return store.view(template, uses)
 
     return await svc.read_in_scope(caller, write)
+
+
+async def submission(
+    svc: Services, caller: Caller, template_id: str, fields: dict[str, Any], limits: Limits
+) -> Limits:
+    """A run submitted from a template (``POST /factory/runs`` with ``templateId``): its newest
+    version, Active, of the same workflow; ``fields`` get the input merged onto its defaults
+    and checked (422 naming the failed rule), its alias unless the body names a release, and
+    the version the run pins. Answers the limits: the body's, else the template's."""
+    got = await svc.read_in_scope(caller, lambda conn: store.latest(conn, template_id))
+    if got is None:
+        raise errors.TemplateNotFound(f"template {template_id} not found")
+    template = got[0]
+    if template.state is not TemplateState.ACTIVE:
+        raise errors.Conflict(f"template {template.reference} is {template.state}, not Active")
+    if fields["workflow_id"] != template.workflow_id:
+        raise errors.ValidationFailed(f"template {template_id} runs {template.workflow_id}")
+    fields["input"] = rules.submission_input(template, fields["input"])
+    if fields["release_alias"] is None and fields["release_id"] is None:
+        fields["release_alias"] = template.release_alias
+    fields["template"] = TemplateRef(template.template_id, template.version)
+    if limits != Limits():
+        return limits
+    given = template.limits
+    return Limits(max_cost_usd=given.get("maxCostUsd"), max_minutes=given.get("maxMinutes"))
 
 
 def _content(body: TemplateRequest) -> dict[str, Any]:

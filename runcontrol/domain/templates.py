@@ -29,6 +29,7 @@ PROPOSAL_ROOTS = ("proposal",)
 FIELDS = frozenset(
     {"workflowId", "releaseAlias", "defaultInput", "limits", "inputSchema", "preApprovals"}
 )
+LIMITS = ("maxCostUsd", "maxMinutes")  # a run's limits a template gives (the run's names)
 PRE_APPROVAL_FIELDS = frozenset(
     {"actionClass", "proposalSchema", "proposalWhen", "expiresAt", "maxUses", "approverRole"}
 )
@@ -154,6 +155,12 @@ def from_dict(
     alias = name(doc.get("releaseAlias", "latest"), "releaseAlias")
     default_input = _object(doc.get("defaultInput", {}), "defaultInput")
     limits = _object(doc.get("limits", {}), "limits")
+    for key, value in limits.items():
+        if key not in LIMITS:
+            raise errors.ValidationFailed(f"limits: unknown field {key!r}")
+        kind = int | float if key == "maxCostUsd" else int
+        if isinstance(value, bool) or not isinstance(value, kind) or not value > 0:
+            raise errors.ValidationFailed(f"limits.{key}: a positive number")
     input_schema = doc.get("inputSchema")
     if input_schema is not None:
         json_schema.check_schema(input_schema, "inputSchema")

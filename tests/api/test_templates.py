@@ -5,13 +5,15 @@ nothing stored."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from api_harness import TenantView, assert_problem, new_tenant
 
-from runcontrol.domain import Role
+from runcontrol.commands import RequestApproval
+from runcontrol.domain import Role, SideEffectClass, canonical_hash
 
 AUTHOR, APPROVER = "ann", "bob"
 
@@ -143,3 +145,71 @@ def test_a_bad_schema_or_expression_is_422_and_nothing_is_stored(
     problem = assert_problem(response, 422)
     assert detail in problem["detail"], problem
     assert_problem(t.reviewer().get("/factory/templates/nightly"), 404)
+
+
+# ---------------------------------------------------------------------- runs from templates
+
+
+def active_for(t: TenantView, **changes: Any) -> dict[str, Any]:
+    """A template of the tenant's shared-write workflow, created by A, approved by B."""
+    t.publish(side_effect=SideEffectClass.SHARED_WRITE)
+    doc = body(workflowId=t.workflow, defaultInput={"branch": "main", "dryRun": False}, **changes)
+    view = t.user(AUTHOR, Role.REQUESTER).post("/factory/templates", json=doc).json()
+    assert decide(t, view).status_code == 200
+    return dict(view)
+
+
+def from_template(t: TenantView, subject: str, **given: Any) -> Any:
+    run = t.body(templateId="nightly", input=given, limits={})
+    key = {"Idempotency-Key": f"key-{uuid.uuid4().hex}"}
+    return t.user(subject, Role.REQUESTER).post("/factory/runs", json=run, headers=key)
+
+
+def asks(t: TenantView, run_id: str, proposal: dict[str, Any]) -> Any:
+    claim = t.claim(run_id)
+    command = RequestApproval(
+        **claim.fenced(), proposal_hash=canonical_hash(proposal), proposal=proposal
+    )
+    return t._call(t.runtime.client.send(command))
+
+
+def test_a_run_from_the_template_passes_a_fitting_shared_write_without_a_human(
+    t: TenantView,
+) -> None:
+    active_for(t)
+    submitted = from_template(t, "cid", branch="release-2")
+    assert submitted.status_code == 202, submitted.text
+    run_id = submitted.json()["runId"]
+    assert t.run(run_id)["input"] == {"branch": "release-2", "dryRun": False}
+    approval = asks(t, run_id, {"files": 2})
+    assert approval.decided_by == "template:nightly@1"
+    view = t.wait_state(run_id, "Running")
+    assert view["pendingApprovals"] == []
+    listed = t.reviewer().get("/factory/approvals", params={"runId": run_id}).json()["items"]
+    assert [(a["state"], a["decidedBy"]) for a in listed] == [("Approved", "template:nightly@1")]
+    assert "ApprovalDecided" in [e["type"] for e in t.history(run_id)]
+    assert t.reviewer().get("/factory/templates/nightly").json()["uses"] == 1
+
+
+def test_a_proposal_outside_and_the_authors_own_run_wait_for_a_human(t: TenantView) -> None:
+    active_for(t)
+    outside = from_template(t, "cid").json()["runId"]
+    assert asks(t, outside, {"files": 9}).state == "Pending"
+    own = from_template(t, AUTHOR).json()["runId"]
+    assert asks(t, own, {"files": 1}).state == "Pending"
+
+
+def test_the_input_is_checked_against_the_templates_constraint(t: TenantView) -> None:
+    active_for(t)
+    refused = from_template(t, "cid", branch=7)
+    problem = assert_problem(refused, 422)
+    assert "input.branch: type" in problem["detail"], problem
+    proposed = t.user(AUTHOR, Role.REQUESTER).post(
+        "/factory/templates", json=body("draft", workflowId=t.workflow)
+    )
+    assert proposed.status_code == 201
+    draft = t.body(templateId="draft", input={})
+    response = t.requester().post(
+        "/factory/runs", json=draft, headers={"Idempotency-Key": "draft-1"}
+    )
+    assert_problem(response, 409)

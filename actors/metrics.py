@@ -18,6 +18,8 @@ from ray.util.metrics import Counter, Gauge, Histogram
 from runcontrol.commands import Command
 from runcontrol.domain import Event, RunAggregate
 from runcontrol.domain.events import ApprovalDecided
+from runcontrol.domain.run.values import APPROVAL_EXPIRY
+from runcontrol.domain.templates import TEMPLATE_DECIDER
 from runcontrol.reconcilers import GaugeSample
 from runcontrol.telemetry import Carrier, parent_context, tracing
 
@@ -51,6 +53,13 @@ class HostMetrics:
             boundaries=SECONDS_BUCKETS,
             tag_keys=("tenant", "actionClass"),
         )
+        # By whom a request was decided: a human, a run template's pre-approval (issue 44),
+        # the expiry reconciler (its policy's expiry action).
+        self.approvals_decided = Counter(
+            "connectsoft_factory_approvals_decided",
+            description="Approval requests decided, by who decided them.",
+            tag_keys=("tenant", "by"),
+        )
 
     def observe(self, agg: RunAggregate, events: Sequence[Event]) -> None:
         """Count what a commit recorded (a grain observer: ``GrainEnv.observers``)."""
@@ -80,6 +89,15 @@ class HostMetrics:
                         (approval.decided_at - approval.created_at).total_seconds(),
                         {"tenant": tenant, "actionClass": str(approval.action_class)},
                     )
+                    by = decided_by(approval.decided_by)
+                    self.approvals_decided.inc(1, {"tenant": tenant, "by": by})
+
+
+def decided_by(subject: str | None) -> str:
+    """The ``by`` tag of a decision: ``template``, ``expiry`` or ``human``."""
+    if subject is not None and subject.startswith(TEMPLATE_DECIDER):
+        return "template"
+    return "expiry" if subject == APPROVAL_EXPIRY else "human"
 
 
 class SchedulerMetrics:

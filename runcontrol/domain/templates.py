@@ -24,6 +24,7 @@ from .hashing import canonical_hash
 from .limits import name
 from .states import Decision, Role, SideEffectClass
 
+TEMPLATE_DECIDER = "template:"  # how a decision by a template is named: template:{id}@{version}
 APPROVER_ROLES = frozenset({Role.REVIEWER, Role.WORKSPACE_ADMIN})
 PROPOSAL_ROOTS = ("proposal",)
 FIELDS = frozenset(
@@ -121,7 +122,7 @@ class Template:
     @property
     def reference(self) -> str:
         """How a decision names it: ``template:{id}@{version}``."""
-        return f"template:{self.template_id}@{self.version}"
+        return f"{TEMPLATE_DECIDER}{self.template_id}@{self.version}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -196,3 +196,11 @@ def test_a_bad_pre_approval_is_refused(pre, fault):
     base = document()["preApprovals"][0]
     with pytest.raises(errors.ValidationFailed, match=fault):
         made(document(preApprovals=[{**base, **pre}]))
+
+
+def test_the_decisions_metric_names_who_decided():
+    from actors.metrics import decided_by
+
+    assert decided_by(active().reference) == "template"
+    assert decided_by("approval-expiry-reconciler") == "expiry"
+    assert decided_by("rita") == "human"

@@ -294,8 +294,12 @@ class AttemptContext:
                 self.lease.attempt_id,
             )
         await self.output.flush()  # parked, the lease ends: what was streamed is stored first
+        # The proposal goes with its hash: a run template's constraint is checked against it.
         request = await self.command(
-            RequestApproval, proposal_hash=proposal_hash, action_class=action_class
+            RequestApproval,
+            proposal_hash=proposal_hash,
+            action_class=action_class,
+            proposal=proposal,
         )
         if request is None:
             return Approval(proposal_hash)

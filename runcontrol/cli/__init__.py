@@ -5,7 +5,7 @@
 - the platform's setup: ``token`` (``tokens``), ``db``/``migrate``, ``release``, ``policy`` and
   ``restore-check`` (``admin``);
 - people, over the HTTP API (``http_api``): ``runs`` and ``events`` (``runs``), ``approvals``,
-  ``schedules``, ``webhooks``, and for operators ``queues`` and ``ops`` (``ops``).
+  ``schedules``, ``webhooks``, ``templates``, and for operators ``queues`` and ``ops`` (``ops``).
 
 runcontrol never imports ``actors``: the console script (``actors/cli.py``) calls ``main``
 with the Ray runtime's loader; ``python -m runcontrol.cli`` runs every command but those.
@@ -19,7 +19,18 @@ import os
 import sys
 
 from ..store.schema import SchemaMismatch
-from . import admin, approvals, ops, runs, schedules, service, tokens, webhooks, workers
+from . import (
+    admin,
+    approvals,
+    ops,
+    runs,
+    schedules,
+    service,
+    templates,
+    tokens,
+    webhooks,
+    workers,
+)
 from .cluster import ClusterLoader
 
 
@@ -41,6 +52,7 @@ def main(argv: list[str] | None = None, cluster: ClusterLoader | None = None) ->
     approvals.add_approvals(sub)
     schedules.add_schedules(sub)
     webhooks.add_webhooks(sub)
+    templates.add_templates(sub)
     ops.add_queues(sub)
     runs.add_events(sub)
     ops.add_ops(sub)

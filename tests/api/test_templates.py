@@ -5,13 +5,16 @@ nothing stored."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from api_harness import TenantView, assert_problem, new_tenant
 
+from runcontrol import cli
 from runcontrol.commands import RequestApproval
 from runcontrol.domain import Role, SideEffectClass, canonical_hash
 
@@ -213,3 +216,22 @@ def test_the_input_is_checked_against_the_templates_constraint(t: TenantView) ->
         "/factory/runs", json=draft, headers={"Idempotency-Key": "draft-1"}
     )
     assert_problem(response, 409)
+
+
+def test_the_cli_proposes_decides_and_revokes(t: TenantView, tmp_path: Path, capsys) -> None:
+    file = tmp_path / "template.json"
+    file.write_text(json.dumps(body()), encoding="utf-8")
+
+    def as_user(subject: str, role: str, *words: str) -> int:
+        url = ["--url", t.api.base_url, "--token", t.token(subject, role)]
+        return cli.main(["templates", *words, *url])
+
+    assert as_user(AUTHOR, Role.REQUESTER, "create", str(file)) == 0
+    assert "Proposed" in capsys.readouterr().out
+    assert as_user(AUTHOR, Role.REVIEWER, "decide", "approve", "nightly") != 0  # its author
+    assert as_user(APPROVER, Role.REVIEWER, "decide", "approve", "nightly") == 0
+    assert "nightly@1 Active" in capsys.readouterr().out
+    assert as_user(APPROVER, Role.REVIEWER, "revoke", "nightly", "--reason", "done") == 0
+    assert "nightly@1 Revoked" in capsys.readouterr().out
+    assert as_user(APPROVER, Role.REVIEWER, "list") == 0
+    assert "Revoked" in capsys.readouterr().out

@@ -52,15 +52,21 @@ def _version(conn: Connection, template_id: str) -> tuple[Template, int]:
 
 
 async def _change(
-    caller: Caller, svc: Services, template_id: str, change: Callable[[Template, datetime], None]
+    caller: Caller,
+    svc: Services,
+    template_id: str,
+    kind: str,
+    change: Callable[[Template, datetime], None],
 ) -> dict[str, Any]:
-    """The newest version, locked, changed by ``change`` (a decision, a revocation), saved."""
+    """The newest version, locked, changed by ``change`` (a decision, a revocation), saved
+    with its audit entry (``kind``)."""
     now = datetime.now(UTC)
 
     def write(conn: Connection) -> dict[str, Any]:
         template, uses = _version(conn, template_id)
         change(template, now)
         store.save_state(conn, template, now)
+        store.audit(conn, template, kind, caller.principal.subject, now)
         return store.view(template, uses)
 
     return await svc.read_in_scope(caller, write)
@@ -120,6 +126,7 @@ async def create_template(
         if store.latest(conn, body.template_id) is not None:
             raise errors.Conflict(f"template {body.template_id} exists: edit it")
         store.insert(conn, template, now)
+        store.audit(conn, template, "template-proposed", template.created_by, now)
         return store.view(template, 0)
 
     created = await svc.read_in_scope(caller, create)
@@ -188,7 +195,7 @@ async def decide_template(
             now,
         )
 
-    return await _change(caller, svc, template_id, decide)
+    return await _change(caller, svc, template_id, "template-decided", decide)
 
 
 @router.post("/{templateId}/revocation", response_model=TemplateView, responses=responses(409))
@@ -199,7 +206,8 @@ async def revoke_template(
 
     Scope `factory.approvals.decide`.
     """
-    return await _change(caller, svc, template_id, lambda t, _: rules.revoke(t, body.reason))
+    revoke = lambda t, _: rules.revoke(t, body.reason)  # noqa: E731
+    return await _change(caller, svc, template_id, "template-revoked", revoke)
 
 
 @router.put("/{templateId}", response_model=TemplateView, responses=responses(409))
@@ -218,6 +226,7 @@ async def edit_template(
         new = rules.edit(template, _content(body), caller.principal.subject, now)
         store.save_state(conn, template, now)
         store.insert(conn, new, now)
+        store.audit(conn, new, "template-proposed", new.created_by, now)
         return store.view(new, 0)
 
     return await svc.read_in_scope(caller, edit)

@@ -17,7 +17,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from ..domain.templates import Template, TemplateState, from_dict
 from .queries.views import api_view, render
-from .tables import approval_requests, run_templates
+from .tables import approval_requests, audit_log, run_templates
 
 VIEW = api_view(
     (c for c in run_templates.c.keys() if c not in ("tenant_id", "content", "project_id")),
@@ -84,6 +84,21 @@ def template_of(m: Any) -> Template:
 
 def insert(conn: Connection, template: Template, now: datetime) -> None:
     conn.execute(pg_insert(run_templates).values(**_row(template, now)))
+
+
+def audit(conn: Connection, template: Template, kind: str, actor: str, now: datetime) -> None:
+    """The audit entry of what ``actor`` did to a version (``template-proposed``,
+    ``-decided``, ``-revoked``; a break-glass decision says so), in the same transaction."""
+    detail = {
+        "templateId": template.template_id,
+        "version": template.version,
+        "contentHash": template.content_hash,
+        "state": str(template.state),
+        "reason": template.reason,
+        "breakGlass": template.break_glass,
+    }
+    values = {"kind": kind, "actor": actor, "detail": detail, "occurred_at": now}
+    conn.execute(audit_log.insert().values(tenant_id=template.tenant_id, run_id=None, **values))
 
 
 def save_state(conn: Connection, template: Template, now: datetime) -> None:

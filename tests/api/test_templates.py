@@ -13,10 +13,12 @@ from typing import Any
 
 import pytest
 from api_harness import TenantView, assert_problem, new_tenant
+from sqlalchemy import select
 
 from runcontrol import cli
 from runcontrol.commands import RequestApproval
 from runcontrol.domain import Role, SideEffectClass, canonical_hash
+from runcontrol.store.tables import audit_log
 
 AUTHOR, APPROVER = "ann", "bob"
 
@@ -235,3 +237,19 @@ def test_the_cli_proposes_decides_and_revokes(t: TenantView, tmp_path: Path, cap
     assert "nightly@1 Revoked" in capsys.readouterr().out
     assert as_user(APPROVER, Role.REVIEWER, "list") == 0
     assert "Revoked" in capsys.readouterr().out
+
+
+def test_every_change_is_audited_and_break_glass_says_so(t: TenantView) -> None:
+    view = created(t)
+    admin = t.user("pat", Role.PLATFORM_ADMIN)
+    path = "/factory/templates/nightly/decision"
+    decision = {"decision": "approve", "version": 1, "contentHash": view["contentHash"]}
+    assert_problem(admin.post(path, json=decision), 422, "break-glass-reason-required")
+    decided = admin.post(path, json={**decision, "reason": "incident 7"})
+    assert decided.json()["breakGlass"] is True, decided.text
+    with t.runtime.container.db.tenant(t.tenant) as conn:
+        rows = conn.execute(select(audit_log).order_by(audit_log.c.id)).all()
+    assert [(r.kind, r.actor, r.detail["breakGlass"]) for r in rows] == [
+        ("template-proposed", AUTHOR, False),
+        ("template-decided", "pat", True),
+    ]

@@ -5,14 +5,17 @@ directory is a stable hash."""
 from __future__ import annotations
 
 import random
+import re
 import uuid
 from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from runcontrol import ids
+from runcontrol.config import Settings
 from runcontrol.domain import shards
 from runcontrol.domain.shards import LEGACY, VSHARDS, beside, derive, mint, vshard_of
 
@@ -94,3 +97,34 @@ def test_new_ids_take_the_tenants_placement_and_the_commands_time():
     now = datetime(2026, 12, 6, tzinfo=UTC)
     step = ids.beside(placed, now)
     assert vshard_of(step) == 513 and shards.unix_ms(step) == int(now.timestamp() * 1000)
+
+
+# ---------------------------------------------------------- RUNCONTROL_SHARDS__DATABASES
+
+ONE, TWO = "postgresql://rc:pw@db-1/rc", "postgresql+psycopg://rc:pw@db-2/rc"
+
+
+@pytest.mark.parametrize("listed", [f"{ONE}, {TWO}", f'["{ONE}", "{TWO}"]'])
+def test_the_shard_databases_are_a_list_of_urls(monkeypatch, listed):
+    monkeypatch.setenv("RUNCONTROL_SHARDS__DATABASES", listed)
+    monkeypatch.setenv("RUNCONTROL_DATABASE_URL", ONE)
+    assert Settings().shard_databases() == (ONE, TWO)
+
+
+def test_without_a_list_the_one_database_is_the_only_shard():
+    assert Settings(database_url=ONE).shard_databases() == (ONE,)
+    assert Settings(database_url=None).shard_databases() == ()  # the embedded one
+
+
+@pytest.mark.parametrize(
+    ("listed", "database_url", "says"),
+    [
+        (["mysql://rc:pw@db-1/rc"], None, "mysql://...@db-1/rc is not a postgresql:// URL"),
+        ([ONE, ONE], None, "names a database twice"),
+        ([TWO, ONE], ONE, "must list RUNCONTROL_DATABASE_URL first"),
+    ],
+)
+def test_a_bad_list_is_refused_with_what_is_wrong(listed, database_url, says):
+    with pytest.raises(ValidationError, match=re.escape(says)) as refused:
+        Settings(database_url=database_url, shards={"databases": listed})
+    assert ":pw@" not in str(refused.value).split("[type=")[0]  # the message names no password

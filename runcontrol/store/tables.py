@@ -5,7 +5,7 @@ checks that these definitions and the migrated database agree. In the words of
 
 from __future__ import annotations
 
-from sqlalchemy import CheckConstraint, Index, PrimaryKeyConstraint, Table, UniqueConstraint, text
+from sqlalchemy import Index, PrimaryKeyConstraint, Table, UniqueConstraint, text
 
 from ..domain.limits import MAX_NAME, MAX_WORKFLOW_ID
 from .columns import PIN as PIN
@@ -444,8 +444,6 @@ vshards = Table(
     *num("database"),  # its position in RUNCONTROL_SHARDS__DATABASES (0: the first)
     *big("epoch"),  # bumped each time the shard moves
     *txt("state"),  # serving | moving
-    CheckConstraint("vshard >= 0 AND vshard < 1024", name="ck_vshards_vshard"),
-    CheckConstraint("state IN ('serving', 'moving')", name="ck_vshards_state"),
 )
 # A tenant placed on a virtual shard; a tenant without a row is on ``shards.hashed_vshard``.
 tenant_placement = tenant_table(

@@ -31,9 +31,7 @@ CREATE TABLE vshards (
     database integer NOT NULL,
     epoch bigint NOT NULL,
     state text NOT NULL,
-    CONSTRAINT vshards_pkey PRIMARY KEY (vshard),
-    CONSTRAINT ck_vshards_vshard CHECK (vshard >= 0 AND vshard < 1024),
-    CONSTRAINT ck_vshards_state CHECK (state IN ('serving', 'moving'))
+    CONSTRAINT vshards_pkey PRIMARY KEY (vshard)
 );
 INSERT INTO vshards (vshard, database, epoch, state)
     SELECT v, 0, 0, 'serving' FROM generate_series(0, 1023) AS v;

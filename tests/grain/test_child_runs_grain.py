@@ -17,6 +17,7 @@ from support import drive
 from runcontrol.commands import CancelRun, Command, SendSignal, SubmitRun, WakeRun
 from runcontrol.domain import RunAggregate, RunState, StepSpec, StepState, errors
 from runcontrol.grain import RunGrain
+from runcontrol.ids import new_run_id
 
 CHILD = StepSpec(name="go", agent_id="", kind="signal", signal="go")
 
@@ -92,7 +93,7 @@ def publish_pair(h: Harness, **run_step: Any) -> None:
 
 
 def submit(h: Harness, router: Router, workflow_id: str = "parent") -> UUID:
-    run_id = UUID(int=h.env.new_id().int)
+    run_id = new_run_id(h.tenant)
     command = SubmitRun(
         tenant_id=h.tenant,
         run_id=run_id,

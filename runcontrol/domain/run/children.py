@@ -23,7 +23,7 @@ from datetime import timedelta
 from typing import Any
 from uuid import UUID, uuid5
 
-from .. import errors
+from .. import errors, shards
 from .. import events as ev
 from ..hashing import canonical_json
 from ..machines import RunCommand, require
@@ -49,8 +49,9 @@ CHILD_RUN = "child-run"  # the actor of what a child tells its parent
 
 
 def child_run_id(parent_run_id: UUID, step_id: UUID, number: int) -> UUID:
-    """The id of the ``number``th child of the parent's step: the same every time."""
-    return uuid5(CHILD_RUNS, f"{parent_run_id}:{step_id}:{number}")
+    """The id of the ``number``th child of the parent's step: the same every time, in the
+    parent's virtual shard (a legacy parent's: the name-based id alone, as before shards)."""
+    return shards.derive(parent_run_id, uuid5(CHILD_RUNS, f"{parent_run_id}:{step_id}:{number}"))
 
 
 def child_key(parent_run_id: UUID, step_id: UUID, number: int) -> str:

@@ -18,15 +18,20 @@ from runcontrol import embedded
 
 @contextmanager
 def private_database() -> Iterator[str]:
-    """An embedded PostgreSQL in a temp dir (never the user's data), deleted afterwards."""
+    """An embedded PostgreSQL in a temp dir (never the user's data), stopped and deleted
+    afterwards, after a SIGTERM too (``embedded.start``)."""
     configured = os.environ.get("RUNCONTROL_DATABASE_URL")
     if configured:
         yield configured
         return
     root = tempfile.mkdtemp(prefix="rcb-", dir="/tmp")
+    data_dir = os.path.join(root, "pg")
     try:
-        yield embedded.start(os.path.join(root, "pg"), delete_on_exit=True)
+        yield embedded.start(data_dir, delete_on_exit=True)
     finally:
+        # Stopped before its directory goes: the wheel's stop at exit finds the server by
+        # the handle list in it, and would leave it running (issue 46).
+        embedded.stop(data_dir)
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+import ray
 from sqlalchemy.engine import make_url
 
 from runcontrol import embedded
@@ -33,6 +34,21 @@ def private_database() -> Iterator[str]:
         # the handle list in it, and would leave it running (issue 46).
         embedded.stop(data_dir)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def local_ray() -> None:
+    """A Ray runtime of the bench's own (2 CPUs, no dashboard, its workers' logs not sent
+    here), and SIGTERM made to unwind again: a Ray driver answers it with a failure handler
+    that aborts the process 3 s later, in the middle of its unwind, which left the bench's
+    PostgreSQL running (issue 46)."""
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+    )
+    embedded.unwind_on_sigterm(replace=True)
 
 
 def percentile(values: Sequence[float], p: float) -> float:

@@ -58,17 +58,18 @@ def stop_leftover(path: Path) -> int | None:
     return pid
 
 
-def unwind_on_sigterm() -> None:
+def unwind_on_sigterm(*, replace: bool = False) -> None:
     """Make SIGTERM end this process as Ctrl-C does (``KeyboardInterrupt``: ``finally``
     blocks, context managers and ``atexit``, where the wheel stops its server, all run), not
     by the default death, which leaves the server running with its data directory (issue 46:
     ``bench.spy`` ends its bench with SIGTERM). Only where SIGTERM has no handler yet (a
-    service's own drain keeps its), from the main thread; a second SIGTERM ends the process
-    at once. ``KeyboardInterrupt`` rather than ``SystemExit``: pytest takes the latter for a
-    failed test and goes on."""
+    service's own drain keeps its), unless ``replace`` (after ``ray.init``: a Ray driver's
+    SIGTERM handler aborts the process 3 s after the signal, whatever its unwind is doing);
+    from the main thread; a second SIGTERM ends the process at once. ``KeyboardInterrupt``
+    rather than ``SystemExit``: pytest takes the latter for a failed test and goes on."""
     if threading.current_thread() is not threading.main_thread():
         return
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    if not replace and signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         return
 
     def unwind(signum: int, _frame: object) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import re
 import shutil
@@ -35,7 +36,7 @@ from pathlib import Path
 
 import psycopg
 
-from runcontrol.embedded import DATABASE
+from runcontrol.embedded import DATABASE, HANDLES
 
 from . import cpu
 
@@ -258,7 +259,7 @@ def main() -> int:
             for row in _perf_report(Path(tmp) / "perf.data", args.top * 2):
                 print(f"  {row[:110]}")
     # The bench stops its server as it ends, on the SIGTERM above too (embedded.start).
-    print(f"\nthe bench's PostgreSQL: {', '.join(data_dirs)}")
+    print(f"\nthe bench's PostgreSQL: {' '.join(data_dirs)}")
     return 0
 
 
@@ -270,7 +271,8 @@ def _started(pid: int) -> int:
 
 def _postmasters(root: int) -> list[int]:
     """The PostgreSQL servers the bench started (its embedded server daemonises, so it is not
-    the child's descendant): postmasters (``bin/postgres -D``) started after the child."""
+    the child's descendant): postmasters (``bin/postgres -D``) started after the child whose
+    data directory's handle list (the wheel's holders) names it, not another's server."""
     try:
         found, since = [], _started(root)
     except OSError:
@@ -278,7 +280,10 @@ def _postmasters(root: int) -> list[int]:
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-            if b"bin/postgres\0-D" in cmd and _started(int(pid)) >= since:
+            if b"bin/postgres\0-D" not in cmd or _started(int(pid)) < since:
+                continue
+            data_dir = _arg(int(pid), "-D")
+            if data_dir and root in json.loads((Path(data_dir) / HANDLES).read_text()):
                 found.append(int(pid))
         except (OSError, IndexError, ValueError):
             continue

@@ -275,7 +275,7 @@ def test_spy_profiles_the_hosts_while_the_measured_runs_flow() -> None:
     assert samples > 0, hosts
     assert "RunGrain.execute (runcontrol/grain/grain.py)" in hosts, hosts
     # bench.spy ends its bench with SIGTERM: the bench's PostgreSQL stopped all the same.
-    data_dirs = done.stdout.rsplit("the bench's PostgreSQL: ", 1)[1].split()[0].split(",")
+    data_dirs = done.stdout.rsplit("the bench's PostgreSQL: ", 1)[1].split("\n")[0].split()
     assert data_dirs and all(d.endswith("/pg") for d in data_dirs), done.stdout
     assert not _servers_of(data_dirs), _servers_of(data_dirs)
 

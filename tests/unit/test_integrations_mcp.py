@@ -1,0 +1,177 @@
+"""``runcontrol.integrations.mcp`` on a step kept in memory (durable_step.py) against the
+example's real MCP server (tests/mcp_servers.py: a process, over stdio and over streamable
+HTTP, counting its tool bodies' runs in a file): journaled calls answered from the journal on
+re-entry, a side effect at most once, an approval of exactly the server, tool and arguments,
+a tool's error result journaled, a lost server ``Transient``; and a pydantic-ai agent's
+``MCPToolset`` under the same policy through ``run_agent``. The cluster, a worker killed after
+an approved call: tests/actors/test_integrations_mcp.py."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from durable_step import MemoryStep
+from mcp_servers import free_port, http_server, runs, stdio_server
+from pydantic_ai import Agent
+from pydantic_ai import messages as pm
+from pydantic_ai.mcp import MCPToolset
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from runcontrol.domain import canonical_hash
+from runcontrol.integrations.mcp import McpPolicy, McpRule, McpSession, mcp_session
+from runcontrol.integrations.pydantic_ai import run_agent
+from runcontrol.sdk import Transient
+from runcontrol.sdk._step import Parked
+
+POLICY = McpPolicy(
+    [
+        McpRule("notes", "lookup", "read"),
+        McpRule("notes", "refuse", "read"),
+        McpRule("notes", "record", "side-effect"),
+    ]
+)  # write: unmatched, so approval
+WRITE = {"path": "", "content": "approved text"}
+
+
+@pytest.fixture(params=["stdio", "http"])
+def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    counter = tmp_path / "runs.jsonl"
+    if request.param == "stdio":
+        yield stdio_server(counter)
+    else:
+        with http_server(counter) as url:
+            yield url
+
+
+def counter_of(tmp_path: Path) -> Path:
+    return tmp_path / "runs.jsonl"
+
+
+def session_run(step: MemoryStep, server: Any, body: Callable[[McpSession], Any]) -> Any:
+    async def main() -> Any:
+        async with mcp_session(step, "notes", server, POLICY) as notes:
+            return await body(notes)
+
+    return asyncio.run(main())
+
+
+def test_reads_are_answered_from_the_journal_on_reentry(server: Any, tmp_path: Path) -> None:
+    step = MemoryStep()
+
+    async def body(notes: McpSession) -> list[Any]:
+        tools = await notes.list_tools()
+        found = await notes.call_tool("lookup", {"key": "welcome"})
+        refused = await notes.call_tool("refuse", {"reason": "no"})
+        resource = await notes.read_resource("notes://welcome")
+        prompt = await notes.get_prompt("summarize", {"key": "welcome"})
+        return [
+            sorted(t.name for t in tools.tools),
+            found.structured_content,
+            (refused.is_error, "refused: no" in str(refused.content)),
+            resource.contents[0].model_dump().get("text"),
+            len(prompt.messages),
+        ]
+
+    first = session_run(step, server, body)
+    assert first == [
+        ["lookup", "record", "refuse", "write"],
+        {"result": "hello from the notes server"},
+        (True, True),  # a tool's own error is a result, journaled
+        "hello from the notes server",
+        1,
+    ]
+    step.reenter()
+    assert session_run(step, server, body) == first
+    assert runs(counter_of(tmp_path)) == {"lookup": 1, "refuse": 1}  # not asked again
+
+
+def test_a_side_effect_runs_at_most_once_and_an_approval_binds_its_arguments(
+    server: Any, tmp_path: Path
+) -> None:
+    step = MemoryStep()
+    target = tmp_path / "out.txt"
+    arguments = dict(WRITE, path=str(target))
+
+    async def body(notes: McpSession) -> Any:
+        await notes.call_tool("record", {"key": "k", "text": "t"})
+        return await notes.call_tool("write", arguments)
+
+    with pytest.raises(Parked):
+        session_run(step, server, body)
+    proposal = {"server": "notes", "tool": "write", "arguments": arguments}
+    assert step.asked == [proposal]
+    assert runs(counter_of(tmp_path)) == {"record": 1}
+    # Approved: the write runs once, the record is not made again; a second re-entry
+    # (a retry) replays both.
+    for _ in range(2):
+        step.reenter(canonical_hash(proposal))
+        written = session_run(step, server, body)
+        assert not written.is_error
+    assert target.read_text() == "approved text"
+    assert runs(counter_of(tmp_path)) == {"record": 1, "write": 1}
+    # A changed argument is a new proposal: asked, not run.
+    step.reenter(canonical_hash(proposal))
+    arguments["content"] = "other text"
+    with pytest.raises(Parked):
+        session_run(step, server, lambda notes: notes.call_tool("write", arguments))
+    assert step.asked[-1]["arguments"]["content"] == "other text"
+    assert runs(counter_of(tmp_path))["write"] == 1
+
+
+def test_a_server_out_of_reach_is_transient_and_not_journaled() -> None:
+    step = MemoryStep()
+    url = f"http://127.0.0.1:{free_port()}/mcp"
+    with pytest.raises(Transient, match="notes"):
+        session_run(step, url, lambda notes: notes.call_tool("lookup", {"key": "welcome"}))
+    assert step.journal == {}  # the next execution asks again
+
+
+def mcp_planner(path: str) -> Callable[[list[pm.ModelMessage], AgentInfo], pm.ModelResponse]:
+    """Looks a note up, writes it to ``path`` (the approval tool), answers ``done``."""
+
+    def respond(messages: list[pm.ModelMessage], info: AgentInfo) -> pm.ModelResponse:
+        returned = [
+            part
+            for message in messages
+            if isinstance(message, pm.ModelRequest)
+            for part in message.parts
+            if isinstance(part, pm.ToolReturnPart)
+        ]
+        if not returned:
+            return pm.ModelResponse([pm.ToolCallPart("lookup", {"key": "welcome"}, "c1")])
+        if len(returned) == 1:
+            arguments = {"path": path, "content": str(returned[0].content)}
+            return pm.ModelResponse([pm.ToolCallPart("write", arguments, "c2")])
+        return pm.ModelResponse([pm.TextPart("done")])
+
+    return respond
+
+
+def test_a_pydantic_ai_agents_mcp_toolset_is_under_the_policy(server: Any, tmp_path: Path) -> None:
+    from fastmcp.client.transports import StdioTransport
+
+    target = tmp_path / "out.txt"
+    if not isinstance(server, str):  # the FastMCP client's own stdio transport
+        server = StdioTransport(server.command, server.args, env=server.env, cwd=server.cwd)
+    toolset = MCPToolset(server, id="notes")
+    agent = Agent(FunctionModel(mcp_planner(str(target))), toolsets=[toolset])
+    step = MemoryStep()
+
+    def run() -> str:
+        return asyncio.run(run_agent(step, agent, "copy the note", mcp=POLICY, stream=False)).output
+
+    with pytest.raises(Parked):
+        run()
+    proposal = step.asked[-1]
+    assert proposal["server"] == "notes" and proposal["tool"] == "write"
+    assert proposal["arguments"]["path"] == str(target)
+    step.reenter(canonical_hash(proposal))
+    assert run() == "done"
+    step.reenter(canonical_hash(proposal))
+    assert run() == "done"
+    assert target.read_text() == "hello from the notes server"
+    assert runs(counter_of(tmp_path)) == {"lookup": 1, "write": 1}

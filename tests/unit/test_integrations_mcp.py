@@ -4,7 +4,7 @@ HTTP, counting its tool bodies' runs in a file): journaled calls answered from t
 re-entry, a side effect at most once, an approval of exactly the server, tool and arguments,
 a tool's error result journaled, a lost server ``Transient``; and a pydantic-ai agent's
 ``MCPToolset`` under the same policy through ``run_agent``. The cluster, a worker killed after
-an approved call: tests/actors/test_integrations_mcp.py."""
+an approved call: tests/actors/test_example_mcp.py."""
 
 from __future__ import annotations
 

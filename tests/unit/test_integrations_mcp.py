@@ -47,6 +47,12 @@ def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
             yield url
 
 
+@pytest.fixture
+def http(tmp_path: Path) -> Iterator[str]:
+    with http_server(counter_of(tmp_path)) as url:
+        yield url
+
+
 def counter_of(tmp_path: Path) -> Path:
     return tmp_path / "runs.jsonl"
 
@@ -130,48 +136,84 @@ def test_a_server_out_of_reach_is_transient_and_not_journaled() -> None:
     assert step.journal == {}  # the next execution asks again
 
 
-def mcp_planner(path: str) -> Callable[[list[pm.ModelMessage], AgentInfo], pm.ModelResponse]:
-    """Looks a note up, writes it to ``path`` (the approval tool), answers ``done``."""
+def copy_note(path: str, results: list[str]) -> tuple[str, dict[str, Any]] | None:
+    """The scripted model's next call, by the results it was sent: look the note up, write it
+    to ``path`` (the approval tool), then none (it answers ``done``)."""
+    if not results:
+        return "lookup", {"key": "welcome"}
+    if len(results) == 1:
+        return "write", {"path": path, "content": results[0]}
+    return None
 
+
+def pydantic_runner(url: str, path: str) -> Callable[[MemoryStep], str]:
     def respond(messages: list[pm.ModelMessage], info: AgentInfo) -> pm.ModelResponse:
-        returned = [
-            part
+        results = [
+            str(part.content)
             for message in messages
             if isinstance(message, pm.ModelRequest)
             for part in message.parts
             if isinstance(part, pm.ToolReturnPart)
         ]
-        if not returned:
-            return pm.ModelResponse([pm.ToolCallPart("lookup", {"key": "welcome"}, "c1")])
-        if len(returned) == 1:
-            arguments = {"path": path, "content": str(returned[0].content)}
-            return pm.ModelResponse([pm.ToolCallPart("write", arguments, "c2")])
-        return pm.ModelResponse([pm.TextPart("done")])
+        if (call := copy_note(path, results)) is None:
+            return pm.ModelResponse([pm.TextPart("done")])
+        return pm.ModelResponse([pm.ToolCallPart(*call, tool_call_id=f"c{len(results)}")])
 
-    return respond
+    agent = Agent(FunctionModel(respond), toolsets=[MCPToolset(url, id="notes")])
+
+    def run(step: MemoryStep) -> str:
+        return asyncio.run(run_agent(step, agent, "copy", mcp=POLICY, stream=False)).output
+
+    return run
 
 
-def test_a_pydantic_ai_agents_mcp_toolset_is_under_the_policy(server: Any, tmp_path: Path) -> None:
-    from fastmcp.client.transports import StdioTransport
+def openai_runner(url: str, path: str) -> Callable[[MemoryStep], str]:
+    from agents import Agent as OpenAIAgent
+    from agents import RunConfig
+    from agents.mcp import MCPServerStreamableHttp
+    from agents.testing import assistant_message, function_call
+    from scripted_agents import OpenAIPlanner
 
+    from runcontrol.integrations import openai_agents
+
+    class Planner(OpenAIPlanner):
+        def respond(self, input: Any) -> list[Any]:
+            items = [dict(i) for i in ([] if isinstance(input, str) else input)]
+            results = [str(i["output"]) for i in items if i.get("type") == "function_call_output"]
+            if (call := copy_note(path, results)) is None:
+                return [assistant_message("done")]
+            return [function_call(*call, call_id=f"c{len(results)}")]
+
+    def run(step: MemoryStep) -> str:
+        async def main() -> str:
+            async with MCPServerStreamableHttp({"url": url}, name="notes") as notes:
+                agent = OpenAIAgent(name="notes", model=Planner(), mcp_servers=[notes])
+                config = RunConfig(tracing_disabled=True)
+                result = await openai_agents.run_agent(
+                    step, agent, "copy", mcp=POLICY, stream=False, run_config=config
+                )
+                return str(result.final_output)
+
+        return asyncio.run(main())
+
+    return run
+
+
+@pytest.mark.parametrize("runner", [pydantic_runner, openai_runner], ids=["pydantic-ai", "openai"])
+def test_an_agents_mcp_server_is_under_the_policy(
+    http: str, tmp_path: Path, runner: Callable[..., Callable[[MemoryStep], str]]
+) -> None:
+    """Each framework's own MCP server type (over HTTP: stdio is the same to the adapters)."""
     target = tmp_path / "out.txt"
-    if not isinstance(server, str):  # the FastMCP client's own stdio transport
-        server = StdioTransport(server.command, server.args, env=server.env, cwd=server.cwd)
-    toolset = MCPToolset(server, id="notes")
-    agent = Agent(FunctionModel(mcp_planner(str(target))), toolsets=[toolset])
+    run = runner(http, str(target))
     step = MemoryStep()
-
-    def run() -> str:
-        return asyncio.run(run_agent(step, agent, "copy the note", mcp=POLICY, stream=False)).output
-
     with pytest.raises(Parked):
-        run()
+        run(step)
     proposal = step.asked[-1]
     assert proposal["server"] == "notes" and proposal["tool"] == "write"
     assert proposal["arguments"]["path"] == str(target)
-    step.reenter(canonical_hash(proposal))
-    assert run() == "done"
-    step.reenter(canonical_hash(proposal))
-    assert run() == "done"
-    assert target.read_text() == "hello from the notes server"
+    for _ in range(2):  # approved, then a retry of the step: the calls replayed
+        step.reenter(canonical_hash(proposal))
+        assert run(step) == "done"
+    assert "hello from the notes server" in target.read_text()
     assert runs(counter_of(tmp_path)) == {"lookup": 1, "write": 1}

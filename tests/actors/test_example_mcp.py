@@ -14,13 +14,13 @@ from __future__ import annotations
 import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import pytest
-from actor_harness import REQUESTER, RayHarness, poll, run_async
+from actor_harness import REQUESTER, RayHarness
 from mcp_servers import http_server, runs
-from support import stop_processes
-from test_sdk import ONE_SLOT, outcomes_per_attempt, worker_process
+from test_sdk import app_worker, killed_mid_run, outcomes_per_attempt
 
 from examples.mcp import agents
 from runcontrol.domain import Decision, Role, WorkflowDefinition, canonical_hash, errors
@@ -31,13 +31,11 @@ APP = "examples.mcp.agents:worker"
 def start_worker(
     h: RayHarness, tmp_path: Path, url: str, holder: str, pause_s: float
 ) -> subprocess.Popen[bytes]:
-    return worker_process(
+    return app_worker(
         h,
         tmp_path,
         holder,
         APP,
-        f"--tenant={h.tenant}",
-        ONE_SLOT,
         MCP_NOTES_URL=url,
         MCP_EXAMPLE_AGENT=h.agent(agents.AGENT_ID),
         MCP_EXAMPLE_PAUSE_S=str(pause_s),
@@ -52,31 +50,36 @@ def test_an_approved_mcp_write_runs_once_across_a_killed_worker(
         h.tenant, definition, "publisher", datetime.now(UTC), ("latest",)
     )
     counter, target = tmp_path / "runs.jsonl", tmp_path / "copy.txt"
+    asked: dict[str, Any] = {}
+
+    async def submit_and_approve() -> UUID:
+        """Submitted; the requester's decision refused, the reviewer's taken."""
+        request = h.request(input={"path": str(target)}, workflow_id=agents.WORKFLOW_ID)
+        run_id = (await h.submit(request)).run_id
+        asked.update((await h.wait_type(run_id, "ApprovalRequested", timeout=90))["payload"])
+        approval_id, proposal_hash = UUID(asked["approvalId"]), asked["proposalHash"]
+        requester = h.principal(REQUESTER, Role.REQUESTER, Role.REVIEWER)
+        with pytest.raises(errors.SeparationOfDuties):  # however many roles it holds
+            await h.decide(requester, approval_id, Decision.APPROVE, 1, proposal_hash)
+        await h.approve_requested(asked)
+        return run_id
+
+    async def approved(run_id: UUID) -> None:
+        return None  # before the kill
+
     with http_server(counter) as url:
-        first = start_worker(h, tmp_path, url, "mcp-kill-1", pause_s=60.0)
-        second: subprocess.Popen[bytes] | None = None
-
-        async def scenario() -> tuple[UUID, dict[str, object]]:
-            nonlocal second
-            request = h.request(input={"path": str(target)}, workflow_id=agents.WORKFLOW_ID)
-            run_id = (await h.submit(request)).run_id
-            asked = (await h.wait_type(run_id, "ApprovalRequested", timeout=90))["payload"]
-            approval_id, proposal_hash = UUID(asked["approvalId"]), asked["proposalHash"]
-            requester = h.principal(REQUESTER, Role.REQUESTER, Role.REVIEWER)
-            with pytest.raises(errors.SeparationOfDuties):  # however many roles it holds
-                await h.decide(requester, approval_id, Decision.APPROVE, 1, proposal_hash)
-            await h.approve_requested(asked)
-            await poll(lambda: runs(counter)["write"], "the write", timeout=90)
-            first.kill()  # right after the call: the model's next request pauses
-            first.wait(10)
-            second = start_worker(h, tmp_path, url, "mcp-kill-2", pause_s=0.0)
-            await h.wait_type(run_id, "RunCompleted", timeout=120)
-            return run_id, asked
-
-        try:
-            run_id, asked = run_async(scenario(), timeout=300)
-        finally:
-            stop_processes(first, second)
+        # Killed right after the write ran: the model's next request pauses in the first.
+        run_id, _, _ = killed_mid_run(
+            h,
+            (
+                lambda: start_worker(h, tmp_path, url, "mcp-kill-1", pause_s=60.0),
+                lambda: start_worker(h, tmp_path, url, "mcp-kill-2", pause_s=0.0),
+            ),
+            submit_and_approve,
+            lambda run_id: lambda: runs(counter)["write"],
+            "the approved write",
+            approved,
+        )
     h.assert_consistent(run_id)
     arguments = {"path": str(target), "content": "hello from the notes server"}
     proposal = {"server": "notes", "tool": "write", "arguments": arguments}

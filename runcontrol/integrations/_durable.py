@@ -140,13 +140,15 @@ class AgentCalls:
         *,
         side_effect: bool = False,
         proposal: dict[str, Any] | None = None,
+        ready: Callable[[], Awaitable[None]] | None = None,
     ) -> Any:
         """``call()`` (the tool; it returns its JSON form), journaled; a ``side_effect`` is
         also claimed with ``step.tool_call`` first (at most once per run): an execution that
         finds it completed gets the result stored with the claim, one that finds it claimed
         and unfinished (a worker died during it) raises ``Uncertain``, stored as the call's
         final error: the step settles ``Uncertain`` for an operator to resolve. ``proposal``:
-        the claim's request (default: ``tool_proposal``)."""
+        the claim's request (default: ``tool_proposal``); ``ready()``, awaited before the
+        claim, fails while nothing is claimed (a connection to open)."""
         self.check_cancelled()
         name = self._tool_name(tool, call_id)
         if not side_effect:
@@ -154,6 +156,8 @@ class AgentCalls:
 
         async def once() -> Any:
             request = proposal or tool_proposal(tool, arguments)
+            if ready is not None:
+                await ready()
             claim = await self.step.tool_call(f"{self.step.step_id}:{name}", request)
             if claim.status is ToolCallStatus.COMPLETED and claim.result is not None:
                 return claim.result  # it ran, and its result was stored with the claim

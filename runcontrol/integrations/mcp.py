@@ -62,6 +62,7 @@ __all__ = [
 ToolKind = Literal["read", "side-effect", "approval"]
 KINDS: tuple[ToolKind, ...] = ("read", "side-effect", "approval")
 Model = TypeVar("Model", bound=BaseModel)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -138,15 +139,18 @@ async def policy_call(
     call_id: str,
     arguments: dict[str, Any],
     call: Callable[[], Awaitable[Any]],
+    ready: Callable[[], Awaitable[None]] | None = None,
 ) -> Any:
     """``call()`` (an MCP tool's call; it returns its JSON form) as its ``kind`` says: journaled;
     and claimed at most once for ``side-effect``; approved first, then claimed, for
-    ``approval``."""
+    ``approval``. ``ready()`` (the connection opened) comes before a claim: a server out of
+    reach leaves no claim behind, only a call that may have reached it does."""
     proposal = mcp_proposal(server, tool, arguments)
     if kind == "approval":
         await calls.approve(tool, call_id, arguments, proposal=proposal)
+    side_effect = kind != "read"
     return await calls.tool(
-        tool, call_id, arguments, call, side_effect=kind != "read", proposal=proposal
+        tool, call_id, arguments, call, side_effect=side_effect, proposal=proposal, ready=ready
     )
 
 
@@ -184,11 +188,22 @@ class McpSession:
         await self._stack.aclose()
 
     async def _request(self, send: Callable[[Client], Awaitable[BaseModel]]) -> dict[str, Any]:
-        """``send`` over the connection (opened if need be), its answer's JSON form; the
-        connection is dropped on failure, for the next call to reopen."""
+        """``send`` over the connection (opened if need be), its answer's JSON form."""
+
+        async def sent() -> dict[str, Any]:
+            return _dumped(await send(await self._connected()))
+
+        return await self._guarded(sent)
+
+    async def _ready(self) -> None:
+        await self._guarded(self._connected)
+
+    async def _guarded(self, work: Callable[[], Awaitable[T]]) -> T:
+        """``work()`` with MCP's failures mapped; the connection is dropped on failure, for
+        the next call to reopen."""
         try:
             async with transient_mcp_errors(self.name):
-                return _dumped(await send(await self._connected()))
+                return await work()
         except AgentError:
             try:
                 await self.close()
@@ -234,7 +249,9 @@ class McpSession:
             return await self._request(lambda c: c.call_tool(tool, arguments))
 
         kind = self.policy.kind(self.name, tool)
-        result = await policy_call(self.calls, kind, self.name, tool, call_id, arguments, call)
+        result = await policy_call(
+            self.calls, kind, self.name, tool, call_id, arguments, call, self._ready
+        )
         return CallToolResult.model_validate(cast(dict[str, Any], result))
 
 

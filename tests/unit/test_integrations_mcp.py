@@ -128,6 +128,47 @@ def test_a_side_effect_runs_at_most_once_and_an_approval_binds_its_arguments(
     assert runs(counter_of(tmp_path))["write"] == 1
 
 
+def test_a_lost_server_is_transient_and_the_retried_step_replays_the_calls_before(
+    tmp_path: Path,
+) -> None:
+    step = MemoryStep()
+
+    async def body(notes: McpSession) -> Any:
+        await notes.call_tool("lookup", {"key": "welcome"})
+        await notes.call_tool("record", {"key": "k", "text": "t"})
+        return await notes.call_tool("lookup", {"key": "k"})
+
+    with http_server(counter_of(tmp_path)) as url:
+        session_run(step, url, lambda notes: notes.call_tool("lookup", {"key": "welcome"}))
+    # The server is gone (its process ended) before the step's second call.
+    step.reenter()
+    with pytest.raises(Transient, match="notes"):
+        session_run(step, url, body)
+    step.reenter()  # retried: the connection is opened again, to the server back up
+    with http_server(counter_of(tmp_path)) as url:
+        found = session_run(step, url, body)
+    assert found.structured_content == {"result": "t"}
+    assert runs(counter_of(tmp_path)) == {"lookup": 2, "record": 1}  # welcome once, k once
+
+
+def test_a_policy_takes_the_first_matching_rule_and_fails_closed() -> None:
+    policy = McpPolicy.from_block(
+        {
+            "tools": [
+                {"server": "notes", "tool": "lookup*", "kind": "read"},
+                {"tool": "delete_*", "kind": "approval"},
+                {"server": "notes", "kind": "side-effect"},
+            ]
+        }
+    )
+    assert policy.kind("notes", "lookup_all") == "read"
+    assert policy.kind("files", "delete_all") == "approval"
+    assert policy.kind("notes", "record") == "side-effect"
+    assert policy.kind("files", "read") == "approval"  # no rule: the default
+    with pytest.raises(ValueError, match="kind"):
+        McpRule("notes", "*", "write")  # type: ignore[arg-type]
+
+
 def test_a_server_out_of_reach_is_transient_and_not_journaled() -> None:
     step = MemoryStep()
     url = f"http://127.0.0.1:{free_port()}/mcp"

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from agents import Agent, FunctionTool
-from agents.exceptions import AgentsException
+from agents.exceptions import AgentsException, ModelBehaviorError, UserError
 from agents.run_context import RunContextWrapper
 from agents.tool import Tool, get_function_tool_origin
 from agents.tool_context import ToolContext
@@ -30,9 +30,11 @@ def _journaled_mcp_tool(tool: FunctionTool, calls: AgentCalls, policy: McpPolicy
 
     async def on_invoke_tool(ctx: ToolContext[Any], arguments: str) -> Any:
         async def call() -> Any:
-            async with transient_mcp_errors(server):
+            async with transient_mcp_errors(server, passing=(ModelBehaviorError, UserError)):
                 try:
                     return to_jsonable_python(await invoke(ctx, arguments))
+                except (ModelBehaviorError, UserError):  # the model's or the code's: as they are
+                    raise
                 except AgentsException as exc:  # the SDK's wrapping of the MCP call's failure
                     if isinstance(exc.__cause__, Exception):
                         raise exc.__cause__ from exc

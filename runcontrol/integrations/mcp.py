@@ -114,14 +114,18 @@ REFUSED = frozenset({-32700, -32600, -32601, -32602})
 
 
 @asynccontextmanager
-async def transient_mcp_errors(server: str) -> AsyncIterator[None]:
+async def transient_mcp_errors(
+    server: str, passing: tuple[type[Exception], ...] = ()
+) -> AsyncIterator[None]:
     """Inside: an MCP request's failure raised as the step's error kind. A tool's own error is
     not raised by the SDK (it is a result with ``isError``), so what is raised here is the
     connection's or the protocol's: ``Permanent`` for a refused request, else ``Transient``
-    (a lost connection, a server's internal error, a timeout)."""
+    (a lost connection, a server's internal error, a timeout). The ``passing`` kinds (an agent
+    framework's own errors) are raised as they are."""
+    kept: tuple[type[Exception], ...] = (AgentError, *passing)
     try:
         yield
-    except (AgentError, GeneratorExit):
+    except kept:
         raise
     except MCPError as exc:
         if exc.code in REFUSED:

@@ -40,12 +40,14 @@ from pydantic_ai.agent import AgentRunResult
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.capabilities.abstract import ValidatedToolArgs, WrapToolExecuteHandler
 from pydantic_ai.exceptions import (
+    AgentRunError,
     ModelConnectionError,
     ModelRateLimitError,
     ModelRequestTimeout,
     ModelServerError,
     ModelUnavailableError,
     ToolRetryError,
+    UserError,
 )
 from pydantic_ai.messages import (
     AgentStreamEvent,
@@ -279,7 +281,7 @@ async def _mcp_call(
     server, tool = served
 
     async def mapped() -> dict[str, Any]:
-        async with transient_mcp_errors(server):
+        async with transient_mcp_errors(server, passing=(AgentRunError, UserError)):
             return await execute()
 
     kind = policy.kind(server, tool)

@@ -29,7 +29,7 @@ primitives instead:
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -40,14 +40,12 @@ from pydantic_ai.agent import AgentRunResult
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.capabilities.abstract import ValidatedToolArgs, WrapToolExecuteHandler
 from pydantic_ai.exceptions import (
-    AgentRunError,
     ModelConnectionError,
     ModelRateLimitError,
     ModelRequestTimeout,
     ModelServerError,
     ModelUnavailableError,
     ToolRetryError,
-    UserError,
 )
 from pydantic_ai.messages import (
     AgentStreamEvent,
@@ -196,9 +194,12 @@ class RunControlDurability(AbstractCapability[Any]):
         side_effect = call.tool_name in self.side_effects or bool(
             (tool_def.metadata or {}).get("side_effect")
         )
-        if self.mcp is not None and (served := _mcp_tool(tool_def)) is not None:
-            outcome = await _mcp_call(self.calls, self.mcp, served, call, execute)
-        else:
+        outcome = None
+        if self.mcp is not None:  # an MCP toolset's tool is called as the policy says
+            from ._pydantic_ai_mcp import mcp_call
+
+            outcome = await mcp_call(self.calls, self.mcp, call, tool_def, execute)
+        if outcome is None:
             outcome = await self.calls.tool(
                 call.tool_name,
                 call.tool_call_id,
@@ -260,33 +261,6 @@ async def run_agent(
     if stream and run_options.get("event_stream_handler") is None:
         run_options["event_stream_handler"] = _drained  # a handler makes the run stream
     return await agent.run(prompt, capabilities=capabilities, **run_options)
-
-
-def _mcp_tool(tool_def: ToolDefinition) -> tuple[str, str] | None:
-    from ._pydantic_ai_mcp import mcp_tool
-
-    return mcp_tool(tool_def)
-
-
-async def _mcp_call(
-    calls: AgentCalls,
-    policy: McpPolicy,
-    served: tuple[str, str],
-    call: ToolCallPart,
-    execute: Callable[[], Awaitable[dict[str, Any]]],
-) -> Any:
-    """An MCP toolset's tool called as ``policy`` says, its failures mapped (docs/mcp.md)."""
-    from .mcp import policy_call, transient_mcp_errors
-
-    server, tool = served
-
-    async def mapped() -> dict[str, Any]:
-        async with transient_mcp_errors(server, passing=(AgentRunError, UserError)):
-            return await execute()
-
-    kind = policy.kind(server, tool)
-    arguments = call.args_as_dict()
-    return await policy_call(calls, kind, server, tool, call.tool_call_id, arguments, mapped)
 
 
 async def _drained(ctx: RunContext[Any], events: Any) -> None:

@@ -109,13 +109,7 @@ def main() -> int:
     # The same Serve ingress as `make run`: it must be in the environment before ray.init.
     results["serve_ingress"] = use_fast_ingress(local_ports=True)
     with common.private_database() as url:
-        ray.init(
-            address="local",  # our own cluster, with the settings above
-            num_cpus=2,
-            include_dashboard=False,
-            log_to_driver=False,
-            configure_logging=False,
-        )
+        common.local_ray()
         try:
             if args.only is None or "transitions" in args.only:
                 print("pgbench (UPDATE run + INSERT outbox, 8 clients) ...", flush=True)

@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+import ray
 from sqlalchemy.engine import make_url
 
 from runcontrol import embedded
@@ -18,16 +19,36 @@ from runcontrol import embedded
 
 @contextmanager
 def private_database() -> Iterator[str]:
-    """An embedded PostgreSQL in a temp dir (never the user's data), deleted afterwards."""
+    """An embedded PostgreSQL in a temp dir (never the user's data), stopped and deleted
+    afterwards, after a SIGTERM too (``embedded.start``)."""
     configured = os.environ.get("RUNCONTROL_DATABASE_URL")
     if configured:
         yield configured
         return
     root = tempfile.mkdtemp(prefix="rcb-", dir="/tmp")
+    data_dir = os.path.join(root, "pg")
     try:
-        yield embedded.start(os.path.join(root, "pg"), delete_on_exit=True)
+        yield embedded.start(data_dir, delete_on_exit=True)
     finally:
+        # Stopped before its directory goes: the wheel's stop at exit finds the server by
+        # the handle list in it, and would leave it running (issue 46).
+        embedded.stop(data_dir)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def local_ray() -> None:
+    """A Ray runtime of the bench's own (2 CPUs, no dashboard, its workers' logs not sent
+    here), and SIGTERM made to unwind again: a Ray driver answers it with a failure handler
+    that aborts the process 3 s later, in the middle of its unwind, which left the bench's
+    PostgreSQL running (issue 46)."""
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+    )
+    embedded.unwind_on_sigterm(replace=True)
 
 
 def percentile(values: Sequence[float], p: float) -> float:

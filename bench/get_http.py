@@ -51,13 +51,7 @@ def main() -> int:
         grain = RunGrain(container.env, tenant, uuid.uuid4())
         principal = Principal("bench-user", tenant, "bench", frozenset({Role.REQUESTER}))
         asyncio.run(_submit(grain, principal))  # the grain's store is async
-        ray.init(
-            address="local",
-            num_cpus=2,
-            include_dashboard=False,
-            log_to_driver=False,
-            configure_logging=False,
-        )
+        common.local_ray()
         try:
             from serve_app import RunControlApi
 

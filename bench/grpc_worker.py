@@ -155,13 +155,7 @@ def main() -> int:
     args = parser.parse_args()
     use_fast_ingress(local_ports=True)
     with common.private_database() as url:
-        ray.init(
-            address="local",
-            num_cpus=2,
-            include_dashboard=False,
-            log_to_driver=False,
-            configure_logging=False,
-        )
+        common.local_ray()
         try:
             ceiling = common.pgbench_tps(url, seconds=10)
             figures = run(url, runs=args.runs, drivers=args.concurrency)

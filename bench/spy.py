@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import re
 import shutil
@@ -35,7 +36,7 @@ from pathlib import Path
 
 import psycopg
 
-from runcontrol.embedded import DATABASE
+from runcontrol.embedded import DATABASE, HANDLES
 
 from . import cpu
 
@@ -107,10 +108,8 @@ def _wait_for_runs(child: subprocess.Popen[bytes]) -> None:
     while child.poll() is None:
         time.sleep(1.0)
         for postmaster in _postmasters(child.pid):
-            try:
-                args = Path(f"/proc/{postmaster}/cmdline").read_bytes().decode().split("\0")
-                socket_dir = args[args.index("-k") + 1]
-            except (OSError, ValueError, IndexError):
+            socket_dir = _arg(postmaster, "-k")
+            if socket_dir is None:
                 continue  # it ended, or listens on no socket
             try:
                 with psycopg.connect(host=socket_dir, dbname=DATABASE, user="postgres") as conn:
@@ -119,6 +118,15 @@ def _wait_for_runs(child: subprocess.Popen[bytes]) -> None:
                 continue  # not up yet, or not the schema yet
             if row and row[0] > MEASURED_AFTER:
                 return
+
+
+def _arg(pid: int, flag: str) -> str | None:
+    """The value after ``flag`` on ``pid``'s command line (None: it ended, or has none)."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+        return args[args.index(flag) + 1]
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _perf_report(data: Path, top: int) -> list[str]:
@@ -187,6 +195,7 @@ def main() -> int:
                 print(Path(f"{tmp}/bench.log").read_text()[-3000:], file=sys.stderr)
                 return 1
             roots = [child.pid, *_postmasters(child.pid)]
+            data_dirs = [d for pid in roots[1:] if (d := _arg(pid, "-D"))]
             found = cpu.cpu_by_process(child.pid, workers, roots)
             # py-spy reads each process's symbols when it attaches (seconds of CPU for Ray's
             # native libraries): the window starts after that.
@@ -249,6 +258,8 @@ def main() -> int:
             print(f"\npostgres: {share['postgres']:.1f}% of a core (perf, own samples by symbol)")
             for row in _perf_report(Path(tmp) / "perf.data", args.top * 2):
                 print(f"  {row[:110]}")
+    # The bench stops its server as it ends, on the SIGTERM above too (embedded.start).
+    print(f"\nthe bench's PostgreSQL: {' '.join(data_dirs)}")
     return 0
 
 
@@ -260,7 +271,8 @@ def _started(pid: int) -> int:
 
 def _postmasters(root: int) -> list[int]:
     """The PostgreSQL servers the bench started (its embedded server daemonises, so it is not
-    the child's descendant): postmasters (``bin/postgres -D``) started after the child."""
+    the child's descendant): postmasters (``bin/postgres -D``) started after the child whose
+    data directory's handle list (the wheel's holders) names it, not another's server."""
     try:
         found, since = [], _started(root)
     except OSError:
@@ -268,7 +280,10 @@ def _postmasters(root: int) -> list[int]:
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-            if b"bin/postgres\0-D" in cmd and _started(int(pid)) >= since:
+            if b"bin/postgres\0-D" not in cmd or _started(int(pid)) < since:
+                continue
+            data_dir = _arg(int(pid), "-D")
+            if data_dir and root in json.loads((Path(data_dir) / HANDLES).read_text()):
                 found.append(int(pid))
         except (OSError, IndexError, ValueError):
             continue

@@ -6,10 +6,11 @@ The spec's ``RunControl:Leases:DurationSeconds`` is ``RUNCONTROL_LEASES__DURATIO
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
-from pydantic import BaseModel, Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .domain import Options
 
@@ -386,6 +387,42 @@ class ApiOptions(BaseModel):
     )
 
 
+class ShardOptions(BaseModel):
+    """Tenant shards (issue 41; docs/sharding.md). Read and checked only: no second database is
+    opened yet, every virtual shard is on the first."""
+
+    databases: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Shards:Databases: the owner URLs of the shard databases, comma-separated "
+        "(or a JSON list), the first holding the directory; a database is its position, so the "
+        "list only grows. Empty: the one database of RUNCONTROL_DATABASE_URL.",
+    )
+
+    @field_validator("databases", mode="before")
+    @classmethod
+    def _split(cls, value: object) -> object:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [url.strip() for url in text.split(",") if url.strip()]
+        return value
+
+    @field_validator("databases")
+    @classmethod
+    def _urls(cls, urls: list[str]) -> list[str]:
+        for url in urls:
+            scheme, _, rest = url.partition("://")
+            if not (scheme.startswith("postgresql") and rest):
+                shown = f"{scheme}://...@{rest.rsplit('@', 1)[-1]}"  # never a password
+                raise ValueError(
+                    f"RUNCONTROL_SHARDS__DATABASES: {shown} is not a postgresql:// URL"
+                )
+        if len(set(urls)) != len(urls):
+            raise ValueError("RUNCONTROL_SHARDS__DATABASES names a database twice")
+        return urls
+
+
 class DrainOptions(BaseModel):
     """Graceful drain (SIGTERM to ``runcontrol up``, a run host or an API replica replaced):
     new submissions and claims are refused with 503 ``draining``, commands in flight finish."""
@@ -466,6 +503,24 @@ class Settings(BaseSettings):
     telemetry: TelemetryOptions = TelemetryOptions()
     drain: DrainOptions = DrainOptions()
     console: ConsoleOptions = ConsoleOptions()
+    shards: ShardOptions = ShardOptions()
+
+    @model_validator(mode="after")
+    def _first_shard(self) -> Settings:
+        listed = self.shards.databases
+        if listed and self.database_url is not None and listed[0] != self.database_url:
+            raise ValueError(
+                "RUNCONTROL_SHARDS__DATABASES must list RUNCONTROL_DATABASE_URL first (the first "
+                "database holds the directory and every run stored before shards)"
+            )
+        return self
+
+    def shard_databases(self) -> tuple[str, ...]:
+        """The shard databases' owner URLs, the first holding the directory: the listed ones,
+        else ``database_url`` alone (empty: the embedded database, the one there is)."""
+        if self.shards.databases:
+            return tuple(self.shards.databases)
+        return () if self.database_url is None else (self.database_url,)
 
     def options(self) -> Options:
         return Options(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import signal
+import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -57,13 +58,36 @@ def stop_leftover(path: Path) -> int | None:
     return pid
 
 
+def unwind_on_sigterm(*, replace: bool = False) -> None:
+    """Make SIGTERM end this process as Ctrl-C does (``KeyboardInterrupt``: ``finally``
+    blocks, context managers and ``atexit``, where the wheel stops its server, all run), not
+    by the default death, which leaves the server running with its data directory (issue 46:
+    ``bench.spy`` ends its bench with SIGTERM). Only where SIGTERM has no handler yet (a
+    service's own drain keeps its), unless ``replace`` (after ``ray.init``: a Ray driver's
+    SIGTERM handler aborts the process 3 s after the signal, whatever its unwind is doing);
+    from the main thread; a second SIGTERM ends the process at once. ``KeyboardInterrupt``
+    rather than ``SystemExit``: pytest takes the latter for a failed test and goes on."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if not replace and signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def unwind(signum: int, _frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, unwind)
+
+
 def start(
     data_dir: str | Path,
     *,
     delete_on_exit: bool = False,
     say: Callable[[str], None] = log.warning,
 ) -> str:
-    """Start (or attach to) the embedded server; return a superuser SQLAlchemy URL."""
+    """Start (or attach to) the embedded server; return a superuser SQLAlchemy URL. From
+    here on a SIGTERM unwinds this process (``unwind_on_sigterm``), so the server stops."""
+    unwind_on_sigterm()
     path = Path(data_dir).expanduser().resolve()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset

@@ -57,6 +57,9 @@ log = logging.getLogger(__name__)
 # several sweeps rather than in one long transaction).
 MAX_FIRES_PER_SWEEP = 1000
 MAX_BACKFILL_FIRES = 1000
+# The fire times a new schedule's past startAt may leave the sweep to decide (ten sweeps'
+# worth); a start further back is refused rather than counted for hours.
+MAX_PAST_FIRES = 10 * MAX_FIRES_PER_SWEEP
 SCHEDULES_PER_SWEEP = 100
 SUBMISSIONS_PER_SWEEP = 200
 TICK = timedelta(microseconds=1)
@@ -75,7 +78,8 @@ def trigger(timing: Timing, anchor: datetime) -> BaseTrigger:
         zone = ZoneInfo(timing.time_zone)
     except (ZoneInfoNotFoundError, ValueError):
         raise errors.ValidationFailed(
-            f"unknown time zone {timing.time_zone!r}", field="timeZone"
+            f"timeZone must be an IANA zone (Europe/Berlin, UTC), not {timing.time_zone!r}",
+            field="timeZone",
         ) from None
     if timing.interval_seconds is not None:
         return IntervalTrigger(
@@ -115,7 +119,9 @@ def crontab_weekdays(field: str) -> str:
     def name(m: re.Match[str]) -> str:
         n = int(m.group(1))
         if n >= len(_WEEKDAYS):
-            raise errors.ValidationFailed(f"cron: no weekday {n}", field="cron")
+            raise errors.ValidationFailed(
+                f"cron: a weekday must be 0 to 7 (0 and 7 are Sunday), not {n}", field="cron"
+            )
         return _WEEKDAYS[n]
 
     return re.sub(r"(?<![/\d])(\d+)", name, field)
@@ -388,11 +394,14 @@ async def submit_started(db: Database, send: Send, now: Callable[[], datetime]) 
 def new_row(
     caller: Caller, doc: dict[str, Any], paused: bool, note: str | None, now: datetime
 ) -> dict[str, Any]:
-    """The row of a new schedule owned by ``caller``; its first fire time after ``now``."""
+    """The row of a new schedule owned by ``caller``; its first fire time after ``now``, or,
+    its ``startAt`` past, its first one from then (the sweep decides those by the catch-up
+    window: started within it, missed before)."""
     schedule_id = uuid4()
     spec = checked(doc, now)
     fires = trigger(spec.timing, now)
-    first = next_nominal(fires, now)
+    after = _sweep_from(spec.timing.start_at, fires, now)
+    first = next_nominal(fires, after)
     due = None if first is None else due_at(schedule_id, first, spec.timing.jitter_seconds)
     return {
         "schedule_id": schedule_id,
@@ -404,7 +413,7 @@ def new_row(
         "spec": doc,
         "paused": paused,
         "note": note,
-        "last_nominal_at": now,
+        "last_nominal_at": after,
         "next_fire_at": due,
         "buffered_at": None,
         "started": 0,
@@ -413,6 +422,23 @@ def new_row(
         "created_at": now,
         "updated_at": now,
     }
+
+
+def _sweep_from(start_at: datetime | None, fires: BaseTrigger, now: datetime) -> datetime:
+    """Where a new schedule's sweep starts: just before a past ``start_at``, else ``now``."""
+    if start_at is None or start_at >= now:
+        return now
+    after = nominal = start_at - TICK
+    for _ in range(MAX_PAST_FIRES + 1):
+        found = next_nominal(fires, nominal)
+        if found is None or found > now:
+            return after
+        nominal = found
+    raise errors.ValidationFailed(
+        f"startAt must be at most {MAX_PAST_FIRES} fire times in the past (each is started "
+        "or counted missed by the catch-up window): move it later",
+        field="startAt",
+    )
 
 
 def resumed_from(row: Any, doc: dict[str, Any], now: datetime) -> dict[str, Any]:
@@ -502,7 +528,9 @@ def backfill(
         times.append(nominal)
         if len(times) > MAX_BACKFILL_FIRES:
             raise errors.ValidationFailed(
-                f"a backfill covers at most {MAX_BACKFILL_FIRES} fire times", field="endAt"
+                f"a backfill covers at most {MAX_BACKFILL_FIRES} fire times: bring endAt "
+                "closer to startAt",
+                field="endAt",
             )
         after = nominal
     tally = Advance(buffered_at=row.buffered_at)

@@ -752,7 +752,11 @@ class ScheduleTiming(RequestModel):
 
 
 class ScheduleRequest(ScheduleTiming):
-    """CreateSchedule: the run it submits (the body of SubmitRun), and when."""
+    """CreateSchedule: the run it submits (the body of SubmitRun), and when. An unknown field
+    is refused (422), as UpdateSchedule's are: a misspelt timing is not silently the default
+    (``run`` keeps SubmitRun's own rules)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     run: SubmitRunRequest
     paused: bool = False
@@ -806,7 +810,9 @@ class ScheduleView(ResponseModel):
     paused: bool
     note: str | None = None
     last_nominal_at: datetime | None = None
-    next_fire_at: datetime | None = Field(None, description="None: no fire time is left.")
+    next_fire_at: datetime | None = Field(
+        None, description="None: no fire time is left, or the schedule is paused."
+    )
     buffered_at: datetime | None = None
     started: int
     skipped: int
@@ -830,16 +836,27 @@ class BackfillRequest(RequestModel):
     )
 
 
+PausedAnyway = Annotated[
+    bool,
+    Field(
+        description="The schedule is paused: a trigger or backfill, an operator's explicit "
+        "act, fires through the pause (the schedule's own fire times stay unfired)."
+    ),
+]
+
+
 class BackfillResponse(ResponseModel):
     started: int
     skipped: int
     buffered: int
     already_fired: int
+    paused: PausedAnyway
 
 
 class TriggerResponse(ResponseModel):
     nominal_at: datetime
     outcome: str | None = Field(description="None: that instant was fired already.")
+    paused: PausedAnyway
 
 
 # ---------------------------------------------------------------------- run templates

@@ -92,9 +92,12 @@ def owner_url() -> Iterator[str]:
         return
     # Short path: the server's unix socket lives in it and socket paths are limited to ~100 bytes.
     root = tempfile.mkdtemp(prefix="rc-", dir="/tmp")
+    data_dir = os.path.join(root, "pg")
     try:
-        yield embedded.start(os.path.join(root, "pg"), delete_on_exit=True)
+        yield embedded.start(data_dir, delete_on_exit=True)
     finally:
+        # Stopped before its directory goes: the wheel finds its server by that directory.
+        embedded.stop(data_dir)
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -7,7 +7,6 @@ Against ``make run`` (tenant and project ``demo``), with the worker app running
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import json
 import sys
@@ -15,7 +14,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from examples.repository_assessment.__main__ import clients, follow, publish, submit_run
+from examples.repository_assessment.__main__ import (
+    arguments,
+    clients,
+    follow,
+    publish,
+    submit_run,
+)
 from examples.repository_assessment.repository import make_sample
 from runcontrol.domain import canonical_hash
 
@@ -31,12 +36,7 @@ def show_change(repository: Path, scratch: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m examples.durable_agent")
-    parser.add_argument("--url", default="http://127.0.0.1:8000")
-    parser.add_argument("--tenant", default="demo")
-    parser.add_argument("--project", default="demo")
-    parser.add_argument("--yes", action="store_true", help="approve the change without asking")
-    args = parser.parse_args(argv)
+    args = arguments("durable_agent", "change").parse_args(argv)
 
     where = Path(tempfile.mkdtemp(prefix="durable-agent-"))
     repository, scratch = where / "repository", where / "scratch"

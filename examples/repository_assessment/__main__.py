@@ -119,13 +119,20 @@ def follow(
     raise TimeoutError(f"run {run_id} did not end within {timeout_s:.0f} s")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m examples.repository_assessment")
+def arguments(example: str, approved: str) -> argparse.ArgumentParser:
+    """The examples' command line: where ``make run`` serves, the tenant and project, and
+    ``--yes`` to approve the ``approved`` without asking."""
+    parser = argparse.ArgumentParser(prog=f"python -m examples.{example}")
     parser.add_argument("--url", default="http://127.0.0.1:8000")
     parser.add_argument("--tenant", default="demo")
     parser.add_argument("--project", default="demo")
+    parser.add_argument("--yes", action="store_true", help=f"approve the {approved} without asking")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = arguments("repository_assessment", "patch")
     parser.add_argument("--repo", default=None, help="where to make the sample repository")
-    parser.add_argument("--yes", action="store_true", help="approve the patch without asking")
     args = parser.parse_args(argv)
 
     where = Path(args.repo or tempfile.mkdtemp(prefix="assessment-")).resolve()

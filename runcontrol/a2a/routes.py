@@ -17,6 +17,7 @@ A card tells what an agent does; every call still needs the token.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -31,7 +32,7 @@ from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route, Router
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..api.context import Services
 from ..api.problems import from_error
@@ -43,11 +44,13 @@ from ..edge.metering import TenantRateLimiter
 from ..store import catalog
 from .cards import JSONRPC_PATH, PREFIX, REST_PATH, Agent, agent_card
 from .handler import RunTaskHandler
+from .store import check_status
 
 # An agent's card: at its root, and under each binding's URL (where a client given an
 # interface URL as the agent's base looks for it).
 CARD_PATHS = tuple(prefix + AGENT_CARD_WELL_KNOWN_PATH for prefix in ("", JSONRPC_PATH, REST_PATH))
 _STATE = "runcontrol_a2a"  # the door's findings in the request's state
+_BODY = "runcontrol_a2a_body"  # a POST's body as the SDK read it (ListTasks' raw status)
 _VERSION = b"a2a-version"
 
 
@@ -127,14 +130,46 @@ class AgentDoor:
             scope = {**scope, "headers": [*scope["headers"], (_VERSION, b"1.0")]}
         # Inside the mount the root path is the agent's: /a2a/{workflowId}.
         url = f"{request.url.scheme}://{request.url.netloc}{scope.get('root_path', '')}"
-        scope.setdefault("state", {})[_STATE] = (caller, agent, url)
+        state = scope.setdefault("state", {})
+        state[_STATE] = (caller, agent, url)
+        if request.method == "POST":
+            chunks: list[bytes] = state.setdefault(_BODY, [])
+
+            async def recording() -> Message:
+                message = await receive()
+                chunks.append(message.get("body", b""))
+                return message
+
+            await self.inner(scope, recording, send)
+            return
         await self.inner(scope, receive, send)
+
+
+def raw_list_status(request: Request) -> object:
+    """ListTasks' ``status`` as sent, before a2a-sdk's parse drops an unknown one: the
+    HTTP+JSON binding's query parameter, the JSON-RPC binding's param (its body, which the
+    SDK has read by then); None for any other request."""
+    if request.method == "GET":
+        return request.query_params.get("status") if request.url.path.endswith("/tasks") else None
+    body = b"".join(request.scope["state"].get(_BODY, ()))
+    if b'"ListTasks"' not in body:
+        return None
+    doc = json.loads(body)  # the SDK parsed it already
+    if not isinstance(doc, dict) or doc.get("method") != "ListTasks":
+        return None
+    params = doc.get("params")
+    return params.get("status") if isinstance(params, dict) else None
 
 
 class CallContextBuilder(DefaultServerCallContextBuilder):
     """The SDK's call context, with the door's caller, agent and the agent's URL."""
 
     def build(self, request: Request) -> ServerCallContext:
+        """Also refuses ListTasks' unknown ``status`` (``InvalidParams``: each binding's
+        dispatcher answers an error raised here in its own form)."""
+        status = raw_list_status(request)
+        if status not in (None, ""):
+            check_status(status)
         context = super().build(request)
         caller, agent, url = request.scope["state"][_STATE]
         context.state.update(caller=caller, agent=agent, agent_url=url)

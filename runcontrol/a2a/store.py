@@ -87,6 +87,23 @@ def a2a_error(error: errors.RunControlError) -> A2AError:
     return InternalError(str(error), data)
 
 
+def check_status(raw: object) -> None:
+    """ListTasks' ``status`` as the client sent it (a name, or a number): a task state, else
+    ``InvalidParams``. a2a-sdk's JSON parsers drop an unknown name (the request would then
+    list every task), so its bindings check the raw parameter first (``routes``); gRPC's
+    unknown number arrives as it was sent."""
+    if isinstance(raw, str) and raw in TaskState.keys():
+        return
+    try:
+        number = None if isinstance(raw, bool) else int(raw)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        number = None
+    if number not in TaskState.values():
+        raise InvalidParamsError(
+            f"status must be a task state ({', '.join(TaskState.keys()[1:])}), not {raw!r}"
+        )
+
+
 class RunTaskStore(TaskStore):
     def __init__(self, services: Services, rate_limiter: TenantRateLimiter) -> None:
         self.svc = services
@@ -133,6 +150,8 @@ class RunTaskStore(TaskStore):
         if not 1 <= size <= MAX_PAGE_SIZE:
             raise InvalidParamsError(f"pageSize must be between 1 and {MAX_PAGE_SIZE}")
         wanted = params.status or None  # 0: TASK_STATE_UNSPECIFIED, no filter
+        if wanted:
+            check_status(wanted)
         run_states = [str(s) for s in _RUN_STATES.get(wanted, ())] if wanted else []
         cursor = params.page_token or None
         if cursor is not None:

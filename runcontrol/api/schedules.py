@@ -28,7 +28,7 @@ from schemas.api import (
 
 from .. import schedules as rules
 from ..domain import errors
-from ..domain.schedules import Overlap
+from ..domain.schedules import Overlap, check_window
 from ..store import schedules as store
 from .auth import RunsReader, RunSubmitter
 from .context import Svc, found, location
@@ -186,7 +186,8 @@ async def trigger_schedule(caller: RunSubmitter, svc: Svc, schedule_id: Schedule
         if row is None:
             return None
         outcome = rules.fire_now(conn, row, now)
-        return {"nominalAt": now, "outcome": None if outcome is None else str(outcome)}
+        outcome_text = None if outcome is None else str(outcome)
+        return {"nominalAt": now, "outcome": outcome_text, "paused": row.paused}
 
     return found(await svc.read_in_scope(caller, fire), _missing(schedule_id))
 
@@ -206,15 +207,15 @@ async def backfill_schedule(
     caller: RunSubmitter, svc: Svc, schedule_id: ScheduleIdPath, body: BackfillRequest
 ) -> Any:
     rules.require_submitter(svc.outside(caller))
-    if body.end_at <= body.start_at:
-        raise errors.ValidationFailed("endAt is after startAt", field="endAt")
+    check_window(body.start_at, body.end_at)
     now = datetime.now(UTC)
     overlap = None if body.overlap is None else Overlap(body.overlap)
 
-    def backfill(conn: Connection) -> dict[str, int] | None:
+    def backfill(conn: Connection) -> dict[str, Any] | None:
         row = store.get_row(conn, schedule_id, lock=True)
         if row is None:
             return None
-        return rules.backfill(conn, row, body.start_at, body.end_at, overlap, now)
+        found = rules.backfill(conn, row, body.start_at, body.end_at, overlap, now)
+        return {**found, "paused": row.paused}
 
     return found(await svc.read_in_scope(caller, backfill), _missing(schedule_id))

@@ -121,10 +121,23 @@ def _paused(paused: bool) -> Any:
     return change
 
 
+# A trigger or backfill fires through a pause (docs/schedules.md): said, not refused.
+THROUGH_PAUSE = " (the schedule is paused: fired by hand anyway; its own fire times wait)"
+
+
+def _through_pause(answer: dict[str, Any]) -> str:
+    return THROUGH_PAUSE if answer.get("paused") else ""
+
+
 def schedules_trigger(api: Api, args: argparse.Namespace, out: TextIO) -> None:
     answer = api.call("POST", f"/factory/schedules/{args.schedule_id}/trigger")
     reply(
-        answer, lambda a: f"fired at {a['nominalAt']}: {a['outcome'] or 'already fired'}", args, out
+        answer,
+        lambda a: (
+            f"fired at {a['nominalAt']}: {a['outcome'] or 'already fired'}" + _through_pause(a)
+        ),
+        args,
+        out,
     )
 
 
@@ -135,7 +148,7 @@ def schedules_backfill(api: Api, args: argparse.Namespace, out: TextIO) -> None:
     answer = api.call("POST", f"/factory/schedules/{args.schedule_id}/backfill", json=body)
     reply(
         answer,
-        lambda a: ", ".join(f"{n} {k}" for k, n in a.items()),
+        lambda a: ", ".join(f"{n} {k}" for k, n in a.items() if k != "paused") + _through_pause(a),
         args,
         out,
     )

@@ -293,6 +293,9 @@ class ChildRunEnded(RunEventBody):
     child_run_id: UUID
     state: str
     reason: str | None
+    result_hash: str | None  # the child's result's hash when Completed (never the result)
+    failure_class: FailureClass | None  # what the step fails with, when not Completed
+    child_state: str | None  # the child run's state; None: its submission was refused
 
 
 @event("signals")

@@ -68,27 +68,32 @@ class Timing:
     def check(self) -> None:
         if (self.cron is None) == (self.interval_seconds is None):
             raise errors.ValidationFailed(
-                "a schedule has either a cron expression or an interval", field="cron"
+                "exactly one of cron and intervalSeconds must be given", field="cron"
             )
         if self.cron is not None and not 5 <= len(self.cron.split()) <= 6:
             raise errors.ValidationFailed(
-                "a cron expression has 5 fields (minute hour day month weekday), or 6 with "
-                "seconds first",
+                "cron must have 5 fields (minute hour day month weekday), or 6 with seconds first",
                 field="cron",
             )
         if self.interval_seconds is not None and not (
             MIN_INTERVAL_S <= self.interval_seconds <= MAX_INTERVAL_S
         ):
             raise errors.ValidationFailed(
-                f"an interval is {MIN_INTERVAL_S:g} s to {MAX_INTERVAL_S:g} s",
+                f"intervalSeconds must be {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g}",
                 field="intervalSeconds",
             )
         if not 0 <= self.jitter_seconds <= MAX_JITTER_S:
             raise errors.ValidationFailed(
-                f"jitter is 0 to {MAX_JITTER_S:g} s", field="jitterSeconds"
+                f"jitterSeconds must be 0 to {MAX_JITTER_S:g}", field="jitterSeconds"
             )
-        if self.start_at and self.end_at and self.end_at <= self.start_at:
-            raise errors.ValidationFailed("endAt is after startAt", field="endAt")
+        if self.start_at and self.end_at:
+            check_window(self.start_at, self.end_at)
+
+
+def check_window(start_at: datetime, end_at: datetime) -> None:
+    """A schedule's ``[startAt, endAt)``, or a backfill's: refused unless it holds time."""
+    if end_at <= start_at:
+        raise errors.ValidationFailed("endAt must be after startAt", field="endAt")
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +109,7 @@ class ScheduleSpec:
         self.timing.check()
         if not MIN_CATCH_UP_S <= self.catch_up_seconds <= MAX_CATCH_UP_S:
             raise errors.ValidationFailed(
-                f"the catch-up window is {MIN_CATCH_UP_S:g} s to {MAX_CATCH_UP_S:g} s",
+                f"catchUpWindowSeconds must be {MIN_CATCH_UP_S:g} to {MAX_CATCH_UP_S:g}",
                 field="catchUpWindowSeconds",
             )
 

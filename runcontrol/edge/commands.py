@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from uuid import UUID, uuid4
+from uuid import UUID
 
 from sqlalchemy import Connection
 
@@ -37,6 +37,7 @@ from ..domain import Decision, Limits, canonical_json, errors
 from ..domain.access import RUNS_OPERATE, Operation, may_set_priority
 from ..domain.limits import name as checked_id
 from ..domain.run.waits import MAX_SIGNAL_BYTES
+from ..ids import new_run_id
 from ..store import Database
 from ..store import queries as q
 from . import reads
@@ -142,7 +143,10 @@ def submit_run(
             f"priority {request.priority} needs the {RUNS_OPERATE} scope (above the default 3)"
         )
     return SubmitRun(
-        tenant_id=o.tenant_id, run_id=uuid4(), principal=o.caller.principal, request=request
+        tenant_id=o.tenant_id,
+        run_id=new_run_id(o.tenant_id),
+        principal=o.caller.principal,
+        request=request,
     )
 
 
@@ -264,7 +268,7 @@ async def rerun_run(
     await require_visible(o.caller, o.db, run_id)
     return RerunRun(
         tenant_id=o.tenant_id,
-        run_id=uuid4(),
+        run_id=new_run_id(o.tenant_id),
         command_id=o.command_id("RerunRun", run_id, key),
         principal=o.caller.principal,
         reason=reason,

@@ -25,7 +25,7 @@ from ..commands import (
 )
 from ..domain import Principal, RunAggregate, RunState, errors
 from ..domain.run.changes import ChildAction, ChildCall
-from ..domain.run.children import CHILD_RUN, child_key
+from ..domain.run.children import CHILD_RUN, REFUSED, child_key
 from .bus import Committed, subscribe
 from .env import log
 from .grain import RunGrain
@@ -95,7 +95,7 @@ async def _submit(grain: RunGrain, parent: RunAggregate, call: ChildCall) -> Non
             ChildRunEnded(
                 tenant_id=grain.tenant_id,
                 run_id=parent.run.run_id,
-                command_id=f"child-refused:{call.child_run_id}",
+                command_id=f"{REFUSED}{call.child_run_id}",
                 step_id=call.step_id,
                 child_run_id=call.child_run_id,
                 state=str(RunState.FAILED),

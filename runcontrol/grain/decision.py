@@ -49,7 +49,7 @@ async def _decide(
     retries = 1
     while True:
         grain.fused_dropped()  # deciding again: the last try's fused grants did not commit
-        ctx = env.context(plan.actor, command.command_id)
+        ctx = env.context(plan.actor, command.command_id, grain.run_id)
         cached = grain.agg is not None
         agg = grain.agg if grain.agg is not None else await grain.load(ctx.now)
         grain.agg = None  # trusted again only once this command has answered

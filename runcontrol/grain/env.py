@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import random
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
+from functools import partial
 from typing import Any, Generic, TypeVar
-from uuid import UUID
+from uuid import UUID, uuid4
 
+from .. import ids
 from ..clock import Clock
 from ..commands import Command
 from ..domain import CommandContext, Event, Options, RunAggregate
@@ -36,7 +38,8 @@ class GrainEnv:
     policies: PolicyStore
     budget: Budget
     capacity: Capacity
-    new_id: Callable[[], UUID] = uuid.uuid4
+    # A new id for an entity of a run, in the run's virtual shard (``runcontrol.ids``).
+    new_id: Callable[[UUID, datetime], UUID] = ids.beside
     rng: random.Random = field(default_factory=random.Random)
     # Told of every commit's events, with the run as committed (a host's metrics).
     observers: list[Observer] = field(default_factory=list)
@@ -56,12 +59,17 @@ class GrainEnv:
         self.commits = GroupCommit(self.store.send)
         self.output = OutputWriter(self.store)
 
-    def context(self, actor: str, command_id: str | None = None) -> CommandContext:
+    def context(
+        self, actor: str, command_id: str | None = None, run_id: UUID | None = None
+    ) -> CommandContext:
+        """The context of a command on the run ``run_id``: the ids it mints are in the run's
+        virtual shard (without a run: version-4 ids, as before shards)."""
+        now = self.clock.now()
         return CommandContext(
-            now=self.clock.now(),
+            now=now,
             actor=actor,
             command_id=command_id,
-            new_id=self.new_id,
+            new_id=uuid4 if run_id is None else partial(self.new_id, run_id, now),
             uniform=self.rng.uniform,
         )
 

@@ -115,7 +115,9 @@ class RunGrain:
     def reservation(self, agg: RunAggregate, now: datetime) -> Reservation:
         """A reservation of the run's cost limit, for its accepting or starting statement."""
         amount = agg.run.limits.max_cost_usd or 0.0
-        return Reservation(self.env.new_id(), amount, self.env.budget.tenant_limit_usd, now)
+        return Reservation(
+            self.env.new_id(self.run_id, now), amount, self.env.budget.tenant_limit_usd, now
+        )
 
     @staticmethod
     def records(agg: RunAggregate, reserve: Reservation) -> bool:

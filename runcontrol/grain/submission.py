@@ -77,7 +77,7 @@ async def accept(grain: RunGrain, command: SubmitRun, also: Also | None = None) 
             raise
         return found
     policy = await env.policies.current(grain.tenant_id)
-    ctx = env.context(principal.subject, command.command_id)
+    ctx = env.context(principal.subject, command.command_id, grain.run_id)
     submission = Submission(
         run_id=grain.run_id,
         tenant_id=grain.tenant_id,
@@ -86,7 +86,7 @@ async def accept(grain: RunGrain, command: SubmitRun, also: Also | None = None) 
         workflow_id=request.workflow_id,
         model_profile_id=request.model_profile_id,
         input_hash=input_hash,
-        snapshot_id=env.new_id(),
+        snapshot_id=env.new_id(grain.run_id, ctx.now),
         requested_by=principal.subject,
         environment_id=request.environment_id,
         limits=request.limits,

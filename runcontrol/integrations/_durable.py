@@ -133,19 +133,25 @@ class AgentCalls:
         call: Callable[[], Awaitable[Any]],
         *,
         side_effect: bool = False,
+        proposal: dict[str, Any] | None = None,
+        ready: Callable[[], Awaitable[None]] | None = None,
     ) -> Any:
         """``call()`` (the tool; it returns its JSON form), journaled; a ``side_effect`` is
         also claimed with ``step.tool_call`` first (at most once per run): an execution that
         finds it completed gets the result stored with the claim, one that finds it claimed
         and unfinished (a worker died during it) raises ``Uncertain``, stored as the call's
-        final error: the step settles ``Uncertain`` for an operator to resolve."""
+        final error: the step settles ``Uncertain`` for an operator to resolve. ``proposal``:
+        the claim's request (default: ``tool_proposal``); ``ready()``, awaited before the
+        claim, fails while nothing is claimed (a connection to open)."""
         self.check_cancelled()
         name = self._tool_name(tool, call_id)
         if not side_effect:
             return await self.step.run(name, call)
 
         async def once() -> Any:
-            request = tool_proposal(tool, arguments)
+            request = proposal or tool_proposal(tool, arguments)
+            if ready is not None:
+                await ready()
             claim = await self.step.tool_call(f"{self.step.step_id}:{name}", request)
             if claim.status is ToolCallStatus.COMPLETED and claim.result is not None:
                 return claim.result  # it ran, and its result was stored with the claim
@@ -160,11 +166,19 @@ class AgentCalls:
 
         return await self.step.run(name, once)
 
-    async def approve(self, tool: str, call_id: str, arguments: dict[str, Any]) -> None:
+    async def approve(
+        self,
+        tool: str,
+        call_id: str,
+        arguments: dict[str, Any],
+        *,
+        proposal: dict[str, Any] | None = None,
+    ) -> None:
         """Ask for approval of exactly this tool call (its name and arguments); returns when
         it is approved, parks the attempt otherwise (``step.approval``). The decision is
-        journaled, so a step with several approvals does not ask for the earlier ones again."""
-        proposal = tool_proposal(tool, arguments)
+        journaled, so a step with several approvals does not ask for the earlier ones again.
+        ``proposal``: what is shown and approved (default: ``tool_proposal``)."""
+        proposal = proposal or tool_proposal(tool, arguments)
         proposal_hash = canonical_hash(proposal)
 
         async def ask() -> dict[str, Any]:

@@ -26,6 +26,9 @@ Control's primitives:
 The agent's model and function tools are journaled, and those of the agents it hands off to
 (listed as agents); a model named by string through the run's model provider, and
 ``RunConfig.model``. A ``Handoff`` object's agent is not (list the agent itself).
+
+With ``mcp`` (a ``runcontrol.integrations.mcp.McpPolicy``), the tools of the agents' MCP
+servers are called as the policy says (``read``, ``side-effect``, ``approval``: docs/mcp.md).
 """
 
 from __future__ import annotations
@@ -33,11 +36,11 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import AsyncIterator, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import openai
 from agents import Agent, FunctionTool, RunConfig, Runner, RunResult, RunResultStreaming
-from agents.exceptions import UserError
+from agents.exceptions import AgentsException
 from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
 from agents.models.interface import Model, ModelProvider
 from agents.tool_context import ToolContext
@@ -48,6 +51,9 @@ from pydantic_core import to_jsonable_python
 from ..domain import SideEffectClass
 from ..sdk import AgentError
 from ._durable import AgentCalls, DurableStep
+
+if TYPE_CHECKING:
+    from .mcp import McpPolicy
 
 __all__ = ["JournaledModel", "JournaledModelProvider", "run_agent"]
 
@@ -133,10 +139,11 @@ def journaled_agent(
     calls: AgentCalls,
     side_effects: frozenset[str],
     copies: dict[int, Agent[Any]] | None = None,
+    mcp: McpPolicy | None = None,
 ) -> Agent[Any]:
     """A copy of ``agent`` whose model (a ``Model`` instance) and function tools are
     journaled, and so are those of the agents it hands off to (given as agents; a
-    ``Handoff`` object's agent is its own)."""
+    ``Handoff`` object's agent is its own); under ``mcp``, its MCP servers' tools too."""
     copies = {} if copies is None else copies
     if id(agent) in copies:  # handoffs may go round
         return copies[id(agent)]
@@ -148,8 +155,12 @@ def journaled_agent(
     ]
     model = JournaledModel(agent.model, calls) if isinstance(agent.model, Model) else agent.model
     journaled = copies[id(agent)] = agent.clone(model=model, tools=tools)
+    if mcp is not None and agent.mcp_servers:
+        from ._openai_agents_mcp import journal_mcp_servers
+
+        journal_mcp_servers(journaled, calls, mcp)
     journaled.handoffs = [
-        journaled_agent(h, calls, side_effects, copies) if isinstance(h, Agent) else h
+        journaled_agent(h, calls, side_effects, copies, mcp) if isinstance(h, Agent) else h
         for h in agent.handoffs
     ]
     return journaled
@@ -166,6 +177,7 @@ async def run_agent(
     stream: bool = True,
     action_class: SideEffectClass | None = None,
     run_config: RunConfig | None = None,
+    mcp: McpPolicy | None = None,
     **run_options: Any,
 ) -> RunResult | RunResultStreaming:
     """Run ``agent`` on ``input`` inside ``step``, durably (the module's docstring); each
@@ -175,6 +187,7 @@ async def run_agent(
     - ``side_effects``: the function tools claimed with ``step.tool_call``;
     - ``token_limit``: the release's rate limit that model tokens count against;
     - ``stream``: run streamed (``Runner.run_streamed``), the model's text to ``step.stream``;
+    - ``mcp``: the policy of the agents' MCP servers' tools (docs/mcp.md);
     - ``action_class``: the side-effect class approvals are asked for (default: the step's);
     - ``run_options`` go to ``Runner.run`` (``context``, ``max_turns``, ...)."""
     calls = AgentCalls(
@@ -188,7 +201,7 @@ async def run_agent(
     config.model_provider = JournaledModelProvider(config.model_provider, calls)
     if isinstance(config.model, Model):
         config.model = JournaledModel(config.model, calls)
-    durable = journaled_agent(agent, calls, frozenset(side_effects))
+    durable = journaled_agent(agent, calls, frozenset(side_effects), mcp=mcp)
     result = await _run(durable, input, stream, config, run_options)
     calls.check_cancelled()  # a streamed run ends quietly when its model request is cancelled
     while result.interruptions:
@@ -212,7 +225,7 @@ async def _run(
         async for _ in streamed.stream_events():
             pass
         return streamed
-    except UserError as error:  # the runner wraps a tool's error: the step reports the cause
+    except AgentsException as error:  # the runner wraps a tool's error: the step reports the cause
         if isinstance(error.__cause__, AgentError):
             raise error.__cause__ from None
         raise

@@ -22,7 +22,9 @@ primitives instead:
   with ``step.tool_call`` before it runs: at most once per run, whatever the retries;
 - the tokens of each model request are reported with ``step.consume(token_limit, n)`` when
   ``token_limit`` names the release's rate limit;
-- a cancelled run stops before its next model request or tool call.
+- a cancelled run stops before its next model request or tool call;
+- with ``mcp`` (a ``runcontrol.integrations.mcp.McpPolicy``), the tools of each ``MCPToolset``
+  are called as the policy says (``read``, ``side-effect``, ``approval``: docs/mcp.md).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import TypeAdapter
 from pydantic_ai import Agent
@@ -66,10 +68,14 @@ from pydantic_ai.models import (
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, RunContext, ToolDefinition
+from pydantic_ai.toolsets import AbstractToolset
 from pydantic_core import to_jsonable_python
 
 from ..domain import SideEffectClass
 from ._durable import AgentCalls, DurableStep
+
+if TYPE_CHECKING:
+    from .mcp import McpPolicy
 
 __all__ = ["JournaledModel", "RunControlDurability", "run_agent"]
 
@@ -149,6 +155,7 @@ class RunControlDurability(AbstractCapability[Any]):
 
     calls: AgentCalls
     side_effects: frozenset[str] = frozenset()
+    mcp: McpPolicy | None = None
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -157,6 +164,14 @@ class RunControlDurability(AbstractCapability[Any]):
     def get_wrapper_model(self, model: Model) -> Model | None:
         """Whichever model serves a request (a fallback's, one a hook picked) is journaled."""
         return None if isinstance(model, JournaledModel) else JournaledModel(model, self.calls)
+
+    def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any] | None:
+        """Under an MCP policy, the MCP toolsets' tools say their server and tool."""
+        if self.mcp is None:
+            return None
+        from ._pydantic_ai_mcp import tagged
+
+        return tagged(toolset)
 
     async def wrap_tool_execute(
         self,
@@ -179,9 +194,19 @@ class RunControlDurability(AbstractCapability[Any]):
         side_effect = call.tool_name in self.side_effects or bool(
             (tool_def.metadata or {}).get("side_effect")
         )
-        outcome = await self.calls.tool(
-            call.tool_name, call.tool_call_id, call.args_as_dict(), execute, side_effect=side_effect
-        )
+        outcome = None
+        if self.mcp is not None:  # an MCP toolset's tool is called as the policy says
+            from ._pydantic_ai_mcp import mcp_call
+
+            outcome = await mcp_call(self.calls, self.mcp, call, tool_def, execute)
+        if outcome is None:
+            outcome = await self.calls.tool(
+                call.tool_name,
+                call.tool_call_id,
+                call.args_as_dict(),
+                execute,
+                side_effect=side_effect,
+            )
         if "retry" in outcome:
             raise ToolRetryError(_RETRY.validate_python(outcome["retry"]))
         return outcome["value"]
@@ -210,6 +235,7 @@ async def run_agent(
     token_limit: str | None = None,
     stream: bool = True,
     action_class: SideEffectClass | None = None,
+    mcp: McpPolicy | None = None,
     **run_options: Any,
 ) -> AgentRunResult[OutputT]:
     """Run ``agent`` on ``prompt`` inside ``step``, durably (the module's docstring).
@@ -221,6 +247,7 @@ async def run_agent(
     - ``token_limit``: the release's rate limit that model tokens count against;
     - ``stream``: send the model's text to ``step.stream``;
     - ``action_class``: the side-effect class approvals are asked for (default: the step's);
+    - ``mcp``: the policy of the agent's MCP toolsets' tools (docs/mcp.md);
     - ``run_options`` go to ``agent.run`` (``message_history``, ``deps``, ...)."""
     calls = AgentCalls(
         step,
@@ -229,7 +256,7 @@ async def run_agent(
         stream_text=stream,
         action_class=action_class,
     )
-    durability = RunControlDurability(calls, side_effects=frozenset(side_effects))
+    durability = RunControlDurability(calls, side_effects=frozenset(side_effects), mcp=mcp)
     capabilities = [durability, *run_options.pop("capabilities", ())]
     if stream and run_options.get("event_stream_handler") is None:
         run_options["event_stream_handler"] = _drained  # a handler makes the run stream

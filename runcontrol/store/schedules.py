@@ -33,7 +33,12 @@ _STARTED = FireOutcome.STARTED.value
 
 
 def schedule_view(m: Any) -> dict[str, Any]:
-    return {**render(m, SCHEDULE), **m["spec"]}
+    """The API's view of a schedule's row; paused, it has no next fire time (a resume
+    computes one from its own instant)."""
+    view = {**render(m, SCHEDULE), **m["spec"]}
+    if m["paused"]:
+        view["nextFireAt"] = None
+    return view
 
 
 def release_named(

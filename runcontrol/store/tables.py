@@ -62,7 +62,7 @@ runs = tenant_table(
     # child runs (0024): the run and step that started it, and its depth
     uid("parent_run_id?", "parent_step_id?", info=PIN),
     num("depth?", info=PIN),  # NULL (an older host's insert): 0
-    # the template it was submitted from (0031, issue 44)
+    # the template it was submitted from (0032, issue 44)
     txt("template_id?") + num("template_version?"),
     UniqueConstraint("tenant_id", "project_id", "idempotency_key", name="uq_runs_idempotency"),
     Index("ix_runs_list", "tenant_id", "created_at", "run_id"),
@@ -422,7 +422,7 @@ schedule_fires = tenant_table(
     tenant_after="nominal_at",
 )
 
-# Run templates (0031, issue 44): one row per version, its content (domain.templates) as
+# Run templates (0032, issue 44): one row per version, its content (domain.templates) as
 # created, its state and decision. Its uses are the approvals it decided (``approval_requests``
 # whose ``decided_by`` names it): counted by the decision's own row. The API writes them in the
 # caller's tenant and project.
@@ -452,6 +452,27 @@ listeners = Table(
     prefixes=["UNLOGGED"],  # after a crash no backend listens either
 )
 
+# The directory (issue 41; docs/sharding.md, docs/write-path.md section 7): which database each
+# virtual shard's rows live in, and which virtual shard each tenant is placed on. In the first
+# database; every process caches it (``store/directory.Directory``) and reloads it when
+# ``directory_version`` changes (bumped, and NOTIFY runcontrol_directory, in the transaction of
+# any change). Migration 0031 seeds the 1,024 shards on database 0.
+vshards = Table(
+    "vshards",
+    metadata,
+    *num("vshard", primary_key=True),  # 0 to domain.shards.VSHARDS - 1
+    *num("database"),  # its position in RUNCONTROL_SHARDS__DATABASES (0: the first)
+    *big("epoch"),  # bumped each time the shard moves
+    *txt("state"),  # serving | moving
+)
+# A tenant placed on a virtual shard; a tenant without a row is on ``shards.hashed_vshard``.
+tenant_placement = tenant_table(
+    "tenant_placement",
+    num("vshard"),
+    PrimaryKeyConstraint("tenant_id"),
+)
+directory_version = Table("directory_version", metadata, *big("version"))  # one row
+
 RUN_PINS = tuple(str(c.name) for c in runs.columns if c.info.get("pinned"))
 TENANT_TABLES = tuple(name for name, t in metadata.tables.items() if POLICIES in t.info)
 APPEND_ONLY_TABLES = ("recovery_journal", "audit_log", "approval_decisions", "cancellation_intents")
@@ -467,5 +488,5 @@ INSERT_ONLY_TABLES = (
 # The write path only adds rows to these: their writers insert, never upsert (the relay marks
 # outbox rows published on the system path).
 APPENDED_TABLES = (*INSERT_ONLY_TABLES, "outbox")
-# The app role only reads these (the relay writes them on the system path).
-READ_ONLY_TABLES = ("event_feed",)
+# The app role only reads these (the relay and the directory write them on the system path).
+READ_ONLY_TABLES = ("event_feed", "tenant_placement")

@@ -1,4 +1,4 @@
-"""Run templates in PostgreSQL (migration 0031, issue 44): a row per version, read and written
+"""Run templates in PostgreSQL (migration 0032, issue 44): a row per version, read and written
 on ``Database.tenant()`` connections (row-level security: the tenant, and for a caller bound
 to a project, its project). A version's content is written once; its state, decision and use
 count change. ``lock``: the row ``FOR UPDATE``, so two decisions (or a decision and a revoke, or

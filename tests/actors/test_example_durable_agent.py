@@ -19,7 +19,7 @@ from uuid import UUID
 import pytest
 from actor_harness import RayHarness, run_async
 from test_integrations_agents import approve_as_the_reviewer
-from test_sdk import ONE_SLOT, killed_mid_run, outcomes_per_attempt, serving, worker_process
+from test_sdk import app_worker, killed_mid_run, outcomes_per_attempt, serving
 
 from examples.durable_agent import agents
 from examples.repository_assessment.repository import make_sample
@@ -78,13 +78,11 @@ def start_worker(
     h: RayHarness, tmp_path: Path, holder: str, pause_s: float
 ) -> subprocess.Popen[bytes]:
     log = str(tmp_path / "requests.jsonl")
-    return worker_process(
+    return app_worker(
         h,
         tmp_path,
         holder,
         APP,
-        f"--tenant={h.tenant}",
-        ONE_SLOT,
         DURABLE_AGENT_REQUEST_LOG=log,
         DURABLE_AGENT_PAUSE_S=str(pause_s),
     )

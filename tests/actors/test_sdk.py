@@ -244,6 +244,14 @@ def worker_process(
         return subprocess.Popen(cmd, env=full, stdout=log, stderr=subprocess.STDOUT)
 
 
+def app_worker(
+    h: RayHarness, marks: Path, holder: str, app: str, **env: str
+) -> subprocess.Popen[bytes]:
+    """``worker_process`` of an example's app for this test's tenant, with one slot (ONE_SLOT:
+    a test kills it)."""
+    return worker_process(h, marks, holder, app, f"--tenant={h.tenant}", ONE_SLOT, **env)
+
+
 # For a worker process a test kills: a killed worker's session leaves a credit per slot on its
 # hosts, and a retry granted to one expires unworked (DESIGN 10); with one slot, one retry at
 # most is lost that way before the restarted worker's credit takes it (seen: a four-slot

@@ -383,6 +383,36 @@ def test_bad_input_is_invalid_params_and_nothing_is_stored(t: TenantView) -> Non
     assert t.requester().get(f"/factory/runs?workflowId={t.workflow}").json()["items"] == []
 
 
+def test_list_tasks_with_an_unknown_status_is_invalid_params(t: TenantView) -> None:
+    """An unknown ``status`` (the conformance kit's ``INVALID_STATUS``) is InvalidParams on
+    both HTTP bindings, not the unfiltered list a2a-sdk's parse would make of it; a known one
+    (name or number) still filters."""
+    publish_agent(t)
+    http = t.requester()
+    headers = {"A2A-Version": "1.0"}
+    rpc = f"/a2a/{t.workflow}/jsonrpc"
+    rest = f"/a2a/{t.workflow}/rest/tasks"
+    for status in ("INVALID_STATUS", 99, "working"):
+        body = {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {"status": status}}
+        answer = http.post(rpc, json=body, headers=headers).json()
+        assert answer["error"]["code"] == -32602, answer
+        assert "status must be a task state" in answer["error"]["message"], answer
+        refused = http.get(rest, params={"status": status}, headers=headers)
+        assert refused.status_code == 400 and "status must be" in refused.text, refused.text
+    for status in ("TASK_STATE_WORKING", 3):
+        body = {"jsonrpc": "2.0", "id": 2, "method": "ListTasks", "params": {"status": status}}
+        assert http.post(rpc, json=body, headers=headers).json()["result"]["tasks"] == []
+        listed = http.get(rest, params={"status": status}, headers=headers)
+        assert listed.status_code == 200 and listed.json()["tasks"] == [], listed.text
+
+    async def by_number(client: Client) -> Any:
+        return await client.list_tasks(ListTasksRequest(status=99))  # type: ignore[arg-type]
+
+    for binding in BINDINGS:  # the SDK's client sends an unknown number as it is
+        with pytest.raises(InvalidParamsError):
+            run(with_client(t, t.token(), binding, by_number))
+
+
 def test_malformed_json_rpc_and_unknown_methods_are_errors_not_500(t: TenantView) -> None:
     publish_agent(t)
     http = t.requester()

@@ -20,11 +20,12 @@ from a2a.types.a2a_pb2 import (
     GetExtendedAgentCardRequest,
     GetTaskRequest,
     ListTaskPushNotificationConfigsRequest,
+    ListTasksRequest,
     SubscribeToTaskRequest,
     TaskPushNotificationConfig,
     TaskState,
 )
-from a2a.utils.errors import A2AError, TaskNotFoundError
+from a2a.utils.errors import A2AError, InvalidParamsError, TaskNotFoundError
 from a2a_harness import agent_url, data_message, publish_agent, run, send, text_message
 from api_harness import TenantView, new_tenant
 
@@ -113,6 +114,8 @@ def test_a2a_over_grpc_reads_streams_answers_and_cancels_a_task(t: TenantView, a
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
         found["card"] = await client.get_extended_agent_card(GetExtendedAgentCardRequest())
+        with pytest.raises(InvalidParamsError):  # an unknown status, not the whole list
+            await client.list_tasks(ListTasksRequest(status=99))  # type: ignore[arg-type]
         config = TaskPushNotificationConfig(
             task_id=task.id, id="g", url="http://127.0.0.1:9/hook", token="tok"
         )

@@ -14,6 +14,7 @@ import pytest
 from api_harness import TenantView
 
 from runcontrol.cli import main
+from runcontrol.cli.schedules import THROUGH_PAUSE
 from runcontrol.commands import AppendOutput
 from runcontrol.domain import Role
 from runcontrol.domain.output import OutputChunk
@@ -212,14 +213,14 @@ def test_schedules_create_show_pause_backfill_and_delete(t, env, capsys, monkeyp
     assert code == 0 and out.strip() == f"schedule {sid} paused"
     code, out, _ = cli(capsys, monkeypatch, token, "schedules", "show", sid)
     assert "hold" in out and "0 3 * * 1-5 (Europe/Berlin)" in out
-    code, out, _ = cli(capsys, monkeypatch, token, "schedules", "resume", sid)
-    assert code == 0 and "resumed" in out
-    code, out, err = cli(
+    code, out, err = cli(  # through the pause, and said so
         capsys, monkeypatch, token, "schedules", "backfill", sid, "--start",
         "2026-03-02T00:00:00Z", "--end", "2026-03-07T00:00:00Z", "--overlap", "allow-all",
     )  # fmt: skip
     assert code == 0, err
-    assert out.strip() == "5 started, 0 skipped, 0 buffered, 0 alreadyFired"  # Mon-Fri
+    assert out.strip() == "5 started, 0 skipped, 0 buffered, 0 alreadyFired" + THROUGH_PAUSE
+    code, out, _ = cli(capsys, monkeypatch, token, "schedules", "resume", sid)
+    assert code == 0 and "resumed" in out
     code, out, _ = cli(capsys, monkeypatch, token, "schedules", "list")
     assert sid in out
     code, out, _ = cli(capsys, monkeypatch, token, "schedules", "delete", sid)

@@ -56,9 +56,12 @@ def test_create_show_pause_resume_and_delete(t: TenantView, db: Database) -> Non
     paused = t.requester().patch(f"{URL}/{sid}", json={"paused": True, "note": "freeze"})
     assert paused.status_code == 200, paused.text
     assert paused.json()["paused"] is True and paused.json()["note"] == "freeze"
-    assert paused.json()["nextFireTimes"] == []
+    # Paused, nothing is next: neither a next fire time nor the ones after it.
+    assert paused.json()["nextFireAt"] is None and paused.json()["nextFireTimes"] == []
+    assert t.requester().get(URL).json()["items"][0]["nextFireAt"] is None
     resumed = t.requester().patch(f"{URL}/{sid}", json={"paused": False, "note": "thawed"})
     assert resumed.json()["paused"] is False and resumed.json()["nextFireTimes"]
+    assert resumed.json()["nextFireAt"] is not None
     timed = t.requester().patch(f"{URL}/{sid}", json={"intervalSeconds": 3600})
     assert timed.status_code == 200, timed.text
     assert timed.json()["cron"] is None and timed.json()["intervalSeconds"] == 3600
@@ -90,6 +93,14 @@ def test_bad_input_is_a_clear_4xx_and_stores_nothing(t: TenantView, db: Database
     ]
     for case, status, code in cases:
         assert_problem(http.post(URL, json=case), status, code)
+    # An unknown field is refused, named (a typo is not silently the default timing); the
+    # run inside keeps SubmitRun's rules. Timing errors say what must change.
+    for typo in ("color", "intervalSecond"):
+        refused = assert_problem(http.post(URL, json=body(t, **{typo: 60})), 422)
+        assert [e["field"] for e in refused["errors"]] == [typo], refused
+    inverted = {"startAt": "2026-01-02T00:00:00Z", "endAt": "2026-01-01T00:00:00Z"}
+    refused = assert_problem(http.post(URL, json=body(t, **inverted)), 422, "validation-failed")
+    assert refused["detail"] == "endAt must be after startAt", refused
     # Reading runs does not let one schedule them.
     reader = t.user("olive", Role.OBSERVER)
     assert_problem(reader.post(URL, json=body(t)), 403)
@@ -105,13 +116,8 @@ def test_bad_input_is_a_clear_4xx_and_stores_nothing(t: TenantView, db: Database
     kept = http.patch(f"{URL}/{sid}", json={"run": None, "paused": None, "note": None})
     assert kept.status_code == 200, kept.text
     assert_problem(http.patch(f"{URL}/{sid}", json={"cron": None}), 422, "validation-failed")
-    assert_problem(
-        http.post(
-            f"{URL}/{sid}/backfill",
-            json={"startAt": "2026-01-02T00:00:00Z", "endAt": "2026-01-01T00:00:00Z"},
-        ),
-        422,
-    )
+    refused = assert_problem(http.post(f"{URL}/{sid}/backfill", json=inverted), 422)
+    assert refused["detail"] == "endAt must be after startAt", refused
     assert_problem(  # over 1,000 fire times
         http.post(
             f"{URL}/{sid}/backfill",
@@ -174,9 +180,10 @@ def test_trigger_now_and_a_backfill_start_one_run_per_fire_time(
     window = {"startAt": start.isoformat(), "endAt": (start + timedelta(minutes=1)).isoformat()}
     filled = t.user("sam", Role.REQUESTER).post(f"{URL}/{sid}/backfill", json=window)
     assert filled.status_code == 202, filled.text
-    assert filled.json() == {"started": 30, "skipped": 0, "buffered": 0, "alreadyFired": 0}
+    counts = {"skipped": 0, "buffered": 0, "paused": False}
+    assert filled.json() == {"started": 30, "alreadyFired": 0, **counts}
     again = t.requester().post(f"{URL}/{sid}/backfill", json=window)
-    assert again.json() == {"started": 0, "skipped": 0, "buffered": 0, "alreadyFired": 30}
+    assert again.json() == {"started": 0, "alreadyFired": 30, **counts}
     # The sweep submits them as the owner, one run per fire time.
     found = wait_until(lambda: (r := schedule_runs(db, t.tenant, sid)) and len(r) == 30 and r, 30)
     assert {r.requested_by for r in found} == {REQUESTER}  # the owner's, not sam's
@@ -190,3 +197,34 @@ def test_trigger_now_and_a_backfill_start_one_run_per_fire_time(
     trigger = t.requester().post(f"{URL}/{sid}/trigger")
     assert trigger.status_code == 202 and trigger.json()["outcome"] == "started"
     wait_until(lambda: len(schedule_runs(db, t.tenant, sid)) == 31, 30)
+
+
+def test_a_paused_schedule_fires_only_by_hand_and_says_so(t: TenantView, db: Database) -> None:
+    """A pause stops the schedule's own fire times; a trigger or a backfill is an operator's
+    explicit act and fires through it (Temporal's rule), its answer saying it was paused."""
+    t.publish()
+    start = datetime.now(UTC) - timedelta(seconds=10)
+    timing = {"cron": None, "intervalSeconds": 2, "startAt": start.isoformat()}
+    created = t.requester().post(
+        URL, json=body(t, **timing, overlap="allow-all", paused=True, note="by hand only")
+    )
+    assert created.status_code == 201, created.text
+    sid = created.json()["scheduleId"]
+    assert created.json()["nextFireAt"] is None and created.json()["nextFireTimes"] == []
+    window = {"startAt": start.isoformat(), "endAt": (start + timedelta(seconds=10)).isoformat()}
+    filled = t.requester().post(f"{URL}/{sid}/backfill", json=window)
+    assert filled.status_code == 202, filled.text
+    assert filled.json() == {
+        "started": 5,
+        "skipped": 0,
+        "buffered": 0,
+        "alreadyFired": 0,
+        "paused": True,
+    }
+    fired = t.requester().post(f"{URL}/{sid}/trigger")
+    assert fired.status_code == 202 and fired.json()["outcome"] == "started"
+    assert fired.json()["paused"] is True
+    wait_until(lambda: len(schedule_runs(db, t.tenant, sid)) == 6, 30)
+    view = t.requester().get(f"{URL}/{sid}").json()
+    assert view["paused"] is True and view["started"] == 6 and view["missed"] == 0
+    assert {f["kind"] for f in view["lastFires"]} == {"backfill", "manual"}

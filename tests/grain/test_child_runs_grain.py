@@ -17,6 +17,7 @@ from support import drive
 from runcontrol.commands import CancelRun, Command, SendSignal, SubmitRun, WakeRun
 from runcontrol.domain import RunAggregate, RunState, StepSpec, StepState, errors
 from runcontrol.grain import RunGrain
+from runcontrol.ids import new_run_id
 
 CHILD = StepSpec(name="go", agent_id="", kind="signal", signal="go")
 
@@ -92,7 +93,7 @@ def publish_pair(h: Harness, **run_step: Any) -> None:
 
 
 def submit(h: Harness, router: Router, workflow_id: str = "parent") -> UUID:
-    run_id = UUID(int=h.env.new_id().int)
+    run_id = new_run_id(h.tenant)
     command = SubmitRun(
         tenant_id=h.tenant,
         run_id=run_id,
@@ -131,6 +132,15 @@ def test_the_childs_result_is_the_steps_and_the_runs(h: Harness, router: Router)
         "ChildRunStarted",
         "ChildRunEnded",
     ]
+    ended = ended_payload(h, parent)  # the result's hash, not the result
+    assert (ended["childState"], ended["failureClass"]) == ("Completed", None)
+    assert ended["resultHash"] == result.outcome_hash and "answer" not in str(ended)
+
+
+def ended_payload(h: Harness, parent: UUID) -> dict[str, Any]:
+    """The parent's ``ChildRunEnded`` (one)."""
+    (row,) = [r for r in h.outbox(parent) if r.event_type == "ChildRunEnded"]
+    return dict(row.payload)
 
 
 def test_a_lost_submission_and_a_lost_end_are_sent_again(h: Harness, router: Router) -> None:
@@ -201,6 +211,12 @@ def test_a_child_cancelled_by_someone_else_fails_its_step(h: Harness, router: Ro
     failed = until(h, parent, lambda a: a.run.state.terminal)
     assert failed.run.state is RunState.FAILED
     assert "ended Cancelled" in (failed.run.failure_reason or "")
+    ended = ended_payload(h, parent)
+    assert (ended["childState"], ended["failureClass"], ended["resultHash"]) == (
+        "Cancelled",
+        "cancellation",
+        None,
+    )
 
 
 def test_a_missing_workflow_fails_the_step_once(h: Harness, router: Router) -> None:
@@ -212,6 +228,12 @@ def test_a_missing_workflow_fails_the_step_once(h: Harness, router: Router) -> N
     failed = until(h, parent, lambda a: a.run.state.terminal)
     assert failed.run.state is RunState.FAILED
     assert "the child run was refused" in (failed.run.failure_reason or "")
+    ended = ended_payload(h, parent)  # no child run exists: no child state
+    assert (ended["state"], ended["childState"], ended["failureClass"]) == (
+        "Failed",
+        None,
+        "validation",
+    )
 
 
 def test_a_cycle_stops_at_the_depth_limit(h: Harness, router: Router) -> None:

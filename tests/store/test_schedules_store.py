@@ -6,8 +6,10 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from runcontrol import schedules as rules
-from runcontrol.domain import Principal, Role
+from runcontrol.domain import Principal, Role, errors
 from runcontrol.edge.auth import Caller
 from runcontrol.store import Database
 from runcontrol.store import schedules as store
@@ -61,3 +63,23 @@ def test_the_sweep_counts_misses_past_the_catch_up_window(db: Database, tenant: 
         row = store.get_row(conn, sid)
         assert (row.started, row.missed) == (4, 7)
         assert row.last_nominal_at == NOW + timedelta(seconds=22)
+
+
+def test_a_past_start_is_decided_by_the_catch_up_window(db: Database, tenant: str) -> None:
+    """Created at NOW with startAt a minute before: its fire times since are the sweep's as
+    after an outage (issue 46: they were neither fired nor counted)."""
+    sid = make(
+        db,
+        tenant,
+        startAt=(NOW - timedelta(seconds=60)).isoformat(),
+        catchUpWindowSeconds=5,
+        overlap="allow-all",
+    )
+    with db.system_tx() as conn:  # -60, -58 .. 0: within 5 s are -4, -2, 0
+        row = next(r for r in store.due_schedules(conn, NOW, 1000) if r.schedule_id == sid)
+        tally = rules.advance(conn, row, NOW)
+    assert (tally.started, tally.missed) == (3, 28)
+    too_far = {"startAt": (NOW - timedelta(days=1)).isoformat(), "intervalSeconds": 1}
+    with pytest.raises(errors.ValidationFailed, match="startAt must be") as refused:
+        make(db, tenant, **too_far)
+    assert refused.value.details["field"] == "startAt"

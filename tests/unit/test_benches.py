@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy.engine import make_url
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -273,3 +274,43 @@ def test_spy_profiles_the_hosts_while_the_measured_runs_flow() -> None:
     samples = int(hosts.split(" GIL samples")[0].rsplit(maxsplit=1)[1])
     assert samples > 0, hosts
     assert "RunGrain.execute (runcontrol/grain/grain.py)" in hosts, hosts
+    # bench.spy ends its bench with SIGTERM: the bench's PostgreSQL stopped all the same.
+    data_dirs = done.stdout.rsplit("the bench's PostgreSQL: ", 1)[1].split("\n")[0].split()
+    assert data_dirs and all(d.endswith("/pg") for d in data_dirs), done.stdout
+    assert not _servers_of(data_dirs), _servers_of(data_dirs)
+
+
+def _servers_of(data_dirs: list[str]) -> list[int]:
+    """The postmasters (``postgres -D <dir>``) of these data directories still running."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+        except OSError:
+            continue
+        if args[0].endswith("postgres") and "-D" in args[:-1]:
+            if args[args.index("-D") + 1] in data_dirs:
+                found.append(int(pid))
+    return found
+
+
+def test_a_bench_ended_by_sigterm_stops_its_postgresql() -> None:
+    """A process holding ``private_database`` (any bench) ended by SIGTERM stops its server
+    and deletes its directory, as on a normal exit (issue 46: it died, leaving both)."""
+    env = {k: v for k, v in os.environ.items() if k != "RUNCONTROL_DATABASE_URL"}
+    hold = (
+        "import time\nfrom bench.common import private_database\n"
+        "with private_database() as url:\n    print(url, flush=True)\n    time.sleep(300)"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", hold], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True
+    ) as child:
+        try:
+            url = child.stdout.readline() if child.stdout else ""
+            data_dirs = [str(make_url(url.strip()).query["host"])]  # its socket is in it
+            assert _servers_of(data_dirs), url
+        finally:
+            child.terminate()
+            child.wait(60)
+    assert not _servers_of(data_dirs), (url, _servers_of(data_dirs))
+    assert not os.path.exists(os.path.dirname(data_dirs[0]))

@@ -14,6 +14,7 @@ from runcontrol.commands import SendSignal, SubmitRun
 from runcontrol.domain import Limits, Principal, Role, errors
 from runcontrol.domain.access import RUNS_WRITE, effective_scopes, scopes_of
 from runcontrol.domain.limits import MAX_DEPTH
+from runcontrol.domain.shards import hashed_vshard, vshard_of
 from runcontrol.edge import commands
 from runcontrol.edge.auth import Caller
 from runcontrol.edge.errors import IdempotencyKeyRequired, InsufficientScope, RequestInvalid
@@ -105,6 +106,7 @@ def test_a_priority_above_the_default_is_an_operators_decision() -> None:
         outside(Role.WORKSPACE_ADMIN), "k", correlation_id="c", limits=limits, priority=5, **fields
     )
     assert isinstance(run, SubmitRun)
+    assert vshard_of(run.run_id) == hashed_vshard("t-1")  # the run's id: in its tenant's shard
     assert (run.request.project_id, run.request.idempotency_key, run.request.priority) == (
         "p-1",
         "k",

@@ -22,6 +22,7 @@ from runcontrol.domain import (
     WorkflowDefinition,
     errors,
 )
+from runcontrol.domain.hashing import canonical_hash
 from runcontrol.domain.run.changes import ChildAction
 from runcontrol.domain.run.children import child_key, child_run_id
 from runcontrol.domain.run.outcomes import report_outcome
@@ -84,7 +85,12 @@ def test_the_childs_result_is_the_steps_and_the_runs() -> None:
     result = h.agg.run_result()
     assert result is not None and result.value == {"verdict": "ok"}
     assert h.run.result_hash == result.outcome_hash
-    assert "ChildRunEnded" in h.event_types()
+    (ended,) = [e.payload for e in h.events if e.event_type == "ChildRunEnded"]
+    # The child's end as a reader of the parent's events sees it: its result's hash, not the
+    # result (events stay small).
+    assert ended["resultHash"] == canonical_hash({"verdict": "ok"}) == result.outcome_hash
+    assert (ended["childState"], ended["failureClass"]) == ("Completed", None)
+    assert "verdict" not in str(ended)
 
 
 def test_a_resent_or_stale_end_changes_nothing() -> None:
@@ -123,6 +129,9 @@ def test_a_child_failing_for_good_or_cancelled_is_not_retried(
     assert h.child_ended(1, state, failure_class=failure) == "Failed"
     expected = FailureClass.CANCELLATION if state == "Cancelled" else FailureClass.PERMANENT
     assert h.run.state is RunState.FAILED and h.run.failure_class is expected
+    (ended,) = [e.payload for e in h.events if e.event_type == "ChildRunEnded"]
+    assert (ended["childState"], ended["failureClass"]) == (state, str(expected))
+    assert ended["resultHash"] is None
 
 
 @pytest.mark.parametrize(

@@ -107,9 +107,12 @@ def test_interval_counts_from_its_start_and_stops_at_its_end() -> None:
     ],
 )
 def test_bad_timing_is_refused_with_its_field(timing: Timing, field: str) -> None:
+    """Each refusal names its field and says what it must be (issue 46: "endAt is after
+    startAt" told the opposite of what was wrong)."""
     with pytest.raises(errors.ValidationFailed) as refused:
         ScheduleSpec(timing=timing).check()
     assert refused.value.details["field"] == field
+    assert field in str(refused.value) and " must " in str(refused.value), refused.value
 
 
 @pytest.mark.parametrize(
@@ -123,7 +126,7 @@ def test_bad_timing_is_refused_with_its_field(timing: Timing, field: str) -> Non
 def test_bad_expressions_and_zones_are_refused(timing: Timing, field: str) -> None:
     with pytest.raises(errors.ValidationFailed) as refused:
         trigger(timing, ANCHOR)
-    assert refused.value.details["field"] == field
+    assert refused.value.details["field"] == field and field in str(refused.value)
 
 
 def test_overlap_policies() -> None:

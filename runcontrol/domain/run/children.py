@@ -23,9 +23,9 @@ from datetime import timedelta
 from typing import Any
 from uuid import UUID, uuid5
 
-from .. import errors
+from .. import errors, shards
 from .. import events as ev
-from ..hashing import canonical_json
+from ..hashing import canonical_json, result_hash
 from ..machines import RunCommand, require
 from ..model import Step
 from ..states import FailureClass, RunState, StepState
@@ -46,11 +46,15 @@ from .values import CommandContext, Options
 CHILD_RUNS = UUID("5b0c1e2a-7d1f-4c53-9a39-32c0f2c1d000")
 CHILD_STARTED = "ChildStarted"
 CHILD_RUN = "child-run"  # the actor of what a child tells its parent
+# The command id of a submission refused for good, told as the child's end: no child run
+# exists (``ChildRunEnded``'s event has no ``childState``).
+REFUSED = "child-refused:"
 
 
 def child_run_id(parent_run_id: UUID, step_id: UUID, number: int) -> UUID:
-    """The id of the ``number``th child of the parent's step: the same every time."""
-    return uuid5(CHILD_RUNS, f"{parent_run_id}:{step_id}:{number}")
+    """The id of the ``number``th child of the parent's step: the same every time, in the
+    parent's virtual shard (a legacy parent's: the name-based id alone, as before shards)."""
+    return shards.derive(parent_run_id, uuid5(CHILD_RUNS, f"{parent_run_id}:{step_id}:{number}"))
 
 
 def child_key(parent_run_id: UUID, step_id: UUID, number: int) -> str:
@@ -128,12 +132,22 @@ def child_ended(
     if current != str(child_run_id) or step.state is not StepState.RUNNING:
         return str(step.state)
     step.due_at = None
+    text = canonical_json(result).decode() if ended is RunState.COMPLETED else None
+    failure = _failure_of(ended, failure_class)
+    refused = (ctx.command_id or "").startswith(REFUSED)
     agg.record(
-        ctx, ev.ChildRunEnded, step, child_run_id=child_run_id, state=str(ended), reason=reason
+        ctx,
+        ev.ChildRunEnded,
+        step,
+        child_run_id=child_run_id,
+        state=str(ended),
+        reason=reason,
+        result_hash=None if text is None else result_hash(text),
+        failure_class=failure,
+        child_state=None if refused else str(ended),
     )
     cancelling = agg.run.state is RunState.CANCELLING
-    if ended is RunState.COMPLETED:
-        text = canonical_json(result).decode()
+    if text is not None:
         if len(text.encode()) > options.result_max_bytes:
             _fail_step(
                 agg,
@@ -157,12 +171,7 @@ def child_ended(
         agg.move_step(ctx, step, StepState.CANCELLED, "RunCancelled")
         finish_cancelling(agg, ctx)
         return str(step.state)
-    failure = FailureClass.CANCELLATION
-    if ended is RunState.FAILED:
-        try:
-            failure = FailureClass(failure_class or FailureClass.TRANSIENT)
-        except ValueError:
-            raise errors.ValidationFailed(f"{failure_class!r} is not a failure class") from None
+    assert failure is not None
     number = int((step.child or {}).get("number", 1))
     why = f"step {step.name!r}: child run {child_run_id} ended {ended}" + (
         f" ({reason})" if reason else ""
@@ -172,6 +181,19 @@ def child_ended(
         return str(step.state)
     _fail_step(agg, ctx, step, failure, why, "ChildFailed")
     return str(step.state)
+
+
+def _failure_of(ended: RunState, failure_class: str | None) -> FailureClass | None:
+    """What a child's end fails its step with: its failure class when Failed (transient when
+    it names none), cancellation when Cancelled; None when Completed."""
+    if ended is RunState.COMPLETED:
+        return None
+    if ended is not RunState.FAILED:
+        return FailureClass.CANCELLATION
+    try:
+        return FailureClass(failure_class or FailureClass.TRANSIENT)
+    except ValueError:
+        raise errors.ValidationFailed(f"{failure_class!r} is not a failure class") from None
 
 
 def _fail_step(

@@ -83,6 +83,7 @@ class CommandContext:
     now: datetime
     actor: str
     command_id: str | None = None
+    # The grain's mints in the run's virtual shard (``GrainEnv.context``, ``domain/shards.py``).
     new_id: Callable[[], UUID] = uuid.uuid4
     uniform: Callable[[float, float], float] = random.uniform
 

@@ -6,7 +6,7 @@ was submitted from), written by the run writers at submission and never changed 
 adds the columns).
 A document without them (the previous release's) inserts NULL: a run of no template.
 
-Revision ID: 0031
+Revision ID: 0032
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from alembic import op
 
 from runcontrol.store.functions import apply
 
-revision = "0031"
-down_revision = "0030"
+revision = "0032"
+down_revision = "0031"
 branch_labels = None
 depends_on = None
 
 # Only adds (a table, two nullable columns): the previous release runs on it unchanged.
-oldest_code = "0030"
+oldest_code = "0031"
 
 SCHEMA = """
 CREATE TABLE run_templates (
@@ -71,4 +71,4 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    raise NotImplementedError("0031 has no downgrade: restore from a backup taken before it")
+    raise NotImplementedError("0032 has no downgrade: restore from a backup taken before it")

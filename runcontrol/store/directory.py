@@ -1,0 +1,115 @@
+"""The directory of virtual shards, as a process caches it (issue 41; docs/sharding.md).
+
+Two tables in the first database say where things are: ``vshards`` (each virtual shard's
+database, by its position in ``RUNCONTROL_SHARDS__DATABASES``) and ``tenant_placement`` (a
+tenant's virtual shard, where one is set; else ``shards.hashed_vshard``). A process loads both
+once and answers from memory (a command is never routed by a query); ``directory_version``,
+bumped in the transaction of any change, which also NOTIFYs ``runcontrol_directory``, says when
+to load them again: ``refresh`` is that check, one small read.
+
+Nothing routes by it yet: with one database every virtual shard is on database 0."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from uuid import UUID
+
+from sqlalchemy import Connection, Engine, select, text, update
+from sqlalchemy.dialects.postgresql import insert
+
+from ..domain import shards
+from .tables import directory_version, tenant_placement, vshards
+
+CHANNEL = "runcontrol_directory"  # NOTIFYed, with the new version, by every change
+FIRST_DATABASE = 0  # where the directory is, and every row stored before shards (LEGACY ids)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The directory at one version."""
+
+    version: int
+    databases: tuple[int, ...]  # a virtual shard's database, by the shard's number
+    placement: Mapping[str, int]  # tenant -> its virtual shard, where placed
+
+
+class Directory:
+    """The directory cached in this process. ``engine``: the first database's system engine
+    (the placements of every tenant; the system role bypasses row-level security)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._snapshot = self._load()
+
+    @property
+    def version(self) -> int:
+        return self._snapshot.version
+
+    def database_for(self, vshard: int) -> int:
+        """The database (its position in the configured list) virtual shard ``vshard`` is on;
+        ``shards.LEGACY`` (an id minted before shards): the first."""
+        if vshard == shards.LEGACY:
+            return FIRST_DATABASE
+        return self._snapshot.databases[vshard]
+
+    def database_of(self, id_: UUID) -> int:
+        """The database the run (or entity of a run) ``id_`` is stored in, from its id alone."""
+        return self.database_for(shards.vshard_of(id_))
+
+    def vshard_for(self, tenant_id: str) -> int:
+        """The virtual shard a new run of ``tenant_id`` is minted in: its placement, else the
+        hash of its id (``ids.new_run_id`` takes this as its ``placement``)."""
+        placed = self._snapshot.placement.get(tenant_id)
+        return shards.hashed_vshard(tenant_id) if placed is None else placed
+
+    def refresh(self) -> bool:
+        """Load the directory again if its version changed (on a NOTIFY of ``CHANNEL``, or
+        periodically); whether it did."""
+        with self._engine.connect() as conn:
+            current = _version(conn)
+        if current == self._snapshot.version:
+            return False
+        self._snapshot = self._load()
+        return True
+
+    def place(self, tenant_id: str, vshard: int) -> None:
+        """Place ``tenant_id`` on virtual shard ``vshard`` (its runs minted from now on are
+        there). Only for a tenant with no rows yet: moving one with rows is a move's (issue 41,
+        still to build)."""
+        if not 0 <= vshard < shards.VSHARDS:
+            raise ValueError(f"a virtual shard is 0 to {shards.VSHARDS - 1}, not {vshard}")
+        row = {"tenant_id": tenant_id, "vshard": vshard}
+        upsert = insert(tenant_placement).values(row)
+        with self._engine.begin() as conn:
+            conn.execute(upsert.on_conflict_do_update(index_elements=["tenant_id"], set_=row))
+            _bump(conn)
+        self.refresh()
+
+    def _load(self) -> Snapshot:
+        # The version first: a change committed between the reads leaves newer rows under an
+        # older version, which the next refresh loads again (never older rows under a newer).
+        with self._engine.connect() as conn:
+            version = _version(conn)
+            databases = dict(conn.execute(select(vshards.c.vshard, vshards.c.database)).all())
+            placed = select(tenant_placement.c.tenant_id, tenant_placement.c.vshard)
+            placement = dict(conn.execute(placed).all())
+        if sorted(databases) != list(range(shards.VSHARDS)):
+            raise RuntimeError(
+                f"the directory has {len(databases)} virtual shards, not 0 to "
+                f"{shards.VSHARDS - 1}: is the first database migrated (0031)?"
+            )
+        return Snapshot(version, tuple(databases[v] for v in range(shards.VSHARDS)), placement)
+
+
+def _version(conn: Connection) -> int:
+    return int(conn.execute(select(directory_version.c.version)).scalar_one())
+
+
+def _bump(conn: Connection) -> None:
+    """In the transaction of a change: a new version, announced when it commits."""
+    bumped = update(directory_version).values(version=directory_version.c.version + 1)
+    version = conn.execute(bumped.returning(directory_version.c.version)).scalar_one()
+    conn.execute(
+        text("SELECT pg_notify(:channel, :version)"), {"channel": CHANNEL, "version": str(version)}
+    )

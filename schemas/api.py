@@ -232,8 +232,9 @@ class LimitsOut(ResponseModel):
     *("snapshot_id", "budget_reservation_id", "state", "input_hash", "requested_by"),
     *("failure_class", "failure_reason", "outcome_hash", "version", "created_at", "updated_at"),
     *("suspended_at", "rerun_of", "result_hash", "result_bytes", "priority"),
-    *("parent_run_id", "parent_step_id", "depth"),
+    *("parent_run_id", "parent_step_id", "depth", "template_id", "template_version"),
     described={
+        "template_id": "The run template it was submitted from (docs/templates.md).",
         "rerun_of": "The finished run this run reruns.",
         "parent_run_id": "A child run's parent: the run whose run step started it "
         "(docs/child-runs.md); null for a run a client submitted.",

@@ -185,7 +185,9 @@ def test_a_run_from_the_template_passes_a_fitting_shared_write_without_a_human(
     submitted = from_template(t, "cid", branch="release-2")
     assert submitted.status_code == 202, submitted.text
     run_id = submitted.json()["runId"]
-    assert t.run(run_id)["input"] == {"branch": "release-2", "dryRun": False}
+    run = t.run(run_id)
+    assert run["input"] == {"branch": "release-2", "dryRun": False}
+    assert (run["templateId"], run["templateVersion"]) == ("nightly", 1)
     approval = asks(t, run_id, {"files": 2})
     assert approval.decided_by == "template:nightly@1"
     view = t.wait_state(run_id, "Running")

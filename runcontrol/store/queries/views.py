@@ -79,6 +79,8 @@ RUN_SUMMARY = api_view(
         "parent_run_id",
         "parent_step_id",
         "depth",
+        "template_id",
+        "template_version",
     ),
     {"event_seq": "lastEventSeq"},
 )

@@ -132,7 +132,7 @@ class RunControlRpc:
         self._rate_limiter = rate_limiter or TenantRateLimiter(settings.api)
         # WatchRun with output: open only while such a stream waits (rpc/output.py).
         self._watch_listener = Listener(
-            db.app_url,
+            db.app_urls,
             (EVENTS_CHANNEL, OUTPUT_CHANNEL),
             application_name="runcontrol-grpc-watch",
             idle_s=WATCH_IDLE_S,

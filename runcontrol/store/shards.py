@@ -35,9 +35,10 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, text
 
 from ..domain import RunAggregate, shards
+from . import directory
 from .commit import Answer, Store
 from .database import Database
 from .directory import CHANNEL, Directory
@@ -103,6 +104,19 @@ class Shards:
         if len(self._shards) == 1:
             return shards.hashed_vshard(tenant_id)
         return self.directory.vshard_for(tenant_id)
+
+    def spread(self) -> bool:
+        """A new deployment's virtual shards spread over its databases (``directory.spread``:
+        only while nothing is stored); whether they were."""
+        if len(self._shards) == 1:
+            return False
+        for shard in self._shards[1:]:  # the others hold nothing either
+            with shard.db.system_tx() as conn:
+                if conn.execute(text("SELECT EXISTS (SELECT 1 FROM runs)")).scalar_one():
+                    return False
+        spread = directory.spread(self.first.db.system, len(self._shards))
+        self.directory.refresh()
+        return spread
 
     def for_vshard(self, vshard: int) -> Shard:
         if len(self._shards) == 1:

@@ -7,7 +7,7 @@ once and answers from memory (a command is never routed by a query); ``directory
 bumped in the transaction of any change, which also NOTIFYs ``runcontrol_directory``, says when
 to load them again: ``refresh`` is that check, one small read.
 
-Nothing routes by it yet: with one database every virtual shard is on database 0."""
+``store/shards.Shards`` routes by it (with one database, it is not read)."""
 
 from __future__ import annotations
 

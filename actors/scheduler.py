@@ -53,6 +53,7 @@ class Scheduler:
     def __init__(self, config: dict[str, Any]) -> None:
         self.settings, db = actor_start(config, "scheduler")
         self._container = build(self.settings, db=db, migrate=False)
+        self._db = db  # every shard's, routed by tenant (a scheduled run's placement)
         self._directory = follow_directory(db)  # a wake's run routed by its id
         self._clock = self._container.env.clock
         self._options = self._container.env.options
@@ -227,7 +228,9 @@ class Scheduler:
             return 0
         self._running.add(job)
         try:
-            return await schedules.submit_started(sweep.db, self._router.send, self._clock.now)
+            return await schedules.submit_started(
+                sweep.db, self._router.send, self._clock.now, routed=self._db
+            )
         except Exception:
             log.exception("ScheduleSweep's submissions failed; they run again at its next interval")
             return 0

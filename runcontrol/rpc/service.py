@@ -333,8 +333,9 @@ class RunControlRpc:
             return False
 
         def select_one() -> None:
-            with self._db.app.connect() as conn:
-                conn.scalar(text("SELECT 1"))
+            for each in self._db.databases():  # every shard database answers
+                with each.app.connect() as conn:
+                    conn.scalar(text("SELECT 1"))
 
         probes: list[Awaitable[Any]] = [asyncio.to_thread(select_one)]
         if self._host_probe is not None:

@@ -18,8 +18,11 @@ from runcontrol.bootstrap import build
 from runcontrol.clock import ManualClock
 from runcontrol.commands import SubmitRun
 from runcontrol.config import Settings
-from runcontrol.domain import StepSpec, errors
+from runcontrol.domain import Limits, StepSpec, errors
+from runcontrol.domain.access import scopes_of
 from runcontrol.domain.shards import hashed_vshard, vshard_of
+from runcontrol.edge import commands
+from runcontrol.edge.auth import Caller
 from runcontrol.ids import new_run_id
 from runcontrol.store import Database
 from runcontrol.store.shards import Shards
@@ -131,3 +134,21 @@ def test_a_fencing_token_is_compared_within_its_own_shard(two_shards: Shards):
     h1.succeed(grain1, grant1)
     h0.succeed(grain0, grant0)
     assert h0.load(grain0.run_id).run.state == h1.load(grain1.run_id).run.state
+
+
+def test_the_edge_mints_a_run_in_its_tenants_placement(routed: Harness, two_shards: Shards):
+    """``POST /factory/runs``' builder (both doors, the schedules too): the new run's id in
+    the directory's placement of its tenant, not the hash of its id."""
+    principal = routed.principal()
+    caller = Caller(principal, scopes_of(principal.roles))
+    command = commands.submit_run(
+        commands.Outside(caller, two_shards.db, "http"),
+        "k",
+        correlation_id=None,
+        limits=Limits(),
+        workflow_id="wf",
+        model_profile_id="m",
+        input={},
+    )
+    assert vshard_of(command.run_id) == 700 != hashed_vshard(routed.tenant)
+    assert two_shards.for_run(command.run_id).index == 1

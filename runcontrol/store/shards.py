@@ -228,9 +228,13 @@ class RoutedDatabase(Database):
 
     def migrate(self, revision: str = "head", *, more_versions: Sequence[Path] = ()) -> None:
         self.shards.migrate(revision, more_versions=more_versions)
+        if revision == "head":
+            self.shards.directory.refresh()  # loaded at start, not by a first command
 
     def require_compatible_schema(self, engine: Engine | None = None) -> None:
         self.shards.require_compatible_schema(app_role=engine is not None)
+        if engine is None:  # a process starting (not a replica's readiness, as the app role)
+            self.shards.directory.refresh()
 
     def dispose(self) -> None:
         self.shards.dispose()

@@ -6,18 +6,13 @@ inside each, and a fencing token compared within its own shard only."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from uuid import UUID
 
 import pytest
-from grain_harness import Harness
+from grain_harness import Harness, placed, submit_placed
 from sqlalchemy import text
 from support import SECOND_HALF, acquire
 
-from runcontrol.bootstrap import build
-from runcontrol.clock import ManualClock
-from runcontrol.commands import SubmitRun
-from runcontrol.config import Settings
 from runcontrol.domain import Limits, StepSpec, errors
 from runcontrol.domain.access import scopes_of
 from runcontrol.domain.shards import hashed_vshard, vshard_of
@@ -33,26 +28,18 @@ TENANT_TABLES = ("releases", "release_aliases")
 
 
 @pytest.fixture
-def routed(two_shards: Shards) -> Iterator[Harness]:
+def routed(two_shards: Shards) -> Harness:
     """A harness whose container serves both shard databases; its tenant placed on the
     second (virtual shard 700)."""
-    tenant = f"t-{uuid.uuid4().hex[:10]}"
-    two_shards.directory.place(tenant, 700)
-    clock = ManualClock()
-    yield Harness(build(Settings(), db=two_shards.db, clock=clock, migrate=False), tenant, clock)
+    return placed(two_shards, 700)
 
 
 def run(h: Harness) -> UUID:
     """A run submitted as the edge does (its id minted in the tenant's placement), its first
     attempt leased and succeeded."""
-    h.publish(StepSpec("plan", "agent-a"), StepSpec("write", "agent-b"))
-    run_id = new_run_id(h.tenant, h.db.vshard_for)
-    grain = h.grain(run_id)
-    grain.execute(
-        SubmitRun(tenant_id=h.tenant, run_id=run_id, principal=h.principal(), request=h.request())
-    )
+    grain = submit_placed(h, StepSpec("plan", "agent-a"), StepSpec("write", "agent-b"))
     h.succeed(grain, h.lease(grain))
-    return run_id
+    return grain.run_id
 
 
 def counted(db: Database, table: str, tenant: str) -> int:
@@ -113,17 +100,9 @@ def test_a_fencing_token_is_compared_within_its_own_shard(two_shards: Shards):
     naming the other shard's attempt is refused in its own run, and each shard's lease stands."""
     harnesses = []
     for vshard in (5, 700):
-        tenant = f"t-{uuid.uuid4().hex[:10]}"
-        two_shards.directory.place(tenant, vshard)
-        clock = ManualClock()
-        h = Harness(build(Settings(), db=two_shards.db, clock=clock, migrate=False), tenant, clock)
-        h.publish(StepSpec("only", "agent-a"))
-        run_id = new_run_id(tenant, h.db.vshard_for)
-        grain = h.grain(run_id)
-        grain.execute(
-            SubmitRun(tenant_id=tenant, run_id=run_id, principal=h.principal(), request=h.request())
-        )
-        harnesses.append((h, grain, acquire(grain, h.open_attempt(run_id).attempt_id)))
+        h = placed(two_shards, vshard)
+        grain = submit_placed(h, StepSpec("only", "agent-a"))
+        harnesses.append((h, grain, acquire(grain, h.open_attempt(grain.run_id).attempt_id)))
     (h0, grain0, grant0), (h1, grain1, grant1) = harnesses
     assert two_shards.for_run(grain0.run_id).index == 0
     assert two_shards.for_run(grain1.run_id).index == 1

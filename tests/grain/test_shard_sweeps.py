@@ -5,23 +5,17 @@ hold goes on as before."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
 import pytest
-from grain_harness import Harness
+from grain_harness import Harness, placed, submit_placed
 from support import drive
 
 from runcontrol import reconcilers, shard_sweeps
-from runcontrol.bootstrap import build
-from runcontrol.clock import ManualClock
-from runcontrol.commands import SubmitRun
-from runcontrol.config import Settings
 from runcontrol.domain import StepSpec
-from runcontrol.ids import new_run_id
 from runcontrol.shard_sweeps import ShardSweep
 from runcontrol.store.shards import Shards
 
@@ -38,18 +32,10 @@ class Collected:
 
 def leased_run(shards: Shards, vshard: int) -> tuple[Harness, UUID]:
     """A run of a tenant placed on ``vshard``, its attempt leased (and so to expire)."""
-    tenant = f"t-{uuid.uuid4().hex[:10]}"
-    shards.directory.place(tenant, vshard)
-    clock = ManualClock()
-    h = Harness(build(Settings(), db=shards.db, clock=clock, migrate=False), tenant, clock)
-    h.publish(StepSpec("only", "agent-a"))
-    run_id = new_run_id(tenant, h.db.vshard_for)
-    grain = h.grain(run_id)
-    grain.execute(
-        SubmitRun(tenant_id=tenant, run_id=run_id, principal=h.principal(), request=h.request())
-    )
+    h = placed(shards, vshard)
+    grain = submit_placed(h, StepSpec("only", "agent-a"))
     h.lease(grain)
-    return h, run_id
+    return h, grain.run_id
 
 
 @pytest.fixture

@@ -5,13 +5,15 @@ inside each, and a fencing token compared within its own shard only."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from uuid import UUID
 
 import pytest
 from grain_harness import Harness, placed, submit_placed
 from sqlalchemy import text
-from support import SECOND_HALF, acquire
+from support import SECOND_HALF, acquire, drive
 
 from runcontrol.domain import Limits, StepSpec, errors
 from runcontrol.domain.access import scopes_of
@@ -20,6 +22,7 @@ from runcontrol.edge import commands
 from runcontrol.edge.auth import Caller
 from runcontrol.ids import new_run_id
 from runcontrol.store import Database
+from runcontrol.store.directory import Directory
 from runcontrol.store.shards import Shards
 
 # The tables a run's rows are in (its events and journal among them), and a tenant's own.
@@ -131,3 +134,31 @@ def test_the_edge_mints_a_run_in_its_tenants_placement(routed: Harness, two_shar
     )
     assert vshard_of(command.run_id) == 700 != hashed_vshard(routed.tenant)
     assert two_shards.for_run(command.run_id).index == 1
+
+
+def test_a_process_follows_the_directory_as_it_changes(two_shards: Shards):
+    """A tenant placed by another process (its own ``Directory``): this process's cache
+    reloads on the ``runcontrol_directory`` notification and routes the tenant's new runs to
+    its placement at once, long before the timer's reload."""
+    first, second = two_shards.all()
+    here = Shards([first.db, second.db])
+    tenant = f"t-{uuid.uuid4().hex[:10]}"
+    vshard = 900 if hashed_vshard(tenant) < SECOND_HALF else 100
+    assert here.for_tenant(tenant).index == int(hashed_vshard(tenant) >= SECOND_HALF)
+
+    async def follow() -> float:
+        task = asyncio.get_running_loop().create_task(here.follow_directory(interval_s=60.0))
+        try:
+            await asyncio.sleep(1.0)  # listening
+            began = time.monotonic()
+            await asyncio.to_thread(Directory(first.db.system).place, tenant, vshard)
+            while here.vshard_for(tenant) != vshard:
+                assert time.monotonic() - began < 10.0, "the directory was not reloaded"
+                await asyncio.sleep(0.05)
+            return time.monotonic() - began
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    drive(follow())
+    assert here.for_tenant(tenant).index == int(vshard >= SECOND_HALF)

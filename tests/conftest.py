@@ -48,9 +48,9 @@ LONGEST_FILES = (
     "chaos/test_chaos.py",
     "console/test_console.py",
     "chaos/test_up_lifecycle.py",
-    "chaos/test_up_shards.py",
     "telemetry/test_telemetry.py",
     "actors/test_two_node.py",
+    "chaos/test_up_shards.py",
 )
 
 

@@ -1,0 +1,335 @@
+"""The MCP door on the Serve HTTP app: ``/mcp``, the streamable HTTP transport of the official
+``mcp`` SDK (its low-level ``Server`` and ``StreamableHTTPSessionManager``, stateless: any
+replica answers any request, nothing is kept between them).
+
+Before the SDK sees a request, the door verifies the bearer token (401 as the API answers
+it) and checks the caller may read runs (403); a ``tools/call`` is checked against its
+tool's operation too, so a token without the scope is a 403 (``insufficient_scope``) before
+anything runs. Each tool is a read or a builder of ``edge.commands`` (``tools``); a refusal
+is the tool's error result with the problem the HTTP API would answer (its ``code``,
+``status``, ``detail``), never a 5xx; an unknown tool or resource is a JSON-RPC error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import INVALID_PARAMS
+from pydantic import ValidationError
+from starlette.routing import Route
+from starlette.types import Message, Receive, Scope, Send
+
+from ..api.context import Services
+from ..api.problems import field_errors, from_error, status_for
+from ..api.runs import get_run
+from ..domain import canonical_hash, errors
+from ..domain.access import Operation
+from ..edge.auth import Caller, TokenVerifier, permit
+from ..edge.commands import Outside
+from ..edge.errors import RequestInvalid, Unauthorized
+from ..edge.metering import TenantRateLimiter
+from ..ports.policy import current_policy
+from ..store import catalog
+from .tools import DECIDE, TOOLS, WORKFLOW_TOOL, Call, Exposed, Tool, workflow_tool
+
+PATH = "/mcp"
+RUN_URI = "runcontrol://runs/{runId}"
+_STATE = "runcontrol_mcp"  # the door's caller in the request's state
+_PREFIX = RUN_URI.removesuffix("{runId}")
+
+
+def may(caller: Caller, operation: Operation) -> bool:
+    try:
+        permit(caller, operation)
+    except errors.RunControlError:
+        return False
+    return True
+
+
+async def authenticate(verifier: TokenVerifier, scope: Scope) -> Caller:
+    """The bearer token's caller, who must be allowed to read runs (401 / 403 otherwise)."""
+    headers = dict(scope["headers"])
+    scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthorized("a bearer token is required")
+    caller = await verifier.verify_async(token.strip())
+    permit(caller, Operation.READ_RUNS)
+    return caller
+
+
+def fixed_schema(name: str) -> dict[str, Any] | None:
+    """A fixed tool's input schema, for the SDK's ``Mcp-Param-*`` header check (a workflow's
+    tool declares no such header: None, nothing to check)."""
+    found = TOOLS.get(name) or (DECIDE if name == DECIDE.name else None)
+    return None if found is None else found.input_schema
+
+
+def operation_of(name: str | None) -> Operation | None:
+    """The operation of the tool ``name`` (None: no tool, or not a tool call)."""
+    if name is None:
+        return None
+    if name.startswith(WORKFLOW_TOOL):
+        return Operation.SUBMIT_RUN
+    found = TOOLS.get(name) or (DECIDE if name == DECIDE.name else None)
+    return None if found is None else found.operation
+
+
+def called_tool(body: bytes) -> str | None:
+    """The tool a JSON-RPC ``tools/call`` names, else None (the SDK answers what it is)."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(doc, dict) or doc.get("method") != "tools/call":
+        return None
+    params = doc.get("params")
+    name = params.get("name") if isinstance(params, dict) else None
+    return name if isinstance(name, str) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """The door's findings, in the request's state: the caller and its outside sender."""
+
+    caller: Caller
+    outside: Outside
+
+
+class McpServer:
+    """The SDK's server over the tools and the runs as resources."""
+
+    def __init__(self, svc: Services, rate_limiter: TenantRateLimiter) -> None:
+        self.svc = svc
+        self.rate_limiter = rate_limiter
+        self.server: Server[Any] = Server(
+            "runcontrol",
+            version="0.1.0",
+            get_tool_input_schema=fixed_schema,
+            instructions="Start, watch and steer runcontrol runs: every call is the caller's, "
+            "under the same tokens, scopes and approval rules as the HTTP API.",
+            on_list_tools=self.list_tools,
+            on_call_tool=self.call_tool,
+            on_list_resources=self.list_resources,
+            on_list_resource_templates=self.list_resource_templates,
+            on_read_resource=self.read_resource,
+        )
+
+    # ------------------------------------------------------------------ tools
+
+    async def tools(self, caller: Caller) -> dict[str, Tool]:
+        """The tools this caller may call: the fixed ones its roles and scopes allow, the
+        decision when its tenant's policy offers it, each workflow that opts in."""
+        offered = {n: t for n, t in TOOLS.items() if may(caller, t.operation)}
+        if may(caller, DECIDE.operation) and (await self._policy(caller)).mcp_decisions:
+            offered[DECIDE.name] = DECIDE
+        if may(caller, Operation.SUBMIT_RUN):
+            for workflow_id, release_id, definition in await self.svc.read_in_tenant(
+                caller, catalog.agent_releases
+            ):
+                assert definition.agent is not None
+                t = workflow_tool(Exposed(workflow_id, release_id, definition.agent))
+                offered[t.name] = t
+        return offered
+
+    async def _policy(self, caller: Caller) -> Any:
+        return await self.svc.read_in_tenant(caller, current_policy)
+
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        offered = await self.tools(_found(ctx).caller)
+        return types.ListToolsResult(
+            tools=[
+                types.Tool(name=t.name, description=t.description, input_schema=t.input_schema)
+                for t in offered.values()
+            ]
+        )
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        found = _found(ctx)
+        arguments = params.arguments or {}
+        try:
+            offered = await self.tools(found.caller)
+        except errors.RunControlError as exc:
+            return refused(exc)
+        tool = offered.get(params.name)
+        if tool is None:
+            raise MCPError(INVALID_PARAMS, f"no tool {params.name!r} here")
+
+        async def progress(count: float, message: str) -> None:
+            await ctx.session.report_progress(count, None, message)
+
+        call = Call(found.caller, found.outside, self.svc, request_key(ctx, params), progress)
+        try:
+            permit(found.caller, tool.operation)
+            parsed = tool.parse(arguments)
+        except ValidationError as exc:
+            detail = RequestInvalid(f"the arguments of {tool.name} are invalid")
+            return refused(detail, errors=field_errors(exc.errors(include_url=False)))
+        except errors.RunControlError as exc:
+            return refused(exc)
+        try:
+            answer = tool.answer(await tool.run(call, parsed))
+        except errors.RunControlError as exc:
+            return refused(exc)
+        text = json.dumps(answer, separators=(",", ":"))
+        structured = answer if isinstance(answer, dict) else {"items": answer}
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=text)], structured_content=structured
+        )
+
+    # ------------------------------------------------------------------ resources
+
+    async def list_resources(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        return types.ListResourcesResult(resources=[])  # a run is read by its URI
+
+    async def list_resource_templates(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        template = types.ResourceTemplate(
+            uri_template=RUN_URI,
+            name="run",
+            description="A run as get_run answers it: state, steps, approvals, result.",
+            mime_type="application/json",
+        )
+        return types.ListResourceTemplatesResult(resource_templates=[template])
+
+    async def read_resource(
+        self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        uri = str(params.uri)
+        found = _found(ctx)
+        try:
+            if not uri.startswith(_PREFIX):
+                raise errors.ValidationFailed(f"no resource {uri!r}: runs are {RUN_URI}")
+            run_id = TOOLS["get_run"].parse({"runId": uri.removeprefix(_PREFIX)}).run_id
+            view = TOOLS["get_run"].answer(await get_run(found.caller, self.svc, run_id))
+        except ValidationError:
+            raise MCPError(INVALID_PARAMS, f"no resource {uri!r}: not a run id") from None
+        except errors.RunControlError as exc:
+            raise MCPError(INVALID_PARAMS, str(exc), problem(exc)) from None
+        text = json.dumps(view, separators=(",", ":"))
+        contents = types.TextResourceContents(uri=uri, mime_type="application/json", text=text)
+        return types.ReadResourceResult(contents=[contents])
+
+
+def _found(ctx: ServerRequestContext[Any]) -> Found:
+    assert ctx.request is not None  # streamable HTTP: the request the door checked
+    found: Found = ctx.request.scope["state"][_STATE]
+    return found
+
+
+def request_key(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> str:
+    """The idempotency key of a call that names none: the caller, the MCP request id and the
+    call's arguments (a retry of the same request answers the same run)."""
+    found = _found(ctx)
+    arguments = canonical_hash({"tool": params.name, "arguments": params.arguments or {}})
+    return f"mcp:{found.caller.principal.subject}:{ctx.request_id}:{arguments[:32]}"
+
+
+def problem(exc: errors.RunControlError, **extra: Any) -> dict[str, Any]:
+    """The refusal as the HTTP API's problem would name it."""
+    return {
+        "code": exc.code,
+        "status": status_for(exc),
+        "detail": str(exc),
+        "retryable": exc.retryable,
+        **extra,
+    }
+
+
+def refused(exc: errors.RunControlError, **extra: Any) -> types.CallToolResult:
+    body = problem(exc, **extra)
+    text = json.dumps(body, separators=(",", ":"), default=str)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)],
+        structured_content=body,
+        is_error=True,
+    )
+
+
+class McpDoor:
+    """The ASGI app at ``/mcp``: authenticate (and, for a tool call, permit its operation),
+    then the SDK's session manager, started on the first request (a mount gets no lifespan
+    of its own) and run for the life of the replica's loop."""
+
+    def __init__(
+        self, svc: Services, verifier: TokenVerifier, rate_limiter: TenantRateLimiter
+    ) -> None:
+        self.mcp = McpServer(svc, rate_limiter)
+        self.verifier = verifier
+        self.manager = StreamableHTTPSessionManager(self.mcp.server, stateless=True)
+        self._started: asyncio.Future[None] | None = None
+        self._task: asyncio.Future[None] | None = None
+
+    async def _running(self) -> None:
+        if self._started is None:
+            started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._started = started
+
+            async def run() -> None:
+                async with self.manager.run():
+                    started.set_result(None)
+                    await asyncio.Event().wait()  # until the loop ends
+
+            self._task = asyncio.ensure_future(run())
+        await self._started
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        try:
+            caller = await authenticate(self.verifier, scope)
+            body, receive = await _buffered(receive)
+            operation = operation_of(called_tool(body))
+            if operation is not None:
+                permit(caller, operation)
+        except errors.RunControlError as exc:
+            await from_error(exc)(scope, receive, send)
+            return
+        outside = Outside(caller, self.mcp.svc.db, "mcp", self.mcp.rate_limiter)
+        scope.setdefault("state", {})[_STATE] = Found(caller, outside)
+        await self._running()
+        await self.manager.handle_request(scope, receive, send)
+
+
+async def _buffered(receive: Receive) -> tuple[bytes, Receive]:
+    """The request's body (the app's ``BodyLimit`` bounds it), and a ``receive`` that gives
+    it again, then what the client sends after it (its disconnect)."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    body = b"".join(chunks)
+    replayed = False
+
+    async def again() -> Message:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return body, again
+
+
+def mcp_route(svc: Services, verifier: TokenVerifier, rate_limiter: TenantRateLimiter) -> Route:
+    """The route ``create_app`` adds: the MCP server at ``/mcp`` (every method: the SDK
+    answers those it does not serve)."""
+    return Route(PATH, McpDoor(svc, verifier, rate_limiter))

@@ -109,6 +109,10 @@ class RunId(Arguments):
 
 class WaitRun(RunId):
     wait_seconds: Wait
+    after: int = Field(0, ge=0, le=events.MAX_SEQ, description="The last event seq seen.")
+    after_position: int = Field(
+        0, ge=0, le=events.MAX_SEQ, description="The last output position seen."
+    )
 
 
 class ListRuns(Arguments):
@@ -207,7 +211,8 @@ async def _start_and_wait(call: Call, a: StartRunAndWait) -> Any:
 
 
 async def _wait(call: Call, a: WaitRun) -> Any:
-    return await watch(call.svc, call.caller, a.run_id, a.wait_seconds, call.progress)
+    after = (a.after, a.after_position)
+    return await watch(call.svc, call.caller, a.run_id, a.wait_seconds, call.progress, after)
 
 
 async def _get(call: Call, a: RunId) -> Any:
@@ -280,7 +285,8 @@ TOOLS = {
         ),
         tool(
             "wait_run",
-            "Wait (bounded) for a run to end, its events and output sent as progress.",
+            "Wait (bounded) for a run to end, its events and output after a seq and a "
+            "position sent as progress.",
             WaitRun,
             Operation.READ_RUNS,
             _wait,

@@ -46,11 +46,16 @@ def message(item: Item) -> str:
 
 
 async def watch(
-    svc: Services, caller: Caller, run_id: UUID, seconds: float | None, progress: Progress
+    svc: Services,
+    caller: Caller,
+    run_id: UUID,
+    seconds: float | None,
+    progress: Progress,
+    after: Cursor = (0, 0),
 ) -> dict[str, Any]:
     """The run as ``get_run`` shows it once it ended, or as it is when ``seconds`` (None or
-    more: ``api.prefer_wait_max_seconds``) are up; each event and chunk stored meanwhile is
-    sent to ``progress``."""
+    more: ``api.prefer_wait_max_seconds``) are up; each event after the seq and chunk after
+    the position ``after`` is sent to ``progress``."""
     cap = svc.settings.api.prefer_wait_max_seconds
     seconds = cap if seconds is None else min(seconds, cap)
     project = caller.project_scope
@@ -84,7 +89,7 @@ async def watch(
     svc.feed.start()
     notified = Notified(svc.feed, (EVENTS_CHANNEL, OUTPUT_CHANNEL), (str(run_id),))
     sent = 0
-    items = follow(notified, read, (0, 0), svc.settings.api.sse_heartbeat_seconds)
+    items = follow(notified, read, after, svc.settings.api.sse_heartbeat_seconds)
     try:
         async with asyncio.timeout(seconds):
             async for item in items:

@@ -16,18 +16,25 @@ import asyncio
 import json
 from dataclasses import dataclass
 from typing import Any
+from uuid import UUID
 
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
-from mcp_types.jsonrpc import INVALID_PARAMS
+from mcp.shared.subscriptions import (
+    SUBSCRIPTION_ID_META_KEY,
+    ResourceUpdated,
+    event_to_notification,
+)
+from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 from pydantic import ValidationError
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from ..api.context import Services
+from ..api.events import MAX_SEQ, admit_live_stream
 from ..api.problems import field_errors, from_error, status_for
 from ..api.runs import get_run
 from ..domain import canonical_hash, errors
@@ -39,6 +46,7 @@ from ..edge.metering import TenantRateLimiter
 from ..ports.policy import current_policy
 from ..store import catalog
 from .tools import DECIDE, TOOLS, WORKFLOW_TOOL, Call, Exposed, Tool, workflow_tool
+from .watch import Changes
 
 PATH = "/mcp"
 RUN_URI = "runcontrol://runs/{runId}"
@@ -120,6 +128,7 @@ class McpServer:
             on_list_resources=self.list_resources,
             on_list_resource_templates=self.list_resource_templates,
             on_read_resource=self.read_resource,
+            on_subscriptions_listen=self.listen,
         )
 
     # ------------------------------------------------------------------ tools
@@ -206,23 +215,66 @@ class McpServer:
         )
         return types.ListResourceTemplatesResult(resource_templates=[template])
 
-    async def read_resource(
-        self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
-    ) -> types.ReadResourceResult:
-        uri = str(params.uri)
-        found = _found(ctx)
+    async def run_resource(self, caller: Caller, uri: str) -> dict[str, Any]:
+        """The run ``uri`` names, as ``get_run`` shows it, or a JSON-RPC error: not a run's
+        URI, or a run the caller may not see (another tenant's is unknown)."""
         try:
             if not uri.startswith(_PREFIX):
                 raise errors.ValidationFailed(f"no resource {uri!r}: runs are {RUN_URI}")
             run_id = TOOLS["get_run"].parse({"runId": uri.removeprefix(_PREFIX)}).run_id
-            view = TOOLS["get_run"].answer(await get_run(found.caller, self.svc, run_id))
+            view: dict[str, Any] = TOOLS["get_run"].answer(await get_run(caller, self.svc, run_id))
         except ValidationError:
             raise MCPError(INVALID_PARAMS, f"no resource {uri!r}: not a run id") from None
         except errors.RunControlError as exc:
             raise MCPError(INVALID_PARAMS, str(exc), problem(exc)) from None
+        return view
+
+    async def read_resource(
+        self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        uri = str(params.uri)
+        view = await self.run_resource(_found(ctx).caller, uri)
         text = json.dumps(view, separators=(",", ":"))
         contents = types.TextResourceContents(uri=uri, mime_type="application/json", text=text)
         return types.ReadResourceResult(contents=[contents])
+
+    async def listen(
+        self, ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams
+    ) -> types.SubscriptionsListenResult:
+        """A subscription to runs' changes (``subscriptions/listen``): after the
+        acknowledgement, ``notifications/resources/updated`` for each event a subscribed run
+        commits, until every one of them ended (or the client went away). Change events of
+        the lists (tools, prompts, resources) are not offered."""
+        caller = _found(ctx).caller
+        uris = list(params.notifications.resource_subscriptions or ())
+        views = {uri: await self.run_resource(caller, uri) for uri in uris}
+        try:
+            admit_live_stream(self.svc, "read_resource")
+        except errors.RunControlError as exc:
+            raise MCPError(INTERNAL_ERROR, str(exc), problem(exc)) from None
+        meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: ctx.request_id}
+        honored = types.SubscriptionFilter(resource_subscriptions=uris or None)
+        acknowledged = types.SubscriptionsAcknowledgedNotificationParams(
+            notifications=honored, _meta=meta
+        )
+        await ctx.session.send_notification(
+            types.SubscriptionsAcknowledgedNotification(params=acknowledged),
+            related_request_id=ctx.request_id,
+        )
+
+        async def updates(uri: str, view: dict[str, Any]) -> None:
+            after = (view["lastEventSeq"], MAX_SEQ)  # from now on; events only
+            async for item in Changes(self.svc, caller, UUID(view["runId"]), after):
+                if item is not None:
+                    notice = event_to_notification(ResourceUpdated(uri), meta)
+                    await ctx.session.send_notification(notice, related_request_id=ctx.request_id)
+
+        self.svc.streams.live += 1
+        try:
+            await asyncio.gather(*(updates(uri, view) for uri, view in views.items()))
+        finally:
+            self.svc.streams.live -= 1
+        return types.SubscriptionsListenResult(_meta=meta)
 
 
 def _found(ctx: ServerRequestContext[Any]) -> Found:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from uuid import UUID
 
@@ -45,23 +45,21 @@ def message(item: Item) -> str:
     return json.dumps({kind: shown}, separators=(",", ":"))
 
 
-async def watch(
-    svc: Services,
-    caller: Caller,
-    run_id: UUID,
-    seconds: float | None,
-    progress: Progress,
-    after: Cursor = (0, 0),
-) -> dict[str, Any]:
-    """The run as ``get_run`` shows it once it ended, or as it is when ``seconds`` (None or
-    more: ``api.prefer_wait_max_seconds``) are up; each event after the seq and chunk after
-    the position ``after`` is sent to ``progress``."""
-    cap = svc.settings.api.prefer_wait_max_seconds
-    seconds = cap if seconds is None else min(seconds, cap)
-    project = caller.project_scope
-    latest: list[dict[str, Any]] = []
+class Changes:
+    """A run's events after a seq and output after a position, as they are stored, until the
+    run ended (``edge.follow``: None for each heartbeat without any); ``latest`` is the run
+    as the last read found it."""
 
-    def read_rows(cursor: Cursor) -> Callable[[Connection], tuple[Any, Any, Any]]:
+    def __init__(self, svc: Services, caller: Caller, run_id: UUID, after: Cursor) -> None:
+        self.svc = svc
+        self.caller = caller
+        self.run_id = run_id
+        self.after = after
+        self.latest: dict[str, Any] | None = None
+
+    def _rows(self, cursor: Cursor) -> Callable[[Connection], tuple[Any, Any, Any]]:
+        run_id, project = self.run_id, self.caller.project_scope
+
         def read(conn: Connection) -> tuple[Any, Any, Any]:
             run = q.get_run(conn, run_id, project_id=project)
             if run is None:
@@ -75,21 +73,41 @@ async def watch(
 
         return read
 
-    async def read(cursor: Cursor, _: int) -> Page[Item, Cursor]:
-        run, rows, chunks = await svc.read_in_scope(caller, read_rows(cursor))
-        latest[:] = [found(run, not_found(run_id))]
+    async def _read(self, cursor: Cursor, _: int) -> Page[Item, Cursor]:
+        run, rows, chunks = await self.svc.read_in_scope(self.caller, self._rows(cursor))
+        self.latest = found(run, not_found(self.run_id))
         full = len(rows) >= REPLAY_BATCH or len(chunks) >= REPLAY_BATCH
         after = (
             rows[-1]["seq"] if rows else cursor[0],
             chunks[-1]["position"] if chunks else cursor[1],
         )
         items = [("event", r) for r in rows] + [("output", c) for c in chunks]
-        return Page(items, after, full=full, done=RunState(run["state"]).terminal and not full)
+        done = RunState(self.latest["state"]).terminal and not full
+        return Page(items, after, full=full, done=done)
 
-    svc.feed.start()
-    notified = Notified(svc.feed, (EVENTS_CHANNEL, OUTPUT_CHANNEL), (str(run_id),))
+    def __aiter__(self) -> AsyncIterator[Item | None]:
+        svc = self.svc
+        svc.feed.start()
+        notified = Notified(svc.feed, (EVENTS_CHANNEL, OUTPUT_CHANNEL), (str(self.run_id),))
+        return follow(notified, self._read, self.after, svc.settings.api.sse_heartbeat_seconds)
+
+
+async def watch(
+    svc: Services,
+    caller: Caller,
+    run_id: UUID,
+    seconds: float | None,
+    progress: Progress,
+    after: Cursor = (0, 0),
+) -> dict[str, Any]:
+    """The run as ``get_run`` shows it once it ended, or as it is when ``seconds`` (None or
+    more: ``api.prefer_wait_max_seconds``) are up; each event after the seq and chunk after
+    the position ``after`` is sent to ``progress``."""
+    cap = svc.settings.api.prefer_wait_max_seconds
+    seconds = cap if seconds is None else min(seconds, cap)
+    changes = Changes(svc, caller, run_id, after)
+    items = aiter(changes)
     sent = 0
-    items = follow(notified, read, after, svc.settings.api.sse_heartbeat_seconds)
     try:
         async with asyncio.timeout(seconds):
             async for item in items:
@@ -100,4 +118,4 @@ async def watch(
         pass
     finally:
         await items.aclose()  # type: ignore[attr-defined]
-    return latest[0] if latest else await get_run(caller, svc, run_id)
+    return changes.latest or await get_run(caller, svc, run_id)

@@ -42,15 +42,17 @@ FIXED = {
 }
 
 
-def with_client(t: TenantView, token: str, use: Callable[[Client], Awaitable[T]]) -> T:
-    """``use`` with the SDK's client connected to ``/mcp`` as the token's caller."""
+def with_client(
+    t: TenantView, token: str, use: Callable[[Client], Awaitable[T]], mode: str = "auto"
+) -> T:
+    """``use`` with the SDK's client connected to ``/mcp`` as the token's caller (``mode``:
+    ``auto``, the 2026 protocol the server offers; ``legacy``, the initialize handshake of
+    the clients before it)."""
 
     async def connected() -> T:
         http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60.0)
-        async with (
-            http,
-            Client(streamable_http_client(f"{t.api.base_url}/mcp", http_client=http)) as client,
-        ):
+        transport = streamable_http_client(f"{t.api.base_url}/mcp", http_client=http)
+        async with http, Client(transport, mode=mode) as client:
             return await use(client)
 
     return asyncio.run(asyncio.wait_for(connected(), CALL_TIMEOUT_S))
@@ -152,8 +154,9 @@ def in_background(work: Callable[[], Any]) -> tuple[threading.Thread, dict[str, 
     return thread, outcome
 
 
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
 def test_start_watch_and_finish_with_progress_and_an_approval_decided_over_http(
-    t: TenantView,
+    t: TenantView, mode: str
 ) -> None:
     t.publish(gate="approval")
     progress: list[str] = []
@@ -169,7 +172,7 @@ def test_start_watch_and_finish_with_progress_and_an_approval_decided_over_http(
             progress_callback=seen,
         )
 
-    caller, outcome = in_background(lambda: with_client(t, t.token(), start_and_wait))
+    caller, outcome = in_background(lambda: with_client(t, t.token(), start_and_wait, mode))
     try:
         run_id = wait_until(lambda: the_run(t, t.workflow) or ended(caller, outcome), 30)
         t.request_approval(t.claim(run_id))
@@ -300,3 +303,34 @@ def test_bad_arguments_another_tenants_run_and_a_client_gone_mid_call(t: TenantV
     t.succeed(t.claim(started["runId"]))
     done = answer(call(t, t.token(), "wait_run", {"runId": started["runId"], "waitSeconds": 20}))
     assert done["state"] == "Completed"
+
+
+def test_a_subscription_to_a_run_tells_its_changes_until_it_ends(t: TenantView) -> None:
+    t.publish()
+    run_id = t.submit()
+    uri = f"runcontrol://runs/{run_id}"
+    listening = threading.Event()
+
+    async def subscribe(client: Client) -> list[Any]:
+        async with client.listen(resource_subscriptions=[uri]) as subscription:
+            listening.set()
+            return [event async for event in subscription]  # until the server ends it
+
+    waiting, outcome = in_background(lambda: with_client(t, t.token(), subscribe))
+    assert listening.wait(CALL_TIMEOUT_S), outcome
+    t.succeed(t.claim(run_id))
+    waiting.join(CALL_TIMEOUT_S)
+    changes = outcome["result"]
+    assert isinstance(changes, list) and changes, changes
+    assert {change.uri for change in changes} == {uri}
+
+    # Another tenant's run: refused before anything is acknowledged.
+    async def foreign(client: Client) -> Any:
+        try:
+            async with client.listen(resource_subscriptions=[uri]):
+                return None
+        except MCPError as exc:
+            return exc
+
+    other = t.api.token(new_tenant(), REQUESTER, (Role.REQUESTER,))
+    assert isinstance(with_client(t, other, foreign), MCPError)

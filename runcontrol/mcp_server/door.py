@@ -13,7 +13,9 @@ is the tool's error result with the problem the HTTP API would answer (its ``cod
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -37,7 +39,7 @@ from ..api.context import Services
 from ..api.events import MAX_SEQ, admit_live_stream
 from ..api.problems import field_errors, from_error, status_for
 from ..api.runs import get_run
-from ..domain import canonical_hash, errors
+from ..domain import PolicyDocument, canonical_hash, errors
 from ..domain.access import Operation
 from ..edge.auth import Caller, TokenVerifier, permit
 from ..edge.commands import Outside
@@ -49,6 +51,7 @@ from .tools import DECIDE, TOOLS, WORKFLOW_TOOL, Call, Exposed, Tool, workflow_t
 from .watch import Changes
 
 PATH = "/mcp"
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")  # what the MCP spec lets a tool be named
 RUN_URI = "runcontrol://runs/{runId}"
 _STATE = "runcontrol_mcp"  # the door's caller in the request's state
 _PREFIX = RUN_URI.removesuffix("{runId}")
@@ -133,23 +136,42 @@ class McpServer:
 
     # ------------------------------------------------------------------ tools
 
-    async def tools(self, caller: Caller) -> dict[str, Tool]:
+    async def tools(self, caller: Caller) -> list[Tool]:
         """The tools this caller may call: the fixed ones its roles and scopes allow, the
-        decision when its tenant's policy offers it, each workflow that opts in."""
-        offered = {n: t for n, t in TOOLS.items() if may(caller, t.operation)}
-        if may(caller, DECIDE.operation) and (await self._policy(caller)).mcp_decisions:
-            offered[DECIDE.name] = DECIDE
+        decision when its tenant's policy offers it, each workflow that opts in (whose id
+        makes a tool name an MCP client takes)."""
+        offered = [t for t in TOOLS.values() if may(caller, t.operation)]
+        if may(caller, DECIDE.operation) and await self._decisions(caller):
+            offered.append(DECIDE)
         if may(caller, Operation.SUBMIT_RUN):
             for workflow_id, release_id, definition in await self.svc.read_in_tenant(
                 caller, catalog.agent_releases
             ):
                 assert definition.agent is not None
                 t = workflow_tool(Exposed(workflow_id, release_id, definition.agent))
-                offered[t.name] = t
+                if TOOL_NAME.match(t.name):
+                    offered.append(t)
         return offered
 
-    async def _policy(self, caller: Caller) -> Any:
-        return await self.svc.read_in_tenant(caller, current_policy)
+    async def tool(self, caller: Caller, name: str) -> Tool | None:
+        """The tool ``name`` in the caller's tenant (None: no such tool here)."""
+        if name in TOOLS:
+            return TOOLS[name]
+        if name == DECIDE.name:
+            return DECIDE if await self._decisions(caller) else None
+        workflow_id = name.removeprefix(WORKFLOW_TOOL)
+        if workflow_id == name or not TOOL_NAME.match(name):
+            return None
+        query = functools.partial(catalog.newest_release, workflow_id=workflow_id)
+        found = await self.svc.read_in_tenant(caller, query)
+        if found is None or found[1].agent is None:
+            return None
+        return workflow_tool(Exposed(workflow_id, found[0], found[1].agent))
+
+    async def _decisions(self, caller: Caller) -> bool:
+        """Whether the caller's tenant's policy offers the decision tool."""
+        policy: PolicyDocument = await self.svc.read_in_tenant(caller, current_policy)
+        return policy.mcp_decisions
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -158,7 +180,7 @@ class McpServer:
         return types.ListToolsResult(
             tools=[
                 types.Tool(name=t.name, description=t.description, input_schema=t.input_schema)
-                for t in offered.values()
+                for t in offered
             ]
         )
 
@@ -168,10 +190,9 @@ class McpServer:
         found = _found(ctx)
         arguments = params.arguments or {}
         try:
-            offered = await self.tools(found.caller)
+            tool = await self.tool(found.caller, params.name)
         except errors.RunControlError as exc:
             return refused(exc)
-        tool = offered.get(params.name)
         if tool is None:
             raise MCPError(INVALID_PARAMS, f"no tool {params.name!r} here")
 

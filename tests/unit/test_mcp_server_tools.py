@@ -5,18 +5,15 @@ flag that offers the decision tool."""
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
 from runcontrol.domain import PolicyDocument
 from runcontrol.domain.access import Operation
 from runcontrol.domain.errors import ValidationFailed
-from runcontrol.mcp_server.door import called_tool, operation_of
+from runcontrol.mcp_server.door import TOOL_NAME, called_tool, operation_of
 from runcontrol.mcp_server.tools import DECIDE, TOOLS
 from runcontrol.ports.policy import document_from_dict, document_to_dict
-
-TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")  # the MCP spec's tool name
 
 
 def test_every_tool_has_a_valid_name_and_an_object_schema() -> None:

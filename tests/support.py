@@ -7,7 +7,8 @@ import os
 import subprocess
 import threading
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from uuid import UUID
@@ -388,3 +389,18 @@ def new_database(owner_url: str, prefix: str) -> Database:
     )
     database.migrate()
     return database
+
+
+@contextmanager
+def scratch_database(owner_url: str, prefix: str = "runcontrol_scratch") -> Iterator[Database]:
+    """A migrated database of its own on the session's server, dropped afterwards."""
+    database = new_database(owner_url, prefix)
+    try:
+        yield database
+    finally:
+        database.dispose()
+        name = make_url(database.owner_url).database
+        admin = create_engine(owner_url, isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        admin.dispose()

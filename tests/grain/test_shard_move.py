@@ -1,0 +1,310 @@
+"""A virtual shard moved to another database with its runs in flight (issue 41, point 5;
+``store/move.py``, docs/sharding.md "Moving a tenant"): its tenants' rows copied and verified,
+the database it left fenced (a stale host's write refused there, in its own transaction), the
+directory flipped with its epoch bumped, and the runs completed on the new database. A crash
+between any two steps resumes to the same end; a copy that differs stops the move before its
+flip, the tenant wholly on the database it was on."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+import pytest
+from grain_harness import Harness
+from sqlalchemy import create_engine, func, select, text
+from sqlalchemy.pool import NullPool
+from support import SyncGrain, drive, scratch_database
+
+from runcontrol.api import problems
+from runcontrol.bootstrap import build
+from runcontrol.clock import ManualClock
+from runcontrol.commands import SubmitRequest, SubmitRun
+from runcontrol.config import Settings
+from runcontrol.domain import LeaseGrant, Limits, RunState, StepSpec, errors, shards
+from runcontrol.domain.moves import ORDER, Step
+from runcontrol.edge.auth import caller_from_claims
+from runcontrol.edge.commands import Outside, submit_run
+from runcontrol.ids import new_run_id
+from runcontrol.store import Database
+from runcontrol.store.directory import Directory
+from runcontrol.store.move import MoveError, Mover
+from runcontrol.store.move_rows import TABLES
+from runcontrol.store.tables import outbox, runs, vshards
+
+pytestmark = pytest.mark.slow
+RUNS = "factory.runs.write"
+
+
+@pytest.fixture
+def pair(owner_url: str) -> Iterator[tuple[Database, Database]]:
+    """Two shard databases on the session's server: the first holds the directory."""
+    with scratch_database(owner_url) as first, scratch_database(owner_url) as second:
+        yield first, second
+
+
+class Shard:
+    """One tenant's runs on one database, through its own grains (a host of that database)."""
+
+    def __init__(self, db: Database, tenant: str, clock: ManualClock) -> None:
+        self.h = Harness(build(Settings(), db=db, clock=clock, migrate=False), tenant, clock)
+
+    def close(self) -> None:
+        drive(self.h.c.store.close())
+
+
+@pytest.fixture
+def shards_of(pair: tuple[Database, Database]) -> Iterator[Any]:
+    made: list[Shard] = []
+
+    def make(position: int, tenant: str) -> Harness:
+        made.append(Shard(pair[position], tenant, ManualClock()))
+        return made[-1].h
+
+    yield make
+    for shard in made:
+        shard.close()
+
+
+def in_flight(h: Harness) -> tuple[SyncGrain, LeaseGrant, SyncGrain]:
+    """A run in the tenant's virtual shard, its first step leased (its second waits), and a
+    legacy run (a version 4 id, stored as before shards), leased too."""
+    h.publish(StepSpec("plan", "agent-a"), StepSpec("write", "agent-b"))
+    run_id = new_run_id(h.tenant)
+    grain = h.grain(run_id)
+    request = h.request(limits=Limits(max_cost_usd=5.0))
+    grain.execute(
+        SubmitRun(tenant_id=h.tenant, run_id=run_id, principal=h.principal(), request=request)
+    )
+    grant = h.lease(grain)
+    legacy, _ = h.submit()
+    h.lease(legacy)
+    return grain, grant, legacy
+
+
+@dataclass
+class Flight:
+    """The runs of ``in_flight`` on the first database, and the tenant's rows there."""
+
+    h: Harness
+    grain: SyncGrain
+    grant: LeaseGrant
+    legacy: SyncGrain
+    before: dict[str, int]
+
+    @property
+    def vshard(self) -> int:
+        return shards.vshard_of(self.grain.run_id)
+
+
+@pytest.fixture
+def flight(pair: tuple[Database, Database], shards_of: Any, tenant: str) -> Flight:
+    h = shards_of(0, tenant)
+    grain, grant, legacy = in_flight(h)
+    return Flight(h, grain, grant, legacy, rows_of(pair[0], tenant))
+
+
+def rows_of(db: Database, tenant: str) -> dict[str, int]:
+    """Per tenant table, the tenant's rows in ``db`` (those it has)."""
+    found = {}
+    with db.system.connect() as conn:
+        for table in TABLES:
+            count = conn.execute(
+                select(func.count()).select_from(table).where(table.c.tenant_id == tenant)
+            ).scalar_one()
+            if count:
+                found[table.name] = count
+    return found
+
+
+def vars_of(request: SubmitRequest) -> dict[str, Any]:
+    """A request's fields as a door passes them to ``submit_run``."""
+    fields = {f.name: getattr(request, f.name) for f in dataclasses.fields(request)}
+    return {
+        k: v
+        for k, v in fields.items()
+        if k not in ("project_id", "idempotency_key", "correlation_id")
+    }
+
+
+def shard_row(db: Database, vshard: int) -> tuple[int, int, str]:
+    with db.system.connect() as conn:
+        found = conn.execute(
+            select(vshards.c.database, vshards.c.epoch, vshards.c.state).where(
+                vshards.c.vshard == vshard
+            )
+        ).one()
+    return found.database, found.epoch, found.state
+
+
+def other_tenant(tenant: str) -> str:
+    """A tenant on another virtual shard than ``tenant``'s."""
+    other = f"{tenant}-other"
+    while shards.hashed_vshard(other) == shards.hashed_vshard(tenant):
+        other += "x"
+    return other
+
+
+def finish(h: Harness, run_id: UUID, grant: LeaseGrant) -> None:
+    """The run's leased step succeeds with ``grant``, then every step after it."""
+    grain = h.grain(run_id)
+    h.succeed(grain, grant)
+    while h.open_attempts(run_id):
+        h.succeed(grain, h.lease(grain))
+
+
+def test_a_tenant_moves_with_its_runs_in_flight_and_they_complete_on_the_new_database(
+    pair: tuple[Database, Database], shards_of: Any, tenant: str, flight: Flight
+):
+    source, target = pair
+    h, grain, grant, legacy, before, vshard = (
+        flight.h,
+        flight.grain,
+        flight.grant,
+        flight.legacy,
+        flight.before,
+        flight.vshard,
+    )
+    bystander = shards_of(0, other_tenant(tenant))
+    kept, _, _ = in_flight(bystander)
+    bystanders_rows = rows_of(source, bystander.tenant)
+    events = [(r.seq, r.event_id) for r in h.outbox(grain.run_id)]
+
+    moved = Mover(pair, quiet_s=0.05).start(vshard, 1)
+
+    assert moved.step is Step.DONE and moved.error is None and moved.tenants == (tenant,)
+    assert shard_row(source, vshard) == (1, 1, "serving")  # flipped, the epoch bumped
+    assert Directory(source.system).database_for(vshard) == 1
+    assert rows_of(target, tenant) == before  # every row, the legacy run's too
+    assert rows_of(target, bystander.tenant) == {}  # nothing of another tenant
+    assert rows_of(source, tenant) == {}  # the source's copy cleaned
+    assert rows_of(source, bystander.tenant) == bystanders_rows
+
+    # A host whose directory is stale commits nothing where the tenant was: the fence.
+    with pytest.raises(errors.ShardMoved, match="moved with virtual shard"):
+        h.succeed(grain, grant)
+
+    # On the new database the runs go on with the worker's lease, without a lost or doubled
+    # event: the events before the move kept, numbered on without a gap.
+    there = shards_of(1, tenant)
+    finish(there, grain.run_id, grant)
+    assert there.load(grain.run_id).run.state is RunState.COMPLETED
+    after = [(r.seq, r.event_id) for r in there.outbox(grain.run_id)]
+    assert after[: len(events)] == events
+    assert [seq for seq, _ in after] == list(range(1, len(after) + 1))
+    assert there.load(legacy.run_id).run.state is RunState.RUNNING
+    # The bystander's runs go on where they were.
+    finish(bystander, kept.run_id, bystander.lease(kept))
+
+
+class Crash(Exception):
+    """A process lost between a step's effect and its journal entry."""
+
+
+def test_a_crash_between_any_two_steps_resumes_to_the_same_end(
+    pair: tuple[Database, Database], shards_of: Any, tenant: str, flight: Flight
+):
+    source, target = pair
+    grain, grant, before, vshard = flight.grain, flight.grant, flight.before, flight.vshard
+    crashed: list[Step] = []
+
+    def crash_once(step: Step) -> None:  # after the step's effect, before its journal entry
+        if step not in crashed:
+            crashed.append(step)
+            raise Crash(step.value)
+
+    mover = Mover(pair, quiet_s=0.05, hook=crash_once)
+    with pytest.raises(Crash):
+        mover.start(vshard, 1)
+    [move] = mover.moves()
+    while True:
+        # Wholly on the side the directory names, whichever step was lost.
+        named = shard_row(source, vshard)[0]
+        assert rows_of(pair[named], tenant) == before
+        if move.step is Step.FLIPPING and named == 1:  # flipped, its journal entry lost
+            with pytest.raises(MoveError, match="has flipped: it can only be resumed"):
+                mover.abort(move.move_id)
+        try:
+            move = mover.resume(move.move_id)
+            break
+        except Crash:
+            move = mover.get(move.move_id)
+    mover.close()
+
+    assert crashed == list(ORDER[:-1])  # every step ran twice: once lost, once journaled
+    assert move.step is Step.DONE
+    assert shard_row(source, vshard) == (1, 1, "serving")  # one flip, one epoch
+    assert rows_of(target, tenant) == before and rows_of(source, tenant) == {}
+    finish(shards_of(1, tenant), grain.run_id, grant)
+
+
+def test_a_copy_that_differs_stops_the_move_before_its_flip(
+    pair: tuple[Database, Database], tenant: str, flight: Flight
+):
+    source, target = pair
+    h, grain, grant, before, vshard = (
+        flight.h,
+        flight.grain,
+        flight.grant,
+        flight.before,
+        flight.vshard,
+    )
+
+    def tamper(step: Step) -> None:  # an event lost from the copy
+        if step is Step.COPYING:
+            owner = create_engine(target.owner_url, poolclass=NullPool)
+            with owner.begin() as conn:
+                conn.execute(
+                    text("DELETE FROM outbox WHERE run_id = :r AND seq = 2"), {"r": grain.run_id}
+                )
+            owner.dispose()
+
+    mover = Mover(pair, quiet_s=0.05, hook=tamper)
+    with pytest.raises(MoveError, match="outbox: .* rows on the source") as stopped:
+        mover.start(vshard, 1)
+    assert f"run {grain.run_id}: its events" in str(stopped.value)
+    [move] = mover.moves()
+    assert move.step is Step.VERIFYING and "differs" in (move.error or "")
+    assert shard_row(source, vshard) == (0, 0, "moving")  # not flipped
+    assert rows_of(source, tenant) == before  # wholly on the source still
+
+    # Meanwhile a submission is answered 503 with Retry-After, and nothing is stored.
+    directory = Directory(source.system)
+    claims = {"sub": "ann", "tid": tenant, "pid": "p", "roles": ["Requester"], "scope": RUNS}
+    door = Outside(caller_from_claims(claims), source, "http", placement=directory.placement)
+    with pytest.raises(errors.ShardMoving) as refused:
+        submit_run(door, "key-1", correlation_id=None, **vars_of(h.request()))
+    answer = problems.from_error(refused.value)
+    assert answer.status_code == 503 and answer.headers["Retry-After"] == "5"
+    assert answer.media_type == "application/problem+json"
+
+    mover.abort(move.move_id)  # the copy removed, the fence lifted, serving on the source
+    assert shard_row(source, vshard) == (0, 0, "serving")
+    assert rows_of(target, tenant) == {}
+    assert mover.get(move.move_id).step is Step.ABORTED
+    mover.close()
+    directory.refresh()
+    assert directory.placement(tenant) == vshard
+    finish(h, grain.run_id, grant)  # the run goes on where it was
+    with source.system.connect() as conn:
+        state = conn.execute(select(runs.c.state).where(runs.c.run_id == grain.run_id))
+        assert state.scalar_one() == RunState.COMPLETED.value
+        gaps = conn.execute(
+            select(func.count()).select_from(outbox).where(outbox.c.run_id == grain.run_id)
+        ).scalar_one()
+        assert gaps == max(r.seq for r in h.outbox(grain.run_id))
+
+
+def test_a_shard_already_on_the_target_or_unknown_database_is_refused(
+    pair: tuple[Database, Database],
+):
+    mover = Mover(pair)
+    with pytest.raises(MoveError, match="on database 0 already"):
+        mover.start(5, 0)
+    with pytest.raises(MoveError, match="database 2 is not configured"):
+        mover.start(5, 2)
+    assert mover.moves() == []
+    mover.close()

@@ -21,6 +21,7 @@ from support import SyncGrain, drive, scratch_database
 
 from runcontrol.api import problems
 from runcontrol.bootstrap import build
+from runcontrol.cli import main
 from runcontrol.clock import ManualClock
 from runcontrol.commands import SubmitRequest, SubmitRun
 from runcontrol.config import Settings
@@ -308,3 +309,25 @@ def test_a_shard_already_on_the_target_or_unknown_database_is_refused(
         mover.start(5, 2)
     assert mover.moves() == []
     mover.close()
+
+
+def test_the_command_moves_a_tenant_and_shows_the_move(
+    pair: tuple[Database, Database], tenant: str, flight: Flight, monkeypatch: Any, capsys: Any
+):
+    monkeypatch.delenv("RUNCONTROL_DATABASE_URL", raising=False)
+    monkeypatch.setenv("RUNCONTROL_SHARDS__DATABASES", ",".join(d.owner_url for d in pair))
+
+    assert main(["shards", "move", "--tenant", tenant, "--to", "1", "--quiet", "0.05"]) == 0
+    said = capsys.readouterr().out
+    assert f"tenant {tenant} is on virtual shard {flight.vshard}" in said
+    assert [line.split()[0] for line in said.splitlines() if line.endswith(" done")] == [
+        s.value for s in ORDER[:-1]
+    ]
+    assert rows_of(pair[1], tenant) == flight.before
+
+    assert main(["shards", "status"]) == 0
+    said = capsys.readouterr().out
+    assert "2 shard databases" in said and f" {flight.vshard} " in said and " done " in said
+
+    assert main(["shards", "move", "--vshard", str(flight.vshard), "--to", "7"]) == 1
+    assert "database 7 is not configured" in capsys.readouterr().err

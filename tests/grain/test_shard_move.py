@@ -8,6 +8,7 @@ flip, the tenant wholly on the database it was on."""
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -331,3 +332,38 @@ def test_the_command_moves_a_tenant_and_shows_the_move(
 
     assert main(["shards", "move", "--vshard", str(flight.vshard), "--to", "7"]) == 1
     assert "database 7 is not configured" in capsys.readouterr().err
+
+
+def test_a_shard_whose_runs_keep_changing_is_not_fenced(
+    pair: tuple[Database, Database], tenant: str, flight: Flight
+):
+    """The quiet window is bounded: a host still committing for the shard stops the move at
+    quiescing, with a clear error, before any fence; aborting it puts the shard back."""
+    source = pair[0]
+    stop = threading.Event()
+
+    def committing() -> None:  # a run's version bumped, as a host's commit does
+        owner = create_engine(source.owner_url, poolclass=NullPool)
+        while not stop.wait(0.05):
+            with owner.begin() as conn:
+                conn.execute(
+                    text("UPDATE runs SET version = version + 1 WHERE run_id = :r"),
+                    {"r": flight.grain.run_id},
+                )
+        owner.dispose()
+
+    busy = threading.Thread(target=committing)
+    busy.start()
+    mover = Mover(pair, quiet_s=0.5, quiesce_timeout_s=1.5)
+    try:
+        with pytest.raises(MoveError, match="rows kept changing for 1.5 s"):
+            mover.start(flight.vshard, 1)
+    finally:
+        stop.set()
+        busy.join()
+    [move] = mover.moves()
+    assert move.step is Step.QUIESCING and shard_row(source, flight.vshard)[2] == "moving"
+    mover.abort(move.move_id)
+    mover.close()
+    assert shard_row(source, flight.vshard) == (0, 0, "serving")
+    assert rows_of(source, tenant) == flight.before

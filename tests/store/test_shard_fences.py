@@ -1,0 +1,47 @@
+"""The fence of a shard's move (``runcontrol_check_fence``, migration 0034): written under each
+tenant's lock taken exclusive, it waits for the tenant's document in flight; once it commits,
+a document of the tenant is refused in its own transaction (RC421), another tenant's is not."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from sqlalchemy import create_engine, exc, text
+from sqlalchemy.pool import NullPool
+
+from runcontrol.store import Database
+from runcontrol.store.move_rows import fence, unfence
+
+CHECK = text("SELECT runcontrol_check_fence(:tenant)")
+
+
+def test_the_fence_waits_for_a_document_in_flight_and_refuses_the_next(db: Database, tenant: str):
+    owner = create_engine(db.owner_url, poolclass=NullPool)
+    fenced = threading.Event()
+
+    def write_fence() -> None:
+        with owner.begin() as conn:
+            fence(conn, [tenant], vshard=3, to=1, epoch=1)
+        fenced.set()
+
+    with db.tenant(tenant) as in_flight:  # a document's transaction, its check passed
+        in_flight.execute(CHECK, {"tenant": tenant})
+        writer = threading.Thread(target=write_fence)
+        writer.start()
+        assert not fenced.wait(0.5)  # the fence waits for it
+    writer.join(10)
+    assert fenced.is_set()
+
+    with pytest.raises(exc.DBAPIError, match="moved with virtual shard 3 to database 1") as err:
+        with db.tenant(tenant) as conn:
+            conn.execute(CHECK, {"tenant": tenant})
+    assert err.value.orig is not None and err.value.orig.sqlstate == "RC421"
+    with db.tenant(f"{tenant}-b") as conn:  # another tenant's documents go on
+        conn.execute(CHECK, {"tenant": f"{tenant}-b"})
+
+    with owner.begin() as conn:
+        unfence(conn, [tenant])
+    with db.tenant(tenant) as conn:
+        conn.execute(CHECK, {"tenant": tenant})
+    owner.dispose()

@@ -275,6 +275,7 @@ def test_a_copy_that_differs_stops_the_move_before_its_flip(
 
     # Meanwhile a submission is answered 503 with Retry-After, and nothing is stored.
     directory = Directory(source.system)
+    assert directory.state_of(vshard) == "moving" and directory.state_of(vshard + 1) == "serving"
     claims = {"sub": "ann", "tid": tenant, "pid": "p", "roles": ["Requester"], "scope": RUNS}
     door = Outside(caller_from_claims(claims), source, "http", placement=directory.placement)
     with pytest.raises(errors.ShardMoving) as refused:

@@ -245,6 +245,17 @@ def gaps(engine: Engine, tenants: Sequence[str]) -> list[str]:
         return [str(r) for (r,) in conn.execute(query, {"tenants": list(tenants)})]
 
 
+def misplaced(engine: Engine, tenants: Sequence[str]) -> int:
+    """The webhook deliveries whose feed position names another event than theirs."""
+    query = text(
+        "SELECT count(*) FROM webhook_deliveries d JOIN event_feed f ON f.position = d.position"
+        " WHERE d.tenant_id = ANY(:tenants)"
+        " AND (f.tenant_id, f.run_id, f.seq) IS DISTINCT FROM (d.tenant_id, d.run_id, d.seq)"
+    )
+    with engine.connect() as conn:
+        return int(conn.execute(query, {"tenants": list(tenants)}).scalar_one())
+
+
 def verify(source: Engine, target: Engine, tenants: Sequence[str]) -> None:
     """``RowsDiffer`` unless the target holds the tenants' rows as the source does: each
     table's count and digest, each run's events and journal entries, gap-free."""
@@ -261,6 +272,9 @@ def verify(source: Engine, target: Engine, tenants: Sequence[str]) -> None:
         if runs_here.get(run) != runs_there.get(run):
             problems.append(f"run {run}: its events or journal entries differ")
     problems += [f"run {run}: its events have a gap on the target" for run in gaps(target, tenants)]
+    wrong = misplaced(target, tenants)
+    if wrong:
+        problems.append(f"webhook_deliveries: {wrong} name another event's feed position")
     if problems:
         shown = "; ".join(problems[:10]) + ("" if len(problems) <= 10 else " ...")
         raise RowsDiffer(f"the copy differs from the source: {shown}")

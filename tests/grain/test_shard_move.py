@@ -11,6 +11,7 @@ import dataclasses
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -18,8 +19,9 @@ import pytest
 from grain_harness import Harness
 from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.pool import NullPool
-from support import SyncGrain, drive, scratch_database
+from support import SyncGrain, drive, scratch_database, subscribe
 
+from runcontrol import reconcilers
 from runcontrol.api import problems
 from runcontrol.bootstrap import build
 from runcontrol.cli import main
@@ -39,6 +41,7 @@ from runcontrol.store.tables import outbox, runs, vshards
 
 pytestmark = pytest.mark.slow
 RUNS = "factory.runs.write"
+NOW = datetime.now(UTC)
 
 
 @pytest.fixture
@@ -368,3 +371,48 @@ def test_a_shard_whose_runs_keep_changing_is_not_fenced(
     mover.close()
     assert shard_row(source, flight.vshard) == (0, 0, "serving")
     assert rows_of(source, tenant) == flight.before
+
+
+def test_the_tenants_feed_and_deliveries_move_to_positions_of_the_target(
+    pair: tuple[Database, Database], shards_of: Any, tenant: str, flight: Flight
+):
+    """The target numbers the feed again (its own tenants hold the numbers already); each
+    delivery and each subscription's start name the same events as before."""
+    source, target = pair
+    first = subscribe(source, tenant, NOW)  # before every event: starts after 0
+    resident = shards_of(1, other_tenant(tenant))  # the target's own feed
+    in_flight(resident)
+    for db in pair:
+        while reconcilers.relay_outbox(db, [], NOW).published:
+            pass
+    later = subscribe(source, tenant, NOW)  # after every event so far
+    fed_before = feed_of(source, tenant)
+    assert len(fed_before) >= 4 and later["startsAfter"] >= fed_before[-1][0]
+
+    Mover(pair, quiet_s=0.05).start(flight.vshard, 1)
+
+    fed = feed_of(target, tenant)
+    assert [event for _, event in fed] == [event for _, event in fed_before]
+    assert fed[0][0] > max(p for p, _ in feed_of(target, resident.tenant))  # numbered anew
+    with target.tenant(tenant) as conn:
+        starts = dict(
+            conn.execute(
+                text("SELECT subscription_id::text, starts_after FROM webhook_subscriptions")
+            ).all()
+        )
+        delivered = conn.execute(
+            text(
+                "SELECT d.run_id, d.seq FROM webhook_deliveries d"
+                " JOIN event_feed f ON f.position = d.position"
+                " WHERE f.run_id = d.run_id AND f.seq = d.seq ORDER BY d.position"
+            )
+        ).all()
+    assert starts == {first["subscriptionId"]: 0, later["subscriptionId"]: fed[-1][0]}
+    assert [tuple(d) for d in delivered] == [event for _, event in fed]  # one per event
+
+
+def feed_of(db: Database, tenant: str) -> list[tuple[int, tuple[UUID, int]]]:
+    """The tenant's feed: (position, (run, seq)) in position order."""
+    with db.tenant(tenant) as conn:
+        rows = conn.execute(text("SELECT position, run_id, seq FROM event_feed ORDER BY position"))
+        return [(p, (r, s)) for p, r, s in rows]

@@ -135,11 +135,14 @@ class Mover:
                 )
             if self._on(move.vshard) != move.source:  # a flip whose journal entry was lost
                 raise MoveError(f"move {move_id} has flipped: it can only be resumed")
-            tenants = move.tenants or tuple(self._tenants(move))
-            with self._owner(move.target).begin() as conn:
-                move_rows.discard(conn, tenants)
-            with self._owner(move.source).begin() as conn:
-                move_rows.unfence(conn, tenants, to=move.target)
+            reached = moves.ORDER.index(move.step)
+            if reached >= moves.ORDER.index(Step.COPYING):  # a copy, whole or not: removed
+                with self._owner(move.target).begin() as conn:
+                    move_rows.discard(conn, move.tenants)
+            if reached >= moves.ORDER.index(Step.FENCING):  # (maybe not journaled yet)
+                tenants = move.tenants or tuple(self._tenants(move))
+                with self._owner(move.source).begin() as conn:
+                    move_rows.unfence(conn, tenants, to=move.target)
             with self._directory().begin() as conn:
                 conn.execute(_set_state(move.vshard, SERVING, database=move.source))
                 bump(conn)

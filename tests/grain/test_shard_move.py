@@ -416,3 +416,23 @@ def feed_of(db: Database, tenant: str) -> list[tuple[int, tuple[UUID, int]]]:
     with db.tenant(tenant) as conn:
         rows = conn.execute(text("SELECT position, run_id, seq FROM event_feed ORDER BY position"))
         return [(p, (r, s)) for p, r, s in rows]
+
+
+def test_a_move_lost_after_its_fence_is_aborted_with_the_fence_lifted(
+    pair: tuple[Database, Database], flight: Flight
+):
+    def crash_after_fencing(step: Step) -> None:
+        if step is Step.FENCING:
+            raise Crash(step.value)
+
+    mover = Mover(pair, quiet_s=0.05, hook=crash_after_fencing)
+    with pytest.raises(Crash):
+        mover.start(flight.vshard, 1)
+    [move] = mover.moves()
+    assert move.step is Step.FENCING and move.tenants == ()  # fenced, not journaled
+    with pytest.raises(errors.ShardMoved):  # the fence holds meanwhile
+        flight.h.succeed(flight.grain, flight.grant)
+    mover.abort(move.move_id)
+    mover.close()
+    finish(flight.h, flight.grain.run_id, flight.grant)  # served where it was again
+    assert rows_of(pair[1], flight.h.tenant) == {}

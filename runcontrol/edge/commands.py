@@ -37,8 +37,7 @@ from ..domain import Decision, Limits, canonical_json, errors
 from ..domain.access import RUNS_OPERATE, Operation, may_set_priority
 from ..domain.limits import name as checked_id
 from ..domain.run.waits import MAX_SIGNAL_BYTES
-from ..domain.shards import hashed_vshard
-from ..ids import Placement, new_run_id
+from ..ids import new_run_id
 from ..store import Database
 from ..store import queries as q
 from . import reads
@@ -61,8 +60,6 @@ class Outside:
     db: Database
     door: str  # "http" or "grpc": the head of a command id made from an idempotency key
     meter: TenantRateLimiter | None = None
-    # A new run's virtual shard: ``Directory.placement`` (``ShardMoving`` while it moves).
-    placement: Placement = hashed_vshard
 
     @property
     def tenant_id(self) -> str:
@@ -147,7 +144,7 @@ def submit_run(
         )
     return SubmitRun(
         tenant_id=o.tenant_id,
-        run_id=new_run_id(o.tenant_id, o.placement),
+        run_id=new_run_id(o.tenant_id),
         principal=o.caller.principal,
         request=request,
     )
@@ -271,7 +268,7 @@ async def rerun_run(
     await require_visible(o.caller, o.db, run_id)
     return RerunRun(
         tenant_id=o.tenant_id,
-        run_id=new_run_id(o.tenant_id, o.placement),
+        run_id=new_run_id(o.tenant_id),
         command_id=o.command_id("RerunRun", run_id, key),
         principal=o.caller.principal,
         reason=reason,

@@ -7,10 +7,11 @@ read on the system path (``BYPASSRLS``) and written as the owner, in the tenant'
 (``runcontrol.tenant_id``; the tables force row-level security on their owner too).
 
 The keys a database numbers (``serial``: ``outbox.id``, ``recovery_journal.id``,
-``audit_log.id``, ``event_feed.position``) are numbered again by the target, in the source's
-order: the target's own rows hold those numbers already. What refers to a feed position
-(``webhook_deliveries.position``, ``webhook_subscriptions.starts_after``) is mapped to the new
-one. The verification compares every other column.
+``audit_log.id``, ``event_feed.position``: ``RENUMBERED``, found in ``tables.py``) are
+numbered again by the target, in the source's order: the target's own rows hold those numbers
+already. What refers to a feed position (``webhook_deliveries.position``,
+``webhook_subscriptions.starts_after``) is mapped to the new one. The verification compares
+every other column.
 """
 
 from __future__ import annotations
@@ -23,27 +24,20 @@ from sqlalchemy.dialects.postgresql import insert as upsert
 from sqlalchemy.schema import sort_tables
 
 from ..domain import shards
-from .tables import (
-    TENANT_TABLES,
-    event_feed,
-    metadata,
-    shard_fences,
-    tenant_placement,
-    webhook_subscriptions,
-)
+from .tables import TENANT_TABLES, metadata, shard_fences, tenant_placement, webhook_subscriptions
 
 BATCH = 500
 _SET_TENANT = text("SELECT set_config('runcontrol.tenant_id', :tenant, true)")
 # The append-only tables' triggers let their owner delete under this setting (the journal's
 # retention purge): the only way their rows leave a database.
 _PURGE = text("SELECT set_config('runcontrol.retention_purge', 'on', true)")
-_UTC = text("SET LOCAL TimeZone = 'UTC'")
-_FENCE_LOCK = text(
-    "SELECT pg_advisory_xact_lock(72616041, hashtext(:tenant))"
-)  # one text for a timestamp in both databases
+_UTC = text("SET LOCAL TimeZone = 'UTC'")  # one text for a timestamp in both databases
+_FENCE_LOCK = text("SELECT pg_advisory_xact_lock(72616041, hashtext(:tenant))")
 
-# Every table of a tenant's rows, each after the tables it refers to (and the subscriptions
-# after the feed, whose positions their ``starts_after`` names).
+# The feed numbered database-wide (``event_feed.position``), where there is one: a subscription's
+# ``starts_after`` names a position of it, so it is copied after it.
+_FEED = metadata.tables.get("event_feed")
+# Every table of a tenant's rows, each after the tables it refers to.
 TABLES: tuple[Table, ...] = tuple(
     sort_tables(
         [
@@ -51,17 +45,19 @@ TABLES: tuple[Table, ...] = tuple(
             for name in TENANT_TABLES
             if name not in (tenant_placement.name, shard_fences.name)  # a database's own
         ],
-        extra_dependencies=[(event_feed, webhook_subscriptions)],
+        extra_dependencies=[] if _FEED is None else [(_FEED, webhook_subscriptions)],
     )
 )
+# The keys the database numbers (``serial``): numbered again by the target.
 RENUMBERED = {
-    "outbox": "id",
-    "recovery_journal": "id",
-    "audit_log": "id",
-    "event_feed": "position",
+    t.name: str(c.name) for t in TABLES for c in t.primary_key.columns if c.autoincrement is True
 }
-# Columns that name a feed position: mapped, so not compared.
-MAPPED = {"webhook_deliveries": ("position",), "webhook_subscriptions": ("starts_after",)}
+# Columns that name a feed position: mapped to the target's, so not compared.
+MAPPED: dict[str, tuple[str, ...]] = (
+    {}
+    if _FEED is None
+    else {"webhook_deliveries": ("position",), "webhook_subscriptions": ("starts_after",)}
+)
 
 
 class RowsDiffer(Exception):
@@ -137,9 +133,9 @@ def _write(
     target: Connection, table: Table, rows: list[dict[str, Any]], feed: dict[int, int]
 ) -> None:
     key = RENUMBERED.get(table.name)
-    if table.name == "webhook_deliveries":
+    if "webhook_deliveries" in MAPPED and table.name == "webhook_deliveries":
         rows = [{**r, "position": feed[r["position"]]} for r in rows]
-    elif table.name == "webhook_subscriptions":
+    elif "webhook_subscriptions" in MAPPED and table.name == "webhook_subscriptions":
         rows = [{**r, "starts_after": _after(feed, r["starts_after"])} for r in rows]
     if key is None:
         target.execute(insert(table), rows)
@@ -147,7 +143,7 @@ def _write(
     numbered = [{k: v for k, v in r.items() if k != key} for r in rows]
     stmt = insert(table).returning(table.c[key], sort_by_parameter_order=True)
     new = target.execute(stmt, numbered).scalars().all()
-    if table.name == event_feed.name:
+    if table is _FEED:
         feed.update(zip((r[key] for r in rows), new, strict=True))
 
 
@@ -272,7 +268,7 @@ def verify(source: Engine, target: Engine, tenants: Sequence[str]) -> None:
         if runs_here.get(run) != runs_there.get(run):
             problems.append(f"run {run}: its events or journal entries differ")
     problems += [f"run {run}: its events have a gap on the target" for run in gaps(target, tenants)]
-    wrong = misplaced(target, tenants)
+    wrong = 0 if _FEED is None else misplaced(target, tenants)
     if wrong:
         problems.append(f"webhook_deliveries: {wrong} name another event's feed position")
     if problems:

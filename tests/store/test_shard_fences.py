@@ -5,11 +5,14 @@ a document of the tenant is refused in its own transaction (RC421), another tena
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, exc, text
 from sqlalchemy.pool import NullPool
+from support import race_async, renew_command
 
+from runcontrol.domain import errors
 from runcontrol.store import Database
 from runcontrol.store.move_rows import fence, unfence
 
@@ -45,3 +48,25 @@ def test_the_fence_waits_for_a_document_in_flight_and_refuses_the_next(db: Datab
     with db.tenant(tenant) as conn:
         conn.execute(CHECK, {"tenant": tenant})
     owner.dispose()
+
+
+def test_in_a_group_commit_the_fenced_tenants_document_alone_is_refused(
+    db: Database, tenant: str, make_leased_run: Any
+):
+    fenced, other = make_leased_run(tenant), make_leased_run(f"{tenant}-b")
+    owner = create_engine(db.owner_url, poolclass=NullPool)
+    with owner.begin() as conn:
+        fence(conn, [tenant], vshard=3, to=1, epoch=1)
+    try:
+        (k1, refused), (k2, _) = race_async(
+            *(
+                run.grain.grain.execute(renew_command(run.grain, run.grant))
+                for run in (fenced, other)
+            )
+        )
+    finally:
+        with owner.begin() as conn:
+            unfence(conn, [tenant])
+        owner.dispose()
+    assert k1 == "err" and isinstance(refused, errors.ShardMoved), refused
+    assert refused.retryable and k2 == "ok"

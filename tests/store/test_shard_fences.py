@@ -70,3 +70,50 @@ def test_in_a_group_commit_the_fenced_tenants_document_alone_is_refused(
         owner.dispose()
     assert k1 == "err" and isinstance(refused, errors.ShardMoved), refused
     assert refused.retryable and k2 == "ok"
+
+
+def test_nothing_of_the_tenant_commits_after_its_fence_under_concurrent_writes(
+    db: Database, tenant: str
+):
+    """Writers that each check the fence and then write (as a document does), racing the
+    fence: every row committed is there when the fence has committed, none after it."""
+    count = text("SELECT count(*) FROM audit_log WHERE tenant_id = :tenant")
+    write = text(
+        "INSERT INTO audit_log (tenant_id, kind, actor, detail, occurred_at)"
+        " VALUES (:tenant, 'probe', 'writer', '{}'::jsonb, now())"
+    )
+    refused: list[int] = []
+
+    def writer() -> None:
+        while True:
+            try:
+                with db.tenant(tenant) as conn:
+                    conn.execute(CHECK, {"tenant": tenant})
+                    conn.execute(text("SELECT pg_sleep(0.05)"))  # the document's other writes
+                    conn.execute(write, {"tenant": tenant})
+            except exc.DBAPIError as error:
+                assert error.orig is not None and error.orig.sqlstate == "RC421"
+                refused.append(1)
+                return
+
+    writers = [threading.Thread(target=writer) for _ in range(4)]
+    for w in writers:
+        w.start()
+    owner = create_engine(db.owner_url, poolclass=NullPool)
+    try:
+        with db.system.connect() as conn:  # let them commit some first
+            while conn.execute(count, {"tenant": tenant}).scalar_one() < 20:
+                conn.commit()
+        with owner.begin() as conn:
+            fence(conn, [tenant], vshard=3, to=1, epoch=1)
+        with db.system.connect() as conn:
+            at_fence = conn.execute(count, {"tenant": tenant}).scalar_one()
+        for w in writers:
+            w.join(10)
+        with db.system.connect() as conn:
+            assert conn.execute(count, {"tenant": tenant}).scalar_one() == at_fence
+        assert len(refused) == len(writers)
+    finally:
+        with owner.begin() as conn:
+            unfence(conn, [tenant])
+        owner.dispose()

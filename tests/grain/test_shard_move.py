@@ -36,7 +36,6 @@ from runcontrol.store.move import MoveError, Mover
 from runcontrol.store.move_rows import TABLES
 from runcontrol.store.tables import outbox, runs, vshards
 
-pytestmark = pytest.mark.slow
 NOW = datetime.now(UTC)
 
 

@@ -35,7 +35,7 @@ from runcontrol.config import Settings
 from runcontrol.domain import LeaseGrant, RunAggregate, errors
 from runcontrol.domain.run import RUN_CONTROL
 from runcontrol.drain import Drain
-from runcontrol.grain import UNSERIALISED, RunGrain
+from runcontrol.grain import UNSERIALISED, Outcome, RunGrain, together, turn
 from runcontrol.store import Database
 from runcontrol.store import queries as q
 from runcontrol.store.commit import CONFIG_CHANNEL, DISPATCH_CHANNEL, EVENTS_CHANNEL
@@ -174,6 +174,7 @@ class RunHost:
         self._router = make_router(config)
         self._started = time.monotonic()
         self._commands = 0
+        self.turns = 0  # mailbox turns deciding several commands of one run (``command_turn``)
         # Once draining, every new command and claim is refused (``errors.Draining``: the
         # router re-routes it to another host at once); those in flight finish (``drain``).
         self._drain = Drain(self.settings.drain.retry_after_seconds)
@@ -294,21 +295,58 @@ class RunHost:
 
     async def command_batch(
         self, items: list[Command[Any]], carriers: list[Carrier | None] | None = None
-    ) -> list[tuple[bool, Any]]:
-        """Several commands in one actor call (``HostRouter.send`` batches them), each
-        answered ``(ok, result or error)`` as if sent alone: one run's commands in the order
-        listed (across batches, no order: DESIGN 9.6). They all start in this turn of the
-        loop, each in its run's mailbox, so the commits they reach together share one
-        statement (``GroupCommit``). ``carriers`` (tracing on): each item's trace context."""
-
-        async def one(item: Command[Any], carrier: Carrier | None) -> tuple[bool, Any]:
-            try:
-                return True, await self.command(item, carrier)
-            except Exception as exc:  # noqa: BLE001 - answered to its caller, not raised here
-                return False, exc
-
+    ) -> list[Outcome]:
+        """Several commands in one actor call (``HostRouter.send`` batches them, a worker's
+        exchange carries them), each answered ``(ok, result or error)`` as if sent alone: one
+        run's commands in the order listed (across batches, no order: DESIGN 9.6). They all
+        start in this turn of the loop, each in its run's mailbox, so the commits they reach
+        together share one statement (``GroupCommit``); several of one run are decided in one
+        turn of its grain and committed as one document (``runcontrol.grain.turn``).
+        ``carriers`` (tracing on): each item's trace context."""
         contexts = carriers or [None] * len(items)
-        return list(await asyncio.gather(*map(one, items, contexts)))
+        outcomes: list[Outcome | None] = [None] * len(items)
+
+        async def one(position: int) -> None:
+            try:
+                outcomes[position] = True, await self.command(items[position], contexts[position])
+            except Exception as exc:  # noqa: BLE001 - answered to its caller, not raised here
+                outcomes[position] = False, exc
+
+        async def run_turn(positions: list[int]) -> None:
+            answered = await self.command_turn(
+                [items[p] for p in positions], contexts[positions[0]]
+            )
+            for position, outcome in zip(positions, answered, strict=True):
+                outcomes[position] = outcome
+
+        turns = together(items)
+        in_turns = {p for positions in turns for p in positions}
+        alone = [one(p) for p in range(len(items)) if p not in in_turns]
+        await asyncio.gather(*alone, *map(run_turn, turns))
+        return [outcome for outcome in outcomes if outcome is not None]
+
+    async def command_turn(
+        self, commands: list[Command[Any]], carrier: Carrier | None = None
+    ) -> list[Outcome]:
+        """Several commands of one run (``together``) in one hold of its mailbox: one turn
+        of its grain, one commit. Refused whole while the host drains (none ran)."""
+        first = commands[0]
+        try:
+            self._drain.check(f"{type(first).__name__} for run {first.run_id}")
+        except errors.Draining as exc:
+            return [(False, exc)] * len(commands)
+        act = self._activation(first.tenant_id, first.run_id)
+        with self._drain.track():
+            async with act.mailbox():
+                self._commands += len(commands)
+                self.turns += 1
+                try:
+                    with command_span(first, carrier) as span:
+                        span.set_attribute("commands.in.turn", len(commands))
+                        return await turn(act.grain, commands)
+                finally:
+                    if not act.grain.active and self._activations.get(first.run_id) is act:
+                        del self._activations[first.run_id]
 
     async def command_batch_packed(
         self, payload: bytes, carriers: list[Carrier | None] | None = None
@@ -432,6 +470,7 @@ class RunHost:
             "pid": os.getpid(),
             "activations": len(self._activations),
             "commands": self._commands,
+            "turns": self.turns,
             "reads": self._reads,  # claim, get_run and events calls
             "calls": self._calls,  # command batches, claims, reads and exchanges served
             "exchanges": self._sessions.exchanges,

@@ -35,7 +35,7 @@ from runcontrol.config import Settings
 from runcontrol.domain import LeaseGrant, RunAggregate, errors
 from runcontrol.domain.run import RUN_CONTROL
 from runcontrol.drain import Drain
-from runcontrol.grain import UNSERIALISED, Outcome, RunGrain, together, turn
+from runcontrol.grain import UNSERIALISED, Outcome, RunGrain, outcome, together, turn
 from runcontrol.store import Database
 from runcontrol.store import queries as q
 from runcontrol.store.commit import CONFIG_CHANNEL, DISPATCH_CHANNEL, EVENTS_CHANNEL
@@ -47,6 +47,7 @@ from runcontrol.workers.fair_shares import FairShare
 from runcontrol.workers.protocol import SessionUp
 from runcontrol.workers.sessions import FusedGrants, HostSessions
 
+from .host_exchange import exchange_server
 from .metrics import HostMetrics, command_span
 from .placement import (
     HostRouter,
@@ -92,7 +93,11 @@ def collect_less() -> None:
 
 
 def host_config(settings: Settings, owner_url: str) -> dict[str, Any]:
-    return {"owner_url": owner_url, "settings": settings.model_dump(mode="json")}
+    """A host's settings, with the HS256 secret (JSON hides it): it checks workers' tokens."""
+    raw, secret = settings.model_dump(mode="json"), settings.auth.hs256_secret
+    if secret is not None:
+        raw["auth"]["hs256_secret"] = secret.get_secret_value()
+    return {"owner_url": owner_url, "settings": raw}
 
 
 def actor_start(config: dict[str, Any], role: str) -> tuple[Settings, Database]:
@@ -208,6 +213,12 @@ class RunHost:
         self._loop = loop  # the commands' and exchanges' loop (the control group has its own)
         self._reaper = loop.create_task(self._reap())
         self._sweeper = loop.create_task(self._sessions.sweep())
+        # Workers' gRPC exchanges served here, with no replica relaying them (issue 42).
+        self._exchange_server = exchange_server(
+            self.settings, index, lambda _, up: self._sessions.exchange(up), self._drain
+        )
+        if self._exchange_server is not None:
+            self._exchange_start = loop.create_task(self._exchange_server.start())
         collect_less()
 
     def _cancel_run(self, tenant_id: str, run_id: UUID, reason: str, wanted_by: UUID) -> None:
@@ -299,31 +310,22 @@ class RunHost:
         """Several commands in one actor call (``HostRouter.send`` batches them, a worker's
         exchange carries them), each answered ``(ok, result or error)`` as if sent alone: one
         run's commands in the order listed (across batches, no order: DESIGN 9.6). They all
-        start in this turn of the loop, each in its run's mailbox, so the commits they reach
-        together share one statement (``GroupCommit``); several of one run are decided in one
-        turn of its grain and committed as one document (``runcontrol.grain.turn``).
-        ``carriers`` (tracing on): each item's trace context."""
+        start in this turn of the loop, each in its run's mailbox, so their commits share one
+        statement (``GroupCommit``); several of one run are one turn of its grain and one
+        document (``runcontrol.grain.turn``). ``carriers`` (tracing on): each one's context."""
         contexts = carriers or [None] * len(items)
-        outcomes: list[Outcome | None] = [None] * len(items)
+        outcomes: dict[int, Outcome] = {}
 
-        async def one(position: int) -> None:
-            try:
-                outcomes[position] = True, await self.command(items[position], contexts[position])
-            except Exception as exc:  # noqa: BLE001 - answered to its caller, not raised here
-                outcomes[position] = False, exc
+        async def group(positions: list[int]) -> None:
+            first, commands = positions[0], [items[p] for p in positions]
+            if len(commands) > 1:
+                answered = await self.command_turn(commands, contexts[first])
+            else:
+                answered = [await outcome(self.command(commands[0], contexts[first]))]
+            outcomes.update(zip(positions, answered, strict=True))
 
-        async def run_turn(positions: list[int]) -> None:
-            answered = await self.command_turn(
-                [items[p] for p in positions], contexts[positions[0]]
-            )
-            for position, outcome in zip(positions, answered, strict=True):
-                outcomes[position] = outcome
-
-        turns = together(items)
-        in_turns = {p for positions in turns for p in positions}
-        alone = [one(p) for p in range(len(items)) if p not in in_turns]
-        await asyncio.gather(*alone, *map(run_turn, turns))
-        return [outcome for outcome in outcomes if outcome is not None]
+        await asyncio.gather(*map(group, together(items)))
+        return [outcomes[p] for p in range(len(items))]
 
     async def command_turn(
         self, commands: list[Command[Any]], carrier: Carrier | None = None
@@ -331,18 +333,15 @@ class RunHost:
         """Several commands of one run (``together``) in one hold of its mailbox: one turn
         of its grain, one commit. Refused whole while the host drains (none ran)."""
         first = commands[0]
-        try:
-            self._drain.check(f"{type(first).__name__} for run {first.run_id}")
-        except errors.Draining as exc:
-            return [(False, exc)] * len(commands)
+        if self._drain.draining:
+            return [(False, self._drain.refuse(f"commands for run {first.run_id}"))] * len(commands)
         act = self._activation(first.tenant_id, first.run_id)
         with self._drain.track():
             async with act.mailbox():
                 self._commands += len(commands)
                 self.turns += 1
                 try:
-                    with command_span(first, carrier) as span:
-                        span.set_attribute("commands.in.turn", len(commands))
+                    with command_span(first, carrier):
                         return await turn(act.grain, commands)
                 finally:
                     if not act.grain.active and self._activations.get(first.run_id) is act:
@@ -455,6 +454,10 @@ class RunHost:
     @ray.method(concurrency_group="control")
     async def ping(self) -> str:
         return "ok"
+
+    async def exchange_target(self) -> str | None:
+        """Where this host serves the workers' gRPC ``Exchange`` (None: it does not)."""
+        return None if self._exchange_server is None else self._exchange_server.target
 
     @ray.method(concurrency_group="control")
     async def stats(self) -> dict[str, Any]:

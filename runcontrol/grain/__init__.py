@@ -23,7 +23,7 @@ from .bus import HANDLERS, Committed, Handler
 from .env import GrainEnv, Observer, Plan
 from .grain import RunGrain
 from .handlers import UNSERIALISED  # importing it registers every handler and effect
-from .turn import Outcome, together, turn
+from .turn import Outcome, outcome, together, turn
 
 __all__ = [
     "HANDLERS",
@@ -35,6 +35,7 @@ __all__ = [
     "Outcome",
     "Plan",
     "RunGrain",
+    "outcome",
     "together",
     "turn",
 ]

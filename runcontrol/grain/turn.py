@@ -13,7 +13,7 @@ decided again alone, one after another, as without turns.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -28,21 +28,32 @@ Outcome = tuple[bool, Any]  # (True, the answer) or (False, the error), as a com
 
 
 def together(commands: Sequence[Command[Any]]) -> list[list[int]]:
-    """The positions in ``commands`` of those that go in one turn, per run: a run's commands
-    decided in its mailbox when there are several and each is decided by its declared rule
-    (``handlers.handle``). A run with another kind among them (a submission, the reminder, a
+    """The positions in ``commands``, grouped: each group one turn (several of a run, each
+    decided by its declared rule, ``handlers.handle``) or one command alone; in the order of
+    their first. A run with another kind among its commands (a submission, the reminder, a
     dispatch) keeps each alone; streamed output is written beside the mailbox, as always."""
     by_run: dict[tuple[str, UUID], list[int]] = {}
     for position, command in enumerate(commands):
         if type(command) not in UNSERIALISED:
             by_run.setdefault((command.tenant_id, command.run_id), []).append(position)
-    return [
+    turns = [
         positions
         for positions in by_run.values()
         if len(positions) > 1
         and all(HANDLERS.get(type(commands[p])) is handle for p in positions)
         and len({commands[p].command_id for p in positions}) == len(positions)
     ]
+    in_turns = {p for positions in turns for p in positions}
+    alone = [[p] for p in range(len(commands)) if p not in in_turns]
+    return sorted([*turns, *alone], key=lambda positions: positions[0])
+
+
+async def outcome(answer: Awaitable[Any]) -> Outcome:
+    """``(True, the answer)``, or ``(False, the error)`` it raised."""
+    try:
+        return True, await answer
+    except Exception as exc:  # noqa: BLE001 - answered to its caller
+        return False, exc
 
 
 async def turn(grain: RunGrain, commands: Sequence[Command[Any]]) -> list[Outcome]:
@@ -75,7 +86,7 @@ async def turn(grain: RunGrain, commands: Sequence[Command[Any]]) -> list[Outcom
         ]
     if began.broken:
         _forget(grain)
-        return [await _alone(grain, command) for command in commands]
+        return [await outcome(grain.execute(command)) for command in commands]
     return outcomes
 
 
@@ -83,10 +94,3 @@ def _forget(grain: RunGrain) -> None:
     """The cached run holds what the turn decided and did not commit: read it again."""
     grain.agg = None
     grain.fused_dropped()
-
-
-async def _alone(grain: RunGrain, command: Command[Any]) -> Outcome:
-    try:
-        return True, await grain.execute(command)
-    except Exception as exc:  # noqa: BLE001 - answered to its caller
-        return False, exc

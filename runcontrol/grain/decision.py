@@ -17,7 +17,7 @@ import copy
 from typing import Any, TypeVar
 
 from ..commands import Command, fingerprint
-from ..domain import AuditRecord, errors
+from ..domain import AuditRecord, CommandContext, errors
 from ..domain.rates import RatesNeeded
 from ..store.commit import (
     PendingCommit,
@@ -80,13 +80,7 @@ async def _decide(
                 continue
             await commit_audits(grain, agg.take_audits())
             raise
-        answer = StoredAnswer(
-            command.command_id,
-            type(command).__name__,
-            _as_stored(result),
-            ctx.now,
-            fingerprint(command),
-        )
+        answer = stored_answer(command, result, ctx)
         reserved = reserve if reserve is not None and grain.records(agg, reserve) else None
         pending = prepare(
             grain.tenant_id,
@@ -139,13 +133,7 @@ async def _decide_in_turn(
     except BaseException:
         turn.broken = True
         raise
-    answer = StoredAnswer(
-        command.command_id,
-        type(command).__name__,
-        _as_stored(result),
-        ctx.now,
-        fingerprint(command),
-    )
+    answer = stored_answer(command, result, ctx)
     turn.decided.append((command, answer))
     turn.last = ctx
     return result
@@ -179,6 +167,17 @@ async def commit_turn(grain: RunGrain, turn: Turn) -> None:
     command, answer = turn.decided[-1]
     notice = Committed(command, agg, pending.changes, answer, tuple(turn.decided[:-1]))
     await publish(grain, notice)
+
+
+def stored_answer(command: Command[Any], result: Any, ctx: CommandContext) -> StoredAnswer:
+    """The command's answer as its statement stores it (its resends get it)."""
+    return StoredAnswer(
+        command.command_id,
+        type(command).__name__,
+        _as_stored(result),
+        ctx.now,
+        fingerprint(command),
+    )
 
 
 def _as_stored(result: Any) -> Any:

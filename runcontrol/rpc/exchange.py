@@ -287,8 +287,10 @@ SERVE_APPLICATION = "runcontrol"
 CALL_MARGIN_S = 10.0  # an exchange's deadline: its long poll plus this
 
 
-# A host whose own Exchange did not answer is reached through the ingress for this long.
+# A host whose own Exchange did not answer is reached through the ingress for this long,
+# twice as long after each further failure in a row (a worker that cannot reach the nodes).
 RELAY_AFTER_FAILURE_S = 5.0
+RELAY_AFTER_FAILURE_MAX_S = 300.0
 
 
 class GrpcSessionTransport:
@@ -297,8 +299,9 @@ class GrpcSessionTransport:
     it (``host_targets``; ``direct=False``: always through Serve's gRPC ingress, relayed by an
     API replica). A failed call whose outcome is unknown raises ``errors.Unavailable`` (resend
     the same commands, the credits ``resent``); a host that did not answer its own call is
-    reached through the ingress for ``RELAY_AFTER_FAILURE_S``, whose reply names its target
-    again (a restarted host serves on another port)."""
+    reached through the ingress for ``RELAY_AFTER_FAILURE_S`` (doubled after each further
+    failure in a row), whose reply names its target again (a restarted host serves on another
+    port)."""
 
     def __init__(
         self,
@@ -324,6 +327,7 @@ class GrpcSessionTransport:
         self._direct = direct
         self._targets: list[str] = []  # host k's own target, as the ingress last named it
         self._relay_until: dict[int, float] = {}  # host -> through the ingress until then
+        self._failures: dict[int, int] = {}  # host -> its own Exchange's failures in a row
         self._host_channels: dict[str, tuple[grpc.aio.Channel, Any]] = {}  # target -> stub
         self.direct_exchanges = 0  # answered by a host's own server (tests, benchmarks)
 
@@ -363,8 +367,11 @@ class GrpcSessionTransport:
         try:
             reply = await self._call(request, stub, self._auth)
         except errors.Unavailable:
-            self._relay_until[host] = time.monotonic() + RELAY_AFTER_FAILURE_S
+            failures = self._failures[host] = self._failures.get(host, 0) + 1
+            relay_s = min(RELAY_AFTER_FAILURE_S * 2 ** (failures - 1), RELAY_AFTER_FAILURE_MAX_S)
+            self._relay_until[host] = time.monotonic() + relay_s
             raise
+        self._failures.pop(host, None)
         self.direct_exchanges += 1
         return down_from(reply)
 

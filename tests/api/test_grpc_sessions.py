@@ -14,7 +14,9 @@ from typing import Any
 from uuid import UUID
 
 import grpc
+import pytest
 import ray
+from api_harness import free_port
 from grpc_harness import WORKER_SUB, GrpcTenant, GrpcWorker, auth
 
 from actors.placement import host_index
@@ -240,3 +242,33 @@ def test_a_draining_host_answers_its_own_exchanges_draining(g: GrpcTenant) -> No
             assert reply.draining and not reply.grants
     finally:
         ray.get(host.resume.remote())
+
+
+def test_a_host_whose_own_exchange_does_not_answer_is_reached_through_the_ingress(
+    g: GrpcTenant, grpc_port: int
+) -> None:
+    """The exchange sent to a host's own target that does not answer is unknown (resent as
+    any failed one: the credits ``resent``); the next goes through the ingress, whose reply
+    names the host's target again."""
+    g.view.publish()
+    run_id = UUID(g.view.submit())
+    k = host_index(run_id, 2)
+
+    async def main() -> None:
+        t = GrpcSessionTransport(f"127.0.0.1:{grpc_port}", g.worker_token())
+        try:
+            await t.hosts()
+            named = t._targets[k]
+            t._targets[k] = f"127.0.0.1:{free_port()}"  # nothing serves there: a host gone
+            sid = f"s-{uuid.uuid4().hex[:8]}"
+            credit = Credit(str(uuid.uuid4()), HOLDER, (g.view.agent,))
+            with pytest.raises(errors.Unavailable):
+                await t.exchange(k, SessionUp(sid, credits=(credit,), wait_s=1, seq=1))
+            again = SessionUp(sid, credits=(dataclasses.replace(credit, resent=True),), seq=2)
+            (grant,) = (await t.exchange(k, dataclasses.replace(again, wait_s=10))).grants
+            assert grant.lease.run_id == run_id and t.direct_exchanges == 0
+            assert t._targets[k] == named
+        finally:
+            await t.close()
+
+    run(main())

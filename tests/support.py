@@ -108,6 +108,11 @@ def race(*calls: Callable[[], Any]) -> list[tuple[str, Any]]:
 # function without the suffix sends it to a SyncGrain.
 
 WORKER = "worker-1"
+# The tests' token key: the API's (tests/api), and the run hosts', which check the workers'
+# tokens of the gRPC exchanges they serve themselves.
+SECRET = "api-test-secret-" + "0123456789abcdef" * 4  # long enough for HS512 too
+ISSUER = "https://idp.runcontrol.test/"
+AUDIENCE = "runcontrol-api"
 
 
 def proposal(n: int = 1) -> str:

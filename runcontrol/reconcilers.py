@@ -380,8 +380,9 @@ def retention(
     outbox_days: int = 90,
     answer_hours: float = 24,
 ) -> int:
-    """Drop journal entries past retention (through the sanctioned purge function), published
-    events past the event history's (their feed rows and webhook deliveries go with them) and
+    """Drop journal entries past retention (through the sanctioned purge function: the event
+    rows carrying them), published events past the event history's (their feed rows and webhook
+    deliveries go with them; a row carrying journal entries keeps them, its payload NULL) and
     results, journaled calls and streamed output with them (the run keeps its result's hash and
     size), and command answers past the resend window."""
     with db.system_tx() as conn:
@@ -393,10 +394,15 @@ def retention(
             or 0
         )
         history = now - timedelta(days=outbox_days)
-        conn.execute(
-            text("DELETE FROM outbox WHERE published_at IS NOT NULL AND published_at < :cutoff"),
-            {"cutoff": history},
-        )
+        # An event row carrying journal entries (0033) keeps them to the journal's horizon:
+        # only its payload and feed row go here; the others go whole.
+        for statement in (
+            "DELETE FROM event_feed WHERE published_at < :cutoff",
+            "DELETE FROM outbox WHERE published_at < :cutoff AND journal IS NULL",
+            "UPDATE outbox SET payload = NULL"
+            " WHERE published_at < :cutoff AND journal IS NOT NULL AND payload IS NOT NULL",
+        ):
+            conn.execute(text(statement), {"cutoff": history})
         for table, column, cutoff in (
             ("attempt_results", "created_at", history),
             ("output_chunks", "written_at", history),  # streamed output

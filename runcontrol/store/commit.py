@@ -194,7 +194,9 @@ def prepare(
     if changes.intents:
         doc["intents"] = [rows.to_row(i) for i in changes.intents]
     if changes.events:
-        doc["outbox"] = [rows.to_row(e, published_at=None) for e in changes.events]
+        doc["outbox"] = [rows.to_row(e) for e in changes.events]  # unpublished: NULL
+        if changes.journal:  # on the document's last event (0033; invariant 3: it has one)
+            doc["outbox"][-1]["journal"] = rows.journal_entries(changes.journal)
         # Wake event watchers, and long-polling claimers of a dispatched agent: NOTIFYed on
         # commit, to channels somebody listens on (migration 0026).
         doc["wake_run"] = run_id
@@ -216,7 +218,7 @@ def prepare(
         doc["flow_wait"] = sorted(changes.flow_wait, key=lock_order)
     if "mode" in doc and any(s.held is not None for s in agg.steps):
         doc["flow_held"] = True  # the statement keeps a promotion's reminder (0017)
-    if changes.journal:
+    if changes.journal and not changes.events:  # refused (a transition without its event)
         doc["journal"] = [rows.to_row(j) for j in changes.journal]
     if changes.audits:
         doc["audits"] = [rows.to_row(a) for a in changes.audits]

@@ -36,7 +36,7 @@ from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from ..domain.webhooks import DeliveryState
-from .queries.views import api_view, event_view, render
+from .queries.views import EVENT_HELD, EVENT_ROW, api_view, event_view, render
 from .tables import TZ, event_feed, outbox, webhook_deliveries, webhook_subscriptions
 
 FEED_CHANNEL = "runcontrol_feed"  # NOTIFY payload: the tenant id whose feed grew
@@ -161,9 +161,9 @@ def feed_after(conn: Connection, after: int, limit: int) -> list[dict[str, Any]]
     """The tenant's published events after feed position ``after``, in position order, each an
     event envelope plus its ``position``. Project scope is row-level security's (0010)."""
     rows = conn.execute(
-        select(outbox, event_feed.c.position)
+        select(*EVENT_ROW, event_feed.c.position)
         .join(event_feed, event_feed.c.event_id == outbox.c.event_id)
-        .where(event_feed.c.position > after)
+        .where(event_feed.c.position > after, EVENT_HELD)
         .order_by(event_feed.c.position)
         .limit(limit)
     )
@@ -417,9 +417,9 @@ def claim(conn: Connection, delivery: dict[str, Any], until: datetime, now: date
 
 def envelope(conn: Connection, position: int) -> dict[str, Any] | None:
     row = conn.execute(
-        select(outbox)
+        select(*EVENT_ROW)
         .join(event_feed, event_feed.c.event_id == outbox.c.event_id)
-        .where(event_feed.c.position == position)
+        .where(event_feed.c.position == position, EVENT_HELD)
     ).first()
     return None if row is None else event_view(row._mapping)
 

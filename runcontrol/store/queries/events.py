@@ -9,10 +9,10 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Connection, Table, func, select, text, update
+from sqlalchemy import ColumnElement, Connection, Table, func, select, text, update
 
 from ..tables import outbox
-from .views import event_view
+from .views import EVENT_HELD, EVENT_ROW, event_view
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,17 +25,23 @@ class RowsAfter:
     cursor: str
     view: Callable[[Any], dict[str, Any]]
 
+    held: ColumnElement[bool] | None = None  # which rows are still shown (all: None)
+    columns: tuple[ColumnElement[Any], ...] = ()  # what is read of each (all: ())
+
     def __call__(
         self, conn: Connection, run_id: UUID, after: int, limit: int = 500
     ) -> list[dict[str, Any]]:
         column = self.table.c[self.cursor]
-        query = select(self.table).where(self.table.c.run_id == run_id, column > after)
+        query = select(*(self.columns or (self.table,)))
+        query = query.where(self.table.c.run_id == run_id, column > after)
+        if self.held is not None:
+            query = query.where(self.held)
         rows = conn.execute(query.order_by(column).limit(limit))
         return [self.view(r._mapping) for r in rows]
 
 
 # The run's committed events with seq > after, in order (the SSE replay cursor).
-events_after = RowsAfter(outbox, "seq", event_view)
+events_after = RowsAfter(outbox, "seq", event_view, EVENT_HELD, EVENT_ROW)
 
 
 def take_unpublished(
@@ -60,7 +66,7 @@ def take_unpublished(
         update(outbox)
         .where(outbox.c.id == picked.c.id)
         .values(published_at=now)
-        .returning(*(outbox.c if whole else (outbox.c.id, outbox.c.occurred_at)))
+        .returning(*(EVENT_ROW if whole else (outbox.c.id, outbox.c.occurred_at)))
     )
     return sorted((dict(r._mapping) for r in rows), key=lambda r: int(r["id"]))
 

@@ -13,7 +13,8 @@
 --
 -- The run: "insert" (a new run), "update" (a whole row, version-guarded) or "patch" (only the
 -- columns the document carries, version-guarded: an unchanged input is not sent, parsed or
--- written again). The append-only rows (outbox, journal, answers, results, audits) are written
+-- written again). The append-only rows (events with their journal entries, answers, results,
+-- audits) are written
 -- only when told to (appends): a group commit appends those of all its documents at once once
 -- they have applied (runcontrol_append_rows). It sends the wake-ups it is told somebody
 -- hears (runcontrol_listened); "notify_run" and "notify_agents" (older documents) NOTIFY
@@ -26,6 +27,11 @@ DECLARE
     wrote boolean;  -- a writer called as an expression: no executor started per call
 BEGIN
     PERFORM set_config('runcontrol.tenant_id', doc->>'tenant', true);
+    -- Since 0033 a document's journal entries travel on its last event (runcontrol_fold_journal
+    -- moves an older document's there): entries left apart had no event to go with.
+    IF doc ? 'journal' THEN
+        RAISE EXCEPTION 'a journal entry without its event' USING ERRCODE = 'check_violation';
+    END IF;
     -- Nested, not ANDed: SQL does not promise to evaluate the mode before the writer.
     IF doc->>'mode' = 'patch' THEN
         IF NOT runcontrol_patch_runs(doc->'run', (doc->>'expected_version')::bigint) THEN
@@ -61,10 +67,8 @@ BEGIN
         wrote := runcontrol_write_cancellation_intents(doc->'intents');
     END IF;
     IF appends THEN
+        -- the journal entries on the document's last event (0033: runcontrol_fold_journal)
         IF doc ? 'outbox' THEN wrote := runcontrol_write_outbox(doc->'outbox'); END IF;
-        IF doc ? 'journal' THEN
-            wrote := runcontrol_write_recovery_journal(doc->'journal');
-        END IF;
         IF doc ? 'audits' THEN wrote := runcontrol_write_audit_log(doc->'audits'); END IF;
         IF doc ? 'answer' THEN
             wrote := runcontrol_write_command_answers(jsonb_build_array(doc->'answer'));

@@ -1,0 +1,106 @@
+"""One event row for the outbox and the journal (issue 42; docs/write-path.md section 7): a
+document's journal entries are carried by its last event (``outbox.journal``, a JSON array of
+entries without their tenant and run), and ``recovery_journal`` is a view that expands them,
+after the entries written before this revision (the old table, renamed
+``recovery_journal_legacy``, kept as it was and no longer written). A transition and its
+journal entries are thus one row insert, complete by construction; 18 journal inserts a run
+go. The stored data is upgraded in place, without copying: the old entries stay where they
+are, read through the view, until retention purges them.
+
+Append-only at the database level, even for the owner: an event row's columns never change but
+``published_at`` (the relay) and ``payload`` to NULL (the events' retention, 90 d: a row that
+carries journal entries keeps them); a row carrying journal entries is deleted only by
+``runcontrol_purge_journal`` (the journal's horizon, 365 d). The app role inserts and reads
+event rows, no longer updates them. ``ix_outbox_occurred`` (BRIN, nearly free to keep) serves
+a stalled agent's recent claims (``LeaseGranted`` events) where the journal's time index did.
+
+Functions: ``runcontrol_fold_journal`` puts the journal entries of a previous release's
+document (sent apart) on its last event, so its hosts keep committing through the upgrade;
+``runcontrol_apply_document`` refuses entries with no event (invariant 3); the group append
+and the single apply write no journal rows; the purge deletes the event rows past the cutoff.
+The previous release's writers of the journal table are dropped.
+
+Revision ID: 0033
+"""
+
+from __future__ import annotations
+
+from alembic import op
+
+from runcontrol.store.functions import apply
+
+revision = "0033"
+down_revision = "0032"
+branch_labels = None
+depends_on = None
+
+# The previous release's documents apply as before (their journal folded onto their last
+# event), its readers read the view; only its retention pass is refused (the trigger: it
+# would delete event rows that carry journal entries) until its scheduler is replaced.
+oldest_code = "0032"
+
+SCHEMA = """
+ALTER TABLE outbox ADD COLUMN journal jsonb;
+ALTER TABLE outbox ALTER COLUMN payload DROP NOT NULL;
+CREATE INDEX ix_outbox_occurred ON outbox USING brin (occurred_at);
+CREATE POLICY retention_purge ON outbox FOR DELETE
+    USING (current_setting('runcontrol.retention_purge', true) = 'on');
+REVOKE UPDATE ON outbox FROM runcontrol_app;
+GRANT UPDATE (published_at, payload) ON outbox TO runcontrol_system;
+CREATE TRIGGER outbox_append_only BEFORE UPDATE ON outbox FOR EACH ROW
+    WHEN ((to_jsonb(OLD) - 'published_at' - 'payload')
+          IS DISTINCT FROM (to_jsonb(NEW) - 'published_at' - 'payload')
+          OR (NEW.payload IS NOT NULL AND NEW.payload IS DISTINCT FROM OLD.payload))
+    EXECUTE FUNCTION runcontrol_forbid_mutation();
+CREATE TRIGGER outbox_keeps_journal BEFORE DELETE ON outbox FOR EACH ROW
+    WHEN (OLD.journal IS NOT NULL)
+    EXECUTE FUNCTION runcontrol_forbid_mutation();
+CREATE TRIGGER outbox_no_truncate BEFORE TRUNCATE ON outbox
+    FOR EACH STATEMENT EXECUTE FUNCTION runcontrol_forbid_mutation();
+
+ALTER TABLE recovery_journal RENAME TO recovery_journal_legacy;
+ALTER TABLE recovery_journal_legacy
+    RENAME CONSTRAINT recovery_journal_pkey TO recovery_journal_legacy_pkey;
+ALTER SEQUENCE recovery_journal_id_seq RENAME TO recovery_journal_legacy_id_seq;
+ALTER TRIGGER recovery_journal_append_only ON recovery_journal_legacy
+    RENAME TO recovery_journal_legacy_append_only;
+ALTER TRIGGER recovery_journal_no_truncate ON recovery_journal_legacy
+    RENAME TO recovery_journal_legacy_no_truncate;
+REVOKE INSERT ON recovery_journal_legacy FROM runcontrol_app;
+DROP FUNCTION IF EXISTS runcontrol_write_recovery_journal(jsonb);
+DROP FUNCTION IF EXISTS runcontrol_append_recovery_journal(jsonb, int[], text, text);
+
+CREATE VIEW recovery_journal WITH (security_invoker = true) AS
+    SELECT o.id, o.tenant_id, o.run_id, j.sequence, j.entity, j.entity_id, j.from_state,
+           j.to_state, j.cause, j.actor, j.occurred_at
+    FROM outbox o
+    CROSS JOIN LATERAL jsonb_to_recordset(o.journal) AS j(
+        sequence bigint, entity text, entity_id uuid, from_state text, to_state text,
+        cause text, actor text, occurred_at timestamptz)
+    WHERE o.journal IS NOT NULL
+    UNION ALL
+    SELECT id, tenant_id, run_id, sequence, entity, entity_id, from_state, to_state, cause,
+           actor, occurred_at
+    FROM recovery_journal_legacy;
+GRANT SELECT ON recovery_journal TO runcontrol_app, runcontrol_system;
+"""
+
+FUNCTIONS = {
+    "runcontrol_append_rows": "594d4d2310e3d6161ad6e0b9b2da1427",
+    "runcontrol_apply": "bb2facadf2451c9eeb7d880c55549d92",
+    "runcontrol_apply_document": "7b453e45ea86cdb1c3574c5d65f2b044",
+    "runcontrol_apply_many": "9af6e722630c2a040ab2217286b483d9",
+    "runcontrol_fold_journal": "d6ec835634248deef1ec81742048c1bc",
+    "runcontrol_purge_journal": "176d1c249f95ef2b406dedf653eb1d5e",
+    "runcontrol_write_outbox": "69ec404e16abe7278734ad161066ac11",
+    "runcontrol_append_outbox": "0de65776f99b8370b40c295903f5d69d",
+}
+
+
+def upgrade() -> None:
+    op.execute(SCHEMA)
+    apply(FUNCTIONS)
+
+
+def downgrade() -> None:
+    raise NotImplementedError("0033 has no downgrade: restore from a backup taken before it")

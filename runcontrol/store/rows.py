@@ -168,9 +168,13 @@ MAPPERS: dict[type[Any], _Mapper] = {
         _Mapper(model.ApprovalDecision, tables.approval_decisions),
         _Mapper(model.CancellationIntent, tables.cancellation_intents),
         _Mapper(model.ToolCall, tables.tool_calls),
-        # the journal entries its document recorded, on its last event (0033: ``journal_entries``)
+        # the journal entries its document recorded, on its last event (0033: ``journal_entries``);
+        # its publication the relay's
         _Mapper(
-            model.Event, tables.outbox, supplied=("published_at", "journal"), generated=("id",)
+            model.Event,
+            tables.outbox,
+            supplied=("journal",),
+            generated=("id", "published_at", "feed_position"),
         ),
         _Mapper(model.RecoveryJournalEntry, tables.recovery_journal, generated=("id",)),
         _Mapper(model.AuditRecord, tables.audit_log, generated=("id",)),

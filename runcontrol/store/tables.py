@@ -39,6 +39,8 @@ PENDING = "state = 'Pending'"
 UNRELEASED = "released_at IS NULL"
 TENANT_WIDE = "run_id IS NULL AND disabled_at IS NULL"
 UNSUBMITTED = "outcome = 'started' AND submitted_at IS NULL"
+UNPUBLISHED = "feed_position IS NULL"
+PUBLISHED = "feed_position IS NOT NULL"
 
 
 runs = tenant_table(
@@ -207,10 +209,11 @@ recovery_journal_legacy = tenant_table(
 # One event row for every reader (issue 42, migration 0033; docs/write-path.md section 7): the
 # run's event, and on the last event of a document the journal entries that document recorded
 # (``journal``: a JSON array of entries, each a ``recovery_journal`` row without its tenant and
-# run). Written once by the write path; the relay marks it published (``published_at``), the
-# events' retention (90 d) sets ``payload`` to NULL on a row carrying a journal and deletes the
-# others, the journal's (365 d, ``runcontrol_purge_journal``) deletes the rest. A trigger
-# refuses any other change, even the owner's (``outbox_append_only``, ``outbox_keeps_journal``).
+# run). Written once by the write path; the relay marks it published (``published_at`` and its
+# ``feed_position``: the tenant feed is read from these rows), the events' retention (90 d)
+# sets ``payload`` to NULL on a row carrying a journal and deletes the others, the journal's
+# (365 d, ``runcontrol_purge_journal``) deletes the rest. A trigger refuses any other change,
+# even the owner's (``outbox_append_only``, ``outbox_keeps_journal``).
 outbox = tenant_table(
     "outbox",
     serial("id"),
@@ -220,8 +223,12 @@ outbox = tenant_table(
     txt("correlation_id?", "causation_id?", "producer") + num("schema_version"),
     jsonb("payload?") + tz("occurred_at", "published_at?"),  # payload: NULL past 90 d
     jsonb("journal?"),
+    # its place in its tenant's feed, in commit order: set by the relay as it publishes it,
+    # with ``published_at`` (one update, no feed row of its own: 0033)
+    big("feed_position?"),
     UniqueConstraint("run_id", "seq", name="uq_outbox_run_seq"),
-    index_where("ix_outbox_unpublished", "id", where="published_at IS NULL"),
+    index_where("ix_outbox_unpublished", "id", where=UNPUBLISHED),
+    index_where("uq_outbox_feed", "tenant_id", "feed_position", unique=True, where=PUBLISHED),
     # the recent events by time (a stalled agent's claims, retention), nearly free to keep
     Index("ix_outbox_occurred", "occurred_at", postgresql_using="brin"),
     tenant_after="event_id",
@@ -360,19 +367,9 @@ output_heads = tenant_table(
     Index("ix_output_heads_updated", "updated_at"),
 )
 
-# Events out (0010): the tenant-wide feed position of each published event, webhook
-# subscriptions and one delivery row per (subscription, event).
-event_feed = tenant_table(
-    "event_feed",
-    serial("position") + uid("event_id"),
-    txt("project_id") + uid("run_id") + big("seq") + tz("published_at"),
-    UniqueConstraint("event_id", name="uq_event_feed_event"),
-    cascade("fk_event_feed_outbox", "event_id", "outbox.event_id"),
-    Index("ix_event_feed_tenant", "tenant_id", "position"),
-    tenant_after="event_id",
-    policies=(PROJECT_READS,),
-)
-
+# Events out (0010): webhook subscriptions and one delivery row per (subscription, event),
+# keyed by the event's feed position (``outbox.feed_position``, 0033; the retention of the
+# events' horizon deletes the deliveries of the events it removes).
 webhook_subscriptions = tenant_table(
     "webhook_subscriptions",
     uid("subscription_id", primary_key=True),
@@ -398,7 +395,6 @@ webhook_deliveries = tenant_table(
     cascade(
         "fk_deliveries_subscription", "subscription_id", "webhook_subscriptions.subscription_id"
     ),
-    cascade("fk_deliveries_feed", "position", "event_feed.position"),
     index_where("ix_webhook_deliveries_pending", "subscription_id", "run_id", "seq", where=PENDING),
     Index("ix_webhook_deliveries_position", "position"),
     tenant_after="position",
@@ -529,4 +525,4 @@ INSERT_ONLY_TABLES = (
     "outbox",
 )
 # The app role only reads these (the relay and the directory write them on the system path).
-READ_ONLY_TABLES = ("event_feed", "tenant_placement")
+READ_ONLY_TABLES = ("tenant_placement",)

@@ -12,7 +12,7 @@ from store_support import subscribe
 from runcontrol import reconcilers
 from runcontrol.store import queries
 from runcontrol.store import webhooks as feed
-from runcontrol.store.tables import event_feed, outbox, recovery_journal, webhook_deliveries
+from runcontrol.store.tables import outbox, recovery_journal, webhook_deliveries
 
 LONG_AGO = datetime(2001, 1, 1, tzinfo=UTC)  # no other test publishes at this time
 
@@ -48,7 +48,7 @@ def test_relay_positions_fan_out_and_retention_cascade(db, make_leased_run, tena
     assert [tuple(q) for q in queued] == [(s, "Pending") for s in events]
     assert sub["startsAfter"] < fed[0]["position"]
 
-    # The events' horizon: their payloads, feed rows and deliveries go; the rows carrying
+    # The events' horizon: their payloads, places in the feed and deliveries go; the rows carrying
     # journal entries stay (0033), and the journal whole (its horizon: test_append_only).
     journal = select(recovery_journal.c.sequence).where(recovery_journal.c.run_id == run.run_id)
     with db.tenant(tenant) as conn:
@@ -62,7 +62,6 @@ def test_relay_positions_fan_out_and_retention_cascade(db, make_leased_run, tena
         assert (
             conn.execute(journal.order_by(recovery_journal.c.sequence)).scalars().all() == entries
         )
-        assert conn.execute(select(event_feed)).all() == []
         assert conn.execute(select(webhook_deliveries)).all() == []
         assert feed.feed_after(conn, 0, 500) == []
         assert queries.events_after(conn, run.run_id, 0) == []

@@ -20,9 +20,11 @@ from sqlalchemy import create_engine
 from support import drive
 from test_schema_source import Prepared, everything
 
+from runcontrol import reconcilers
 from runcontrol.config import Settings
 from runcontrol.domain.run.changes import Changes
 from runcontrol.store import Database, Store, rows
+from runcontrol.store import webhooks as feed
 from runcontrol.store.commit import conclude, prepare
 
 JOURNAL = (
@@ -117,10 +119,11 @@ def test_journal_entries_without_their_event_are_refused_and_nothing_is_stored(d
 
 
 def test_the_upgrade_keeps_the_stored_journal_readable_and_its_retention(fresh_url, tenant):
-    """A database at 0032 with a run's events (one still unpublished) and journal entries as
-    0032 stored them: after 0033 the view reads the same entries, the events are unchanged
-    (and the unpublished one is still to publish), nothing writes the old table any more, and
-    the journal's retention purges the old entries as before."""
+    """A database at 0032 with a run's events (one published, with its feed row; one not yet)
+    and journal entries as 0032 stored them: after 0033 the view reads the same entries, the
+    published event holds its feed position and the other is published after it, nothing
+    writes the old journal table or updates an event row as the app any more, and the
+    journal's retention purges the old entries as before."""
     database = Database(fresh_url)
     owner = create_engine(fresh_url)
     run_id, when = uuid.uuid4(), datetime(1972, 1, 1, tzinfo=UTC)
@@ -143,16 +146,31 @@ def test_the_upgrade_keeps_the_stored_journal_readable_and_its_retention(fresh_u
                     (tenant, run_id, seq, run_id, state, when),
                 )
             before = [tuple(r) for r in conn.exec_driver_sql(JOURNAL, (run_id,))]
+        with database.system_tx() as conn:  # the published event's feed row, as 0032's relay
+            position = conn.exec_driver_sql(
+                "INSERT INTO event_feed (event_id, tenant_id, project_id, run_id, seq,"
+                " published_at) SELECT event_id, tenant_id, project_id, run_id, seq, published_at"
+                " FROM outbox WHERE run_id = %s AND seq = 1 RETURNING position",
+                (run_id,),
+            ).scalar_one()
         database.migrate()
 
         with database.tenant(tenant) as conn:
             assert [tuple(r) for r in conn.exec_driver_sql(JOURNAL, (run_id,))] == before
             events = conn.exec_driver_sql(
-                "SELECT seq, payload, journal, published_at IS NULL FROM outbox"
+                "SELECT seq, payload, journal, feed_position FROM outbox"
                 " WHERE run_id = %s ORDER BY seq",
                 (run_id,),
             ).all()
-        assert [tuple(e) for e in events] == [(1, {"n": 1}, None, False), (2, {"n": 1}, None, True)]
+        assert [tuple(e) for e in events] == [
+            (1, {"n": 1}, None, position),
+            (2, {"n": 1}, None, None),
+        ]
+        # the unpublished one is published after it, at the next position of the same counter
+        assert reconcilers.relay_outbox(database, [], when).published == 1
+        with database.tenant(tenant) as conn:
+            fed = [(e["seq"], e["position"]) for e in feed.feed_after(conn, 0, 10)]
+        assert fed == [(1, position), (2, position + 1)]
         with owner.connect() as conn:
             grants = conn.exec_driver_sql(
                 "SELECT has_table_privilege('runcontrol_app', 'recovery_journal_legacy',"

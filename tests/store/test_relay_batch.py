@@ -53,9 +53,8 @@ def _fed(db: Database, run_ids: list[UUID]) -> list[Any]:
     with db.system_tx() as conn:
         return conn.execute(
             text(
-                "SELECT o.id, f.position, f.tenant_id FROM outbox o"
-                " JOIN event_feed f ON f.event_id = o.event_id"
-                " WHERE o.run_id = ANY(:ids) ORDER BY o.id"
+                "SELECT id, feed_position AS position, tenant_id FROM outbox"
+                " WHERE run_id = ANY(:ids) AND feed_position IS NOT NULL ORDER BY id"
             ),
             {"ids": run_ids},
         ).all()

@@ -133,7 +133,7 @@ CHILD = api_view(("run_id", "parent_step_id", "workflow_id", "release_id", "stat
 APPROVAL = api_view(approval_requests.c.keys())
 
 EVENT = api_view(
-    (c for c in outbox.c.keys() if c not in ("id", "published_at", "journal")),
+    (c for c in outbox.c.keys() if c not in ("id", "published_at", "journal", "feed_position")),
     {"event_type": "type"},
 )
 # An event row as its readers select it: without the journal entries it carries (0033).

@@ -1,14 +1,23 @@
-"""One event row for the outbox and the journal (issue 42; docs/write-path.md section 7): a
-document's journal entries are carried by its last event (``outbox.journal``, a JSON array of
-entries without their tenant and run), and ``recovery_journal`` is a view that expands them,
-after the entries written before this revision (the old table, renamed
+"""One event row for the outbox, the feed and the journal (issue 42; docs/write-path.md
+section 7): a document's journal entries are carried by its last event (``outbox.journal``, a
+JSON array of entries without their tenant and run), and ``recovery_journal`` is a view that
+expands them, after the entries written before this revision (the old table, renamed
 ``recovery_journal_legacy``, kept as it was and no longer written). A transition and its
 journal entries are thus one row insert, complete by construction; 18 journal inserts a run
 go. The stored data is upgraded in place, without copying: the old entries stay where they
 are, read through the view, until retention purges them.
 
+The tenant feed is read from the event rows: the relay marks each row it publishes with its
+feed position (``feed_position``, from the feed's counter, in the same UPDATE as
+``published_at``) instead of writing an ``event_feed`` row, so 13 feed inserts a run go too.
+The upgrade gives every published row its feed row's position and drops the table (its
+counter kept as ``feed_position_seq``); ``event_feed`` stays as a read-only view of the rows,
+for the previous release's readers. Webhook deliveries keep their positions (no foreign key:
+the events' retention deletes the deliveries of the events it removes).
+
 Append-only at the database level, even for the owner: an event row's columns never change but
-``published_at`` (the relay) and ``payload`` to NULL (the events' retention, 90 d: a row that
+``published_at`` and ``feed_position`` once (the relay) and ``payload`` to NULL (the events'
+retention, 90 d: a row that
 carries journal entries keeps them); a row carrying journal entries is deleted only by
 ``runcontrol_purge_journal`` (the journal's horizon, 365 d). The app role inserts and reads
 event rows, no longer updates them. ``ix_outbox_occurred`` (BRIN, nearly free to keep) serves
@@ -35,22 +44,48 @@ branch_labels = None
 depends_on = None
 
 # The previous release's documents apply as before (their journal folded onto their last
-# event), its readers read the view; only its retention pass is refused (the trigger: it
-# would delete event rows that carry journal entries) until its scheduler is replaced.
+# event), its readers read the views; only its scheduler's relay and retention passes are
+# refused until it is replaced (the relay's feed insert: event_feed is a view; the retention:
+# it would delete event rows that carry journal entries): each rolls back, nothing is lost,
+# and this release's relay publishes what it left.
 oldest_code = "0032"
 
 SCHEMA = """
 ALTER TABLE outbox ADD COLUMN journal jsonb;
+ALTER TABLE outbox ADD COLUMN feed_position bigint;
 ALTER TABLE outbox ALTER COLUMN payload DROP NOT NULL;
 CREATE INDEX ix_outbox_occurred ON outbox USING brin (occurred_at);
+
+-- The feed on the event rows: each published row takes its feed row's position (as the
+-- owner, whom the tenant policy would otherwise bind), then the feed's table goes, its
+-- position counter kept; a read-only view keeps the previous release's readers of it working.
+ALTER TABLE outbox NO FORCE ROW LEVEL SECURITY;
+ALTER TABLE event_feed NO FORCE ROW LEVEL SECURITY;
+UPDATE outbox o SET feed_position = f.position FROM event_feed f WHERE f.event_id = o.event_id;
+ALTER TABLE outbox FORCE ROW LEVEL SECURITY;
+DROP INDEX ix_outbox_unpublished;
+CREATE INDEX ix_outbox_unpublished ON outbox (id) WHERE feed_position IS NULL;
+CREATE UNIQUE INDEX uq_outbox_feed ON outbox (tenant_id, feed_position)
+    WHERE feed_position IS NOT NULL;
+ALTER TABLE webhook_deliveries DROP CONSTRAINT fk_deliveries_feed;
+ALTER SEQUENCE event_feed_position_seq OWNED BY NONE;
+DROP TABLE event_feed;
+ALTER SEQUENCE event_feed_position_seq RENAME TO feed_position_seq;
+GRANT UPDATE ON SEQUENCE feed_position_seq TO runcontrol_system;  -- a batch's draw: setval
+CREATE VIEW event_feed WITH (security_invoker = true) AS
+    SELECT feed_position AS position, event_id, tenant_id, project_id, run_id, seq, published_at
+    FROM outbox WHERE feed_position IS NOT NULL;
+GRANT SELECT ON event_feed TO runcontrol_app, runcontrol_system;
 CREATE POLICY retention_purge ON outbox FOR DELETE
     USING (current_setting('runcontrol.retention_purge', true) = 'on');
 REVOKE UPDATE ON outbox FROM runcontrol_app;
-GRANT UPDATE (published_at, payload) ON outbox TO runcontrol_system;
+GRANT UPDATE (published_at, payload, feed_position) ON outbox TO runcontrol_system;
 CREATE TRIGGER outbox_append_only BEFORE UPDATE ON outbox FOR EACH ROW
-    WHEN ((to_jsonb(OLD) - 'published_at' - 'payload')
-          IS DISTINCT FROM (to_jsonb(NEW) - 'published_at' - 'payload')
-          OR (NEW.payload IS NOT NULL AND NEW.payload IS DISTINCT FROM OLD.payload))
+    WHEN ((to_jsonb(OLD) - 'published_at' - 'payload' - 'feed_position')
+          IS DISTINCT FROM (to_jsonb(NEW) - 'published_at' - 'payload' - 'feed_position')
+          OR (NEW.payload IS NOT NULL AND NEW.payload IS DISTINCT FROM OLD.payload)
+          OR (OLD.feed_position IS NOT NULL
+              AND NEW.feed_position IS DISTINCT FROM OLD.feed_position))
     EXECUTE FUNCTION runcontrol_forbid_mutation();
 CREATE TRIGGER outbox_keeps_journal BEFORE DELETE ON outbox FOR EACH ROW
     WHEN (OLD.journal IS NOT NULL)
@@ -92,8 +127,8 @@ FUNCTIONS = {
     "runcontrol_apply_many": "9af6e722630c2a040ab2217286b483d9",
     "runcontrol_fold_journal": "d6ec835634248deef1ec81742048c1bc",
     "runcontrol_purge_journal": "176d1c249f95ef2b406dedf653eb1d5e",
-    "runcontrol_write_outbox": "69ec404e16abe7278734ad161066ac11",
-    "runcontrol_append_outbox": "0de65776f99b8370b40c295903f5d69d",
+    "runcontrol_write_outbox": "400f1bd7ed3262bf29e4b642f882ae09",
+    "runcontrol_append_outbox": "dc97d412e725d2259516c61b81105c95",
 }
 
 

@@ -404,9 +404,16 @@ def claim(conn: Connection, delivery: dict[str, Any], until: datetime, now: date
     return found.rowcount == 1
 
 
-def envelope(conn: Connection, position: int) -> dict[str, Any] | None:
+def envelope(conn: Connection, delivery: dict[str, Any]) -> dict[str, Any] | None:
+    """The event a delivery row sends (by its tenant and feed position); None once the
+    events' retention removed it."""
+    o = outbox.c
     row = conn.execute(
-        select(*EVENT_ROW).where(outbox.c.feed_position == position, EVENT_HELD)
+        select(*EVENT_ROW).where(
+            o.tenant_id == delivery["tenant_id"],
+            o.feed_position == delivery["position"],
+            EVENT_HELD,
+        )
     ).first()
     return None if row is None else event_view(row._mapping)
 

@@ -14,6 +14,8 @@ hands each table's rows to that table's writer, rendered here:
   ``input`` keeps its TOAST pointer instead of being written again).
 - ``runcontrol_write_<table>(rows)``: an upsert on the primary key, or a plain insert for the
   tables the write path only adds to (``tables.INSERT_ONLY_TABLES``), answering whether it wrote.
+- ``runcontrol_patch_<table>(rows)`` (issue 42) for ``PATCHED``: each row by its key, only the
+  columns it carries (a step, attempt or lease the store holds is sent lean: ``lean.py``).
 - ``runcontrol_append_<table>(docs, applied, key, tenant)`` (issue 33) for the tables a
   group commit appends to after its documents applied (``GROUP_APPENDED``): one insert of the
   rows under ``key`` of the documents of ``tenant`` at the places ``applied`` (from 1), in
@@ -62,6 +64,8 @@ WRITTEN = (
 # The append-only tables whose rows a group commit inserts for all its documents at once, once
 # they have applied (runcontrol_apply_many): no document reads them.
 GROUP_APPENDED = ("outbox", "audit_log", "command_answers", "attempt_results")
+# The tables whose rows the store holds are sent as patches once stored (store/lean.py).
+PATCHED = ("steps", "attempts", "leases")
 _DIALECT = postgresql.dialect()  # type: ignore[no-untyped-call]
 RUN_IDEMPOTENCY = "uq_runs_idempotency"  # a second insert with the key inserts nothing
 RUN_VERSION = "version"  # the optimistic-concurrency guard of the run's update
@@ -211,6 +215,26 @@ def _table_unit(table: Table) -> Unit:
     )
 
 
+def _patch_unit(table: Table) -> Unit:
+    """``runcontrol_patch_<table>(rows)`` (issue 42): each row by its key, only the columns
+    its object carries (the others keep their stored values: ``store/lean.py``)."""
+    keys = _primary_key(table)
+    changed = [c for c in written_columns(table) if c not in keys]
+    kept = (
+        f"{c} = CASE WHEN e.value ? '{c}' THEN r.{c} ELSE {table.name}.{c} END" for c in changed
+    )
+    match = " AND ".join(f"{table.name}.{k} = r.{k}" for k in keys)
+    return _function(
+        f"runcontrol_patch_{table.name}",
+        "doc jsonb",
+        "boolean",
+        f"    UPDATE {table.name} SET{_wrap(kept)}\n"
+        "        FROM jsonb_array_elements(doc) AS e\n"
+        f"        CROSS JOIN LATERAL jsonb_populate_record(NULL::{table.name}, e.value) AS r\n"
+        f"        WHERE {match};\n    RETURN FOUND;",
+    )
+
+
 def _append_unit(table: Table) -> Unit:
     columns = written_columns(table)
     rows = (
@@ -239,5 +263,6 @@ def render(target: MetaData = metadata) -> list[Unit]:
     return [
         *_run_units(target.tables["runs"]),
         *(_table_unit(target.tables[name]) for name in WRITTEN),
+        *(_patch_unit(target.tables[name]) for name in PATCHED),
         *(_append_unit(target.tables[name]) for name in GROUP_APPENDED),
     ]

@@ -3,6 +3,8 @@ that changed since the run was loaded or last committed (mode "patch"), and
 ``runcontrol_patch_runs`` updates only those, guarded by the version as before. The stored run
 is then what the aggregate holds, column for column, as with whole rows; a column the document
 leaves out keeps its stored value; an aggregate the store did not load sends its whole row.
+Its steps, attempts and leases alike (issue 42): a row the store holds is sent as its key and
+the columns that changed (``<table>_patch``), and the stored row is the aggregate's.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from support import drive
 
 from runcontrol.bootstrap import Container
 from runcontrol.domain import RunAggregate
-from runcontrol.store import Database, rows
+from runcontrol.store import Database, lean, rows
 from runcontrol.store.commit import conclude
 
 ALWAYS = {"run_id", "next_due_at"}
@@ -102,3 +104,42 @@ def test_an_aggregate_the_store_did_not_load_sends_its_whole_row(
     _, doc = _document(container, tenant, agg)
     assert doc["mode"] == "patch"
     assert set(doc["run"]) == set(rows.to_row(agg.run)) | {"next_due_at"}
+
+
+def _stored_children(db: Database, tenant: str, run_id: Any) -> dict[tuple[str, str], Any]:
+    """Each step, attempt and lease row as the database holds it, by table and key."""
+    held: dict[tuple[str, str], Any] = {}
+    with db.tenant(tenant) as conn:
+        for table, key in lean.KEYS.items():
+            for row in conn.exec_driver_sql(f"SELECT * FROM {table} WHERE run_id = %s", (run_id,)):
+                held[table, str(row._mapping[key])] = dict(row._mapping)
+    return held
+
+
+def test_steps_attempts_and_leases_send_what_changed_and_the_rows_are_the_aggregates(
+    db: Database, container: Container, make_leased_run, tenant: str
+) -> None:
+    run = make_leased_run(tenant)
+    agg = renewed(container, load(container, tenant, run.run_id), run.grant)
+    pending, doc = _document(container, tenant, agg)
+    assert "leases" not in doc and [set(p) for p in doc["leases_patch"]] == [
+        {"lease_id", "expires_at"}
+    ]
+    (answer,) = drive(container.store.send([pending.doc]))
+    conclude(pending, answer)
+
+    agg = complete(container, agg, run.grant)  # measured against that commit
+    pending, doc = _document(container, tenant, agg)
+    assert not {"steps", "attempts", "leases"} & set(doc)
+    (attempt,) = doc["attempts_patch"]
+    assert {"attempt_id", "state", "outcome"} <= set(attempt) and "dispatched_at" not in attempt
+    (answer,) = drive(container.store.send([pending.doc]))
+    conclude(pending, answer)
+    assert set(pending.children or ()) == {"steps", "attempts", "leases"}
+    stored = _stored_children(db, tenant, agg.run.run_id)
+    assert pending.children is not None  # the whole rows the patches were measured from
+    for table, found in pending.children.items():
+        assert found, table
+        for row in found:
+            key = str(row[lean.KEYS[table]])
+            assert {c: stored[table, key][c] for c in row} == row, (table, key)

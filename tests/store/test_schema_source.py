@@ -518,6 +518,7 @@ def test_apply_function_check_is_not_vacuous(apply_definition):
         "steps.added_later (INSERT)",
         "steps.added_later (SELECT)",
         "steps.added_later (ON CONFLICT SET)",
+        "steps.added_later (UPDATE SET)",  # its patch (issue 42)
         "outbox.added_later (INSERT)",
         "outbox.added_later (SELECT)",
     ]

@@ -56,7 +56,8 @@ def test_every_function_is_as_the_revision_chain_applies_it():
 
 def test_the_check_fails_for_a_column_added_without_make_sql():
     assert list(functions.changed(with_column("attempts", "added_later"))) == [
-        "runcontrol_write_attempts"
+        "runcontrol_write_attempts",
+        "runcontrol_patch_attempts",
     ]
 
 
@@ -118,12 +119,15 @@ def test_writers_upsert_mutable_tables_and_only_insert_into_appended_ones():
 
 def test_a_new_column_rerenders_only_its_table_writer():
     """What `make sql` applies in a new revision after a ``Column`` is added to steps: that
-    table's writer alone, naming the column in its INSERT, SELECT and upsert SET."""
+    table's writers alone, naming the column in its INSERT, SELECT and upsert SET, and in its
+    patch's SET (issue 42)."""
     changed = with_column("steps", "note")
-    assert list(functions.changed(changed)) == ["runcontrol_write_steps"]
+    assert list(functions.changed(changed)) == ["runcontrol_write_steps", "runcontrol_patch_steps"]
     steps = functions.current(changed)["runcontrol_write_steps"]
     assert steps.count("note") == 4  # the INSERT's list, the SELECT's and both sides of the SET
     assert "note = EXCLUDED.note" in steps
+    patch = functions.current(changed)["runcontrol_patch_steps"]
+    assert "note = CASE WHEN e.value ? 'note' THEN r.note ELSE steps.note END" in patch
 
 
 def test_adding_a_column_is_an_alter_and_one_writer(scratch: Database, tenant: str):

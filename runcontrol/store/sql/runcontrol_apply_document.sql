@@ -4,10 +4,12 @@
 --
 -- Each table's rows go to that table's writer, rendered from runcontrol/store/tables.py
 -- (store/writers.py: runcontrol_insert_runs, runcontrol_update_runs, runcontrol_patch_runs,
--- runcontrol_write_<table>); a new column changes its writer, not this function. What is kept
--- here by hand is what is not a column list: the run's guards (a used idempotency key, RC001;
--- a lost version race, RC409), the budget reservation (RC402) and its release, the tenant's
--- capacity (RC429), the flow-control slots and queues (RC430), and the wake-ups. The clauses
+-- runcontrol_write_<table>, and runcontrol_patch_<table> for a step, attempt or lease sent as
+-- the columns that changed: "<table>_patch", issue 42); a new column changes its writer, not
+-- this function. What is kept here by hand is what is not a column list: the run's guards (a
+-- used idempotency key, RC001; a lost version race, RC409), the budget reservation (RC402) and
+-- its release, the tenant's capacity (RC429), the flow-control slots and queues (RC430), and
+-- the wake-ups. The clauses
 -- come in one order: rows before the rows that refer to them, the capacity check after the
 -- attempts, the results and journaled calls after the run, step and attempt they refer to.
 --
@@ -51,11 +53,16 @@ BEGIN
                                           doc->'reserve');
     END IF;
     IF doc ? 'steps' THEN wrote := runcontrol_write_steps(doc->'steps'); END IF;
+    IF doc ? 'steps_patch' THEN wrote := runcontrol_patch_steps(doc->'steps_patch'); END IF;
     IF doc ? 'attempts' THEN wrote := runcontrol_write_attempts(doc->'attempts'); END IF;
+    IF doc ? 'attempts_patch' THEN
+        wrote := runcontrol_patch_attempts(doc->'attempts_patch');
+    END IF;
     IF doc ? 'capacity' THEN
         PERFORM runcontrol_check_capacity(doc->>'tenant', (doc->>'capacity')::int);
     END IF;
     IF doc ? 'leases' THEN wrote := runcontrol_write_leases(doc->'leases'); END IF;
+    IF doc ? 'leases_patch' THEN wrote := runcontrol_patch_leases(doc->'leases_patch'); END IF;
     IF doc ? 'tool_calls' THEN wrote := runcontrol_write_tool_calls(doc->'tool_calls'); END IF;
     IF doc ? 'approvals' THEN
         wrote := runcontrol_write_approval_requests(doc->'approvals');

@@ -27,7 +27,10 @@ Functions: ``runcontrol_fold_journal`` puts the journal entries of a previous re
 document (sent apart) on its last event, so its hosts keep committing through the upgrade;
 ``runcontrol_apply_document`` refuses entries with no event (invariant 3); the group append
 and the single apply write no journal rows; the purge deletes the event rows past the cutoff.
-The previous release's writers of the journal table are dropped.
+The previous release's writers of the journal table are dropped. Lean child rows (issue 42,
+point 2): ``runcontrol_patch_steps``, ``_attempts`` and ``_leases`` update a stored row with
+only the columns a document's ``<table>_patch`` carries (``store/lean.py``); a previous
+release's document sends whole rows, applied as before.
 
 Revision ID: 0033
 """
@@ -123,11 +126,14 @@ GRANT SELECT ON recovery_journal TO runcontrol_app, runcontrol_system;
 FUNCTIONS = {
     "runcontrol_append_rows": "594d4d2310e3d6161ad6e0b9b2da1427",
     "runcontrol_apply": "bb2facadf2451c9eeb7d880c55549d92",
-    "runcontrol_apply_document": "7b453e45ea86cdb1c3574c5d65f2b044",
+    "runcontrol_apply_document": "75b841bb96e439aab906b998d002c6d7",
     "runcontrol_apply_many": "9af6e722630c2a040ab2217286b483d9",
     "runcontrol_fold_journal": "d6ec835634248deef1ec81742048c1bc",
     "runcontrol_purge_journal": "176d1c249f95ef2b406dedf653eb1d5e",
     "runcontrol_write_outbox": "400f1bd7ed3262bf29e4b642f882ae09",
+    "runcontrol_patch_steps": "7ce63ad0bb0c5dce7bc407f8e15353dc",
+    "runcontrol_patch_attempts": "5458b2bc1bbc93142d1a6debaca6c05e",
+    "runcontrol_patch_leases": "208f8b71de81172da6fdef58a06fbfd3",
     "runcontrol_append_outbox": "dc97d412e725d2259516c61b81105c95",
 }
 

@@ -327,10 +327,11 @@ def relay_outbox(
     ``floor``: where the read starts, kept across passes (``RelayFloor``: two statements more
     a pass, three when it moves).
 
-    Three statements per batch, whatever its size: the rows are marked published and read in
-    one (``queries.take_unpublished``: rows locked by another relay are skipped), then given
-    to the sinks, then their tenant feed positions and webhook deliveries are written in one
-    more under the feed lock (``store.webhooks.publish``; the delivery job sends them).
+    Three statements per batch, whatever its size, under the feed lock: the rows are marked
+    published with their tenant feed positions and read in one (``queries.take_unpublished``:
+    rows locked by another relay are skipped), then given to the sinks, then their webhook
+    deliveries are written in one more (``store.webhooks.publish``; the delivery job sends
+    them).
     At-least-once: the marks commit only after every sink took the batch, so a sink that
     fails or a crash between publishing and committing republishes it, and consumers
     de-duplicate on eventId.
@@ -338,6 +339,7 @@ def relay_outbox(
     after = 0 if floor is None else floor.start(time.monotonic())
     readers = [s for s in sinks if getattr(s, "active", True)]
     with db.system_tx() as conn:
+        feed.lock_feed(conn)  # to the commit: feed positions grow in commit order
         rows = q.take_unpublished(conn, now, batch, whole=bool(readers), after=after)
         if rows:
             if readers:  # rendered only for a sink that reads them (a fifth of the relay's CPU)
@@ -380,8 +382,9 @@ def retention(
     outbox_days: int = 90,
     answer_hours: float = 24,
 ) -> int:
-    """Drop journal entries past retention (through the sanctioned purge function), published
-    events past the event history's (their feed rows and webhook deliveries go with them) and
+    """Drop journal entries past retention (through the sanctioned purge function: the event
+    rows carrying them), published events past the event history's (their webhook
+    deliveries go with them; a row carrying journal entries keeps them, its payload NULL) and
     results, journaled calls and streamed output with them (the run keeps its result's hash and
     size), and command answers past the resend window."""
     with db.system_tx() as conn:
@@ -393,10 +396,17 @@ def retention(
             or 0
         )
         history = now - timedelta(days=outbox_days)
-        conn.execute(
-            text("DELETE FROM outbox WHERE published_at IS NOT NULL AND published_at < :cutoff"),
-            {"cutoff": history},
-        )
+        # An event row carrying journal entries (0033) keeps them to the journal's horizon:
+        # only its payload goes here (with its deliveries, as every event's); the others go
+        # whole.
+        for statement in (
+            "DELETE FROM webhook_deliveries d USING outbox o WHERE o.published_at < :cutoff"
+            " AND o.tenant_id = d.tenant_id AND o.feed_position = d.position",
+            "DELETE FROM outbox WHERE published_at < :cutoff AND journal IS NULL",
+            "UPDATE outbox SET payload = NULL"
+            " WHERE published_at < :cutoff AND journal IS NOT NULL AND payload IS NOT NULL",
+        ):
+            conn.execute(text(statement), {"cutoff": history})
         for table, column, cutoff in (
             ("attempt_results", "created_at", history),
             ("output_chunks", "written_at", history),  # streamed output

@@ -222,7 +222,7 @@ class Deliverer:
         with self.db.system_tx() as conn:
             if not store.claim(conn, delivery, hold, now):
                 return None
-            event = store.envelope(conn, delivery["position"])
+            event = store.envelope(conn, delivery)
             # pruned by retention meanwhile: nothing left to send
             request: tuple[bytes, dict[str, str]] | str = "event expired"
             if event is not None:

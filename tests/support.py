@@ -283,11 +283,12 @@ def stop_processes(*processes: subprocess.Popen[Any] | None) -> None:
 
 # Where a test can make a write fail inside the statement that makes it: the table whose row
 # write trips the fault, and when. "after-run": the run row is written, nothing else yet;
-# "before-outbox": the child rows are written too; "before-journal": and the outbox rows.
+# "before-outbox": the child rows are written too; "after-events": and the event rows, with
+# the journal entries they carry (0033).
 FAULT_POINTS = {
     "after-run": ("runs", "AFTER INSERT OR UPDATE"),
     "before-outbox": ("outbox", "BEFORE INSERT"),
-    "before-journal": ("recovery_journal", "BEFORE INSERT"),
+    "after-events": ("outbox", "AFTER INSERT"),
 }
 CHECKPOINTS = tuple(FAULT_POINTS)
 FAULT_SQLSTATE = "TF999"  # a code nothing else raises; psycopg maps it to DatabaseError

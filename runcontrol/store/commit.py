@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import re
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -29,7 +29,7 @@ from ..domain import AuditRecord, Options, RunAggregate, errors, model
 from ..domain.events import AttemptDispatched, AttemptResumed
 from ..domain.flow import lock_order
 from ..json_dumps import dumps
-from . import answers, rows
+from . import answers, lean, rows
 from .notify import libpq_url
 from .tables import (
     approval_decisions,
@@ -102,6 +102,7 @@ class PendingCommit:
     changes: Any
     agg: RunAggregate | None = None  # whose stored run ``run_row`` is once this commits
     run_row: dict[str, Any] | None = None
+    children: dict[str, list[dict[str, Any]]] | None = None  # and its rows (``lean``)
 
 
 # The run's row as the database holds it, per aggregate (as loaded, then as each commit wrote
@@ -173,19 +174,23 @@ def prepare(
         doc["run"] = _changed_columns(agg, run_row)
     else:
         doc["run"] = {"run_id": run_id}  # what the other clauses key on
+    children: dict[str, list[dict[str, Any]]] = {}  # steps, attempts, leases: sent lean
     if changes.steps:
-        doc["steps"] = [rows.to_row(x) for x in changes.steps.values()]
+        children["steps"] = [rows.to_row(x) for x in changes.steps.values()]
     if changes.attempts:
-        agent = {s.step_id: s.agent_id for s in agg.steps}
-        doc["attempts"] = [
-            rows.to_row(a, agent_id=agent[a.step_id]) for a in changes.attempts.values()
-        ]
+        children["attempts"] = _attempt_rows(agg, changes.attempts.values())
     if changes.results:
         doc["results"] = [rows.to_row(r) for r in changes.results]
     if changes.calls:
         doc["calls"] = [rows.to_row(c) for c in changes.calls]
     if changes.leases:
-        doc["leases"] = [rows.to_row(x) for x in changes.leases.values()]
+        children["leases"] = [rows.to_row(x) for x in changes.leases.values()]
+    for table, found in children.items():  # in the order the document's keys had
+        doc[table], doc[f"{table}_patch"] = lean.split(agg, table, found)
+        if not doc[table]:
+            del doc[table]
+        if not doc[f"{table}_patch"]:
+            del doc[f"{table}_patch"]
     if changes.tool_calls:
         doc["tool_calls"] = [rows.to_row(t) for t in changes.tool_calls.values()]
     if changes.approvals:
@@ -195,7 +200,9 @@ def prepare(
     if changes.intents:
         doc["intents"] = [rows.to_row(i) for i in changes.intents]
     if changes.events:
-        doc["outbox"] = [rows.to_row(e, published_at=None) for e in changes.events]
+        doc["outbox"] = [rows.to_row(e) for e in changes.events]  # unpublished: NULL
+        if changes.journal:  # on the document's last event (0033; invariant 3: it has one)
+            doc["outbox"][-1]["journal"] = rows.journal_entries(changes.journal)
         # Wake event watchers, and long-polling claimers of a dispatched agent: NOTIFYed on
         # commit, to channels somebody listens on (migration 0026).
         doc["wake_run"] = run_id
@@ -217,7 +224,7 @@ def prepare(
         doc["flow_wait"] = sorted(changes.flow_wait, key=lock_order)
     if "mode" in doc and any(s.held is not None for s in agg.steps):
         doc["flow_held"] = True  # the statement keeps a promotion's reminder (0017)
-    if changes.journal:
+    if changes.journal and not changes.events:  # refused (a transition without its event)
         doc["journal"] = [rows.to_row(j) for j in changes.journal]
     if changes.audits:
         doc["audits"] = [rows.to_row(a) for a in changes.audits]
@@ -249,7 +256,21 @@ def prepare(
     # the row the run has once this commits (a document that does not write it leaves the
     # record as it was: what it did not write is still to send)
     written = run_row if "mode" in doc else None
-    return PendingCommit(_dumps(doc), run_id, changes, agg, written)
+    return PendingCommit(_dumps(doc), run_id, changes, agg, written, children)
+
+
+def _loaded_children(agg: RunAggregate) -> dict[str, list[dict[str, Any]]]:
+    """The rows of a loaded aggregate's steps, attempts and leases, as ``prepare`` makes them."""
+    return {
+        "steps": [rows.to_row(x) for x in agg.steps],
+        "attempts": _attempt_rows(agg, agg.attempts.values()),
+        "leases": [rows.to_row(x) for x in agg.leases.values()],
+    }
+
+
+def _attempt_rows(agg: RunAggregate, attempts: Iterable[model.Attempt]) -> list[dict[str, Any]]:
+    agent = {s.step_id: s.agent_id for s in agg.steps}  # the step's agent, for claims
+    return [rows.to_row(a, agent_id=agent[a.step_id]) for a in attempts]
 
 
 def audits_document(tenant_id: str, audits: Sequence[AuditRecord]) -> str:
@@ -263,6 +284,8 @@ def conclude(pending: PendingCommit, answer: Answer) -> None:
     if answer is None:
         if pending.agg is not None and pending.run_row is not None:
             _STORED_RUN[pending.agg] = pending.run_row
+        if pending.agg is not None and pending.children:
+            lean.remember(pending.agg, pending.children)
         return
     sqlstate, message = answer
     changes = pending.changes
@@ -487,6 +510,7 @@ class Store:
             [rows.from_row(model.JournaledCall, r) for r in journaled],
         )
         _STORED_RUN[agg] = rows.to_row(stored, next_due_at=run[0]["next_due_at"])
+        lean.remember(agg, _loaded_children(agg))
         return agg, {r["command_id"] for r in answered}
 
     async def stored_answer(

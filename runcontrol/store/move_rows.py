@@ -6,10 +6,12 @@ all of them move: the rows of its virtual shard and its legacy (version 4) runs 
 read on the system path (``BYPASSRLS``) and written as the owner, in the tenant's scope
 (``runcontrol.tenant_id``; the tables force row-level security on their owner too).
 
-The keys a database numbers (``serial``: ``outbox.id``, ``recovery_journal.id``,
-``audit_log.id``, ``event_feed.position``: ``RENUMBERED``, found in ``tables.py``) are
-numbered again by the target, in the source's order: the target's own rows hold those numbers
-already. What refers to a feed position (``webhook_deliveries.position``,
+The keys a database numbers (``serial``: ``outbox.id``, ``recovery_journal_legacy.id``,
+``audit_log.id``: ``RENUMBERED``, found in ``tables.py``) are numbered again by the target, in
+the source's order: the target's own rows hold those numbers already. So is a published event's
+feed position (``outbox.feed_position``, drawn from the database's ``feed_position_seq``: a
+tenant's feed is read by position, and the moved events must come before the ones the target
+publishes next), and what refers to one (``webhook_deliveries.position``,
 ``webhook_subscriptions.starts_after``) is mapped to the new one. The verification compares
 every other column.
 """
@@ -19,12 +21,31 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Table, func, insert, select, text
+from sqlalchemy import (
+    JSON,
+    Connection,
+    Engine,
+    Insert,
+    Table,
+    bindparam,
+    func,
+    insert,
+    select,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as upsert
 from sqlalchemy.schema import sort_tables
 
 from ..domain import shards
-from .tables import TENANT_TABLES, metadata, shard_fences, tenant_placement, webhook_subscriptions
+from .tables import (
+    TENANT_TABLES,
+    metadata,
+    outbox,
+    shard_fences,
+    tenant_placement,
+    webhook_subscriptions,
+)
 
 BATCH = 500
 _SET_TENANT = text("SELECT set_config('runcontrol.tenant_id', :tenant, true)")
@@ -34,9 +55,10 @@ _PURGE = text("SELECT set_config('runcontrol.retention_purge', 'on', true)")
 _UTC = text("SET LOCAL TimeZone = 'UTC'")  # one text for a timestamp in both databases
 _FENCE_LOCK = text("SELECT pg_advisory_xact_lock(72616041, hashtext(:tenant))")
 
-# The feed numbered database-wide (``event_feed.position``), where there is one: a subscription's
-# ``starts_after`` names a position of it, so it is copied after it.
-_FEED = metadata.tables.get("event_feed")
+# The feed: published events numbered database-wide (``outbox.feed_position``); a
+# subscription's ``starts_after`` names a position of it, so it is copied after the events.
+_FEED = outbox
+_DRAW = text("SELECT nextval('feed_position_seq') FROM generate_series(1, :n)")
 # Every table of a tenant's rows, each after the tables it refers to.
 TABLES: tuple[Table, ...] = tuple(
     sort_tables(
@@ -45,7 +67,7 @@ TABLES: tuple[Table, ...] = tuple(
             for name in TENANT_TABLES
             if name not in (tenant_placement.name, shard_fences.name)  # a database's own
         ],
-        extra_dependencies=[] if _FEED is None else [(_FEED, webhook_subscriptions)],
+        extra_dependencies=[(_FEED, webhook_subscriptions)],
     )
 )
 # The keys the database numbers (``serial``): numbered again by the target.
@@ -53,11 +75,11 @@ RENUMBERED = {
     t.name: str(c.name) for t in TABLES for c in t.primary_key.columns if c.autoincrement is True
 }
 # Columns that name a feed position: mapped to the target's, so not compared.
-MAPPED: dict[str, tuple[str, ...]] = (
-    {}
-    if _FEED is None
-    else {"webhook_deliveries": ("position",), "webhook_subscriptions": ("starts_after",)}
-)
+MAPPED: dict[str, tuple[str, ...]] = {
+    "outbox": ("feed_position",),
+    "webhook_deliveries": ("position",),
+    "webhook_subscriptions": ("starts_after",),
+}
 
 
 class RowsDiffer(Exception):
@@ -133,18 +155,41 @@ def _write(
     target: Connection, table: Table, rows: list[dict[str, Any]], feed: dict[int, int]
 ) -> None:
     key = RENUMBERED.get(table.name)
-    if "webhook_deliveries" in MAPPED and table.name == "webhook_deliveries":
-        rows = [{**r, "position": feed[r["position"]]} for r in rows]
-    elif "webhook_subscriptions" in MAPPED and table.name == "webhook_subscriptions":
-        rows = [{**r, "starts_after": _after(feed, r["starts_after"])} for r in rows]
-    if key is None:
-        target.execute(insert(table), rows)
-        return
-    numbered = [{k: v for k, v in r.items() if k != key} for r in rows]
-    stmt = insert(table).returning(table.c[key], sort_by_parameter_order=True)
-    new = target.execute(stmt, numbered).scalars().all()
     if table is _FEED:
-        feed.update(zip((r[key] for r in rows), new, strict=True))
+        rows = _published_again(target, rows, feed)
+    elif table.name == "webhook_deliveries":
+        rows = [{**r, "position": feed[r["position"]]} for r in rows]
+    elif table.name == "webhook_subscriptions":
+        rows = [{**r, "starts_after": _after(feed, r["starts_after"])} for r in rows]
+    if key is not None:
+        rows = [{k: v for k, v in r.items() if k != key} for r in rows]
+    target.execute(_insert(table), rows)
+
+
+def _insert(table: Table) -> Insert:
+    """``table``'s insert, a nullable JSON column's ``None`` written as SQL NULL, as the source
+    held it (SQLAlchemy's default writes JSON ``null``, which a NULL-testing reader, such as
+    the journal's view of ``outbox.journal``, takes for a value)."""
+    nullable_json = {
+        str(c.name): bindparam(str(c.name), type_=JSONB(none_as_null=True))
+        for c in table.columns
+        if isinstance(c.type, JSON) and c.nullable
+    }
+    return insert(table).values(nullable_json) if nullable_json else insert(table)
+
+
+def _published_again(
+    target: Connection, rows: list[dict[str, Any]], feed: dict[int, int]
+) -> list[dict[str, Any]]:
+    """The published events among ``rows`` given the target's next feed positions, in the
+    order of their old ones (``feed``: old -> new)."""
+    old = sorted(r["feed_position"] for r in rows if r["feed_position"] is not None)
+    drawn = target.execute(_DRAW, {"n": len(old)}).scalars().all() if old else []
+    feed.update(zip(old, drawn, strict=True))
+    return [
+        r if r["feed_position"] is None else {**r, "feed_position": feed[r["feed_position"]]}
+        for r in rows
+    ]
 
 
 def _after(feed: dict[int, int], position: int) -> int:
@@ -244,9 +289,10 @@ def gaps(engine: Engine, tenants: Sequence[str]) -> list[str]:
 def misplaced(engine: Engine, tenants: Sequence[str]) -> int:
     """The webhook deliveries whose feed position names another event than theirs."""
     query = text(
-        "SELECT count(*) FROM webhook_deliveries d JOIN event_feed f ON f.position = d.position"
+        "SELECT count(*) FROM webhook_deliveries d LEFT JOIN outbox f"
+        " ON f.tenant_id = d.tenant_id AND f.feed_position = d.position"
         " WHERE d.tenant_id = ANY(:tenants)"
-        " AND (f.tenant_id, f.run_id, f.seq) IS DISTINCT FROM (d.tenant_id, d.run_id, d.seq)"
+        " AND (f.run_id, f.seq) IS DISTINCT FROM (d.run_id, d.seq)"
     )
     with engine.connect() as conn:
         return int(conn.execute(query, {"tenants": list(tenants)}).scalar_one())

@@ -14,7 +14,7 @@ import dataclasses
 import operator
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 from typing import Any, TypeVar
 
@@ -168,11 +168,32 @@ MAPPERS: dict[type[Any], _Mapper] = {
         _Mapper(model.ApprovalDecision, tables.approval_decisions),
         _Mapper(model.CancellationIntent, tables.cancellation_intents),
         _Mapper(model.ToolCall, tables.tool_calls),
-        _Mapper(model.Event, tables.outbox, supplied=("published_at",), generated=("id",)),
+        # the journal entries its document recorded, on its last event (0033: ``journal_entries``);
+        # its publication the relay's
+        _Mapper(
+            model.Event,
+            tables.outbox,
+            supplied=("journal",),
+            generated=("id", "published_at", "feed_position"),
+        ),
         _Mapper(model.RecoveryJournalEntry, tables.recovery_journal, generated=("id",)),
         _Mapper(model.AuditRecord, tables.audit_log, generated=("id",)),
     )
 }
+
+
+_JOURNAL = MAPPERS[model.RecoveryJournalEntry]
+
+
+def journal_entries(entries: Iterable[model.RecoveryJournalEntry]) -> list[dict[str, Any]]:
+    """The journal entries as an event row carries them (``outbox.journal``, 0033): each the
+    journal view's row without what the event row holds (its tenant and run)."""
+    found = []
+    for entry in entries:
+        row = _JOURNAL.to_row(entry)
+        del row["tenant_id"], row["run_id"]
+        found.append(row)
+    return found
 
 
 def to_row(entity: Any, **supplied: Any) -> dict[str, Any]:

@@ -5,7 +5,7 @@ checks that these definitions and the migrated database agree. In the words of
 
 from __future__ import annotations
 
-from sqlalchemy import Index, PrimaryKeyConstraint, Table, UniqueConstraint, text
+from sqlalchemy import Index, MetaData, PrimaryKeyConstraint, Table, UniqueConstraint, text
 
 from ..domain.limits import MAX_NAME, MAX_WORKFLOW_ID
 from .columns import PIN as PIN
@@ -40,6 +40,8 @@ UNRELEASED = "released_at IS NULL"
 TENANT_WIDE = "run_id IS NULL AND disabled_at IS NULL"
 UNSUBMITTED = "outcome = 'started' AND submitted_at IS NULL"
 OPEN_MOVE = "step NOT IN ('done', 'aborted')"
+UNPUBLISHED = "feed_position IS NULL"
+PUBLISHED = "feed_position IS NOT NULL"
 
 
 runs = tenant_table(
@@ -191,8 +193,11 @@ cancellation_intents = tenant_table(
     Index("ix_intents_run", "run_id"),
 )
 
-recovery_journal = tenant_table(
-    "recovery_journal",
+# The journal entries written before migration 0033, kept as they were until retention purges
+# them (365 d); nothing writes here any more: since 0033 a document's journal entries are
+# carried by its last event (``outbox.journal``) and ``recovery_journal`` is a view of both.
+recovery_journal_legacy = tenant_table(
+    "recovery_journal_legacy",
     serial("id"),
     uid("run_id") + big("sequence"),
     txt("entity") + uid("entity_id"),
@@ -202,6 +207,14 @@ recovery_journal = tenant_table(
     policies=(RETENTION_PURGE,),
 )
 
+# One event row for every reader (issue 42, migration 0033; docs/write-path.md section 7): the
+# run's event, and on the last event of a document the journal entries that document recorded
+# (``journal``: a JSON array of entries, each a ``recovery_journal`` row without its tenant and
+# run). Written once by the write path; the relay marks it published (``published_at`` and its
+# ``feed_position``: the tenant feed is read from these rows), the events' retention (90 d)
+# sets ``payload`` to NULL on a row carrying a journal and deletes the others, the journal's
+# (365 d, ``runcontrol_purge_journal``) deletes the rest. A trigger refuses any other change,
+# even the owner's (``outbox_append_only``, ``outbox_keeps_journal``).
 outbox = tenant_table(
     "outbox",
     serial("id"),
@@ -209,12 +222,42 @@ outbox = tenant_table(
     txt("project_id") + uid("run_id") + big("seq") + txt("topic", "event_type"),
     uid("step_id?", "attempt_id?"),
     txt("correlation_id?", "causation_id?", "producer") + num("schema_version"),
-    jsonb("payload") + tz("occurred_at", "published_at?"),
+    jsonb("payload?") + tz("occurred_at", "published_at?"),  # payload: NULL past 90 d
+    jsonb("journal?"),
+    # its place in its tenant's feed, in commit order: set by the relay as it publishes it,
+    # with ``published_at`` (one update, no feed row of its own: 0033)
+    big("feed_position?"),
     UniqueConstraint("run_id", "seq", name="uq_outbox_run_seq"),
-    index_where("ix_outbox_unpublished", "id", where="published_at IS NULL"),
+    index_where("ix_outbox_unpublished", "id", where=UNPUBLISHED),
+    index_where("uq_outbox_feed", "tenant_id", "feed_position", unique=True, where=PUBLISHED),
+    # the recent events by time (a stalled agent's claims, retention), nearly free to keep
+    Index("ix_outbox_occurred", "occurred_at", postgresql_using="brin"),
     tenant_after="event_id",
-    policies=(PROJECT_READS,),
+    policies=(PROJECT_READS, RETENTION_PURGE),
 )
+
+# Views (0033): not tables, so not in ``metadata`` (no writer, policy or trigger of their own;
+# row-level security is their tables', ``security_invoker``).
+views = MetaData()
+# The recovery journal: each entry of each event row's ``journal`` (its tenant, run and id the
+# row's), then the entries written before 0033 (``recovery_journal_legacy``).
+recovery_journal = Table(
+    "recovery_journal",
+    views,
+    *big("id"),
+    *txt("tenant_id"),
+    *uid("run_id"),
+    *big("sequence"),
+    *txt("entity"),
+    *uid("entity_id"),
+    *txt("from_state?", "to_state", "cause", "actor"),
+    *tz("occurred_at"),
+)
+# What an event row's ``journal`` holds of each entry: the view's columns but those of the row.
+JOURNAL_ENTRY = tuple(
+    str(c) for c in recovery_journal.c.keys() if c not in ("id", "tenant_id", "run_id")
+)
+
 
 command_answers = tenant_table(
     "command_answers",
@@ -325,19 +368,9 @@ output_heads = tenant_table(
     Index("ix_output_heads_updated", "updated_at"),
 )
 
-# Events out (0010): the tenant-wide feed position of each published event, webhook
-# subscriptions and one delivery row per (subscription, event).
-event_feed = tenant_table(
-    "event_feed",
-    serial("position") + uid("event_id"),
-    txt("project_id") + uid("run_id") + big("seq") + tz("published_at"),
-    UniqueConstraint("event_id", name="uq_event_feed_event"),
-    cascade("fk_event_feed_outbox", "event_id", "outbox.event_id"),
-    Index("ix_event_feed_tenant", "tenant_id", "position"),
-    tenant_after="event_id",
-    policies=(PROJECT_READS,),
-)
-
+# Events out (0010): webhook subscriptions and one delivery row per (subscription, event),
+# keyed by the event's feed position (``outbox.feed_position``, 0033; the retention of the
+# events' horizon deletes the deliveries of the events it removes).
 webhook_subscriptions = tenant_table(
     "webhook_subscriptions",
     uid("subscription_id", primary_key=True),
@@ -363,7 +396,6 @@ webhook_deliveries = tenant_table(
     cascade(
         "fk_deliveries_subscription", "subscription_id", "webhook_subscriptions.subscription_id"
     ),
-    cascade("fk_deliveries_feed", "position", "event_feed.position"),
     index_where("ix_webhook_deliveries_pending", "subscription_id", "run_id", "seq", where=PENDING),
     Index("ix_webhook_deliveries_position", "position"),
     tenant_after="position",
@@ -500,18 +532,22 @@ shard_fences = tenant_table(
 
 RUN_PINS = tuple(str(c.name) for c in runs.columns if c.info.get("pinned"))
 TENANT_TABLES = tuple(name for name, t in metadata.tables.items() if POLICIES in t.info)
-APPEND_ONLY_TABLES = ("recovery_journal", "audit_log", "approval_decisions", "cancellation_intents")
+APPEND_ONLY_TABLES = (
+    "recovery_journal_legacy",
+    "audit_log",
+    "approval_decisions",
+    "cancellation_intents",
+)
 # The app role adds rows to these and never changes them (command answers: the system role
-# prunes them past the resend window).
+# prunes them past the resend window; event rows: the relay marks them published and
+# retention drops their payload, 0033). The write path's writers insert, never upsert.
 INSERT_ONLY_TABLES = (
     *APPEND_ONLY_TABLES,
     "command_answers",
     "attempt_results",
     "journaled_calls",
     "output_chunks",
+    "outbox",
 )
-# The write path only adds rows to these: their writers insert, never upsert (the relay marks
-# outbox rows published on the system path).
-APPENDED_TABLES = (*INSERT_ONLY_TABLES, "outbox")
 # The app role only reads these (the relay and the directory write them on the system path).
-READ_ONLY_TABLES = ("event_feed", "tenant_placement", "shard_fences")
+READ_ONLY_TABLES = ("tenant_placement", "shard_fences")

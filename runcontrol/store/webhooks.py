@@ -1,10 +1,11 @@
 """The tenant-wide event feed and webhook subscriptions and deliveries (migration 0010).
 
-Positions: ``publish`` assigns each published event its feed position under a transaction-level
-advisory lock (``FEED_LOCK``) held until its transaction commits, so a reader that sees
-position p has seen every smaller one: positions grow in commit order, whatever the outbox ids
-were. Creating a subscription takes the same lock, so it starts exactly after the last position
-committed before it and receives every one after (nothing published meanwhile is missed).
+Positions: the relay's take (``queries.take_unpublished``) gives each event it publishes its
+feed position, on the event row (0033), under a transaction-level advisory lock
+(``FEED_LOCK``) held until its transaction commits, so a reader that sees position p has seen
+every smaller one: positions grow in commit order, whatever the outbox ids were. Creating a
+subscription takes the same lock, so it starts exactly after the last position committed
+before it and receives every one after (nothing published meanwhile is missed).
 
 Tenant-scoped functions run on ``Database.tenant()`` connections; ``publish`` and the delivery
 job's functions on the system path.
@@ -36,8 +37,8 @@ from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from ..domain.webhooks import DeliveryState
-from .queries.views import api_view, event_view, render
-from .tables import TZ, event_feed, outbox, webhook_deliveries, webhook_subscriptions
+from .queries.views import EVENT_HELD, EVENT_ROW, api_view, event_view, render
+from .tables import TZ, outbox, webhook_deliveries, webhook_subscriptions
 
 FEED_CHANNEL = "runcontrol_feed"  # NOTIFY payload: the tenant id whose feed grew
 FEED_LOCK = zlib.crc32(b"runcontrol:event-feed")
@@ -80,10 +81,10 @@ _QUEUED = (
 
 def _queued(subscription: ColumnElement[Any], now: datetime) -> Select[Any]:
     """Each feed row's pending delivery to ``subscription``, due now (``_QUEUED``'s columns)."""
-    f = event_feed.c
+    f = outbox.c
     return select(
         subscription,
-        f.position,
+        f.feed_position,
         f.tenant_id,
         f.run_id,
         f.seq,
@@ -97,19 +98,15 @@ def _queued(subscription: ColumnElement[Any], now: datetime) -> Select[Any]:
 # ---------------------------------------------------------------------- the relay (system)
 
 
-# One statement per relay batch (issue 24): the events' feed rows in outbox id order, each
-# one's pending delivery to every active subscription of its tenant that starts before it, and
-# to every active subscription of its run that takes its type (0028), and one NOTIFY per
-# tenant. The feed rows come from a sorted subquery, so the positions the BIGSERIAL default
-# draws follow the outbox order; the deliveries' foreign key to the feed rows is checked at the
-# statement's end, when the sibling CTE's rows exist.
+# One statement per relay batch (issue 24): each published event's pending delivery to every
+# active subscription of its tenant that starts before it, and to every active subscription of
+# its run that takes its type (0028), and one NOTIFY per tenant. The events' feed positions are
+# the relay's take's (``queries.take_unpublished``, 0033: on the event rows themselves).
 _PUBLISH = text(
     """
     WITH fed AS (
-        INSERT INTO event_feed (event_id, tenant_id, project_id, run_id, seq, published_at)
-        SELECT event_id, tenant_id, project_id, run_id, seq, :now
-        FROM outbox WHERE id = ANY(CAST(:ids AS bigint[])) ORDER BY id
-        RETURNING position, event_id, tenant_id, run_id, seq
+        SELECT feed_position AS position, tenant_id, run_id, seq, event_type
+        FROM outbox WHERE id = ANY(CAST(:ids AS bigint[]))
     ), queued AS (
         INSERT INTO webhook_deliveries (subscription_id, position, tenant_id, run_id, seq,
                                         state, attempts, next_attempt_at, updated_at)
@@ -123,9 +120,8 @@ _PUBLISH = text(
                :pending, 0, :now, :now
         FROM fed JOIN webhook_subscriptions s
             ON s.run_id = fed.run_id AND s.tenant_id = fed.tenant_id
-        JOIN outbox o ON o.event_id = fed.event_id
         WHERE s.disabled_at IS NULL
-          AND (s.event_types IS NULL OR o.event_type = ANY(s.event_types))
+          AND (s.event_types IS NULL OR fed.event_type = ANY(s.event_types))
     )
     SELECT tenant_id, count(*) AS events, pg_notify(:channel, tenant_id)
     FROM fed GROUP BY tenant_id
@@ -134,14 +130,13 @@ _PUBLISH = text(
 
 
 def publish(conn: Connection, events: Sequence[dict[str, Any]], now: datetime) -> dict[str, int]:
-    """Give ``events`` (outbox rows, in commit order) their feed positions, queue one delivery
-    per active subscription of their tenant, and notify each tenant's feed: the feed lock, then
-    one statement (``_PUBLISH``). Answers how many events each tenant's feed gained. In the
-    caller's transaction: all of it commits with the outbox rows' ``published_at`` or none
-    does."""
+    """Queue one delivery of ``events`` (outbox rows the relay's take published, in commit
+    order, with their feed positions) per active subscription of their tenant, and notify each
+    tenant's feed: one statement (``_PUBLISH``), under the feed lock the take was made under.
+    Answers how many events each tenant's feed gained. In the caller's transaction: all of it
+    commits with the rows' marks or none does."""
     if not events:
         return {}
-    lock_feed(conn)
     found = conn.execute(
         _PUBLISH,
         {
@@ -161,13 +156,12 @@ def feed_after(conn: Connection, after: int, limit: int) -> list[dict[str, Any]]
     """The tenant's published events after feed position ``after``, in position order, each an
     event envelope plus its ``position``. Project scope is row-level security's (0010)."""
     rows = conn.execute(
-        select(outbox, event_feed.c.position)
-        .join(event_feed, event_feed.c.event_id == outbox.c.event_id)
-        .where(event_feed.c.position > after)
-        .order_by(event_feed.c.position)
+        select(*EVENT_ROW)
+        .where(outbox.c.feed_position > after, EVENT_HELD)
+        .order_by(outbox.c.feed_position)
         .limit(limit)
     )
-    return [{**event_view(r._mapping), "position": r.position} for r in rows]
+    return [{**event_view(r._mapping), "position": r.feed_position} for r in rows]
 
 
 # ---------------------------------------------------------------------- subscriptions (tenant)
@@ -195,7 +189,7 @@ def create_subscription(
     and the newest one already published (so it learns the run's state at once)."""
     lock_feed(conn)  # starts after every position committed so far, misses none after
     if run is None:
-        last = conn.execute(select(func.coalesce(func.max(event_feed.c.position), 0)))
+        last = conn.execute(select(func.coalesce(func.max(outbox.c.feed_position), 0)))
         scope: dict[str, Any] = {"starts_after": last.scalar_one()}
     else:  # never a tenant-wide one, for any relay (the previous release's too: 0028)
         scope = {
@@ -220,27 +214,25 @@ def create_subscription(
         .returning(webhook_subscriptions)
     ).one()
     if run is not None:
-        newest = _run_feed(run.run_id, run.event_types).order_by(event_feed.c.position.desc())
+        newest = _run_feed(run.run_id, run.event_types).order_by(outbox.c.feed_position.desc())
         _queue(conn, subscription_id, newest.limit(1), now)
     return subscription_view(row._mapping)
 
 
 def _run_feed(run_id: UUID, event_types: Sequence[str]) -> Select[Any]:
     """The feed positions of the run's events of ``event_types``."""
-    f = event_feed
-    return (
-        select(f.c.position)
-        .join(outbox, outbox.c.event_id == f.c.event_id)
-        .where(f.c.run_id == run_id, outbox.c.event_type.in_(list(event_types)))
+    o = outbox.c
+    return select(o.feed_position).where(
+        o.run_id == run_id, o.event_type.in_(list(event_types)), o.feed_position.is_not(None)
     )
 
 
 def _queue(conn: Connection, subscription_id: UUID, positions: Select[Any], now: datetime) -> int:
     """Queue (again) the feed rows at ``positions`` for the subscription: delivered and
     dead-lettered ones start over, missing ones are added. Answers how many were queued."""
-    f, d = event_feed, webhook_deliveries
+    d = webhook_deliveries
     rows = _queued(literal(subscription_id, PG_UUID(as_uuid=True)), now)
-    stmt = pg_insert(d).from_select(_QUEUED, rows.where(f.c.position.in_(positions)))
+    stmt = pg_insert(d).from_select(_QUEUED, rows.where(outbox.c.feed_position.in_(positions)))
     stmt = stmt.on_conflict_do_update(
         index_elements=[d.c.subscription_id, d.c.position],
         set_={
@@ -314,12 +306,9 @@ def list_deliveries(
 ) -> list[dict[str, Any]]:
     """The subscription's deliveries after feed position ``after``, in position order."""
     d = webhook_deliveries
-    query = select(d, outbox.c.event_id, outbox.c.event_type).join(
-        event_feed, event_feed.c.position == d.c.position
-    )
-    query = query.join(outbox, outbox.c.event_id == event_feed.c.event_id).where(
-        d.c.subscription_id == subscription_id, d.c.position > after
-    )
+    at_event = (outbox.c.tenant_id == d.c.tenant_id) & (outbox.c.feed_position == d.c.position)
+    query = select(d, outbox.c.event_id, outbox.c.event_type).join(outbox, at_event)
+    query = query.where(d.c.subscription_id == subscription_id, d.c.position > after)
     if states:
         query = query.where(d.c.state.in_(list(states)))
     rows = conn.execute(query.order_by(d.c.position).limit(limit))
@@ -338,12 +327,12 @@ def redeliver(conn: Connection, subscription: dict[str, Any], after: int, now: d
     and types) after feed position ``after`` for the subscription (its view): delivered and
     dead-lettered ones start over, missing ones are added (events from before the
     subscription existed too). Answers how many were queued."""
-    f = event_feed
+    f = outbox.c
     if subscription["runId"] is None:
-        positions = select(f.c.position).where(f.c.position > after)
+        positions = select(f.feed_position).where(f.feed_position > after)
     else:
         run_feed = _run_feed(UUID(str(subscription["runId"])), subscription["eventTypes"] or ())
-        positions = run_feed.where(f.c.position > after)
+        positions = run_feed.where(f.feed_position > after)
     return _queue(conn, UUID(str(subscription["subscriptionId"])), positions, now)
 
 
@@ -415,11 +404,16 @@ def claim(conn: Connection, delivery: dict[str, Any], until: datetime, now: date
     return found.rowcount == 1
 
 
-def envelope(conn: Connection, position: int) -> dict[str, Any] | None:
+def envelope(conn: Connection, delivery: dict[str, Any]) -> dict[str, Any] | None:
+    """The event a delivery row sends (by its tenant and feed position); None once the
+    events' retention removed it."""
+    o = outbox.c
     row = conn.execute(
-        select(outbox)
-        .join(event_feed, event_feed.c.event_id == outbox.c.event_id)
-        .where(event_feed.c.position == position)
+        select(*EVENT_ROW).where(
+            o.tenant_id == delivery["tenant_id"],
+            o.feed_position == delivery["position"],
+            EVENT_HELD,
+        )
     ).first()
     return None if row is None else event_view(row._mapping)
 

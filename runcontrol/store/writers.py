@@ -13,7 +13,9 @@ hands each table's rows to that table's writer, rendered here:
   of only the columns ``doc`` carries (the others keep their stored values: an unchanged
   ``input`` keeps its TOAST pointer instead of being written again).
 - ``runcontrol_write_<table>(rows)``: an upsert on the primary key, or a plain insert for the
-  tables the write path only adds to (``tables.APPENDED_TABLES``), answering whether it wrote.
+  tables the write path only adds to (``tables.INSERT_ONLY_TABLES``), answering whether it wrote.
+- ``runcontrol_patch_<table>(rows)`` (issue 42) for ``PATCHED``: each row by its key, only the
+  columns it carries (a step, attempt or lease the store holds is sent lean: ``lean.py``).
 - ``runcontrol_append_<table>(docs, applied, key, tenant)`` (issue 33) for the tables a
   group commit appends to after its documents applied (``GROUP_APPENDED``): one insert of the
   rows under ``key`` of the documents of ``tenant`` at the places ``applied`` (from 1), in
@@ -40,7 +42,7 @@ from dataclasses import dataclass
 from sqlalchemy import Column, MetaData, Table, UniqueConstraint
 from sqlalchemy.dialects import postgresql
 
-from .tables import APPENDED_TABLES, metadata
+from .tables import INSERT_ONLY_TABLES, metadata
 
 APP_ROLE = "runcontrol_app"
 # The tables the write path writes, in the order a document writes them. The runs table is
@@ -55,14 +57,15 @@ WRITTEN = (
     "approval_requests",
     "approval_decisions",
     "cancellation_intents",
-    "outbox",
-    "recovery_journal",
+    "outbox",  # each document's journal entries on its last event (0033)
     "audit_log",
     "command_answers",
 )
 # The append-only tables whose rows a group commit inserts for all its documents at once, once
 # they have applied (runcontrol_apply_many): no document reads them.
-GROUP_APPENDED = ("outbox", "recovery_journal", "audit_log", "command_answers", "attempt_results")
+GROUP_APPENDED = ("outbox", "audit_log", "command_answers", "attempt_results")
+# The tables whose rows the store holds are sent as patches once stored (store/lean.py).
+PATCHED = ("steps", "attempts", "leases")
 _DIALECT = postgresql.dialect()  # type: ignore[no-untyped-call]
 RUN_IDEMPOTENCY = "uq_runs_idempotency"  # a second insert with the key inserts nothing
 RUN_VERSION = "version"  # the optimistic-concurrency guard of the run's update
@@ -200,7 +203,7 @@ def _pins_unit(runs: Table, pins: Sequence[str]) -> Unit:
 
 def _table_unit(table: Table) -> Unit:
     statement = _insert(table, "jsonb_populate_recordset")
-    if table.name not in APPENDED_TABLES:
+    if table.name not in INSERT_ONLY_TABLES:
         keys = _primary_key(table)
         changed = [c for c in written_columns(table) if c not in keys]
         statement += (
@@ -209,6 +212,26 @@ def _table_unit(table: Table) -> Unit:
         )
     return _function(
         f"runcontrol_write_{table.name}", "doc jsonb", "boolean", statement + ";\n    RETURN FOUND;"
+    )
+
+
+def _patch_unit(table: Table) -> Unit:
+    """``runcontrol_patch_<table>(rows)`` (issue 42): each row by its key, only the columns
+    its object carries (the others keep their stored values: ``store/lean.py``)."""
+    keys = _primary_key(table)
+    changed = [c for c in written_columns(table) if c not in keys]
+    kept = (
+        f"{c} = CASE WHEN e.value ? '{c}' THEN r.{c} ELSE {table.name}.{c} END" for c in changed
+    )
+    match = " AND ".join(f"{table.name}.{k} = r.{k}" for k in keys)
+    return _function(
+        f"runcontrol_patch_{table.name}",
+        "doc jsonb",
+        "boolean",
+        f"    UPDATE {table.name} SET{_wrap(kept)}\n"
+        "        FROM jsonb_array_elements(doc) AS e\n"
+        f"        CROSS JOIN LATERAL jsonb_populate_record(NULL::{table.name}, e.value) AS r\n"
+        f"        WHERE {match};\n    RETURN FOUND;",
     )
 
 
@@ -240,5 +263,6 @@ def render(target: MetaData = metadata) -> list[Unit]:
     return [
         *_run_units(target.tables["runs"]),
         *(_table_unit(target.tables[name]) for name in WRITTEN),
+        *(_patch_unit(target.tables[name]) for name in PATCHED),
         *(_append_unit(target.tables[name]) for name in GROUP_APPENDED),
     ]

@@ -460,7 +460,7 @@ def test_raising_the_priority_needs_a_role_that_operates_runs(h: Harness):
     assert h.load(submit(h, "r", priority=1).run_id).run.priority == 1
 
 
-@pytest.mark.parametrize("checkpoint", ("after-run", "before-journal"))
+@pytest.mark.parametrize("checkpoint", ("after-run", "after-events"))
 def test_a_slot_is_freed_in_the_transaction_that_ends_its_holder(
     h: Harness, checkpoint: str, faults: Faults
 ):

@@ -221,7 +221,7 @@ def reservation_released_at(h: Harness, run_id: uuid.UUID) -> object:
         ).scalar_one()
 
 
-@pytest.mark.parametrize("checkpoint", ("after-run", "before-journal"))
+@pytest.mark.parametrize("checkpoint", ("after-run", "after-events"))
 def test_the_terminal_transition_itself_releases_the_reservation(
     h: Harness, checkpoint: str, faults: Faults
 ):
@@ -321,7 +321,7 @@ def test_a_used_key_with_an_unknown_workflow_is_a_conflict_not_a_404(h: Harness)
         h.submit(h.request(key="k-fresh", workflow_id="no-such-workflow"))
 
 
-@pytest.mark.parametrize("checkpoint", ("after-run", "before-journal"))
+@pytest.mark.parametrize("checkpoint", ("after-run", "after-events"))
 def test_the_reservation_commits_with_the_submission_or_not_at_all(
     h: Harness, checkpoint: str, faults: Faults
 ):

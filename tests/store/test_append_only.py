@@ -1,10 +1,14 @@
 """Invariant 10: the recovery journal (and the other evidence tables: audit_log,
-approval_decisions, cancellation_intents) are append-only at the database level.
+approval_decisions, cancellation_intents) are append-only at the database level. Since 0033 the
+journal's entries are carried by the event rows (``outbox.journal``; ``recovery_journal`` is a
+view of them and of the entries written before, ``recovery_journal_legacy``).
 
 Two independent layers: the app role has no UPDATE/DELETE privilege (permission), and a trigger
-refuses UPDATE/DELETE/TRUNCATE even for the table owner. The one sanctioned removal is retention:
-``runcontrol_purge_journal(cutoff)``, executable by the system role only, deleting only journal
-entries older than the cutoff.
+refuses UPDATE/DELETE/TRUNCATE even for the table owner; of an event row it lets change only
+its publication mark and its payload to NULL (the events' retention), and delete only one that
+carries no journal entry. The one sanctioned removal of journal entries is retention:
+``runcontrol_purge_journal(cutoff)``, executable by the system role only, deleting only entries
+(the event rows carrying them) older than the cutoff.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
+import orjson
 import pytest
 from sqlalchemy.exc import DBAPIError
 from support import cancel, report
@@ -36,7 +41,11 @@ def evidence(make_leased_run, tenant):
     return run
 
 
-@pytest.mark.parametrize("table", APPEND_ONLY_TABLES)
+# Where a transition's evidence is kept: the append-only tables and the event rows.
+EVIDENCE = (*APPEND_ONLY_TABLES, "outbox")
+
+
+@pytest.mark.parametrize("table", EVIDENCE)
 @pytest.mark.parametrize(
     "statement",
     ["UPDATE {t} SET tenant_id = tenant_id", "DELETE FROM {t}"],
@@ -52,17 +61,17 @@ def test_app_role_may_not_update_or_delete(db, evidence, table, statement):
 def test_app_role_cannot_use_the_purge_switch(db, evidence):
     with pytest.raises(DBAPIError) as exc, db.tenant(evidence.tenant) as conn:
         conn.exec_driver_sql("SELECT set_config('runcontrol.retention_purge', 'on', true)")
-        conn.exec_driver_sql("DELETE FROM recovery_journal WHERE run_id = %s", (evidence.run_id,))
+        conn.exec_driver_sql("DELETE FROM outbox WHERE run_id = %s", (evidence.run_id,))
     assert sqlstate(exc) == INSUFFICIENT_PRIVILEGE
 
 
-@pytest.mark.parametrize("table", ("recovery_journal", "audit_log", "cancellation_intents"))
+@pytest.mark.parametrize("table", ("outbox", "audit_log", "cancellation_intents"))
 @pytest.mark.parametrize(
     "statement",
     [
-        "UPDATE {t} SET tenant_id = tenant_id WHERE run_id = %s",
+        "UPDATE {t} SET tenant_id = tenant_id || '-moved' WHERE run_id = %s",
         "DELETE FROM {t} WHERE run_id = %s",
-        "TRUNCATE {t}",
+        "TRUNCATE {t} CASCADE",  # outbox: its feed rows refer to it
     ],
     ids=["update", "delete", "truncate"],
 )
@@ -89,9 +98,38 @@ def test_every_append_only_table_has_its_triggers(owner_engine):
             " WHERE NOT t.tgisinternal AND t.tgenabled <> 'D'"
         ).all()
     triggers = {(r.relname, r.tgname) for r in rows}
-    for table in APPEND_ONLY_TABLES:
+    for table in EVIDENCE:
         assert (table, f"{table}_append_only") in triggers
         assert (table, f"{table}_no_truncate") in triggers
+    assert ("outbox", "outbox_keeps_journal") in triggers
+
+
+def test_an_event_row_changes_only_by_its_publication_and_its_payloads_retention(
+    owner_engine, evidence
+):
+    """Even the owner: an event row's publication mark may be set and its payload dropped
+    (the events' retention); nothing else of it changes, and a row carrying journal entries is
+    not deleted (a row without is: the events' retention)."""
+    allowed = (
+        "UPDATE outbox SET published_at = now() WHERE run_id = %s",
+        "UPDATE outbox SET payload = NULL WHERE run_id = %s",
+        "DELETE FROM outbox WHERE run_id = %s AND journal IS NULL",
+    )
+    refused = (
+        "UPDATE outbox SET payload = '{}' WHERE run_id = %s",
+        "UPDATE outbox SET journal = NULL WHERE run_id = %s AND journal IS NOT NULL",
+        "UPDATE outbox SET journal = journal || journal WHERE run_id = %s AND journal IS NOT NULL",
+        "DELETE FROM outbox WHERE run_id = %s AND journal IS NOT NULL",
+    )
+    with owner_engine.connect() as conn:
+        for sql in allowed:
+            with conn.begin() as tx:
+                assert conn.exec_driver_sql(sql, (evidence.run_id,)).rowcount > 0, sql
+                tx.rollback()
+        for sql in refused:
+            with pytest.raises(DBAPIError) as exc, conn.begin():
+                conn.exec_driver_sql(sql, (evidence.run_id,))
+            assert "append-only" in str(exc.value), sql
 
 
 def test_retention_purge_by_system_role_removes_only_entries_older_than_cutoff(
@@ -104,12 +142,22 @@ def test_retention_purge_by_system_role_removes_only_entries_older_than_cutoff(
     recent = datetime(1971, 12, 1, tzinfo=UTC)
     cutoff = datetime(1971, 6, 1, tzinfo=UTC)
     with db.tenant(tenant) as conn:
-        for seq, when in ((1, old), (2, recent)):
+        for seq, when in ((1, old), (2, recent)):  # each on an event row of its own
+            entry = {
+                "sequence": seq,
+                "entity": "Run",
+                "entity_id": str(run_id),
+                "from_state": None,
+                "to_state": "Accepted",
+                "cause": "SubmitRun",
+                "actor": "alice",
+                "occurred_at": when.isoformat(),
+            }
             conn.exec_driver_sql(
-                "INSERT INTO recovery_journal (tenant_id, run_id, sequence, entity, entity_id,"
-                " from_state, to_state, cause, actor, occurred_at)"
-                " VALUES (%s, %s, %s, 'Run', %s, NULL, 'Accepted', 'SubmitRun', 'alice', %s)",
-                (tenant, run_id, seq, run_id, when),
+                "INSERT INTO outbox (event_id, tenant_id, project_id, run_id, seq, topic,"
+                " event_type, producer, schema_version, payload, occurred_at, journal)"
+                " VALUES (%s, %s, 'p', %s, %s, 'run', 'RunAccepted', 'test', 1, '{}', %s, %s)",
+                (uuid.uuid4(), tenant, run_id, seq, when, orjson.dumps([entry]).decode()),
             )
 
     def sequences() -> list[int]:
@@ -126,10 +174,10 @@ def test_retention_purge_by_system_role_removes_only_entries_older_than_cutoff(
         conn.exec_driver_sql("SELECT runcontrol_purge_journal(%s)", (cutoff,))
     assert sqlstate(exc) == INSUFFICIENT_PRIVILEGE
     with pytest.raises(DBAPIError) as exc, db.system_tx() as conn:
-        conn.exec_driver_sql("DELETE FROM recovery_journal WHERE run_id = %s", (run_id,))
-    assert sqlstate(exc) == INSUFFICIENT_PRIVILEGE
+        conn.exec_driver_sql("DELETE FROM outbox WHERE run_id = %s", (run_id,))
+    assert "append-only" in str(exc.value)  # the system role's DELETE: the trigger's refusal
     with pytest.raises(DBAPIError) as exc, owner_engine.begin() as conn:
-        conn.exec_driver_sql("DELETE FROM recovery_journal WHERE run_id = %s", (run_id,))
+        conn.exec_driver_sql("DELETE FROM outbox WHERE run_id = %s", (run_id,))
     assert "append-only" in str(exc.value)
     assert sequences() == [1, 2]
 

@@ -3,7 +3,7 @@ together or not at all.
 
 A fault is injected inside the database (the ``faults`` fixture's triggers) at each checkpoint
 of the statement that writes a command ("after-run": the run row is written; "before-outbox":
-child rows are written; "before-journal": outbox rows are written). Whatever the point, nothing
+child rows are written; "after-events": outbox rows are written). Whatever the point, nothing
 of the command is visible afterwards; without the fault, all of it is.
 """
 
@@ -140,7 +140,7 @@ def test_fault_during_submission_leaves_no_run(container, tenant, faults, checkp
     assert snap["journal"][0] == (1, "Run", "Accepted")
 
 
-@pytest.mark.parametrize("checkpoint", ("before-outbox", "before-journal"))
+@pytest.mark.parametrize("checkpoint", ("before-outbox", "after-events"))
 def test_fault_in_a_prepared_document_rolls_back_row_changes_outbox_and_journal(
     container, tenant, make_leased_run, faults, checkpoint
 ):

@@ -1,5 +1,6 @@
 """The relay gives published events feed positions and queues webhook deliveries in its own
-transaction; retention drops old events with their feed rows and deliveries."""
+transaction; retention drops old events with their feed rows and deliveries, and keeps the
+journal entries an event row carries to the journal's horizon (0033)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from sqlalchemy import select
 from support import subscribe
 
 from runcontrol import reconcilers
+from runcontrol.store import queries
 from runcontrol.store import webhooks as feed
-from runcontrol.store.tables import event_feed, outbox, webhook_deliveries
+from runcontrol.store.tables import outbox, recovery_journal, webhook_deliveries
 
 LONG_AGO = datetime(2001, 1, 1, tzinfo=UTC)  # no other test publishes at this time
 
@@ -46,8 +48,20 @@ def test_relay_positions_fan_out_and_retention_cascade(db, make_leased_run, tena
     assert [tuple(q) for q in queued] == [(s, "Pending") for s in events]
     assert sub["startsAfter"] < fed[0]["position"]
 
-    reconcilers.retention(db, LONG_AGO + timedelta(days=91), journal_days=365, outbox_days=90)
+    # The events' horizon: their payloads, places in the feed and deliveries go; the rows carrying
+    # journal entries stay (0033), and the journal whole (its horizon: test_append_only).
+    journal = select(recovery_journal.c.sequence).where(recovery_journal.c.run_id == run.run_id)
     with db.tenant(tenant) as conn:
-        assert conn.execute(select(outbox).where(outbox.c.run_id == run.run_id)).all() == []
-        assert conn.execute(select(event_feed)).all() == []
+        entries = conn.execute(journal.order_by(recovery_journal.c.sequence)).scalars().all()
+    assert entries == list(range(1, len(entries) + 1)) and len(entries) >= 2
+    reconcilers.retention(db, LONG_AGO + timedelta(days=91), journal_days=365, outbox_days=90)
+    kept = select(outbox.c.payload, outbox.c.journal).where(outbox.c.run_id == run.run_id)
+    with db.tenant(tenant) as conn:
+        rows = conn.execute(kept).all()
+        assert rows and all(r.payload is None and r.journal for r in rows)
+        assert (
+            conn.execute(journal.order_by(recovery_journal.c.sequence)).scalars().all() == entries
+        )
         assert conn.execute(select(webhook_deliveries)).all() == []
+        assert feed.feed_after(conn, 0, 500) == []
+        assert queries.events_after(conn, run.run_id, 0) == []

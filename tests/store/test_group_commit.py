@@ -146,7 +146,7 @@ def test_cached_runs_reporting_at_once_commit_whole_in_one_statement(
 
 
 # The append-only tables a group fills after its documents applied (migration 0029).
-APPENDED = ("outbox", "recovery_journal", "command_answers")
+APPENDED = ("outbox", "command_answers")  # the journal entries on the events (0033)
 
 
 class Inserts:
@@ -231,8 +231,8 @@ def test_a_group_appends_its_rows_in_one_insert_per_table_and_tenant(
     assert [kind for kind, _ in results] == ["ok"] * 6, results
     assert statements.runs() == [in_run_order([run.run_id for run in runs])]
     for name in (tenant, other):
-        # per run: three events, three journal entries, one answer
-        assert inserts(name) == [("outbox", 9), ("recovery_journal", 9), ("command_answers", 3)]
+        # per run: three events (the last carrying three journal entries), one answer
+        assert inserts(name) == [("outbox", 9), ("command_answers", 3)]
         with db.tenant(name) as conn:
             written = [
                 tuple(row)
@@ -286,7 +286,7 @@ def test_a_refusal_and_a_failed_document_answer_only_their_own_callers(
     handed to the wrong caller shows."""
     runs = sorted((make_leased_run(tenant) for _ in range(3)), key=lambda r: r.run_id, reverse=True)
     stale, faulty, fine = runs
-    faults.arm(faulty.run_id, "before-journal")
+    faults.arm(faulty.run_id, "after-events")
     fresh = SyncGrain(RunGrain(container.env, tenant, faulty.run_id))  # loads, then commits
 
     (k1, refused), (k2, failed), (k3, _) = race_async(
@@ -297,7 +297,7 @@ def test_a_refusal_and_a_failed_document_answer_only_their_own_callers(
 
     assert k1 == "err" and isinstance(refused, errors.StaleFencingToken), refused
     assert k2 == "err" and isinstance(failed, psycopg.DatabaseError), failed
-    assert faults.message("before-journal") in str(failed)
+    assert faults.message("after-events") in str(failed)
     assert k3 == "ok"
     with container.db.tenant(tenant) as conn:
         audits = conn.exec_driver_sql(

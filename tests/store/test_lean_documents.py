@@ -3,6 +3,8 @@ that changed since the run was loaded or last committed (mode "patch"), and
 ``runcontrol_patch_runs`` updates only those, guarded by the version as before. The stored run
 is then what the aggregate holds, column for column, as with whole rows; a column the document
 leaves out keeps its stored value; an aggregate the store did not load sends its whole row.
+Its steps, attempts and leases alike (issue 42): a row the store holds is sent as its key and
+the columns that changed (``<table>_patch``), and the stored row is the aggregate's.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from support import drive
 
 from runcontrol.bootstrap import Container
 from runcontrol.domain import RunAggregate
-from runcontrol.store import Database, rows
+from runcontrol.store import Database, lean, rows
 from runcontrol.store.commit import conclude
 
 ALWAYS = {"run_id", "next_due_at"}
@@ -34,6 +36,16 @@ def _stored(db: Database, tenant: str, agg: RunAggregate) -> dict[str, Any]:
     return {c: stored[c] for c in rows.to_row(agg.run)}
 
 
+def _stored_children(db: Database, tenant: str, run_id: Any) -> dict[tuple[str, str], Any]:
+    """Each step, attempt and lease row as the database holds it, by table and key."""
+    held: dict[tuple[str, str], Any] = {}
+    with db.tenant(tenant) as conn:
+        for table, key in lean.KEYS.items():
+            for row in conn.exec_driver_sql(f"SELECT * FROM {table} WHERE run_id = %s", (run_id,)):
+                held[table, str(row._mapping[key])] = dict(row._mapping)
+    return held
+
+
 def test_a_renewal_sends_what_changed_and_the_row_is_the_aggregates(
     db: Database, container: Container, make_leased_run, tenant: str
 ) -> None:
@@ -43,6 +55,9 @@ def test_a_renewal_sends_what_changed_and_the_row_is_the_aggregates(
     assert doc["mode"] == "patch"
     assert set(doc["run"]) == ALWAYS | {"version", "updated_at"}
     assert "input" not in doc["run"]
+    # the lease the store holds: its key and what changed (issue 42)
+    assert "leases" not in doc
+    assert [set(p) for p in doc["leases_patch"]] == [{"lease_id", "expires_at"}]
     (answer,) = drive(container.store.send([pending.doc]))
     conclude(pending, answer)
     assert _stored(db, tenant, agg) == rows.to_row(agg.run)
@@ -52,10 +67,20 @@ def test_a_renewal_sends_what_changed_and_the_row_is_the_aggregates(
     pending, doc = _document(container, tenant, agg)
     assert {"state", "version", "event_seq", "journal_seq"} <= set(doc["run"])
     assert "input" not in doc["run"] and "created_at" not in doc["run"]
+    assert not {"steps", "attempts", "leases"} & set(doc)
+    (attempt,) = doc["attempts_patch"]
+    assert {"attempt_id", "state", "outcome"} <= set(attempt) and "dispatched_at" not in attempt
     (answer,) = drive(container.store.send([pending.doc]))
     conclude(pending, answer)
     assert _stored(db, tenant, agg) == rows.to_row(agg.run)
     assert _stored(db, tenant, agg)["state"] == "Completed"
+    # each step, attempt and lease row is the whole row the patches were measured from
+    assert set(pending.children or ()) == {"steps", "attempts", "leases"}
+    stored = _stored_children(db, tenant, agg.run.run_id)
+    for table, found in (pending.children or {}).items():
+        for row in found:
+            key = str(row[lean.KEYS[table]])
+            assert {c: stored[table, key][c] for c in row} == row, (table, key)
 
 
 def test_a_column_the_document_leaves_out_keeps_its_stored_value(

@@ -61,6 +61,8 @@ def outbox_rows(db: Database, run_ids: list[UUID]) -> dict[str, Any]:
 
 
 def feed_positions(db: Database, run_ids: list[UUID]) -> list[str]:
+    """The runs' events in the feed, read through ``event_feed`` (a view of the event rows
+    since 0033, kept for the previous release's readers)."""
     with db.system_tx() as conn:
         return [
             str(e)

@@ -13,12 +13,13 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
-from sqlalchemy import event, text
+from sqlalchemy import event, select, text
 from support import subscribe
 
 from runcontrol import reconcilers
 from runcontrol.store import Database, queries
 from runcontrol.store.notify import libpq_url
+from runcontrol.store.tables import outbox
 from runcontrol.store.webhooks import FEED_CHANNEL
 
 NOW = datetime(2026, 6, 2, tzinfo=UTC)
@@ -50,15 +51,12 @@ def _subscribe(db: Database, tenant: str) -> UUID:
 
 def _fed(db: Database, run_ids: list[UUID]) -> list[Any]:
     """(outbox id, feed position, tenant) of the runs' published events, by outbox id."""
+    o = outbox.c
+    published = select(o.id, o.feed_position.label("position"), o.tenant_id).where(
+        o.run_id.in_(run_ids), o.feed_position.is_not(None)
+    )
     with db.system_tx() as conn:
-        return conn.execute(
-            text(
-                "SELECT o.id, f.position, f.tenant_id FROM outbox o"
-                " JOIN event_feed f ON f.event_id = o.event_id"
-                " WHERE o.run_id = ANY(:ids) ORDER BY o.id"
-            ),
-            {"ids": run_ids},
-        ).all()
+        return conn.execute(published.order_by(o.id)).all()
 
 
 def test_a_batch_costs_the_same_statements_whatever_its_size(db, make_leased_run, tenant):

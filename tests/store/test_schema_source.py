@@ -484,8 +484,11 @@ def missing_columns(function: str, tables: list[Table]) -> list[str]:
 
 
 def apply_tables(target: MetaData = metadata) -> list[Table]:
-    """The tables a document writes through ``runcontrol_apply``: one per row mapper."""
-    return [target.tables[m.table.name] for m in rows.MAPPERS.values()]
+    """The tables a document writes through ``runcontrol_apply``: one per row mapper (the
+    journal's is a view: its entries are written in their event's row, 0033)."""
+    return [
+        target.tables[m.table.name] for m in rows.MAPPERS.values() if m.table.name in target.tables
+    ]
 
 
 @pytest.fixture
@@ -515,6 +518,7 @@ def test_apply_function_check_is_not_vacuous(apply_definition):
         "steps.added_later (INSERT)",
         "steps.added_later (SELECT)",
         "steps.added_later (ON CONFLICT SET)",
+        "steps.added_later (UPDATE SET)",  # its patch (issue 42)
         "outbox.added_later (INSERT)",
         "outbox.added_later (SELECT)",
     ]

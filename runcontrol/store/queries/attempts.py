@@ -10,7 +10,7 @@ from uuid import UUID
 
 from sqlalchemy import Connection, and_, cast, func, select
 
-from ..tables import attempts, command_answers, leases, recovery_journal, runs
+from ..tables import attempts, command_answers, leases, outbox, runs
 
 
 def claimable(
@@ -125,18 +125,17 @@ def stalled_attempts(
     unclaimed while no attempt of that tenant's agent was leased in that time: (tenant, agent,
     attempts waiting, oldest dispatch), oldest first; what the connection's tenant may see.
     Claims take the oldest first, so a worker of the agent that claimed at all would have
-    taken one of these; a backlog still being worked is not stalled. The recent claims come
-    from the journal's time index (a range, not a scan of leases)."""
+    taken one of these; a backlog still being worked is not stalled. The recent claims are the
+    ``LeaseGranted`` events in a range of the events' time index (not a scan of leases)."""
     cutoff = now - timedelta(seconds=wait_seconds)
     claimed = attempts.alias("claimed")
-    j = recovery_journal
+    o = outbox
     claimed_lately = (
-        select(j.c.id)
-        .select_from(j.join(claimed, claimed.c.attempt_id == j.c.entity_id))
+        select(o.c.id)
+        .select_from(o.join(claimed, claimed.c.attempt_id == o.c.attempt_id))
         .where(
-            j.c.occurred_at >= cutoff,
-            j.c.entity == "Attempt",
-            j.c.to_state == "Leased",
+            o.c.occurred_at >= cutoff,
+            o.c.event_type == "LeaseGranted",
             claimed.c.tenant_id == attempts.c.tenant_id,
             claimed.c.agent_id == attempts.c.agent_id,
         )

@@ -9,10 +9,10 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Connection, Table, func, select, text, update
+from sqlalchemy import ColumnElement, Connection, Table, func, select, text
 
 from ..tables import outbox
-from .views import event_view
+from .views import EVENT_HELD, EVENT_ROW, event_view
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,43 +25,64 @@ class RowsAfter:
     cursor: str
     view: Callable[[Any], dict[str, Any]]
 
+    held: ColumnElement[bool] | None = None  # which rows are still shown (all: None)
+    columns: tuple[ColumnElement[Any], ...] = ()  # what is read of each (all: ())
+
     def __call__(
         self, conn: Connection, run_id: UUID, after: int, limit: int = 500
     ) -> list[dict[str, Any]]:
         column = self.table.c[self.cursor]
-        query = select(self.table).where(self.table.c.run_id == run_id, column > after)
+        query = select(*(self.columns or (self.table,)))
+        query = query.where(self.table.c.run_id == run_id, column > after)
+        if self.held is not None:
+            query = query.where(self.held)
         rows = conn.execute(query.order_by(column).limit(limit))
         return [self.view(r._mapping) for r in rows]
 
 
 # The run's committed events with seq > after, in order (the SSE replay cursor).
-events_after = RowsAfter(outbox, "seq", event_view)
+events_after = RowsAfter(outbox, "seq", event_view, EVENT_HELD, EVENT_ROW)
+
+
+# The relay's take (issue 42): the oldest rows without a feed position, locked (a second
+# relay skips them), numbered in id order from the feed's counter (drawn once for the batch),
+# and marked published with their positions in one UPDATE: no feed row of their own.
+_TAKE = """
+WITH picked AS (
+    SELECT id FROM outbox WHERE feed_position IS NULL AND id > :after
+    ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED
+), counted AS (
+    SELECT count(*) AS n FROM picked
+), drawn AS (  -- the batch's positions: the counter's next n values, gap-free
+    SELECT CASE WHEN n = 0 THEN 0
+                ELSE setval('feed_position_seq', nextval('feed_position_seq') + n - 1) - n
+           END AS base
+    FROM counted
+), numbered AS (
+    SELECT id, (SELECT base FROM drawn) + row_number() OVER (ORDER BY id) AS position
+    FROM picked
+)
+UPDATE outbox SET published_at = :now, feed_position = numbered.position
+FROM numbered WHERE outbox.id = numbered.id
+RETURNING {columns}
+"""
 
 
 def take_unpublished(
     conn: Connection, now: datetime, limit: int = 500, *, whole: bool = True, after: int = 0
 ) -> list[dict[str, Any]]:
-    """Mark the oldest unpublished outbox rows published at ``now`` and answer them, oldest
-    first: one ``UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED) ... RETURNING``, so a
-    second relay skips them. The mark is the caller's transaction's: if it does not commit (a
+    """Publish the oldest unpublished outbox rows at ``now`` and answer them, oldest first:
+    each marked published with its tenant feed position (in id order), in one ``UPDATE ...
+    FROM (SELECT ... FOR UPDATE SKIP LOCKED) ... RETURNING``, so a second relay skips them.
+    The caller holds the feed lock (``store.webhooks.lock_feed``) to its commit, so positions
+    grow in commit order. The mark is the caller's transaction's: if it does not commit (a
     sink failed, the relay died after its sinks had the events) the rows stay unpublished and
     the next relay publishes them again (at-least-once). ``whole=False``: each row's ``id``
     and ``occurred_at`` only (what the feed and the lag need, when no sink reads events).
     ``after``: only rows past this id (``RelayFloor``: every row up to it is published)."""
-    picked = (
-        select(outbox.c.id)
-        .where(outbox.c.published_at.is_(None), outbox.c.id > after)
-        .order_by(outbox.c.id)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
-        .subquery("picked")
-    )
-    rows = conn.execute(
-        update(outbox)
-        .where(outbox.c.id == picked.c.id)
-        .values(published_at=now)
-        .returning(*(outbox.c if whole else (outbox.c.id, outbox.c.occurred_at)))
-    )
+    columns = EVENT_ROW if whole else (outbox.c.id, outbox.c.occurred_at)
+    statement = text(_TAKE.format(columns=", ".join(f"outbox.{c.name}" for c in columns)))
+    rows = conn.execute(statement.columns(*columns), {"after": after, "limit": limit, "now": now})
     return sorted((dict(r._mapping) for r in rows), key=lambda r: int(r["id"]))
 
 
@@ -70,7 +91,7 @@ def settled_floor(conn: Connection, after: int, settled: int) -> int:
     which no row is unpublished, past ``after``: in the caller's transaction, after its marks."""
     first = conn.execute(
         select(func.min(outbox.c.id)).where(
-            outbox.c.published_at.is_(None), outbox.c.id > after, outbox.c.id <= settled
+            outbox.c.feed_position.is_(None), outbox.c.id > after, outbox.c.id <= settled
         )
     ).scalar()
     return settled if first is None else int(first) - 1
@@ -101,7 +122,7 @@ def sequence_mark(conn: Connection) -> tuple[int, int, int]:
 def unpublished_backlog(conn: Connection) -> tuple[int, datetime | None]:
     """How many committed events wait for the outbox relay, and the oldest one's commit."""
     row = conn.execute(
-        select(func.count(), func.min(outbox.c.occurred_at)).where(outbox.c.published_at.is_(None))
+        select(func.count(), func.min(outbox.c.occurred_at)).where(outbox.c.feed_position.is_(None))
     ).one()
     return int(row[0]), row[1]
 

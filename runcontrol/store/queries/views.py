@@ -133,8 +133,14 @@ CHILD = api_view(("run_id", "parent_step_id", "workflow_id", "release_id", "stat
 APPROVAL = api_view(approval_requests.c.keys())
 
 EVENT = api_view(
-    (c for c in outbox.c.keys() if c not in ("id", "published_at")), {"event_type": "type"}
+    (c for c in outbox.c.keys() if c not in ("id", "published_at", "journal", "feed_position")),
+    {"event_type": "type"},
 )
+# An event row as its readers select it: without the journal entries it carries (0033).
+EVENT_ROW = tuple(c for c in outbox.c if c.name != "journal")
+# An event still held: the events' retention (90 d) leaves a row carrying journal entries
+# with its payload set to NULL until the journal's (365 d).
+EVENT_HELD = outbox.c.payload.is_not(None)
 
 
 def run_summary(m: Any) -> dict[str, Any]:

@@ -13,15 +13,12 @@ BEGIN
         FROM jsonb_array_elements(docs) WITH ORDINALITY AS d(doc, place)
         CROSS JOIN LATERAL jsonb_object_keys(d.doc) k
         WHERE d.place = ANY(applied)
-          AND k IN ('outbox', 'journal', 'audits', 'answer', 'answers', 'results')
+          AND k IN ('outbox', 'audits', 'answer', 'answers', 'results')
         GROUP BY 1
     LOOP
         PERFORM set_config('runcontrol.tenant_id', tenant, true);
         IF 'outbox' = ANY(present) THEN
             wrote := runcontrol_append_outbox(docs, applied, 'outbox', tenant);
-        END IF;
-        IF 'journal' = ANY(present) THEN
-            wrote := runcontrol_append_recovery_journal(docs, applied, 'journal', tenant);
         END IF;
         IF 'audits' = ANY(present) THEN
             wrote := runcontrol_append_audit_log(docs, applied, 'audits', tenant);

@@ -13,6 +13,10 @@ BEGIN
     IF doc ? 'wake_run' THEN
         wake_events := runcontrol_listened('runcontrol_events');
     END IF;
+    -- a document of the release before 0033 sends its journal apart: on its last event here
+    IF doc ? 'journal' THEN
+        doc := runcontrol_fold_journal(doc);
+    END IF;
     PERFORM runcontrol_apply_document(doc, true, wake_dispatch, wake_events);
 END $fn$;
 REVOKE ALL ON FUNCTION runcontrol_apply(jsonb) FROM PUBLIC;

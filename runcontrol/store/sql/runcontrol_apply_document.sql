@@ -4,16 +4,19 @@
 --
 -- Each table's rows go to that table's writer, rendered from runcontrol/store/tables.py
 -- (store/writers.py: runcontrol_insert_runs, runcontrol_update_runs, runcontrol_patch_runs,
--- runcontrol_write_<table>); a new column changes its writer, not this function. What is kept
--- here by hand is what is not a column list: the run's guards (a used idempotency key, RC001;
--- a lost version race, RC409), the budget reservation (RC402) and its release, the tenant's
--- capacity (RC429), the flow-control slots and queues (RC430), and the wake-ups. The clauses
+-- runcontrol_write_<table>, and runcontrol_patch_<table> for a step, attempt or lease sent as
+-- the columns that changed: "<table>_patch", issue 42); a new column changes its writer, not
+-- this function. What is kept here by hand is what is not a column list: the run's guards (a
+-- used idempotency key, RC001; a lost version race, RC409), the budget reservation (RC402) and
+-- its release, the tenant's capacity (RC429), the flow-control slots and queues (RC430), and
+-- the wake-ups. The clauses
 -- come in one order: rows before the rows that refer to them, the capacity check after the
 -- attempts, the results and journaled calls after the run, step and attempt they refer to.
 --
 -- The run: "insert" (a new run), "update" (a whole row, version-guarded) or "patch" (only the
 -- columns the document carries, version-guarded: an unchanged input is not sent, parsed or
--- written again). The append-only rows (outbox, journal, answers, results, audits) are written
+-- written again). The append-only rows (events with their journal entries, answers, results,
+-- audits) are written
 -- only when told to (appends): a group commit appends those of all its documents at once once
 -- they have applied (runcontrol_append_rows). It sends the wake-ups it is told somebody
 -- hears (runcontrol_listened); "notify_run" and "notify_agents" (older documents) NOTIFY
@@ -27,6 +30,11 @@ DECLARE
 BEGIN
     PERFORM set_config('runcontrol.tenant_id', doc->>'tenant', true);
     PERFORM runcontrol_check_fence(doc->>'tenant');  -- a moved tenant's: RC421 (issue 41)
+    -- Since 0033 a document's journal entries travel on its last event (runcontrol_fold_journal
+    -- moves an older document's there): entries left apart had no event to go with.
+    IF doc ? 'journal' THEN
+        RAISE EXCEPTION 'a journal entry without its event' USING ERRCODE = 'check_violation';
+    END IF;
     -- Nested, not ANDed: SQL does not promise to evaluate the mode before the writer.
     IF doc->>'mode' = 'patch' THEN
         IF NOT runcontrol_patch_runs(doc->'run', (doc->>'expected_version')::bigint) THEN
@@ -46,11 +54,16 @@ BEGIN
                                           doc->'reserve');
     END IF;
     IF doc ? 'steps' THEN wrote := runcontrol_write_steps(doc->'steps'); END IF;
+    IF doc ? 'steps_patch' THEN wrote := runcontrol_patch_steps(doc->'steps_patch'); END IF;
     IF doc ? 'attempts' THEN wrote := runcontrol_write_attempts(doc->'attempts'); END IF;
+    IF doc ? 'attempts_patch' THEN
+        wrote := runcontrol_patch_attempts(doc->'attempts_patch');
+    END IF;
     IF doc ? 'capacity' THEN
         PERFORM runcontrol_check_capacity(doc->>'tenant', (doc->>'capacity')::int);
     END IF;
     IF doc ? 'leases' THEN wrote := runcontrol_write_leases(doc->'leases'); END IF;
+    IF doc ? 'leases_patch' THEN wrote := runcontrol_patch_leases(doc->'leases_patch'); END IF;
     IF doc ? 'tool_calls' THEN wrote := runcontrol_write_tool_calls(doc->'tool_calls'); END IF;
     IF doc ? 'approvals' THEN
         wrote := runcontrol_write_approval_requests(doc->'approvals');
@@ -62,10 +75,8 @@ BEGIN
         wrote := runcontrol_write_cancellation_intents(doc->'intents');
     END IF;
     IF appends THEN
+        -- the journal entries on the document's last event (0033: runcontrol_fold_journal)
         IF doc ? 'outbox' THEN wrote := runcontrol_write_outbox(doc->'outbox'); END IF;
-        IF doc ? 'journal' THEN
-            wrote := runcontrol_write_recovery_journal(doc->'journal');
-        END IF;
         IF doc ? 'audits' THEN wrote := runcontrol_write_audit_log(doc->'audits'); END IF;
         IF doc ? 'answer' THEN
             wrote := runcontrol_write_command_answers(jsonb_build_array(doc->'answer'));

@@ -17,7 +17,7 @@ from alembic import op
 from runcontrol.store.functions import apply
 
 revision = "0034"
-down_revision = "0032"
+down_revision = "0033"
 branch_labels = None
 depends_on = None
 

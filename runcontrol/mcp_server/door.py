@@ -32,6 +32,7 @@ from mcp.shared.subscriptions import (
 )
 from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 from pydantic import ValidationError
+from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
@@ -371,6 +372,10 @@ class McpDoor:
                 permit(caller, operation)
         except errors.RunControlError as exc:
             await from_error(exc)(scope, receive, send)
+            return
+        if scope["method"] == "GET":
+            # Stateless: no standing stream to open (it would carry nothing, held open).
+            await Response(status_code=405, headers={"Allow": "POST, DELETE"})(scope, receive, send)
             return
         outside = Outside(caller, self.mcp.svc.db, "mcp", self.mcp.rate_limiter)
         scope.setdefault("state", {})[_STATE] = Found(caller, outside)

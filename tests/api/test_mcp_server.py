@@ -334,3 +334,43 @@ def test_a_subscription_to_a_run_tells_its_changes_until_it_ends(t: TenantView) 
 
     other = t.api.token(new_tenant(), REQUESTER, (Role.REQUESTER,))
     assert isinstance(with_client(t, other, foreign), MCPError)
+
+
+@pytest.mark.parametrize(
+    ("method", "body", "extra"),
+    [
+        ("POST", b"", {}),
+        ("POST", b"{", {}),
+        ("POST", b"[]", {}),
+        ("POST", b'[{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}]', {}),
+        ("POST", b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": []}', {}),
+        (
+            "POST",
+            b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", '
+            b'"params": {"name": "get_run", "arguments": [1]}}',
+            {},
+        ),
+        ("POST", b'{"jsonrpc": "2.0", "id": 1, "method": "no/such"}', {}),
+        ("POST", b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}', {"Accept": "text/html"}),
+        (
+            "POST",
+            b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}',
+            {"MCP-Protocol-Version": "1999"},
+        ),
+        ("GET", b"", {}),
+        ("DELETE", b"", {}),
+    ],
+)
+def test_no_request_to_the_door_is_a_5xx(
+    t: TenantView, method: str, body: bytes, extra: dict[str, str]
+) -> None:
+    headers = {
+        "Authorization": f"Bearer {t.token()}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        **extra,
+    }
+    answer = httpx.request(method, f"{t.api.base_url}/mcp", content=body, headers=headers)
+    assert answer.status_code < 500, (answer.status_code, answer.text)
+    if method == "GET":  # stateless: no standing stream is held open for nothing
+        assert answer.status_code == 405

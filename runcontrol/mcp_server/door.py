@@ -354,9 +354,14 @@ class McpDoor:
             self._started = started
 
             async def run() -> None:
-                async with self.manager.run():
-                    started.set_result(None)
-                    await asyncio.Event().wait()  # until the loop ends
+                try:
+                    async with self.manager.run():
+                        started.set_result(None)
+                        await asyncio.Event().wait()  # until the loop ends
+                except Exception as exc:  # not started: every request says so
+                    if not started.done():
+                        started.set_exception(exc)
+                    raise
 
             self._task = asyncio.ensure_future(run())
         await self._started

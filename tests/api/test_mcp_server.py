@@ -23,8 +23,10 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from runcontrol.commands import AppendOutput
 from runcontrol.domain import Role, WorkflowDefinition
 from runcontrol.domain.access import RUNS_READ
+from runcontrol.domain.output import OutputChunk
 
 T = TypeVar("T")
 CALL_TIMEOUT_S = 90.0
@@ -186,13 +188,21 @@ def test_start_watch_and_finish_with_progress_and_an_approval_decided_over_http(
         assert refused.status_code == 403, refused.text
         decided = t.reviewer().post(path, json=decision(pending))
         assert decided.status_code == 200, decided.text
-        t.succeed(t.claim(run_id))
+        claim = t.claim(run_id)
+        chunks = (OutputChunk(1, text="hello "), OutputChunk(2, text="world"))
+        t._call(t.runtime.client.send(AppendOutput(**claim.fenced(), chunks=chunks)))
+        t.succeed(claim)
     finally:
         caller.join(CALL_TIMEOUT_S)
     view = answer(outcome["result"])
     assert view["runId"] == run_id and view["state"] == "Completed"
     kinds = [json.loads(p)["event"]["type"] for p in progress if '"event"' in p]
     assert kinds[0] == "RunAccepted" and "ApprovalDecided" in kinds and kinds[-1] == "RunCompleted"
+    # The streamed output came as progress too, in order.
+    written = [json.loads(p)["output"]["text"] for p in progress if '"output"' in p]
+    assert written == ["hello ", "world"]
+    output = answer(call(t, t.token(), "read_output", {"runId": run_id}))["items"]
+    assert [c["text"] for c in output] == written
 
     # The same key answers the same run (an idempotent start), then reads of it.
     again = answer(call(t, t.token(), "start_run", start_args(t, idempotencyKey=key)))

@@ -60,12 +60,12 @@ def with_client(
     return asyncio.run(asyncio.wait_for(connected(), CALL_TIMEOUT_S))
 
 
-def call(t: TenantView, token: str, tool: str, arguments: dict[str, Any]) -> Any:
+def call(t: TenantView, token: str, tool: str, arguments: dict[str, Any], **meta: Any) -> Any:
     """The tool's result, or the ``MCPError`` the client raised for the request."""
 
     async def use(client: Client) -> Any:
         try:
-            return await client.call_tool(tool, arguments)
+            return await client.call_tool(tool, arguments, meta=meta or None)
         except MCPError as exc:
             return exc
 
@@ -133,12 +133,17 @@ def test_the_tools_a_token_may_call_and_a_workflow_that_opts_in(t: TenantView) -
     # answered once it ended.
     bad = call(t, t.token(), exposed, {"document": ""})
     assert bad.is_error and bad.structured_content["code"] == "validation-failed"
-    waiting, outcome = in_background(lambda: call(t, t.token(), exposed, {"document": "text"}))
+    key = {"runcontrol.dev/idempotencyKey": f"k-{uuid.uuid4().hex}"}  # its _meta: no room
+    waiting, outcome = in_background(
+        lambda: call(t, t.token(), exposed, {"document": "text"}, **key)
+    )
     run_id = wait_until(lambda: the_run(t, exposed.removeprefix("workflow.")), 30)
     assert t.run(run_id)["input"] == {"document": "text"}
     t.succeed(t.claim(run_id))
     waiting.join(CALL_TIMEOUT_S)
     assert answer(outcome["result"])["state"] == "Completed"
+    again = answer(call(t, t.token(), exposed, {"document": "text"}, **key))
+    assert again["runId"] == run_id  # the same key: the same run, not a second one
 
 
 def in_background(work: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:

@@ -25,7 +25,7 @@ from ..store import rates, templates
 from ..store.commit import Reservation, StoredAnswer
 from ..workers.grants import Fused, fuse
 from .bus import HANDLERS, Committed, subscribe
-from .env import GrainEnv, log
+from .env import GrainEnv, Turn, log
 from .memo import AnswerMemo
 
 T = TypeVar("T")
@@ -49,6 +49,9 @@ class RunGrain:
         # number), until a commit dispatches or holds the step (a lost activation loses them:
         # units taken and not used, never units used twice).
         self.admits: dict[tuple[str, int], Admission] = {}
+        # While several commands are decided in one turn (``turn.turn``): what they decided,
+        # committed together once the last has.
+        self.turn: Turn | None = None
 
     @property
     def active(self) -> bool:
@@ -217,7 +220,8 @@ class RunGrain:
 @subscribe
 def remember_answer(grain: RunGrain, notice: Committed) -> None:
     """The exactly-once memo: a resend of the command gets this answer."""
-    grain.memo.remember(notice.answer)
+    for _, answer in notice.each:
+        grain.memo.remember(answer)
 
 
 @subscribe

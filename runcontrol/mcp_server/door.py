@@ -32,6 +32,7 @@ from mcp.shared.subscriptions import (
 )
 from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 from pydantic import ValidationError
+from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
@@ -47,10 +48,11 @@ from ..edge.errors import RequestInvalid, Unauthorized
 from ..edge.metering import TenantRateLimiter
 from ..ports.policy import current_policy
 from ..store import catalog
-from .tools import DECIDE, TOOLS, WORKFLOW_TOOL, Call, Exposed, Tool, workflow_tool
+from .tools import DECIDE, MAX_KEY, TOOLS, WORKFLOW_TOOL, Call, Exposed, Tool, workflow_tool
 from .watch import Changes
 
 PATH = "/mcp"
+KEY_META = "runcontrol.dev/idempotencyKey"  # a call's idempotency key in its ``_meta``
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")  # what the MCP spec lets a tool be named
 RUN_URI = "runcontrol://runs/{runId}"
 _STATE = "runcontrol_mcp"  # the door's caller in the request's state
@@ -199,9 +201,9 @@ class McpServer:
         async def progress(count: float, message: str) -> None:
             await ctx.session.report_progress(count, None, message)
 
-        call = Call(found.caller, found.outside, self.svc, request_key(ctx, params), progress)
         try:
             permit(found.caller, tool.operation)
+            call = Call(found.caller, found.outside, self.svc, request_key(ctx, params), progress)
             parsed = tool.parse(arguments)
         except ValidationError as exc:
             detail = RequestInvalid(f"the arguments of {tool.name} are invalid")
@@ -305,8 +307,15 @@ def _found(ctx: ServerRequestContext[Any]) -> Found:
 
 
 def request_key(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> str:
-    """The idempotency key of a call that names none: the caller, the MCP request id and the
-    call's arguments (a retry of the same request answers the same run)."""
+    """The idempotency key of a call without an ``idempotencyKey`` argument: the request's
+    ``_meta`` key ``KEY_META`` (a workflow tool's arguments are the run's input only), else
+    one made of the caller, the MCP request id and the call's arguments (a retry of the same
+    request answers the same run)."""
+    given = (params.meta or {}).get(KEY_META)
+    if given is not None:
+        if not isinstance(given, str) or not 1 <= len(given) <= MAX_KEY:
+            raise RequestInvalid(f"_meta {KEY_META} must be text of 1 to {MAX_KEY} characters")
+        return given
     found = _found(ctx)
     arguments = canonical_hash({"tool": params.name, "arguments": params.arguments or {}})
     return f"mcp:{found.caller.principal.subject}:{ctx.request_id}:{arguments[:32]}"
@@ -353,9 +362,14 @@ class McpDoor:
             self._started = started
 
             async def run() -> None:
-                async with self.manager.run():
-                    started.set_result(None)
-                    await asyncio.Event().wait()  # until the loop ends
+                try:
+                    async with self.manager.run():
+                        started.set_result(None)
+                        await asyncio.Event().wait()  # until the loop ends
+                except Exception as exc:  # not started: every request says so
+                    if not started.done():
+                        started.set_exception(exc)
+                    raise
 
             self._task = asyncio.ensure_future(run())
         await self._started
@@ -371,6 +385,10 @@ class McpDoor:
                 permit(caller, operation)
         except errors.RunControlError as exc:
             await from_error(exc)(scope, receive, send)
+            return
+        if scope["method"] == "GET":
+            # Stateless: no standing stream to open (it would carry nothing, held open).
+            await Response(status_code=405, headers={"Allow": "POST, DELETE"})(scope, receive, send)
             return
         outside = Outside(caller, self.mcp.svc.db, "mcp", self.mcp.rate_limiter)
         scope.setdefault("state", {})[_STATE] = Found(caller, outside)

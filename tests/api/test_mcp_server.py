@@ -23,8 +23,10 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from runcontrol.commands import AppendOutput
 from runcontrol.domain import Role, WorkflowDefinition
 from runcontrol.domain.access import RUNS_READ
+from runcontrol.domain.output import OutputChunk
 
 T = TypeVar("T")
 CALL_TIMEOUT_S = 90.0
@@ -58,12 +60,12 @@ def with_client(
     return asyncio.run(asyncio.wait_for(connected(), CALL_TIMEOUT_S))
 
 
-def call(t: TenantView, token: str, tool: str, arguments: dict[str, Any]) -> Any:
+def call(t: TenantView, token: str, tool: str, arguments: dict[str, Any], **meta: Any) -> Any:
     """The tool's result, or the ``MCPError`` the client raised for the request."""
 
     async def use(client: Client) -> Any:
         try:
-            return await client.call_tool(tool, arguments)
+            return await client.call_tool(tool, arguments, meta=meta or None)
         except MCPError as exc:
             return exc
 
@@ -131,12 +133,17 @@ def test_the_tools_a_token_may_call_and_a_workflow_that_opts_in(t: TenantView) -
     # answered once it ended.
     bad = call(t, t.token(), exposed, {"document": ""})
     assert bad.is_error and bad.structured_content["code"] == "validation-failed"
-    waiting, outcome = in_background(lambda: call(t, t.token(), exposed, {"document": "text"}))
+    key = {"runcontrol.dev/idempotencyKey": f"k-{uuid.uuid4().hex}"}  # its _meta: no room
+    waiting, outcome = in_background(
+        lambda: call(t, t.token(), exposed, {"document": "text"}, **key)
+    )
     run_id = wait_until(lambda: the_run(t, exposed.removeprefix("workflow.")), 30)
     assert t.run(run_id)["input"] == {"document": "text"}
     t.succeed(t.claim(run_id))
     waiting.join(CALL_TIMEOUT_S)
     assert answer(outcome["result"])["state"] == "Completed"
+    again = answer(call(t, t.token(), exposed, {"document": "text"}, **key))
+    assert again["runId"] == run_id  # the same key: the same run, not a second one
 
 
 def in_background(work: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
@@ -186,13 +193,21 @@ def test_start_watch_and_finish_with_progress_and_an_approval_decided_over_http(
         assert refused.status_code == 403, refused.text
         decided = t.reviewer().post(path, json=decision(pending))
         assert decided.status_code == 200, decided.text
-        t.succeed(t.claim(run_id))
+        claim = t.claim(run_id)
+        chunks = (OutputChunk(1, text="hello "), OutputChunk(2, text="world"))
+        t._call(t.runtime.client.send(AppendOutput(**claim.fenced(), chunks=chunks)))
+        t.succeed(claim)
     finally:
         caller.join(CALL_TIMEOUT_S)
     view = answer(outcome["result"])
     assert view["runId"] == run_id and view["state"] == "Completed"
     kinds = [json.loads(p)["event"]["type"] for p in progress if '"event"' in p]
     assert kinds[0] == "RunAccepted" and "ApprovalDecided" in kinds and kinds[-1] == "RunCompleted"
+    # The streamed output came as progress too, in order.
+    written = [json.loads(p)["output"]["text"] for p in progress if '"output"' in p]
+    assert written == ["hello ", "world"]
+    output = answer(call(t, t.token(), "read_output", {"runId": run_id}))["items"]
+    assert [c["text"] for c in output] == written
 
     # The same key answers the same run (an idempotent start), then reads of it.
     again = answer(call(t, t.token(), "start_run", start_args(t, idempotencyKey=key)))
@@ -334,3 +349,43 @@ def test_a_subscription_to_a_run_tells_its_changes_until_it_ends(t: TenantView) 
 
     other = t.api.token(new_tenant(), REQUESTER, (Role.REQUESTER,))
     assert isinstance(with_client(t, other, foreign), MCPError)
+
+
+@pytest.mark.parametrize(
+    ("method", "body", "extra"),
+    [
+        ("POST", b"", {}),
+        ("POST", b"{", {}),
+        ("POST", b"[]", {}),
+        ("POST", b'[{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}]', {}),
+        ("POST", b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": []}', {}),
+        (
+            "POST",
+            b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", '
+            b'"params": {"name": "get_run", "arguments": [1]}}',
+            {},
+        ),
+        ("POST", b'{"jsonrpc": "2.0", "id": 1, "method": "no/such"}', {}),
+        ("POST", b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}', {"Accept": "text/html"}),
+        (
+            "POST",
+            b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}',
+            {"MCP-Protocol-Version": "1999"},
+        ),
+        ("GET", b"", {}),
+        ("DELETE", b"", {}),
+    ],
+)
+def test_no_request_to_the_door_is_a_5xx(
+    t: TenantView, method: str, body: bytes, extra: dict[str, str]
+) -> None:
+    headers = {
+        "Authorization": f"Bearer {t.token()}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        **extra,
+    }
+    answer = httpx.request(method, f"{t.api.base_url}/mcp", content=body, headers=headers)
+    assert answer.status_code < 500, (answer.status_code, answer.text)
+    if method == "GET":  # stateless: no standing stream is held open for nothing
+        assert answer.status_code == 405

@@ -8,6 +8,7 @@ index (the API's Exchange replies carry every host's, ``HostRouter.exchange_targ
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import grpc
@@ -26,8 +27,9 @@ log = logging.getLogger(__name__)
 def exchange_server(
     settings: Settings, index: int | None, send: Send, drain: Drain
 ) -> ExchangeServer | None:
-    """Host ``index``'s Exchange server, or None: configured off (``grains.exchange_port``), a
-    dedicated host (no index), or no token verification key to check workers' tokens with."""
+    """Host ``index``'s Exchange server, starting on the running loop; or None: configured off
+    (``grains.exchange_port``), a dedicated host (no index), or no token verification key to
+    check workers' tokens with."""
     if settings.grains.exchange_port is None or index is None:
         return None
     try:
@@ -35,7 +37,9 @@ def exchange_server(
     except AuthNotConfigured:
         log.info("run host %d serves no Exchange of its own: no token key is configured", index)
         return None
-    return ExchangeServer(settings, index, send, drain, verifier)
+    server = ExchangeServer(settings, index, send, drain, verifier)
+    server.starting = asyncio.get_running_loop().create_task(server.start())
+    return server
 
 
 class ExchangeServer:
@@ -44,6 +48,7 @@ class ExchangeServer:
     ) -> None:
         grains = settings.grains
         self.target: str | None = None  # once serving
+        self.starting: asyncio.Future[None] | None = None
         self._index = index
         self._port = grains.exchange_port + index if grains.exchange_port else 0
         self._format = grains.exchange_target

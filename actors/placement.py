@@ -167,6 +167,7 @@ class HostRouter:
         self._draining: dict[str, float] = {}  # host name -> when it last answered Draining
         self.batches_sent = 0  # command_batch actor calls made (benchmarks report the ratio)
         self._targets: tuple[float, list[str]] | None = None  # (when asked, the targets)
+        self._asking: asyncio.Future[None] | None = None
         # Per event loop (a process may run several, one after another): host name -> queue.
         self._queues: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, dict[str, _HostQueue]
@@ -286,10 +287,21 @@ class HostRouter:
         """Where each host serves the workers' gRPC ``Exchange`` itself (by index; "": it does
         not, or did not answer), asked of the hosts at most every ``TARGETS_TTL_S``."""
         if self._targets is None or time.monotonic() - self._targets[0] > TARGETS_TTL_S:
-            asked = time.monotonic()
-            found = await asyncio.gather(*map(self._target, range(self.host_count)))
-            self._targets = asked, list(found)
+            asking = self._asking  # one question at a time (per event loop)
+            if (
+                asking is None
+                or asking.done()
+                or asking.get_loop() is not asyncio.get_running_loop()
+            ):
+                self._asking = asyncio.ensure_future(self._ask_targets())
+            await asyncio.shield(self._asking)
+        assert self._targets is not None
         return self._targets[1]
+
+    async def _ask_targets(self) -> None:
+        asked = time.monotonic()
+        found = await asyncio.gather(*map(self._target, range(self.host_count)))
+        self._targets = asked, list(found)
 
     async def _target(self, index: int) -> str:
         name = host_name(index)

@@ -219,8 +219,6 @@ class RunHost:
         self._exchange_server = exchange_server(
             self.settings, index, lambda _, up: self._sessions.exchange(up), self._drain
         )
-        if self._exchange_server is not None:
-            self._exchange_start = loop.create_task(self._exchange_server.start())
         collect_less()
 
     def _cancel_run(self, tenant_id: str, run_id: UUID, reason: str, wanted_by: UUID) -> None:

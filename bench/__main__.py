@@ -54,7 +54,8 @@ def main() -> int:
         default=e2e.DEFAULT_TRANSPORTS,
         help="the e2e workers, one measurement each: claim (the old claim path), session (the "
         "hosts' session alone, in the cluster), sdk (runcontrol worker --transport ray), grpc "
-        "(runcontrol worker --transport grpc, outside the cluster), grpc-session (the hosts' "
+        "(runcontrol worker --transport grpc, outside the cluster), grpc-relay (the same, every "
+        "exchange relayed by the API replica: --via-ingress), grpc-session (the hosts' "
         "session over gRPC, no SDK)",
     )
     parser.add_argument("--e2e-worker-concurrency", type=int, default=32)

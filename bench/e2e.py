@@ -14,6 +14,8 @@ the product. The workers, one kind per measurement (``TRANSPORTS``), each on a f
   (``runcontrol worker --transport ray --work-seconds 0``);
 - ``grpc``: the same app outside the cluster, as a user starts it (``runcontrol worker
   --transport grpc --target ... --token ...`` with a Worker token of the tenant);
+- ``grpc-relay``: the same, each exchange through the ingress (``--via-ingress``), relayed by
+  the API replica instead of served by the run host's own gRPC server;
 - ``grpc-session``: ``bench.session_worker`` over gRPC (the host side through Serve's gRPC
   ingress, no SDK; not run by default).
 
@@ -46,7 +48,7 @@ from .stack import Stack, api_stack
 
 STEPS = 3
 WORKER = "from actors.cli import main; raise SystemExit(main())"
-TRANSPORTS = ("claim", "session", "sdk", "grpc", "grpc-session")
+TRANSPORTS = ("claim", "session", "sdk", "grpc", "grpc-relay", "grpc-session")
 DEFAULT_TRANSPORTS = "claim,session,sdk,grpc"
 
 
@@ -74,11 +76,13 @@ def _worker_command(
     echo app works on each attempt (``sdk`` and ``grpc``)."""
     work = f"--work-seconds={work_seconds:g}"
     cli = ["-c", WORKER, "worker"]
-    if transport == "grpc":
+    if transport in ("grpc", "grpc-relay"):
         # As a user starts a worker outside the cluster: no Ray in it, a Worker token of the
-        # tenant (holders ``bench-worker/bench-g{k}.{slot}``).
+        # tenant (holders ``bench-worker/bench-g{k}.{slot}``); grpc-relay: every exchange
+        # relayed by the API replica, as before each host served its own (issue 42).
         target = [f"--target={stack.grpc_target}", f"--token={stack.worker_token}"]
-        return [*cli, "--transport=grpc", *target, work], "bench-g"
+        relay = ["--via-ingress"] if transport == "grpc-relay" else []
+        return [*cli, "--transport=grpc", *target, *relay, work], "bench-g"
     if transport == "grpc-session":
         where = [f"--grpc={stack.grpc_target}", f"--token={stack.worker_token}"]
         return ["-m", "bench.session_worker", *where], "bench-worker/s"

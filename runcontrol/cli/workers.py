@@ -77,7 +77,12 @@ def _grpc_worker(args: argparse.Namespace, settings: Settings, app: Worker) -> i
         identity = token_identity(token, args.holder)
     except errors.ValidationFailed as exc:
         raise SystemExit(f"runcontrol worker: {exc}") from None
-    _run_worker(args, settings, app, lambda: GrpcSessionTransport(args.target, token), identity)
+    direct = not args.via_ingress
+
+    def transport() -> GrpcSessionTransport:
+        return GrpcSessionTransport(args.target, token, direct=direct)
+
+    _run_worker(args, settings, app, transport, identity)
     return 0
 
 
@@ -138,6 +143,12 @@ def add_worker(sub: Any, cluster: ClusterLoader | None) -> None:
     )
     worker.add_argument(
         "--token", default=None, help="gRPC: a Worker token (or RUNCONTROL_WORKER_TOKEN)"
+    )
+    worker.add_argument(
+        "--via-ingress",
+        action="store_true",
+        help="gRPC: every exchange through --target, relayed to the hosts (not on each run "
+        "host's own server: a worker that cannot reach the nodes)",
     )
     worker.add_argument(
         "--holder",

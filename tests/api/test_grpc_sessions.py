@@ -272,3 +272,29 @@ def test_a_host_whose_own_exchange_does_not_answer_is_reached_through_the_ingres
             await t.close()
 
     run(main())
+
+
+def test_a_worker_may_keep_every_exchange_on_the_ingress(g: GrpcTenant, grpc_port: int) -> None:
+    """``direct=False`` (``runcontrol worker --via-ingress``): the replica relays each exchange
+    as an actor call to the host, as before the hosts served their own."""
+    g.view.publish()
+    run_id = UUID(g.view.submit())
+    k = host_index(run_id, 2)
+
+    async def main() -> None:
+        t = GrpcSessionTransport(f"127.0.0.1:{grpc_port}", g.worker_token(), direct=False)
+        try:
+            await t.hosts()
+            _, calls = host_counts(g, k)
+            sid = f"s-{uuid.uuid4().hex[:8]}"
+            credit = Credit(str(uuid.uuid4()), HOLDER, (g.view.agent,))
+            (grant,) = (await t.exchange(k, SessionUp(sid, credits=(credit,), wait_s=10))).grants
+            down = await t.exchange(
+                k, SessionUp(sid, commands=(report(grant),), acks=(credit.claim_id,))
+            )
+            assert [a.ok for a in down.answers] == [True] and t.direct_exchanges == 0
+            assert host_counts(g, k)[1] - calls >= 2  # each one an actor call
+        finally:
+            await t.close()
+
+    run(main())

@@ -133,6 +133,14 @@ class ConcurrencyConflict(Conflict):
     retryable = True
 
 
+class PreApprovalUsedUp(Conflict):
+    """A template's pre-approval reached its maxUses in another run's statement after this
+    decision read its uses (the guard in ``runcontrol_template_use``): decided again on fresh
+    uses, the request waits for a human."""
+
+    retryable = True
+
+
 class WebhookDisabled(Conflict): ...
 
 

@@ -261,6 +261,9 @@ class ApprovalDecision:
     reason: str | None
     break_glass: bool
     decided_at: datetime
+    # Which of the run's template's pre-approvals decided it (a template's vote only): the
+    # statement that writes the vote counts that use, guarded (runcontrol_template_use).
+    pre_approval: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -101,7 +101,7 @@ class RunGrain:
         found = await self.env.store.rows(
             self.tenant_id, templates.PINNED, (run.template_id, run.template_version)
         )
-        return Pinned(templates.template_of(found[0]), found[0]["uses"]) if found else None
+        return templates.pinned(found[0]) if found else None
 
     def observe(self, agg: RunAggregate, events: Sequence[Event]) -> None:
         for observer in self.env.observers:

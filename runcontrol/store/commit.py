@@ -62,6 +62,7 @@ _LOST_RACE = frozenset({"RC409", "40P01", "40001"})
 _BUDGET_DENIED = "RC402"
 _CAPACITY_DENIED = "RC429"
 _FLOW_DENIED = "RC430"
+_PRE_APPROVAL_USED_UP = "RC431"  # runcontrol_template_use: a template's use past its maxUses
 # A JSON-escaped NUL (an even run of backslashes, then \u0000): not a literal "\u0000" in text.
 _NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
@@ -274,6 +275,8 @@ def conclude(pending: PendingCommit, answer: Answer) -> None:
         raise errors.BudgetReservationDenied(message.splitlines()[0])
     if sqlstate == _CAPACITY_DENIED:
         raise errors.CapacityDenied(message.splitlines()[0])
+    if sqlstate == _PRE_APPROVAL_USED_UP:
+        raise errors.PreApprovalUsedUp(message.splitlines()[0])
     if sqlstate == _FLOW_DENIED:
         first = message.splitlines()[0]
         found = orjson.loads(first[first.index("{") :])

@@ -125,4 +125,5 @@ def test_retryable_flags():
         errors.FlowDenied,
         errors.Unavailable,
         errors.Draining,
+        errors.PreApprovalUsedUp,
     }

@@ -158,21 +158,23 @@ def pre_approve(
     pre-approvals covers it (``templates.pre_approval``: Active, unexpired, under its uses,
     the proposal inside its constraint, the requester neither its author nor its approver).
     Audited like a human decision: the vote (``decidedBy: template:{id}@{version}``, its
-    approver named), the journal entry and the event, in this transaction; the vote's
-    request, decided by the template, is its use."""
+    approver named), the journal entry and the event, in this transaction; the vote names
+    its pre-approval, whose use the statement writing it counts (refused past its maxUses:
+    ``errors.PreApprovalUsedUp``, and the request is decided again on fresh uses)."""
     t = pinned.template
-    pre = templates.pre_approval(
+    found = templates.pre_approval(
         t, pinned.uses, approval.action_class, proposal, agg.run.requested_by, ctx.now
     )
-    if isinstance(pre, str):
+    if isinstance(found, str):
         agg.audit(
             ctx,
             "template-pre-approval-declined",
             approval_id=approval.approval_id,
             template=t.reference,
-            reason=pre,
+            reason=found,
         )
         return False
+    index, pre = found
     vote = agg.new(
         ApprovalDecision,
         approval_id=approval.approval_id,
@@ -182,6 +184,7 @@ def pre_approve(
         reason=f"pre-approved by {t.reference}, approved by {t.decided_by} ({pre.approver_role})",
         break_glass=False,
         decided_at=ctx.now,
+        pre_approval=index,
     )
     agg.audit(
         ctx,
@@ -189,7 +192,8 @@ def pre_approve(
         approval_id=approval.approval_id,
         template=t.reference,
         approver=t.decided_by,
-        use=pinned.uses + 1,
+        pre_approval=index,
+        use=templates.used(pinned.uses, index) + 1,
     )
     _finish_approval(agg, ctx, approval, ApprovalState.APPROVED, "PreApprovedByTemplate", vote)
     return True

@@ -68,6 +68,13 @@ class CallNotRecorded(ValidationFailed):
     grant listed)."""
 
 
+class ReplayDiverged(ValidationFailed):
+    """A replay run's call the original never made (or made with other arguments), a side
+    effect in a replay, or an approval of a proposal the original never decided when the
+    replay fails on those (docs/replay.md): the step's function fails it ``replay-diverged``
+    (or, with ``liveCalls``, calls a model live)."""
+
+
 class OutputChunkTooLarge(ValidationFailed):
     """A streamed chunk is over ``OUTPUT_CHUNK_MAX_BYTES`` (``domain.output``): not sent."""
 

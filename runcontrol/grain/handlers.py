@@ -21,6 +21,7 @@ from ..commands import (
     ConsumeRateLimit,
     DispatchRun,
     OpenAttempts,
+    ReplayRun,
     ReportToParent,
     RerunRun,
     StartRun,
@@ -117,6 +118,8 @@ async def handle(g: RunGrain, c: Command[Any]) -> Any:
         given["policy"] = await g.pinned_policy()
     if "template" in declared.given:
         given["template"] = await g.pinned_template()
+    if "replay" in declared.given:
+        given["replay"] = await g.replay_source()
 
     def decided(a: RunAggregate, x: CommandContext) -> Any:
         return declared.decided(a, x, c, given, g.dispatch_due)
@@ -170,6 +173,7 @@ SPECIAL: Mapping[type[Command[Any]], Handler] = {
     SubmitRun: submission.submit,
     StartRun: submission.start,
     RerunRun: submission.rerun,
+    ReplayRun: submission.replay,
     DispatchRun: dispatch,
     OpenAttempts: open_attempts,
     WakeRun: wake,

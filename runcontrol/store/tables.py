@@ -64,6 +64,8 @@ runs = tenant_table(
     num("depth?", info=PIN),  # NULL (an older host's insert): 0
     # the template it was submitted from (0032, issue 44)
     txt("template_id?") + num("template_version?"),
+    # a replay (0036, docs/replay.md): the run it replays and how
+    uid("replay_of?") + jsonb("replay?"),
     UniqueConstraint("tenant_id", "project_id", "idempotency_key", name="uq_runs_idempotency"),
     Index("ix_runs_list", "tenant_id", "created_at", "run_id"),
     Index("ix_runs_state", "tenant_id", "state", "created_at"),
@@ -168,7 +170,7 @@ journaled_calls = tenant_table(
     txt("name", primary_key=True) + num("occurrence", primary_key=True),
     ref("attempt_id") + big("fencing_token"),
     txt("value_hash") + big("bytes") + tz("recorded_at"),
-    txt("value_json?") + jsonb("error?"),
+    txt("value_json?") + jsonb("error?") + txt("request_hash?"),
 )
 tool_calls = tenant_table(
     "tool_calls",

@@ -22,6 +22,7 @@ from ..model import (
     Attempt,
     Step,
 )
+from ..replay import REPLAY_DECIDER, Original, ReplayApprovals, ReplayOptions, original_approval
 from ..states import (
     ApprovalState,
     AttemptState,
@@ -58,6 +59,7 @@ def request_approval(
     lease_id: UUID | None = None,
     proposal: Any = None,
     template: Pinned | None = None,
+    replay: Original | None = None,
 ) -> ApprovalRequest | None:
     """Open (or return) the approval for this exact proposal; None if policy needs none. A
     run submitted from a template whose pre-approval covers it is approved at once by the
@@ -101,8 +103,29 @@ def request_approval(
             agg.move_approval(ctx, existing, ApprovalState.STALE, "ProposalChanged")
             existing.reason = "proposal regenerated"
             emit_approval_decided(agg, ctx, existing)
+    reused = None if replay is None else original_approval(replay, step.name, proposal_hash)
+    fails = ReplayOptions.from_dict(agg.run.replay).approvals is ReplayApprovals.FAIL
+    if replay is not None and reused is None and fails:
+        raise errors.ReplayDiverged(
+            f"the original run never had this proposal of step {step.name!r} approved",
+            step=step.name,
+            why="approval-changed",
+        )
     approval = _open_approval(agg, ctx, step, attempt_id, action, proposal_hash, policy, options)
     if template is not None and pre_approve(agg, ctx, approval, template, proposal):
+        return approval
+    if replay is not None and reused is not None:
+        vote = agg.new(
+            ApprovalDecision,
+            approval_id=approval.approval_id,
+            decided_by=f"{REPLAY_DECIDER}{replay.run_id}",
+            decision=Decision.APPROVE,
+            proposal_hash=proposal_hash,
+            reason=f"the original run's decision (by {reused.decided_by}), the proposal equal",
+            break_glass=False,
+            decided_at=ctx.now,
+        )
+        _finish_approval(agg, ctx, approval, ApprovalState.APPROVED, "ReplayedFromOriginal", vote)
         return approval
     if agg.run.state is RunState.RUNNING:
         agg.move_run(ctx, RunState.WAITING_FOR_APPROVAL)

@@ -168,32 +168,43 @@ def _diff(before: Any, after: Any, path: str, found: list[dict[str, Any]]) -> No
 
 
 @dataclass(frozen=True, slots=True)
+class Outcome:
+    """A step's outcome as the report compares it: its hash (None: the step has none yet) and
+    its result's canonical JSON when one is stored inline."""
+
+    hash: str | None = None
+    result_json: str | None = None
+
+    @classmethod
+    def of(cls, outcome_hash: str | None, result: AttemptResult | None) -> Outcome:
+        if result is not None:
+            return cls(result.outcome_hash, result.result_json)
+        return cls(outcome_hash)
+
+
+@dataclass(frozen=True, slots=True)
 class RunRecord:
-    """One run as the report compares it: per step name, its result (None: none stored), its
-    journaled calls and its approvals."""
+    """One run as the report compares it: per step name, its outcome, its journaled calls and
+    its approvals."""
 
     run_id: UUID
     state: str
-    results: Mapping[str, AttemptResult | None]
+    results: Mapping[str, Outcome]
     calls: Mapping[CallKey, JournaledCall]
     approvals: Mapping[str, tuple[ApprovalRequest, ...]]
     failures: Mapping[str, str | None] = field(default_factory=dict)  # a step's failure class
 
 
-def _step_entry(
-    name: str, before: AttemptResult | None, after: AttemptResult | None
-) -> dict[str, Any]:
-    b = before.outcome_hash if before else None
-    a = after.outcome_hash if after else None
+def _step_entry(name: str, before: Outcome, after: Outcome) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "step": name,
-        "equal": b == a,
-        "originalHash": b,
-        "replayHash": a,
+        "equal": before.hash == after.hash,
+        "originalHash": before.hash,
+        "replayHash": after.hash,
     }
-    if b != a and before and after and before.result_json and after.result_json:
-        if max(len(before.result_json), len(after.result_json)) <= DIFF_MAX_CHARS:
-            entry["diff"] = json_diff(json.loads(before.result_json), json.loads(after.result_json))
+    b, a = before.result_json, after.result_json
+    if before.hash != after.hash and b and a and max(len(b), len(a)) <= DIFF_MAX_CHARS:
+        entry["diff"] = json_diff(json.loads(b), json.loads(a))
     return entry
 
 
@@ -216,7 +227,8 @@ def report(original: RunRecord, replay: RunRecord) -> dict[str, Any]:
     names = list(dict.fromkeys([*original.results, *replay.results]))
     steps = []
     for name in names:
-        entry = _step_entry(name, original.results.get(name), replay.results.get(name))
+        none = Outcome()
+        entry = _step_entry(name, original.results.get(name, none), replay.results.get(name, none))
         failure = replay.failures.get(name)
         if failure:
             entry["replayFailureClass"] = failure

@@ -324,6 +324,30 @@ _LOAD = (
     (attempt_results, _select(attempt_results, "run_id = %s")),
     (journaled_calls, _select(journaled_calls, "run_id = %s")),
 )
+
+
+def aggregate(run_id: UUID, found: Sequence[list[dict[str, Any]]]) -> RunAggregate:
+    """The run of ``_LOAD``'s rows (in its order): ``RunNotFound`` without its row."""
+    run, *others = found
+    if not run:
+        raise errors.RunNotFound(f"run {run_id} not found", run_id=str(run_id))
+    kinds = (
+        model.Step,
+        model.Attempt,
+        model.Lease,
+        model.ApprovalRequest,
+        model.ApprovalDecision,
+        model.CancellationIntent,
+        model.ToolCall,
+        model.AttemptResult,
+        model.JournaledCall,
+    )
+    held: list[list[Any]] = [
+        [rows.from_row(kind, r) for r in rs] for kind, rs in zip(kinds, others, strict=True)
+    ]
+    return RunAggregate(rows.from_row(model.Run, run[0]), *held)
+
+
 _ANSWERED = "SELECT command_id FROM command_answers WHERE run_id = %s AND created_at >= %s"
 _STORED_ANSWER = (
     "SELECT answer, fingerprint FROM command_answers"
@@ -449,35 +473,9 @@ class Store:
         ``answered_since`` (their answers are stored)."""
         queries: list[tuple[str, Sequence[Any]]] = [(sql, (run_id,)) for _, sql in _LOAD]
         queries.append((_ANSWERED, (run_id, answered_since)))
-        (
-            run,
-            step,
-            attempt,
-            lease,
-            approval,
-            decision,
-            intent,
-            call,
-            result,
-            journaled,
-            answered,
-        ) = await self.read(tenant_id, queries)
-        if not run:
-            raise errors.RunNotFound(f"run {run_id} not found", run_id=str(run_id))
-        stored = rows.from_row(model.Run, run[0])
-        agg = RunAggregate(
-            stored,
-            [rows.from_row(model.Step, r) for r in step],
-            [rows.from_row(model.Attempt, r) for r in attempt],
-            [rows.from_row(model.Lease, r) for r in lease],
-            [rows.from_row(model.ApprovalRequest, r) for r in approval],
-            [rows.from_row(model.ApprovalDecision, r) for r in decision],
-            [rows.from_row(model.CancellationIntent, r) for r in intent],
-            [rows.from_row(model.ToolCall, r) for r in call],
-            [rows.from_row(model.AttemptResult, r) for r in result],
-            [rows.from_row(model.JournaledCall, r) for r in journaled],
-        )
-        _STORED_RUN[agg] = rows.to_row(stored, next_due_at=run[0]["next_due_at"])
+        *found, answered = await self.read(tenant_id, queries)
+        agg = aggregate(run_id, found)
+        _STORED_RUN[agg] = rows.to_row(agg.run, next_due_at=found[0][0]["next_due_at"])
         return agg, {r["command_id"] for r in answered}
 
     async def stored_answer(

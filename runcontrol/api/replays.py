@@ -15,6 +15,7 @@ from fastapi import Response
 
 from schemas.api import ReplayReport, ReplayRequest, ReplayResponse
 
+from ..commands import ReplayRun
 from ..domain.replay import ReplayApprovals
 from ..edge import commands
 from ..store import replays
@@ -49,10 +50,12 @@ async def replay_run(
     response: Response,
     idempotency_key: RetryKey = None,
 ) -> Any:
-    command = await commands.replay_run(
+    command = await commands.new_run_from(
         svc.outside(caller),
         idempotency_key,
-        run_id=run_id,
+        ReplayRun,
+        run_id,
+        replay_of=run_id,
         reason=body.reason,
         release_alias=body.release_alias,
         live_calls=body.live_calls,

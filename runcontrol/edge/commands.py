@@ -37,7 +37,6 @@ from ..commands import (
 from ..domain import Decision, Limits, canonical_json, errors
 from ..domain.access import RUNS_OPERATE, Operation, may_set_priority
 from ..domain.limits import name as checked_id
-from ..domain.replay import ReplayApprovals
 from ..domain.run.waits import MAX_SIGNAL_BYTES
 from ..ids import new_run_id
 from ..store import Database
@@ -267,7 +266,7 @@ async def rerun_run(
     release_alias: str,
 ) -> RerunRun:
     """A new run (a new id) with the input of the finished run ``run_id``, linked to it."""
-    return await _new_run_from(
+    return await new_run_from(
         o,
         key,
         RerunRun,
@@ -279,35 +278,11 @@ async def rerun_run(
     )
 
 
-async def replay_run(
-    o: Outside,
-    key: str | None,
-    *,
-    run_id: UUID,
-    reason: str,
-    release_alias: str,
-    live_calls: bool,
-    approvals: ReplayApprovals,
-) -> ReplayRun:
-    """A replay (a new run, a new id) of the finished run ``run_id`` (docs/replay.md)."""
-    return await _new_run_from(
-        o,
-        key,
-        ReplayRun,
-        run_id,
-        reason=reason,
-        replay_of=run_id,
-        release_alias=release_alias,
-        live_calls=live_calls,
-        approvals=approvals,
-    )
-
-
-async def _new_run_from(
+async def new_run_from(
     o: Outside, key: str | None, kind: type[C], run_id: UUID, **fields: Any
 ) -> C:
-    """An operator's new run (``kind``: a rerun or a replay, its ``fields``) from the finished
-    run ``run_id``."""
+    """An operator's new run (``kind``: a rerun or a replay, docs/replay.md; its ``fields``)
+    from the finished run ``run_id``."""
     o.admit(Operation.OPERATE_RUNS)
     await require_visible(o.caller, o.db, run_id)
     return kind(

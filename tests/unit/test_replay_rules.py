@@ -115,25 +115,30 @@ def test_the_report_and_the_batch_summary():
     same = journaled("model", 1, H[1], H[2])
     live = journaled("model", 2, H[3], H[4])
     skipped = journaled("model", 2, H[1], H[2])
-    original = RunRecord(
-        uuid4(),
+    plan = Outcome(H[1], '{"x":1}')
+
+    def run(state: str, code: Outcome, calls: dict[Any, Any], asked: Any, **kw: Any) -> RunRecord:
+        steps = {"plan": plan, "code": code}
+        calls = {("plan", "model", 1): same, **calls}
+        return RunRecord(uuid4(), state, steps, calls, {"code": (asked,)}, **kw)
+
+    original = run(
         "Completed",
-        {"plan": Outcome(H[1], '{"x":1}'), "code": Outcome(H[2], '{"y":[1]}')},
-        {("plan", "model", 1): same, ("code", "model", 2): skipped},
-        {"code": (approval(H[1], ApprovalState.APPROVED),)},
+        Outcome(H[2], '{"y":[1]}'),
+        {("code", "model", 2): skipped},
+        approval(H[1], ApprovalState.APPROVED),
     )
-    replay = RunRecord(
-        uuid4(),
+    replay = run(
         "Failed",
-        {"plan": Outcome(H[1], '{"x":1}'), "code": Outcome(H[3], '{"y":[2]}')},
-        {("plan", "model", 1): same, ("code", "model", 3): live},
-        {"code": (approval(H[4], ApprovalState.PENDING),)},
-        {"code": "replay-diverged"},
+        Outcome(H[3], '{"y":[2]}'),
+        {("code", "model", 3): live},
+        approval(H[4], ApprovalState.PENDING),
+        failures={"code": "replay-diverged"},
     )
     found = report(original, replay)
     assert found["diverged"]
-    plan, code = found["steps"]
-    assert plan == {"step": "plan", "equal": True, "originalHash": H[1], "replayHash": H[1]}
+    first, code = found["steps"]
+    assert first == {"step": "plan", "equal": True, "originalHash": H[1], "replayHash": H[1]}
     assert code["diff"] == [{"path": "$.y[0]", "before": 1, "after": 2}]
     assert code["replayFailureClass"] == "replay-diverged"
     assert [c["occurrence"] for c in found["callsNotInOriginal"]] == [3]

@@ -40,6 +40,7 @@ from runcontrol.store import Database
 from runcontrol.store import queries as q
 from runcontrol.store.commit import CONFIG_CHANNEL, DISPATCH_CHANNEL, EVENTS_CHANNEL
 from runcontrol.store.notify import Listener
+from runcontrol.store.shards import follow_directory
 from runcontrol.telemetry import Carrier, configure
 from runcontrol.workers.book import CreditBook
 from runcontrol.workers.claims import Claims
@@ -154,20 +155,21 @@ class RunHost:
         self._config = config
         self.settings, db = actor_start(config, "host")
         # The policy/alias cache's LISTEN connection, always on (a change must evict at once).
-        self._listener = Listener(db.system_url, (CONFIG_CHANNEL,))
+        self._listener = Listener(db.system_urls, (CONFIG_CHANNEL,))
         self._listener.start()
         # Unary long-poll claimers' and event watchers' own, open only while one waits:
         # sessions need neither, and every commit NOTIFYs both channels (issue 24).
         self._watch = Listener(
-            db.system_url,
+            db.system_urls,
             (DISPATCH_CHANNEL, EVENTS_CHANNEL),
             application_name="runcontrol-watch",
             idle_s=WATCH_IDLE_S,
         )
         container = build(self.settings, db=db, migrate=False, listener=self._listener)
+        self._directory = follow_directory(db)  # routes the runs of a moved virtual shard
+        self._shards = container.shards
         self._db = db
         self._env = container.env
-        self._store = container.store
         self._metrics = HostMetrics()
         self._env.observers.append(self._metrics.observe)
         self._activations: dict[UUID, Activation] = {}
@@ -437,9 +439,9 @@ class RunHost:
             "exchanges": self._sessions.exchanges,
             "late_exchanges": self._sessions.late_exchanges,
             # commit statements sent (each a group: store/commit.py) and the documents in them
-            "commit_groups": self._store.statements_sent,
-            "commit_documents": self._store.documents_sent,
-            "commit_bytes": self._store.document_bytes_sent,
+            "commit_groups": sum(s.store.statements_sent for s in self._shards.all()),
+            "commit_documents": sum(s.store.documents_sent for s in self._shards.all()),
+            "commit_bytes": sum(s.store.document_bytes_sent for s in self._shards.all()),
             # streamed output (store/output.py): writes, the chunks stored, their statements
             "output_writes": self._env.output.writes,
             "output_chunks": self._env.output.chunks,

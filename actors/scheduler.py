@@ -10,18 +10,19 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import ray
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from runcontrol import reconcilers, schedules
+from runcontrol import reconcilers, schedules, shard_sweeps
 from runcontrol.bootstrap import build
 from runcontrol.commands import WakeRun
 from runcontrol.config import Settings
 from runcontrol.store.commit import EVENTS_CHANNEL
 from runcontrol.store.notify import Listener
 from runcontrol.store.queries import RunKey
+from runcontrol.store.shards import follow_directory
 from runcontrol.webhooks import Deliverer, HttpTransport, delivery_formats
 
 from .metrics import SchedulerMetrics, job_span
@@ -35,6 +36,7 @@ from .run_host import actor_start, make_router
 WAKE_WAIT_S = 1.0
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # The scheduler's events LISTEN connection closes once no sweep waited on it for this long.
 EVENTS_IDLE_S = 30.0
@@ -51,7 +53,8 @@ class Scheduler:
     def __init__(self, config: dict[str, Any]) -> None:
         self.settings, db = actor_start(config, "scheduler")
         self._container = build(self.settings, db=db, migrate=False)
-        self._db = db
+        self._db = db  # every shard's, routed by tenant (a scheduled run's placement)
+        self._directory = follow_directory(db)  # a wake's run routed by its id
         self._clock = self._container.env.clock
         self._options = self._container.env.options
         self._router = make_router(config)
@@ -59,14 +62,16 @@ class Scheduler:
         if self.settings.outbox.jsonl_path:
             sinks.append(reconcilers.JsonLinesSink(self.settings.outbox.jsonl_path))
         self._sinks = sinks
-        self._relay_floor = reconcilers.RelayFloor()  # where the next relay pass reads from
-        self._deliverer = Deliverer(
-            db,
-            HttpTransport(self.settings.webhooks.timeout_seconds),
-            self.settings.webhooks,
-            self._clock.now,
-            formats=delivery_formats(),
-        )
+        # Each shard database's lock and relay floor (runcontrol/shard_sweeps.py): a job runs
+        # on every shard whose lock this scheduler holds; a second scheduler takes the others.
+        self._sweeps = shard_sweeps.ShardSweep.of(db)
+        transport = HttpTransport(self.settings.webhooks.timeout_seconds)
+        self._deliverers = {
+            s.index: Deliverer(
+                s.db, transport, self.settings.webhooks, self._clock.now, formats=delivery_formats()
+            )
+            for s in self._sweeps
+        }
         self.counters: dict[str, int] = {}
         # Wakes still under way (a restarting host): not sent again until they land.
         self._waking: set[RunKey] = set()
@@ -75,17 +80,14 @@ class Scheduler:
         self._metrics = SchedulerMetrics()
         # The dispatch sweep's signals (reconcilers.DispatchSignal): the due channel always,
         # every commit's events only while a run its wake left due waits for one.
-        self._listener = Listener(db.system_url, (reconcilers.DUE_CHANNEL,))
+        self._listener = Listener(db.system_urls, (reconcilers.DUE_CHANNEL,))
         self._listener.start()
         self._events = Listener(
-            db.system_url,
+            db.system_urls,
             (EVENTS_CHANNEL,),
             application_name="runcontrol-scheduler-events",
             idle_s=EVENTS_IDLE_S,
         )
-        # Only the scheduler holding this lock runs jobs; a second one stays idle until it
-        # gets it (reconcilers.SchedulerLock).
-        self._lock = reconcilers.SchedulerLock(db.system_url)
         self._running: set[str] = set()
         s = self.settings.scheduler
         self._aps = AsyncIOScheduler(event_loop=asyncio.get_running_loop())
@@ -118,19 +120,11 @@ class Scheduler:
         )
         self._signals_task = asyncio.get_running_loop().create_task(self._on_signals())
 
-    async def _locked(self, job: str, fn: Callable[[], Any]) -> Any:
-        """Run ``fn`` in a thread if this scheduler holds the scheduler lock and ``job`` is
-        not running already (an event-driven sweep, ``run_now`` and the interval may meet)."""
-        if job in self._running:
-            return None
-        self._running.add(job)
-        try:
-            return await asyncio.to_thread(lambda: fn() if self._lock.held() else None)
-        except Exception:
-            log.exception("%s failed; it runs again at its next interval", job)
-            return None
-        finally:
-            self._running.discard(job)
+    async def _each(self, job: str, fn: Callable[[shard_sweeps.ShardSweep], T]) -> list[T]:
+        """``fn`` on every shard whose scheduler lock this scheduler holds, in a thread each,
+        not while ``job`` still runs there (an event-driven sweep, ``run_now`` and the interval
+        may meet): what each found (``shard_sweeps.each_held``)."""
+        return await shard_sweeps.each_held(self._sweeps, job, fn, self._running)
 
     async def _wake(self, job: str, keys: Sequence[RunKey] | None) -> int:
         if not keys:
@@ -160,27 +154,28 @@ class Scheduler:
         return len(keys)
 
     async def lease_expiry(self) -> int:
-        keys = await self._locked(
+        found = await self._each(
             "LeaseExpiryReconciler",
-            lambda: reconcilers.lease_expiries(self._db, self._clock.now(), self._options),
+            lambda s: reconcilers.lease_expiries(s.db, self._clock.now(), self._options),
         )
-        return await self._wake("LeaseExpiryReconciler", keys)
+        return await self._wake("LeaseExpiryReconciler", [k for keys in found for k in keys])
 
     async def approval_expiry(self) -> int:
-        keys = await self._locked(
+        found = await self._each(
             "ApprovalExpiryReconciler",
-            lambda: reconcilers.approval_expiries(self._db, self._clock.now()),
+            lambda s: reconcilers.approval_expiries(s.db, self._clock.now()),
         )
-        return await self._wake("ApprovalExpiryReconciler", keys)
+        return await self._wake("ApprovalExpiryReconciler", [k for keys in found for k in keys])
 
     async def dispatch_sweep(self) -> int:
-        found = await self._locked(
-            "RunDispatcher", lambda: reconcilers.due_dispatches(self._db, self._clock.now())
+        found = await self._each(
+            "RunDispatcher", lambda s: reconcilers.due_dispatches(s.db, self._clock.now())
         )
-        if found is None:
+        if not found:
             return 0
-        self._signal.observe(found)
-        return await self._wake("RunDispatcher", found.keys)
+        due = shard_sweeps.due(found)
+        self._signal.observe(due)
+        return await self._wake("RunDispatcher", due.keys)
 
     async def _on_signals(self) -> None:
         """The dispatch sweep when a reminder comes near or due (``DispatchSignal``)."""
@@ -191,13 +186,12 @@ class Scheduler:
             await asyncio.sleep(0.2)  # debounce bursts of commits into one sweep
 
     async def outbox_relay(self) -> int:
-        report = await self._locked(
+        found = await self._each(
             "OutboxRelay",
-            lambda: reconcilers.relay_backlog(
-                self._db, self._sinks, self._clock.now, self._relay_floor
-            ),
+            lambda s: reconcilers.relay_backlog(s.db, self._sinks, self._clock.now, s.floor),
         )
-        if report is None or report.published == 0:
+        report = shard_sweeps.relayed(found)
+        if report.published == 0:
             return 0
         self.last_outbox_lag = report.max_lag_seconds
         self._metrics.observe_relay(report.lags)
@@ -206,69 +200,78 @@ class Scheduler:
         return int(report.published)
 
     async def webhook_delivery(self) -> int:
-        report = await self._locked("WebhookDelivery", self._deliverer.run)
-        if report is None:
-            return 0
+        found = await self._each("WebhookDelivery", lambda s: self._deliverers[s.index].run())
         for name, n in (
-            ("WebhookDelivered", report.delivered),
-            ("WebhookFailed", report.failed),
-            ("WebhookDeadLettered", report.dead_lettered),
+            ("WebhookDelivered", sum(r.delivered for r in found)),
+            ("WebhookFailed", sum(r.failed for r in found)),
+            ("WebhookDeadLettered", sum(r.dead_lettered for r in found)),
         ):
             if n:
                 self.counters[name] = self.counters.get(name, 0) + n
-        return int(report.delivered)
+        return sum(r.delivered for r in found)
 
     async def schedule_sweep(self) -> int:
         """Decide the due schedules' fire times, then submit the started ones (both halves
         read and write only the store: ``runcontrol.schedules``)."""
-        decided = await self._locked(
-            "ScheduleSweep", lambda: schedules.decide_due(self._db, self._clock.now())
+        decided = await self._each(
+            "ScheduleSweep", lambda s: (s, schedules.decide_due(s.db, self._clock.now()))
         )
-        if decided is None or "ScheduleSubmit" in self._running:
-            return 0
-        self._running.add("ScheduleSubmit")
-        try:
-            submitted = await schedules.submit_started(self._db, self._router.send, self._clock.now)
-        except Exception:
-            log.exception("ScheduleSweep's submissions failed; they run again at its next interval")
-            return 0
-        finally:
-            self._running.discard("ScheduleSubmit")
+        submitted = sum(await asyncio.gather(*(self._submit(s) for s, _ in decided)))
         if submitted:
             self.counters["ScheduleSweep"] = self.counters.get("ScheduleSweep", 0) + submitted
         return submitted
 
+    async def _submit(self, sweep: shard_sweeps.ShardSweep) -> int:
+        """A shard's started fires submitted (after its sweep decided them)."""
+        job = f"ScheduleSubmit@{sweep.index}"
+        if job in self._running:
+            return 0
+        self._running.add(job)
+        try:
+            return await schedules.submit_started(
+                sweep.db, self._router.send, self._clock.now, routed=self._db
+            )
+        except Exception:
+            log.exception("ScheduleSweep's submissions failed; they run again at its next interval")
+            return 0
+        finally:
+            self._running.discard(job)
+
     async def sample_gauges(self) -> int:
-        sample = await self._locked(
+        found = await self._each(
             "MetricsSampler",
-            lambda: reconcilers.sample_gauges(
-                self._db, self._clock.now(), self.settings.api.dispatch_stall_seconds
+            lambda s: reconcilers.sample_gauges(
+                s.db, self._clock.now(), self.settings.api.dispatch_stall_seconds
             ),
         )
-        if sample is None:
+        if not found:
             return 0
+        sample = shard_sweeps.gauges(found)
         self._metrics.sample(sample)
         return len(sample.runs_active)
 
     async def retention(self) -> int:
-        removed = await self._locked(
+        found = await self._each(
             "RetentionCleanup",
-            lambda: reconcilers.retention(
-                self._db,
+            lambda s: reconcilers.retention(
+                s.db,
                 self._clock.now(),
                 self.settings.journal.retention_days,
                 self.settings.outbox.retention_days,
                 self.settings.commands.answer_retention_hours,
             ),
         )
-        return int(removed or 0)
+        return sum(found)
 
     @ray.method(concurrency_group="control")
     async def status(self) -> dict[str, Any]:
+        held = await asyncio.to_thread(shard_sweeps.held, self._sweeps)
         return {
             "counters": dict(self.counters),
             "outbox_lag_s": self.last_outbox_lag,
-            "holds_lock": await asyncio.to_thread(self._lock.held),
+            # the shards whose scheduler lock this one holds (their jobs run here)
+            "shards_held": held,
+            "holds_lock": bool(held),
             "jobs": [job.id for job in self._aps.get_jobs()],
             "time": time.time(),
         }

@@ -14,12 +14,13 @@ import os
 import platform
 import sys
 import time
+from typing import Any
 
 import ray
 
 from actors.ingress import use_fast_ingress
 
-from . import common, e2e, fairness, inprocess, journal, output, reads, sse, transitions
+from . import common, e2e, fairness, inprocess, journal, output, peers, reads, sse, transitions
 
 PARTS = ("transitions", "reads", "http", "e2e", "sse", "fairness", "journal", "output")
 
@@ -57,6 +58,12 @@ def main() -> int:
         "session over gRPC, no SDK)",
     )
     parser.add_argument("--e2e-worker-concurrency", type=int, default=32)
+    parser.add_argument(
+        "--no-peers",
+        dest="peers",
+        action="store_false",
+        help="skip Restate's run beside e2e (run when RESTATE_DIR holds it: bench/peers.py)",
+    )
     parser.add_argument(
         "--e2e-in-flight", type=int, default=64, help="submitted runs not yet ended, at most"
     )
@@ -214,6 +221,10 @@ def main() -> int:
                     f"{args.e2e_workers} worker process(es) x {args.e2e_worker_concurrency} ...",
                     flush=True,
                 )
+                peer = peers.restate(args.e2e_runs, args.concurrency) if args.peers else None
+                if peer is not None:
+                    results["restate"] = peer.as_dict()
+                ours: dict[str, dict[str, Any]] = {}
                 for transport in args.e2e_transport.split(","):
                     figures = e2e.run(
                         url,
@@ -227,6 +238,9 @@ def main() -> int:
                     key = "e2e" if transport == "claim" else f"e2e_{transport.replace('-', '_')}"
                     results[key] = {"pgbench_tps": ceiling, **figures}
                     e2e.report(figures, ceiling)
+                    ours[transport] = figures
+                if peer is not None:
+                    peers.report(peer, ours)
             if args.only is None or "sse" in args.only:
                 print(f"SSE: {args.sse_streams} streams over {args.sse_runs} runs ...", flush=True)
                 results["sse"] = sse.run(

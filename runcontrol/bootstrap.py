@@ -16,6 +16,7 @@ from .grain import GrainEnv
 from .ports import Budget, Capacity, EmbeddedPolicyStore, EmbeddedReleaseRegistry
 from .store import Database, Store
 from .store.notify import Listener
+from .store.shards import RoutedDatabase, Shards
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +48,23 @@ def build_database(
     write but do not migrate: run hosts, the scheduler) checked to be at head already, or at a
     newer revision that keeps this release working (``store/schema.py``): a rolling upgrade
     migrates first and replaces these processes after. ``wait_s``: while the server cannot be
-    reached, try again for up to this long (an incompatible schema is refused at once)."""
-    db = Database(
+    reached, try again for up to this long (an incompatible schema is refused at once).
+
+    With more than one shard database (``RUNCONTROL_SHARDS__DATABASES``), every one of them,
+    behind one ``Database`` that routes a tenant's transactions to its shard
+    (``store/shards.RoutedDatabase``; ``shards_of`` gives them all)."""
+    first = Database(
         owner_url or database_url(settings),
         app_url=settings.app_database_url,
         system_url=settings.system_database_url,
         role_password=settings.app_role_password,
         pool_size=settings.pool_size,
     )
+    more = [
+        Database(url, role_password=settings.app_role_password, pool_size=settings.pool_size)
+        for url in settings.shard_databases()[1:]
+    ]
+    db = Shards([first, *more], pool_size=settings.pool_size).db
     if migrate:
         db.migrate()
     elif require_compatible_schema:
@@ -64,6 +74,12 @@ def build_database(
             db.dispose()
             raise
     return db
+
+
+def shards_of(db: Database, pool_size: int) -> Shards:
+    """The shard databases behind ``db``: its own (``build_database``'s with several), else
+    ``db`` alone (a store of ``pool_size`` connections)."""
+    return db.shards if isinstance(db, RoutedDatabase) else Shards([db], pool_size=pool_size)
 
 
 def wait_for_database(check: Callable[[], None], wait_s: float) -> None:
@@ -94,8 +110,9 @@ def wait_for_database(check: Callable[[], None], wait_s: float) -> None:
 @dataclass
 class Container:
     settings: Settings
-    db: Database  # synchronous: migrations, reads, admin writes (publishing)
-    store: Store  # asynchronous: the grains' loads and commits, on one event loop
+    db: Database  # synchronous: migrations, reads, admin writes (publishing); routed by tenant
+    store: Store  # asynchronous: the grains' loads and commits, on one event loop; routed
+    shards: Shards  # every shard database (one: ``db`` and ``store`` are its own)
     env: GrainEnv
     releases: EmbeddedReleaseRegistry
     policies: EmbeddedPolicyStore
@@ -115,7 +132,8 @@ def build(
     first uses it."""
     settings = settings or Settings()
     db = db or build_database(settings, migrate=migrate)
-    store = Store(db.app_url, size=settings.pool_size)
+    shards = shards_of(db, settings.pool_size)
+    store = shards.store
     releases = EmbeddedReleaseRegistry(db, store, listener)
     policies = EmbeddedPolicyStore(db, store, listener)
     env = GrainEnv(
@@ -127,4 +145,4 @@ def build(
         budget=Budget(settings.budget.tenant_limit_usd),
         capacity=Capacity(settings.capacity.max_open_attempts_per_tenant),
     )
-    return Container(settings, db, store, env, releases, policies)
+    return Container(settings, db, store, shards, env, releases, policies)

@@ -388,8 +388,8 @@ class ApiOptions(BaseModel):
 
 
 class ShardOptions(BaseModel):
-    """Tenant shards (issue 41; docs/sharding.md). Read and checked only: no second database is
-    opened yet, every virtual shard is on the first."""
+    """Tenant shards (issue 41; docs/sharding.md): the databases every process serves
+    (``store/shards.Shards``), each virtual shard on the one the directory says."""
 
     databases: Annotated[list[str], NoDecode] = Field(
         default_factory=list,

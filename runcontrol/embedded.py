@@ -116,6 +116,27 @@ def start(
     return to_sqlalchemy(uri, DATABASE)
 
 
+def shard_databases(owner_url: str, count: int) -> list[str]:
+    """``count`` shard databases on the server of ``owner_url`` (its own database first, then
+    ``<its name>_shard1`` ...), created where missing: ``runcontrol up --shards N`` on one box
+    (docs/sharding.md). Each is migrated as any database is."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(owner_url)
+    names = [
+        url.database or DATABASE,
+        *(f"{url.database or DATABASE}_shard{n}" for n in range(1, count)),
+    ]
+    with psycopg.connect(
+        url.set(drivername="postgresql").render_as_string(False), autocommit=True
+    ) as conn:
+        for name in names[1:]:
+            found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+            if not found:
+                conn.execute(f'CREATE DATABASE "{name}"')
+    return [url.set(database=name).render_as_string(hide_password=False) for name in names]
+
+
 def to_sqlalchemy(uri: str, database: str) -> str:
     """``postgresql://postgres:@/postgres?host=/sock`` -> ``postgresql+psycopg://postgres@/db?host=/sock``."""
     from sqlalchemy.engine import make_url

@@ -37,8 +37,11 @@ async def restore_check(container: Container) -> list[Settled]:
     """Settle every open lease of the store; answers what each run's grain settled."""
 
     def open_leases() -> list[tuple[str, UUID]]:
-        with container.db.system_tx() as conn:
-            return q.runs_with_open_leases(conn)
+        found: list[tuple[str, UUID]] = []
+        for each in container.db.databases():  # every shard's
+            with each.system_tx() as conn:
+                found += q.runs_with_open_leases(conn)
+        return found
 
     settled: list[Settled] = []
     for tenant_id, run_id in await asyncio.to_thread(open_leases):

@@ -341,11 +341,15 @@ def decide_due(db: Database, now: datetime) -> int:
         )
 
 
-async def submit_started(db: Database, send: Send, now: Callable[[], datetime]) -> int:
+async def submit_started(
+    db: Database, send: Send, now: Callable[[], datetime], *, routed: Database | None = None
+) -> int:
     """The sweep's second half: submit every started fire not yet submitted, as its schedule's
     owner, with the fire time's key; cancel-other's open runs are cancelled after it. A
     refusal that retrying cannot change (the release is gone, the owner may no longer submit)
-    is recorded on the fire; anything else is tried again at the next sweep."""
+    is recorded on the fire; anything else is tried again at the next sweep. ``db``: the shard
+    database swept; ``routed``: every shard's, as the edge's (a run's id minted in its tenant's
+    placement: docs/sharding.md), else ``db``."""
 
     def unsubmitted() -> list[Any]:
         with db.system_tx() as conn:
@@ -360,7 +364,7 @@ async def submit_started(db: Database, send: Send, now: Callable[[], datetime]) 
     submitted = 0
     pending = await asyncio.to_thread(unsubmitted)
     for f in pending:
-        o = Outside(owner_caller(f), db, "schedule")
+        o = Outside(owner_caller(f), routed or db, "schedule")
         key = idempotency_key(f.schedule_id, f.nominal_at)
         run_id: UUID | None = None
         error: str | None = None

@@ -19,11 +19,12 @@ from hypothesis import settings
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
-from support import Faults, new_database
+from support import SECOND_HALF, Faults, drive, drop_database, new_database
 
 from runcontrol import embedded
 from runcontrol.config import Settings
 from runcontrol.store import Database
+from runcontrol.store.shards import Shards
 
 # Hypothesis checks properties, not speed: on a shared 2-core machine an example can take longer
 # than its default 200 ms deadline while another process runs (a flaky DeadlineExceeded).
@@ -107,6 +108,24 @@ def db(owner_url: str) -> Iterator[Database]:
     database.migrate()
     yield database
     database.dispose()
+
+
+@pytest.fixture(scope="session")
+def two_shards(owner_url: str) -> Iterator[Shards]:
+    """Two shard databases of their own on the session's server (issue 41): the virtual
+    shards from ``SECOND_HALF`` on are on the second, as the directory in the first says."""
+    first = new_database(owner_url, "runcontrol_shard0")
+    second = new_database(owner_url, "runcontrol_shard1")
+    with first.system_tx() as conn:
+        conn.execute(text("UPDATE vshards SET database = 1 WHERE vshard >= :v"), {"v": SECOND_HALF})
+        conn.execute(text("UPDATE directory_version SET version = version + 1"))
+    shards = Shards([first, second], pool_size=4)
+    try:
+        yield shards
+    finally:
+        drive(shards.close())
+        for database in (first, second):
+            drop_database(owner_url, database)
 
 
 @pytest.fixture

@@ -376,6 +376,11 @@ def skip_slow_unless_selected(
             item.add_marker(skip)
 
 
+# Where the two-shard fixture (conftest.two_shards) puts its second database: the virtual shards
+# from this one on.
+SECOND_HALF = 512
+
+
 def new_database(owner_url: str, prefix: str) -> Database:
     """A fresh, migrated database on the session's server, for a runtime of its own."""
     name = f"{prefix}_{uuid.uuid4().hex[:8]}"
@@ -388,3 +393,13 @@ def new_database(owner_url: str, prefix: str) -> Database:
     )
     database.migrate()
     return database
+
+
+def drop_database(owner_url: str, database: Database) -> None:
+    """Dispose of ``database`` (made by ``new_database``) and drop it from the server."""
+    database.dispose()
+    name = database.owner_url.rsplit("/", 1)[1].split("?")[0]
+    admin = create_engine(owner_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+    admin.dispose()

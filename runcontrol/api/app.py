@@ -18,6 +18,7 @@ from ..store import Database
 from ..store.commit import EVENTS_CHANNEL
 from ..store.notify import Listener
 from ..store.output import OUTPUT_CHANNEL
+from ..store.shards import follow_directory
 from ..store.webhooks import FEED_CHANNEL
 from ..telemetry import tracing
 from . import (
@@ -75,7 +76,7 @@ def create_app(
         settings,
         # Started by the first stream; closed once no stream waited on it for a while.
         Listener(
-            db.app_url,
+            db.app_urls,
             (EVENTS_CHANNEL, FEED_CHANNEL, OUTPUT_CHANNEL),
             application_name=events.FEED_APPLICATION_NAME,
             idle_s=STREAMS_IDLE_S,
@@ -86,7 +87,10 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        directory = follow_directory(db)  # a tenant's placement, as the directory changes
         yield
+        if directory is not None:
+            directory.cancel()
         await services.feed.close()
 
     app = FastAPI(

@@ -19,12 +19,17 @@ from .output import say
 
 
 def _cmd_db(args: argparse.Namespace) -> int:
-    db = build_database(Settings())
-    version = db.schema_version()
-    print(f"database ready and migrated: {db.owner_url}")
-    print(f"  schema:      revision {version.revision}, runs code from {version.oldest_code} on")
-    print(f"  app role:    {db.app_url}")
-    print(f"  system role: {db.system_url}")
+    db = build_database(Settings())  # every shard database (RUNCONTROL_SHARDS__DATABASES)
+    databases = db.databases()
+    for index, each in enumerate(databases):
+        version = each.schema_version()
+        shard = f" (shard database {index})" if len(databases) > 1 else ""
+        print(f"database ready and migrated{shard}: {each.owner_url}")
+        print(
+            f"  schema:      revision {version.revision}, runs code from {version.oldest_code} on"
+        )
+        print(f"  app role:    {each.app_url}")
+        print(f"  system role: {each.system_url}")
     return 0
 
 

@@ -120,8 +120,11 @@ async def hint_workers(db: Any, stall_s: float | None, stop: asyncio.Event) -> N
     said: set[tuple[str, str]] = set()
 
     def stalled() -> list[tuple[str, str, int, datetime]]:
-        with db.system_tx() as conn:
-            return q.stalled_attempts(conn, datetime.now(UTC), stall_s)
+        found: list[tuple[str, str, int, datetime]] = []
+        for each in db.databases():  # every shard's
+            with each.system_tx() as conn:
+                found += q.stalled_attempts(conn, datetime.now(UTC), stall_s)
+        return found
 
     while not stop.is_set():
         try:

@@ -130,9 +130,25 @@ def _check_ports(host: str, ports: dict[str, int]) -> None:
             )
 
 
+def _with_shards(settings: Settings, count: int) -> Settings:
+    """The settings with ``count`` shard databases on the one server (``--shards``): the
+    configured or embedded database first, the others created beside it. Set in the
+    environment too, which every process this one starts (run hosts, scheduler, API
+    replicas) reads."""
+    if settings.shards.databases:
+        raise SystemExit("runcontrol: --shards with RUNCONTROL_SHARDS__DATABASES set: choose one")
+    urls = embedded.shard_databases(database_url(settings), count)
+    os.environ["RUNCONTROL_DATABASE_URL"] = urls[0]
+    os.environ["RUNCONTROL_SHARDS__DATABASES"] = ",".join(urls)
+    say(f"{count} shard databases: {', '.join(u.rsplit('/', 1)[1].split('?')[0] for u in urls)}")
+    return Settings()
+
+
 def _cmd_up(args: argparse.Namespace, cluster: ClusterLoader | None) -> int:
     runtime = load(cluster, "up")
     settings = Settings()
+    if args.shards > 1:
+        settings = _with_shards(settings, args.shards)
     app_settings = with_dev_auth(settings) if args.dev else None
     try:
         settings.auth.check()
@@ -145,7 +161,9 @@ def _cmd_up(args: argparse.Namespace, cluster: ClusterLoader | None) -> int:
     owner_url = database_url(settings)
     db = build_database(settings, owner_url=owner_url)
     container = build(settings, db=db, migrate=False)
-    say("database migrated")
+    say("database migrated" if len(container.shards) == 1 else "shard databases migrated")
+    if container.shards.spread():
+        say(f"virtual shards spread over the {len(container.shards)} databases")
     if not args.no_demo:
         release = container.releases.publish(
             DEMO_TENANT,
@@ -309,6 +327,13 @@ def add_up(sub: Any, cluster: ClusterLoader | None) -> None:
         default=None,
         help="Prometheus endpoint of the local Ray node's metrics agent (default: "
         "RUNCONTROL_TELEMETRY__METRICS_EXPORT_PORT, else a port Ray picks)",
+    )
+    up.add_argument(
+        "--shards",
+        type=int,
+        default=1,
+        help="shard databases to run on (issue 41, docs/sharding.md): more than one creates the "
+        "others beside the first on the same server and lists them all",
     )
     up.add_argument(
         "--dev",

@@ -869,6 +869,68 @@ async function schedulesPage(main, signal) {
   signal.addEventListener("abort", () => clearInterval(timer));
 }
 
+// ------------------------------------------------------------------ templates
+
+// A template's reviewed pre-approvals, one line each (docs/templates.md).
+function preApprovalLine(p) {
+  const shape = [p.proposalSchema ? "schema" : null, p.proposalWhen ? `when ${p.proposalWhen}` : null].filter(Boolean).join(", ");
+  return h("div", { class: "pre-approval" }, `${p.actionClass} or below · ${p.approverRole} · until ${when(p.expiresAt)} · at most ${p.maxUses}${shape ? ` · ${shape}` : ""}`);
+}
+
+async function templatesPage(main, signal) {
+  const body = h("tbody");
+  const problem = h("div");
+  const result = h("div", { id: "template-result" });
+  const reason = h("input", { id: "template-reason", placeholder: "reason (decision or revocation)" });
+  const act = (fn) => async () => {
+    result.replaceChildren();
+    try { await fn(); await load(); } catch (error) { if (error instanceof Problem) result.replaceChildren(problemBox(error.body)); else throw error; }
+  };
+  const why = () => (reason.value.trim() ? { reason: reason.value.trim() } : {});
+  const row = (t) => {
+    const url = `../factory/templates/${encodeURIComponent(t.templateId)}`;
+    // The decision binds the version and content hash the reviewer saw on this row.
+    const decide = (decision) => act(async () => {
+      await api(`${url}/decision`, { method: "POST", body: { decision, version: t.version, contentHash: t.contentHash, ...why() } });
+      result.replaceChildren(h("div", { class: "notice" }, `${t.templateId} v${t.version}: ${decision}d`));
+    });
+    const buttons = t.state === "Proposed"
+      ? [h("button", { class: "approve", onclick: decide("approve") }, "Approve"), h("button", { class: "reject danger", onclick: decide("reject") }, "Reject")]
+      : t.state === "Active"
+        ? [h("button", { class: "revoke danger", onclick: act(() => api(`${url}/revocation`, { method: "POST", body: why() })) }, "Revoke")]
+        : [];
+    return h("tr", { dataset: { templateId: t.templateId, version: String(t.version), state: t.state } },
+      h("td", { class: "mono" }, t.templateId),
+      h("td", {}, `v${t.version}`),
+      h("td", {}, `${t.workflowId}@${t.releaseAlias}`),
+      h("td", {}, badge(t.state), t.decidedBy ? h("div", { class: "muted" }, `by ${t.decidedBy}${t.breakGlass ? " (break-glass)" : ""}`) : null),
+      h("td", {}, (t.preApprovals || []).map(preApprovalLine)),
+      h("td", { class: "counts" }, String(t.uses)),
+      h("td", {}, t.createdBy, h("div", { class: "hash" }, t.contentHash)),
+      h("td", {}, ...buttons));
+  };
+  const load = async () => {
+    try {
+      const answer = await api("../factory/templates?limit=200", { signal });
+      problem.replaceChildren();
+      body.replaceChildren(...(answer.items.length ? answer.items.map(row) : [h("tr", {}, h("td", { colspan: 8, class: "muted" }, "No templates."))]));
+    } catch (error) {
+      if (error instanceof Problem) problem.replaceChildren(problemBox(error.body));
+    }
+  };
+  main.replaceChildren(
+    h("h1", {}, "Templates"),
+    h("p", { class: "muted" }, "A template's pre-approvals decide its runs' approvals at once; approving one binds its version and content hash, and its author may not decide it."),
+    h("div", { class: "toolbar" }, h("label", { class: "field" }, "Reason", reason)),
+    result, problem,
+    h("table", { id: "templates" },
+      h("thead", {}, h("tr", {}, ["Template", "Version", "Workflow", "State", "Pre-approvals", "Uses", "Author · content hash", ""].map((c) => h("th", {}, c)))),
+      body));
+  await load();
+  const timer = setInterval(load, 2000);
+  signal.addEventListener("abort", () => clearInterval(timer));
+}
+
 // ------------------------------------------------------------------ routing
 
 let leaving = null;
@@ -910,6 +972,7 @@ async function route() {
   if (path === "/approvals") return approvalsPage(main, params, signal);
   if (path === "/queues") return queuesPage(main, signal);
   if (path === "/schedules") return schedulesPage(main, signal);
+  if (path === "/templates") return templatesPage(main, signal);
   return runsPage(main, params, signal);
 }
 

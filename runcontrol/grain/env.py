@@ -17,7 +17,7 @@ from ..commands import Command
 from ..domain import CommandContext, Event, Options, RunAggregate
 from ..ports import Budget, Capacity, PolicyStore, ReleaseRegistry
 from ..store.commit import Answer, Store
-from ..store.group import GroupCommit
+from ..store.group import GroupCommits
 from ..store.output import OutputWriter
 from ..workers.grants import Credits
 
@@ -51,13 +51,17 @@ class GrainEnv:
     # Sends a command to another run's grain (a run host's router): a parent's to its child
     # runs, a child's end to its parent (issue 32). None: no other run is reachable.
     send: Callable[[Command[Any]], Awaitable[Any]] | None = None
-    commits: GroupCommit[Answer] = field(init=False)
+    commits: GroupCommits[Store, Answer] = field(init=False)
     # Streamed output's fenced inserts, grouped as the commits are (``store.output``).
     output: OutputWriter = field(init=False)
 
     def __post_init__(self) -> None:
-        self.commits = GroupCommit(self.store.send)
+        # a group per shard database: the run's, from its id (the commit's key)
+        self.commits = GroupCommits(self._store_of, lambda store: store.send)
         self.output = OutputWriter(self.store)
+
+    def _store_of(self, run_id: str) -> Store:
+        return self.store.for_run(UUID(run_id))
 
     def context(
         self, actor: str, command_id: str | None = None, run_id: UUID | None = None

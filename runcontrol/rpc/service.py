@@ -132,7 +132,7 @@ class RunControlRpc:
         self._rate_limiter = rate_limiter or TenantRateLimiter(settings.api)
         # WatchRun with output: open only while such a stream waits (rpc/output.py).
         self._watch_listener = Listener(
-            db.app_url,
+            db.app_urls,
             (EVENTS_CHANNEL, OUTPUT_CHANNEL),
             application_name="runcontrol-grpc-watch",
             idle_s=WATCH_IDLE_S,
@@ -333,8 +333,9 @@ class RunControlRpc:
             return False
 
         def select_one() -> None:
-            with self._db.app.connect() as conn:
-                conn.scalar(text("SELECT 1"))
+            for each in self._db.databases():  # every shard database answers
+                with each.app.connect() as conn:
+                    conn.scalar(text("SELECT 1"))
 
         probes: list[Awaitable[Any]] = [asyncio.to_thread(select_one)]
         if self._host_probe is not None:

@@ -387,6 +387,15 @@ class Store:
         # other autocommit statements (a rate limit's reservation or consumption)
         self.calls = 0
 
+    def for_run(self, run_id: UUID) -> Store:
+        """The store of the run ``run_id``'s shard: this one (``store/shards.RoutedStore``
+        routes)."""
+        return self
+
+    def for_tenant(self, tenant_id: str) -> Store:
+        """The store of the tenant's shard: this one (``store/shards.RoutedStore`` routes)."""
+        return self
+
     async def open(self) -> None:
         if self._open:
             return

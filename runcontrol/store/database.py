@@ -17,6 +17,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import ConnectionPoolEntry
 
+from ..domain import shards
 from . import schema
 from .schema import SchemaMismatch, SchemaVersion
 
@@ -161,6 +162,28 @@ class Database:
         release's would lose what a newer, incompatible schema requires. ``engine``: read
         on it (default: the system role's)."""
         schema.check(schema.shipped_revisions(str(MIGRATIONS)), self.schema_version(engine))
+
+    def databases(self) -> tuple[Database, ...]:
+        """Every database behind this one, the first first: what a sweep or a read of every
+        tenant loops over (``system_tx`` is this one's; ``store/shards.RoutedDatabase`` is the
+        first of several). With one database, itself."""
+        return (self,)
+
+    @property
+    def app_urls(self) -> tuple[str, ...]:
+        """The app role's URL of every database behind this one (a listener's: one connection
+        each); with one database, its own."""
+        return (self.app_url,)
+
+    @property
+    def system_urls(self) -> tuple[str, ...]:
+        """The system role's URL of every database behind this one."""
+        return (self.system_url,)
+
+    def vshard_for(self, tenant_id: str) -> int:
+        """The virtual shard a new run of ``tenant_id`` is minted in: with one database, the
+        hash of its id (``store/shards.RoutedDatabase``: the directory's placement)."""
+        return shards.hashed_vshard(tenant_id)
 
     @contextmanager
     def tenant(self, tenant_id: str, *, project_id: str | None = None) -> Iterator[Connection]:

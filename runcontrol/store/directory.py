@@ -7,7 +7,7 @@ once and answers from memory (a command is never routed by a query); ``directory
 bumped in the transaction of any change, which also NOTIFYs ``runcontrol_directory``, says when
 to load them again: ``refresh`` is that check, one small read.
 
-Nothing routes by it yet: with one database every virtual shard is on database 0."""
+``store/shards.Shards`` routes by it (with one database, it is not read)."""
 
 from __future__ import annotations
 
@@ -113,3 +113,27 @@ def _bump(conn: Connection) -> None:
     conn.execute(
         text("SELECT pg_notify(:channel, :version)"), {"channel": CHANNEL, "version": str(version)}
     )
+
+
+def spread(engine: Engine, count: int) -> bool:
+    """Put virtual shard ``v`` on database ``v % count``: for a new deployment of ``count``
+    databases, while nothing is stored (``runcontrol up --shards``). Only while every virtual
+    shard is still on the first database (the seed) and the first holds no run, release or
+    policy: a shard with rows moves with them (``runcontrol shards move``), never by this.
+    Whether it spread them."""
+    with engine.begin() as conn:
+        conn.execute(text("LOCK TABLE vshards IN EXCLUSIVE MODE"))
+        seeded = conn.execute(text("SELECT bool_and(database = 0) FROM vshards")).scalar_one()
+        stored = conn.execute(
+            text(
+                "SELECT EXISTS (SELECT 1 FROM runs) OR EXISTS (SELECT 1 FROM releases)"
+                " OR EXISTS (SELECT 1 FROM policies)"
+            )
+        ).scalar_one()
+        if not seeded or stored or count < 2:
+            return False
+        conn.execute(
+            update(vshards).values(database=vshards.c.vshard % count, epoch=vshards.c.epoch + 1)
+        )
+        _bump(conn)
+    return True

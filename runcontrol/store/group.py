@@ -5,7 +5,7 @@ subtransaction of its own. ``docs/write-path.md`` describes the path end to end.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -15,6 +15,7 @@ from typing import Generic, TypeVar
 MAX_GROUP = 63
 
 A = TypeVar("A")  # what the statement answers per document (``Answer`` for runcontrol_apply)
+K = TypeVar("K", bound=Hashable)  # a shard database (its store)
 Sender = Callable[[list[str]], Awaitable[list[A]]]
 
 
@@ -84,3 +85,22 @@ class GroupCommit(Generic[A]):
         finally:
             self._in_flight -= 1
             self._kick()
+
+
+class GroupCommits(Generic[K, A]):
+    """A ``GroupCommit`` per shard database: ``commit(doc, key)`` goes into the group of the
+    database ``route(key)`` names (``key`` is the run's id), whose statement is
+    ``sender(database)``; so each database's documents share its statements and no statement
+    spans two databases. With one database, one group: as ``GroupCommit``."""
+
+    def __init__(self, route: Callable[[str], K], sender: Callable[[K], Sender[A]]) -> None:
+        self._route = route
+        self._sender = sender
+        self._groups: dict[K, GroupCommit[A]] = {}
+
+    async def commit(self, doc: str, key: str) -> A:
+        database = self._route(key)
+        group = self._groups.get(database)
+        if group is None:
+            group = self._groups[database] = GroupCommit(self._sender(database))
+        return await group.commit(doc, key)

@@ -1,4 +1,5 @@
-"""LISTEN/NOTIFY fan-in: one listening connection per process wakes any number of waiters."""
+"""LISTEN/NOTIFY fan-in: one listening connection per process (per shard database it serves)
+wakes any number of waiters."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import contextlib
 import logging
 import random
 from collections import defaultdict
+from collections.abc import Sequence
 
 import psycopg
 from sqlalchemy.engine import make_url
@@ -57,7 +59,7 @@ class Listener:
 
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         channels: tuple[str, ...],
         *,
         application_name: str = "runcontrol-listener",
@@ -65,7 +67,8 @@ class Listener:
         reconnect_cap_s: float = 10.0,
         idle_s: float | None = None,
     ) -> None:
-        self._url = libpq_url(url)
+        # one connection per database (a process serving several shards listens on each)
+        self._urls = tuple(libpq_url(u) for u in ((url,) if isinstance(url, str) else url))
         self._channels = channels
         self._application_name = application_name
         self._generation: dict[tuple[str, str], int] = defaultdict(int)
@@ -74,19 +77,28 @@ class Listener:
         # listened is lost, so every waiter wakes and re-queries instead of sleeping out its
         # timeout.
         self._epoch = 0
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self._reconnect_base_s = reconnect_base_s
         self._reconnect_cap_s = reconnect_cap_s
-        # True while a connection listens: only then does an unchanged generation prove that
-        # nothing was notified (a cache keyed on it may be trusted: runcontrol/ports/cache.py).
-        self.listening = False
+        # The databases whose connection listens: only while every one does, an unchanged
+        # generation proves that nothing was notified (``listening``).
+        self._listening: set[int] = set()
         self._idle_s = idle_s
         self._idle_timer: asyncio.TimerHandle | None = None
 
+    @property
+    def listening(self) -> bool:
+        """Whether every connection listens: only then does an unchanged generation prove that
+        nothing was notified (a cache keyed on it may be trusted: runcontrol/ports/cache.py)."""
+        return len(self._listening) == len(self._urls)
+
     def start(self) -> None:
         """Listen from now on (on the running loop); ``wait`` starts it too."""
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run())
+        if not self._tasks or any(t.done() for t in self._tasks):
+            for task in self._tasks:
+                task.cancel()
+            loop = asyncio.get_running_loop()
+            self._tasks = [loop.create_task(self._run(i)) for i in range(len(self._urls))]
 
     def _stop_when_idle(self) -> None:
         if self._idle_s is None or self._waiters:
@@ -97,32 +109,35 @@ class Listener:
 
     def _stop_if_idle(self) -> None:
         self._idle_timer = None
-        if self._waiters or self._task is None:
+        if self._waiters or not self._tasks:
             return
-        self._task.cancel()  # its connection closes: no more NOTIFYs for this process
-        self._task = None
-        self.listening = False
+        for task in self._tasks:
+            task.cancel()  # its connection closes: no more NOTIFYs for this process
+        self._tasks = []
+        self._listening.clear()
         self._epoch += 1  # nothing sent from now on is seen
 
     async def close(self) -> None:
         if self._idle_timer is not None:
             self._idle_timer.cancel()
             self._idle_timer = None
-        if self._task is not None:
-            self._task.cancel()
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+                await task
 
-    async def _run(self) -> None:
-        """Listen for ever: after a lost connection (the database restarted, a backend was
-        terminated), reconnect with exponential backoff and full jitter."""
+    async def _run(self, database: int) -> None:
+        """Listen on the ``database``-th URL for ever: after a lost connection (the database
+        restarted, a backend was terminated), reconnect with exponential backoff and full
+        jitter."""
         failures = 0
         listened = False
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
-                    self._url,
+                    self._urls[database],
                     autocommit=True,
                     application_name=self._application_name,
                     # TCP keepalives notice a peer that vanished without closing (a lost
@@ -138,7 +153,7 @@ class Listener:
                     if listened:
                         log.warning("notification listener reconnected")
                     listened, failures = True, 0
-                    self.listening = True
+                    self._listening.add(database)
                     self._wake_all()
                     try:
                         async for note in conn.notifies():
@@ -152,7 +167,7 @@ class Listener:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # waiters fall back to their timeouts meanwhile
-                self.listening = False
+                self._listening.discard(database)
                 self._epoch += 1  # whatever was cached on a generation is no longer proven
                 failures += 1
                 delay = backoff_delay(

@@ -11,6 +11,7 @@ fence is the database's: the attempt's current lease row, share-locked by the wr
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 from uuid import UUID
 
@@ -21,7 +22,7 @@ from ..commands import AppendOutput
 from ..domain import canonical_json, errors
 from ..domain.output import OUTPUT_ATTEMPT_MAX_BYTES, OutputAck, check_write, refusal
 from .commit import Store
-from .group import GroupCommit
+from .group import GroupCommits
 from .queries.events import RowsAfter
 from .tables import output_chunks
 
@@ -34,20 +35,23 @@ _APPEND = "SELECT runcontrol_append_output(%s::jsonb, %s) AS answers"
 
 class OutputWriter:
     """The lease holders' writes made on one event loop (a run host's), every write ready at
-    the same moment in one statement (``GroupCommit``), each in its own subtransaction."""
+    the same moment in one statement (``GroupCommit``, one per shard database), each in its
+    own subtransaction."""
 
     def __init__(self, store: Store) -> None:
-        self._store = store
-        self._group: GroupCommit[dict[str, Any]] = GroupCommit(self._send)
+        # a group per shard database (the run's): its writes share its statements
+        self._group: GroupCommits[Store, dict[str, Any]] = GroupCommits(
+            lambda run_id: store.for_run(UUID(run_id)), lambda shard: partial(self._send, shard)
+        )
         self.attempt_max = OUTPUT_ATTEMPT_MAX_BYTES  # what one attempt may write in all
         # the writes answered, the chunks they stored and the statements that carried them
         self.writes = 0
         self.chunks = 0
         self.statements = 0
 
-    async def _send(self, docs: list[str]) -> list[dict[str, Any]]:
+    async def _send(self, store: Store, docs: list[str]) -> list[dict[str, Any]]:
         self.statements += 1
-        rows = await self._store.call(_APPEND, ("[" + ",".join(docs) + "]", self.attempt_max))
+        rows = await store.call(_APPEND, ("[" + ",".join(docs) + "]", self.attempt_max))
         answers: list[dict[str, Any]] = rows[0]["answers"]
         return answers
 

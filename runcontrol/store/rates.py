@@ -24,7 +24,7 @@ async def reserve(store: Store, tenant_id: str, draws: Sequence[Draw], now: date
     """Reserve one dispatch's draws, in one short transaction holding the buckets' row locks:
     when it is admitted (``now`` or later) and the bucket that decided a later instant."""
     doc = orjson.dumps([d.to_dict() for d in draws]).decode()
-    (row,) = await store.call(_RESERVE, (tenant_id, doc, now))
+    (row,) = await store.for_tenant(tenant_id).call(_RESERVE, (tenant_id, doc, now))
     return Admission(row["admitted_at"], row["decided_by"])
 
 
@@ -33,7 +33,7 @@ async def consume(store: Store, tenant_id: str, draw: Draw, now: datetime) -> da
     answers the bucket's new theoretical arrival time (dispatches wait until it, less the
     burst)."""
     doc = orjson.dumps(draw.to_dict()).decode()
-    (row,) = await store.call(_CONSUME, (tenant_id, doc, now))
+    (row,) = await store.for_tenant(tenant_id).call(_CONSUME, (tenant_id, doc, now))
     tat: datetime = row["tat"]
     return tat
 

@@ -133,8 +133,10 @@ class Claims:
         if tenant_id:
             with self.db.tenant(tenant_id) as conn:
                 return q.claimable(conn, agent_ids, limit=8)
-        with self.db.system_tx() as conn:
-            found = q.claimable(conn, agent_ids, limit=32, per_tenant=8)
+        found = []
+        for each in self.db.databases():  # every shard's, merged (a shard's tenants are its own)
+            with each.system_tx() as conn:
+                found += q.claimable(conn, agent_ids, limit=32, per_tenant=8)
         heads: dict[str, int] = {}
         for position, (tenant, _, _) in enumerate(found):
             heads.setdefault(tenant, position)
@@ -153,9 +155,16 @@ def claimed(
 ) -> dict[str, Any] | None:
     """The current lease claim ``claim_id`` was granted, as ``Claims.claim`` answers it
     (without its results): a synchronous read of the stored ``AcquireLease`` answer."""
-    scope = db.tenant(tenant_id) if tenant_id else db.system_tx()
-    with scope as conn:
-        found = q.claimed(conn, claim_id)
+    if tenant_id:
+        with db.tenant(tenant_id) as conn:
+            found = q.claimed(conn, claim_id)
+    else:
+        found = None
+        for each in db.databases():  # the claim's run is in one of them
+            with each.system_tx() as conn:
+                found = q.claimed(conn, claim_id)
+            if found is not None:
+                break
     if found is None:
         return None
     run_tenant, _, stored, input = found

@@ -384,8 +384,10 @@ class HostSessions:
     def _leasable(self) -> list[Offer]:
         now = self._clock.now()
         foreign = now - timedelta(seconds=FOREIGN_AFTER_S)
-        with self._db.system_tx() as conn:
-            rows = q.leasable(conn, now - timedelta(seconds=OWN_AFTER_S))
+        rows = []
+        for each in self._db.databases():  # every shard's
+            with each.system_tx() as conn:
+                rows += q.leasable(conn, now - timedelta(seconds=OWN_AFTER_S))
         return [
             Offer(tenant, run_id, attempt_id, agent, at, priority)
             for tenant, run_id, attempt_id, agent, at, _input, priority in rows

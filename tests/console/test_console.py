@@ -544,3 +544,60 @@ def test_a_parent_and_its_child_run_link_to_each_other(service: Service, browser
     browser.wait(lambda: browser.css("#run-id").text == child, "the child's page")
     assert browser.text("#parent-run", "the link to the parent") == parent
     assert service.get(f"/factory/runs/{child}", alice)["parentRunId"] == parent
+
+
+def test_the_templates_page_decides_a_template_and_revokes_it(
+    service: Service, browser: Console
+) -> None:
+    """Issue 44: a template proposed by carol is decided on its page, by the content hash
+    shown there; carol (its author) is refused with the server's reason, bob approves and then
+    revokes it, and the service holds what the page showed."""
+    carol = service.token("carol", "Requester,Reviewer")
+    bob = service.printed["REVIEWER_TOKEN"]
+    template_id = f"nightly-{uuid.uuid4().hex[:6]}"
+    proposed = httpx.post(
+        f"{service.url}/factory/templates",
+        json={
+            "templateId": template_id,
+            "workflowId": "demo-review",
+            "preApprovals": [
+                {
+                    "actionClass": "shared-write",
+                    "proposalWhen": "proposal.files <= 3",
+                    "expiresAt": "2099-01-01T00:00:00+00:00",
+                    "maxUses": 5,
+                    "approverRole": "Reviewer",
+                }
+            ],
+        },
+        headers={"Authorization": f"Bearer {carol}"},
+        timeout=60,
+    )
+    assert proposed.status_code == 201, proposed.text
+    row = f'#templates tr[data-template-id="{template_id}"][data-version="1"]'
+
+    browser.sign_in(carol)
+    browser.open("#/templates")
+    assert proposed.json()["contentHash"] in browser.text(row, "the proposed template's row")
+    assert "shared-write or below" in browser.text(f"{row} .pre-approval", "its pre-approval")
+    browser.click(f"{row} button.approve")
+    refusal = browser.text(
+        '#template-result .problem[data-code="separation-of-duties"]', "the author's refusal"
+    )
+    assert refusal.startswith("403")
+    assert service.get(f"/factory/templates/{template_id}", bob)["state"] == "Proposed"
+
+    browser.sign_in(bob)
+    browser.open("#/templates")
+    browser.click(f"{row} button.approve")
+    browser.wait(
+        lambda: browser.css(row).get_attribute("data-state") == "Active", "the template active"
+    )
+    browser.shot("templates")
+    browser.css("#template-reason").send_keys("the freeze")
+    browser.click(f"{row} button.revoke")
+    browser.wait(
+        lambda: browser.css(row).get_attribute("data-state") == "Revoked", "the template revoked"
+    )
+    shown = service.get(f"/factory/templates/{template_id}", bob)
+    assert (shown["state"], shown["reason"]) == ("Revoked", "the freeze")

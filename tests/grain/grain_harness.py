@@ -15,7 +15,7 @@ from uuid import UUID
 
 from support import WORKER, SyncGrain, acquire, drive, report, run_rows
 
-from runcontrol.bootstrap import Container
+from runcontrol.bootstrap import Container, build
 from runcontrol.clock import ManualClock
 from runcontrol.commands import (
     SubmitRequest,
@@ -24,6 +24,7 @@ from runcontrol.commands import (
     WakeResult,
     WakeRun,
 )
+from runcontrol.config import Settings
 from runcontrol.domain import (
     Attempt,
     AttemptOutcome,
@@ -39,7 +40,9 @@ from runcontrol.domain import (
     canonical_hash,
 )
 from runcontrol.grain import RunGrain
+from runcontrol.ids import new_run_id
 from runcontrol.store import Database
+from runcontrol.store.shards import Shards
 from runcontrol.store.tables import audit_log, outbox, recovery_journal
 
 PROJECT = "proj-1"
@@ -201,3 +204,28 @@ def control(h: Harness, grain: SyncGrain, kind: type[Any], reason: str = "checki
             **kw,
         )
     )
+
+
+# ---------------------------------------------------------------------- shard databases
+
+
+def placed(shards: Shards, vshard: int) -> Harness:
+    """A harness serving every database of ``shards`` (issue 41), for a fresh tenant placed
+    on virtual shard ``vshard``."""
+    tenant = f"t-{uuid.uuid4().hex[:10]}"
+    shards.directory.place(tenant, vshard)
+    clock = ManualClock()
+    return Harness(build(Settings(), db=shards.db, clock=clock, migrate=False), tenant, clock)
+
+
+def submit_placed(h: Harness, *steps: StepSpec) -> SyncGrain:
+    """Publish ``steps`` and submit a run whose id is minted as the edge mints it: in the
+    tenant's placement."""
+    h.publish(*steps)
+    grain = h.grain(new_run_id(h.tenant, h.db.vshard_for))
+    grain.execute(
+        SubmitRun(
+            tenant_id=h.tenant, run_id=grain.run_id, principal=h.principal(), request=h.request()
+        )
+    )
+    return grain

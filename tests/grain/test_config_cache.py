@@ -34,9 +34,7 @@ def listener(db: Database) -> Iterator[Listener]:
 
     drive(asyncio.wait_for(listening(), 30))
     yield found
-    assert found._task is not None
-    found._task.cancel()
-    drive(asyncio.gather(found._task, return_exceptions=True))
+    drive(found.close())
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from uuid import UUID
 import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
-from support import SyncGrain, drive, new_database
+from support import SyncGrain, drive, drop_database, new_database
 
 from runcontrol.bootstrap import Container, build
 from runcontrol.clock import ManualClock
@@ -63,12 +63,7 @@ def scratch(owner_url: str) -> Iterator[Database]:
     try:
         yield database
     finally:
-        database.dispose()
-        name = database.owner_url.rsplit("/", 1)[1].split("?")[0]
-        admin = create_engine(owner_url, isolation_level="AUTOCOMMIT")
-        with admin.connect() as conn:
-            conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        admin.dispose()
+        drop_database(owner_url, database)
 
 
 @pytest.fixture

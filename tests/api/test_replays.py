@@ -6,9 +6,15 @@ replay); the refusals (roles, an unfinished run, a bad option)."""
 
 from __future__ import annotations
 
-import httpx
-from api_harness import TenantView, assert_problem
+import json
+import threading
+from typing import Any
 
+import httpx
+import pytest
+from api_harness import TenantView, assert_problem, wait_until
+
+from runcontrol.cli import main
 from runcontrol.domain import Role
 
 BODY = {"reason": "before moving latest", "releaseAlias": "latest", "liveCalls": True}
@@ -60,3 +66,32 @@ def test_a_replay_is_started_shown_listed_apart_and_reported(t: TenantView) -> N
     assert [s["step"] for s in report["steps"]] == [s["name"] for s in original["steps"]]
     not_a_replay = operator(t).get(f"/factory/runs/{run_id}/replay-report")
     assert_problem(not_a_replay, 404, "run-not-found")
+
+
+def test_the_cli_replays_a_workflow_s_last_runs_and_summarises(
+    t: TenantView,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Any,
+) -> None:
+    monkeypatch.setenv("RUNCONTROL_URL", t.api.base_url)
+    monkeypatch.setenv("RUNCONTROL_CONFIG", str(tmp_path / "absent.toml"))
+    monkeypatch.setenv("RUNCONTROL_TOKEN", t.token("olga", Role.OPERATOR))
+    t.publish()
+    run_id = t.submit()
+    t.succeed(t.claim(run_id))
+    t.wait_state(run_id, "Completed")
+    t.publish()  # release 2
+    argv = ["runs", "replay-batch", "--workflow", t.workflow, "--last", "1", "--json"]
+    done: dict[str, int] = {}
+    batch = threading.Thread(target=lambda: done.setdefault("code", main(argv)))
+    batch.start()
+    replay_id = wait_until(lambda: next(iter(listed(t, "?replays=only")), None))
+    t.succeed(t.claim(replay_id))  # the replay's worker reports the same outcome
+    batch.join(60)
+    assert done == {"code": 0}
+    found = json.loads(capsys.readouterr().out)
+    assert (found["runs"], found["diverged"]) == (1, 0)
+    assert found["steps"] == {"only": {"equal": 1, "diverged": 0}}
+    (report,) = found["reports"]
+    assert (report["originalRunId"], report["replayRunId"]) == (run_id, replay_id)

@@ -216,3 +216,4 @@ def test_the_decisions_metric_names_who_decided():
     assert decided_by(active().reference) == "template"
     assert decided_by("approval-expiry-reconciler") == "expiry"
     assert decided_by("rita") == "human"
+    assert decided_by(f"replay:{T0:%Y}") == "replay"

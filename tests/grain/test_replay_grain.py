@@ -2,7 +2,8 @@
 alias names now with the finished run's input, marked ``replay_of``; its journaled calls
 answered from the original's journal when the step name, call name, occurrence and arguments
 agree, refused otherwise; no side effect claimed; an approval the original approved for an
-equal proposal reused, another parked (or refused by option); listed apart; its report."""
+equal proposal reused, another parked (or refused by option); listed apart; no concurrency key
+taken; its report."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from uuid import UUID
 import pytest
 from grain_harness import SHARED, Harness, operator, outcome_hash
 from support import SyncGrain, decide, fenced, proposal, request_approval
+from test_flow_control import APPLY, held, publish, slots, submit
 
 from runcontrol.commands import ClaimToolCall, RecordCall, ReplayRun
 from runcontrol.domain import ApprovalState, LeaseGrant, RunState, StepSpec, errors
@@ -132,3 +134,15 @@ def test_an_approval_the_original_approved_is_reused_another_waits_or_fails(h: H
     with pytest.raises(errors.ReplayDiverged):
         request_approval(strict, grant, 2)
     assert proposal(2) not in {a.proposal_hash for a in h.load(strict.run_id).approvals.values()}
+
+
+def test_a_replay_takes_no_concurrency_key(h: Harness):
+    publish(h, APPLY)  # one run per repository at a time
+    done = submit(h, "r")
+    h.succeed(done, h.lease(done))
+    busy = submit(h, "r")  # holds the repository's key
+    assert held(h, busy) is None and held(h, submit(h, "r")) is not None  # the next one waits
+    grain = replay(h, done.run_id)
+    assert held(h, grain) is None
+    assert h.open_attempt(grain.run_id) is not None  # dispatched beside the key's holder
+    assert {s.run_id for s in slots(h)} == {busy.run_id}

@@ -312,7 +312,7 @@ def _select(table: Table, where: str) -> str:
 
 
 # The run and its rows, as of one snapshot (REPEATABLE READ): one round trip, no torn reads.
-_LOAD = (
+LOAD = (
     (runs, _select(runs, "run_id = %s")),
     (steps, _select(steps, "run_id = %s")),
     (attempts, _select(attempts, "run_id = %s")),
@@ -327,7 +327,7 @@ _LOAD = (
 
 
 def aggregate(run_id: UUID, found: Sequence[list[dict[str, Any]]]) -> RunAggregate:
-    """The run of ``_LOAD``'s rows (in its order): ``RunNotFound`` without its row."""
+    """The run of ``LOAD``'s rows (in its order): ``RunNotFound`` without its row."""
     run, *others = found
     if not run:
         raise errors.RunNotFound(f"run {run_id} not found", run_id=str(run_id))
@@ -480,7 +480,7 @@ class Store:
     ) -> tuple[RunAggregate, set[str]]:
         """The run and its rows as of one commit, and the ids of its commands answered since
         ``answered_since`` (their answers are stored)."""
-        queries: list[tuple[str, Sequence[Any]]] = [(sql, (run_id,)) for _, sql in _LOAD]
+        queries: list[tuple[str, Sequence[Any]]] = [(sql, (run_id,)) for _, sql in LOAD]
         queries.append((_ANSWERED, (run_id, answered_since)))
         *found, answered = await self.read(tenant_id, queries)
         agg = aggregate(run_id, found)

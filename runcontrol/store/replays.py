@@ -1,5 +1,5 @@
 """A replay's divergence report, read (docs/replay.md): the replay run and its original, each
-read as the grain loads a run (``commit._LOAD``), compared by ``domain.replay.report``."""
+read as the grain loads a run (``commit.LOAD``), compared by ``domain.replay.report``."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from sqlalchemy import Connection
 
 from ..domain import RunAggregate, errors
 from ..domain.replay import Outcome, RunRecord, report
-from .commit import _LOAD, aggregate
+from .commit import LOAD, aggregate
 
 
 def load(conn: Connection, run_id: UUID) -> RunAggregate:
     """The run and its rows, in the caller's scope (``RunNotFound`` outside it)."""
-    found = [list(conn.exec_driver_sql(sql, (run_id,)).mappings()) for _, sql in _LOAD]
+    found = [list(conn.exec_driver_sql(sql, (run_id,)).mappings()) for _, sql in LOAD]
     return aggregate(run_id, [[dict(r) for r in rs] for rs in found])
 
 

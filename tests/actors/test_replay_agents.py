@@ -8,7 +8,10 @@ summary written under a prompt); release 2 changes only the summary's prompt.
   pushed: the tool-call table holds the original's claim only); the changed step's request
   differs from the original's, so it fails ``replay-diverged`` and the report says so.
 - Replayed with ``liveCalls``: the changed step's request is made live and its different
-  result is in the report (a JSON diff); still no other live call and no second push."""
+  result is in the report (a JSON diff); still no other live call and no second push.
+- Replayed with ``liveCalls`` on release 3, whose change step's prompt makes the model propose
+  another patch: the replay asks for approval of it and waits for a human (the report names
+  the changed approval); nothing is pushed."""
 
 from __future__ import annotations
 
@@ -44,23 +47,30 @@ def summary(agent: str) -> dict[str, Any]:
 
 
 class Agents:
-    """The two agents of the workflow, their model requests counted per agent."""
+    """The agents of the workflow, their model requests counted per agent and prompt."""
 
     def __init__(self) -> None:
         self.requests: Counter[str] = Counter()
         self.pushed: list[str] = []
-        self.changer = Agent(FunctionModel(self.change), name="changer")
-        self.changer.tool_plain(requires_approval=True)(self.propose)
-        self.changer.tool_plain(self.push)
+        self.changer = self.changing()
+
+    def changing(self, instructions: str | None = None) -> Agent[None, str]:
+        changer = Agent(FunctionModel(self.change), name="changer", instructions=instructions)
+        changer.tool_plain(requires_approval=True)(self.propose)
+        changer.tool_plain(self.push)
+        return changer
 
     def change(self, messages: list[pm.ModelMessage], info: AgentInfo) -> pm.ModelResponse:
-        """read_file, propose (approved), push (a side effect), then done."""
-        self.requests["changer"] += 1
+        """propose (approved), push (a side effect), then done; instructed, it proposes
+        another patch."""
+        told = info.instructions
+        self.requests["changer" if told is None else f"changer ({told})"] += 1
+        patch = PATCH if told is None else {"patch": f"add a docstring, {told}"}
         turn = sum(isinstance(m, pm.ModelRequest) for m in messages)
         if turn == 1:
-            return pm.ModelResponse(parts=[pm.ToolCallPart("propose", PATCH, tool_call_id="p1")])
+            return pm.ModelResponse(parts=[pm.ToolCallPart("propose", patch, tool_call_id="p1")])
         if turn == 2:
-            return pm.ModelResponse(parts=[pm.ToolCallPart("push", PATCH, tool_call_id="u1")])
+            return pm.ModelResponse(parts=[pm.ToolCallPart("push", patch, tool_call_id="u1")])
         return pm.ModelResponse(parts=[pm.TextPart("changed")])
 
     def propose(self, patch: str) -> str:
@@ -82,12 +92,14 @@ def test_a_replay_on_a_release_changing_one_prompt(h: RayHarness) -> None:
     agents = Agents()
     worker = sdk_worker()
 
-    @worker.agent(h.agent("changer"))
-    async def change(step: Step) -> dict[str, Any]:
-        found = await pydantic_ai.run_agent(
-            step, agents.changer, "change app.py", stream=False, side_effects={"push"}
-        )
-        return {"answer": found.output}
+    for version, changer in (("changer", agents.changer), ("changer-2", agents.changing("v2"))):
+
+        @worker.agent(h.agent(version))
+        async def change(step: Step, changer: Agent[None, str] = changer) -> dict[str, Any]:
+            found = await pydantic_ai.run_agent(
+                step, changer, "change app.py", stream=False, side_effects={"push"}
+            )
+            return {"answer": found.output}
 
     for version, prompt in (("writer-1", "be brief"), ("writer-2", "be thorough")):
         writer = agents.writer(prompt)
@@ -124,10 +136,15 @@ def test_a_replay_on_a_release_changing_one_prompt(h: RayHarness) -> None:
         assert agents.requests == {"changer": 3, "be brief": 1}  # not one live call
         live = runs["live"] = await replay(original, live_calls=True)
         await h.wait_type(live, "RunCompleted", timeout=60)
+        # release 3 changes the change step's prompt: its live request proposes another patch
+        h.publish(dict(CHANGE, agentId="changer-2"), summary("writer-2"))
+        parked = runs["parked"] = await replay(original, live_calls=True)
+        await h.wait_type(parked, "ApprovalRequested", timeout=60)
 
     run_async(serving(h, worker, scenario)(), timeout=240)
-    # Only the changed step's request was made live, once.
-    assert agents.requests == {"changer": 3, "be brief": 1, "be thorough": 1}
+    # Only the changed steps' requests were made live: the summary's once, the changed
+    # proposal's once (it waits for a human: no push).
+    assert agents.requests == {"changer": 3, "be brief": 1, "be thorough": 1, "changer (v2)": 1}
     assert agents.pushed == ["add a docstring"]  # the side effect ran once, in the original
     assert len(h.rows(tool_calls, runs["original"])) == 1
     assert h.rows(tool_calls, runs["refused"]) == h.rows(tool_calls, runs["live"]) == []
@@ -148,3 +165,9 @@ def test_a_replay_on_a_release_changing_one_prompt(h: RayHarness) -> None:
         {"path": "$.answer", "before": "summary (be brief)", "after": "summary (be thorough)"}
     ]
     assert [c["name"] for c in live["callsNotInOriginal"]] == ["writer:model"]
+    with h.db.tenant(h.tenant) as conn:
+        parked = replays.replay_report(conn, runs["parked"])
+    assert parked["replayState"] == "WaitingForApproval"
+    (changed,) = parked["approvalsChanged"]  # the proposal changed: a human decides
+    assert changed["step"] == "change"
+    assert h.rows(tool_calls, runs["parked"]) == []

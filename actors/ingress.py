@@ -32,6 +32,19 @@ FAST_INGRESS: dict[str, str] = {
     "RAY_SERVE_LOG_TO_STDERR": "0",
 }
 
+# Ray's own cost (issue 42): Serve's controller runs its control loop every
+# RAY_SERVE_CONTROL_LOOP_INTERVAL_S (0.1 s by default), which Ray's performance guide names as
+# the setting to raise when the controller costs too much. Our deployments have a fixed number
+# of replicas (no autoscaling decisions to take), so the loop only follows replicas starting,
+# failing and being replaced, each then seen up to the interval later. Idle `runcontrol up` on
+# 2 cores, CPU per minute (docs/benchmarks.md): controller 1.97 s at 0.1, 0.80 at 0.5, 0.65 at
+# 1.0; GCS 1.03, 0.41, 0.34. Read by the controller only, at import: set where Ray starts, like
+# the ingress's (every node, for simplicity: the controller lives on the head).
+SERVE_CONTROLLER: dict[str, str] = {"RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.5"}
+
+# What every `ray start` (and a local ray.init) of the service carries.
+CLUSTER_VARIABLES: dict[str, str] = {**FAST_INGRESS, **SERVE_CONTROLLER}
+
 # HAProxy binds a stats page and a Prometheus exporter on fixed ports on every interface
 # (8404, 9101). Two clusters on one machine (tests, benchmarks, `make run` beside them) would
 # collide there, and then HAProxy does not start: a local cluster takes free ports instead.
@@ -181,12 +194,12 @@ LOCAL_DRAINING_PERIOD_S = "2"
 
 
 def use_fast_ingress(*, local_ports: bool, **overrides: str) -> dict[str, str]:
-    """Put the fast-ingress variables into this process's environment, for a Ray runtime this
-    process is about to start; a variable already set wins (``RAY_SERVE_ENABLE_HA_PROXY=0``
-    opts out). ``local_ports`` gives HAProxy's stats and metrics listeners free ports, the
-    replicas port ranges of their own and the local draining period. Answers what is now in
-    effect."""
-    wanted = {**FAST_INGRESS, **overrides}
+    """Put the fast-ingress variables (and Serve's control loop interval: ``CLUSTER_VARIABLES``)
+    into this process's environment, for a Ray runtime this process is about to start; a
+    variable already set wins (``RAY_SERVE_ENABLE_HA_PROXY=0`` opts out). ``local_ports``
+    gives HAProxy's stats and metrics listeners free ports, the replicas port ranges of their
+    own and the local draining period. Answers what is now in effect."""
+    wanted = {**CLUSTER_VARIABLES, **overrides}
     if local_ports:
         wanted.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", LOCAL_DRAINING_PERIOD_S)
         wanted.update({name: str(free_port(_LOCAL_INTERNAL_PORTS)) for name in PORT_VARIABLES})

@@ -121,6 +121,9 @@ MAX_BATCH = 64
 # A host that answered ``errors.Draining`` gets no commands from this router for this long;
 # then one is tried again (the host may have been replaced by then, or called its drain off).
 DRAINING_RECHECK_S = 5.0
+# The hosts' Exchange targets are asked again after this long (a restarted host serves on
+# another port; a worker that cannot reach one goes through the ingress meanwhile).
+TARGETS_TTL_S = 5.0
 
 
 # A queued command: the command, its caller's future, and (tracing on) the caller's trace
@@ -163,6 +166,7 @@ class HostRouter:
         self._round_robin = itertools.cycle(range(host_count))
         self._draining: dict[str, float] = {}  # host name -> when it last answered Draining
         self.batches_sent = 0  # command_batch actor calls made (benchmarks report the ratio)
+        self._targets: tuple[float, list[str]] | None = None  # (when asked, the targets)
         # Per event loop (a process may run several, one after another): host name -> queue.
         self._queues: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, dict[str, _HostQueue]
@@ -277,6 +281,24 @@ class HostRouter:
             self._handles.pop(name, None)
             raise errors.Unavailable(f"{name} did not answer: {exc!r}") from exc
         return down
+
+    async def exchange_targets(self) -> list[str]:
+        """Where each host serves the workers' gRPC ``Exchange`` itself (by index; "": it does
+        not, or did not answer), asked of the hosts at most every ``TARGETS_TTL_S``."""
+        if self._targets is None or time.monotonic() - self._targets[0] > TARGETS_TTL_S:
+            asked = time.monotonic()
+            found = await asyncio.gather(*map(self._target, range(self.host_count)))
+            self._targets = asked, list(found)
+        return self._targets[1]
+
+    async def _target(self, index: int) -> str:
+        name = host_name(index)
+        try:
+            target = await self._handle(name).exchange_target.remote()
+        except Exception:  # noqa: BLE001 - restarting, or an older host: through the ingress
+            self._handles.pop(name, None)
+            return ""
+        return str(target or "")
 
     async def send(self, command: Command[R]) -> R:
         """One grain command, sent to the run's host in a batch with its neighbours."""

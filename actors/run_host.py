@@ -35,7 +35,7 @@ from runcontrol.config import Settings
 from runcontrol.domain import LeaseGrant, RunAggregate, errors
 from runcontrol.domain.run import RUN_CONTROL
 from runcontrol.drain import Drain
-from runcontrol.grain import UNSERIALISED, RunGrain
+from runcontrol.grain import UNSERIALISED, Outcome, RunGrain, outcome, together, turn
 from runcontrol.store import Database
 from runcontrol.store import queries as q
 from runcontrol.store.commit import CONFIG_CHANNEL, DISPATCH_CHANNEL, EVENTS_CHANNEL
@@ -48,6 +48,7 @@ from runcontrol.workers.fair_shares import FairShare
 from runcontrol.workers.protocol import SessionUp
 from runcontrol.workers.sessions import FusedGrants, HostSessions
 
+from .host_exchange import exchange_server
 from .metrics import HostMetrics, command_span
 from .placement import (
     HostRouter,
@@ -93,7 +94,11 @@ def collect_less() -> None:
 
 
 def host_config(settings: Settings, owner_url: str) -> dict[str, Any]:
-    return {"owner_url": owner_url, "settings": settings.model_dump(mode="json")}
+    """A host's settings, with the HS256 secret (JSON hides it): it checks workers' tokens."""
+    raw, secret = settings.model_dump(mode="json"), settings.auth.hs256_secret
+    if secret is not None:
+        raw["auth"]["hs256_secret"] = secret.get_secret_value()
+    return {"owner_url": owner_url, "settings": raw}
 
 
 def actor_start(config: dict[str, Any], role: str) -> tuple[Settings, Database]:
@@ -176,6 +181,7 @@ class RunHost:
         self._router = make_router(config)
         self._started = time.monotonic()
         self._commands = 0
+        self.turns = 0  # mailbox turns deciding several commands of one run (``command_turn``)
         # Once draining, every new command and claim is refused (``errors.Draining``: the
         # router re-routes it to another host at once); those in flight finish (``drain``).
         self._drain = Drain(self.settings.drain.retry_after_seconds)
@@ -209,6 +215,12 @@ class RunHost:
         self._loop = loop  # the commands' and exchanges' loop (the control group has its own)
         self._reaper = loop.create_task(self._reap())
         self._sweeper = loop.create_task(self._sessions.sweep())
+        # Workers' gRPC exchanges served here, with no replica relaying them (issue 42).
+        self._exchange_server = exchange_server(
+            self.settings, index, lambda _, up: self._sessions.exchange(up), self._drain
+        )
+        if self._exchange_server is not None:
+            self._exchange_start = loop.create_task(self._exchange_server.start())
         collect_less()
 
     def _cancel_run(self, tenant_id: str, run_id: UUID, reason: str, wanted_by: UUID) -> None:
@@ -296,21 +308,46 @@ class RunHost:
 
     async def command_batch(
         self, items: list[Command[Any]], carriers: list[Carrier | None] | None = None
-    ) -> list[tuple[bool, Any]]:
-        """Several commands in one actor call (``HostRouter.send`` batches them), each
-        answered ``(ok, result or error)`` as if sent alone: one run's commands in the order
-        listed (across batches, no order: DESIGN 9.6). They all start in this turn of the
-        loop, each in its run's mailbox, so the commits they reach together share one
-        statement (``GroupCommit``). ``carriers`` (tracing on): each item's trace context."""
-
-        async def one(item: Command[Any], carrier: Carrier | None) -> tuple[bool, Any]:
-            try:
-                return True, await self.command(item, carrier)
-            except Exception as exc:  # noqa: BLE001 - answered to its caller, not raised here
-                return False, exc
-
+    ) -> list[Outcome]:
+        """Several commands in one actor call (``HostRouter.send`` batches them, a worker's
+        exchange carries them), each answered ``(ok, result or error)`` as if sent alone: one
+        run's commands in the order listed (across batches, no order: DESIGN 9.6). They all
+        start in this turn of the loop, each in its run's mailbox, so their commits share one
+        statement (``GroupCommit``); several of one run are one turn of its grain and one
+        document (``runcontrol.grain.turn``). ``carriers`` (tracing on): each one's context."""
         contexts = carriers or [None] * len(items)
-        return list(await asyncio.gather(*map(one, items, contexts)))
+        outcomes: dict[int, Outcome] = {}
+
+        async def group(positions: list[int]) -> None:
+            first, commands = positions[0], [items[p] for p in positions]
+            if len(commands) > 1:
+                answered = await self.command_turn(commands, contexts[first])
+            else:
+                answered = [await outcome(self.command(commands[0], contexts[first]))]
+            outcomes.update(zip(positions, answered, strict=True))
+
+        await asyncio.gather(*map(group, together(items)))
+        return [outcomes[p] for p in range(len(items))]
+
+    async def command_turn(
+        self, commands: list[Command[Any]], carrier: Carrier | None = None
+    ) -> list[Outcome]:
+        """Several commands of one run (``together``) in one hold of its mailbox: one turn
+        of its grain, one commit. Refused whole while the host drains (none ran)."""
+        first = commands[0]
+        if self._drain.draining:
+            return [(False, self._drain.refuse(f"commands for run {first.run_id}"))] * len(commands)
+        act = self._activation(first.tenant_id, first.run_id)
+        with self._drain.track():
+            async with act.mailbox():
+                self._commands += len(commands)
+                self.turns += 1
+                try:
+                    with command_span(first, carrier):
+                        return await turn(act.grain, commands)
+                finally:
+                    if not act.grain.active and self._activations.get(first.run_id) is act:
+                        del self._activations[first.run_id]
 
     async def command_batch_packed(
         self, payload: bytes, carriers: list[Carrier | None] | None = None
@@ -420,6 +457,10 @@ class RunHost:
     async def ping(self) -> str:
         return "ok"
 
+    async def exchange_target(self) -> str | None:
+        """Where this host serves the workers' gRPC ``Exchange`` (None: it does not)."""
+        return None if self._exchange_server is None else self._exchange_server.target
+
     @ray.method(concurrency_group="control")
     async def stats(self) -> dict[str, Any]:
         rss_kb = 0
@@ -434,6 +475,7 @@ class RunHost:
             "pid": os.getpid(),
             "activations": len(self._activations),
             "commands": self._commands,
+            "turns": self.turns,
             "reads": self._reads,  # claim, get_run and events calls
             "calls": self._calls,  # command batches, claims, reads and exchanges served
             "exchanges": self._sessions.exchanges,

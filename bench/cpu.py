@@ -58,6 +58,7 @@ KINDS = (
     ("Scheduler", "scheduler"),
     ("haproxy", "ingress (HAProxy)"),
     ("ProxyActor", "ingress (Serve proxy)"),
+    ("ServeController", "Serve controller"),
     ("wrk", "driver (load generator)"),
 )
 

@@ -305,6 +305,7 @@ def run(
         # NOTIFYs sent (by channel), the rows written (by table: bench/counts.py)
         "host_calls_per_run": host_delta("calls") / per_run,
         "host_exchanges_per_run": host_delta("exchanges") / per_run,
+        "host_turns_per_run": host_delta("turns") / per_run,  # several commands of a run
         "transactions_per_run": (tx_after - tx_before) / per_run,
         "commit_statements_per_run": host_delta("commit_groups") / per_run,
         "commit_documents_per_run": host_delta("commit_documents") / per_run,
@@ -349,7 +350,8 @@ def report(figures: dict[str, Any], ceiling: float) -> None:
     print(f"per-run cost ({figures['transport']} workers):")
     for key, label in (
         ("host_calls_per_run", "actor calls served by the hosts"),
-        ("host_exchanges_per_run", "  of which session exchanges"),
+        ("host_exchanges_per_run", "session exchanges (by actor call or not)"),
+        ("host_turns_per_run", "turns deciding several commands of a run"),
         ("transactions_per_run", "database transactions"),
         ("commit_statements_per_run", "commit statements (group commits)"),
         ("commit_documents_per_run", "committed documents (commands)"),

@@ -68,7 +68,7 @@ from runcontrol.store.commit import CONFIG_CHANNEL, StoredAnswer, prepare
 from runcontrol.store.notify import Listener
 from runcontrol.workers.book import CreditBook
 from runcontrol.workers.protocol import Credit, SessionUp
-from runcontrol.workers.sessions import FusedGrants, HostSessions
+from runcontrol.workers.sessions import FusedGrants, HostSessions, Mailboxes
 
 from .common import private_database
 
@@ -159,7 +159,7 @@ def rules(runs: int, rounds: int) -> dict[str, float]:
 # ---------------------------------------------------------------------- sessions
 
 
-class _Mailboxes:
+class _Mailboxes(Mailboxes):
     """The host's runs as ``RunHost`` keeps them: one activation and mailbox per run."""
 
     def __init__(self, env: GrainEnv) -> None:

@@ -42,7 +42,13 @@ from . import cpu
 
 HOLDER = "--holder="  # on the command line of every worker process bench.e2e starts
 MEASURED_AFTER = 150  # runs in the database: bench.e2e's warm-up (50) and 100 measured
-SKIPPED = {"postgres", "driver (load generator)", "ingress (HAProxy)", "ray and the rest"}
+SKIPPED = {
+    "postgres",
+    "driver (load generator)",
+    "ingress (HAProxy)",
+    "Serve controller",
+    "ray and the rest",
+}
 ATTACH_S = 8.0  # py-spy's start (its symbol tables), before the window
 _LINE = re.compile(r":\d+\)$")
 _PATH = re.compile(r"\((?:.*/site-packages/|.*/(?=runcontrol/|actors/|bench/))?")

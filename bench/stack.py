@@ -94,7 +94,9 @@ def api_stack(
     afterwards."""
     from serve_app import RunControlApi
 
-    config = Settings(**(settings or {}))
+    secret = secrets.token_urlsafe(48)  # this run's own: there is no built-in secret
+    # the hosts check the tokens of the gRPC exchanges they serve themselves
+    config = Settings(**{"auth": {"hs256_secret": secret}, **(settings or {})})
     db = build_database(config, owner_url=owner_url)
     container = build(config, db=db, migrate=False)
     tenant = f"bench-{uuid.uuid4().hex[:8]}"
@@ -117,7 +119,6 @@ def api_stack(
         )
         if trivial:
             serve.run(Trivial.bind(), name="trivial", route_prefix="/trivial")
-        secret = secrets.token_urlsafe(48)  # this run's own: there is no built-in secret
         app_settings = {**(api_settings or {}), "auth": {"hs256_secret": secret}}
         serve.run(
             RunControlApi.bind(database_url=owner_url, settings=app_settings),

@@ -34,6 +34,8 @@ class Router(Protocol):
 
     async def exchange(self, host: int, up: SessionUp) -> SessionDown: ...
 
+    async def exchange_targets(self) -> list[str]: ...
+
 
 @dataclass(frozen=True, slots=True)
 class Claim:
@@ -86,6 +88,10 @@ class RunControlClient:
         (``runcontrol.workers.protocol``): the client is a ``SessionTransport``. A draining host
         answers ``draining=True``."""
         return await self._router.exchange(host, up)
+
+    async def exchange_targets(self) -> list[str]:
+        """Where each run host serves the gRPC ``Exchange`` itself (by index; "": it does not)."""
+        return await self._router.exchange_targets()
 
     # ------------------------------------------------------------------ reads
 

@@ -125,6 +125,21 @@ class GrainOptions(BaseModel):
     idle_seconds: float = Field(60, gt=0)
     host_count: int = Field(2, ge=1)
     placement: str = Field("hosted", pattern="^(hosted|dedicated)$")
+    exchange_port: int | None = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="Grains:ExchangePort: each run host serves the workers' gRPC Exchange "
+        "itself on this port plus its index (0: a free port; None: only through the API's "
+        "gRPC ingress, relayed by a replica). Workers learn the hosts' targets from the "
+        "ingress's Exchange replies (docs/sessions.md).",
+    )
+    exchange_target: str = Field(
+        "{node_ip}:{port}",
+        description="Grains:ExchangeTarget: how workers reach a host's Exchange, formatted "
+        "with node_ip, port and index: an ingress route to the host's port, when workers "
+        "cannot reach the nodes.",
+    )
 
 
 class BudgetOptions(BaseModel):

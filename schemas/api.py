@@ -443,6 +443,11 @@ class PolicyRequest(RequestModel):
         '`{"tenant": {"perSecond", "burst"}, "agents": {agentId: {...}}, '
         '"named": {name: {...}}}`; a release step names its named limits (`rateLimits`).',
     )
+    mcp_decisions: bool = Field(
+        default=False,
+        description="Whether MCP clients may decide approvals (the MCP server's "
+        "`decide_approval` tool, docs/mcp.md); off by default.",
+    )
 
 
 class PolicyView(ResponseModel):

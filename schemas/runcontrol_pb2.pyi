@@ -716,7 +716,7 @@ class ExchangeRequest(_message.Message):
     def __init__(self, host: _Optional[int] = ..., session_id: _Optional[str] = ..., credits: _Optional[_Iterable[_Union[SessionCredit, _Mapping]]] = ..., commands: _Optional[_Iterable[_Union[SessionCommand, _Mapping]]] = ..., acks: _Optional[_Iterable[str]] = ..., wait_seconds: _Optional[float] = ..., seq: _Optional[int] = ...) -> None: ...
 
 class ExchangeReply(_message.Message):
-    __slots__ = ("answers", "grants", "cancels", "backlog", "hosts", "draining")
+    __slots__ = ("answers", "grants", "cancels", "backlog", "hosts", "draining", "host_targets")
     class BacklogEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -730,10 +730,12 @@ class ExchangeReply(_message.Message):
     BACKLOG_FIELD_NUMBER: _ClassVar[int]
     HOSTS_FIELD_NUMBER: _ClassVar[int]
     DRAINING_FIELD_NUMBER: _ClassVar[int]
+    HOST_TARGETS_FIELD_NUMBER: _ClassVar[int]
     answers: _containers.RepeatedCompositeFieldContainer[SessionAnswer]
     grants: _containers.RepeatedCompositeFieldContainer[SessionGrant]
     cancels: _containers.RepeatedScalarFieldContainer[str]
     backlog: _containers.ScalarMap[str, int]
     hosts: int
     draining: bool
-    def __init__(self, answers: _Optional[_Iterable[_Union[SessionAnswer, _Mapping]]] = ..., grants: _Optional[_Iterable[_Union[SessionGrant, _Mapping]]] = ..., cancels: _Optional[_Iterable[str]] = ..., backlog: _Optional[_Mapping[str, int]] = ..., hosts: _Optional[int] = ..., draining: _Optional[bool] = ...) -> None: ...
+    host_targets: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, answers: _Optional[_Iterable[_Union[SessionAnswer, _Mapping]]] = ..., grants: _Optional[_Iterable[_Union[SessionGrant, _Mapping]]] = ..., cancels: _Optional[_Iterable[str]] = ..., backlog: _Optional[_Mapping[str, int]] = ..., hosts: _Optional[int] = ..., draining: _Optional[bool] = ..., host_targets: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -19,7 +19,16 @@ from hypothesis import settings
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
-from support import SECOND_HALF, Faults, drive, drop_database, new_database
+from support import (
+    AUDIENCE,
+    ISSUER,
+    SECOND_HALF,
+    SECRET,
+    Faults,
+    drive,
+    drop_database,
+    new_database,
+)
 
 from runcontrol import embedded
 from runcontrol.config import Settings
@@ -50,6 +59,7 @@ LONGEST_FILES = (
     "chaos/test_up_lifecycle.py",
     "telemetry/test_telemetry.py",
     "actors/test_two_node.py",
+    "chaos/test_up_shards.py",
 )
 
 
@@ -154,6 +164,8 @@ RAY_TEST_SETTINGS = {
     "leases": {"duration_seconds": 2, "renewal_grace_seconds": 0.5},
     "retries": {"base_delay_seconds": 0.05, "max_delay_seconds": 0.2},
     "grains": {"idle_seconds": 30, "host_count": 2},
+    # the hosts check the tokens of the workers' exchanges they serve themselves
+    "auth": {"hs256_secret": SECRET, "issuer": ISSUER, "audience": AUDIENCE},
     "scheduler": {
         "lease_expiry_interval": 0.5,
         "approval_expiry_interval": 0.5,

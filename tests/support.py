@@ -7,7 +7,9 @@ import os
 import subprocess
 import threading
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from uuid import UUID
@@ -25,6 +27,7 @@ from runcontrol.commands import (
     ReportOutcome,
     RequestApproval,
 )
+from runcontrol.config import WebhookOptions
 from runcontrol.domain import (
     ApprovalRequest,
     AttemptOutcome,
@@ -35,6 +38,7 @@ from runcontrol.domain import (
 )
 from runcontrol.grain import RunGrain
 from runcontrol.store import Database
+from runcontrol.webhooks import create_subscription
 
 T = TypeVar("T")
 
@@ -104,6 +108,11 @@ def race(*calls: Callable[[], Any]) -> list[tuple[str, Any]]:
 # function without the suffix sends it to a SyncGrain.
 
 WORKER = "worker-1"
+# The tests' token key: the API's (tests/api), and the run hosts', which check the workers'
+# tokens of the gRPC exchanges they serve themselves.
+SECRET = "api-test-secret-" + "0123456789abcdef" * 4  # long enough for HS512 too
+ISSUER = "https://idp.runcontrol.test/"
+AUDIENCE = "runcontrol-api"
 
 
 def proposal(n: int = 1) -> str:
@@ -403,3 +412,27 @@ def drop_database(owner_url: str, database: Database) -> None:
     with admin.connect() as conn:
         conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
     admin.dispose()
+
+
+@contextmanager
+def scratch_database(owner_url: str, prefix: str = "runcontrol_scratch") -> Iterator[Database]:
+    """A migrated database of its own on the session's server, dropped afterwards."""
+    database = new_database(owner_url, prefix)
+    try:
+        yield database
+    finally:
+        drop_database(owner_url, database)
+
+
+def subscribe(db: Database, tenant: str, now: datetime) -> dict[str, Any]:
+    """A webhook subscription of ``tenant`` created at ``now`` (to a port nobody listens on)."""
+    return create_subscription(
+        db,
+        tenant,
+        url="http://127.0.0.1:9/hook",
+        description=None,
+        max_attempts=3,
+        created_by="oscar",
+        options=WebhookOptions(allow_private_addresses=True),
+        now=now,
+    )

@@ -142,4 +142,10 @@ def create_app(
         app.state.a2a_grpc = A2aGrpc(services, app.state.verifier, app.state.rate_limiter)
     else:
         log.warning("a2a-sdk is not installed (the a2a extra): no A2A agents are served")
+    # runcontrol as an MCP server (issue 45): /mcp, the mcp SDK's streamable HTTP, when the
+    # ``mcp`` extra is installed (make installs it).
+    if find_spec("mcp") is not None:
+        from ..mcp_server.door import mcp_route
+
+        app.router.routes.append(mcp_route(services, app.state.verifier, app.state.rate_limiter))
     return app

@@ -72,6 +72,14 @@ def require(operation: Operation) -> Callable[..., Awaitable[Caller]]:
     return dependency
 
 
+async def verified(request: Request, operation: Operation) -> Caller:
+    """What ``require(operation)`` answers, for a plain route (``routes.plain``): the bearer
+    token read as ``bearer`` reads it, verified, and the operation permitted."""
+    caller = await authenticate(await bearer(request), await get_verifier(request))
+    permit(caller, operation)
+    return caller
+
+
 # The verified caller of a route, by the operation the route performs.
 RunsReader = Annotated[Caller, Depends(require(Operation.READ_RUNS))]
 RunSubmitter = Annotated[Caller, Depends(require(Operation.SUBMIT_RUN))]

@@ -80,22 +80,23 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-def _metered(caller: Caller, request: Request) -> Caller:
+def metered(caller: Caller, request: Request) -> Caller:
+    """The caller, once its tenant's command rate let the call through (else 429)."""
     limiter: TenantRateLimiter = request.app.state.rate_limiter
     limiter.check(caller.tenant_id)
     return caller
 
 
 async def _metered_submit(caller: RunSubmitter, request: Request) -> Caller:
-    return _metered(caller, request)
+    return metered(caller, request)
 
 
 async def _metered_cancel(caller: RunCanceller, request: Request) -> Caller:
-    return _metered(caller, request)
+    return metered(caller, request)
 
 
 async def _metered_decide(caller: ApprovalsDecider, request: Request) -> Caller:
-    return _metered(caller, request)
+    return metered(caller, request)
 
 
 # The verified caller of a command route, after its tenant's rate limit let the call through.

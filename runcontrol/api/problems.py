@@ -106,7 +106,8 @@ def problem(
 
 
 def _headers(error: errors.RunControlError) -> dict[str, str]:
-    if isinstance(error, RateLimited | errors.Draining) and "retry_after" in error.details:
+    retrying = RateLimited | errors.Draining | errors.ShardMoving
+    if isinstance(error, retrying) and "retry_after" in error.details:
         return {"Retry-After": str(error.details["retry_after"])}
     return _www_authenticate(error)
 

@@ -13,6 +13,7 @@ from uuid import UUID
 
 from fastapi import Header, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 
 from schemas.api import (
     BulkCancelRequest,
@@ -27,13 +28,14 @@ from schemas.api import (
 )
 
 from ..domain import Limits, RunState, errors
+from ..domain.access import Operation
 from ..edge import bulk, commands
 from ..store import queries as q
 from ..store.commit import EVENTS_CHANNEL
 from . import routes, templates
-from .auth import Caller, RunCanceller, RunsReader
+from .auth import Caller, RunCanceller, RunsReader, verified
 from .context import Cursor, PageLimit, Services, Svc, found, list_page, location
-from .limits import MeteredCanceller, MeteredSubmitter
+from .limits import MeteredCanceller, MeteredSubmitter, metered
 from .problems import responses
 
 router = routes.router("/factory/runs", "runs")
@@ -114,24 +116,14 @@ def run_location(run_id: UUID) -> str:
     return location(router.prefix, run_id)
 
 
-@router.post(
-    "",
-    status_code=202,
-    response_model=SubmitRunResponse,
-    responses={
-        200: {"model": RunView, "description": "With `Prefer: wait=N`: the run ended within it."},
-        **responses(400, 404, 409, 429, 503),
-    },
-)
 async def submit_run(
     caller: MeteredSubmitter,
     svc: Svc,
     body: SubmitRunBody,
-    response: Response,
     idempotency_key: IdempotencyKey = None,
     correlation_id: CorrelationId = None,
     prefer: Prefer = None,
-) -> Any:
+) -> Response:
     """Accept a run; 202 with the run location; idempotent on Idempotency-Key.
 
     Scope `factory.runs.write`; roles Requester, WorkspaceAdmin, PlatformAdmin. The run belongs to
@@ -146,14 +138,44 @@ async def submit_run(
         svc.outside(caller), idempotency_key, correlation_id=correlation_id, limits=limits, **fields
     )
     result = await svc.send(command)
-    response.headers["Location"] = run_location(result.run_id)
+    headers = {"Location": run_location(result.run_id)}
     if wait > 0:
         view = await wait_terminal(svc, caller, result.run_id, wait)
         if view is not None:  # ended within the wait: the run itself, as GetRun answers it
             run = RunView.model_validate(view).model_dump(mode="json", by_alias=True)
-            headers = {"Location": run_location(result.run_id), "Preference-Applied": "wait"}
+            headers["Preference-Applied"] = "wait"
             return JSONResponse(run, status_code=200, headers=headers)
-    return result
+    accepted = SubmitRunResponse.model_validate(result, from_attributes=True)
+    return Response(
+        accepted.model_dump_json(by_alias=True),
+        status_code=202,
+        media_type="application/json",
+        headers=headers,
+    )
+
+
+async def _submit_plainly(route: APIRoute, request: Request) -> Response:
+    """``submit_run`` served by a plain handler (``routes.plain``, issue 42): its arguments
+    made in FastAPI's order (the JSON body read, the caller verified, permitted and metered,
+    then the headers and the body checked), without its dependency solving."""
+    body = await routes.json_body(request)
+    caller = metered(await verified(request, Operation.SUBMIT_RUN), request)
+    svc: Services = request.app.state.services
+    return await submit_run(caller, svc, **routes.arguments(route, request, body))
+
+
+router.add_api_route(
+    "",
+    submit_run,
+    methods=["POST"],
+    status_code=202,
+    response_model=SubmitRunResponse,
+    responses={
+        200: {"model": RunView, "description": "With `Prefer: wait=N`: the run ended within it."},
+        **responses(400, 404, 409, 429, 503),
+    },
+    route_class_override=routes.plain(_submit_plainly),
+)
 
 
 @router.get("/{runId}", response_model=RunView)
@@ -183,9 +205,9 @@ async def list_runs(
         id_check(),
     ] = None,
     parent_run_id: Annotated[UUID | None, Query(alias="parentRunId")] = None,
-    replays: Literal["exclude", "only", "include"] = "exclude",
     cursor: Cursor = None,
     limit: PageLimit = 50,
+    replays: Literal["exclude", "only", "include"] = "exclude",
 ) -> dict[str, Any]:
     """Runs in the trusted scope with state and freshness; paged.
 

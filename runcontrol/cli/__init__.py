@@ -3,7 +3,7 @@
 - the service, which runs on the Ray runtime handed in (``cluster``): ``up`` and ``hosts``
   (``service``, with the demo ``up`` runs in ``demo``) and ``worker`` (``workers``);
 - the platform's setup: ``token`` (``tokens``), ``db``/``migrate``, ``release``, ``policy`` and
-  ``restore-check`` (``admin``);
+  ``restore-check`` (``admin``), and ``shards`` (where the virtual shards are; moving one);
 - people, over the HTTP API (``http_api``): ``runs`` and ``events`` (``runs``), ``approvals``,
   ``schedules``, ``webhooks``, ``templates``, and for operators ``queues`` and ``ops`` (``ops``).
 
@@ -26,6 +26,7 @@ from . import (
     runs,
     schedules,
     service,
+    shards,
     templates,
     tokens,
     webhooks,
@@ -48,6 +49,7 @@ def main(argv: list[str] | None = None, cluster: ClusterLoader | None = None) ->
     admin.add_release(sub)
     admin.add_policy(sub)
     admin.add_restore_check(sub)
+    shards.add_shards(sub)
     runs.add_runs(sub)
     approvals.add_approvals(sub)
     schedules.add_schedules(sub)

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import json_schema
 from .errors import ValidationFailed
 
 MAX_TEXT = 200  # a name, an id, a tag, a key
@@ -79,6 +80,10 @@ class AgentExposure:
     skills: tuple[AgentSkill, ...]
     input: InputMapping = InputMapping()
     model_profile_id: str = "default"
+    # The run input's JSON Schema (``domain.json_schema``'s subset): an MCP client's tool
+    # input schema, and a check of every input submitted through the agent doors. None: the
+    # schema the input mapping implies (``tool_schema``), nothing checked beyond it.
+    input_schema: Mapping[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, raw: Any) -> AgentExposure:
@@ -98,16 +103,40 @@ class AgentExposure:
             skills=skills,
             input=_mapping(raw.get("input")),
             model_profile_id=_text(raw.get("modelProfileId", "default"), "agent.modelProfileId"),
+            input_schema=_input_schema(raw.get("inputSchema")),
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "name": self.name,
             "description": self.description,
             "skills": [s.to_dict() for s in self.skills],
             "input": self.input.to_dict(),
             "modelProfileId": self.model_profile_id,
         }
+        if self.input_schema is not None:  # absent: a block without one hashes as before
+            out["inputSchema"] = dict(self.input_schema)
+        return out
+
+    def tool_schema(self) -> dict[str, Any]:
+        """The run input's JSON Schema: the block's ``inputSchema``, else an object with the
+        input mapping's ``text`` key (a string) and its ``required`` keys."""
+        if self.input_schema is not None:
+            return {"type": "object", **self.input_schema}
+        properties = {} if self.input.text is None else {self.input.text: {"type": "string"}}
+        return {"type": "object", "properties": properties, "required": list(self.input.required)}
+
+    def checked(self, run_input: dict[str, Any]) -> dict[str, Any]:
+        """``run_input`` if it holds the block's ``inputSchema`` and ``required`` keys, else
+        ``ValidationFailed`` naming the rule it breaks (nothing is submitted then)."""
+        missing = [k for k in self.input.required if k not in run_input]
+        if missing:
+            raise ValidationFailed(f"the input lacks {missing} (the agent's required input)")
+        if self.input_schema is not None:
+            error = json_schema.first_error(self.input_schema, run_input, "input")
+            if error:
+                raise ValidationFailed(f"the agent's input schema: {error}")
+        return run_input
 
     def run_input(self, parts: Sequence[Part]) -> dict[str, Any]:
         """The run's input made of a message's parts, or ``ValidationFailed`` saying which
@@ -130,10 +159,7 @@ class AgentExposure:
                 out[mapping.data] = part.data
         if texts and mapping.text is not None:
             out[mapping.text] = "\n".join(texts)
-        missing = [k for k in mapping.required if k not in out]
-        if missing:
-            raise ValidationFailed(f"the message lacks {missing} (the agent's required input)")
-        return out
+        return self.checked(out)
 
 
 def _text(value: Any, field: str, limit: int = MAX_TEXT) -> str:
@@ -161,6 +187,17 @@ def _skill(i: int, raw: Any) -> AgentSkill:
         tags=_texts(raw.get("tags"), f"{field}.tags"),
         examples=_texts(raw.get("examples"), f"{field}.examples"),
     )
+
+
+def _input_schema(raw: Any) -> Mapping[str, Any] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping) or raw.get("type", "object") != "object":
+        raise ValidationFailed(
+            "agent.inputSchema must be a JSON Schema of an object", field="agent.inputSchema"
+        )
+    json_schema.check_schema(raw, "agent.inputSchema")
+    return raw
 
 
 def _mapping(raw: Any) -> InputMapping:

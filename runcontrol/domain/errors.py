@@ -261,6 +261,17 @@ class Draining(RunControlError):
     retryable = True
 
 
+class ShardMoving(Unavailable):
+    """The tenant's virtual shard is moving to another database (docs/sharding.md): nothing
+    was done; send the command again after ``retry_after`` seconds."""
+
+
+class ShardMoved(Unavailable):
+    """The database the command reached no longer holds the tenant's rows (a fence of a
+    shard's move refused it, in its own transaction): nothing was done; route it again by a
+    fresh directory and send it again."""
+
+
 # ---------------------------------------------------------------------- operator controls
 
 

@@ -485,6 +485,9 @@ class PolicyDocument:
     max_re_requests: int = 3
     # Token buckets every run pinned to this revision draws on (None: none configured).
     rate_limits: RateLimits | None = None
+    # Whether an MCP client may decide the tenant's approvals (the MCP server's
+    # decide_approval tool, docs/mcp.md); every rule of a decision holds either way.
+    mcp_decisions: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -15,13 +15,15 @@ and every commit joins the process's group commit, so the commands of many runs 
 the same moment share one statement. A committed command's answer is stored with its effect;
 a resend of its ``command_id`` within the window (``RunControl:Commands:AnswerRetentionHours``)
 gets that answer, never a second effect (``memo``). Submission, duplicate submission and rerun
-are ``submission``.
+are ``submission``. Several commands of one run that arrive together (an exchange's, a
+batch's) are decided in one turn and committed as one document (``turn``).
 """
 
 from .bus import HANDLERS, Committed, Handler
 from .env import GrainEnv, Observer, Plan
 from .grain import RunGrain
 from .handlers import UNSERIALISED  # importing it registers every handler and effect
+from .turn import Outcome, outcome, together, turn
 
 __all__ = [
     "HANDLERS",
@@ -30,6 +32,10 @@ __all__ = [
     "GrainEnv",
     "Handler",
     "Observer",
+    "Outcome",
     "Plan",
     "RunGrain",
+    "outcome",
+    "together",
+    "turn",
 ]

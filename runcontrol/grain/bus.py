@@ -28,12 +28,19 @@ HANDLERS: dict[type[Command[Any]], Handler] = {}
 @dataclass(frozen=True, slots=True)
 class Committed:
     """A command's statement is in: the command, the run as committed, what the statement
-    wrote (events, held steps, runs to displace) and the answer stored with it."""
+    wrote (events, held steps, runs to displace) and the answer stored with it. A turn's
+    statement (several commands of the run, ``grain.turn``) is one notice: its last command
+    and answer, ``earlier`` the others' (``each``: all of them, in the order decided)."""
 
     command: Command[Any]
     run: RunAggregate
     changes: Changes
     answer: StoredAnswer
+    earlier: tuple[tuple[Command[Any], StoredAnswer], ...] = ()
+
+    @property
+    def each(self) -> tuple[tuple[Command[Any], StoredAnswer], ...]:
+        return (*self.earlier, (self.command, self.answer))
 
 
 # (the run's grain, the notice) -> nothing, or an awaitable (an effect that does I/O)

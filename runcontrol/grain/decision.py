@@ -5,6 +5,10 @@ A lost race (the version guard, or a deadlock between two activations) decides a
 fresh rows, before answering ``ConcurrencyConflict``; a refusal decided on the cache decides
 again on fresh rows only if the run changed since; a dispatch refused a concurrency slot (or
 one of the tenant's cap) decides again holding the step (docs/flow-control.md).
+
+Inside a turn (``RunGrain.turn``, several commands of one run: ``turn.turn``) a command is
+decided on the run as the one before it left it and not committed: ``commit_turn`` commits
+every decision of the turn as one document, with every answer.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import copy
 from typing import Any, TypeVar
 
 from ..commands import Command, fingerprint
-from ..domain import AuditRecord, errors
+from ..domain import AuditRecord, CommandContext, errors
 from ..domain.rates import RatesNeeded
 from ..store.commit import (
     PendingCommit,
@@ -24,7 +28,7 @@ from ..store.commit import (
     prepare,
 )
 from .bus import Committed, publish
-from .env import Plan
+from .env import Plan, Turn
 from .grain import RunGrain
 
 T = TypeVar("T")
@@ -35,6 +39,8 @@ async def decide(
 ) -> T:
     """Decide ``plan`` on the run and commit it with its answer. ``reserve``: the budget
     reservation the plan records, made by the same statement."""
+    if grain.turn is not None:
+        return await _decide_in_turn(grain, grain.turn, plan, command, reserve)
     grain.flow_denied = {}
     try:
         return await _decide(grain, plan, command, reserve)
@@ -74,13 +80,7 @@ async def _decide(
                 continue
             await commit_audits(grain, agg.take_audits())
             raise
-        answer = StoredAnswer(
-            command.command_id,
-            type(command).__name__,
-            _as_stored(result),
-            ctx.now,
-            fingerprint(command),
-        )
+        answer = stored_answer(command, result, ctx)
         reserved = reserve if reserve is not None and grain.records(agg, reserve) else None
         pending = prepare(
             grain.tenant_id,
@@ -106,6 +106,78 @@ async def _decide(
             await publish(grain, Committed(command, agg, pending.changes, answer))
         grain.agg = agg
         return result
+
+
+class TurnBroken(Exception):
+    """A command of a turn that cannot be decided in it: the turn's commands go alone."""
+
+
+async def _decide_in_turn(
+    grain: RunGrain, turn: Turn, plan: Plan[T], command: Command[Any], reserve: Reservation | None
+) -> T:
+    """Decide ``plan`` on the run as the turn's commands before it left it; committed with
+    them (``commit_turn``). Whatever stops a decision (a refusal, which may have changed the
+    run before it raised; rates to reserve; a budget reservation) breaks the turn: nothing of
+    it is committed, and its commands are decided again alone."""
+    if turn.broken or reserve is not None:
+        turn.broken = True
+        raise TurnBroken(type(command).__name__)
+    ctx = grain.env.context(plan.actor, command.command_id, grain.run_id)
+    try:
+        agg = grain.agg if grain.agg is not None else await grain.load(ctx.now)
+        grain.agg = agg  # the next command of the turn decides on what this one leaves
+        found, stored = await grain.memo.recall(command, ctx.now)
+        if found:
+            return stored  # type: ignore[no-any-return]
+        result = plan.decide(agg, ctx)
+    except BaseException:
+        turn.broken = True
+        raise
+    answer = stored_answer(command, result, ctx)
+    turn.decided.append((command, answer))
+    turn.last = ctx
+    return result
+
+
+async def commit_turn(grain: RunGrain, turn: Turn) -> None:
+    """Commit what the turn's commands decided, as one document with each one's answer (and
+    the fused grants' answers), and publish it: one notice for the turn (``Committed.earlier``
+    names the commands before the last). A lost race or a refused slot breaks the turn
+    (``turn.broken``: decide each again alone); another error is every decided command's."""
+    agg = grain.agg
+    if not turn.decided or agg is None:
+        return
+    assert turn.last is not None
+    answers = [answer for _, answer in turn.decided]
+    pending = prepare(
+        grain.tenant_id,
+        agg,
+        grain.env.options,
+        release_budget_at=grain.release_at(agg, turn.last),
+        answer=answers[-1],
+        also_answers=[*answers[:-1], *grain.fused_answers()],
+    )
+    if pending is None:
+        return
+    try:
+        await commit(grain, pending)
+    except (errors.ConcurrencyConflict, errors.FlowDenied):
+        turn.broken = True
+        return
+    command, answer = turn.decided[-1]
+    notice = Committed(command, agg, pending.changes, answer, tuple(turn.decided[:-1]))
+    await publish(grain, notice)
+
+
+def stored_answer(command: Command[Any], result: Any, ctx: CommandContext) -> StoredAnswer:
+    """The command's answer as its statement stores it (its resends get it)."""
+    return StoredAnswer(
+        command.command_id,
+        type(command).__name__,
+        _as_stored(result),
+        ctx.now,
+        fingerprint(command),
+    )
 
 
 def _as_stored(result: Any) -> Any:

@@ -16,7 +16,7 @@ from ..clock import Clock
 from ..commands import Command
 from ..domain import CommandContext, Event, Options, RunAggregate
 from ..ports import Budget, Capacity, PolicyStore, ReleaseRegistry
-from ..store.commit import Answer, Store
+from ..store.commit import Answer, Store, StoredAnswer
 from ..store.group import GroupCommits
 from ..store.output import OutputWriter
 from ..workers.grants import Credits
@@ -84,3 +84,15 @@ class Plan(Generic[T]):
 
     decide: Callable[[RunAggregate, CommandContext], T]
     actor: str
+
+
+@dataclass(slots=True)
+class Turn:
+    """Several commands of one run decided in one hold of its mailbox (``turn.turn``): each
+    on the run as the one before left it, all committed as one document with every answer.
+    ``broken``: one could not be decided in the turn (a refusal, a lost race): every command
+    of it is decided again alone, as if the turn had not been tried (nothing of it committed)."""
+
+    decided: list[tuple[Command[Any], StoredAnswer]] = field(default_factory=list)
+    last: CommandContext | None = None  # the last decision's (the budget's release time)
+    broken: bool = False

@@ -26,7 +26,7 @@ from ..store import rates, templates
 from ..store.commit import Reservation, StoredAnswer
 from ..workers.grants import Fused, fuse
 from .bus import HANDLERS, Committed, subscribe
-from .env import GrainEnv, log
+from .env import GrainEnv, Turn, log
 from .memo import AnswerMemo
 
 T = TypeVar("T")
@@ -53,6 +53,9 @@ class RunGrain:
         # A replay's original run as its commands read it (docs/replay.md): read once (a
         # finished run never changes).
         self.original: Original | None = None
+        # While several commands are decided in one turn (``turn.turn``): what they decided,
+        # committed together once the last has.
+        self.turn: Turn | None = None
 
     @property
     def active(self) -> bool:
@@ -232,7 +235,8 @@ class RunGrain:
 @subscribe
 def remember_answer(grain: RunGrain, notice: Committed) -> None:
     """The exactly-once memo: a resend of the command gets this answer."""
-    grain.memo.remember(notice.answer)
+    for _, answer in notice.each:
+        grain.memo.remember(answer)
 
 
 @subscribe

@@ -40,6 +40,7 @@ from ..domain.run.tool_calls import expire_tool_calls
 from ..domain.run.usage import rate_draw
 from ..domain.run.waits import fire_due_waits
 from ..store import rates
+from ..store.commit import StoredAnswer
 from . import submission
 from .bus import HANDLERS, Committed, Handler, subscribe
 from .children import report_to_parent
@@ -141,27 +142,28 @@ async def handle(g: RunGrain, c: Command[Any]) -> Any:
 
 @subscribe
 async def after_commit(g: RunGrain, notice: Committed) -> None:
-    """The committed command's declared effect outside its statement, if any (never for a
+    """Each committed command's declared effect outside its statement, if any (never for a
     resend answered from the store: that commits nothing)."""
-    effect = DECLARATIONS[type(notice.command)].after_commit
-    if effect is not None:
-        await AFTER_COMMIT[effect](g, notice)
+    for command, answer in notice.each:
+        effect = DECLARATIONS[type(command)].after_commit
+        if effect is not None:
+            await AFTER_COMMIT[effect](g, command, answer)
 
 
-async def move_rate_bucket(g: RunGrain, notice: Committed) -> None:
+async def move_rate_bucket(g: RunGrain, command: Command[Any], answer: StoredAnswer) -> None:
     """The tenant's bucket of the named limit moves by the units: a resend gets the stored
     answer and takes nothing again; a crash between the commit and this loses the units (a
     consumption is counted at most once, docs/flow-control.md)."""
-    command: ConsumeRateLimit = notice.command  # type: ignore[assignment]
-    consumed: RateConsumed = notice.answer.value
+    assert isinstance(command, ConsumeRateLimit)
+    consumed: RateConsumed = answer.value
     policy = await g.pinned_policy()
     draw = rate_draw(policy.rate_limits, command.name, consumed.units)
     await rates.consume(g.env.store, g.tenant_id, draw, consumed.at)
 
 
-AFTER_COMMIT: Mapping[AfterCommit, Callable[[RunGrain, Committed], Awaitable[None]]] = {
-    AfterCommit.MOVE_RATE_BUCKET: move_rate_bucket
-}
+AFTER_COMMIT: Mapping[
+    AfterCommit, Callable[[RunGrain, Command[Any], StoredAnswer], Awaitable[None]]
+] = {AfterCommit.MOVE_RATE_BUCKET: move_rate_bucket}
 
 # Commands a host may run beside the run's mailbox rather than in it: they read, decide and
 # commit nothing of the run (the database fences them), so a run's renewals and reports never

@@ -38,12 +38,14 @@ def document_to_dict(doc: PolicyDocument) -> dict[str, Any]:
     # Absent rather than null: a revision without rate limits keeps its document as before.
     if doc.rate_limits is not None:
         out["rateLimits"] = doc.rate_limits.to_dict()
+    if doc.mcp_decisions:  # likewise
+        out["mcpDecisions"] = True
     return out
 
 
 # A field a document leaves out takes the built-in policy's value.
 _DEFAULTS = document_to_dict(PolicyDocument("x", "0"))
-FIELDS = frozenset({*_DEFAULTS, "rateLimits"})
+FIELDS = frozenset({*_DEFAULTS, "rateLimits", "mcpDecisions"})
 
 
 def document_from_dict(policy_id: str, revision: str, data: dict[str, Any]) -> PolicyDocument:
@@ -85,6 +87,7 @@ def document_from_dict(policy_id: str, revision: str, data: dict[str, Any]) -> P
             rate_limits=(
                 None if data.get("rateLimits") is None else RateLimits.from_dict(data["rateLimits"])
             ),
+            mcp_decisions=_flag(data, "mcpDecisions"),
         )
     except errors.ValidationFailed as exc:
         raise errors.ValidationFailed(f"invalid policy document: {exc}", **exc.details) from None
@@ -98,6 +101,13 @@ def _list(data: dict[str, Any], name: str, default: list[str]) -> list[Any]:
         return default
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ValueError(f"{name} must be a list of strings")
+    return value
+
+
+def _flag(data: dict[str, Any], name: str) -> bool:
+    value = data.get(name, False)
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be true or false")
     return value
 
 

@@ -16,7 +16,8 @@ the token's subject, so a holder naming another subject is never granted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC
 from typing import Any
 from uuid import UUID
@@ -28,6 +29,7 @@ from schemas import runcontrol_pb2_grpc as pb_grpc
 
 from ..commands import AcquireLease, Command, RenewLease
 from ..domain import LeaseGrant, WorkerIdentity, errors
+from ..drain import Drain
 from ..workers.protocol import MAX_WAIT_S, Answer, Credit, Grant, SessionDown, SessionUp
 from .codec import json_object, json_text, timestamp
 from .status import error_from_rpc, error_from_status, rich_status
@@ -159,6 +161,56 @@ def reply_message(down: SessionDown, commands: Mapping[str, Command[Any]]) -> pb
     )
 
 
+Send = Callable[[int, SessionUp], Awaitable[SessionDown]]
+
+
+async def serve(
+    request: pb.ExchangeRequest,
+    worker: WorkerIdentity,
+    hosts: int,
+    send: Send,
+    drain: Drain,
+    targets: Sequence[str] = (),
+) -> pb.ExchangeReply:
+    """One exchange of a worker session with run host ``request.host``, for the worker the
+    token names: the credits' tenant and holders are the token's; each command is answered as
+    its own RPC would answer it; while ``drain`` drains, no credit is offered and a command
+    starting new work is refused. ``send`` reaches the host (the replica's relay, or the host
+    itself); ``targets``: where each host serves Exchange itself. An empty ``session_id``
+    answers the host count and the targets only."""
+    if not request.session_id:
+        return pb.ExchangeReply(hosts=hosts, host_targets=targets)
+    if not 0 <= request.host < hosts:
+        raise errors.ValidationFailed(f"host must be in [0, {hosts})", field="host")
+    credits = [credit_from(c, worker) for c in request.credits]
+    if credits and drain.draining:
+        credits = []  # no new leases through a door that drains
+    commands: dict[str, Command[Any]] = {}
+    refused: list[pb.SessionAnswer] = []
+    for message in request.commands:
+        try:
+            command = command_from(message, worker)
+            drain.admit(command)
+        except errors.RunControlError as exc:
+            field = message.WhichOneof("command")
+            command_id = getattr(message, field).command_id if field else ""
+            refused.append(refusal(command_id, exc))
+            continue
+        commands[command.command_id] = command
+    up = SessionUp(
+        session_key(worker, request.session_id),
+        credits=credits,
+        commands=tuple(commands.values()),
+        acks=tuple(request.acks),
+        wait_s=min(max(request.wait_seconds, 0.0), MAX_WAIT_S),
+        seq=request.seq,
+    )
+    reply = reply_message(await send(request.host, up), commands)
+    reply.answers.extend(refused)
+    reply.host_targets.extend(targets)
+    return reply
+
+
 # ---------------------------------------------------------------------- the client side
 
 
@@ -235,10 +287,21 @@ SERVE_APPLICATION = "runcontrol"
 CALL_MARGIN_S = 10.0  # an exchange's deadline: its long poll plus this
 
 
+# A host whose own Exchange did not answer is reached through the ingress for this long,
+# twice as long after each further failure in a row (a worker that cannot reach the nodes).
+RELAY_AFTER_FAILURE_S = 5.0
+RELAY_AFTER_FAILURE_MAX_S = 300.0
+
+
 class GrpcSessionTransport:
-    """The ``SessionTransport`` of a worker outside the cluster: ``Exchange`` through Serve's
-    gRPC ingress, the worker's token in every call. A failed call whose outcome is unknown
-    raises ``errors.Unavailable`` (resend the same commands, the credits ``resent``)."""
+    """The ``SessionTransport`` of a worker outside the cluster: ``Exchange`` with the worker's
+    token in every call, to each run host's own gRPC server once the ingress's replies name
+    it (``host_targets``; ``direct=False``: always through Serve's gRPC ingress, relayed by an
+    API replica). A failed call whose outcome is unknown raises ``errors.Unavailable`` (resend
+    the same commands, the credits ``resent``); a host that did not answer its own call is
+    reached through the ingress for ``RELAY_AFTER_FAILURE_S`` (doubled after each further
+    failure in a row), whose reply names its target again (a restarted host serves on another
+    port)."""
 
     def __init__(
         self,
@@ -248,28 +311,47 @@ class GrpcSessionTransport:
         channel: grpc.aio.Channel | None = None,
         options: list[tuple[str, Any]] | None = None,
         metadata: tuple[tuple[str, str], ...] = (("application", SERVE_APPLICATION),),
+        direct: bool = True,
     ) -> None:
-        """``metadata``: more of it on every call; by default the Serve application's name,
-        which Serve's gRPC proxy needs as soon as a second application runs beside it."""
+        """``metadata``: more of it on every call through the ingress; by default the Serve
+        application's name, which Serve's gRPC proxy needs as soon as a second application
+        runs beside it."""
         self.target = target
-        self._metadata = (("authorization", f"Bearer {token}"), *metadata)
+        self._auth = (("authorization", f"Bearer {token}"),)
+        self._metadata = (*self._auth, *metadata)
+        self._options = options
         self._own_channel = channel is None
         self._channel = channel or grpc.aio.insecure_channel(target, options=options)
         self._stub = pb_grpc.RunControlStub(self._channel)  # type: ignore[no-untyped-call]
         self._hosts: int | None = None
+        self._direct = direct
+        self._targets: list[str] = []  # host k's own target, as the ingress last named it
+        self._relay_until: dict[int, float] = {}  # host -> through the ingress until then
+        self._failures: dict[int, int] = {}  # host -> its own Exchange's failures in a row
+        self._host_channels: dict[str, tuple[grpc.aio.Channel, Any]] = {}  # target -> stub
+        self.direct_exchanges = 0  # answered by a host's own server (tests, benchmarks)
 
     async def close(self) -> None:
+        for channel, _ in self._host_channels.values():
+            await channel.close()
+        self._host_channels.clear()
         if self._own_channel:
             await self._channel.close()
 
-    async def _call(self, request: pb.ExchangeRequest) -> pb.ExchangeReply:
+    async def _call(
+        self, request: pb.ExchangeRequest, stub: Any = None, metadata: Any = None
+    ) -> pb.ExchangeReply:
         timeout = min(request.wait_seconds, MAX_WAIT_S) + CALL_MARGIN_S
-        call: Callable[..., Any] = self._stub.Exchange
+        call: Callable[..., Any] = (stub or self._stub).Exchange
         try:
-            reply: pb.ExchangeReply = await call(request, metadata=self._metadata, timeout=timeout)
+            reply: pb.ExchangeReply = await call(
+                request, metadata=metadata or self._metadata, timeout=timeout
+            )
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc) from None
         self._hosts = reply.hosts or self._hosts
+        if reply.host_targets:
+            self._targets = list(reply.host_targets)
         return reply
 
     async def hosts(self) -> int:
@@ -278,4 +360,31 @@ class GrpcSessionTransport:
         return self._hosts or 1
 
     async def exchange(self, host: int, up: SessionUp) -> SessionDown:
-        return down_from(await self._call(request_message(host, up)))
+        request = request_message(host, up)
+        stub = self._host_stub(host)
+        if stub is None:
+            return down_from(await self._call(request))
+        try:
+            reply = await self._call(request, stub, self._auth)
+        except errors.Unavailable:
+            failures = self._failures[host] = self._failures.get(host, 0) + 1
+            relay_s = min(RELAY_AFTER_FAILURE_S * 2 ** (failures - 1), RELAY_AFTER_FAILURE_MAX_S)
+            self._relay_until[host] = time.monotonic() + relay_s
+            raise
+        self._failures.pop(host, None)
+        self.direct_exchanges += 1
+        return down_from(reply)
+
+    def _host_stub(self, host: int) -> Any:
+        """Host ``host``'s own stub, or None: through the ingress."""
+        if not self._direct or host >= len(self._targets) or not self._targets[host]:
+            return None
+        if time.monotonic() < self._relay_until.get(host, 0.0):
+            return None
+        target = self._targets[host]
+        found = self._host_channels.get(target)
+        if found is None:
+            channel = grpc.aio.insecure_channel(target, options=self._options)
+            found = channel, pb_grpc.RunControlStub(channel)  # type: ignore[no-untyped-call]
+            self._host_channels[target] = found
+        return found[1]

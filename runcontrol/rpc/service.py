@@ -45,7 +45,6 @@ from ..store.commit import EVENTS_CHANNEL
 from ..store.notify import Listener
 from ..store.output import OUTPUT_CHANNEL
 from ..store.tables import runs
-from ..workers.protocol import MAX_WAIT_S, SessionUp
 from . import exchange
 from . import output as output_stream
 from .codec import Codec, json_text, uuid_field
@@ -100,6 +99,19 @@ def bearer_token(context: RpcContext) -> str:
     raise Unauthorized("a bearer token is required in the authorization metadata")
 
 
+async def worker_of(
+    verifier: TokenVerifier, context: RpcContext, instance_id: str, scope: str = RUNTIME
+) -> WorkerIdentity:
+    """The worker the call's token names (role ``Worker`` and ``scope`` required), as lease
+    holder ``instance_id`` of it."""
+    caller = await verifier.verify_async(bearer_token(context))
+    if Role.WORKER not in caller.principal.roles:
+        raise errors.Forbidden("this call needs a token with the role Worker", role="Worker")
+    if scope not in caller.scopes:
+        raise InsufficientScope(f"the token lacks the scope {scope}", scope=scope)
+    return WorkerIdentity(caller.tenant_id, caller.principal.subject, instance_id)
+
+
 def refuse(context: RpcContext, error: errors.RunControlError) -> None:
     """Set the error's status code, message and typed detail on the call."""
     code, message, detail = rich_status(error)
@@ -146,12 +158,7 @@ class RunControlRpc:
     async def _worker(
         self, context: RpcContext, instance_id: str, scope: str = RUNTIME
     ) -> WorkerIdentity:
-        caller = await self._caller(context)
-        if Role.WORKER not in caller.principal.roles:
-            raise errors.Forbidden("this call needs a token with the role Worker", role="Worker")
-        if scope not in caller.scopes:
-            raise InsufficientScope(f"the token lacks the scope {scope}", scope=scope)
-        return WorkerIdentity(caller.tenant_id, caller.principal.subject, instance_id)
+        return await worker_of(self._verifier, context, instance_id, scope)
 
     async def _read(
         self, tenant_id: str, query: Callable[[Connection], T], project_id: str | None = None
@@ -245,37 +252,11 @@ class RunControlRpc:
 
         async def work() -> pb.ExchangeReply:
             worker = await self._worker(context, "session")
-            hosts = await self._client.hosts()
-            if not request.session_id:
-                return pb.ExchangeReply(hosts=hosts)
-            if not 0 <= request.host < hosts:
-                raise errors.ValidationFailed(f"host must be in [0, {hosts})", field="host")
-            credits = [exchange.credit_from(c, worker) for c in request.credits]
-            if credits and self._drain.draining:
-                credits = []  # the replica drains: no new leases through it
-            commands: dict[str, Command[Any]] = {}
-            refused: list[pb.SessionAnswer] = []
-            for message in request.commands:
-                try:
-                    command = exchange.command_from(message, worker)
-                    self._drain.admit(command)
-                except errors.RunControlError as exc:
-                    field = message.WhichOneof("command")
-                    command_id = getattr(message, field).command_id if field else ""
-                    refused.append(exchange.refusal(command_id, exc))
-                    continue
-                commands[command.command_id] = command
-            up = SessionUp(
-                exchange.session_key(worker, request.session_id),
-                credits=credits,
-                commands=tuple(commands.values()),
-                acks=tuple(request.acks),
-                wait_s=min(max(request.wait_seconds, 0.0), MAX_WAIT_S),
-                seq=request.seq,
+            client = self._client
+            hosts, targets = await asyncio.gather(client.hosts(), client.exchange_targets())
+            return await exchange.serve(
+                request, worker, hosts, client.exchange, self._drain, targets
             )
-            reply = exchange.reply_message(await self._client.exchange(request.host, up), commands)
-            reply.answers.extend(refused)
-            return reply
 
         return await self._answer(context, pb.ExchangeReply(), work)
 

@@ -130,9 +130,19 @@ def newest_release(conn: Connection, workflow_id: str) -> tuple[str, WorkflowDef
 
 def agent_workflows(conn: Connection) -> list[str]:
     """The workflows of this tenant whose newest release is an A2A agent (issue 31)."""
+    return [workflow_id for workflow_id, _, _ in agent_releases(conn)]
+
+
+def agent_releases(conn: Connection) -> list[tuple[str, str, WorkflowDefinition]]:
+    """Each workflow of this tenant whose newest release opts in as an agent (its ``agent``
+    block): the workflow id, the release id and its definition, by workflow id."""
     newest = (
-        select(releases.c.workflow_id, releases.c.definition)
+        select(releases.c.workflow_id, releases.c.release_id, releases.c.definition)
         .distinct(releases.c.workflow_id)
         .order_by(releases.c.workflow_id, releases.c.published_at.desc(), releases.c.release_id)
     )
-    return [row.workflow_id for row in conn.execute(newest) if "agent" in row.definition]
+    return [
+        (row.workflow_id, row.release_id, WorkflowDefinition.from_dict(row.definition))
+        for row in conn.execute(newest)
+        if "agent" in row.definition
+    ]

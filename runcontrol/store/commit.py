@@ -63,6 +63,7 @@ _BUDGET_DENIED = "RC402"
 _CAPACITY_DENIED = "RC429"
 _FLOW_DENIED = "RC430"
 _PRE_APPROVAL_USED_UP = "RC431"  # runcontrol_template_use: a template's use past its maxUses
+_MOVED = "RC421"  # a fence of a shard's move (runcontrol_check_fence): route again
 # A JSON-escaped NUL (an even run of backslashes, then \u0000): not a literal "\u0000" in text.
 _NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
@@ -269,6 +270,8 @@ def conclude(pending: PendingCommit, answer: Answer) -> None:
     run_id = str(changes.run.run_id)
     if sqlstate in _LOST_RACE:
         raise errors.ConcurrencyConflict("the run changed since it was loaded", run_id=run_id)
+    if sqlstate == _MOVED:
+        raise errors.ShardMoved(message.splitlines()[0], run_id=run_id)
     if sqlstate == "RC001":
         raise DuplicateSubmission(changes.run.idempotency_key)
     if sqlstate == _BUDGET_DENIED:

@@ -7,7 +7,8 @@ once and answers from memory (a command is never routed by a query); ``directory
 bumped in the transaction of any change, which also NOTIFYs ``runcontrol_directory``, says when
 to load them again: ``refresh`` is that check, one small read.
 
-``store/shards.Shards`` routes by it (with one database, it is not read)."""
+``store/shards.Shards`` routes by it (with one database, it is not read). A shard's move
+(``store/move.py``) marks it ``moving``, then flips its database, here too."""
 
 from __future__ import annotations
 
@@ -18,11 +19,13 @@ from uuid import UUID
 from sqlalchemy import Connection, Engine, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 
-from ..domain import shards
+from ..domain import errors, shards
 from .tables import directory_version, tenant_placement, vshards
 
 CHANNEL = "runcontrol_directory"  # NOTIFYed, with the new version, by every change
 FIRST_DATABASE = 0  # where the directory is, and every row stored before shards (LEGACY ids)
+SERVING, MOVING = "serving", "moving"  # a virtual shard's states (``vshards.state``)
+MOVING_RETRY_AFTER_S = 5  # what a submission refused while its shard moves is told to wait
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +35,7 @@ class Snapshot:
     version: int
     databases: tuple[int, ...]  # a virtual shard's database, by the shard's number
     placement: Mapping[str, int]  # tenant -> its virtual shard, where placed
+    moving: frozenset[int] = frozenset()  # the virtual shards being moved (state ``moving``)
 
 
 class Directory:
@@ -63,6 +67,23 @@ class Directory:
         placed = self._snapshot.placement.get(tenant_id)
         return shards.hashed_vshard(tenant_id) if placed is None else placed
 
+    def state_of(self, vshard: int) -> str:
+        """``serving``, or ``moving`` while a move has it (docs/sharding.md)."""
+        return MOVING if vshard in self._snapshot.moving else SERVING
+
+    def placement(self, tenant_id: str) -> int:
+        """The virtual shard a new run of ``tenant_id`` is minted in (``vshard_for``), as the
+        edge takes it for a submission (``ids.new_run_id``'s ``placement``): while that shard
+        moves, ``ShardMoving`` (503 with ``Retry-After``; nothing was stored, send it again)."""
+        vshard = self.vshard_for(tenant_id)
+        if vshard in self._snapshot.moving:
+            raise errors.ShardMoving(
+                f"tenant {tenant_id}'s virtual shard {vshard} is moving to another database: "
+                f"send it again in {MOVING_RETRY_AFTER_S} s",
+                retry_after=MOVING_RETRY_AFTER_S,
+            )
+        return vshard
+
     def refresh(self) -> bool:
         """Load the directory again if its version changed (on a NOTIFY of ``CHANNEL``, or
         periodically); whether it did."""
@@ -75,8 +96,8 @@ class Directory:
 
     def place(self, tenant_id: str, vshard: int) -> None:
         """Place ``tenant_id`` on virtual shard ``vshard`` (its runs minted from now on are
-        there). Only for a tenant with no rows yet: moving one with rows is a move's (issue 41,
-        still to build)."""
+        there). Only for a tenant with no rows yet: moving one with rows is a move's
+        (``store/move.py``)."""
         if not 0 <= vshard < shards.VSHARDS:
             raise ValueError(f"a virtual shard is 0 to {shards.VSHARDS - 1}, not {vshard}")
         row = {"tenant_id": tenant_id, "vshard": vshard}
@@ -92,6 +113,8 @@ class Directory:
         with self._engine.connect() as conn:
             version = _version(conn)
             databases = dict(conn.execute(select(vshards.c.vshard, vshards.c.database)).all())
+            moving = conn.execute(select(vshards.c.vshard).where(vshards.c.state == MOVING))
+            moving_now = frozenset(moving.scalars())
             placed = select(tenant_placement.c.tenant_id, tenant_placement.c.vshard)
             placement = dict(conn.execute(placed).all())
         if sorted(databases) != list(range(shards.VSHARDS)):
@@ -99,7 +122,8 @@ class Directory:
                 f"the directory has {len(databases)} virtual shards, not 0 to "
                 f"{shards.VSHARDS - 1}: is the first database migrated (0031)?"
             )
-        return Snapshot(version, tuple(databases[v] for v in range(shards.VSHARDS)), placement)
+        ordered = tuple(databases[v] for v in range(shards.VSHARDS))
+        return Snapshot(version, ordered, placement, moving_now)
 
 
 def _version(conn: Connection) -> int:
@@ -137,3 +161,6 @@ def spread(engine: Engine, count: int) -> bool:
         )
         _bump(conn)
     return True
+
+
+bump = _bump  # a shard's move changes the directory too (store/move.py)

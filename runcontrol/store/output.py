@@ -77,6 +77,8 @@ class OutputWriter:
         ).decode()
         found = await self._group.commit(doc, str(command.run_id))
         self.writes += 1
+        if found.get("sqlstate") == "RC421":  # the tenant's shard moved: route again
+            raise errors.ShardMoved(found["message"])
         if "sqlstate" in found:
             if found["sqlstate"] in _RETRYABLE:
                 raise errors.Unavailable(f"the output write did not commit: {found['message']}")

@@ -39,6 +39,7 @@ PENDING = "state = 'Pending'"
 UNRELEASED = "released_at IS NULL"
 TENANT_WIDE = "run_id IS NULL AND disabled_at IS NULL"
 UNSUBMITTED = "outcome = 'started' AND submitted_at IS NULL"
+OPEN_MOVE = "step NOT IN ('done', 'aborted')"
 
 
 runs = tenant_table(
@@ -486,6 +487,30 @@ tenant_placement = tenant_table(
     PrimaryKeyConstraint("tenant_id"),
 )
 directory_version = Table("directory_version", metadata, *big("version"))  # one row
+# A virtual shard's moves (0034; store/move.py, domain/moves.py), in the directory's database:
+# each one's next step, journaled as it goes, so a crash resumes it from there. At most one
+# open move per shard.
+vshard_moves = Table(
+    "vshard_moves",
+    metadata,
+    *uid("move_id", primary_key=True),
+    *num("vshard", "source", "target"),  # databases: positions in RUNCONTROL_SHARDS__DATABASES
+    *txt("step"),  # domain.moves.Step: the next one to run
+    *jsonb("tenants?"),  # the tenants moving, once fenced
+    *tz("started_at", "updated_at"),
+    *txt("error?"),  # why its last step stopped (None: it did not)
+    index_where("uq_vshard_moves_open", "vshard", unique=True, where=OPEN_MOVE),
+)
+# In every shard database (0034): a tenant whose rows moved away (or are moving). Documents of
+# a fenced tenant are refused here, in their own transaction (runcontrol_check_fence, RC421):
+# a host whose directory is stale cannot commit to the database the tenant left.
+shard_fences = tenant_table(
+    "shard_fences",
+    num("vshard", "moved_to"),
+    big("epoch"),  # the shard's epoch on the database it moved to
+    tz("fenced_at"),
+    PrimaryKeyConstraint("tenant_id"),
+)
 
 RUN_PINS = tuple(str(c.name) for c in runs.columns if c.info.get("pinned"))
 TENANT_TABLES = tuple(name for name, t in metadata.tables.items() if POLICIES in t.info)
@@ -503,4 +528,4 @@ INSERT_ONLY_TABLES = (
 # outbox rows published on the system path).
 APPENDED_TABLES = (*INSERT_ONLY_TABLES, "outbox")
 # The app role only reads these (the relay and the directory write them on the system path).
-READ_ONLY_TABLES = ("event_feed", "tenant_placement")
+READ_ONLY_TABLES = ("event_feed", "tenant_placement", "shard_fences")

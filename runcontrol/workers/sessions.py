@@ -63,6 +63,19 @@ class Mailboxes(Protocol):
         """A command as if sent alone (refused while the host drains)."""
         ...
 
+    async def command_batch(self, commands: list[Command[Any]]) -> list[tuple[bool, Any]]:
+        """Each command's ``(ok, answer or error)`` as if sent alone; the host decides several
+        of one run in one turn and commits them as one document (``RunHost.command_batch``).
+        By default each alone, all at once."""
+
+        async def one(command: Command[Any]) -> tuple[bool, Any]:
+            try:
+                return True, await self.command(command)
+            except Exception as exc:  # noqa: BLE001 - the command's answer
+                return False, exc
+
+        return list(await asyncio.gather(*map(one, commands)))
+
     async def lease(self, command: AcquireLease) -> tuple[LeaseGrant, RunAggregate]:
         """The lease made in the run's mailbox, and the run as committed then."""
         ...
@@ -155,7 +168,7 @@ class HostSessions:
             self._lease(matches)
             if self.book.waiting_credits():
                 self._sweep_now.set()
-            answers = await asyncio.gather(*map(self._answer, up.commands))
+            answers = await self._answers(up.commands)
             # A credit left out while its lease was being made: its grant comes down now. And
             # the leases this exchange's own credits and commands started (a report whose next
             # step went to the slot it freed) come down in this answer, not in the next.
@@ -186,7 +199,7 @@ class HostSessions:
         if self._drain.draining:
             return self._down(sid, self._refused(up), draining=True)
         with self._drain.track():
-            answers = await asyncio.gather(*map(self._answer, up.commands))
+            answers = await self._answers(up.commands)
         return self._down(sid, answers)
 
     async def _drained_exchange(self, up: SessionUp) -> SessionDown:
@@ -201,11 +214,16 @@ class HostSessions:
         refuse = self._drain.refuse
         return [Answer(c.command_id, False, refuse(type(c).__name__)) for c in up.commands]
 
-    async def _answer(self, command: Command[Any]) -> Answer:
-        try:
-            return Answer(command.command_id, True, await self._runs.command(command))
-        except Exception as exc:  # noqa: BLE001 - the command's answer, not the exchange's
-            return Answer(command.command_id, False, exc)
+    async def _answers(self, commands: Sequence[Command[Any]]) -> list[Answer]:
+        """The exchange's commands, each answered as if sent alone (a refusal answers that
+        command, not the exchange); a run's several in one turn (``Mailboxes.command_batch``)."""
+        if not commands:
+            return []
+        outcomes = await self._runs.command_batch(list(commands))
+        return [
+            Answer(command.command_id, ok, value)
+            for command, (ok, value) in zip(commands, outcomes, strict=True)
+        ]
 
     async def _recover(self, sid: str, credits: Sequence[Credit]) -> list[Credit]:
         """A credit resent after a lost exchange finds the lease it was granted by its claim id:

@@ -344,7 +344,8 @@ def test_one_callers_commands_for_a_run_run_in_the_order_sent(h: RayHarness) -> 
             assert isinstance(outcome, Attempt) and str(outcome.state) == "Succeeded"
             assert repeated == outcome
             run = h.run_row(run_id)
-            assert (run.state, run.version) == ("Completed", versions[run_id] + 3)
+            # one batch: the run's four commands one turn of its grain, one commit
+            assert (run.state, run.version) == ("Completed", versions[run_id] + 1)
             types = [e["type"] for e in h.outbox_events(run_id)]
             assert types.index("LeaseGranted") < types.index("AttemptOutcomeRecorded")
             assert types[-1] == "RunCompleted"
@@ -366,9 +367,9 @@ def test_a_batchs_cached_runs_commit_as_one_group_and_later_commands_queue_behin
     h: RayHarness,
 ) -> None:
     """A batch's commands start in the same turn of the host's loop, so the cached runs'
-    commits share statements (``GroupCommit``): fewer commit statements than commands. A run's
-    second command in the same batch waits on the run's mailbox behind the first and sees its
-    result."""
+    commits share statements (``GroupCommit``): fewer commit statements than runs. A run's
+    second command in the same batch is decided in the same turn of its grain, on what the
+    first left, and both commit as one document (``runcontrol.grain.turn``)."""
     h.publish({"name": "only", "agentId": "a"})
     router = recording_router(h)
 
@@ -407,7 +408,8 @@ def test_a_batchs_cached_runs_commit_as_one_group_and_later_commands_queue_behin
             h.assert_consistent(run_id)
         statements = after["commit_groups"] - before["commit_groups"]
         documents = after["commit_documents"] - before["commit_documents"]
-        assert documents >= 2 * len(runs) > statements
+        assert documents == len(runs) > statements
+        assert after["turns"] - before["turns"] == len(runs)
 
     run_async(main(), timeout=90)
 

@@ -19,8 +19,8 @@ from session_harness import SessionDriver, report
 
 from actors.placement import NAMESPACE, HostRouter, host_name
 from actors.run_host import make_router
-from runcontrol.commands import CancelRun
-from runcontrol.domain import AttemptOutcome
+from runcontrol.commands import CancelRun, ReportOutcome, SubmitRun
+from runcontrol.domain import AttemptOutcome, canonical_hash
 from runcontrol.workers.protocol import MAX_WAIT_S, Credit, SessionDown, SessionUp
 
 
@@ -215,3 +215,49 @@ def test_a_late_exchange_offers_no_credit_but_its_commands_count(h: RayHarness) 
         h.assert_consistent(run_id)
 
     run_async(main(), timeout=60)
+
+
+def test_an_exchange_decides_each_runs_commands_in_one_turn_and_one_document(
+    h: RayHarness,
+) -> None:
+    """Issue 42 point 3: the reports of two runs' parallel steps in one exchange are one actor
+    call to their host, and each run's pair one turn of its grain and one document."""
+    h.publish(
+        {"name": "a", "agentId": "turn-a", "dependsOn": []},
+        {"name": "b", "agentId": "turn-a", "dependsOn": []},
+    )
+    router = transport(h)
+    principal = h.principal()
+    runs = [r for r in (uuid.uuid4() for _ in range(64)) if h.host_of(r) == 0][:2]
+
+    async def main() -> None:
+        for run_id in runs:
+            await h.client.send(
+                SubmitRun(
+                    tenant_id=h.tenant, run_id=run_id, principal=principal, request=h.request()
+                )
+            )
+        claims = [await h.claim("turn-a") for _ in range(4)]
+        assert {c.grant.run_id for c in claims} == set(runs)
+        before = (await host_stats())[0]
+        commands = [
+            ReportOutcome(
+                **c.fenced(),
+                outcome=AttemptOutcome.SUCCEEDED,
+                outcome_hash=canonical_hash({"outcome": n}),
+            )
+            for n, c in enumerate(claims)
+        ]
+        down = await router.exchange(0, SessionUp(str(uuid.uuid4()), commands=commands))
+        after = (await host_stats())[0]
+        assert [(a.command_id, a.ok) for a in down.answers] == [
+            (c.command_id, True) for c in commands
+        ]
+        assert after["calls"] - before["calls"] == 1
+        assert after["turns"] - before["turns"] == 2
+        assert after["commit_documents"] - before["commit_documents"] == 2
+        for run_id in runs:
+            assert h.run_row(run_id).state == "Completed"
+            h.assert_consistent(run_id)
+
+    run_async(main())

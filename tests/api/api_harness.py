@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import jwt
+from support import AUDIENCE, ISSUER, SECRET
 
 from runcontrol.api import mint_dev_token
 from runcontrol.client import Claim
@@ -34,9 +35,6 @@ from runcontrol.domain import (
     canonical_hash,
 )
 
-SECRET = "api-test-secret-" + "0123456789abcdef" * 4  # long enough for HS512 too
-ISSUER = "https://idp.runcontrol.test/"
-AUDIENCE = "runcontrol-api"
 SSE_MAX_STREAMS = 40  # live event streams per replica (api.sse_max_streams)
 RSA_KID = "test-key-1"
 PROJECT = "proj-1"

@@ -27,14 +27,15 @@ def test_serve_config_is_valid_and_names_the_deployment() -> None:
 
 
 def test_every_deployment_config_starts_ray_with_the_fast_ingress() -> None:
-    """ray-cluster.yaml and rayservice.yaml set actors/ingress.py's variables where Ray starts
-    (every node), and every Serve config turns access logs off."""
-    from actors.ingress import FAST_INGRESS
+    """ray-cluster.yaml and rayservice.yaml set actors/ingress.py's variables (the fast ingress
+    and Serve's control loop interval) where Ray starts (every node), and every Serve config
+    turns access logs off."""
+    from actors.ingress import CLUSTER_VARIABLES
 
     cluster = yaml.safe_load((ROOT / "ray-cluster.yaml").read_text())
     for commands in (cluster["head_start_ray_commands"], cluster["worker_start_ray_commands"]):
         (start,) = [c for c in commands if "ray start" in c]
-        for name, value in FAST_INGRESS.items():
+        for name, value in CLUSTER_VARIABLES.items():
             assert f"{name}={value}" in start.split(), (name, start)
 
     service = yaml.safe_load((ROOT / "rayservice.yaml").read_text())
@@ -43,7 +44,7 @@ def test_every_deployment_config_starts_ray_with_the_fast_ingress() -> None:
     for group in groups:
         for container in group["template"]["spec"]["containers"]:
             env = {e["name"]: e.get("value") for e in container["env"]}
-            assert FAST_INGRESS.items() <= env.items(), container["name"]
+            assert CLUSTER_VARIABLES.items() <= env.items(), container["name"]
 
     for config in (
         yaml.safe_load((ROOT / "serve-config.yaml").read_text()),

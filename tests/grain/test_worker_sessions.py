@@ -21,6 +21,7 @@ from runcontrol.commands import AcquireLease, Command, SubmitResult, SubmitRun
 from runcontrol.domain import LeaseGrant, RunAggregate, StepSpec
 from runcontrol.drain import Drain
 from runcontrol.grain import RunGrain
+from runcontrol.workers import sessions
 from runcontrol.workers.book import CreditBook
 from runcontrol.workers.protocol import Credit, Grant, SessionDown, SessionUp
 from runcontrol.workers.sessions import SESSION_TTL_S, FusedGrants, HostSessions
@@ -30,7 +31,7 @@ AGENT = "agent-a"
 INPUT = {"repo": "sessions"}
 
 
-class Mailboxes:
+class Mailboxes(sessions.Mailboxes):
     """The host's runs as ``RunHost`` keeps them: one activation and mailbox per run."""
 
     def __init__(self, h: Harness) -> None:

@@ -11,7 +11,7 @@ from uuid import UUID
 import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
-from support import SyncGrain, drive, drop_database, new_database
+from support import SyncGrain, drive, scratch_database
 
 from runcontrol.bootstrap import Container, build
 from runcontrol.clock import ManualClock
@@ -59,11 +59,8 @@ def fresh_url(owner_url: str, db: Database) -> Iterator[str]:
 def scratch(owner_url: str) -> Iterator[Database]:
     """A migrated database of its own: for a test that changes a table, or that must find no
     other test's rows or listeners in it."""
-    database = new_database(owner_url, "runcontrol_scratch")
-    try:
+    with scratch_database(owner_url) as database:
         yield database
-    finally:
-        drop_database(owner_url, database)
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ commit it through the group commit or send it alone)."""
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -14,7 +13,6 @@ from support import SyncGrain, drive
 
 from runcontrol.bootstrap import Container
 from runcontrol.commands import SubmitRequest, SubmitResult, SubmitRun
-from runcontrol.config import WebhookOptions
 from runcontrol.domain import (
     AttemptOutcome,
     CommandContext,
@@ -32,7 +30,6 @@ from runcontrol.domain.run.outcomes import report_outcome
 from runcontrol.domain.run.submission import accept_run
 from runcontrol.store import Database
 from runcontrol.store.commit import APPLICATION_NAME, PendingCommit, conclude, prepare
-from runcontrol.webhooks import create_subscription
 
 
 def publish(container: Container, tenant: str) -> None:
@@ -229,17 +226,3 @@ def terminate_store_backends(owner_engine: Engine) -> int:
         ).scalar_one()
         owner.commit()
     return int(killed)
-
-
-def subscribe(db: Database, tenant: str, now: datetime) -> dict[str, Any]:
-    """A webhook subscription of ``tenant`` created at ``now`` (to a port nobody listens on)."""
-    return create_subscription(
-        db,
-        tenant,
-        url="http://127.0.0.1:9/hook",
-        description=None,
-        max_attempts=3,
-        created_by="oscar",
-        options=WebhookOptions(allow_private_addresses=True),
-        now=now,
-    )

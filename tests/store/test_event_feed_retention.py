@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
-from store_support import subscribe
+from support import subscribe
 
 from runcontrol import reconcilers
 from runcontrol.store import webhooks as feed

@@ -14,7 +14,7 @@ from uuid import UUID
 
 import psycopg
 from sqlalchemy import event, text
-from store_support import subscribe
+from support import subscribe
 
 from runcontrol import reconcilers
 from runcontrol.store import Database, queries

@@ -44,6 +44,9 @@ def test_without_the_block_a_workflow_is_no_agent_and_keeps_its_content_hash() -
         block(input={"text": None, "data": None}),
         block(input={"required": "question"}),
         block(description="x" * 2001),
+        block(inputSchema={"type": "array"}),  # a run's input is an object
+        block(inputSchema={"properties": {"a": {"$ref": "#/x"}}}),  # outside the subset
+        block(inputSchema=[]),
     ],
 )
 def test_a_block_the_agent_door_could_not_serve_is_refused_at_publication(bad: Any) -> None:
@@ -72,6 +75,31 @@ def test_merge_needs_an_object() -> None:
     agent = AgentExposure.from_dict(block())
     with pytest.raises(ValidationFailed, match="object"):
         agent.run_input([DataPart([1])])
+
+
+def test_an_input_schema_is_the_tools_and_checks_every_input() -> None:
+    """An MCP client sees it as the workflow tool's input schema (docs/mcp.md); A2A's input
+    made of parts is checked against it too."""
+    schema = {"properties": {"n": {"type": "integer", "minimum": 1}}, "required": ["n"]}
+    agent = AgentExposure.from_dict(block(inputSchema=schema))
+    assert agent.tool_schema() == {"type": "object", **schema}
+    assert agent.checked({"n": 2}) == {"n": 2}
+    with pytest.raises(ValidationFailed, match="minimum"):
+        agent.checked({"n": 0})
+    with pytest.raises(ValidationFailed, match="'n' missing"):
+        agent.run_input([DataPart({"m": 1})])
+    exposed = WorkflowDefinition.from_dict(
+        {"workflowId": "w", "steps": STEPS, "agent": block(inputSchema=schema)}
+    )
+    assert WorkflowDefinition.from_dict(exposed.to_dict()) == exposed
+    # Without one: the input mapping's text key and required keys, and the hash as before.
+    plain = AgentExposure.from_dict(block(input={"text": "q", "required": ["q"]}))
+    assert plain.tool_schema() == {
+        "type": "object",
+        "properties": {"q": {"type": "string"}},
+        "required": ["q"],
+    }
+    assert "inputSchema" not in plain.to_dict()
 
 
 def test_the_demo_workflow_of_make_run_is_an_agent() -> None:

@@ -126,4 +126,6 @@ def test_retryable_flags():
         errors.Unavailable,
         errors.Draining,
         errors.PreApprovalUsedUp,
+        errors.ShardMoving,  # its shard moves: send it again after Retry-After
+        errors.ShardMoved,  # a fence refused it: route it again
     }

@@ -42,6 +42,7 @@ BEGIN
             refused := NULL;
             why := NULL;
             PERFORM set_config('runcontrol.tenant_id', tenant, true);
+            PERFORM runcontrol_check_fence(tenant);  -- a moved tenant's: RC421 (issue 41)
             SELECT l.lease_id, l.holder, l.fencing_token, a.step_id INTO held
               FROM leases l JOIN attempts a ON a.attempt_id = l.attempt_id
              WHERE l.attempt_id = attempt AND l.run_id = run AND l.released_at IS NULL

@@ -26,6 +26,7 @@ DECLARE
     wrote boolean;  -- a writer called as an expression: no executor started per call
 BEGIN
     PERFORM set_config('runcontrol.tenant_id', doc->>'tenant', true);
+    PERFORM runcontrol_check_fence(doc->>'tenant');  -- a moved tenant's: RC421 (issue 41)
     -- Nested, not ANDed: SQL does not promise to evaluate the mode before the writer.
     IF doc->>'mode' = 'patch' THEN
         IF NOT runcontrol_patch_runs(doc->'run', (doc->>'expected_version')::bigint) THEN

@@ -83,6 +83,7 @@ FUNCTIONS = {
     "runcontrol_append_audit_log": "282386078cf4e170e490bb0b65df4187",
     "runcontrol_append_command_answers": "75b0f2fa03fe84cde12895f48f7657f1",
     "runcontrol_append_attempt_results": "d9b67b8a20cca275b9a0435a70db5234",
+    "runcontrol_check_fence": "2ee75f1464ec5898a6e250e89bbf0a3e",
 }
 
 
@@ -108,6 +109,8 @@ def upgrade() -> None:
     database = op.get_bind().exec_driver_sql("SELECT current_database()").scalar()
     op.execute(f"GRANT CONNECT ON DATABASE {database} TO {', '.join(ROLES)}")
     op.execute((HERE / "0029_schema.sql").read_text())
+    # The table today's fence check reads (0034's; today's functions are applied here).
+    op.execute((HERE / "0034_shard_fences.sql").read_text())
     apply(FUNCTIONS)
     op.execute((HERE / "0029_triggers.sql").read_text())
 

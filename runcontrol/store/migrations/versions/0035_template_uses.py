@@ -18,13 +18,13 @@ from alembic import op
 from runcontrol.store.functions import apply
 
 revision = "0035"
-down_revision = "0032"
+down_revision = "0034"
 branch_labels = None
 depends_on = None
 
 # Only adds (a table, a nullable column, a trigger for votes that name a pre-approval): the
 # previous release's votes leave the column NULL and are not counted here, as before.
-oldest_code = "0032"
+oldest_code = "0034"
 
 SCHEMA = """
 CREATE TABLE template_uses (

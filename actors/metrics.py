@@ -18,6 +18,7 @@ from ray.util.metrics import Counter, Gauge, Histogram
 from runcontrol.commands import Command
 from runcontrol.domain import Event, RunAggregate
 from runcontrol.domain.events import ApprovalDecided
+from runcontrol.domain.replay import REPLAY_DECIDER
 from runcontrol.domain.run.values import APPROVAL_EXPIRY
 from runcontrol.domain.templates import TEMPLATE_DECIDER
 from runcontrol.reconcilers import GaugeSample
@@ -94,9 +95,12 @@ class HostMetrics:
 
 
 def decided_by(subject: str | None) -> str:
-    """The ``by`` tag of a decision: ``template``, ``expiry`` or ``human``."""
+    """The ``by`` tag of a decision: ``template``, ``replay`` (the original run's decision
+    reused, docs/replay.md), ``expiry`` or ``human``."""
     if subject is not None and subject.startswith(TEMPLATE_DECIDER):
         return "template"
+    if subject is not None and subject.startswith(REPLAY_DECIDER):
+        return "replay"
     return "expiry" if subject == APPROVAL_EXPIRY else "human"
 
 

@@ -58,6 +58,7 @@ from .domain import (
     ToolCallClaim,
 )
 from .domain.output import OutputAck, OutputChunk
+from .domain.replay import ReplayApprovals
 from .domain.run import (
     RESTORE_CHECK,
     approvals,
@@ -397,7 +398,8 @@ class RecordCall(Fenced[RecordedCall]):
     ``name`` in an execution of the attempt's step; ``value`` (JSON, at most
     ``RunControl:Results:MaxInlineBytes``) or its final ``error`` {type, message,
     failure_class}. A value stored under the key already is answered instead (use it, not
-    yours). ``read_only``: store nothing, answer the stored value."""
+    yours). ``read_only``: store nothing, answer the stored value (in a replay: the
+    original's, docs/replay.md). ``request_hash``: the hash of the call's arguments."""
 
     name: str
     occurrence: int
@@ -406,6 +408,7 @@ class RecordCall(Fenced[RecordedCall]):
     error: dict[str, Any] | None = field(default=None, repr=False)
     read_only: bool = False
     lease_id: UUID | None = None
+    request_hash: str | None = None
 
 
 # ---------------------------------------------------------------------- people
@@ -515,6 +518,21 @@ class RerunRun(Control[SubmitResult]):
     release_alias: str = "latest"
 
 
+@declare(OPERATOR)
+class ReplayRun(Control[SubmitResult]):
+    """Submit a replay (``run_id``, the new id) of the finished run ``replay_of`` on the release
+    ``release_alias`` names now, with its input: its journaled calls answered from the
+    original's journal (docs/replay.md). ``live_calls``: a call the original did not make is
+    made live (model requests; never a side effect), else the step fails replay-diverged;
+    ``approvals``: a proposal the original never had approved waits for a human (``park``)
+    or fails the step (``fail``). Idempotent on the command id."""
+
+    replay_of: UUID
+    release_alias: str = "latest"
+    live_calls: bool = False
+    approvals: ReplayApprovals = ReplayApprovals.PARK
+
+
 # ---------------------------------------------------------------------- operations
 
 
@@ -557,6 +575,7 @@ __all__ = [
     "RequestApproval",
     "RerunRelease",
     "RerunRun",
+    "ReplayRun",
     "ResolveAttempt",
     "ResumeRun",
     "RetryStep",

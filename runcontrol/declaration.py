@@ -95,9 +95,9 @@ class AfterCommit(StrEnum):
 
 
 # What the grain gives a rule besides the command's fields, by parameter name: the options,
-# the run's pinned policy revision and the template version it was submitted from (each read
-# only for a rule that takes it).
-GIVEN = frozenset({"options", "policy", "template"})
+# the run's pinned policy revision, the template version it was submitted from and a replay's
+# original run (each read only for a rule that takes it).
+GIVEN = frozenset({"options", "policy", "template", "replay"})
 # A command's fields the rule is not given: the address and the id (the grain's business).
 ADDRESS = frozenset({"tenant_id", "run_id", "command_id"})
 

@@ -31,7 +31,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from runcontrol.commands import ControlResult, RerunRun, SignalResult, SubmitResult
+from runcontrol.commands import ControlResult, ReplayRun, RerunRun, SignalResult, SubmitResult
 from runcontrol.domain import (
     ApprovalRequest,
     Attempt,
@@ -233,7 +233,10 @@ class LimitsOut(ResponseModel):
     *("failure_class", "failure_reason", "outcome_hash", "version", "created_at", "updated_at"),
     *("suspended_at", "rerun_of", "result_hash", "result_bytes", "priority"),
     *("parent_run_id", "parent_step_id", "depth", "template_id", "template_version"),
+    *("replay_of", "replay"),
     described={
+        "replay_of": "The run this one replays (docs/replay.md); null for a production run.",
+        "replay": "A replay's options: liveCalls, approvals.",
         "template_id": "The run template it was submitted from (docs/templates.md).",
         "rerun_of": "The finished run this run reruns.",
         "parent_run_id": "A child run's parent: the run whose run step started it "
@@ -729,6 +732,50 @@ class ControlResponse(ResponseModel):
 )
 class RerunResponse(SubmitRunResponse):
     created: bool = Field(description="False when this Idempotency-Key already made the rerun.")
+
+
+class ReplayRequest(ControlRequest):
+    """``POST /factory/runs/{runId}/replays`` (docs/replay.md)."""
+
+    release_alias: Name = Field("latest", description="The release the replay runs.")
+    live_calls: bool = Field(
+        False,
+        description="A call the original did not make is made live (model requests only, "
+        "never a side effect); false: the step fails `replay-diverged`.",
+    )
+    approvals: Literal["park", "fail"] = Field(
+        "park",
+        description="A proposal the original never had approved: `park` waits for a human, "
+        "`fail` fails the step `replay-diverged`.",
+    )
+
+
+@shows(ReplayRun, "replay_of", "release_alias", "live_calls", "approvals")
+class ReplayResponse(SubmitRunResponse):
+    created: bool = Field(description="False when this Idempotency-Key already made the replay.")
+
+
+class ReplayReport(ResponseModel):
+    """A replay's divergence report against its original (docs/replay.md)."""
+
+    original_run_id: UUID
+    replay_run_id: UUID
+    original_state: str
+    replay_state: str
+    diverged: bool = Field(description="Whether anything differs from the original.")
+    steps: list[dict[str, Any]] = Field(
+        description="Per step name: `equal`, `originalHash`, `replayHash`, a `diff` of small "
+        "results ({path, before, after}), the replay's `replayFailureClass`."
+    )
+    calls_not_in_original: list[dict[str, Any]] = Field(
+        description="The replay's journaled calls the original did not make (or made with "
+        "other arguments, or with another value)."
+    )
+    original_calls_not_made: list[dict[str, Any]]
+    approvals_changed: list[dict[str, Any]] = Field(
+        description="Approvals of a proposal the original never had in that step."
+    )
+    replay: dict[str, Any] | None = Field(description="The replay's options.")
 
 
 # ---------------------------------------------------------------------- schedules

@@ -58,7 +58,7 @@ class AcquireLeaseRequest(_message.Message):
     def __init__(self, worker_instance_id: _Optional[str] = ..., claim_next: _Optional[_Union[ClaimNext, _Mapping]] = ..., attempt: _Optional[_Union[NamedAttempt, _Mapping]] = ..., command_id: _Optional[str] = ...) -> None: ...
 
 class Lease(_message.Message):
-    __slots__ = ("tenant_id", "run_id", "step_id", "attempt_id", "lease_id", "fencing_token", "holder", "expires_at", "agent_id", "skill_id", "attempt_number", "side_effect_class", "gate", "cancel_requested", "input_json", "approved_proposal_hash")
+    __slots__ = ("tenant_id", "run_id", "step_id", "attempt_id", "lease_id", "fencing_token", "holder", "expires_at", "agent_id", "skill_id", "attempt_number", "side_effect_class", "gate", "cancel_requested", "input_json", "approved_proposal_hash", "replay")
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_ID_FIELD_NUMBER: _ClassVar[int]
@@ -75,6 +75,7 @@ class Lease(_message.Message):
     CANCEL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     INPUT_JSON_FIELD_NUMBER: _ClassVar[int]
     APPROVED_PROPOSAL_HASH_FIELD_NUMBER: _ClassVar[int]
+    REPLAY_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     run_id: str
     step_id: str
@@ -91,7 +92,8 @@ class Lease(_message.Message):
     cancel_requested: bool
     input_json: str
     approved_proposal_hash: str
-    def __init__(self, tenant_id: _Optional[str] = ..., run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., holder: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., agent_id: _Optional[str] = ..., skill_id: _Optional[str] = ..., attempt_number: _Optional[int] = ..., side_effect_class: _Optional[str] = ..., gate: _Optional[str] = ..., cancel_requested: _Optional[bool] = ..., input_json: _Optional[str] = ..., approved_proposal_hash: _Optional[str] = ...) -> None: ...
+    replay: str
+    def __init__(self, tenant_id: _Optional[str] = ..., run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., holder: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., agent_id: _Optional[str] = ..., skill_id: _Optional[str] = ..., attempt_number: _Optional[int] = ..., side_effect_class: _Optional[str] = ..., gate: _Optional[str] = ..., cancel_requested: _Optional[bool] = ..., input_json: _Optional[str] = ..., approved_proposal_hash: _Optional[str] = ..., replay: _Optional[str] = ...) -> None: ...
 
 class AcquireLeaseResponse(_message.Message):
     __slots__ = ("granted", "lease", "results_json")
@@ -502,7 +504,7 @@ class HandBackAttemptResponse(_message.Message):
     def __init__(self, attempt: _Optional[_Union[Attempt, _Mapping]] = ...) -> None: ...
 
 class RecordCallRequest(_message.Message):
-    __slots__ = ("run_id", "attempt_id", "lease_id", "fencing_token", "name", "occurrence", "value_json", "error_json", "read_only", "command_id", "worker_instance_id")
+    __slots__ = ("run_id", "attempt_id", "lease_id", "fencing_token", "name", "occurrence", "value_json", "error_json", "read_only", "command_id", "worker_instance_id", "request_hash")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -514,6 +516,7 @@ class RecordCallRequest(_message.Message):
     READ_ONLY_FIELD_NUMBER: _ClassVar[int]
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
     WORKER_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_HASH_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     attempt_id: str
     lease_id: str
@@ -525,7 +528,8 @@ class RecordCallRequest(_message.Message):
     read_only: bool
     command_id: str
     worker_instance_id: str
-    def __init__(self, run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., name: _Optional[str] = ..., occurrence: _Optional[int] = ..., value_json: _Optional[str] = ..., error_json: _Optional[str] = ..., read_only: _Optional[bool] = ..., command_id: _Optional[str] = ..., worker_instance_id: _Optional[str] = ...) -> None: ...
+    request_hash: str
+    def __init__(self, run_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., name: _Optional[str] = ..., occurrence: _Optional[int] = ..., value_json: _Optional[str] = ..., error_json: _Optional[str] = ..., read_only: _Optional[bool] = ..., command_id: _Optional[str] = ..., worker_instance_id: _Optional[str] = ..., request_hash: _Optional[str] = ...) -> None: ...
 
 class RecordCallResponse(_message.Message):
     __slots__ = ("name", "occurrence", "value_hash", "bytes", "recorded_at", "recorded", "value_json", "error_json")
@@ -664,7 +668,7 @@ class SessionGrant(_message.Message):
     def __init__(self, claim_id: _Optional[str] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., results_json: _Optional[str] = ..., deadline_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., calls: _Optional[_Iterable[_Union[JournaledCall, _Mapping]]] = ...) -> None: ...
 
 class JournaledCall(_message.Message):
-    __slots__ = ("run_id", "step_id", "name", "occurrence", "tenant_id", "attempt_id", "fencing_token", "value_hash", "bytes", "recorded_at", "value_json", "error_json")
+    __slots__ = ("run_id", "step_id", "name", "occurrence", "tenant_id", "attempt_id", "fencing_token", "value_hash", "bytes", "recorded_at", "value_json", "error_json", "request_hash")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -677,6 +681,7 @@ class JournaledCall(_message.Message):
     RECORDED_AT_FIELD_NUMBER: _ClassVar[int]
     VALUE_JSON_FIELD_NUMBER: _ClassVar[int]
     ERROR_JSON_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_HASH_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     step_id: str
     name: str
@@ -689,7 +694,8 @@ class JournaledCall(_message.Message):
     recorded_at: _timestamp_pb2.Timestamp
     value_json: str
     error_json: str
-    def __init__(self, run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., name: _Optional[str] = ..., occurrence: _Optional[int] = ..., tenant_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., value_hash: _Optional[str] = ..., bytes: _Optional[int] = ..., recorded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., value_json: _Optional[str] = ..., error_json: _Optional[str] = ...) -> None: ...
+    request_hash: str
+    def __init__(self, run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., name: _Optional[str] = ..., occurrence: _Optional[int] = ..., tenant_id: _Optional[str] = ..., attempt_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., value_hash: _Optional[str] = ..., bytes: _Optional[int] = ..., recorded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., value_json: _Optional[str] = ..., error_json: _Optional[str] = ..., request_hash: _Optional[str] = ...) -> None: ...
 
 class ExchangeRequest(_message.Message):
     __slots__ = ("host", "session_id", "credits", "commands", "acks", "wait_seconds", "seq")

@@ -33,6 +33,7 @@ from . import (
     policies,
     problems,
     queues,
+    replays,
     runs,
     schedules,
     schemas,
@@ -125,6 +126,7 @@ def create_app(
     app.include_router(queues.router)  # flow control, seen (issue 21)
     app.include_router(schedules.router)  # schedules (issue 32)
     app.include_router(templates.router)  # run templates (issue 44)
+    app.include_router(replays.router)  # replays against a newer release (issue 44)
     app.include_router(console.router)  # the web console's static files (runcontrol/console/)
     # Workflows as A2A agents (issue 31): /a2a/{workflowId}/..., a2a-sdk's bindings, when the
     # ``a2a`` extra is installed (make installs it; without it there is no agent door).

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from fastapi import Header, Path, Query, Request, Response
@@ -207,11 +207,13 @@ async def list_runs(
     parent_run_id: Annotated[UUID | None, Query(alias="parentRunId")] = None,
     cursor: Cursor = None,
     limit: PageLimit = 50,
+    replays: Literal["exclude", "only", "include"] = "exclude",
 ) -> dict[str, Any]:
     """Runs in the trusted scope with state and freshness; paged.
 
     Scope `factory.runs.read`. Newest first. The caller's project only, unless a role spans the
-    tenant (Operator, WorkspaceAdmin, PlatformAdmin).
+    tenant (Operator, WorkspaceAdmin, PlatformAdmin). Replays (docs/replay.md) are not
+    production: listed only with `replays=only` or `include`.
     """
     states = [str(s) for s in state or ()]
     return await list_page(
@@ -223,6 +225,7 @@ async def list_runs(
         states=states,
         workflow_id=workflow_id,
         parent_run_id=parent_run_id,
+        replays=replays,
     )
 
 

@@ -12,6 +12,7 @@ from ..domain.events import TERMINAL_EVENTS
 from .approvals import APPROVAL_COLUMNS
 from .http_api import Api, CliError, Sse, add_retry_key, command, idempotency, json_arg, pages
 from .output import bulk_outcomes, emit_json, fields, listing, reply, table
+from .replays import add_replay
 
 RUN_COLUMNS = (
     ("RUN", "runId"),
@@ -298,6 +299,7 @@ def add_runs(sub: Any) -> None:
     )
     p.add_argument("--after", type=int, default=None, help="start after this seq (default 0)")
     p.add_argument("--count", type=int, default=None, help="stop after this many events")
+    add_replay(r)
 
 
 def add_events(sub: Any) -> None:

@@ -68,6 +68,13 @@ class CallNotRecorded(ValidationFailed):
     grant listed)."""
 
 
+class ReplayDiverged(ValidationFailed):
+    """A replay run's call the original never made (or made with other arguments), a side
+    effect in a replay, or an approval of a proposal the original never decided when the
+    replay fails on those (docs/replay.md): the step's function fails it ``replay-diverged``
+    (or, with ``liveCalls``, calls a model live)."""
+
+
 class OutputChunkTooLarge(ValidationFailed):
     """A streamed chunk is over ``OUTPUT_CHUNK_MAX_BYTES`` (``domain.output``): not sent."""
 
@@ -129,6 +136,14 @@ class IdempotencyConflict(Conflict): ...
 
 class ConcurrencyConflict(Conflict):
     """Another activation committed first (optimistic concurrency): reload and retry."""
+
+    retryable = True
+
+
+class PreApprovalUsedUp(Conflict):
+    """A template's pre-approval reached its maxUses in another run's statement after this
+    decision read its uses (the guard in ``runcontrol_template_use``): decided again on fresh
+    uses, the request waits for a human."""
 
     retryable = True
 

@@ -95,6 +95,10 @@ class Run:
     # the template it was submitted from (issue 44), pinned: its pre-approvals apply
     template_id: str | None = None
     template_version: int | None = None
+    # A replay (docs/replay.md), pinned: the run it replays and how ({liveCalls, approvals});
+    # never production: listed apart, no concurrency key.
+    replay_of: UUID | None = None
+    replay: dict[str, Any] | None = None
 
     @property
     def child_depth(self) -> int:
@@ -261,6 +265,9 @@ class ApprovalDecision:
     reason: str | None
     break_glass: bool
     decided_at: datetime
+    # Which of the run's template's pre-approvals decided it (a template's vote only): the
+    # statement that writes the vote counts that use, guarded (runcontrol_template_use).
+    pre_approval: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,6 +361,9 @@ class JournaledCall:
     recorded_at: datetime
     value_json: str | None = field(default=None, repr=False)
     error: dict[str, Any] | None = field(default=None, repr=False)
+    # The canonical hash of the call's arguments (``step.run``'s, when they are JSON): what a
+    # replay matches a call by, beside its name and occurrence (docs/replay.md).
+    request_hash: str | None = None
 
     @property
     def key(self) -> tuple[UUID, str, int]:

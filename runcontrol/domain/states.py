@@ -142,6 +142,7 @@ class FailureClass(StrEnum):
     VALIDATION = "validation"
     CANCELLATION = "cancellation"
     UNCERTAIN = "uncertain"
+    REPLAY_DIVERGED = "replay-diverged"  # a replay met what the original did not do
 
     @property
     def retryable(self) -> bool:

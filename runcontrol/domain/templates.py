@@ -12,7 +12,7 @@ Pure: no I/O; times come in as arguments.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -127,10 +127,11 @@ class Template:
 
 @dataclass(frozen=True, slots=True)
 class Pinned:
-    """A run's template version as its grain reads it: the version and its uses so far."""
+    """A run's template version as its grain reads it: the version and the uses so far of
+    each of its pre-approvals (in their order; one not counted yet has none)."""
 
     template: Template
-    uses: int
+    uses: Sequence[int] = ()
 
 
 def from_dict(
@@ -305,31 +306,43 @@ def submission_input(template: Template, given: Mapping[str, Any] | None) -> dic
     return merged
 
 
+def used(uses: Sequence[int], index: int) -> int:
+    """How many times the pre-approval at ``index`` has been used (none counted yet: 0)."""
+    return uses[index] if index < len(uses) else 0
+
+
 def pre_approval(
     template: Template,
-    uses: int,
+    uses: Sequence[int],
     action_class: SideEffectClass,
     proposal: Any,
     requester: str,
     now: datetime,
-) -> PreApproval | str:
-    """The pre-approval that decides this request at once, or why none does (it waits for a
-    human): the template Active, a pre-approval of this class or one above it, unexpired,
-    under its uses (``uses``: how many it has been used), the proposal inside its constraint,
-    and a requester who is neither the template's author nor its approver."""
+) -> tuple[int, PreApproval] | str:
+    """The pre-approval that decides this request at once (its index in the template, and
+    itself), or why none does (it waits for a human): the template Active, a pre-approval of
+    this class or one above it, unexpired, under its uses (``uses``: how many times each has
+    been used, in their order; one not counted yet has none), the proposal inside its
+    constraint, and a requester who is neither the template's author nor its approver. The
+    use is counted by the decision's own statement, guarded (``runcontrol_template_use``): a
+    use this read did not see refuses it, and the request is decided again on fresh uses."""
     if template.state is not TemplateState.ACTIVE:
         return f"the template is {template.state}"
     if requester in (template.created_by, template.decided_by):
         return "the requester authored or approved the template"
-    covering = [p for p in template.pre_approvals if p.action_class.at_least(action_class)]
+    covering = [
+        (i, p)
+        for i, p in enumerate(template.pre_approvals)
+        if p.action_class.at_least(action_class)
+    ]
     if not covering:
         return f"no pre-approval covers {action_class}"
-    for pre in covering:
+    for index, pre in covering:
         if now >= pre.expires_at:
             continue
-        if uses >= pre.max_uses:
+        if used(uses, index) >= pre.max_uses:
             continue
         if pre.constrained and (proposal is None or not pre.fits(proposal)):
             continue
-        return pre
+        return index, pre
     return "no pre-approval is unexpired, under its uses and satisfied by the proposal"

@@ -26,6 +26,7 @@ from ..commands import (
     Command,
     ControlResult,
     DecideApproval,
+    ReplayRun,
     RerunRelease,
     RerunRun,
     SendSignal,
@@ -47,6 +48,7 @@ from .metering import TenantRateLimiter
 from .storable import storable_json
 
 T = TypeVar("T")
+C = TypeVar("C", RerunRun, ReplayRun)
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,15 +266,29 @@ async def rerun_run(
     release_alias: str,
 ) -> RerunRun:
     """A new run (a new id) with the input of the finished run ``run_id``, linked to it."""
-    o.admit(Operation.OPERATE_RUNS)
-    await require_visible(o.caller, o.db, run_id)
-    return RerunRun(
-        tenant_id=o.tenant_id,
-        run_id=new_run_id(o.tenant_id, o.db.vshard_for),
-        command_id=o.command_id("RerunRun", run_id, key),
-        principal=o.caller.principal,
+    return await new_run_from(
+        o,
+        key,
+        RerunRun,
+        run_id,
         reason=reason,
         rerun_of=run_id,
         release=release,
         release_alias=release_alias,
+    )
+
+
+async def new_run_from(
+    o: Outside, key: str | None, kind: type[C], run_id: UUID, **fields: Any
+) -> C:
+    """An operator's new run (``kind``: a rerun or a replay, docs/replay.md; its ``fields``)
+    from the finished run ``run_id``."""
+    o.admit(Operation.OPERATE_RUNS)
+    await require_visible(o.caller, o.db, run_id)
+    return kind(
+        tenant_id=o.tenant_id,
+        run_id=new_run_id(o.tenant_id, o.db.vshard_for),
+        command_id=o.command_id(kind.__name__, run_id, key),
+        principal=o.caller.principal,
+        **fields,
     )

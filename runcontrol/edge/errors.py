@@ -105,6 +105,7 @@ STATUS: Mapping[type[errors.RunControlError], Status] = {
     E.ApprovalAlreadyDecided: Status(grpc="ALREADY_EXISTS"),
     E.ToolCallConflict: Status(grpc="ALREADY_EXISTS"),
     E.ConcurrencyConflict: Status(grpc="ABORTED"),
+    E.PreApprovalUsedUp: Status(grpc="ABORTED"),
     E.ApprovalVersionMismatch: Status(grpc="ABORTED"),
     Unauthorized: Status(401, "UNAUTHENTICATED"),
     InsufficientScope: Status(403, "PERMISSION_DENIED"),

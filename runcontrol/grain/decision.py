@@ -161,8 +161,8 @@ async def commit_turn(grain: RunGrain, turn: Turn) -> None:
         return
     try:
         await commit(grain, pending)
-    except (errors.ConcurrencyConflict, errors.FlowDenied):
-        turn.broken = True
+    except (errors.ConcurrencyConflict, errors.FlowDenied, errors.PreApprovalUsedUp):
+        turn.broken = True  # a template's use taken meanwhile too: decided again alone
         return
     command, answer = turn.decided[-1]
     notice = Committed(command, agg, pending.changes, answer, tuple(turn.decided[:-1]))

@@ -19,6 +19,7 @@ from ..domain import (
     errors,
 )
 from ..domain.rates import Admission, Draw
+from ..domain.replay import Original
 from ..domain.run.submission import next_attempt_number, start_ready
 from ..domain.templates import Pinned
 from ..store import rates, templates
@@ -49,6 +50,9 @@ class RunGrain:
         # number), until a commit dispatches or holds the step (a lost activation loses them:
         # units taken and not used, never units used twice).
         self.admits: dict[tuple[str, int], Admission] = {}
+        # A replay's original run as its commands read it (docs/replay.md): read once (a
+        # finished run never changes).
+        self.original: Original | None = None
         # While several commands are decided in one turn (``turn.turn``): what they decided,
         # committed together once the last has.
         self.turn: Turn | None = None
@@ -104,7 +108,18 @@ class RunGrain:
         found = await self.env.store.rows(
             self.tenant_id, templates.PINNED, (run.template_id, run.template_version)
         )
-        return Pinned(templates.template_of(found[0]), found[0]["uses"]) if found else None
+        return templates.pinned(found[0]) if found else None
+
+    async def replay_source(self) -> Original | None:
+        """A replay run's original (its journaled calls and approvals), or None."""
+        run = (await self.load_cached()).run
+        if run.replay_of is None:
+            return None
+        if self.original is None:
+            old, _ = await self.env.store.load(self.tenant_id, run.replay_of, self.env.clock.now())
+            calls = old.calls.values()
+            self.original = Original.of(old.run, old.steps, calls, old.approvals.values())
+        return self.original
 
     def observe(self, agg: RunAggregate, events: Sequence[Event]) -> None:
         for observer in self.env.observers:

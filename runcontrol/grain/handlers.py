@@ -21,6 +21,7 @@ from ..commands import (
     ConsumeRateLimit,
     DispatchRun,
     OpenAttempts,
+    ReplayRun,
     ReportToParent,
     RerunRun,
     StartRun,
@@ -29,7 +30,7 @@ from ..commands import (
     WakeRun,
 )
 from ..declaration import AfterCommit
-from ..domain import Attempt, CommandContext, RateConsumed, RunAggregate, RunState
+from ..domain import Attempt, CommandContext, RateConsumed, RunAggregate, RunState, errors
 from ..domain.output import OutputAck
 from ..domain.run.approvals import expire_approval
 from ..domain.run.cancellation import enforce_deadlines
@@ -118,11 +119,20 @@ async def handle(g: RunGrain, c: Command[Any]) -> Any:
         given["policy"] = await g.pinned_policy()
     if "template" in declared.given:
         given["template"] = await g.pinned_template()
+    if "replay" in declared.given:
+        given["replay"] = await g.replay_source()
 
     def decided(a: RunAggregate, x: CommandContext) -> Any:
         return declared.decided(a, x, c, given, g.dispatch_due)
 
-    answer = await decide(g, Plan(decided, declared.sender.actor_of(c)), c)
+    plan = Plan(decided, declared.sender.actor_of(c))
+    try:
+        answer = await decide(g, plan, c)
+    except errors.PreApprovalUsedUp:
+        # Another run's statement used the template's pre-approval after this one read its
+        # uses: decide again on fresh uses (the request then waits for a human).
+        given["template"] = await g.pinned_template()
+        answer = await decide(g, plan, c)
     if declared.refuse is not None:
         refused = declared.refuse(answer)
         if refused is not None:
@@ -165,6 +175,7 @@ SPECIAL: Mapping[type[Command[Any]], Handler] = {
     SubmitRun: submission.submit,
     StartRun: submission.start,
     RerunRun: submission.rerun,
+    ReplayRun: submission.replay,
     DispatchRun: dispatch,
     OpenAttempts: open_attempts,
     WakeRun: wake,

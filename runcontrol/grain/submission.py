@@ -8,8 +8,10 @@ import dataclasses
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 from ..commands import (
+    ReplayRun,
     RerunRelease,
     RerunRun,
     StartRun,
@@ -28,8 +30,10 @@ from ..domain import (
     errors,
 )
 from ..domain.access import may_set_priority, scopes_of
+from ..domain.model import Run
 from ..domain.rates import RatesNeeded
-from ..domain.run.controls import record_rerun
+from ..domain.replay import ReplayOptions
+from ..domain.run.controls import record_replay, record_rerun
 from ..domain.run.submission import (
     accept_run,
     assert_same_submission,
@@ -244,25 +248,69 @@ async def rerun(grain: RunGrain, c: RerunRun) -> SubmitResult:
     """Accept the new run (this grain's) with the finished run's input, linked to it: the
     SubmitRun of the old run's project, keyed by this command's id (a resend answers the
     same run). The old run is read, never written."""
+    run = await _finished(grain, c, c.rerun_of, "rerun")
+    pinned = c.release is RerunRelease.PINNED
+    return await _again(
+        grain,
+        c,
+        run,
+        "rerun",
+        None if pinned else c.release_alias,
+        run.release_id if pinned else None,
+        lambda a, x: record_rerun(a, x, run.run_id, str(c.release), c.reason),
+    )
+
+
+async def replay(grain: RunGrain, c: ReplayRun) -> SubmitResult:
+    """A rerun's sibling: the new run replays the finished one on the release
+    ``release_alias`` names now, marked ``replay_of`` with its options (docs/replay.md)."""
+    run = await _finished(grain, c, c.replay_of, "replayed")
+    options = ReplayOptions(c.live_calls, c.approvals)
+    return await _again(
+        grain,
+        c,
+        run,
+        "replay",
+        c.release_alias,
+        None,
+        lambda a, x: record_replay(a, x, run.run_id, options, c.reason),
+    )
+
+
+async def _finished(grain: RunGrain, c: RerunRun | ReplayRun, old_id: UUID, verb: str) -> Run:
+    """The finished run ``old_id`` (read, never written), for an operator's ``c``."""
     OPERATOR.admit(c, grain.tenant_id)
     if not c.reason or not c.reason.strip():
         raise errors.ValidationFailed("an operator control needs a reason")
-    old, _ = await grain.env.store.load(grain.tenant_id, c.rerun_of, grain.env.clock.now())
+    old, _ = await grain.env.store.load(grain.tenant_id, old_id, grain.env.clock.now())
     run = old.run
     if not run.state.terminal:
         raise errors.RunNotFinished(
-            f"run {run.run_id} is {run.state}: only a finished run can be rerun",
+            f"run {run.run_id} is {run.state}: only a finished run can be {verb}",
             run_state=str(run.state),
         )
-    pinned = c.release is RerunRelease.PINNED
+    return run
+
+
+async def _again(
+    grain: RunGrain,
+    c: RerunRun | ReplayRun,
+    run: Run,
+    kind: str,
+    release_alias: str | None,
+    release_id: str | None,
+    also: Also,
+) -> SubmitResult:
+    """Accept this grain's new run with ``run``'s input, as the SubmitRun of its project keyed
+    by ``c``'s id (a resend answers the same run); ``also`` records what links them."""
     request = SubmitRequest(
         project_id=run.project_id,
-        idempotency_key=f"rerun:{run.run_id}:{c.command_id}",
+        idempotency_key=f"{kind}:{run.run_id}:{c.command_id}",
         workflow_id=run.workflow_id,
         model_profile_id=run.model_profile_id,
         input=dict(run.input or {}),
-        release_alias=None if pinned else c.release_alias,
-        release_id=run.release_id if pinned else None,
+        release_alias=release_alias,
+        release_id=release_id,
         limits=run.limits,
         environment_id=run.environment_id,
         correlation_id=run.correlation_id,
@@ -276,6 +324,4 @@ async def rerun(grain: RunGrain, c: RerunRun) -> SubmitResult:
         principal=principal,
         request=request,
     )
-    return await accept(
-        grain, command, lambda a, x: record_rerun(a, x, run.run_id, str(c.release), c.reason)
-    )
+    return await accept(grain, command, also)

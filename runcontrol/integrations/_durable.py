@@ -16,7 +16,7 @@ from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
 from ..domain import SideEffectClass, ToolCallStatus, canonical_hash
-from ..sdk import Approval, AsyncToolCall, Permanent, Transient, Uncertain
+from ..sdk import Approval, AsyncToolCall, Permanent, ReplayDiverged, Transient, Uncertain
 
 T = TypeVar("T")
 
@@ -63,6 +63,15 @@ class DurableStep(Protocol):
     async def consume(self, name: str, units: float) -> Any: ...
 
 
+def _ignoring(fn: Callable[[], Awaitable[T]]) -> Callable[[Any], Awaitable[T]]:
+    """``fn`` as a journaled call taking its request as an argument (hashed, not used)."""
+
+    async def call(_request: Any) -> T:
+        return await fn()
+
+    return call
+
+
 def tool_proposal(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
     """What a reviewer approves for a tool call: the tool's name and its arguments, nothing
     the model worded around them (so its hash is the call's, whoever asks)."""
@@ -94,20 +103,23 @@ class AgentCalls:
         self,
         send: Callable[[], Awaitable[Any]],
         transient: tuple[type[Exception], ...] = (),
+        request: Any = None,
     ) -> Any:
         """``send()`` (a model request; it returns its JSON form) once per run of the step.
         An error of the ``transient`` kinds (the provider's rate limits, timeouts, outages,
         once the framework's own retries gave up) is raised as ``Transient``: the step is
-        retried under its policy, and the requests before it are replayed."""
+        retried under its policy, and the requests before it are replayed. ``request``: the
+        request's JSON form (the messages sent), the call's argument: a replay answers it
+        from the original only when it is the same (docs/replay.md)."""
         self.check_cancelled()
 
-        async def once() -> Any:
+        async def once(_request: Any) -> Any:
             try:
                 return await send()
             except transient as exc:
                 raise Transient(f"the model request failed: {exc!r}") from exc
 
-        return await self.step.run(bounded(f"{self.agent}:model"), once)
+        return await self.step.run(bounded(f"{self.agent}:model"), once, request)
 
     async def consumed(self, tokens: int) -> None:
         """Report ``tokens`` against the release's limit ``token_limit`` (inside the journaled
@@ -146,9 +158,9 @@ class AgentCalls:
         self.check_cancelled()
         name = self._tool_name(tool, call_id)
         if not side_effect:
-            return await self.step.run(name, call)
+            return await self.step.run(name, _ignoring(call), arguments)
 
-        async def once() -> Any:
+        async def once(_arguments: Any) -> Any:
             request = proposal or tool_proposal(tool, arguments)
             if ready is not None:
                 await ready()
@@ -164,7 +176,7 @@ class AgentCalls:
             await claim.complete(result)
             return result
 
-        return await self.step.run(name, once)
+        return await self.step.run(name, once, arguments)
 
     async def approve(
         self,
@@ -191,7 +203,13 @@ class AgentCalls:
                 "approvalId": None if approval_id is None else str(approval_id),
             }
 
-        decided = await self.step.run(bounded(f"{self.agent}:approval:{tool}:{call_id}"), ask)
+        name = bounded(f"{self.agent}:approval:{tool}:{call_id}")
+        try:
+            decided = await self.step.run(name, _ignoring(ask), proposal)
+        except ReplayDiverged:
+            # A replay whose original never decided this proposal: asked of Run Control,
+            # which parks it for a human (or fails it, by the replay's option).
+            decided = await ask()
         if decided["proposalHash"] != proposal_hash:  # fail closed: never run an unapproved call
             raise Permanent(
                 f"the journaled approval of {tool} (call {call_id}) is of another proposal"

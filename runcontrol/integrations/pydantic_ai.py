@@ -50,6 +50,7 @@ from pydantic_ai.exceptions import (
 from pydantic_ai.messages import (
     AgentStreamEvent,
     ModelMessage,
+    ModelMessagesTypeAdapter,
     ModelResponse,
     PartDeltaEvent,
     PartStartEvent,
@@ -115,7 +116,8 @@ class JournaledModel(WrapperModel):
             wrapped = self.wrapped.request(messages, model_settings, model_request_parameters)
             return await self._counted(await wrapped)
 
-        return _RESPONSE.validate_python(await self.calls.model_request(send, TRANSIENT))
+        sent = request_identity(messages)
+        return _RESPONSE.validate_python(await self.calls.model_request(send, TRANSIENT, sent))
 
     @asynccontextmanager
     async def request_stream(
@@ -133,12 +135,31 @@ class JournaledModel(WrapperModel):
                     await self.calls.text(_text_of(event))
             return await self._counted(streamed.get())
 
-        response = _RESPONSE.validate_python(await self.calls.model_request(send, TRANSIENT))
+        sent = request_identity(messages)
+        response = _RESPONSE.validate_python(await self.calls.model_request(send, TRANSIENT, sent))
         # The stream was drained inside the journaled call (its text went to step.stream);
         # the run's own consumers see the response's parts as events.
         yield CompletedStreamedResponse(
             response, model_request_parameters=model_request_parameters, replay_events=True
         )
+
+
+# What differs between two runs sending the same request: when and in which run it was made.
+_VOLATILE = frozenset({"timestamp", "run_id", "conversation_id", "provider_response_id"})
+
+
+def request_identity(messages: list[ModelMessage]) -> Any:
+    """The messages of a model request as a replay compares them (docs/replay.md): their JSON
+    form without the times and ids of the run that sent them."""
+    return _stripped(ModelMessagesTypeAdapter.dump_python(messages, mode="json"))
+
+
+def _stripped(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _stripped(v) for k, v in value.items() if k not in _VOLATILE}
+    if isinstance(value, list):
+        return [_stripped(v) for v in value]
+    return value
 
 
 def _text_of(event: AgentStreamEvent) -> str:

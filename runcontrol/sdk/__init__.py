@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ._app import AppNotFound, load_app
 from ._backoff import Backoff
-from ._errors import AgentError, CallFailed, Permanent, Transient, Uncertain
+from ._errors import AgentError, CallFailed, Permanent, ReplayDiverged, Transient, Uncertain
 from ._identity import token_identity
 from ._step import Approval, AsyncToolCall, LeaseGone, Step, SyncStep, SyncToolCall, ToolCall
 from ._worker import Agent, Worker
@@ -31,6 +31,7 @@ __all__ = [
     "CallFailed",
     "LeaseGone",
     "Permanent",
+    "ReplayDiverged",
     "Step",
     "SyncStep",
     "SyncToolCall",

@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ..domain import FailureClass, JournaledCall, RecordedCall, canonical_json
+from ..domain import FailureClass, JournaledCall, RecordedCall, canonical_hash, canonical_json
 from ..domain.run.journaled_calls import MAX_ERROR_MESSAGE
 from ._errors import AgentError, CallFailed
 
@@ -48,6 +48,18 @@ def replayed(
     if error is not None:
         raise CallFailed(name, occurrence, error)
     return None if value_json is None else json.loads(value_json)
+
+
+def arguments_hash(args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
+    """The canonical hash of a call's arguments, stored with its value: what a replay matches
+    the call by (docs/replay.md). None without arguments, or when they are not JSON (the call
+    is then matched by its name and occurrence alone)."""
+    if not args and not kwargs:
+        return None
+    try:
+        return canonical_hash({"args": list(args), "kwargs": kwargs})
+    except (TypeError, ValueError):
+        return None
 
 
 def as_json(value: Any) -> tuple[Any, bytes]:

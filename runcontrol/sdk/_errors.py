@@ -58,6 +58,14 @@ class CallFailed(AgentError):
         super().__init__(f"{name} #{occurrence} failed: {self.error_type}: {self.error_message}")
 
 
+class ReplayDiverged(AgentError):
+    """A replay run's call its original did not make (or made with other arguments), and the
+    replay makes none live; a side effect, or an approval the replay fails on: the step fails
+    ``replay-diverged``, never retried (docs/replay.md)."""
+
+    failure_class = FailureClass.REPLAY_DIVERGED
+
+
 def outcome_of(exc: BaseException) -> tuple[AttemptOutcome, FailureClass]:
     """The outcome and failure class an exception out of an agent function reports."""
     if isinstance(exc, AgentError):

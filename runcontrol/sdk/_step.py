@@ -43,8 +43,17 @@ from ..domain import (
 )
 from ..workers.protocol import Grant
 from ._backoff import Backoff, transient
-from ._calls import MISSING, CallJournal, answered, as_json, final_error, inline, replayed
-from ._errors import CallFailed
+from ._calls import (
+    MISSING,
+    CallJournal,
+    answered,
+    arguments_hash,
+    as_json,
+    final_error,
+    inline,
+    replayed,
+)
+from ._errors import CallFailed, ReplayDiverged
 from ._output import OutputStream
 
 log = logging.getLogger(__name__)
@@ -210,6 +219,8 @@ class AttemptContext:
         try:
             return await self.send(command)
         except errors.RunControlError as exc:
+            if isinstance(exc, errors.ReplayDiverged):  # the step fails replay-diverged
+                raise ReplayDiverged(str(exc)) from exc
             if isinstance(exc, errors.ValidationFailed):
                 raise
             self.request_stop(f"refused: {exc} ({exc.code})")
@@ -251,34 +262,56 @@ class AttemptContext:
         request_hash = canonical_hash(request)
         return await self.command(ClaimToolCall, call_id=call_id, request_hash=request_hash)
 
-    async def call_stored(self, name: str) -> tuple[int, Any]:
+    async def call_stored(self, name: str, request_hash: str | None) -> tuple[int, Any]:
         """The occurrence of this call of ``name`` in this execution, and the value stored
-        for it (``MISSING``: none yet; a stored final error is raised as ``CallFailed``)."""
+        for it (``MISSING``: none yet; a stored final error is raised as ``CallFailed``). In a
+        replay, a call not stored yet is answered with the original's (the same arguments:
+        ``request_hash``), or is ``MISSING`` when the replay makes calls live, or fails the
+        step (``ReplayDiverged``, docs/replay.md)."""
         occurrence = self.calls.next_occurrence(name)
         stored = self.calls.stored(name, occurrence)
-        if stored is None:
+        if stored is None and self.lease.replay is None:
             return occurrence, MISSING
-        if inline(stored):
+        if stored is not None and inline(stored):
             return occurrence, replayed(name, occurrence, stored.value_json, stored.error)
-        # past the grant's cap: one read of it
-        answer = await self.command(RecordCall, name=name, occurrence=occurrence, read_only=True)
+        # past the grant's cap, or a replay's call: one read of it
+        try:
+            answer = await self.command(
+                RecordCall,
+                name=name,
+                occurrence=occurrence,
+                read_only=True,
+                request_hash=request_hash,
+            )
+        except ReplayDiverged:
+            if self.lease.replay == "live":
+                return occurrence, MISSING
+            raise
         return occurrence, replayed(name, occurrence, answer.value_json, answer.error)
 
-    async def call_returned(self, name: str, occurrence: int, value: Any) -> Any:
+    async def call_returned(
+        self, name: str, occurrence: int, value: Any, request_hash: str | None
+    ) -> Any:
         """Record the value the call's function returned: answers it as JSON, or the value
         another execution stored first."""
         own, _ = as_json(value)
-        answer = await self.command(RecordCall, name=name, occurrence=occurrence, value=own)
+        answer = await self.command(
+            RecordCall, name=name, occurrence=occurrence, value=own, request_hash=request_hash
+        )
         return answered(name, occurrence, answer, own)
 
-    async def call_raised(self, name: str, occurrence: int, exc: Exception) -> Any:
+    async def call_raised(
+        self, name: str, occurrence: int, exc: Exception, request_hash: str | None
+    ) -> Any:
         """The call's function raised ``exc``: a final error is recorded and raised as
         ``CallFailed`` (or the value another execution stored first is answered); any other
         is raised as it is, recording nothing."""
         error = final_error(exc)
         if error is None:
             raise exc
-        answer = await self.command(RecordCall, name=name, occurrence=occurrence, error=error)
+        answer = await self.command(
+            RecordCall, name=name, occurrence=occurrence, error=error, request_hash=request_hash
+        )
         if answer.recorded:
             raise CallFailed(name, occurrence, error) from exc
         return replayed(name, occurrence, answer.value_json, answer.error)
@@ -331,6 +364,8 @@ class _StepBase:
         self.results: Mapping[str, Any] = grant.results
         # Set when the attempt resumes after a human approved a proposal of this hash.
         self.approved_proposal_hash: str | None = lease.approved_proposal_hash
+        # A replay run's: ``refuse`` or ``live`` (docs/replay.md); None: not a replay.
+        self.replay: str | None = lease.replay
 
     @property
     def lease_expires_at(self) -> datetime:
@@ -397,7 +432,8 @@ class Step(_StepBase):
         A final error of ``fn`` (an ``AgentError`` but ``Transient``) is stored too and raised
         as ``CallFailed`` in every execution (docs/workers.md)."""
         attempt = self._attempt
-        occurrence, value = await attempt.call_stored(name)
+        request_hash = arguments_hash(args, kwargs)
+        occurrence, value = await attempt.call_stored(name, request_hash)
         if value is not MISSING:
             return value
         try:
@@ -405,8 +441,8 @@ class Step(_StepBase):
             if inspect.isawaitable(value):
                 value = await value
         except Exception as exc:
-            return await attempt.call_raised(name, occurrence, exc)
-        return await attempt.call_returned(name, occurrence, value)
+            return await attempt.call_raised(name, occurrence, exc, request_hash)
+        return await attempt.call_returned(name, occurrence, value, request_hash)
 
     async def stream(self, chunk: Any) -> None:
         """Stream ``chunk`` (text, or any JSON value) to the run's readers, after the chunks
@@ -453,7 +489,8 @@ class SyncStep(_StepBase):
         """``Step.run``, blocking: ``fn`` runs in this function's thread (an async ``fn`` on
         the worker's loop)."""
         attempt = self._attempt
-        occurrence, value = attempt.blocking(attempt.call_stored(name))
+        request_hash = arguments_hash(args, kwargs)
+        occurrence, value = attempt.blocking(attempt.call_stored(name, request_hash))
         if value is not MISSING:
             return value
         try:
@@ -461,8 +498,8 @@ class SyncStep(_StepBase):
             if inspect.isawaitable(value):
                 value = attempt.blocking(_awaited(value))
         except Exception as exc:
-            return attempt.blocking(attempt.call_raised(name, occurrence, exc))
-        return attempt.blocking(attempt.call_returned(name, occurrence, value))
+            return attempt.blocking(attempt.call_raised(name, occurrence, exc, request_hash))
+        return attempt.blocking(attempt.call_returned(name, occurrence, value, request_hash))
 
     def stream(self, chunk: Any) -> None:
         self._attempt.blocking(self._attempt.output.add(chunk))

@@ -62,6 +62,7 @@ _LOST_RACE = frozenset({"RC409", "40P01", "40001"})
 _BUDGET_DENIED = "RC402"
 _CAPACITY_DENIED = "RC429"
 _FLOW_DENIED = "RC430"
+_PRE_APPROVAL_USED_UP = "RC431"  # runcontrol_template_use: a template's use past its maxUses
 _MOVED = "RC421"  # a fence of a shard's move (runcontrol_check_fence): route again
 # A JSON-escaped NUL (an even run of backslashes, then \u0000): not a literal "\u0000" in text.
 _NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
@@ -300,6 +301,8 @@ def conclude(pending: PendingCommit, answer: Answer) -> None:
         raise errors.BudgetReservationDenied(message.splitlines()[0])
     if sqlstate == _CAPACITY_DENIED:
         raise errors.CapacityDenied(message.splitlines()[0])
+    if sqlstate == _PRE_APPROVAL_USED_UP:
+        raise errors.PreApprovalUsedUp(message.splitlines()[0])
     if sqlstate == _FLOW_DENIED:
         first = message.splitlines()[0]
         found = orjson.loads(first[first.index("{") :])
@@ -335,7 +338,7 @@ def _select(table: Table, where: str) -> str:
 
 
 # The run and its rows, as of one snapshot (REPEATABLE READ): one round trip, no torn reads.
-_LOAD = (
+LOAD = (
     (runs, _select(runs, "run_id = %s")),
     (steps, _select(steps, "run_id = %s")),
     (attempts, _select(attempts, "run_id = %s")),
@@ -347,6 +350,30 @@ _LOAD = (
     (attempt_results, _select(attempt_results, "run_id = %s")),
     (journaled_calls, _select(journaled_calls, "run_id = %s")),
 )
+
+
+def aggregate(run_id: UUID, found: Sequence[list[dict[str, Any]]]) -> RunAggregate:
+    """The run of ``LOAD``'s rows (in its order): ``RunNotFound`` without its row."""
+    run, *others = found
+    if not run:
+        raise errors.RunNotFound(f"run {run_id} not found", run_id=str(run_id))
+    kinds = (
+        model.Step,
+        model.Attempt,
+        model.Lease,
+        model.ApprovalRequest,
+        model.ApprovalDecision,
+        model.CancellationIntent,
+        model.ToolCall,
+        model.AttemptResult,
+        model.JournaledCall,
+    )
+    held: list[list[Any]] = [
+        [rows.from_row(kind, r) for r in rs] for kind, rs in zip(kinds, others, strict=True)
+    ]
+    return RunAggregate(rows.from_row(model.Run, run[0]), *held)
+
+
 _ANSWERED = "SELECT command_id FROM command_answers WHERE run_id = %s AND created_at >= %s"
 _STORED_ANSWER = (
     "SELECT answer, fingerprint FROM command_answers"
@@ -479,37 +506,11 @@ class Store:
     ) -> tuple[RunAggregate, set[str]]:
         """The run and its rows as of one commit, and the ids of its commands answered since
         ``answered_since`` (their answers are stored)."""
-        queries: list[tuple[str, Sequence[Any]]] = [(sql, (run_id,)) for _, sql in _LOAD]
+        queries: list[tuple[str, Sequence[Any]]] = [(sql, (run_id,)) for _, sql in LOAD]
         queries.append((_ANSWERED, (run_id, answered_since)))
-        (
-            run,
-            step,
-            attempt,
-            lease,
-            approval,
-            decision,
-            intent,
-            call,
-            result,
-            journaled,
-            answered,
-        ) = await self.read(tenant_id, queries)
-        if not run:
-            raise errors.RunNotFound(f"run {run_id} not found", run_id=str(run_id))
-        stored = rows.from_row(model.Run, run[0])
-        agg = RunAggregate(
-            stored,
-            [rows.from_row(model.Step, r) for r in step],
-            [rows.from_row(model.Attempt, r) for r in attempt],
-            [rows.from_row(model.Lease, r) for r in lease],
-            [rows.from_row(model.ApprovalRequest, r) for r in approval],
-            [rows.from_row(model.ApprovalDecision, r) for r in decision],
-            [rows.from_row(model.CancellationIntent, r) for r in intent],
-            [rows.from_row(model.ToolCall, r) for r in call],
-            [rows.from_row(model.AttemptResult, r) for r in result],
-            [rows.from_row(model.JournaledCall, r) for r in journaled],
-        )
-        _STORED_RUN[agg] = rows.to_row(stored, next_due_at=run[0]["next_due_at"])
+        *found, answered = await self.read(tenant_id, queries)
+        agg = aggregate(run_id, found)
+        _STORED_RUN[agg] = rows.to_row(agg.run, next_due_at=found[0][0]["next_due_at"])
         lean.remember(agg, _loaded_children(agg))
         return agg, {r["command_id"] for r in answered}
 

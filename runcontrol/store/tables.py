@@ -67,6 +67,8 @@ runs = tenant_table(
     num("depth?", info=PIN),  # NULL (an older host's insert): 0
     # the template it was submitted from (0032, issue 44)
     txt("template_id?") + num("template_version?"),
+    # a replay (0037, docs/replay.md): the run it replays and how
+    uid("replay_of?") + jsonb("replay?"),
     UniqueConstraint("tenant_id", "project_id", "idempotency_key", name="uq_runs_idempotency"),
     Index("ix_runs_list", "tenant_id", "created_at", "run_id"),
     Index("ix_runs_state", "tenant_id", "state", "created_at"),
@@ -156,7 +158,7 @@ approval_decisions = tenant_table(
     "approval_decisions",
     uid("approval_id", refs="approval_requests.approval_id") + txt("decided_by"),
     uid("run_id") + txt("decision", "proposal_hash", "reason?"),
-    flag("break_glass") + tz("decided_at"),
+    flag("break_glass") + tz("decided_at") + num("pre_approval?"),
     PrimaryKeyConstraint("approval_id", "decided_by"),
     Index("ix_decisions_run", "run_id"),
     tenant_after="decided_by",
@@ -171,7 +173,7 @@ journaled_calls = tenant_table(
     txt("name", primary_key=True) + num("occurrence", primary_key=True),
     ref("attempt_id") + big("fencing_token"),
     txt("value_hash") + big("bytes") + tz("recorded_at"),
-    txt("value_json?") + jsonb("error?"),
+    txt("value_json?") + jsonb("error?") + txt("request_hash?"),
 )
 tool_calls = tenant_table(
     "tool_calls",
@@ -471,6 +473,18 @@ run_templates = tenant_table(
     Index("ix_run_templates_list", "tenant_id", "created_at"),
     tenant_after="version",
     policies=(PROJECT_ROWS,),
+)
+
+# A template version's uses, a row per pre-approval (0036): written with the version, counted
+# by the statement that writes a template's vote, ``uses < max_uses`` or the statement fails
+# (runcontrol_template_use, the trigger on approval_decisions): two runs deciding at once never
+# pass a pre-approval's maxUses.
+template_uses = tenant_table(
+    "template_uses",
+    txt("template_id") + num("version") + num("pre_approval"),
+    num("uses", "max_uses"),
+    PrimaryKeyConstraint("tenant_id", "template_id", "version", "pre_approval"),
+    tenant_after="pre_approval",
 )
 
 # Who LISTENs on which channel (0026, issue 33): a row per (channel, backend pid) while a

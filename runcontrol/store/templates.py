@@ -1,40 +1,45 @@
 """Run templates in PostgreSQL (migration 0032, issue 44): a row per version, read and written
 on ``Database.tenant()`` connections (row-level security: the tenant, and for a caller bound
 to a project, its project). A version's content is written once; its state, decision and use
-count change. ``lock``: the row ``FOR UPDATE``, so two decisions (or a decision and a revoke, or
-two uses) of one version are taken one after the other. A version's uses are the approvals
-it decided (``decided_by`` = ``template:{id}@{version}``), counted, never stored apart: the
-decision's own row is its use, in the decision's transaction.
+count change. ``lock``: the row ``FOR UPDATE``, so two decisions (or a decision and a revoke) of
+one version are taken one after the other. A version's uses are counted per pre-approval in
+``template_uses`` (migration 0036), by the statement that writes the template's vote, guarded
+by the pre-approval's maxUses (``runcontrol_template_use``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from ..domain.templates import Template, TemplateState, from_dict
+from ..domain.templates import Pinned, Template, TemplateState, from_dict
 from .queries.views import api_view, render
-from .tables import approval_requests, audit_log, run_templates
+from .tables import audit_log, run_templates, template_uses
 
 VIEW = api_view(
     (c for c in run_templates.c.keys() if c not in ("tenant_id", "content", "project_id")),
 )
 _t = run_templates.c
-USES = (
-    select(func.count())
-    .where(
-        approval_requests.c.decided_by == func.concat("template:", _t.template_id, "@", _t.version)
-    )
-    .scalar_subquery()
-    .label("uses")
+_u = template_uses.c
+_OF_VERSION = (
+    _u.tenant_id == _t.tenant_id,
+    _u.template_id == _t.template_id,
+    _u.version == _t.version,
 )
-# The grain's read of a run's pinned version (``RunGrain.pinned_template``), with its uses.
+# A version's uses, all its pre-approvals' (the view's).
+USES = (
+    select(func.coalesce(func.sum(_u.uses), 0)).where(*_OF_VERSION).scalar_subquery().label("uses")
+)
+# The grain's read of a run's pinned version (``RunGrain.pinned_template``), with the uses of
+# each of its pre-approvals (``pinned``).
 PINNED = (
-    "SELECT t.*, (SELECT count(*) FROM approval_requests a WHERE a.decided_by = "
-    "'template:' || t.template_id || '@' || t.version) AS uses "
+    "SELECT t.*, (SELECT jsonb_object_agg(u.pre_approval, u.uses) FROM template_uses u "
+    "WHERE u.tenant_id = t.tenant_id AND u.template_id = t.template_id "
+    "AND u.version = t.version) AS uses "
     "FROM run_templates t WHERE t.template_id = %s AND t.version = %s"
 )
 # What changes of a version after it is written.
@@ -80,6 +85,13 @@ def template_of(m: Any) -> Template:
     for column in _STATE[1:]:
         setattr(template, column, m[column])
     return template
+
+
+def pinned(row: Mapping[str, Any]) -> Pinned:
+    """A ``PINNED`` row as the grain's: the version, and each pre-approval's uses in order."""
+    template = template_of(row)
+    uses = row["uses"] or {}
+    return Pinned(template, tuple(uses.get(str(i), 0) for i in range(len(template.pre_approvals))))
 
 
 def insert(conn: Connection, template: Template, now: datetime) -> None:

@@ -5,12 +5,13 @@ B's own runs wait; the (N+1)th use waits; an expired or revoked template pre-app
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from datetime import timedelta
 from typing import Any
 
 from grain_harness import SHARED, Harness
-from support import held
+from support import SyncGrain, drive, held
 
 from runcontrol.commands import RequestApproval, TemplateRef
 from runcontrol.domain import ApprovalState, Decision, Role, RunState, StepSpec, canonical_hash
@@ -61,18 +62,23 @@ def template(h: Harness, max_uses: int = 5, template_id: str = "nightly") -> rul
     return made
 
 
-def asks(h: Harness, requester: str = USER, proposal: Any = FITS, t: str = "nightly") -> Any:
-    """A run of the template's workflow by ``requester``: its shared-write step asks approval
-    of ``proposal``; answers the request and the run's grain."""
+def asking(
+    h: Harness, requester: str = USER, proposal: Any = FITS, t: str = "nightly"
+) -> tuple[SyncGrain, RequestApproval]:
+    """A run of the template's workflow by ``requester``, its shared-write step leased, and
+    its request for approval of ``proposal``."""
     request = dataclasses.replace(h.request(), template=TemplateRef(t, 1))
     grain, _ = h.submit(request, requester)
     grant = h.lease(grain)
-    approval = grain.execute(
-        RequestApproval(
-            proposal_hash=canonical_hash(proposal), proposal=proposal, **held(grain, grant, {})
-        )
+    return grain, RequestApproval(
+        proposal_hash=canonical_hash(proposal), proposal=proposal, **held(grain, grant, {})
     )
-    return approval, grain
+
+
+def asks(h: Harness, requester: str = USER, proposal: Any = FITS, t: str = "nightly") -> Any:
+    """``asking``, sent: answers the request and the run's grain."""
+    grain, command = asking(h, requester, proposal, t)
+    return grain.execute(command), grain
 
 
 def test_a_fitting_proposal_of_another_requester_is_approved_by_the_template(h: Harness):
@@ -124,3 +130,26 @@ def test_an_expired_or_revoked_template_pre_approves_nothing(h: Harness):
     assert asks(h, t="revoked")[0].state is ApprovalState.PENDING
     h.clock.advance(timedelta(days=1).total_seconds())
     assert asks(h, t=made.template_id)[0].state is ApprovalState.PENDING
+
+
+def test_runs_deciding_at_once_never_pass_a_pre_approvals_max_uses(h: Harness):
+    """Each run's grain reads the template's uses before it decides, without a lock: three
+    runs asking at once all read none used. The statement writing a template's vote counts
+    the use only under maxUses; the others' statements fail, they decide again on fresh uses
+    and wait for a human."""
+    h.publish(StepSpec("write", "agent-a", side_effect_class=SHARED))
+    made = template(h, max_uses=1)
+    racers = [asking(h) for _ in range(3)]
+
+    async def at_once() -> list[Any]:
+        return await asyncio.gather(*(g.grain.execute(c) for g, c in racers))
+
+    answers = drive(at_once())
+    states = sorted(str(a.state) for a in answers)
+    assert states == ["Approved", "Pending", "Pending"]
+    with h.db.tenant(h.tenant) as conn:
+        assert store.latest(conn, made.template_id)[1] == 1  # type: ignore[index]
+    for (grain, _), answer in zip(racers, answers, strict=True):
+        if answer.state is ApprovalState.PENDING:
+            assert h.load(grain.run_id).run.state is RunState.WAITING_FOR_APPROVAL
+            assert not h.rows(approval_decisions, grain.run_id)

@@ -50,6 +50,7 @@ STORED: dict[str, dict[str, Any]] = {
         "gate": "none",
         "cancel_requested": False,
         "approved_proposal_hash": None,
+        "replay": None,
     },
     "Attempt": {
         "attempt_id": ID,

@@ -125,6 +125,7 @@ def test_retryable_flags():
         errors.FlowDenied,
         errors.Unavailable,
         errors.Draining,
+        errors.PreApprovalUsedUp,
         errors.ShardMoving,  # its shard moves: send it again after Retry-After
         errors.ShardMoved,  # a fence refused it: route it again
     }

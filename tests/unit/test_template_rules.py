@@ -79,9 +79,10 @@ def test_an_active_template_pre_approves_a_fitting_proposal_of_another_requester
     template = active()
     assert template.state is TemplateState.ACTIVE
     assert template.reference == "template:nightly@1"
-    pre = pre_approval(template, 0, SHARED, FITS, "cid", T0)
+    pre = pre_approval(template, [0], SHARED, FITS, "cid", T0)
     assert not isinstance(pre, str)
-    assert pre.approver_role is Role.REVIEWER
+    assert pre == (0, template.pre_approvals[0])
+    assert pre[1].approver_role is Role.REVIEWER
 
 
 @pytest.mark.parametrize(
@@ -90,34 +91,45 @@ def test_an_active_template_pre_approves_a_fitting_proposal_of_another_requester
     ids=["schema", "expression", "absent"],
 )
 def test_a_proposal_outside_the_constraint_waits(proposal):
-    assert isinstance(pre_approval(active(), 0, SHARED, proposal, "cid", T0), str)
+    assert isinstance(pre_approval(active(), [0], SHARED, proposal, "cid", T0), str)
 
 
 def test_the_author_and_the_approver_never_ride_on_it():
     template = active()
-    assert isinstance(pre_approval(template, 0, SHARED, FITS, "ann", T0), str)
-    assert isinstance(pre_approval(template, 0, SHARED, FITS, "bob", T0), str)
+    assert isinstance(pre_approval(template, [0], SHARED, FITS, "ann", T0), str)
+    assert isinstance(pre_approval(template, [0], SHARED, FITS, "bob", T0), str)
 
 
 def test_uses_expiry_and_class_bound_it():
     template = active()
-    assert not isinstance(pre_approval(template, 1, SHARED, FITS, "cid", T0), str)
-    assert isinstance(pre_approval(template, 2, SHARED, FITS, "cid", T0), str)
+    assert not isinstance(pre_approval(template, [1], SHARED, FITS, "cid", T0), str)
+    assert isinstance(pre_approval(template, [2], SHARED, FITS, "cid", T0), str)
     late = T0 + timedelta(days=30)
-    assert isinstance(pre_approval(template, 0, SHARED, FITS, "cid", late), str)
+    assert isinstance(pre_approval(template, [0], SHARED, FITS, "cid", late), str)
     above = SideEffectClass.EXTERNAL_IRREVERSIBLE
-    assert isinstance(pre_approval(template, 0, above, FITS, "cid", T0), str)
+    assert isinstance(pre_approval(template, [0], above, FITS, "cid", T0), str)
     below = SideEffectClass.LOCAL_WRITE
-    assert not isinstance(pre_approval(template, 0, below, FITS, "cid", T0), str)
+    assert not isinstance(pre_approval(template, [0], below, FITS, "cid", T0), str)
+
+
+def test_each_pre_approval_counts_its_own_uses():
+    doc = document()
+    second = {**doc["preApprovals"][0], "maxUses": 1, "proposalSchema": None}
+    doc["preApprovals"] = [doc["preApprovals"][0], second]
+    template = made(doc)
+    decide(template, "bob", REVIEWER, Decision.APPROVE, 1, template.content_hash, None, T0)
+    assert pre_approval(template, [], SHARED, FITS, "cid", T0) == (0, template.pre_approvals[0])
+    assert pre_approval(template, [2], SHARED, FITS, "cid", T0) == (1, template.pre_approvals[1])
+    assert isinstance(pre_approval(template, [2, 1], SHARED, FITS, "cid", T0), str)
 
 
 def test_proposed_and_revoked_pre_approve_nothing():
     template = made()
-    assert pre_approval(template, 0, SHARED, FITS, "cid", T0) == "the template is Proposed"
+    assert pre_approval(template, [0], SHARED, FITS, "cid", T0) == "the template is Proposed"
     template = active()
     revoke(template, "no longer trusted")
     assert template.state is TemplateState.REVOKED
-    assert isinstance(pre_approval(template, 0, SHARED, FITS, "cid", T0), str)
+    assert isinstance(pre_approval(template, [0], SHARED, FITS, "cid", T0), str)
 
 
 def test_the_decision_keeps_a_run_approvals_rules():
@@ -146,8 +158,8 @@ def test_an_edit_is_a_new_version_needing_a_new_decision():
     assert (new.version, new.state) == (2, TemplateState.PROPOSED)
     assert template.state is TemplateState.SUPERSEDED
     assert new.content_hash != template.content_hash
-    assert isinstance(pre_approval(new, 0, SHARED, FITS, "cid", T0), str)
-    assert isinstance(pre_approval(template, 0, SHARED, FITS, "cid", T0), str)
+    assert isinstance(pre_approval(new, [0], SHARED, FITS, "cid", T0), str)
+    assert isinstance(pre_approval(template, [0], SHARED, FITS, "cid", T0), str)
 
 
 def test_the_same_content_hashes_alike():
@@ -204,3 +216,4 @@ def test_the_decisions_metric_names_who_decided():
     assert decided_by(active().reference) == "template"
     assert decided_by("approval-expiry-reconciler") == "expiry"
     assert decided_by("rita") == "human"
+    assert decided_by(f"replay:{T0:%Y}") == "replay"

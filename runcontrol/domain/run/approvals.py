@@ -22,6 +22,7 @@ from ..model import (
     Attempt,
     Step,
 )
+from ..replay import REPLAY_DECIDER, Original, ReplayApprovals, ReplayOptions, original_approval
 from ..states import (
     ApprovalState,
     AttemptState,
@@ -58,6 +59,7 @@ def request_approval(
     lease_id: UUID | None = None,
     proposal: Any = None,
     template: Pinned | None = None,
+    replay: Original | None = None,
 ) -> ApprovalRequest | None:
     """Open (or return) the approval for this exact proposal; None if policy needs none. A
     run submitted from a template whose pre-approval covers it is approved at once by the
@@ -101,8 +103,29 @@ def request_approval(
             agg.move_approval(ctx, existing, ApprovalState.STALE, "ProposalChanged")
             existing.reason = "proposal regenerated"
             emit_approval_decided(agg, ctx, existing)
+    reused = None if replay is None else original_approval(replay, step.name, proposal_hash)
+    fails = ReplayOptions.from_dict(agg.run.replay).approvals is ReplayApprovals.FAIL
+    if replay is not None and reused is None and fails:
+        raise errors.ReplayDiverged(
+            f"the original run never had this proposal of step {step.name!r} approved",
+            step=step.name,
+            why="approval-changed",
+        )
     approval = _open_approval(agg, ctx, step, attempt_id, action, proposal_hash, policy, options)
     if template is not None and pre_approve(agg, ctx, approval, template, proposal):
+        return approval
+    if replay is not None and reused is not None:
+        vote = agg.new(
+            ApprovalDecision,
+            approval_id=approval.approval_id,
+            decided_by=f"{REPLAY_DECIDER}{replay.run_id}",
+            decision=Decision.APPROVE,
+            proposal_hash=proposal_hash,
+            reason=f"the original run's decision (by {reused.decided_by}), the proposal equal",
+            break_glass=False,
+            decided_at=ctx.now,
+        )
+        _finish_approval(agg, ctx, approval, ApprovalState.APPROVED, "ReplayedFromOriginal", vote)
         return approval
     if agg.run.state is RunState.RUNNING:
         agg.move_run(ctx, RunState.WAITING_FOR_APPROVAL)
@@ -158,21 +181,23 @@ def pre_approve(
     pre-approvals covers it (``templates.pre_approval``: Active, unexpired, under its uses,
     the proposal inside its constraint, the requester neither its author nor its approver).
     Audited like a human decision: the vote (``decidedBy: template:{id}@{version}``, its
-    approver named), the journal entry and the event, in this transaction; the vote's
-    request, decided by the template, is its use."""
+    approver named), the journal entry and the event, in this transaction; the vote names
+    its pre-approval, whose use the statement writing it counts (refused past its maxUses:
+    ``errors.PreApprovalUsedUp``, and the request is decided again on fresh uses)."""
     t = pinned.template
-    pre = templates.pre_approval(
+    found = templates.pre_approval(
         t, pinned.uses, approval.action_class, proposal, agg.run.requested_by, ctx.now
     )
-    if isinstance(pre, str):
+    if isinstance(found, str):
         agg.audit(
             ctx,
             "template-pre-approval-declined",
             approval_id=approval.approval_id,
             template=t.reference,
-            reason=pre,
+            reason=found,
         )
         return False
+    index, pre = found
     vote = agg.new(
         ApprovalDecision,
         approval_id=approval.approval_id,
@@ -182,6 +207,7 @@ def pre_approve(
         reason=f"pre-approved by {t.reference}, approved by {t.decided_by} ({pre.approver_role})",
         break_glass=False,
         decided_at=ctx.now,
+        pre_approval=index,
     )
     agg.audit(
         ctx,
@@ -189,7 +215,8 @@ def pre_approve(
         approval_id=approval.approval_id,
         template=t.reference,
         approver=t.decided_by,
-        use=pinned.uses + 1,
+        pre_approval=index,
+        use=templates.used(pinned.uses, index) + 1,
     )
     _finish_approval(agg, ctx, approval, ApprovalState.APPROVED, "PreApprovedByTemplate", vote)
     return True

@@ -25,6 +25,7 @@ from ..model import (
     Step,
 )
 from ..rates import reserved
+from ..replay import ReplayOptions
 from ..states import (
     AttemptOutcome,
     AttemptState,
@@ -208,4 +209,25 @@ def record_rerun(
         rerun_of=rerun_of,
         release=release,
         release_id=agg.run.release_id,
+    )
+
+
+def record_replay(
+    agg: RunAggregate, ctx: CommandContext, replay_of: UUID, options: ReplayOptions, reason: str
+) -> None:
+    """On a new run: it replays the finished run ``replay_of`` (docs/replay.md), with
+    ``options``. Recorded on the new run, in its accepting statement (before its first
+    dispatch: it takes no concurrency key); the original is never written again."""
+    reason = control_reason(reason)
+    agg.run.replay_of = replay_of
+    agg.run.replay = options.to_dict()
+    agg.run_changed()
+    agg.journal(ctx, "Run", agg.run.run_id, None, agg.run.state, "ReplayRequested")
+    agg.audit(
+        ctx,
+        "run-replay",
+        reason=reason,
+        replay_of=replay_of,
+        release_id=agg.run.release_id,
+        **options.to_dict(),
     )

@@ -38,6 +38,7 @@ from ..model import (
     Step,
     ToolCall,
 )
+from ..replay import replay_mode
 from ..states import (
     ApprovalState,
     AttemptOutcome,
@@ -569,6 +570,7 @@ class RunAggregate:
             gate=step.gate,
             cancel_requested=self.run.state is RunState.CANCELLING,
             approved_proposal_hash=self._approved_hash(attempt),
+            replay=None if self.run.replay_of is None else replay_mode(self.run.replay),
         )
 
     def _approved_hash(self, attempt: Attempt) -> str | None:

@@ -19,6 +19,7 @@ from .. import errors
 from .. import events as ev
 from ..hashing import HASH_PREFIX, canonical_json
 from ..model import JournaledCall, RecordedCall
+from ..replay import Original, answer_call
 from ..states import FailureClass
 from .core import RunAggregate
 from .leases import held_lease
@@ -27,6 +28,8 @@ from .values import MAX_CALL_NAME, CommandContext, Options
 # The longest error message a failed call stores (the SDK cuts it to this).
 MAX_ERROR_MESSAGE = 2000
 ERROR_KEYS = frozenset({"type", "message", "failure_class"})
+# What a replay's call keeps of the original's it is answered with.
+COPIED = ("name", "occurrence", "value_hash", "bytes", "value_json", "error", "request_hash")
 
 
 def record_call(
@@ -43,11 +46,16 @@ def record_call(
     options: Options,
     *,
     lease_id: UUID | None = None,
+    request_hash: str | None = None,
+    replay: Original | None = None,
 ) -> RecordedCall:
     """Store ``value`` (or the final ``error``) of the ``occurrence``-th call named ``name``
     in this execution of the attempt's step, unless a value is stored under that key already:
     then store nothing and answer the stored one. ``read_only``: store nothing, answer the
-    stored value (a grant past ``calls_grant_max_bytes`` listed the call without it)."""
+    stored value (a grant past ``calls_grant_max_bytes`` listed the call without it); in a
+    replay (``replay``: its original run), a call not stored yet is answered with the
+    original's of the same step name, name, occurrence and arguments, stored as the replay's
+    own, or refused (``ReplayDiverged``, docs/replay.md)."""
     if not name or len(name) > MAX_CALL_NAME:
         raise errors.ValidationFailed(
             f"a journaled call's name has 1 to {MAX_CALL_NAME} characters"
@@ -59,6 +67,19 @@ def record_call(
     stored = agg.calls.get((attempt.step_id, name, occurrence))
     if stored is not None:
         return _answer(stored, recorded=False)
+    if read_only and replay is not None:
+        step = agg.step(attempt.step_id).name
+        found = answer_call(replay, step, name, occurrence, request_hash)
+        copied = agg.new(
+            JournaledCall,
+            **{f: getattr(found, f) for f in COPIED},
+            step_id=attempt.step_id,
+            attempt_id=attempt_id,
+            fencing_token=fencing_token,
+            recorded_at=ctx.now,
+        )
+        agg.record(ctx, ev.CallRecorded, attempt, copied, failed=copied.error is not None)
+        return _answer(copied, recorded=False)
     if read_only:
         raise errors.CallNotRecorded(
             f"no journaled call {name!r} #{occurrence} is stored for this step",
@@ -93,6 +114,7 @@ def record_call(
         recorded_at=ctx.now,
         value_json=None if failed else text.decode(),
         error=error if failed else None,
+        request_hash=request_hash,
     )
     agg.record(ctx, ev.CallRecorded, attempt, call, failed=failed)
     return _answer(call, recorded=True)

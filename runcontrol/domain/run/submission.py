@@ -263,11 +263,13 @@ def skipped(agg: RunAggregate, ctx: CommandContext, step: Step) -> bool:
 def flow_slots(agg: RunAggregate, step: Step, gate: FlowGate | None) -> list[dict[str, Any]]:
     """The slots ``step``'s dispatch needs: the run's workflow-wide keys on its first
     dispatch (held until it ends), the step's own keys and the tenant's cap (per attempt),
-    in the order their locks are taken."""
+    in the order their locks are taken. A replay (docs/replay.md) takes no concurrency key:
+    it is not production, and never holds a production run back."""
     wanted: list[dict[str, Any]] = []
-    if agg.run.flow and not agg.attempts:
+    if agg.run.flow and not agg.attempts and agg.run.replay_of is None:
         wanted.extend(agg.run.flow)
-    wanted.extend(step.flow or ())
+    if agg.run.replay_of is None:
+        wanted.extend(step.flow or ())
     if gate is not None and gate.capacity is not None:
         wanted.append(
             {

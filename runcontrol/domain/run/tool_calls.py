@@ -84,6 +84,13 @@ def claim_tool_call(
     if not is_hash(request_hash):
         raise errors.ValidationFailed("requestHash must be a sha256 canonical hash")
     _tool_call_checks(agg, ctx, attempt_id, holder, fencing_token, call_id, options, lease_id)
+    if agg.run.replay_of is not None:
+        raise errors.ReplayDiverged(
+            f"a replay executes no side effect (tool call {call_id!r}): the original's result "
+            "answers the journaled call around it, or the step fails",
+            call_id=call_id,
+            why="side-effect",
+        )
     existing = agg.tool_calls.get(call_id)
     if existing is not None:
         if existing.request_hash != request_hash:

@@ -151,6 +151,9 @@ class LeaseGrant:
     # Set when the attempt resumes after a human approved this exact proposal: a holder whose
     # proposal hashes the same may execute at once (asking again answers the same approval).
     approved_proposal_hash: str | None = None
+    # A replay run's (docs/replay.md): what the worker does with a call the original did not
+    # make, ``refuse`` (the step fails replay-diverged) or ``live``; None: not a replay.
+    replay: str | None = None
 
 
 def control_reason(reason: str) -> str:

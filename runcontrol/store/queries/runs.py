@@ -176,6 +176,7 @@ class RunFilters(TypedDict, total=False):
     workflow_id: str | None
     parent_run_id: UUID | None
     context: RunContext | None
+    replays: str  # exclude (the default), only, include: replay runs (docs/replay.md)
 
 
 def list_runs(
@@ -203,6 +204,11 @@ def _run_filters(filters: RunFilters) -> list[ColumnElement[bool]]:
         conditions.append(runs.c.workflow_id == workflow_id)
     if parent_run_id is not None:
         conditions.append(runs.c.parent_run_id == parent_run_id)
+    replays = filters.get("replays", "exclude")
+    if replays == "exclude":
+        conditions.append(runs.c.replay_of.is_(None))
+    elif replays == "only":
+        conditions.append(runs.c.replay_of.is_not(None))
     return conditions
 
 

@@ -81,6 +81,8 @@ RUN_SUMMARY = api_view(
         "depth",
         "template_id",
         "template_version",
+        "replay_of",
+        "replay",
     ),
     {"event_seq": "lastEventSeq"},
 )

@@ -59,6 +59,7 @@ FUNCTIONS = {
     "runcontrol_rate_reserve": "1f4a268088a7179200b7a91d720b7129",
     "runcontrol_release_budget": "bba063f71cce00fcac776f504f71aae1",
     "runcontrol_reserve_budget": "198f0be7d1749d5beac315c51e464cec",
+    "runcontrol_template_use": "4014ea676560bb5df4d0db976b9b3757",  # its trigger: 0035
     "runcontrol_unlisten": "36abbb742b6933e870b15ff6e9672fc3",
     "runcontrol_insert_runs": "f95c8f25ecfa3d07896858564f67d43f",
     "runcontrol_update_runs": "af2f537fbfac90a09afa2588fc0a5ab8",

@@ -535,6 +535,7 @@ async function runPage(main, runId, signal) {
   const problem = h("div");
   const steps = h("div");
   const approvals = h("div");
+  const replay = h("div", { id: "replay-report" });
   const control = h("div");
   const events = h("tbody");
   const inputs = controlInputs();
@@ -565,6 +566,8 @@ async function runPage(main, runId, signal) {
         h("dt", {}, "Workflow"), h("dd", {}, `${run.workflowId} · release ${run.releaseId} · policy ${run.policyRevision}`),
         h("dt", {}, "Requested by"), h("dd", {}, `${run.requestedBy} · project ${run.projectId}`),
         run.rerunOf ? [h("dt", {}, "Rerun of"), h("dd", {}, h("a", { class: "mono", href: `#/runs/${run.rerunOf}` }, run.rerunOf))] : null,
+        run.replayOf ? [h("dt", {}, "Replay of"), h("dd", {}, h("a", { class: "mono", id: "replay-of", href: `#/runs/${run.replayOf}` }, run.replayOf),
+          ` · calls ${run.replay && run.replay.liveCalls ? "made live when new" : "refused when new"} · changed approvals ${run.replay ? run.replay.approvals : ""} · never production`)] : null,
         run.parentRunId ? [h("dt", {}, "Parent run"), h("dd", {}, h("a", { class: "mono", id: "parent-run", href: `#/runs/${run.parentRunId}` }, run.parentRunId), ` · step ${short(run.parentStepId)} · depth ${run.depth}`)] : null,
         run.children && run.children.length ? [h("dt", {}, "Child runs"), h("dd", { id: "child-runs" },
           run.children.map((c) => h("div", {}, h("a", { class: "mono", href: `#/runs/${c.runId}` }, c.runId), ` · ${c.workflowId} · `, badge(c.state))))] : null,
@@ -579,6 +582,7 @@ async function runPage(main, runId, signal) {
             JSON.stringify(run.resultRef ?? run.result, null, 2) ?? "(kept no longer: past the event history's retention)"))] : null));
     shown = run;
     drawTimeline();
+    if (run.replayOf) drawReplayReport(replay, runId, signal);
     approvals.replaceChildren(
       ...(run.pendingApprovals.length
         ? [h("h2", {}, "Pending approvals"),
@@ -612,7 +616,7 @@ async function runPage(main, runId, signal) {
   };
 
   main.replaceChildren(
-    problem, head, approvals, steps, control,
+    problem, head, approvals, replay, steps, control,
     h("h2", {}, "Output"), output,
     h("h2", {}, "Events"),
     h("table", { class: "events", id: "events" },
@@ -650,6 +654,38 @@ async function runPage(main, runId, signal) {
       return false;
     },
   });
+}
+
+// ------------------------------------------------------------------ a replay's report
+
+// docs/replay.md: per step equal or not (both outcome hashes, a diff of small results), the
+// calls made that the original did not make, the original's calls not made, changed proposals.
+async function drawReplayReport(box, runId, signal) {
+  let report;
+  try {
+    report = await api(`../factory/runs/${runId}/replay-report`, { signal });
+  } catch (error) {
+    if (error instanceof Problem) box.replaceChildren(problemBox(error.body));
+    return;
+  }
+  const calls = (title, id, list) => (list.length
+    ? [h("h3", {}, title), h("ul", { id }, list.map((c) => h("li", { class: "mono" }, `${c.step} · ${c.name} #${c.occurrence}`)))]
+    : []);
+  box.replaceChildren(
+    h("h2", {}, "Replay report ", h("span", { id: "replay-verdict", dataset: { diverged: String(report.diverged) } }, badge(report.diverged ? "Diverged" : "Equal"))),
+    h("table", { id: "replay-steps" },
+      h("thead", {}, h("tr", {}, ["Step", "", "Original outcome", "Replay outcome", "Difference"].map((c) => h("th", {}, c)))),
+      h("tbody", {}, report.steps.map((st) => h("tr", { dataset: { step: st.step, equal: String(st.equal) } },
+        h("td", {}, st.step),
+        h("td", {}, st.equal ? "equal" : (st.replayFailureClass || "different")),
+        h("td", { class: "hash" }, st.originalHash || "-"),
+        h("td", { class: "hash" }, st.replayHash || "-"),
+        h("td", {}, (st.diff || []).map((d) => h("div", { class: "mono" }, `${d.path}: ${JSON.stringify(d.before)} → ${JSON.stringify(d.after)}`))))))),
+    ...calls("Calls the original did not make", "replay-calls-new", report.callsNotInOriginal),
+    ...calls("Calls of the original not made", "replay-calls-missing", report.originalCallsNotMade),
+    ...(report.approvalsChanged.length
+      ? [h("h3", {}, "Approvals whose proposal changed"), h("ul", { id: "replay-approvals" }, report.approvalsChanged.map((a) => h("li", {}, `${a.step}: `, h("span", { class: "hash" }, a.proposalHash))))]
+      : []));
 }
 
 // ------------------------------------------------------------------ approvals

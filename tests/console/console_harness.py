@@ -116,11 +116,11 @@ class Service:
         )
         return out.stdout.strip()
 
-    def submit(self, token: str) -> str:
-        """A run of the demo workflow, as any API client submits it; answers its id."""
+    def submit(self, token: str, run: dict[str, Any] | None = None) -> str:
+        """A run of the demo workflow (or ``run``), as any API client submits it; its id."""
         answer = httpx.post(
             f"{self.url}/factory/runs",
-            json=DEMO_RUN,
+            json=run or DEMO_RUN,
             headers={"Authorization": f"Bearer {token}", "Idempotency-Key": str(uuid4())},
             timeout=60,
         )

@@ -601,3 +601,59 @@ def test_the_templates_page_decides_a_template_and_revokes_it(
     )
     shown = service.get(f"/factory/templates/{template_id}", bob)
     assert (shown["state"], shown["reason"]) == ("Revoked", "the freeze")
+
+
+def test_a_replay_s_page_links_its_original_and_shows_its_report_live(
+    service: Service, browser: Console
+) -> None:
+    """Issue 44: a replay's page names the run it replays and its options, and shows the
+    divergence report beside it (docs/replay.md), redrawn as the replay moves: diverged while
+    its step has not run, equal once it ends as the original did."""
+    admin = service.token("wanda", "WorkspaceAdmin")
+    olga = service.token("olga", "Operator")
+    workflow = f"gate-{uuid.uuid4().hex[:6]}"
+    definition = {"workflowId": workflow, "steps": [{"name": "go", "kind": "signal"}]}
+    publish(service, admin, definition)
+    alice = service.printed["REQUESTER_TOKEN"]
+
+    def signal(run_id: str) -> None:
+        sent = httpx.post(
+            f"{service.url}/factory/runs/{run_id}/signals/go",
+            json={"ok": True},
+            headers={"Authorization": f"Bearer {alice}", "Idempotency-Key": str(uuid.uuid4())},
+            timeout=60,
+        )
+        assert sent.status_code < 300, sent.text
+
+    def completed(run_id: str) -> bool:
+        return bool(service.get(f"/factory/runs/{run_id}", olga)["state"] == "Completed")
+
+    original = service.submit(alice, dict(DEMO_RUN, workflowId=workflow))
+    signal(original)
+    browser.wait(lambda: completed(original), "the original completed")
+    publish(service, admin, definition)  # release 2: what `latest` names now
+    started = httpx.post(
+        f"{service.url}/factory/runs/{original}/replays",
+        json={"reason": "before moving latest", "releaseAlias": "latest"},
+        headers={"Authorization": f"Bearer {olga}"},
+        timeout=60,
+    )
+    assert started.status_code == 201, started.text
+    replay = started.json()["runId"]
+
+    browser.sign_in(olga)
+    browser.open(f"#/runs/{replay}")
+    assert browser.text("#replay-of", "the link to the original") == original
+    verdict = "#replay-verdict"
+    browser.wait(
+        lambda: browser.css(verdict).get_attribute("data-diverged") == "true", "diverged so far"
+    )
+    assert browser.css('#replay-steps tr[data-step="go"]').get_attribute("data-equal") == "false"
+    signal(replay)
+    browser.wait(
+        lambda: browser.css(verdict).get_attribute("data-diverged") == "false",
+        "the report redrawn: equal",
+    )
+    browser.shot("run-replay")
+    report = service.get(f"/factory/runs/{replay}/replay-report", olga)
+    assert report["diverged"] is False and report["steps"][0]["equal"] is True

@@ -144,7 +144,7 @@ def submit_run(
         )
     return SubmitRun(
         tenant_id=o.tenant_id,
-        run_id=new_run_id(o.tenant_id, o.db.vshard_for),
+        run_id=new_run_id(o.tenant_id, o.db.placement),
         principal=o.caller.principal,
         request=request,
     )
@@ -268,7 +268,7 @@ async def rerun_run(
     await require_visible(o.caller, o.db, run_id)
     return RerunRun(
         tenant_id=o.tenant_id,
-        run_id=new_run_id(o.tenant_id, o.db.vshard_for),
+        run_id=new_run_id(o.tenant_id, o.db.placement),
         command_id=o.command_id("RerunRun", run_id, key),
         principal=o.caller.principal,
         reason=reason,

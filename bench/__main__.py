@@ -85,6 +85,12 @@ def main() -> int:
         choices=e2e.TRANSPORTS,
         help="the workers of the 1-versus-2-database end to end (shards)",
     )
+    parser.add_argument(
+        "--shards-order",
+        default="1,2",
+        choices=("1,2", "2,1"),
+        help="which layout of the end to end on 1 and 2 databases runs first",
+    )
     parser.add_argument("--sse-streams", type=int, default=1000)
     parser.add_argument("--sse-runs", type=int, default=100)
     parser.add_argument("--sse-seconds", type=float, default=20.0)
@@ -254,7 +260,10 @@ def main() -> int:
             if args.only is None or "shards" in args.only:
                 print(f"end to end on 1 and on 2 databases: {args.e2e_runs} runs", flush=True)
                 results["shards"] = shards.e2e_side_by_side(
-                    url, **_e2e_options(args), transport=args.shards_transport
+                    url,
+                    **_e2e_options(args),
+                    transport=args.shards_transport,
+                    order=[int(n) for n in args.shards_order.split(",")],
                 )
                 shards.e2e_report(results["shards"])
             if args.only is None or "sse" in args.only:

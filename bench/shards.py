@@ -23,6 +23,7 @@ import asyncio
 import os
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import create_engine, text
@@ -120,11 +121,14 @@ def run(owner_url: str, *, runs: int = 400, drivers: int = 16) -> dict[str, Any]
     }
 
 
-def e2e_side_by_side(owner_url: str, **measure: Any) -> dict[str, Any]:
-    """``bench.e2e.run`` (``measure``: its options) on one database, then on two: fresh ones
-    each, two tenants submitting in turn (with two databases, one on each)."""
-    figures: dict[str, Any] = {}
-    for count in (1, 2):
+def e2e_side_by_side(
+    owner_url: str, *, order: Sequence[int] = (1, 2), **measure: Any
+) -> dict[str, Any]:
+    """``bench.e2e.run`` (``measure``: its options) on one database and on two, in ``order``
+    (the legs' order, to see what running first costs): fresh databases each, two tenants
+    submitting in turn (with two databases, one on each)."""
+    figures: dict[str, Any] = {"order": list(order)}
+    for count in order:
         first = _fresh_database(owner_url, f"e2e_{count}db_{uuid.uuid4().hex[:6]}")
         urls = embedded.shard_databases(first, count)
         print(f"end to end on {count} database(s) ...", flush=True)

@@ -2,7 +2,7 @@
 
 Usage: python -m bench [--runs N] [--concurrency C]
        [--only transitions,http,reads,e2e,sse,fairness,journal]
-       [--only transitions,http,reads,e2e,sse,fairness,output]
+       [--only transitions,http,reads,e2e,shards,sse,fairness,output]
        [--short] (small N everywhere: a few minutes in all)
 """
 
@@ -20,9 +20,21 @@ import ray
 
 from actors.ingress import use_fast_ingress
 
-from . import common, e2e, fairness, inprocess, journal, output, peers, reads, sse, transitions
+from . import (
+    common,
+    e2e,
+    fairness,
+    inprocess,
+    journal,
+    output,
+    peers,
+    reads,
+    shards,
+    sse,
+    transitions,
+)
 
-PARTS = ("transitions", "reads", "http", "e2e", "sse", "fairness", "journal", "output")
+PARTS = ("transitions", "reads", "http", "e2e", "shards", "sse", "fairness", "journal", "output")
 
 
 def _parts(value: str) -> set[str]:
@@ -67,6 +79,18 @@ def main() -> int:
     )
     parser.add_argument(
         "--e2e-in-flight", type=int, default=64, help="submitted runs not yet ended, at most"
+    )
+    parser.add_argument(
+        "--shards-transport",
+        default="sdk",
+        choices=e2e.TRANSPORTS,
+        help="the workers of the 1-versus-2-database end to end (shards)",
+    )
+    parser.add_argument(
+        "--shards-order",
+        default="1,2",
+        choices=("1,2", "2,1"),
+        help="which layout of the end to end on 1 and 2 databases runs first",
     )
     parser.add_argument("--sse-streams", type=int, default=1000)
     parser.add_argument("--sse-runs", type=int, default=100)
@@ -227,21 +251,22 @@ def main() -> int:
                     results["restate"] = peer.as_dict()
                 ours: dict[str, dict[str, Any]] = {}
                 for transport in args.e2e_transport.split(","):
-                    figures = e2e.run(
-                        url,
-                        runs=args.e2e_runs,
-                        concurrency=args.concurrency,
-                        workers=args.e2e_workers,
-                        worker_concurrency=args.e2e_worker_concurrency,
-                        in_flight=args.e2e_in_flight,
-                        transport=transport,
-                    )
+                    figures = e2e.run(url, **_e2e_options(args), transport=transport)
                     key = "e2e" if transport == "claim" else f"e2e_{transport.replace('-', '_')}"
                     results[key] = {"pgbench_tps": ceiling, **figures}
                     e2e.report(figures, ceiling)
                     ours[transport] = figures
                 if peer is not None:
                     peers.report(peer, ours)
+            if args.only is None or "shards" in args.only:
+                print(f"end to end on 1 and on 2 databases: {args.e2e_runs} runs", flush=True)
+                results["shards"] = shards.e2e_side_by_side(
+                    url,
+                    **_e2e_options(args),
+                    transport=args.shards_transport,
+                    order=[int(n) for n in args.shards_order.split(",")],
+                )
+                shards.e2e_report(results["shards"])
             if args.only is None or "sse" in args.only:
                 print(f"SSE: {args.sse_streams} streams over {args.sse_runs} runs ...", flush=True)
                 results["sse"] = sse.run(
@@ -299,6 +324,17 @@ def main() -> int:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(results, fh, indent=2, default=str)
     return 0
+
+
+def _e2e_options(args: argparse.Namespace) -> dict[str, int]:
+    """The end to end's options (``bench.e2e.run``), the same for every layout and worker."""
+    return {
+        "runs": args.e2e_runs,
+        "concurrency": args.concurrency,
+        "workers": args.e2e_workers,
+        "worker_concurrency": args.e2e_worker_concurrency,
+        "in_flight": args.e2e_in_flight,
+    }
 
 
 def _ceiling(results: dict[str, object], url: str, seconds: int) -> float:

@@ -33,7 +33,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -42,6 +42,7 @@ import ray
 from sqlalchemy import create_engine, text
 
 from actors.scheduler import ensure_scheduler
+from runcontrol.domain.shards import hashed_vshard
 
 from . import common, counts, cpu
 from .stack import Stack, api_stack
@@ -101,11 +102,15 @@ def workers_of(
     processes: int,
     concurrency: int,
     work_seconds: float = 0.0,
+    databases: Sequence[str] = (),
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
     """``processes`` worker processes of ``transport`` with ``concurrency`` slots each, on the
-    stack's agents; stopped with SIGTERM (they drain)."""
+    stack's agents; stopped with SIGTERM (they drain). ``databases``: the shard databases
+    listed (``RUNCONTROL_SHARDS__DATABASES``), if several."""
     args, holder = _worker_command(transport, stack, work_seconds)
     env = dict(os.environ, RUNCONTROL_DATABASE_URL=owner_url)
+    if databases:
+        env["RUNCONTROL_SHARDS__DATABASES"] = ",".join(databases)
     procs = [
         subprocess.Popen(
             [
@@ -136,11 +141,14 @@ _TERMINAL = text(
 
 
 def _terminal(engine: Any, ids: Collection[str]) -> dict[str, tuple[str, float]]:
-    """Which of ``ids`` are terminal runs: (state, epoch seconds of its terminal commit)."""
+    """Which of ``ids`` are terminal runs: (state, epoch seconds of its terminal commit).
+    ``engine``: one database's, or a tuple of every shard database's (each is read)."""
     if not ids:
         return {}
-    with engine.connect() as conn:
-        rows = conn.execute(_TERMINAL, {"ids": list(ids)}).all()
+    rows = []
+    for each in engine if isinstance(engine, tuple) else (engine,):
+        with each.connect() as conn:
+            rows += conn.execute(_TERMINAL, {"ids": list(ids)}).all()
     return {str(r[0]): (str(r[1]), float(r[2])) for r in rows}
 
 
@@ -163,9 +171,11 @@ async def _submit(
     *,
     engine: Any = None,
     in_flight: int = 0,
+    tenants: Sequence[dict[str, str]] = (),
 ) -> None:
     """Submit ``runs`` runs over HTTP from ``concurrency`` connections; ``sent`` gets each
-    accepted run's send time (epoch seconds). With ``in_flight``, a submission waits while
+    accepted run's send time (epoch seconds). ``tenants``: the Requesters' headers the runs
+    take in turn (else the stack's tenant's). With ``in_flight``, a submission waits while
     that many submitted runs have not ended (those still open read from the database every
     0.1 s), so the latency measured is the path's, not that of a backlog of every run at once."""
     body = {"workflowId": stack.workflow_id, "releaseAlias": "latest", "modelProfileId": "m"}
@@ -197,7 +207,10 @@ async def _submit(
                     response = await client.post(
                         "/factory/runs",
                         json={**body, "input": {"i": i}},
-                        headers={**stack.headers, "Idempotency-Key": f"e2e-{uuid.uuid4()}"},
+                        headers={
+                            **(tenants[i % len(tenants)] if tenants else stack.headers),
+                            "Idempotency-Key": f"e2e-{uuid.uuid4()}",
+                        },
                     )
                 finally:
                     posting -= 1
@@ -237,21 +250,42 @@ def run(
     warmup: int = 50,
     in_flight: int = 64,
     transport: str = "claim",
+    databases: Sequence[str] = (),
+    tenants: int = 1,
 ) -> dict[str, Any]:
-    """One measurement with ``transport``'s workers (``TRANSPORTS``) on a fresh stack."""
+    """One measurement with ``transport``'s workers (``TRANSPORTS``) on a fresh stack.
+    ``databases``: several shard databases (the first ``owner_url``), the virtual shards
+    spread over them; ``tenants``: the runs submitted by that many tenants in turn, each
+    after the first on the next database (``bench.shards``: 1 against 2 databases). The
+    rows, transactions and NOTIFYs counted are the first database's."""
     roots = cpu.own_processes(owner_url)
-    engine = create_engine(owner_url)
+    urls = tuple(databases) or (owner_url,)
+    engine = tuple(create_engine(u) for u in urls)
+    listed = (
+        {"database_url": owner_url, "shards": {"databases": list(databases)}} if databases else None
+    )
     # No trivial route beside the API app: with one Serve application a gRPC worker needs no
     # ``application`` metadata, as under ``runcontrol up``.
-    with api_stack(owner_url, steps=STEPS, trivial=False) as stack:
+    with api_stack(
+        owner_url, steps=STEPS, trivial=False, settings=listed, api_settings=listed
+    ) as stack:
         scheduler = ensure_scheduler(stack.settings, owner_url)
+        headers = [stack.headers] + [
+            stack.another_tenant(_tenant_on(hashed_vshard(stack.tenant) + n))[1]
+            for n in range(1, tenants)
+        ]
         try:
-            with workers_of(transport, stack, owner_url, workers, worker_concurrency) as procs:
+            with workers_of(
+                transport, stack, owner_url, workers, worker_concurrency, databases=databases
+            ) as procs:
                 pids = {p.pid for p in procs}
                 warm: dict[str, float] = {}
-                asyncio.run(_submit(stack, warmup, min(concurrency, warmup), warm, []))
+                asyncio.run(
+                    _submit(stack, warmup, min(concurrency, warmup), warm, [], tenants=headers)
+                )
                 _wait_terminal(engine, set(warm), patience_s=120)
-                _analyze(engine)
+                for each in engine:
+                    _analyze(each)
                 rows_before = counts.rows(owner_url)
                 hosts_before = stack.host_stats()
                 notifies = counts.Notifies(owner_url)
@@ -262,7 +296,14 @@ def run(
                 started = time.time()
                 asyncio.run(
                     _submit(
-                        stack, runs, concurrency, sent, errors, engine=engine, in_flight=in_flight
+                        stack,
+                        runs,
+                        concurrency,
+                        sent,
+                        errors,
+                        engine=engine,
+                        in_flight=in_flight,
+                        tenants=headers,
                     )
                 )
                 submitted = time.time()
@@ -274,7 +315,10 @@ def run(
                 notifies.close()
         finally:
             ray.kill(scheduler)
-    engine.dispose()
+    # where the runs are: each database's share of the runs submitted
+    by_database = [len(_terminal(each, list(sent))) for each in engine]
+    for each in engine:
+        each.dispose()
     ended = {r: done[r] for r in sent if r in done}
     completed = [r for r, (state, _) in ended.items() if state == "Completed"]
     finished_at = max((t for _, t in ended.values()), default=submitted)
@@ -303,6 +347,9 @@ def run(
         "host_commands_per_run": host_delta("commands") / per_run,
         "host_reads_per_run": host_delta("reads") / per_run,
         "transport": transport,
+        "databases": len(urls),
+        "ended_by_database": by_database,
+        "tenants": tenants,
         # the per-run cost (bench-counted): actor calls the hosts served, every transaction
         # of the database (the bench's own few polls included), commit statements the hosts
         # sent (group commits) and the documents in them with their mean size in bytes, the
@@ -325,6 +372,17 @@ def run(
         ),
         "load_average": os.getloadavg(),
     }
+
+
+def _tenant_on(vshard: int) -> str:
+    """A new tenant whose virtual shard (the hash of its id) is ``vshard`` modulo 64. The
+    virtual shards spread (shard ``v`` on database ``v % N``, N dividing 64), the tenant is on
+    the database ``vshard`` is on: the first tenant's shard plus ``n``, ``n`` databases on."""
+    return next(
+        name
+        for name in (f"bench-{uuid.uuid4().hex[:8]}" for _ in iter(int, 1))
+        if hashed_vshard(name) % 64 == vshard % 64
+    )
 
 
 def report(figures: dict[str, Any], ceiling: float) -> None:

@@ -9,6 +9,11 @@ driver) and of the PostgreSQL server (every backend: both databases share it), s
 says where the time goes. On this 2-core machine both databases share the cores with the
 driver; on a machine with a core per database and more drivers, the same command gives the
 scaling figure. Not the HTTP end to end (``--only e2e``): the write path's share of it.
+
+``e2e`` (``python -m bench --only shards``): the HTTP end to end (``bench.e2e``: submissions
+over HTTP, worker processes, the scheduler) on one database and on two, each on fresh
+databases of the same server, the virtual shards spread over them (``runcontrol up --shards
+2``'s layout) and the runs submitted by two tenants in turn, one on each database.
 """
 
 from __future__ import annotations
@@ -18,9 +23,11 @@ import asyncio
 import os
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 
 from runcontrol import embedded
 from runcontrol.bootstrap import build
@@ -31,7 +38,7 @@ from runcontrol.ids import new_run_id
 from runcontrol.store import Database
 from runcontrol.store.shards import Shards
 
-from . import cpu
+from . import cpu, e2e
 from .common import private_database
 from .inprocess import _drive, _each, _submit
 
@@ -112,6 +119,56 @@ def run(owner_url: str, *, runs: int = 400, drivers: int = 16) -> dict[str, Any]
         "two_databases": two,
         "ratio": two["commands_per_s"] / one["commands_per_s"],
     }
+
+
+def e2e_side_by_side(
+    owner_url: str, *, order: Sequence[int] = (1, 2), **measure: Any
+) -> dict[str, Any]:
+    """``bench.e2e.run`` (``measure``: its options) on one database and on two, in ``order``
+    (the legs' order, to see what running first costs): fresh databases each, two tenants
+    submitting in turn (with two databases, one on each)."""
+    figures: dict[str, Any] = {"order": list(order)}
+    for count in order:
+        first = _fresh_database(owner_url, f"e2e_{count}db_{uuid.uuid4().hex[:6]}")
+        urls = embedded.shard_databases(first, count)
+        print(f"end to end on {count} database(s) ...", flush=True)
+        figures[f"{count}_databases"] = e2e.run(
+            first, databases=urls if count > 1 else (), tenants=2, **measure
+        )
+    one, two = figures["1_databases"], figures["2_databases"]
+    figures["ratio"] = two["completed_runs_per_s"] / max(one["completed_runs_per_s"], 1e-9)
+    return figures
+
+
+def _fresh_database(owner_url: str, name: str) -> str:
+    admin = create_engine(owner_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    admin.dispose()
+    return make_url(owner_url).set(database=name).render_as_string(hide_password=False)
+
+
+def e2e_report(figures: dict[str, Any]) -> None:
+    one, two = figures["1_databases"], figures["2_databases"]
+    print(f"{'end to end over HTTP (' + one['transport'] + ' workers)':<44}", end="")
+    print(f"{'1 database':>14}{'2 databases':>14}")
+    for key, label in (
+        ("completed_runs_per_s", "completed 3-step runs/s"),
+        ("submit_to_completed_p50_ms", "submit->completed p50 ms"),
+        ("submit_to_completed_p99_ms", "submit->completed p99 ms"),
+        ("not_completed", "runs not completed"),
+    ):
+        print(f"{label:<44}{one[key]:>14.1f}{two[key]:>14.1f}")
+    print(f"{'runs ended per database':<44}", end="")
+    for figures_of in (one, two):
+        print(f"{' / '.join(map(str, figures_of['ended_by_database'])):>14}", end="")
+    print()
+    print("CPU ms per completed run, by process")
+    a, b = one["cpu_ms_per_completed_run"], two["cpu_ms_per_completed_run"]
+    for kind in dict.fromkeys([*a, *b]):
+        print(f"{'  ' + kind:<44}{a.get(kind, 0.0):>14.2f}{b.get(kind, 0.0):>14.2f}")
+    print(f"{'2 / 1 databases (completed runs/s)':<44}{figures['ratio']:>28.2f}")
+    print(f"load average {' / '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} cores")
 
 
 def report(figures: dict[str, Any]) -> None:

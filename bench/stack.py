@@ -20,7 +20,7 @@ from ray import serve
 from actors.ingress import ACCESS_LOG_OFF, free_port
 from actors.run_host import ensure_hosts, host_config, make_router
 from runcontrol.api.auth import mint_dev_token
-from runcontrol.bootstrap import Container, build, build_database
+from runcontrol.bootstrap import Container, build, build_database, shards_of
 from runcontrol.client import RunControlClient
 from runcontrol.config import Settings
 from runcontrol.domain import WorkflowDefinition
@@ -62,10 +62,10 @@ class Stack:
     def host_stats(self) -> list[dict[str, Any]]:
         return list(ray.get([h.stats.remote() for h in self.hosts]))
 
-    def another_tenant(self) -> tuple[str, dict[str, str]]:
-        """A second tenant with the same workflow on the same agents (one worker pool can
-        serve both) and a Requester's headers for it."""
-        tenant = f"bench-{uuid.uuid4().hex[:8]}"
+    def another_tenant(self, tenant: str | None = None) -> tuple[str, dict[str, str]]:
+        """A second tenant (``tenant``, else a new name) with the same workflow on the same
+        agents (one worker pool can serve both) and a Requester's headers for it."""
+        tenant = tenant or f"bench-{uuid.uuid4().hex[:8]}"
         definition = {
             "workflowId": self.workflow_id,
             "steps": [{"agentId": a} for a in self.agents],
@@ -98,6 +98,9 @@ def api_stack(
     # the hosts check the tokens of the gRPC exchanges they serve themselves
     config = Settings(**{"auth": {"hs256_secret": secret}, **(settings or {})})
     db = build_database(config, owner_url=owner_url)
+    # several shard databases (``settings``' shards): the virtual shards spread over them, as
+    # ``runcontrol up --shards N`` does while nothing is stored
+    shards_of(db, config.pool_size).spread()
     container = build(config, db=db, migrate=False)
     tenant = f"bench-{uuid.uuid4().hex[:8]}"
     agents = [f"a{k}-{tenant}" for k in range(steps)]

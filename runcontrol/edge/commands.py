@@ -146,7 +146,7 @@ def submit_run(
         )
     return SubmitRun(
         tenant_id=o.tenant_id,
-        run_id=new_run_id(o.tenant_id, o.db.vshard_for),
+        run_id=new_run_id(o.tenant_id, o.db.placement),
         principal=o.caller.principal,
         request=request,
     )
@@ -287,7 +287,7 @@ async def new_run_from(
     await require_visible(o.caller, o.db, run_id)
     return kind(
         tenant_id=o.tenant_id,
-        run_id=new_run_id(o.tenant_id, o.db.vshard_for),
+        run_id=new_run_id(o.tenant_id, o.db.placement),
         command_id=o.command_id(kind.__name__, run_id, key),
         principal=o.caller.principal,
         **fields,

@@ -2,9 +2,11 @@
 publish the commit (``bus.Committed``); decide again on a lost race.
 
 A lost race (the version guard, or a deadlock between two activations) decides again once, on
-fresh rows, before answering ``ConcurrencyConflict``; a refusal decided on the cache decides
-again on fresh rows only if the run changed since; a dispatch refused a concurrency slot (or
-one of the tenant's cap) decides again holding the step (docs/flow-control.md).
+fresh rows, before answering ``ConcurrencyConflict``; a commit a moved shard's fence refused
+(``ShardMoved``) decides again once on the rows where a fresh directory routes the run; a
+refusal decided on the cache decides again on fresh rows only if the run changed since; a
+dispatch refused a concurrency slot (or one of the tenant's cap) decides again holding the step
+(docs/flow-control.md).
 
 Inside a turn (``RunGrain.turn``, several commands of one run: ``turn.turn``) a command is
 decided on the run as the one before it left it and not committed: ``commit_turn`` commits
@@ -92,10 +94,19 @@ async def _decide(
             reserve=reserved,
         )
         if pending is not None:
+            routed = env.store.for_run(grain.run_id)
             try:
                 await commit(grain, pending)
             except errors.ConcurrencyConflict:
                 if retries:
+                    retries -= 1
+                    continue
+                raise
+            except errors.ShardMoved:
+                # The run's virtual shard moved: decided again on its new database's rows if
+                # a fresh directory routes it there; else (the move not flipped yet) the
+                # retryable refusal, sent again by the caller.
+                if retries and await env.store.rerouted(grain.run_id, routed):
                     retries -= 1
                     continue
                 raise

@@ -422,6 +422,11 @@ class Store:
         """The store of the tenant's shard: this one (``store/shards.RoutedStore`` routes)."""
         return self
 
+    async def rerouted(self, run_id: UUID, refused_by: Store) -> bool:
+        """Whether a fresh directory routes ``run_id`` elsewhere than ``refused_by`` (after a
+        move's fence refused its commit): with one database, never."""
+        return False
+
     async def open(self) -> None:
         if self._open:
             return

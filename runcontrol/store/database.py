@@ -185,6 +185,12 @@ class Database:
         hash of its id (``store/shards.RoutedDatabase``: the directory's placement)."""
         return shards.hashed_vshard(tenant_id)
 
+    def placement(self, tenant_id: str) -> int:
+        """The virtual shard a new run of ``tenant_id`` is minted in, as the edge takes it
+        (``ids.new_run_id``'s placement): with one database, ``vshard_for`` (no move; the
+        routed database's raises ``ShardMoving`` while the tenant's shard moves)."""
+        return self.vshard_for(tenant_id)
+
     @contextmanager
     def tenant(self, tenant_id: str, *, project_id: str | None = None) -> Iterator[Connection]:
         """A transaction that row-level security limits to ``tenant_id`` and, for reads of runs

@@ -37,7 +37,7 @@ from uuid import UUID
 
 from sqlalchemy import Connection, Engine, text
 
-from ..domain import RunAggregate, shards
+from ..domain import RunAggregate, errors, shards
 from . import directory
 from .commit import Answer, Store
 from .database import Database
@@ -136,6 +136,15 @@ class Shards:
     def for_tenant(self, tenant_id: str) -> Shard:
         return self.for_vshard(self.vshard_for(tenant_id))
 
+    def placement(self, tenant_id: str) -> int:
+        """The virtual shard a new run of ``tenant_id`` is minted in, as the edge takes it for
+        a submission: ``vshard_for``, but ``ShardMoving`` while that shard moves (503 with
+        ``Retry-After``: nothing stored, send it again). Reads take ``vshard_for``: they go on
+        during a move."""
+        if len(self._shards) == 1:
+            return shards.hashed_vshard(tenant_id)
+        return self.directory.placement(tenant_id)
+
     @contextmanager
     def tenant(self, tenant_id: str, *, project_id: str | None = None) -> Iterator[Connection]:
         """``Database.tenant`` in the tenant's shard."""
@@ -221,6 +230,9 @@ class RoutedDatabase(Database):
     def vshard_for(self, tenant_id: str) -> int:
         return self.shards.vshard_for(tenant_id)
 
+    def placement(self, tenant_id: str) -> int:
+        return self.shards.placement(tenant_id)
+
     @contextmanager
     def tenant(self, tenant_id: str, *, project_id: str | None = None) -> Iterator[Connection]:
         with self.shards.tenant(tenant_id, project_id=project_id) as conn:
@@ -257,6 +269,13 @@ class RoutedStore(Store):
     def for_tenant(self, tenant_id: str) -> Store:
         return self.shards.for_tenant(tenant_id).store
 
+    async def rerouted(self, run_id: UUID, refused_by: Store) -> bool:
+        """The directory read again (one small read; loaded anew if it changed): whether it
+        now routes ``run_id`` to another shard than ``refused_by``, whose fence refused the
+        run's commit (``ShardMoved``: the run's virtual shard moved)."""
+        await asyncio.to_thread(self.shards.directory.refresh)
+        return self.for_run(run_id) is not refused_by
+
     async def open(self) -> None:
         for shard in self.shards.all():
             await shard.store.open()
@@ -272,7 +291,15 @@ class RoutedStore(Store):
     async def load(
         self, tenant_id: str, run_id: UUID, answered_since: datetime
     ) -> tuple[RunAggregate, set[str]]:
-        return await self.for_run(run_id).load(tenant_id, run_id, answered_since)
+        routed = self.for_run(run_id)
+        try:
+            return await routed.load(tenant_id, run_id, answered_since)
+        except errors.RunNotFound:
+            # A stale directory's database, which a move of the run's shard has cleaned:
+            # route it again by a fresh directory.
+            if not await self.rerouted(run_id, routed):
+                raise
+            return await self.for_run(run_id).load(tenant_id, run_id, answered_since)
 
     async def stored_answer(
         self, tenant_id: str, run_id: UUID, command_id: str, since: datetime

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 from uuid import UUID
 
+from sqlalchemy import text
 from support import WORKER, SyncGrain, acquire, drive, report, run_rows
 
 from runcontrol.bootstrap import Container, build
@@ -39,6 +40,9 @@ from runcontrol.domain import (
     WorkflowDefinition,
     canonical_hash,
 )
+from runcontrol.domain.access import scopes_of
+from runcontrol.edge import commands
+from runcontrol.edge.auth import Caller
 from runcontrol.grain import RunGrain
 from runcontrol.ids import new_run_id
 from runcontrol.store import Database
@@ -229,3 +233,27 @@ def submit_placed(h: Harness, *steps: StepSpec) -> SyncGrain:
         )
     )
     return grain
+
+
+def edge_submission(h: Harness, db: Database) -> SubmitRun:
+    """``POST /factory/runs``' command for ``h``'s tenant, built as the edge builds it (both
+    doors, a schedule's fire too) on ``db``."""
+    principal = h.principal()
+    return commands.submit_run(
+        commands.Outside(Caller(principal, scopes_of(principal.roles)), db, "http"),
+        "k",
+        correlation_id=None,
+        limits=Limits(),
+        workflow_id="wf",
+        model_profile_id="m",
+        input={},
+    )
+
+
+def tenant_rows(db: Database, table: str, tenant: str) -> int:
+    """How many rows of ``tenant`` ``table`` holds in ``db`` (read as the system)."""
+    with db.system_tx() as conn:
+        found = conn.execute(
+            text(f"SELECT count(*) FROM {table} WHERE tenant_id = :t"), {"t": tenant}
+        )
+        return int(found.scalar_one())

@@ -11,17 +11,13 @@ import uuid
 from uuid import UUID
 
 import pytest
-from grain_harness import Harness, placed, submit_placed
+from grain_harness import Harness, edge_submission, placed, submit_placed, tenant_rows
 from sqlalchemy import text
 from support import SECOND_HALF, acquire, drive
 
-from runcontrol.domain import Limits, StepSpec, errors
-from runcontrol.domain.access import scopes_of
+from runcontrol.domain import StepSpec, errors
 from runcontrol.domain.shards import hashed_vshard, vshard_of
-from runcontrol.edge import commands
-from runcontrol.edge.auth import Caller
 from runcontrol.ids import new_run_id
-from runcontrol.store import Database
 from runcontrol.store.directory import Directory
 from runcontrol.store.shards import Shards
 
@@ -45,14 +41,6 @@ def run(h: Harness) -> UUID:
     return grain.run_id
 
 
-def counted(db: Database, table: str, tenant: str) -> int:
-    with db.system_tx() as conn:
-        found = conn.execute(
-            text(f"SELECT count(*) FROM {table} WHERE tenant_id = :t"), {"t": tenant}
-        )
-        return int(found.scalar_one())
-
-
 def test_a_tenant_placed_on_the_second_database_has_every_row_there(
     routed: Harness, two_shards: Shards
 ):
@@ -62,8 +50,8 @@ def test_a_tenant_placed_on_the_second_database_has_every_row_there(
 
     assert vshard_of(run_id) == 700 and two_shards.for_run(run_id) is second
     for table in RUN_TABLES + TENANT_TABLES:
-        assert counted(first.db, table, routed.tenant) == 0, table
-        assert counted(second.db, table, routed.tenant) > 0, table
+        assert tenant_rows(first.db, table, routed.tenant) == 0, table
+        assert tenant_rows(second.db, table, routed.tenant) > 0, table
     # each transition committed with its event and journal entry, by the second database's
     # statements alone (one runcontrol_apply document each)
     assert first.store.statements_sent == sent[0]
@@ -121,17 +109,7 @@ def test_a_fencing_token_is_compared_within_its_own_shard(two_shards: Shards):
 def test_the_edge_mints_a_run_in_its_tenants_placement(routed: Harness, two_shards: Shards):
     """``POST /factory/runs``' builder (both doors, the schedules too): the new run's id in
     the directory's placement of its tenant, not the hash of its id."""
-    principal = routed.principal()
-    caller = Caller(principal, scopes_of(principal.roles))
-    command = commands.submit_run(
-        commands.Outside(caller, two_shards.db, "http"),
-        "k",
-        correlation_id=None,
-        limits=Limits(),
-        workflow_id="wf",
-        model_profile_id="m",
-        input={},
-    )
+    command = edge_submission(routed, two_shards.db)
     assert vshard_of(command.run_id) == 700 != hashed_vshard(routed.tenant)
     assert two_shards.for_run(command.run_id).index == 1
 

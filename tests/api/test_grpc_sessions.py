@@ -134,6 +134,13 @@ def host_targets(g: GrpcTenant) -> list[str]:
     return list(reply.host_targets)
 
 
+def submitted(g: GrpcTenant) -> tuple[UUID, int]:
+    """A run of the tenant's workflow, and the index of its host."""
+    g.view.publish()
+    run_id = UUID(g.view.submit())
+    return run_id, host_index(run_id, 2)
+
+
 def host_counts(g: GrpcTenant, k: int) -> tuple[int, int]:
     """Host ``k``'s exchanges and actor calls served so far."""
     stats = ray.get(g.view.runtime.hosts[k].stats.remote())
@@ -146,9 +153,7 @@ def test_a_session_exchanges_with_each_hosts_own_server_not_through_the_replica(
     """Issue 42 point 5: once the ingress named the hosts' targets, a session's exchanges go
     to the host itself (no actor call: the replica relays none), with the same answers: the
     token's holder, the run's input, a stale fencing token refused typed."""
-    g.view.publish()
-    run_id = UUID(g.view.submit())
-    k = host_index(run_id, 2)
+    run_id, k = submitted(g)
 
     async def main() -> None:
         t = GrpcSessionTransport(f"127.0.0.1:{grpc_port}", g.worker_token())
@@ -177,9 +182,7 @@ def test_a_session_exchanges_with_each_hosts_own_server_not_through_the_replica(
 
 
 def test_a_hosts_own_exchange_checks_the_token_the_tenant_and_the_host(g: GrpcTenant) -> None:
-    g.view.publish()
-    run_id = UUID(g.view.submit())
-    k = host_index(run_id, 2)
+    run_id, k = submitted(g)
     target = host_targets(g)[k]
     agent = g.view.agent
     with grpc.insecure_channel(target) as channel:
@@ -250,9 +253,7 @@ def test_a_host_whose_own_exchange_does_not_answer_is_reached_through_the_ingres
     """The exchange sent to a host's own target that does not answer is unknown (resent as
     any failed one: the credits ``resent``); the next goes through the ingress, whose reply
     names the host's target again."""
-    g.view.publish()
-    run_id = UUID(g.view.submit())
-    k = host_index(run_id, 2)
+    run_id, k = submitted(g)
 
     async def main() -> None:
         t = GrpcSessionTransport(f"127.0.0.1:{grpc_port}", g.worker_token())
@@ -277,9 +278,7 @@ def test_a_host_whose_own_exchange_does_not_answer_is_reached_through_the_ingres
 def test_a_worker_may_keep_every_exchange_on_the_ingress(g: GrpcTenant, grpc_port: int) -> None:
     """``direct=False`` (``runcontrol worker --via-ingress``): the replica relays each exchange
     as an actor call to the host, as before the hosts served their own."""
-    g.view.publish()
-    run_id = UUID(g.view.submit())
-    k = host_index(run_id, 2)
+    run_id, k = submitted(g)
 
     async def main() -> None:
         t = GrpcSessionTransport(f"127.0.0.1:{grpc_port}", g.worker_token(), direct=False)

@@ -49,9 +49,9 @@ async def with_host(owner_url: str, test: Callable[[RunHost, str], Awaitable[Non
     try:
         await test(host, tenant)
     finally:
-        await host._store.close()
+        await host._shards.close()
         host._reaper.cancel()
-        host._db.dispose()
+        host._shards.dispose()
 
 
 async def leased_run(host: RunHost, tenant: str) -> tuple[UUID, LeaseGrant]:
@@ -90,7 +90,8 @@ def test_a_batch_cancelled_inside_its_group_hands_every_mailbox_back(
     async def test(host: RunHost, tenant: str) -> None:
         runs = [await leased_run(host, tenant) for _ in range(3)]
         sending, release = asyncio.Event(), asyncio.Event()
-        commits = host._env.commits
+        # the one database's group (a group per shard database: store/group.GroupCommits)
+        (commits,) = host._env.commits._groups.values()
         real_send = commits._send
 
         async def held_send(docs: list[str]) -> Any:

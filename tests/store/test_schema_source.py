@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import re
 import uuid
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import Column, MetaData, Table, Text, select
+from sqlalchemy import Column, MetaData, Table, Text, select, text
 from support import drive
 
 from runcontrol.config import Settings
@@ -113,6 +114,8 @@ def everything(tenant: str) -> Changes:
         depth=2,
         template_id="nightly",
         template_version=3,
+        replay_of=uuid.uuid4(),
+        replay={"liveCalls": False, "approvals": "park"},
     )
     step = Step(
         step_id=step_id,
@@ -201,6 +204,7 @@ def everything(tenant: str) -> Changes:
         reason="too risky",
         break_glass=True,
         decided_at=at(7),
+        pre_approval=0,
     )
     intent = CancellationIntent(
         intent_id=uuid.uuid4(),
@@ -240,6 +244,7 @@ def everything(tenant: str) -> Changes:
         recorded_at=at(6),
         value_json='{"plan":"é ü"}',
         error={"type": "Permanent", "message": "no", "failure_class": "permanent"},
+        request_hash="sha256:call-arguments",
     )
     result = AttemptResult(
         attempt_id=attempt_id,
@@ -377,6 +382,21 @@ def test_every_field_survives_commit_and_load(db, store, tenant):
     tables the aggregate does not load read as the tenant)."""
     changes = everything(tenant)
     expected = copy.deepcopy(changes)
+    with db.tenant(tenant) as conn:  # the template version whose pre-approval 0 the vote uses
+        conn.execute(
+            text(
+                "INSERT INTO run_templates (template_id, version, tenant_id, project_id,"
+                " workflow_id, release_alias, state, content_hash, content, created_by,"
+                " created_at, break_glass, updated_at) VALUES ('nightly', 3, :tenant, :project,"
+                " 'wf', 'latest', 'Active', 'sha256:t', CAST(:content AS jsonb), 'ann', now(),"
+                " false, now())"
+            ),
+            {
+                "tenant": tenant,
+                "project": changes.run.project_id,
+                "content": json.dumps({"preApprovals": [{"maxUses": 5}]}),
+            },
+        )
     pending = prepare(tenant, Prepared(changes), Settings().options())
     assert pending is not None
     (answer,) = drive(store.send([pending.doc]))

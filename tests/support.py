@@ -36,6 +36,7 @@ from runcontrol.domain import (
     Principal,
     canonical_hash,
 )
+from runcontrol.domain.shards import hashed_vshard
 from runcontrol.grain import RunGrain
 from runcontrol.store import Database
 from runcontrol.webhooks import create_subscription
@@ -391,6 +392,34 @@ def skip_slow_unless_selected(
 SECOND_HALF = 512
 
 
+def tenant_in(half: int) -> str:
+    """A fresh tenant whose virtual shard (its hash) is in the first (0) or second (1) half."""
+    while True:
+        tenant = f"t-{uuid.uuid4().hex[:10]}"
+        if (hashed_vshard(tenant) >= SECOND_HALF) == bool(half):
+            return tenant
+
+
+def place_second_half(first: Database, database: int) -> None:
+    """The virtual shards from ``SECOND_HALF`` on, onto ``database`` (a position in the list)
+    in the directory ``first`` holds; its version bumped, so every process reloads it."""
+    with first.system_tx() as conn:
+        conn.execute(
+            text("UPDATE vshards SET database = :d WHERE vshard >= :v"),
+            {"d": database, "v": SECOND_HALF},
+        )
+        conn.execute(text("UPDATE directory_version SET version = version + 1"))
+
+
+def counted(db: Database, table: str, tenant: str) -> int:
+    """The rows of ``tenant`` in ``db``'s ``table`` (read on the system path)."""
+    with db.system_tx() as conn:
+        found = conn.execute(
+            text(f"SELECT count(*) FROM {table} WHERE tenant_id = :t"), {"t": tenant}
+        )
+        return int(found.scalar_one())
+
+
 def new_database(owner_url: str, prefix: str) -> Database:
     """A fresh, migrated database on the session's server, for a runtime of its own."""
     name = f"{prefix}_{uuid.uuid4().hex[:8]}"
@@ -413,6 +442,43 @@ def drop_database(owner_url: str, database: Database) -> None:
     with admin.connect() as conn:
         conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
     admin.dispose()
+
+
+@contextmanager
+def ray_on_two_databases(ray_runtime: Any, owner_url: str, prefix: str) -> Iterator[Any]:
+    """The session's Ray runtime (tests/conftest.py) on its database and a second one made on
+    its server (``prefix``), the virtual shards from ``SECOND_HALF`` on there: its run hosts
+    restarted with both listed. Yields the runtime's view on both (``client``, ``container``,
+    ``settings``, ``shards``, ``first``, ``second``); after, the hosts, the directory and the
+    databases as they were."""
+    from types import SimpleNamespace
+
+    from runcontrol.bootstrap import build
+    from runcontrol.config import Settings
+    from runcontrol.store.shards import Shards
+
+    first: Database = ray_runtime.container.db
+    second = new_database(owner_url, prefix)
+    raw = ray_runtime.settings.model_dump(mode="json")
+    raw["shards"] = {"databases": [first.owner_url, second.owner_url]}
+    settings = Settings.model_validate(raw)
+    place_second_half(first, 1)
+    shards = Shards([Database(first.owner_url), second], pool_size=2)
+    try:
+        ray_runtime.use_hosts(settings)
+        yield SimpleNamespace(
+            client=ray_runtime.client,
+            container=build(settings, db=shards.db, migrate=False),
+            settings=settings,
+            shards=shards,
+            first=first,
+            second=second,
+        )
+    finally:
+        ray_runtime.use_hosts(ray_runtime.settings)  # the session's hosts: one database again
+        place_second_half(first, 0)
+        shards.all()[0].db.dispose()
+        drop_database(owner_url, second)
 
 
 @contextmanager

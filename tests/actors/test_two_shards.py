@@ -12,49 +12,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import Any
 from uuid import UUID
 
 from actor_harness import RayHarness, outcome_hash, run_async
 from sqlalchemy import text
-from support import SECOND_HALF, drop_database, new_database
+from support import SECOND_HALF, counted, ray_on_two_databases, tenant_in
 
-from runcontrol.bootstrap import build
 from runcontrol.commands import ReportOutcome, SubmitRun
-from runcontrol.config import Settings
 from runcontrol.domain import AttemptOutcome
-from runcontrol.domain.shards import hashed_vshard, vshard_of
+from runcontrol.domain.shards import vshard_of
 from runcontrol.ids import new_run_id
 from runcontrol.store import Database
-from runcontrol.store.shards import Shards
-
-
-def tenant_in(half: int) -> str:
-    """A fresh tenant whose virtual shard (its hash) is in the first (0) or second (1) half."""
-    while True:
-        tenant = f"t-{uuid.uuid4().hex[:10]}"
-        if (hashed_vshard(tenant) >= SECOND_HALF) == bool(half):
-            return tenant
-
-
-def place_second_half(first: Database, database: int) -> None:
-    with first.system_tx() as conn:
-        conn.execute(
-            text("UPDATE vshards SET database = :d WHERE vshard >= :v"),
-            {"d": database, "v": SECOND_HALF},
-        )
-        conn.execute(text("UPDATE directory_version SET version = version + 1"))
-
-
-def counted(db: Database, table: str, tenant: str) -> int:
-    with db.system_tx() as conn:
-        found = conn.execute(
-            text(f"SELECT count(*) FROM {table} WHERE tenant_id = :t"), {"t": tenant}
-        )
-        return int(found.scalar_one())
 
 
 def unpublished(db: Database, tenant: str) -> int:
@@ -84,75 +54,68 @@ def test_hosts_and_schedulers_serve_two_shard_databases(ray_runtime: Any, owner_
 
     from actors.scheduler import ensure_scheduler
 
-    first: Database = ray_runtime.container.db
-    second = new_database(owner_url, "runcontrol_ray_shard1")
-    raw = ray_runtime.settings.model_dump(mode="json")
-    raw["shards"] = {"databases": [first.owner_url, second.owner_url]}
-    settings = Settings.model_validate(raw)
-    place_second_half(first, 1)
-    shards = Shards([Database(first.owner_url), second], pool_size=2)
-    container = build(settings, db=shards.db, migrate=False)
-    runtime = SimpleNamespace(client=ray_runtime.client, container=container, settings=settings)
     schedulers: list[Any] = []
-    try:
-        ray_runtime.use_hosts(settings)
-        schedulers.append(ensure_scheduler(settings, ray_runtime.owner_url, name="shards-a"))
-        status = ray.get(schedulers[0].status.remote())
-        assert status["shards_held"] == [1]  # the session's scheduler holds the first's lock
+    with ray_on_two_databases(ray_runtime, owner_url, "runcontrol_ray_shard1") as runtime:
+        first, second, shards = runtime.first, runtime.second, runtime.shards
+        settings = runtime.settings
+        try:
+            schedulers.append(ensure_scheduler(settings, ray_runtime.owner_url, name="shards-a"))
+            status = ray.get(schedulers[0].status.remote())
+            assert status["shards_held"] == [1]  # the session's scheduler holds the first's lock
 
-        h0 = RayHarness(runtime, shards.db, tenant_in(0))
-        h1 = RayHarness(runtime, shards.db, tenant_in(1))
+            h0 = RayHarness(runtime, shards.db, tenant_in(0))
+            h1 = RayHarness(runtime, shards.db, tenant_in(1))
 
-        async def main() -> list[UUID]:
-            runs = []
-            for h in (h0, h1):
-                h.publish({"name": "only", "agentId": "only", "maxAttempts": 5})
-                principal = h.principal()
-                run_id = new_run_id(h.tenant, shards.vshard_for)  # as the edge mints it
-                await h.client.send(
-                    SubmitRun(
-                        tenant_id=h.tenant,
-                        run_id=run_id,
-                        principal=principal,
-                        request=h.request(),
+            async def main() -> list[UUID]:
+                runs = []
+                for h in (h0, h1):
+                    h.publish({"name": "only", "agentId": "only", "maxAttempts": 5})
+                    principal = h.principal()
+                    run_id = new_run_id(h.tenant, shards.vshard_for)  # as the edge mints it
+                    await h.client.send(
+                        SubmitRun(
+                            tenant_id=h.tenant,
+                            run_id=run_id,
+                            principal=principal,
+                            request=h.request(),
+                        )
                     )
+                    runs.append(run_id)
+                # each shard's lease expiry, by its own lock holder
+                seqs = await asyncio.gather(
+                    expire_once(h0, runs[0], 0), expire_once(h1, runs[1], 0)
                 )
-                runs.append(run_id)
-            # each shard's lease expiry, by its own lock holder
-            seqs = await asyncio.gather(expire_once(h0, runs[0], 0), expire_once(h1, runs[1], 0))
-            # the second shard's scheduler dies; another one takes its lock over, the first
-            # shard's leases expire on time meanwhile
-            ray.kill(schedulers[0], no_restart=True)
-            schedulers.append(ensure_scheduler(settings, ray_runtime.owner_url, name="shards-b"))
-            await asyncio.gather(
-                expire_once(h0, runs[0], seqs[0]), expire_once(h1, runs[1], seqs[1])
-            )
-            for h, run_id in zip((h0, h1), runs, strict=True):
-                claim = await h.claim("only", timeout=20.0)
-                await h.client.send(
-                    ReportOutcome(
-                        **claim.fenced(),
-                        outcome=AttemptOutcome.SUCCEEDED,
-                        outcome_hash=outcome_hash(1),
+                # the second shard's scheduler dies; another one takes its lock over, the first
+                # shard's leases expire on time meanwhile
+                ray.kill(schedulers[0], no_restart=True)
+                schedulers.append(
+                    ensure_scheduler(settings, ray_runtime.owner_url, name="shards-b")
+                )
+                await asyncio.gather(
+                    expire_once(h0, runs[0], seqs[0]), expire_once(h1, runs[1], seqs[1])
+                )
+                for h, run_id in zip((h0, h1), runs, strict=True):
+                    claim = await h.claim("only", timeout=20.0)
+                    await h.client.send(
+                        ReportOutcome(
+                            **claim.fenced(),
+                            outcome=AttemptOutcome.SUCCEEDED,
+                            outcome_hash=outcome_hash(1),
+                        )
                     )
-                )
-                await h.history(run_id, timeout=30.0)
-            return runs
+                    await h.history(run_id, timeout=30.0)
+                return runs
 
-        runs = run_async(main(), timeout=180.0)
-        assert ray.get(schedulers[1].status.remote())["shards_held"] == [1]
-        assert [shards.for_run(r).index for r in runs] == [0, 1]
-        assert vshard_of(runs[1]) >= SECOND_HALF
-        for table in ("runs", "attempts", "leases", "outbox", "recovery_journal", "releases"):
-            assert counted(first, table, h1.tenant) == 0, table
-            assert counted(second, table, h1.tenant) > 0, table
-            assert counted(second, table, h0.tenant) == 0, table
-        # the second shard's events relayed by its scheduler
-        assert wait_until(lambda: unpublished(second, h1.tenant) == 0)
-    finally:
-        for handle in schedulers:
-            ray.kill(handle, no_restart=True)
-        ray_runtime.use_hosts(ray_runtime.settings)  # the session's hosts: one database again
-        place_second_half(first, 0)
-        shards.all()[0].db.dispose()
-        drop_database(owner_url, second)
+            runs = run_async(main(), timeout=180.0)
+            assert ray.get(schedulers[1].status.remote())["shards_held"] == [1]
+            assert [shards.for_run(r).index for r in runs] == [0, 1]
+            assert vshard_of(runs[1]) >= SECOND_HALF
+            for table in ("runs", "attempts", "leases", "outbox", "recovery_journal", "releases"):
+                assert counted(first, table, h1.tenant) == 0, table
+                assert counted(second, table, h1.tenant) > 0, table
+                assert counted(second, table, h0.tenant) == 0, table
+            # the second shard's events relayed by its scheduler
+            assert wait_until(lambda: unpublished(second, h1.tenant) == 0)
+        finally:
+            for handle in schedulers:
+                ray.kill(handle, no_restart=True)

@@ -108,6 +108,18 @@ def extra_app(
         serve.delete(name)
 
 
+@contextmanager
+def app_on(api: Any, runtime: Any, name: str, directory: Path, database_url: str) -> Iterator[str]:
+    """``extra_app`` with the test settings of ``runtime`` (``api_settings``) and a JWKS file
+    (written in ``directory``) naming the public half of ``api``'s key."""
+    from runcontrol.api.auth import jwks_document
+
+    jwks = directory / "jwks.json"
+    jwks.write_text(jwks_document({RSA_KID: api.rsa_key.public_key()}))
+    with extra_app(api, name, database_url, api_settings(runtime, jwks)) as base:
+        yield base
+
+
 def api_settings(ray_runtime: Any, jwks_file: Path) -> dict[str, Any]:
     settings: dict[str, Any] = ray_runtime.settings.model_dump(mode="json")
     settings["auth"] = {

@@ -5,16 +5,13 @@ each naming its own URLs."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from a2a.client import Client
 from a2a.types.a2a_pb2 import CancelTaskRequest, GetTaskRequest, SubscribeToTaskRequest, TaskState
 from a2a_harness import BINDINGS, fetch_card, publish_agent, run, send, text_message, with_client
-from api_harness import RSA_KID, Api, TenantView, api_settings, extra_app
-
-from runcontrol.api.auth import jwks_document
+from api_harness import Api, TenantView, app_on
 
 S = TaskState
 
@@ -23,10 +20,8 @@ S = TaskState
 def other_replica(
     api: Api, ray_runtime: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
-    jwks: Path = tmp_path_factory.mktemp("a2a") / "jwks.json"
-    jwks.write_text(jwks_document({RSA_KID: api.rsa_key.public_key()}))
-    settings = api_settings(ray_runtime, jwks)
-    with extra_app(api, "a2a-other", ray_runtime.owner_url, settings) as base:
+    directory = tmp_path_factory.mktemp("a2a")
+    with app_on(api, ray_runtime, "a2a-other", directory, ray_runtime.owner_url) as base:
         yield base
 
 

@@ -28,6 +28,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -143,13 +144,14 @@ class World:
         return [a for s in self.scopes.values() for a in s.approvals]
 
 
-@pytest.fixture(scope="module")
-def world(api: Api, ray_runtime: Any) -> Iterator[World]:
-    tenant_a, tenant_b = new_tenant(), new_tenant()
+@contextmanager
+def seeded_world(api: Api, runtime: Any, tenant_a: str, tenant_b: str) -> Iterator[World]:
+    """The three scopes of tenants A and B seeded through ``api`` and ``runtime``'s worker
+    client (test_cross_scope_fuzz_shards.py gives it A and B on two databases)."""
     scopes = {
-        "A/P1": Scope("a1", TenantView(api, ray_runtime, tenant_a), P1),
-        "A/P2": Scope("a2", TenantView(api, ray_runtime, tenant_a), P2),
-        "B/P1": Scope("b1", TenantView(api, ray_runtime, tenant_b), P1),
+        "A/P1": Scope("a1", TenantView(api, runtime, tenant_a), P1),
+        "A/P2": Scope("a2", TenantView(api, runtime, tenant_a), P2),
+        "B/P1": Scope("b1", TenantView(api, runtime, tenant_b), P1),
     }
     for scope in scopes.values():
         _seed(scope)
@@ -164,6 +166,12 @@ def world(api: Api, ray_runtime: Any) -> Iterator[World]:
             scope.view.close()
 
 
+@pytest.fixture(scope="module")
+def world(api: Api, ray_runtime: Any) -> Iterator[World]:
+    with seeded_world(api, ray_runtime, new_tenant(), new_tenant()) as seeded:
+        yield seeded
+
+
 # caller: (its scope, its roles, the scopes it may see)
 CALLERS = {
     "project-A/P1": ("A/P1", (Role.REQUESTER, Role.REVIEWER, Role.OBSERVER), {"A/P1"}),
@@ -176,6 +184,7 @@ CALLERS = {
 class Tally:
     requests: Counter[str] = field(default_factory=Counter)
     leaks: list[str] = field(default_factory=list)
+    statuses: Counter[int] = field(default_factory=Counter)
 
 
 def _send(http: httpx.Client, case: Any) -> tuple[int, str, str]:
@@ -241,6 +250,7 @@ def _fuzz(
                 )
         status, headers, body = _send(http, case)
         tally.requests[operation_id] += 1
+        tally.statuses[status] += 1
         answer, asked = (headers + "\n" + body).lower(), _asked(case)
         named = {i for i in foreign if i in answer and i not in asked}
         if named:
@@ -252,8 +262,9 @@ def _fuzz(
     fuzz()
 
 
-@pytest.mark.parametrize("caller", sorted(CALLERS))
-def test_no_answer_names_another_scopes_ids(world: World, caller: str) -> None:
+def fuzz_as(world: World, caller: str) -> Tally:
+    """Every operation fuzzed as ``caller``, each answer checked for the ids of the scopes it may
+    not see; the tally of requests, leaks and statuses."""
     home, roles, visible = CALLERS[caller]
     scope = world.scopes[home]
     foreign = set().union(*(s.ids for n, s in world.scopes.items() if n not in visible))
@@ -269,6 +280,12 @@ def test_no_answer_names_another_scopes_ids(world: World, caller: str) -> None:
             for subscription in http.get("/factory/webhooks").json().get("items", []):
                 http.delete(f"/factory/webhooks/{subscription['subscriptionId']}")
 
+    return tally
+
+
+@pytest.mark.parametrize("caller", sorted(CALLERS))
+def test_no_answer_names_another_scopes_ids(world: World, caller: str) -> None:
+    tally = fuzz_as(world, caller)
     total = sum(tally.requests.values())
     print(f"\n{caller}: {total} requests over {len(tally.requests)} operations, leaks 0")
     assert set(tally.requests) == {o.definition.raw["operationId"] for o in OPERATIONS}

@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import re
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -120,7 +121,7 @@ def changed(target: MetaData = metadata) -> dict[str, str]:
     return {name: d for name, d in now.items() if before.get(name) != d}
 
 
-REVISION = '''"""Functions changed since {down}: {names}, applied by name as
+REVISION = '''"""{opening}
 ``runcontrol/store/sql/`` and ``store/writers.py`` make them today (written by ``make sql``).
 Say here what changed and why.
 
@@ -153,10 +154,11 @@ def downgrade() -> None:
 
 
 def revision_text(revision: str, down: str, functions: Mapping[str, str]) -> str:
+    opening = f"Functions changed since {down}: {', '.join(functions)}, applied by name as"
     return REVISION.format(
         revision=revision,
         down=down,
-        names=", ".join(functions),
+        opening=textwrap.fill(opening, width=96),
         recorded="".join(f'    "{name}": "{d}",\n' for name, d in functions.items()),
     )
 

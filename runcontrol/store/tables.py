@@ -65,10 +65,11 @@ runs = tenant_table(
     # child runs (0024): the run and step that started it, and its depth
     uid("parent_run_id?", "parent_step_id?", info=PIN),
     num("depth?", info=PIN),  # NULL (an older host's insert): 0
-    # the template it was submitted from (0032, issue 44)
-    txt("template_id?") + num("template_version?"),
-    # a replay (0037, docs/replay.md): the run it replays and how
-    uid("replay_of?") + jsonb("replay?"),
+    # the template it was submitted from (0032, issue 44) and, for a replay (0037,
+    # docs/replay.md), the run it replays and how: pinned at acceptance (0038; in the baseline's
+    # SQL too, so that the pins' trigger can name them there)
+    txt("template_id?", info=PIN) + num("template_version?", info=PIN),
+    uid("replay_of?", info=PIN) + jsonb("replay?", info=PIN),
     UniqueConstraint("tenant_id", "project_id", "idempotency_key", name="uq_runs_idempotency"),
     Index("ix_runs_list", "tenant_id", "created_at", "run_id"),
     Index("ix_runs_state", "tenant_id", "state", "created_at"),

@@ -18,7 +18,7 @@ import orjson
 import pytest
 from sqlalchemy import create_engine
 from support import drive
-from test_schema_source import Prepared, everything
+from test_schema_source import Prepared, everything, stored_template
 
 from runcontrol import reconcilers
 from runcontrol.config import Settings
@@ -72,6 +72,7 @@ def expected_journal(changes: Changes) -> list[tuple[Any, ...]]:
 @pytest.mark.parametrize("release", ("this", "previous"))
 def test_a_documents_journal_entries_are_carried_by_its_last_event(db, store, tenant, release):
     changes = everything(tenant)
+    stored_template(db, tenant, changes)
     (event,) = changes.events  # and one before it: the entries go on the last
     changes.events.insert(0, dataclasses.replace(event, event_id=uuid.uuid4(), seq=event.seq - 1))
     assert changes.journal

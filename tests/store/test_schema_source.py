@@ -52,7 +52,7 @@ from runcontrol.domain import (
     ToolCall,
     ToolCallState,
 )
-from runcontrol.store import Store, rows
+from runcontrol.store import Database, Store, rows
 from runcontrol.store.commit import conclude, prepare
 from runcontrol.store.tables import (
     RUN_PINS,
@@ -326,6 +326,28 @@ class Prepared(RunAggregate):
         return changes
 
 
+def stored_template(db: Database, tenant: str, changes: Changes) -> None:
+    """The template version ``everything``'s run names, stored: its vote uses the version's
+    pre-approval 0, which the vote's trigger counts (``runcontrol_template_use``)."""
+    with db.tenant(tenant) as conn:
+        conn.execute(
+            text(
+                "INSERT INTO run_templates (template_id, version, tenant_id, project_id,"
+                " workflow_id, release_alias, state, content_hash, content, created_by,"
+                " created_at, break_glass, updated_at) VALUES (:template, :version, :tenant,"
+                " :project, 'wf', 'latest', 'Active', 'sha256:t', CAST(:content AS jsonb),"
+                " 'ann', now(), false, now())"
+            ),
+            {
+                "template": changes.run.template_id,
+                "version": changes.run.template_version,
+                "tenant": tenant,
+                "project": changes.run.project_id,
+                "content": json.dumps({"preApprovals": [{"maxUses": 5}]}),
+            },
+        )
+
+
 def entities(changes: Changes) -> list[Any]:
     return [
         changes.run,
@@ -382,21 +404,7 @@ def test_every_field_survives_commit_and_load(db, store, tenant):
     tables the aggregate does not load read as the tenant)."""
     changes = everything(tenant)
     expected = copy.deepcopy(changes)
-    with db.tenant(tenant) as conn:  # the template version whose pre-approval 0 the vote uses
-        conn.execute(
-            text(
-                "INSERT INTO run_templates (template_id, version, tenant_id, project_id,"
-                " workflow_id, release_alias, state, content_hash, content, created_by,"
-                " created_at, break_glass, updated_at) VALUES ('nightly', 3, :tenant, :project,"
-                " 'wf', 'latest', 'Active', 'sha256:t', CAST(:content AS jsonb), 'ann', now(),"
-                " false, now())"
-            ),
-            {
-                "tenant": tenant,
-                "project": changes.run.project_id,
-                "content": json.dumps({"preApprovals": [{"maxUses": 5}]}),
-            },
-        )
+    stored_template(db, tenant, changes)
     pending = prepare(tenant, Prepared(changes), Settings().options())
     assert pending is not None
     (answer,) = drive(store.send([pending.doc]))
@@ -561,4 +569,8 @@ def test_the_run_update_leaves_the_pins_out(apply_definition):
         "parent_run_id",  # child runs (0024): the lineage is pinned at acceptance
         "parent_step_id",
         "depth",
+        "template_id",  # the template version a run came from (0032), pinned since 0038
+        "template_version",
+        "replay_of",  # a replay's original and options (0037), pinned since 0038
+        "replay",
     )

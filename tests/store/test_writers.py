@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import Column, MetaData, Text, create_engine, text
 from sqlalchemy import exc as sa_exc
 from support import drive
-from test_schema_source import Prepared, everything
+from test_schema_source import Prepared, everything, stored_template
 
 from runcontrol.config import Settings
 from runcontrol.store import Database, Store, functions, rows, writers
@@ -35,6 +35,10 @@ PIN_VALUES = {
     "parent_run_id": str(uuid.uuid4()),
     "parent_step_id": str(uuid.uuid4()),
     "depth": 3,
+    "template_id": "other-template",
+    "template_version": 7,
+    "replay_of": str(uuid.uuid4()),
+    "replay": '{"liveCalls": true, "approvals": "fail"}',
 }
 
 
@@ -142,7 +146,9 @@ def test_adding_a_column_is_an_alter_and_one_writer(scratch: Database, tenant: s
     finally:
         owner.dispose()
 
-    pending = prepare(tenant, Prepared(everything(tenant)), Settings().options())
+    changes = everything(tenant)
+    stored_template(scratch, tenant, changes)
+    pending = prepare(tenant, Prepared(changes), Settings().options())
     assert pending is not None
     doc = orjson.loads(pending.doc)
     doc["steps"][0]["note"] = "written by the unchanged runcontrol_apply"

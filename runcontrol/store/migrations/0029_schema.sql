@@ -147,6 +147,10 @@ CREATE TABLE runs (
 	parent_run_id UUID,
 	parent_step_id UUID,
 	depth INTEGER,
+	template_id TEXT,
+	template_version INTEGER,
+	replay_of UUID,
+	replay JSONB,
 	PRIMARY KEY (run_id),
 	CONSTRAINT uq_runs_idempotency UNIQUE (tenant_id, project_id, idempotency_key)
 );

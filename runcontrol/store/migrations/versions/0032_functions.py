@@ -54,8 +54,8 @@ CREATE POLICY project_scope ON run_templates
     USING (coalesce(current_setting('runcontrol.project_id', true), '') IN ('', project_id));
 GRANT SELECT, INSERT, UPDATE ON run_templates TO runcontrol_app;
 GRANT SELECT, UPDATE ON run_templates TO runcontrol_system;
-ALTER TABLE runs ADD COLUMN template_id TEXT;
-ALTER TABLE runs ADD COLUMN template_version INTEGER;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS template_id TEXT;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS template_version INTEGER;
 """
 
 FUNCTIONS = {

@@ -23,8 +23,8 @@ depends_on = None
 oldest_code = "0036"
 
 SCHEMA = """
-ALTER TABLE runs ADD COLUMN replay_of UUID;
-ALTER TABLE runs ADD COLUMN replay JSONB;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS replay_of UUID;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS replay JSONB;
 ALTER TABLE journaled_calls ADD COLUMN request_hash TEXT;
 """
 

@@ -2,9 +2,10 @@
 chaos run and the upgrade across 0033 call) finds nothing wrong with the journal the write path
 stores, and finds each way of breaking it: an entry gone, entries out of order, an entry no
 event of its document stamps, an entry that is not the transition its event records, a
-carrier's entries moved to another event, an event row's journal that is not an array of
-entries. The breaks are made as the owner with triggers off (the append-only triggers refuse
-them otherwise: ``test_append_only.py``)."""
+carrier's entries moved to another event, an entry of the old table (before 0033) at a time no
+event has, an event row's journal that is not an array of entries. The breaks are made as the
+owner with triggers off (the append-only triggers refuse them otherwise:
+``test_append_only.py``)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,13 @@ BREAKS = {
         "UPDATE outbox o SET journal = CASE o.seq WHEN 1 THEN l.journal END FROM outbox l"
         " WHERE o.run_id = :run AND l.run_id = :run AND l.seq = :last AND o.seq IN (1, :last)",
         {"sequence", "entry without its event", "transition without its entry"},
+    ),
+    "an entry of the old table no event stamps": (
+        "INSERT INTO recovery_journal_legacy (tenant_id, run_id, sequence, entity, entity_id,"
+        " from_state, to_state, cause, actor, occurred_at) SELECT tenant_id, run_id, 1, 'Run',"
+        " run_id, NULL, 'Accepted', 'SubmitRun', 'alice', '1999-01-01' FROM runs"
+        " WHERE run_id = :run",
+        {"sequence", "entry without its event"},
     ),
     "not an array of entries": (
         "UPDATE outbox SET journal = '[]' WHERE run_id = :run AND seq = :last",

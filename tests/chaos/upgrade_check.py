@@ -107,12 +107,18 @@ OPEN = (
 
 def previous_release(into: Path, rev: str = OLD_REV) -> Path:
     """The previous release's code, from git, in ``into`` (a clone with history has it)."""
-    archive = subprocess.run(
+    got = subprocess.run(
         ["git", "archive", rev, "runcontrol", "actors", "schemas", "serve_app.py", "tests"],
         cwd=ROOT,
         capture_output=True,
-        check=True,
-    ).stdout
+        check=False,
+    )
+    if got.returncode:
+        raise RuntimeError(
+            f"the previous release ({rev}) is not in this clone (shallow? `git fetch "
+            f"--unshallow`): {got.stderr.decode().strip()}"
+        )
+    archive = got.stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(into, filter="data")
     return into

@@ -207,14 +207,17 @@ class Upgrade:
         )
         self.figures["old_schema"] = setup.stdout.strip().splitlines()[-1]
         old = self.service(self.old, "old-service")
-        self.figures["old_start_s"] = round(await asyncio.to_thread(old.start), 1)
-        async with httpx.AsyncClient(base_url=self.base_url, timeout=10.0) as http:
-            reviewer = asyncio.create_task(self._review(http))
-            try:
-                await self._upgrade(http, old)
-            finally:
-                self.reviewing = False
-                reviewer.cancel()
+        try:
+            self.figures["old_start_s"] = round(await asyncio.to_thread(old.start), 1)
+            async with httpx.AsyncClient(base_url=self.base_url, timeout=10.0) as http:
+                reviewer = asyncio.create_task(self._review(http))
+                try:
+                    await self._upgrade(http, old)
+                finally:
+                    self.reviewing = False
+                    reviewer.cancel()
+        finally:
+            old.kill()  # stopped already, unless the upgrade stopped before it
 
     async def _upgrade(self, http: httpx.AsyncClient, old: ServiceProcess) -> None:
         submitting = asyncio.create_task(self._submit(http, self.per_phase))
@@ -400,6 +403,8 @@ def upgrade_breaches(report: dict[str, Any]) -> list[str]:
     places = report.get("old_processes") or {"": []}
     if any(where.split()[-1:] != [report["old_tree"]] or str(ROOT) in where for where in places):
         found.append(f"the old service's processes ran the new code: {places}")
+    if (report.get("old_stop") or {}).get("exit_code") != 0:
+        found.append(f"the old service did not stop cleanly: {report.get('old_stop')}")
     across = report["checks"]["journal_across_the_upgrade"]
     if not across["runs_in_both"]:
         found.append(f"no run's journal spans the upgrade: {across}")

@@ -50,6 +50,7 @@ from .edge.auth import Caller
 from .edge.commands import Outside
 from .store import Database
 from .store import schedules as store
+from .store.database import refused_if_moved
 
 log = logging.getLogger(__name__)
 
@@ -336,9 +337,21 @@ def decide_due(db: Database, now: datetime) -> int:
     locks it. Answers how many fire times started."""
     with db.system_tx() as conn:
         return sum(
-            advance(conn, row, now).started
+            _advance_unless_moved(conn, row, now)
             for row in store.due_schedules(conn, now, SCHEDULES_PER_SWEEP)
         )
+
+
+def _advance_unless_moved(conn: Connection, row: Any, now: datetime) -> int:
+    """``advance`` in a savepoint: a schedule whose tenant's shard is moving (its writes
+    refused by the fence, docs/sharding.md) is left as it was, for the database it moves to,
+    and the sweep goes on with the other tenants'. How many fire times started."""
+    try:
+        with refused_if_moved(), conn.begin_nested():
+            return advance(conn, row, now).started
+    except errors.ShardMoved as moved:
+        log.info("schedule %s not advanced here: %s", row.schedule_id, moved)
+        return 0
 
 
 async def submit_started(
@@ -387,7 +400,11 @@ async def submit_started(
                 )
                 continue
             error = f"{refusal.code}: {refusal}"
-        await asyncio.to_thread(mark, f, run_id, error)
+        try:
+            await asyncio.to_thread(mark, f, run_id, error)
+        except errors.ShardMoved as moved:  # marked on the database it moves to (same key)
+            log.info("schedule %s: fire %s not marked here: %s", f.schedule_id, f.nominal_at, moved)
+            continue
         submitted += 1
     return submitted
 

@@ -30,6 +30,7 @@ from ..domain.events import AttemptDispatched, AttemptResumed
 from ..domain.flow import lock_order
 from ..json_dumps import dumps
 from . import answers, lean, rows
+from .database import MOVED as _MOVED  # a fence of a shard's move: route again
 from .notify import libpq_url
 from .tables import (
     approval_decisions,
@@ -63,7 +64,6 @@ _BUDGET_DENIED = "RC402"
 _CAPACITY_DENIED = "RC429"
 _FLOW_DENIED = "RC430"
 _PRE_APPROVAL_USED_UP = "RC431"  # runcontrol_template_use: a template's use past its maxUses
-_MOVED = "RC421"  # a fence of a shard's move (runcontrol_check_fence): route again
 # A JSON-escaped NUL (an even run of backslashes, then \u0000): not a literal "\u0000" in text.
 _NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
@@ -548,6 +548,10 @@ class Store:
         except psycopg.OperationalError as exc:
             await self._lost()
             raise errors.Unavailable("the database connection was lost") from exc
+        except psycopg.DatabaseError as exc:  # a rate bucket's fence (runcontrol_fenced_write)
+            if exc.sqlstate == _MOVED:
+                raise errors.ShardMoved(str(exc).splitlines()[0]) from exc
+            raise
         except PoolTimeout as exc:
             raise errors.Unavailable("no database connection is free") from exc
 

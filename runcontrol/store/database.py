@@ -17,7 +17,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from ..domain import shards
+from ..domain import errors, shards
 from . import schema
 from .schema import SchemaMismatch, SchemaVersion
 
@@ -27,6 +27,7 @@ MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 _SET_TENANT = text("SELECT set_config('runcontrol.tenant_id', :tenant, true)")
 _SET_PROJECT = text("SELECT set_config('runcontrol.project_id', :project, true)")
+MOVED = "RC421"  # a fence of a shard's move (runcontrol_check_fence): route again
 
 
 __all__ = ["APP_ROLE", "SYSTEM_ROLE", "Database", "SchemaMismatch", "role_url"]
@@ -68,6 +69,18 @@ def replace_older_after_a_loss(engine: Engine) -> None:
     def checkout(dbapi_connection: Any, record: ConnectionPoolEntry, proxy: Any) -> None:
         if record.info.get("opened_at", 0.0) < lost_at:
             raise sa_exc.DisconnectionError("opened before a pooled connection was found broken")
+
+
+@contextmanager
+def refused_if_moved() -> Iterator[None]:
+    """A write the fence of a shard's move refused (a configuration table's trigger,
+    ``runcontrol_fenced_write``) raised as ``ShardMoved``: retryable, nothing was stored."""
+    try:
+        yield
+    except sa_exc.DBAPIError as exc:
+        if getattr(exc.orig, "sqlstate", None) != MOVED:
+            raise
+        raise errors.ShardMoved(str(exc.orig).splitlines()[0]) from exc
 
 
 class Database:
@@ -199,7 +212,7 @@ class Database:
             raise ValueError("a tenant-scoped transaction needs a tenant id")
         if project_id == "":
             raise ValueError("a project-scoped transaction needs a project id")
-        with self.app.begin() as conn:
+        with refused_if_moved(), self.app.begin() as conn:
             conn.execute(_SET_TENANT, {"tenant": tenant_id})
             if project_id is not None:
                 conn.execute(_SET_PROJECT, {"project": project_id})
@@ -207,7 +220,7 @@ class Database:
 
     @contextmanager
     def system_tx(self) -> Iterator[Connection]:
-        with self.system.begin() as conn:
+        with refused_if_moved(), self.system.begin() as conn:
             yield conn
 
     def dispose(self) -> None:

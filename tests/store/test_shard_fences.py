@@ -36,10 +36,12 @@ def test_the_fence_waits_for_a_document_in_flight_and_refuses_the_next(db: Datab
     writer.join(10)
     assert fenced.is_set()
 
-    with pytest.raises(exc.DBAPIError, match="moved with virtual shard 3 to database 1") as err:
+    with pytest.raises(errors.ShardMoved, match="moved with virtual shard 3 to database 1") as err:
         with db.tenant(tenant) as conn:
             conn.execute(CHECK, {"tenant": tenant})
-    assert err.value.orig is not None and err.value.orig.sqlstate == "RC421"
+    cause = err.value.__cause__
+    assert isinstance(cause, exc.DBAPIError) and cause.orig is not None
+    assert cause.orig.sqlstate == "RC421" and err.value.retryable
     with db.tenant(f"{tenant}-b") as conn:  # another tenant's documents go on
         conn.execute(CHECK, {"tenant": f"{tenant}-b"})
 
@@ -91,8 +93,7 @@ def test_nothing_of_the_tenant_commits_after_its_fence_under_concurrent_writes(
                     conn.execute(CHECK, {"tenant": tenant})
                     conn.execute(text("SELECT pg_sleep(0.05)"))  # the document's other writes
                     conn.execute(write, {"tenant": tenant})
-            except exc.DBAPIError as error:
-                assert error.orig is not None and error.orig.sqlstate == "RC421"
+            except errors.ShardMoved:  # RC421, raised typed by Database.tenant
                 refused.append(1)
                 return
 

@@ -2,7 +2,8 @@
 "Moving a tenant"; migration 0040): from the fence to the flip, a release published or a
 policy revision is answered 503 problem+json with ``Retry-After`` (``ShardMoved``) and stored in
 neither database, and another tenant's write on the same database goes through; once the shard
-serves on the new database, the same write is stored there."""
+serves on the new database, the same write is stored there. The schedules' sweep: a fire
+submitted as its tenant is fenced is marked later, with the run it started."""
 
 from __future__ import annotations
 
@@ -10,15 +11,24 @@ import asyncio
 from typing import Any
 
 import httpx
-from support import AUDIENCE, ISSUER, SECRET, tenant_in
+from grain_harness import PROJECT, Harness
+from sqlalchemy import create_engine
+from sqlalchemy.pool import NullPool
+from support import AUDIENCE, ISSUER, SECRET, drive, scratch_database, tenant_in
 
+from runcontrol import schedules as rules
 from runcontrol.api import create_app
+from runcontrol.bootstrap import build
 from runcontrol.client import RunControlClient
+from runcontrol.clock import ManualClock
 from runcontrol.config import Settings
-from runcontrol.domain import Role, StepSpec, WorkflowDefinition
+from runcontrol.domain import Principal, Role, StepSpec, WorkflowDefinition
 from runcontrol.domain.moves import Step
-from runcontrol.edge.auth import mint_dev_token
+from runcontrol.edge.auth import Caller, mint_dev_token
+from runcontrol.grain import RunGrain
+from runcontrol.store import schedules as schedule_rows
 from runcontrol.store.move import Mover
+from runcontrol.store.move_rows import fence, unfence
 from runcontrol.store.shards import Shards
 
 VSHARD = 101  # on the first database
@@ -92,3 +102,60 @@ def test_a_configuration_write_during_a_move_is_503_with_retry_after_and_lost_no
     assert _post(app, moving, "/factory/releases", {**RELEASE, "aliases": ["b"]}).status_code == 201
     assert _stored(two_shards, "policies", moving) == [0, 1]
     assert _stored(two_shards, "release_aliases", moving) == [0, 2]
+
+
+def test_a_fire_submitted_as_its_tenant_is_fenced_is_marked_later_with_the_same_run(
+    owner_url: str,
+) -> None:
+    """The schedules' sweep submits a started fire, and the tenant is fenced before the fire is
+    marked: the mark is refused, the sweep marks the other tenant's fire, and the next sweep
+    (on the database the tenant moved to) submits it again with its key and finds the run."""
+    with scratch_database(owner_url) as db:
+        clock = ManualClock()
+        container = build(Settings(), db=db, clock=clock, migrate=False)
+        moving, staying = f"{tenant_in(0)}-m", f"{tenant_in(0)}-s"
+        for tenant in (moving, staying):
+            Harness(container, tenant, clock).publish()
+            caller = Caller(
+                Principal("alice", tenant, PROJECT, frozenset({Role.REQUESTER})),
+                frozenset({"factory.runs.write"}),
+            )
+            doc = {
+                "run": {"workflowId": "wf", "modelProfileId": "code-agent"},
+                "intervalSeconds": 60,
+            }
+            with db.tenant(tenant) as conn:
+                schedule_rows.insert_schedule(
+                    conn, rules.new_row(caller, doc, False, None, clock.now())
+                )
+        clock.advance(61)
+        assert rules.decide_due(db, clock.now()) == 2
+        owner = create_engine(db.owner_url, poolclass=NullPool)
+        moved: list[Any] = []
+
+        async def send(command: Any) -> Any:
+            result = await RunGrain(container.env, command.tenant_id, command.run_id).execute(
+                command
+            )
+            if command.tenant_id == moving and not moved:  # the move fences it meanwhile
+                with owner.begin() as conn:
+                    fence(conn, [moving], vshard=3, to=1, epoch=1)
+                moved.append(command.run_id)
+            return result
+
+        try:
+            assert drive(rules.submit_started(db, send, clock.now)) == 1  # the other's marked
+            with owner.begin() as conn:  # the tenant served again (as on the new database)
+                unfence(conn, [moving])
+            assert drive(rules.submit_started(db, send, clock.now)) == 1
+        finally:
+            with owner.begin() as conn:
+                unfence(conn, [moving])
+            owner.dispose()
+            drive(container.store.close())
+        with db.system.connect() as conn:
+            fires = conn.exec_driver_sql(
+                "SELECT tenant_id, run_id FROM schedule_fires WHERE submitted_at IS NOT NULL"
+            ).all()
+            runs = conn.exec_driver_sql("SELECT tenant_id, run_id FROM runs").all()
+        assert sorted(fires) == sorted(runs) and len(runs) == 2  # one run each, each marked

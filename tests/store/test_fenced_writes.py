@@ -151,6 +151,8 @@ def test_a_fenced_tenants_changes_and_deletes_are_refused(
         disabled = conn.execute(text("SELECT disabled_at FROM webhook_subscriptions")).scalar()
     assert row is not None and not row.paused
     assert aliases == ["latest"] and disabled is None
+    assert _in(db, tenant, schedule_rows.delete_schedule, sid)  # unfenced: as before
+    assert _count(db, "schedules", tenant) == 0
 
 
 def _in(db: Database, tenant: str, change: Callable[..., Any], *args: Any, **values: Any) -> Any:

@@ -503,3 +503,18 @@ def subscribe(db: Database, tenant: str, now: datetime) -> dict[str, Any]:
         options=WebhookOptions(allow_private_addresses=True),
         now=now,
     )
+
+
+def published(db: Database, run_ids: list[UUID]) -> dict[str, int | None]:
+    """Each of the runs' events (its id) and its position in its tenant's feed, None while the
+    relay has not published it (0039: in a page of ``feed_pages``, read through
+    ``event_feed``)."""
+    with db.system_tx() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT o.event_id, f.position FROM outbox o LEFT JOIN event_feed f"
+                " ON f.event_id = o.event_id WHERE o.run_id = ANY(:ids)"
+            ),
+            {"ids": run_ids},
+        ).all()
+    return {str(r.event_id): None if r.position is None else int(r.position) for r in rows}

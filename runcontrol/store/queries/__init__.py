@@ -13,6 +13,7 @@ keys); callers use the names below (``queries.get_run``).
 from .approvals import approval_run, get_approval, list_approvals
 from .attempts import claimable, claimed, leasable, stalled_attempts
 from .events import (
+    UNPUBLISHED_SQL,
     RelayState,
     Take,
     advance,
@@ -97,6 +98,7 @@ __all__ = [
     "run_visible",
     "runs_with_open_leases",
     "stalled_attempts",
+    "UNPUBLISHED_SQL",
     "RelayState",
     "Take",
     "advance",

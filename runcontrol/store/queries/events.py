@@ -11,7 +11,7 @@ from uuid import UUID
 
 from sqlalchemy import ColumnElement, Connection, Table, func, select, text
 
-from ..tables import outbox, relay_state
+from ..tables import outbox
 from .views import EVENT_HELD, EVENT_ROW, event_view
 
 
@@ -159,8 +159,12 @@ def advance(conn: Connection, take: Take, now: datetime) -> None:
     )
 
 
-# Every event row past the relay's floor waits for it (0039).
-UNPUBLISHED = outbox.c.id > select(relay_state.c.floor).scalar_subquery()
+# The event rows waiting for the relay (0039): past its floor (but those a shard move brought
+# published).
+UNPUBLISHED_SQL = (
+    "published_at IS NULL AND id > (SELECT floor FROM relay_state WHERE relay_state.id = 1)"
+)
+UNPUBLISHED = text(UNPUBLISHED_SQL)
 
 
 def unpublished_backlog(conn: Connection) -> tuple[int, datetime | None]:

@@ -44,41 +44,46 @@ class RowsAfter:
 events_after = RowsAfter(outbox, "seq", event_view, EVENT_HELD, EVENT_ROW)
 
 
-# The relay's floor (0039, docs/write-path.md section 6): ``relay_state``'s row, under the feed
-# lock (to the pass's commit: passes and subscriptions are ordered by it), and the last outbox
-# id handed out. Reads only: the pass's transaction has no xid of its own yet, so its
-# snapshots' xmin is the others' (``take``).
-_STATE = text(
+# The relay's pass begins (0039, docs/write-path.md section 6): the feed lock (to the pass's
+# commit: passes and subscriptions are ordered by it), and the last outbox id handed out (read
+# before the lock is granted, it is only older: as safe). Reads only: the pass's transaction
+# has no xid of its own yet, so its snapshots' xmin is the others' (``take_published``).
+_BEGIN = text(
     """
-    SELECT pg_advisory_xact_lock(:lock) IS NULL AS locked, floor, mark_drawn, mark_xmax,
+    SELECT pg_advisory_xact_lock(:lock) IS NULL AS locked,
            (SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END
             FROM outbox_id_seq) AS drawn
-    FROM relay_state WHERE id = 1
     """
 )
 _XMAX = text("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")
 
-# The take: the bound the floor may move to (``drawn`` if this statement's snapshot xmin has
-# passed the pass's xmax, else the stored mark's ``drawn`` if it passed that mark's xmax, else
-# the floor), and the rows up to it past the floor, oldest first (but those a shard move wrote
-# already published: ``store/move_rows.py``). One row at least (the bound,
+# The take, in a snapshot taken once the lock is held (the floor another relay committed is
+# read): ``relay_state``'s row, the bound the floor may move to (``drawn`` if this snapshot's
+# xmin has passed the pass's xmax, else the stored mark's ``drawn`` if it passed that mark's
+# xmax, else the floor), and the rows up to it past the floor, oldest first (but those a
+# shard move wrote already published: ``store/move_rows.py``). One row at least (the bound,
 # with NULL columns when there is nothing to publish).
 _TAKE = """
 WITH bound AS (
-    SELECT CASE WHEN x.xmin >= :xmax THEN CAST(:drawn AS bigint)
-                WHEN x.xmin >= :mark_xmax THEN CAST(:mark_drawn AS bigint)
-                ELSE CAST(:floor AS bigint) END AS upto,
-           x.xmin >= :xmax OR x.xmin >= :mark_xmax AS passed, x.xmin
-    FROM (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin) x
+    SELECT s.floor, s.mark_drawn, s.mark_xmax, x.xmin,
+           CASE WHEN x.xmin >= :xmax THEN greatest(CAST(:drawn AS bigint), s.floor)
+                WHEN x.xmin >= s.mark_xmax THEN s.mark_drawn
+                ELSE s.floor END AS upto,
+           coalesce(x.xmin >= :xmax OR x.xmin >= s.mark_xmax, false) AS passed
+    FROM relay_state s,
+         (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin) x
+    WHERE s.id = 1
 )
-SELECT bound.upto, bound.passed, bound.xmin, {columns}
+SELECT bound.floor, bound.mark_drawn, bound.mark_xmax, bound.xmin, bound.upto, bound.passed,
+       {columns}
 FROM bound LEFT JOIN LATERAL (
-    SELECT * FROM outbox WHERE outbox.id > :floor AND outbox.id <= bound.upto
+    SELECT * FROM outbox WHERE outbox.id > bound.floor AND outbox.id <= bound.upto
         AND outbox.published_at IS NULL  -- set only on a row a shard move brought published
     ORDER BY outbox.id LIMIT :limit
 ) outbox ON true
 ORDER BY outbox.id
 """
+_BOUND = ("floor", "mark_drawn", "mark_xmax", "xmin", "upto", "passed")
 _ADVANCE = text(
     "UPDATE relay_state SET floor = :floor, mark_drawn = :mark_drawn, mark_xmax = :mark_xmax,"
     " updated_at = :now WHERE id = 1"
@@ -114,27 +119,17 @@ def take_published(conn: Connection, lock: int, limit: int = 500, *, whole: bool
     caller's transaction, which holds the feed lock (``lock``) to its commit and records
     ``then`` (``advance``) only after every sink took the rows: at-least-once.
     ``whole=False``: each row's ``id`` and ``occurred_at`` only."""
-    state = conn.execute(_STATE, {"lock": lock}).one()
-    floor, drawn = int(state.floor), int(state.drawn)
-    mark = None if state.mark_drawn is None else (int(state.mark_drawn), int(state.mark_xmax))
-    was = RelayState(floor, mark)
+    drawn = int(conn.execute(_BEGIN, {"lock": lock}).one().drawn)
     xmax = int(conn.execute(_XMAX).scalar_one())
     columns = EVENT_ROW if whole else (outbox.c.id, outbox.c.occurred_at)
     statement = text(_TAKE.format(columns=", ".join(f"outbox.{c.name}" for c in columns)))
-    params = {
-        "floor": floor,
-        "drawn": drawn,
-        "xmax": xmax,
-        "mark_drawn": floor if mark is None else mark[0],
-        "mark_xmax": 2**63 - 1 if mark is None else mark[1],
-        "limit": limit,
-    }
-    found = conn.execute(statement, params).all()
-    upto, passed, xmin = int(found[0].upto), bool(found[0].passed), int(found[0].xmin)
+    found = conn.execute(statement, {"drawn": drawn, "xmax": xmax, "limit": limit}).all()
+    head = found[0]
+    floor, upto, passed, xmin = int(head.floor), int(head.upto), bool(head.passed), int(head.xmin)
+    mark = None if head.mark_drawn is None else (int(head.mark_drawn), int(head.mark_xmax))
+    was = RelayState(floor, mark)
     rows = [
-        {k: v for k, v in r._mapping.items() if k not in ("upto", "passed", "xmin")}
-        for r in found
-        if r.id is not None
+        {k: v for k, v in r._mapping.items() if k not in _BOUND} for r in found if r.id is not None
     ]
     if len(rows) == limit:  # the rest next pass, under a mark already passed (xmin only grows)
         return Take(rows, was, RelayState(int(rows[-1]["id"]), (upto, xmin)))

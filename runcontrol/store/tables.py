@@ -228,7 +228,8 @@ outbox = tenant_table(
     jsonb("payload?") + tz("occurred_at", "published_at?"),  # payload: NULL past 90 d
     jsonb("journal?"),
     # its place in its tenant's feed as the relay of 0033-0038 marked it (with ``published_at``);
-    # since 0039 never set, the marks made before it are pages (``feed_pages``)
+    # since 0039 never set (those marks are pages, ``feed_pages``), and ``published_at`` set
+    # only on a row a shard move wrote already published
     big("feed_position?"),
     UniqueConstraint("run_id", "seq", name="uq_outbox_run_seq"),
     index_where("uq_outbox_feed", "tenant_id", "feed_position", unique=True, where=PUBLISHED),
@@ -397,8 +398,9 @@ output_heads = tenant_table(
 )
 
 # Events out (0010): webhook subscriptions and one delivery row per (subscription, event),
-# keyed by the event's feed position (``outbox.feed_position``, 0033; the retention of the
-# events' horizon deletes the deliveries of the events it removes).
+# keyed by the event's position in its tenant's feed (``feed_pages``, 0039) and read by its run
+# and seq (the retention of the events' horizon deletes the deliveries of the events it
+# removes).
 webhook_subscriptions = tenant_table(
     "webhook_subscriptions",
     uid("subscription_id", primary_key=True),

@@ -15,7 +15,7 @@ from uuid import UUID
 
 import psycopg
 from sqlalchemy import event, text
-from support import published, subscribe
+from support import fed, published, subscribe
 
 from runcontrol import reconcilers
 from runcontrol.store import Database, queries
@@ -49,18 +49,6 @@ def _subscribe(db: Database, tenant: str) -> UUID:
     return UUID(subscribe(db, tenant, NOW)["subscriptionId"])
 
 
-def _fed(db: Database, run_ids: list[UUID]) -> list[Any]:
-    """(outbox id, feed position, tenant) of the runs' published events, by outbox id."""
-    with db.system_tx() as conn:
-        return conn.execute(
-            text(
-                "SELECT o.id, f.position, o.tenant_id FROM event_feed f JOIN outbox o"
-                " ON o.event_id = f.event_id WHERE o.run_id = ANY(:ids) ORDER BY o.id"
-            ),
-            {"ids": run_ids},
-        ).all()
-
-
 def _floor(db: Database) -> int:
     with db.system_tx() as conn:
         return int(conn.execute(text("SELECT floor FROM relay_state")).scalar_one())
@@ -91,10 +79,10 @@ def test_positions_follow_commit_order_and_deliveries_stay_in_their_tenant(
         listening.execute(f"LISTEN {FEED_CHANNEL}")
         report = reconcilers.relay_outbox(db, [], NOW)
         told = [n.payload for n in listening.notifies(timeout=5.0, stop_after=2)]
-    fed = _fed(db, run_ids)
-    assert report.published >= len(fed) > len(run_ids)
+    rows = [r for r in fed(db, run_ids) if r.position is not None]
+    assert report.published >= len(rows) > len(run_ids)
     for t in subs:  # each tenant's positions its own, in outbox (commit) order, with no hole
-        positions = [r.position for r in fed if r.tenant_id == t]
+        positions = [r.position for r in rows if r.tenant_id == t]
         assert positions == list(range(positions[0], positions[0] + len(positions)))
     assert sorted(told) == sorted(subs)  # one NOTIFY per tenant whose feed grew
 
@@ -107,7 +95,7 @@ def test_positions_follow_commit_order_and_deliveries_stay_in_their_tenant(
             {"subs": list(subs.values())},
         ).all()
     for t, sub in subs.items():
-        mine = [r.position for r in fed if r.tenant_id == t]
+        mine = [r.position for r in rows if r.tenant_id == t]
         got = [q for q in queued if q.subscription_id == sub]
         assert [q.position for q in got] == mine
         assert {(q.tenant_id, q.state) for q in got} == {(t, "Pending")}
@@ -125,18 +113,10 @@ def _event(conn: psycopg.Connection[Any], tenant: str, run_id: UUID, seq: int) -
     return int(found[0])
 
 
-def _positions(db: Database, ids: list[int]) -> list[int | None]:
-    """Each outbox row's feed position (None: not published; a row not committed is not)."""
-    with db.system_tx() as conn:
-        found = dict(
-            conn.execute(
-                text(
-                    "SELECT o.id, f.position FROM outbox o JOIN event_feed f"
-                    " ON f.event_id = o.event_id WHERE o.id = ANY(:ids)"
-                ),
-                {"ids": ids},
-            ).all()
-        )
+def _positions(db: Database, run_id: UUID, ids: list[int]) -> list[int | None]:
+    """Each of the run's outbox rows' feed position (None: not published; a row not committed
+    is not)."""
+    found = {r.id: r.position for r in fed(db, [run_id])}
     return [found.get(i) for i in ids]
 
 
@@ -155,13 +135,13 @@ def test_a_row_committed_after_a_larger_id_was_published_is_published_after_it(d
         assert quick > slow
         for _ in range(5):  # passes while the slow transaction is open: quick waits too
             reconcilers.relay_outbox(db, [], NOW)
-        assert _floor(db) < slow and _positions(db, [slow, quick]) == [None, None]
+        assert _floor(db) < slow and _positions(db, run_id, [slow, quick]) == [None, None]
         late.commit()
     deadline = time.monotonic() + 10
-    while None in _positions(db, [slow, quick]):
+    while None in _positions(db, run_id, [slow, quick]):
         assert time.monotonic() < deadline, "the late row was not published"
         reconcilers.relay_outbox(db, [], NOW)
-    first, second = _positions(db, [slow, quick])
+    first, second = _positions(db, run_id, [slow, quick])
     assert first is not None and second is not None and first < second  # id order, once settled
     assert _floor(db) >= quick
 

@@ -27,6 +27,9 @@ from __future__ import annotations
 
 from alembic import op
 
+from runcontrol.store import rls
+from runcontrol.store.tables import feed_pages
+
 revision = "0039"
 down_revision = "0038"
 branch_labels = None
@@ -78,11 +81,6 @@ INSERT INTO relay_state (id, floor, updated_at)
                        (SELECT max(id) FROM outbox), 0), now();
 ALTER TABLE outbox FORCE ROW LEVEL SECURITY;
 
-ALTER TABLE feed_pages ENABLE ROW LEVEL SECURITY;
-ALTER TABLE feed_pages FORCE ROW LEVEL SECURITY;
-CREATE POLICY tenant_isolation ON feed_pages
-    USING (tenant_id = current_setting('runcontrol.tenant_id', true))
-    WITH CHECK (tenant_id = current_setting('runcontrol.tenant_id', true));
 -- event_feed (a view since 0033): the pages' events at their positions
 CREATE OR REPLACE VIEW event_feed WITH (security_invoker = true) AS
     SELECT p.first_position + u.n - 1 AS position, o.event_id, o.tenant_id, o.project_id,
@@ -99,6 +97,7 @@ GRANT SELECT, UPDATE ON relay_state TO runcontrol_system;
 
 def upgrade() -> None:
     op.execute(SCHEMA)
+    op.execute("\n".join(rls.table_statements(feed_pages)))  # the tenant's rows only
 
 
 def downgrade() -> None:

@@ -146,6 +146,29 @@ def test_a_row_committed_after_a_larger_id_was_published_is_published_after_it(d
     assert _floor(db) >= quick
 
 
+def test_a_tick_waits_once_for_the_transactions_in_flight_at_its_pass(db, tenant):
+    """A tick's first pass, left behind by a writer in flight, is followed once by another a
+    moment later: what the writer committed meanwhile is published by the same tick, not the
+    next one (a second later). The clock commits the writer when the second pass starts."""
+    _relay_all(db)
+    run_id = uuid.uuid4()
+    url = libpq_url(db.owner_url)
+    with psycopg.connect(url) as late, psycopg.connect(url, autocommit=True) as other:
+        slow = _event(late, tenant, run_id, 1)
+        quick = _event(other, tenant, run_id, 2)
+        passes: list[datetime] = []
+
+        def clock() -> datetime:
+            if passes:  # the second pass: the writer has committed
+                late.commit()
+            passes.append(NOW)
+            return NOW
+
+        report = reconcilers.relay_backlog(db, [], clock, settle_s=0.01)
+    assert len(passes) == 2 and report.published == 2
+    assert None not in _positions(db, run_id, [slow, quick])
+
+
 def test_publication_updates_no_event_row(db, make_leased_run, tenant):
     """No per-event write on the hot path (0039): every event row keeps the tuple its commit
     wrote (an UPDATE, even a HOT one, writes a new version: another ctid and xmin), and the

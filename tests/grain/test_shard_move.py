@@ -396,6 +396,13 @@ def test_the_tenants_feed_and_deliveries_keep_their_positions_across_a_move(
     assert starts == {first["subscriptionId"]: 0, later["subscriptionId"]: later["startsAfter"]}
     assert [tuple(d) for d in delivered] == [event for _, event in fed]  # one per event
 
+    finish(shards_of(1, tenant), flight.grain.run_id, flight.grant)  # it goes on in the target
+    while reconcilers.relay_outbox(target, [], NOW).published:
+        pass
+    after = feed_of(target, tenant)
+    assert after[: len(fed)] == fed and len(after) > len(fed)  # the next ones after them
+    assert [p for p, _ in after] == list(range(after[0][0], after[0][0] + len(after)))
+
 
 def feed_of(db: Database, tenant: str) -> list[tuple[int, tuple[UUID, int]]]:
     """The tenant's feed: (position, (run, seq)) in position order."""

@@ -10,7 +10,9 @@ The stored data is upgraded in place: every row the previous relays marked keeps
 position, as a page (one per run of consecutive positions of a tenant), so every feed cursor
 and every webhook delivery's position stays valid; the floor starts below the first row still
 unmarked. The outbox is locked first (SHARE: every transaction that drew an outbox id has
-ended, none draws one until the commit), so no row below the floor can commit later.
+ended, none draws one until the commit), so no row below the floor can commit later; the write
+path waits for this transaction meanwhile, which reads every marked row once (time it on a
+copy of a large database).
 
 The previous release's relay marks rows (``published_at``, ``feed_position``): the append-only
 trigger now refuses both, so its passes roll back, nothing is lost, and this release's relay

@@ -14,6 +14,8 @@ from typing import Any
 from journal_check import journal_breaches
 from sqlalchemy import Engine, text
 
+from runcontrol.store.queries import UNPUBLISHED_SQL
+
 TERMINAL = ("Completed", "Failed", "Cancelled")
 
 
@@ -218,9 +220,7 @@ def wait_published(engine: Engine, tenant: str, timeout_s: float) -> int:
         with _conn(engine) as conn:
             left = int(
                 conn.execute(
-                    text(
-                        "SELECT count(*) FROM outbox WHERE tenant_id = :t AND published_at IS NULL"
-                    ),
+                    text(f"SELECT count(*) FROM outbox WHERE tenant_id = :t AND {UNPUBLISHED_SQL}"),
                     {"t": tenant},
                 ).scalar_one()
             )
@@ -245,7 +245,7 @@ def stuck_publication(engine: Engine, tenant: str) -> dict[str, Any]:
         rows = conn.execute(
             text(
                 "SELECT count(*) AS n, min(id) AS first, max(id) AS last, min(occurred_at) AS "
-                "oldest FROM outbox WHERE tenant_id = :t AND published_at IS NULL"
+                f"oldest FROM outbox WHERE tenant_id = :t AND {UNPUBLISHED_SQL}"
             ),
             {"t": tenant},
         ).one()

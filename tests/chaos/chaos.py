@@ -570,7 +570,10 @@ class Chaos:
 
     def _random_kind(self) -> str:
         """A random kind; the second node only while it is up (a service restart brings it
-        back), and once per service start."""
+        back), and once per service start. With two databases the first fault is a crash (of
+        the second: see ``_fault``), so that every run has one."""
+        if len(self.pgs) > 1 and "postgres" in self.options.kinds and not self.faults:
+            return "postgres"
         removed = sum(f.kind == "node" for f in self.faults) >= len(self.service.ready)
         kinds = [k for k in self.options.kinds if not (k == "node" and removed)]
         return self.rng.choice(kinds)
@@ -596,6 +599,7 @@ class Chaos:
                 1 if crashed == 0 and len(self.pgs) > 1 else self.rng.randrange(len(self.pgs))
             )
             pg = self.pgs[database]
+            await asyncio.to_thread(pg.outage.acquire)
             await asyncio.to_thread(pg.crash)
             outage = self.rng.uniform(*self.options.pg_outage_s)
             # The scheduler and a run host killed while the server is down: they restart
@@ -608,6 +612,7 @@ class Chaos:
             ]
             await asyncio.sleep(outage)
             start_s = await asyncio.to_thread(pg.start)
+            pg.outage.release()
             fault.detail = {
                 "database": database,
                 "outage_s": round(outage, 2),

@@ -15,13 +15,16 @@ answered 503 (the driver sends them again) and the reviewer leaves its approvals
 runs park at the approval gate and stay in flight through the move (a run whose rows keep
 changing would hold the move at ``quiescing``). A move that stops (a database crashed under it)
 is resumed from its journal until it is done; then the reviewer decides the parked runs'
-approvals, which the directory now routes to the second database, where they complete.
+approvals, which the directory now routes to the second database, where they complete. Once in
+every run the target crashes right after the fence committed (``CRASH_AFTER``): the copy fails,
+the move stops, and is resumed once the server is back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -40,6 +43,8 @@ if TYPE_CHECKING:
 # Tenant tables whose rows may stay in a database that no longer serves the tenant: the
 # directory's placements (only the first database's are read) and a move's fences.
 KEPT = frozenset({"tenant_placement", "shard_fences"})
+CRASH_AFTER = Step.FENCING  # the step after which the move's target crashes, once
+CRASH_OUTAGE_S = 2.0
 TENANT_TABLES = (
     "SELECT c.table_name FROM information_schema.columns c JOIN information_schema.tables t "
     "USING (table_schema, table_name) WHERE c.table_schema = 'public' "
@@ -91,6 +96,7 @@ class TenantMove:
         self.stops: list[dict[str, Any]] = []  # the move stopped (then resumed): why
         self.unfinished_at_start: int | None = None
         self.in_flight_moved: int | None = None  # unfinished runs copied to the target
+        self.crashed: dict[str, Any] | None = None  # the target's crash during the move
         self.done = False
         self._began = 0.0
 
@@ -141,9 +147,23 @@ class TenantMove:
 
     def _step(self, step: Step) -> None:
         self.steps.append({"step": step.value, "s": self._since()})
+        if step is CRASH_AFTER and self.crashed is None:
+            pg = self.chaos.pgs[self.target]
+            pg.outage.acquire()  # not while a fault has it down
+            pg.crash()  # the next step's connection fails: the move stops, to be resumed
+            self.crashed = {"database": self.target, "after": step.value, "at_s": self._since()}
+            threading.Timer(CRASH_OUTAGE_S, self._restart, (pg,)).start()
         if step is Step.COPYING:
             with contextlib.suppress(Exception):
                 self.in_flight_moved = self._unfinished(self.target)
+
+    def _restart(self, pg: Any) -> None:
+        assert self.crashed is not None
+        try:
+            self.crashed["start_s"] = round(pg.start(), 2)
+        finally:
+            pg.outage.release()
+        self.crashed["up_at_s"] = self._since()
 
     def _since(self) -> float:
         return round(time.monotonic() - self._began, 2)
@@ -169,6 +189,7 @@ class TenantMove:
             "stops": self.stops,
             "runs_unfinished_at_start": self.unfinished_at_start,
             "runs_in_flight_moved": self.in_flight_moved,
+            "target_crashed": self.crashed,
             "submissions_answered_503": self.chaos.tally.submit_unavailable.get(self.tenant, 0),
         }
 

@@ -51,6 +51,8 @@ def test_two_databases_one_crashed_and_a_tenant_moved_lose_nothing() -> None:
     assert not found, f"{found}\nlogs kept in {root}\n{text[-6000:]}"
     crashed = [f["detail"]["database"] for f in report["faults"] if f["kind"] == "postgres"]
     assert 1 in crashed, report["faults"]  # the second server crashed at least once
+    # ... and once more under the move, after its fence: the move stopped and was resumed
+    assert move["target_crashed"] and move["stops"], move
     # every table a move copies read in both databases (one that read none would prove nothing)
     assert min(report["checks"]["tenant_tables_read"]) >= len(TABLES), report["checks"]
     per = report["checks"]["per_tenant"]

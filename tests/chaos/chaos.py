@@ -21,7 +21,7 @@ and adds the sixth kind; every invariant is the same.
 ``databases=2`` runs it on two PostgreSQL servers (tenant shards, docs/sharding.md): three
 tenants, one on the first, one on the second, and one moved from the first to the second while
 its runs are in flight (``move=True``; ``chaos_shards.py``). A ``postgres`` fault crashes one
-of the two servers (the second one the first time); the invariants are checked per tenant on
+of the two servers (in turn, the second one first); the invariants are checked per tenant on
 the database that holds it, and no database may hold a row of a tenant it does not serve.
 
 ``mode="each"``: one fault of each kind, in a random order, spread over the submissions.
@@ -592,12 +592,10 @@ class Chaos:
         elif kind == "node":
             fault.detail = await asyncio.to_thread(self.service.inject, "kill-node")
         elif kind == "postgres":
-            # With two databases the first crash strikes the second (the directory's is the
-            # first), later ones either.
+            # With two databases the crashes take turns, the second first (the first holds
+            # the directory too).
             crashed = sum(f.kind == "postgres" for f in self.faults)
-            database = (
-                1 if crashed == 0 and len(self.pgs) > 1 else self.rng.randrange(len(self.pgs))
-            )
+            database = (1 + crashed) % len(self.pgs)
             pg = self.pgs[database]
             await asyncio.to_thread(pg.outage.acquire)
             await asyncio.to_thread(pg.crash)

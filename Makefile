@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-long lint bench bench-check chaos chaos-two-node chaos-shards proto sql clean
+.PHONY: run test test-long lint bench bench-check chaos chaos-two-node chaos-shards upgrade-check proto sql clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,7 +42,7 @@ chaos: $(STAMP)
 
 # The long chaos run on two databases alone (docs/reliability.md, docs/sharding.md): three
 # tenants, one on each PostgreSQL and one moved from the first to the second mid-run, faults of
-# every kind at random (a crash of either server among them); the figures go to
+# every kind at random (crashes of both servers in turn among them); the figures go to
 # chaos-shards-report.json. `make test` runs a short one (45 runs, the second server crashed).
 CHAOS_SHARDS_RUNS ?= 2000
 chaos-shards: $(STAMP)
@@ -57,6 +57,14 @@ chaos-two-node: $(STAMP)
 	RUNCONTROL_RUN_SLOW=1 RUNCONTROL_CHAOS_NODES=2 RUNCONTROL_CHAOS_RUNS=$(CHAOS_TWO_NODE_RUNS) \
 		RUNCONTROL_CHAOS_MODE=each RUNCONTROL_CHAOS_REPORT=chaos-two-node-report.json \
 		$(BIN)/python -m pytest -q -s --timeout=0 tests/chaos
+
+# The upgrade across migration 0033 with runs in flight (docs/operations.md): the previous
+# release's service (its code from git: the clone needs its history) commits while this one
+# migrates the live database, then this release's service replaces it and finishes every run;
+# the chaos run's checks, the journal row by row. About three minutes; not in `make test`.
+upgrade-check: $(STAMP)
+	RUNCONTROL_RUN_SLOW=1 RUNCONTROL_RUN_LONG=1 RUNCONTROL_UPGRADE_REPORT=upgrade-report.json \
+		$(BIN)/python -m pytest -q -s --timeout=0 tests/chaos/test_upgrade_across_0033.py
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check .

@@ -188,7 +188,7 @@ class Scheduler:
     async def outbox_relay(self) -> int:
         found = await self._each(
             "OutboxRelay",
-            lambda s: reconcilers.relay_backlog(s.db, self._sinks, self._clock.now, s.floor),
+            lambda s: reconcilers.relay_backlog(s.db, self._sinks, self._clock.now),
         )
         report = shard_sweeps.relayed(found)
         if report.published == 0:

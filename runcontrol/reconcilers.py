@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 import psycopg
-from sqlalchemy import Connection, text
+from sqlalchemy import text
 
 from .domain import Options
 from .store import Database, rates
@@ -273,106 +273,76 @@ class RelayReport:
     published: int
     max_lag_seconds: float
     lags: tuple[float, ...] = ()  # commit-to-publication of each event published (s)
-
-
-# How often the relay reads the unpublished rows from the start of the outbox again (a floor
-# kept in memory is only an optimisation: this bounds what a mistake in it could delay).
-FLOOR_RESET_S = 300.0
-
-
-@dataclass
-class RelayFloor:
-    """Where a relay's read of unpublished rows starts (ids past ``after``), so it does not walk
-    the index entries the rows it published left behind (``ix_outbox_unpublished`` keeps them
-    until a vacuum: a pass walked every event published since the last one, ~6,000 entries
-    after 1,500 runs, unbounded on a large outbox). Every row up to ``after`` is published or
-    was never committed: a pass records the last id handed out and its snapshot's xmax; once a
-    later pass's snapshot xmin has passed that xmax, every transaction that drew an id up to it
-    has ended, and the floor moves to it, or to just below the first row still unpublished.
-    Kept in the relay's memory (a restart reads from the start); advanced only after the pass
-    committed."""
-
-    after: int = 0
-    mark: tuple[int, int] | None = None  # (last id handed out, xmax) of an earlier pass
-    reset_at: float = 0.0
-
-    def start(self, monotonic: float) -> int:
-        if monotonic >= self.reset_at:
-            self.after, self.mark, self.reset_at = 0, None, monotonic + FLOOR_RESET_S
-        return self.after
-
-    def advance(self, conn: Connection) -> tuple[int, tuple[int, int]]:
-        """In the pass's transaction, after its marks: the floor and mark for the next pass."""
-        drawn, xmin, xmax = q.sequence_mark(conn)
-        after = self.after
-        if self.mark is not None and xmin >= self.mark[1]:
-            after = max(after, q.settled_floor(conn, after, self.mark[0]))
-            return after, (drawn, xmax)
-        return after, self.mark if self.mark is not None else (drawn, xmax)
+    behind: bool = False  # the floor stopped below ids already handed out (a mark waits)
 
 
 RELAY_BATCH = 500  # events a relay pass publishes at most
 
 
 def relay_outbox(
-    db: Database,
-    sinks: Sequence[Sink],
-    now: datetime,
-    batch: int = RELAY_BATCH,
-    floor: RelayFloor | None = None,
+    db: Database, sinks: Sequence[Sink], now: datetime, batch: int = RELAY_BATCH
 ) -> RelayReport:
-    """Publish committed outbox rows in commit order (so per run in seq order), marked in the
-    same transaction.
-
-    ``floor``: where the read starts, kept across passes (``RelayFloor``: two statements more
-    a pass, three when it moves).
-
-    Three statements per batch, whatever its size, under the feed lock: the rows are marked
-    published with their tenant feed positions and read in one (``queries.take_unpublished``:
-    rows locked by another relay are skipped), then given to the sinks, then their webhook
-    deliveries are written in one more (``store.webhooks.publish``; the delivery job sends
-    them).
-    At-least-once: the marks commit only after every sink took the batch, so a sink that
-    fails or a crash between publishing and committing republishes it, and consumers
-    de-duplicate on eventId.
+    """Publish committed outbox rows in commit order (so per run in seq order) without updating
+    them (0039): the rows past the relay's floor whose ids are settled
+    (``queries.take_published``), given to the sinks, then written into their tenants' feeds as
+    one page per tenant with their webhook deliveries (``store.webhooks.publish``), then the
+    floor recorded (one row per database, ``relay_state``). Five statements a pass, whatever its
+    size, under the feed lock.
+    At-least-once: the floor moves only after every sink took the batch, so a sink that fails
+    or a crash between publishing and committing republishes it, and consumers de-duplicate on
+    eventId.
     """
-    after = 0 if floor is None else floor.start(time.monotonic())
     readers = [s for s in sinks if getattr(s, "active", True)]
     with db.system_tx() as conn:
-        feed.lock_feed(conn)  # to the commit: feed positions grow in commit order
-        rows = q.take_unpublished(conn, now, batch, whole=bool(readers), after=after)
+        take = q.take_published(conn, feed.FEED_LOCK, batch, whole=bool(readers))
+        rows = take.rows
         if rows:
             if readers:  # rendered only for a sink that reads them (a fifth of the relay's CPU)
                 events = [q.event_view(r) for r in rows]
                 for sink in readers:
                     sink.publish(events)
             feed.publish(conn, rows, now)
-        moved = None if floor is None else floor.advance(conn)
-    if floor is not None and moved is not None:
-        floor.after, floor.mark = moved  # committed
+        q.advance(conn, take, now)
+    behind = take.then.mark is not None
     if not rows:
-        return RelayReport(0, 0.0)
+        return RelayReport(0, 0.0, behind=behind)
     lags = tuple(max((now - r["occurred_at"]).total_seconds(), 0.0) for r in rows)
-    return RelayReport(len(rows), max(lags), lags)
+    return RelayReport(len(rows), max(lags), lags, behind)
+
+
+# How long a tick's relay waits, once, for the transactions in flight at its pass to end, when
+# its floor stopped below ids already handed out (a busy database: they are group commits of a
+# few milliseconds); else what they commit waits for the next tick (0039).
+RELAY_SETTLE_S = 0.05
 
 
 def relay_backlog(
     db: Database,
     sinks: Sequence[Sink],
     clock: Callable[[], datetime],
-    floor: RelayFloor | None = None,
     batch: int = RELAY_BATCH,
+    settle_s: float = RELAY_SETTLE_S,
 ) -> RelayReport:
     """Relay passes (``relay_outbox``, each its own transaction) until one publishes less than
     a full batch. One pass a tick capped the relay at a batch a second (500 events, ~38 runs of
-    13 events): measured at 113 runs/s (issue 33), events were published ever later."""
-    published, lags = 0, list[float]()
+    13 events): measured at 113 runs/s (issue 33), events were published ever later. A pass
+    left behind by transactions in flight is followed, once, by another ``settle_s`` later."""
+    published, lags, settled = 0, list[float](), False
     while True:
-        report = relay_outbox(db, sinks, clock(), batch, floor)
+        report = relay_outbox(db, sinks, clock(), batch)
         published += report.published
         lags.extend(report.lags)
-        if report.published < batch:
-            return RelayReport(published, max(lags, default=0.0), tuple(lags))
+        if report.published == batch:
+            continue
+        if report.behind and not settled:
+            settled = True
+            time.sleep(settle_s)
+            continue
+        return RelayReport(published, max(lags, default=0.0), tuple(lags))
+
+
+# An event row published before the events' horizon (0039: in a feed page of then).
+_PAST = "o.id IN (SELECT unnest(ids) FROM feed_pages WHERE published_at < :cutoff)"
 
 
 def retention(
@@ -399,12 +369,16 @@ def retention(
         # An event row carrying journal entries (0033) keeps them to the journal's horizon:
         # only its payload goes here (with its deliveries, as every event's); the others go
         # whole.
+        # A tenant's newest feed page stays (0039): its positions go on from it.
         for statement in (
-            "DELETE FROM webhook_deliveries d USING outbox o WHERE o.published_at < :cutoff"
-            " AND o.tenant_id = d.tenant_id AND o.feed_position = d.position",
-            "DELETE FROM outbox WHERE published_at < :cutoff AND journal IS NULL",
-            "UPDATE outbox SET payload = NULL"
-            " WHERE published_at < :cutoff AND journal IS NOT NULL AND payload IS NOT NULL",
+            f"DELETE FROM webhook_deliveries d USING outbox o WHERE {_PAST} AND o.run_id = d.run_id"
+            " AND o.seq = d.seq",
+            f"DELETE FROM outbox o WHERE {_PAST} AND journal IS NULL",
+            f"UPDATE outbox o SET payload = NULL WHERE {_PAST}"
+            " AND journal IS NOT NULL AND payload IS NOT NULL",
+            "DELETE FROM feed_pages p WHERE published_at < :cutoff AND EXISTS (SELECT 1"
+            " FROM feed_pages n WHERE n.tenant_id = p.tenant_id"
+            " AND n.first_position > p.first_position)",
         ):
             conn.execute(text(statement), {"cutoff": history})
         for table, column, cutoff in (

@@ -15,10 +15,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable, MutableSet, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TypeVar
 
-from .reconcilers import DueRuns, GaugeSample, RelayFloor, RelayReport, SchedulerLock
+from .reconcilers import DueRuns, GaugeSample, RelayReport, SchedulerLock
 from .store import Database
 
 log = logging.getLogger(__name__)
@@ -27,12 +27,12 @@ T = TypeVar("T")
 
 @dataclass
 class ShardSweep:
-    """One shard database's share of a scheduler: its lock and its relay's floor."""
+    """One shard database's share of a scheduler: its lock (its relay's floor is its
+    database's ``relay_state``)."""
 
     index: int  # its position in RUNCONTROL_SHARDS__DATABASES
     db: Database
     lock: SchedulerLock
-    floor: RelayFloor = field(default_factory=RelayFloor)
 
     @classmethod
     def of(cls, db: Database, *, verify_s: float = 1.0) -> list[ShardSweep]:

@@ -60,6 +60,7 @@ LONGEST_FILES = (
     "telemetry/test_telemetry.py",
     "actors/test_two_node.py",
     "chaos/test_up_shards.py",
+    "chaos/test_chaos_shards.py",
 )
 
 

@@ -503,3 +503,22 @@ def subscribe(db: Database, tenant: str, now: datetime) -> dict[str, Any]:
         options=WebhookOptions(allow_private_addresses=True),
         now=now,
     )
+
+
+# The runs' events by outbox id, each with its feed position (NULL while the relay has not
+# published it: 0039, in a page of ``feed_pages``, read through ``event_feed``).
+_FED = text(
+    "SELECT o.id, o.event_id, o.tenant_id, f.position FROM outbox o LEFT JOIN event_feed f"
+    " ON f.event_id = o.event_id WHERE o.run_id = ANY(:ids) ORDER BY o.id"
+)
+
+
+def fed(db: Database, run_ids: list[UUID]) -> list[Any]:
+    """The runs' events (id, event_id, tenant_id, position: None while unpublished)."""
+    with db.system_tx() as conn:
+        return list(conn.execute(_FED, {"ids": run_ids}))
+
+
+def published(db: Database, run_ids: list[UUID]) -> dict[str, int | None]:
+    """Each of the runs' events (its event id) and its feed position (None: unpublished)."""
+    return {str(r.event_id): r.position for r in fed(db, run_ids)}

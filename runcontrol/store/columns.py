@@ -70,6 +70,7 @@ usd = Kind(Numeric)  # an amount of money
 flag = Kind(Boolean)
 real = Kind(DOUBLE_PRECISION)
 texts = Kind(lambda: ARRAY(Text))
+bigints = Kind(lambda: ARRAY(BigInteger))  # row ids, in an order
 
 
 # What a column named for another row's key refers to (``ref``).

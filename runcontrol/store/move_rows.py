@@ -8,17 +8,19 @@ read on the system path (``BYPASSRLS``) and written as the owner, in the tenant'
 
 The keys a database numbers (``serial``: ``outbox.id``, ``recovery_journal_legacy.id``,
 ``audit_log.id``: ``RENUMBERED``, found in ``tables.py``) are numbered again by the target, in
-the source's order: the target's own rows hold those numbers already. So is a published event's
-feed position (``outbox.feed_position``, drawn from the database's ``feed_position_seq``: a
-tenant's feed is read by position, and the moved events must come before the ones the target
-publishes next), and what refers to one (``webhook_deliveries.position``,
-``webhook_subscriptions.starts_after``) is mapped to the new one. The verification compares
-every other column.
+the source's order: the target's own rows hold those numbers already; a feed page's event ids
+(``feed_pages.ids``) are mapped to the new ones. Feed positions are the tenant's own (0039), so
+they move as they are, and with them every cursor, delivery and subscription start. An event
+the source's relay had published (up to its floor) arrives published (``published_at``: the
+target's relay skips it); the others are published by the target's. The verification compares
+every other column, and the tenant's feed (position, run and seq) on both sides.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -38,14 +40,7 @@ from sqlalchemy.dialects.postgresql import insert as upsert
 from sqlalchemy.schema import sort_tables
 
 from ..domain import shards
-from .tables import (
-    TENANT_TABLES,
-    metadata,
-    outbox,
-    shard_fences,
-    tenant_placement,
-    webhook_subscriptions,
-)
+from .tables import TENANT_TABLES, feed_pages, metadata, outbox, shard_fences, tenant_placement
 
 BATCH = 500
 _SET_TENANT = text("SELECT set_config('runcontrol.tenant_id', :tenant, true)")
@@ -55,10 +50,8 @@ _PURGE = text("SELECT set_config('runcontrol.retention_purge', 'on', true)")
 _UTC = text("SET LOCAL TimeZone = 'UTC'")  # one text for a timestamp in both databases
 _FENCE_LOCK = text("SELECT pg_advisory_xact_lock(72616041, hashtext(:tenant))")
 
-# The feed: published events numbered database-wide (``outbox.feed_position``); a
-# subscription's ``starts_after`` names a position of it, so it is copied after the events.
-_FEED = outbox
-_DRAW = text("SELECT nextval('feed_position_seq') FROM generate_series(1, :n)")
+# The feed's pages name events by id: copied after the events, their ids mapped.
+_PUBLISHED = text("SELECT floor, now() AS now FROM relay_state WHERE id = 1")
 # Every table of a tenant's rows, each after the tables it refers to.
 TABLES: tuple[Table, ...] = tuple(
     sort_tables(
@@ -67,19 +60,16 @@ TABLES: tuple[Table, ...] = tuple(
             for name in TENANT_TABLES
             if name not in (tenant_placement.name, shard_fences.name)  # a database's own
         ],
-        extra_dependencies=[(_FEED, webhook_subscriptions)],
+        extra_dependencies=[(outbox, feed_pages)],
     )
 )
 # The keys the database numbers (``serial``): numbered again by the target.
 RENUMBERED = {
     t.name: str(c.name) for t in TABLES for c in t.primary_key.columns if c.autoincrement is True
 }
-# Columns that name a feed position: mapped to the target's, so not compared.
-MAPPED: dict[str, tuple[str, ...]] = {
-    "outbox": ("feed_position",),
-    "webhook_deliveries": ("position",),
-    "webhook_subscriptions": ("starts_after",),
-}
+# Columns mapped to the target's (an event's id) or set by the copy (an event published at
+# the source), so not compared.
+MAPPED: dict[str, tuple[str, ...]] = {"outbox": ("published_at",), "feed_pages": ("ids",)}
 
 
 class RowsDiffer(Exception):
@@ -109,7 +99,7 @@ def fingerprint(source: Engine, tenants: Sequence[str]) -> tuple[Any, ...]:
     parts = [
         f"(SELECT coalesce(sum(version), 0) {picked.format('runs')})",
         f"(SELECT count(*) {picked.format('outbox')})",
-        f"(SELECT count(*) {picked.format('outbox')} AND published_at IS NULL)",
+        f"(SELECT count(*) {picked.format('feed_pages')})",
         f"(SELECT count(*) {picked.format('leases')})",
         f"(SELECT count(*) {picked.format('command_answers')})",
         f"(SELECT count(*) {picked.format('output_chunks')})",
@@ -122,13 +112,15 @@ def copy(source: Engine, target: Connection, tenants: Sequence[str]) -> int:
     """Every row of ``tenants`` from ``source`` into ``target`` (the owner's transaction, which
     removed any earlier copy first: ``discard``); how many."""
     copied = 0
+    with source.connect() as conn:
+        floor, now = conn.execute(_PUBLISHED).one()
     for tenant in tenants:
         target.execute(_SET_TENANT, {"tenant": tenant})
-        feed: dict[int, int] = {}  # the tenant's feed positions: source -> target
+        ids: dict[int, int] = {}  # the tenant's event ids: source -> target
         for table in TABLES:
             for batch in _read(source, table, tenant):
                 copied += len(batch)
-                _write(target, table, batch, feed)
+                _write(target, table, batch, _Events(ids, int(floor), now))
     waited = target.execute(text("SELECT max(seq) FROM flow_waiters")).scalar()
     if waited is not None:  # later waiters queue behind the copied ones
         target.execute(
@@ -151,18 +143,34 @@ def _read(source: Engine, table: Table, tenant: str) -> Iterator[list[dict[str, 
             yield [dict(row) for row in part]
 
 
-def _write(
-    target: Connection, table: Table, rows: list[dict[str, Any]], feed: dict[int, int]
-) -> None:
+@dataclass(frozen=True, slots=True)
+class _Events:
+    """What the copy of a tenant's events and feed pages needs: their ids so far (source ->
+    target), and the source's relay floor and time (an event up to it arrives published)."""
+
+    ids: dict[int, int]
+    floor: int
+    now: datetime
+
+
+def _write(target: Connection, table: Table, rows: list[dict[str, Any]], events: _Events) -> None:
     key = RENUMBERED.get(table.name)
-    if table is _FEED:
-        rows = _published_again(target, rows, feed)
-    elif table.name == "webhook_deliveries":
-        rows = [{**r, "position": feed[r["position"]]} for r in rows]
-    elif table.name == "webhook_subscriptions":
-        rows = [{**r, "starts_after": _after(feed, r["starts_after"])} for r in rows]
+    if table is feed_pages:
+        rows = [{**r, "ids": [events.ids.get(i, 0) for i in r["ids"]]} for r in rows]
+    elif table is outbox:
+        rows = [
+            r if r["published_at"] or r["id"] > events.floor else {**r, "published_at": events.now}
+            for r in rows
+        ]
+    old = [r[key] for r in rows] if key is not None else []
     if key is not None:
         rows = [{k: v for k, v in r.items() if k != key} for r in rows]
+    if table is outbox:  # the events' new ids, in the order written
+        new = target.execute(
+            _insert(table).returning(table.c.id, sort_by_parameter_order=True), rows
+        ).scalars()
+        events.ids.update(zip(old, new, strict=True))
+        return
     target.execute(_insert(table), rows)
 
 
@@ -176,26 +184,6 @@ def _insert(table: Table) -> Insert:
         if isinstance(c.type, JSON) and c.nullable
     }
     return insert(table).values(nullable_json) if nullable_json else insert(table)
-
-
-def _published_again(
-    target: Connection, rows: list[dict[str, Any]], feed: dict[int, int]
-) -> list[dict[str, Any]]:
-    """The published events among ``rows`` given the target's next feed positions, in the
-    order of their old ones (``feed``: old -> new)."""
-    old = sorted(r["feed_position"] for r in rows if r["feed_position"] is not None)
-    drawn = target.execute(_DRAW, {"n": len(old)}).scalars().all() if old else []
-    feed.update(zip(old, drawn, strict=True))
-    return [
-        r if r["feed_position"] is None else {**r, "feed_position": feed[r["feed_position"]]}
-        for r in rows
-    ]
-
-
-def _after(feed: dict[int, int], position: int) -> int:
-    """A subscription's ``starts_after`` in the target: the new position of the tenant's last
-    event at or before it (0: before all of them)."""
-    return max((new for old, new in feed.items() if old <= position), default=0)
 
 
 def fence(owner: Connection, tenants: Iterable[str], *, vshard: int, to: int, epoch: int) -> None:
@@ -287,15 +275,28 @@ def gaps(engine: Engine, tenants: Sequence[str]) -> list[str]:
 
 
 def misplaced(engine: Engine, tenants: Sequence[str]) -> int:
-    """The webhook deliveries whose feed position names another event than theirs."""
+    """The webhook deliveries whose feed position names another event than theirs (one the
+    events' retention removed names none)."""
     query = text(
-        "SELECT count(*) FROM webhook_deliveries d LEFT JOIN outbox f"
-        " ON f.tenant_id = d.tenant_id AND f.feed_position = d.position"
-        " WHERE d.tenant_id = ANY(:tenants)"
+        "SELECT count(*) FROM webhook_deliveries d LEFT JOIN event_feed f"
+        " ON f.tenant_id = d.tenant_id AND f.position = d.position"
+        " WHERE d.tenant_id = ANY(:tenants) AND f.position IS NOT NULL"
         " AND (f.run_id, f.seq) IS DISTINCT FROM (d.run_id, d.seq)"
     )
     with engine.connect() as conn:
         return int(conn.execute(query, {"tenants": list(tenants)}).scalar_one())
+
+
+def feeds(engine: Engine, tenants: Sequence[str]) -> dict[str, tuple[int, str]]:
+    """Per tenant, its feed: the count and a digest of its events' positions, runs and seqs."""
+    query = text(
+        "SELECT tenant_id, count(*),"
+        " md5(string_agg(position || ':' || run_id || ':' || seq, ',' ORDER BY position))"
+        " FROM event_feed WHERE tenant_id = ANY(:tenants) GROUP BY tenant_id"
+    )
+    with engine.connect() as conn:
+        rows = conn.execute(query, {"tenants": list(tenants)}).all()
+    return {str(t): (int(n), str(digest)) for t, n, digest in rows}
 
 
 def verify(source: Engine, target: Engine, tenants: Sequence[str]) -> None:
@@ -314,7 +315,9 @@ def verify(source: Engine, target: Engine, tenants: Sequence[str]) -> None:
         if runs_here.get(run) != runs_there.get(run):
             problems.append(f"run {run}: its events or journal entries differ")
     problems += [f"run {run}: its events have a gap on the target" for run in gaps(target, tenants)]
-    wrong = 0 if _FEED is None else misplaced(target, tenants)
+    if feeds(source, tenants) != feeds(target, tenants):
+        problems.append("feed_pages: the tenants' feeds differ")
+    wrong = misplaced(target, tenants)
     if wrong:
         problems.append(f"webhook_deliveries: {wrong} name another event's feed position")
     if problems:

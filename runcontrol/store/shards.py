@@ -7,7 +7,8 @@ docs/sharding.md).
 ``Directory`` read from the first. It routes without a query:
 
 * ``for_run(run_id)``: the database of the virtual shard the id carries (a run's rows and
-  every entity of it; a legacy id's: the first);
+  every entity of it); a legacy id's: its tenant's, learned when the run is loaded (a move
+  carries a tenant's legacy runs along), else the first;
 * ``for_tenant(tenant_id)``: the database of the tenant's virtual shard (its placement, else
   the hash of its id): the tenant's own rows (policies, releases, schedules, webhooks) and a
   new run's;
@@ -77,6 +78,8 @@ class Shards:
             Shard(i, d, s) for i, (d, s) in enumerate(zip(databases, made, strict=True))
         )
         self._directory: Directory | None = None
+        # legacy (pre-shard) run id -> its tenant, learned as the run is loaded
+        self._legacy: dict[UUID, str] = {}
         self.db: Database = databases[0] if len(databases) == 1 else RoutedDatabase(self)
         self.store: Store = self._shards[0].store if len(databases) == 1 else RoutedStore(self)
 
@@ -130,8 +133,24 @@ class Shards:
         return self._shards[index]
 
     def for_run(self, run_id: UUID) -> Shard:
-        """The shard of the run (or of an entity of the run) ``run_id``, from the id alone."""
-        return self.for_vshard(shards.vshard_of(run_id))
+        """The shard of the run (or of an entity of the run) ``run_id``, from the id alone;
+        a legacy run's (``learn``): its tenant's, else the first."""
+        vshard = shards.vshard_of(run_id)
+        if vshard == shards.LEGACY and run_id in self._legacy:
+            return self.for_tenant(self._legacy[run_id])
+        return self.for_vshard(vshard)
+
+    def learn(self, tenant_id: str, run_id: UUID) -> None:
+        """Route the run ``run_id`` of ``tenant_id``, if legacy, by its tenant's placement.
+
+        A legacy id (version 4, or 5 for a legacy parent's child) says nothing of its shard;
+        every such row was written in the first database while every virtual shard was there
+        (shards are spread only while nothing is stored), and a move carries a tenant's legacy
+        runs with its other rows: so a legacy run is where its tenant is. Every command loads
+        its run (with its tenant) before it commits, so the run is learned before it is
+        routed to commit."""
+        if len(self._shards) > 1 and shards.vshard_of(run_id) == shards.LEGACY:
+            self._legacy[run_id] = tenant_id
 
     def for_tenant(self, tenant_id: str) -> Shard:
         return self.for_vshard(self.vshard_for(tenant_id))
@@ -291,6 +310,7 @@ class RoutedStore(Store):
     async def load(
         self, tenant_id: str, run_id: UUID, answered_since: datetime
     ) -> tuple[RunAggregate, set[str]]:
+        self.shards.learn(tenant_id, run_id)
         routed = self.for_run(run_id)
         try:
             return await routed.load(tenant_id, run_id, answered_since)
@@ -304,9 +324,11 @@ class RoutedStore(Store):
     async def stored_answer(
         self, tenant_id: str, run_id: UUID, command_id: str, since: datetime
     ) -> tuple[Any, str | None] | None:
+        self.shards.learn(tenant_id, run_id)
         return await self.for_run(run_id).stored_answer(tenant_id, run_id, command_id, since)
 
     async def run_version(self, tenant_id: str, run_id: UUID) -> int | None:
+        self.shards.learn(tenant_id, run_id)
         return await self.for_run(run_id).run_version(tenant_id, run_id)
 
     async def run_id_for_key(self, tenant_id: str, project_id: str, key: str) -> UUID | None:

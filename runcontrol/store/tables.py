@@ -12,6 +12,7 @@ from .columns import PIN as PIN
 from .columns import TZ as TZ
 from .columns import (
     big,
+    bigints,
     cascade,
     flag,
     index_where,
@@ -40,7 +41,6 @@ UNRELEASED = "released_at IS NULL"
 TENANT_WIDE = "run_id IS NULL AND disabled_at IS NULL"
 UNSUBMITTED = "outcome = 'started' AND submitted_at IS NULL"
 OPEN_MOVE = "step NOT IN ('done', 'aborted')"
-UNPUBLISHED = "feed_position IS NULL"
 PUBLISHED = "feed_position IS NOT NULL"
 
 
@@ -213,11 +213,11 @@ recovery_journal_legacy = tenant_table(
 # One event row for every reader (issue 42, migration 0033; docs/write-path.md section 7): the
 # run's event, and on the last event of a document the journal entries that document recorded
 # (``journal``: a JSON array of entries, each a ``recovery_journal`` row without its tenant and
-# run). Written once by the write path; the relay marks it published (``published_at`` and its
-# ``feed_position``: the tenant feed is read from these rows), the events' retention (90 d)
-# sets ``payload`` to NULL on a row carrying a journal and deletes the others, the journal's
-# (365 d, ``runcontrol_purge_journal``) deletes the rest. A trigger refuses any other change,
-# even the owner's (``outbox_append_only``, ``outbox_keeps_journal``).
+# run). Written once by the write path, never updated on publication (0039: the relay advances
+# its floor in ``relay_state`` and pages the tenant feed in ``feed_pages``); the events'
+# retention (90 d) sets ``payload`` to NULL on a row carrying a journal and deletes the others,
+# the journal's (365 d, ``runcontrol_purge_journal``) deletes the rest. A trigger refuses any
+# other change, even the owner's (``outbox_append_only``, ``outbox_keeps_journal``).
 outbox = tenant_table(
     "outbox",
     serial("id"),
@@ -227,16 +227,42 @@ outbox = tenant_table(
     txt("correlation_id?", "causation_id?", "producer") + num("schema_version"),
     jsonb("payload?") + tz("occurred_at", "published_at?"),  # payload: NULL past 90 d
     jsonb("journal?"),
-    # its place in its tenant's feed, in commit order: set by the relay as it publishes it,
-    # with ``published_at`` (one update, no feed row of its own: 0033)
+    # its place in its tenant's feed as the relay of 0033-0038 marked it (with ``published_at``);
+    # since 0039 never set (those marks are pages, ``feed_pages``), and ``published_at`` set
+    # only on a row a shard move wrote already published
     big("feed_position?"),
     UniqueConstraint("run_id", "seq", name="uq_outbox_run_seq"),
-    index_where("ix_outbox_unpublished", "id", where=UNPUBLISHED),
     index_where("uq_outbox_feed", "tenant_id", "feed_position", unique=True, where=PUBLISHED),
     # the recent events by time (a stalled agent's claims, retention), nearly free to keep
     Index("ix_outbox_occurred", "occurred_at", postgresql_using="brin"),
     tenant_after="event_id",
     policies=(PROJECT_READS, RETENTION_PURGE),
+)
+
+# The tenant feed (0039, docs/write-path.md section 7): one page per relay pass and tenant, its
+# events' ids (``outbox.id``) in publication order; the event at ``ids[i]`` (1-based) is at
+# position ``first_position + i - 1`` of the tenant's feed, counted from the tenant's own last
+# page, so a position survives a shard move (the pages move with their tenant). Written by the
+# relay on the system path, read by the tenant; retention keeps each tenant's newest page.
+feed_pages = tenant_table(
+    "feed_pages",
+    big("first_position"),
+    bigints("ids"),
+    tz("published_at"),
+    PrimaryKeyConstraint("tenant_id", "first_position"),
+    Index("ix_feed_pages_published", "published_at", postgresql_using="brin"),  # retention
+)
+
+# The relay's floor (0039): one row per database. Every event row with ``id <= floor`` is
+# published (or its transaction never committed); ``mark_drawn``/``mark_xmax``: the last outbox
+# id handed out at a pass and the pass's snapshot xmax, which the floor may move to once a later
+# snapshot's xmin has passed that xmax (docs/write-path.md section 6).
+relay_state = Table(
+    "relay_state",
+    metadata,
+    *num("id", primary_key=True),
+    *big("floor", "mark_drawn?", "mark_xmax?"),
+    *tz("updated_at"),
 )
 
 # Views (0033): not tables, so not in ``metadata`` (no writer, policy or trigger of their own;
@@ -372,8 +398,9 @@ output_heads = tenant_table(
 )
 
 # Events out (0010): webhook subscriptions and one delivery row per (subscription, event),
-# keyed by the event's feed position (``outbox.feed_position``, 0033; the retention of the
-# events' horizon deletes the deliveries of the events it removes).
+# keyed by the event's position in its tenant's feed (``feed_pages``, 0039) and read by its run
+# and seq (the retention of the events' horizon deletes the deliveries of the events it
+# removes).
 webhook_subscriptions = tenant_table(
     "webhook_subscriptions",
     uid("subscription_id", primary_key=True),
@@ -565,4 +592,4 @@ INSERT_ONLY_TABLES = (
     "outbox",
 )
 # The app role only reads these (the relay and the directory write them on the system path).
-READ_ONLY_TABLES = ("tenant_placement", "shard_fences")
+READ_ONLY_TABLES = ("tenant_placement", "shard_fences", "feed_pages")

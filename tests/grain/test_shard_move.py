@@ -357,11 +357,13 @@ def test_a_shard_whose_runs_keep_changing_is_not_fenced(
     assert rows_of(source, tenant) == flight.before
 
 
-def test_the_tenants_feed_and_deliveries_move_to_positions_of_the_target(
+def test_the_tenants_feed_and_deliveries_keep_their_positions_across_a_move(
     pair: tuple[Database, Database], shards_of: Any, tenant: str, flight: Flight
 ):
-    """The target numbers the feed again (its own tenants hold the numbers already); each
-    delivery and each subscription's start name the same events as before."""
+    """A tenant's feed positions are its own (0039): its pages move as they are (their event
+    ids mapped), so a feed cursor, each delivery and each subscription's start name the same
+    events in the target; the target's relay publishes none of them again, and the tenant's
+    next events come after them."""
     source, target = pair
     first = subscribe(source, tenant, NOW)  # before every event: starts after 0
     resident = shards_of(1, other_tenant(tenant))  # the target's own feed
@@ -376,8 +378,8 @@ def test_the_tenants_feed_and_deliveries_move_to_positions_of_the_target(
     Mover(pair, quiet_s=0.05).start(flight.vshard, 1)
 
     fed = feed_of(target, tenant)
-    assert [event for _, event in fed] == [event for _, event in fed_before]
-    assert fed[0][0] > max(p for p, _ in feed_of(target, resident.tenant))  # numbered anew
+    assert fed == fed_before  # the same events at the same positions
+    assert reconcilers.relay_outbox(target, [], NOW).published == 0  # arrived published
     with target.tenant(tenant) as conn:
         starts = dict(
             conn.execute(
@@ -391,8 +393,15 @@ def test_the_tenants_feed_and_deliveries_move_to_positions_of_the_target(
                 " WHERE f.run_id = d.run_id AND f.seq = d.seq ORDER BY d.position"
             )
         ).all()
-    assert starts == {first["subscriptionId"]: 0, later["subscriptionId"]: fed[-1][0]}
+    assert starts == {first["subscriptionId"]: 0, later["subscriptionId"]: later["startsAfter"]}
     assert [tuple(d) for d in delivered] == [event for _, event in fed]  # one per event
+
+    finish(shards_of(1, tenant), flight.grain.run_id, flight.grant)  # it goes on in the target
+    while reconcilers.relay_outbox(target, [], NOW).published:
+        pass
+    after = feed_of(target, tenant)
+    assert after[: len(fed)] == fed and len(after) > len(fed)  # the next ones after them
+    assert [p for p, _ in after] == list(range(after[0][0], after[0][0] + len(after)))
 
 
 def feed_of(db: Database, tenant: str) -> list[tuple[int, tuple[UUID, int]]]:

@@ -84,7 +84,7 @@ def test_the_relay_publishes_each_shards_events_once(
     sinks = [Collected(), Collected()]
 
     def relay(s: ShardSweep) -> tuple[int, int]:
-        report = reconcilers.relay_backlog(s.db, [sinks[s.index]], h0.clock.now, s.floor)
+        report = reconcilers.relay_backlog(s.db, [sinks[s.index]], h0.clock.now)
         return s.index, report.published
 
     passes = [dict(drive(shard_sweeps.each_held(x, "OutboxRelay", relay, set()))) for x in (a, b)]

@@ -104,18 +104,18 @@ def test_every_append_only_table_has_its_triggers(owner_engine):
     assert ("outbox", "outbox_keeps_journal") in triggers
 
 
-def test_an_event_row_changes_only_by_its_publication_and_its_payloads_retention(
-    owner_engine, evidence
-):
-    """Even the owner: an event row's publication mark may be set and its payload dropped
-    (the events' retention); nothing else of it changes, and a row carrying journal entries is
-    not deleted (a row without is: the events' retention)."""
+def test_an_event_row_changes_only_by_its_payloads_retention(owner_engine, evidence):
+    """Even the owner: an event row's payload may be dropped (the events' retention); nothing
+    else of it changes, its publication neither (0039: the relay's floor, no mark on the row),
+    and a row carrying journal entries is not deleted (a row without is: the events'
+    retention)."""
     allowed = (
-        "UPDATE outbox SET published_at = now() WHERE run_id = %s",
         "UPDATE outbox SET payload = NULL WHERE run_id = %s",
         "DELETE FROM outbox WHERE run_id = %s AND journal IS NULL",
     )
     refused = (
+        "UPDATE outbox SET published_at = now() WHERE run_id = %s",
+        "UPDATE outbox SET feed_position = 1 WHERE run_id = %s",
         "UPDATE outbox SET payload = '{}' WHERE run_id = %s",
         "UPDATE outbox SET journal = NULL WHERE run_id = %s AND journal IS NOT NULL",
         "UPDATE outbox SET journal = journal || journal WHERE run_id = %s AND journal IS NOT NULL",

@@ -32,7 +32,7 @@ from runcontrol.store.writers import WRITTEN
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 DEFINITION = WorkflowDefinition("wf", (StepSpec(name="only", agent_id="agent-a"),))
 # The tenant tables whose writes go through a document (fenced once by the document's check)
-# or are the system's own (the relay's feed and deliveries, retention's deletes: their loss
+# or are the system's own (the relay's feed pages and deliveries, retention's deletes: their loss
 # between a move's verification and its flip is work done again, never a caller's write).
 DOCUMENTS = {
     *WRITTEN,
@@ -43,7 +43,7 @@ DOCUMENTS = {
     "output_chunks",
     "output_heads",
 }
-SYSTEM = {"webhook_deliveries", "recovery_journal_legacy"}
+SYSTEM = {"webhook_deliveries", "feed_pages", "recovery_journal_legacy"}
 
 
 @pytest.fixture

@@ -1,8 +1,8 @@
 """Invariant 3, second half: publication is never proof. A sink that fails, and a relay killed
-(SIGKILL, a real process) after its sinks were given the events and before ``published_at``
+(SIGKILL, a real process) after its sinks were given the events and before the relay's floor
 committed, leave the rows unpublished; the next relay publishes them again, and in the end
-every outbox row is marked published and reached each consumer at least once, once per its
-dedupe key (``eventId``)."""
+every outbox row is in its tenant's feed once and reached each consumer at least once, once
+per its dedupe key (``eventId``)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from uuid import UUID
 
 import pytest
 from sqlalchemy import text
+from support import published
 
 from runcontrol import reconcilers
 from runcontrol.store import Database
@@ -51,18 +52,8 @@ class Failing:
             raise ConnectionError("the broker is down")
 
 
-def outbox_rows(db: Database, run_ids: list[UUID]) -> dict[str, Any]:
-    with db.system_tx() as conn:
-        rows = conn.execute(
-            text("SELECT event_id, published_at FROM outbox WHERE run_id = ANY(:ids)"),
-            {"ids": run_ids},
-        ).all()
-    return {str(r.event_id): r.published_at for r in rows}
-
-
 def feed_positions(db: Database, run_ids: list[UUID]) -> list[str]:
-    """The runs' events in the feed, read through ``event_feed`` (a view of the event rows
-    since 0033, kept for the previous release's readers)."""
+    """The runs' events in the feed (each once: ``event_feed``, the pages' events, 0039)."""
     with db.system_tx() as conn:
         return [
             str(e)
@@ -89,18 +80,18 @@ def test_a_failing_sink_leaves_the_rows_unpublished_until_a_relay_delivers_them(
 ):
     relay_all(db, [Consumer()])  # what other tests left, out of the way
     run_ids = [make_leased_run(tenant).run_id for _ in range(3)]
-    rows = outbox_rows(db, run_ids)
+    rows = published(db, run_ids)
     assert rows and all(v is None for v in rows.values())
     consumer, broker = Consumer(), Failing(failures=2)
     for _ in range(2):
         with pytest.raises(ConnectionError):
             reconcilers.relay_outbox(db, [consumer, broker], NOW)
         # The consumer was given the batch, and yet nothing is published: not proof.
-        assert all(v is None for v in outbox_rows(db, run_ids).values())
+        assert all(v is None for v in published(db, run_ids).values())
         assert not feed_positions(db, run_ids)
 
     relay_all(db, [consumer, broker])
-    after = outbox_rows(db, run_ids)
+    after = published(db, run_ids)
     assert all(v is not None for v in after.values()), "a row was never marked published"
     assert_delivered_once_per_key(consumer, after)
     assert sorted(feed_positions(db, run_ids)) == sorted(after), "one feed row per event"
@@ -119,7 +110,7 @@ RELAY_THEN_DIE = textwrap.dedent(
             with open(sys.argv[2], "a", encoding="utf-8") as fh:
                 for e in events:
                     fh.write(json.dumps(e, default=str, sort_keys=True) + "\\n")
-            os.kill(os.getpid(), signal.SIGKILL)  # after the sink, before published_at commits
+            os.kill(os.getpid(), signal.SIGKILL)  # after the sink, before the floor commits
 
     reconcilers.relay_outbox(Database(sys.argv[1]), [DieAfterPublishing()], datetime.now(UTC))
     """
@@ -131,7 +122,7 @@ def test_a_relay_killed_between_publishing_and_marking_publishes_again(
 ):
     relay_all(db, [Consumer()])
     run_ids = [make_leased_run(tenant).run_id for _ in range(2)]
-    rows = outbox_rows(db, run_ids)
+    rows = published(db, run_ids)
     assert rows and all(v is None for v in rows.values())
     delivered = tmp_path / "delivered.jsonl"
     killed = subprocess.run(
@@ -143,13 +134,13 @@ def test_a_relay_killed_between_publishing_and_marking_publishes_again(
     assert killed.returncode == -9, killed.stderr  # killed inside the window, for real
     first = [json.loads(line) for line in delivered.read_text().splitlines()]
     assert {e["eventId"] for e in first} >= set(rows), "the killed relay published them"
-    assert all(v is None for v in outbox_rows(db, run_ids).values()), "marked: not killed?"
+    assert all(v is None for v in published(db, run_ids).values()), "marked: not killed?"
     assert not feed_positions(db, run_ids)
 
     consumer = Consumer()
     consumer.received.extend(first)  # what the consumer got from the relay that died
     relay_all(db, [consumer])
-    after = outbox_rows(db, run_ids)
+    after = published(db, run_ids)
     assert all(v is not None for v in after.values())
     assert_delivered_once_per_key(_normalised(consumer), after)
     assert sorted(feed_positions(db, run_ids)) == sorted(after)

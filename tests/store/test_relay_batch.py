@@ -1,6 +1,7 @@
 """The set-based relay (issue 24): a batch costs the same few statements however many events it
 holds, gives its events feed positions in outbox (commit) order, queues each tenant's events
-to that tenant's subscriptions only, and notifies each tenant's feed once."""
+to that tenant's subscriptions only, and notifies each tenant's feed once. Since 0039 it
+updates no event row: its floor (``relay_state``) moves, and each tenant's feed gains a page."""
 
 from __future__ import annotations
 
@@ -13,14 +14,13 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
-from sqlalchemy import event, select, text
-from support import subscribe
+from sqlalchemy import event, text
+from support import fed, published, subscribe
 
 from runcontrol import reconcilers
 from runcontrol.store import Database, queries
 from runcontrol.store.notify import libpq_url
-from runcontrol.store.tables import outbox
-from runcontrol.store.webhooks import FEED_CHANNEL
+from runcontrol.store.webhooks import FEED_CHANNEL, FEED_LOCK, feed_after
 
 NOW = datetime(2026, 6, 2, tzinfo=UTC)
 
@@ -49,14 +49,9 @@ def _subscribe(db: Database, tenant: str) -> UUID:
     return UUID(subscribe(db, tenant, NOW)["subscriptionId"])
 
 
-def _fed(db: Database, run_ids: list[UUID]) -> list[Any]:
-    """(outbox id, feed position, tenant) of the runs' published events, by outbox id."""
-    o = outbox.c
-    published = select(o.id, o.feed_position.label("position"), o.tenant_id).where(
-        o.run_id.in_(run_ids), o.feed_position.is_not(None)
-    )
+def _floor(db: Database) -> int:
     with db.system_tx() as conn:
-        return conn.execute(published.order_by(o.id)).all()
+        return int(conn.execute(text("SELECT floor FROM relay_state")).scalar_one())
 
 
 def test_a_batch_costs_the_same_statements_whatever_its_size(db, make_leased_run, tenant):
@@ -69,7 +64,8 @@ def test_a_batch_costs_the_same_statements_whatever_its_size(db, make_leased_run
     with _statements(db) as large:
         many = reconcilers.relay_outbox(db, [], NOW)
     assert 0 < one.published < many.published
-    assert len(small) == len(large) <= 3, (small, large)
+    # the floor, its bound, the take, the pages with the deliveries, the floor recorded
+    assert len(small) == len(large) <= 5, (small, large)
 
 
 def test_positions_follow_commit_order_and_deliveries_stay_in_their_tenant(
@@ -83,11 +79,11 @@ def test_positions_follow_commit_order_and_deliveries_stay_in_their_tenant(
         listening.execute(f"LISTEN {FEED_CHANNEL}")
         report = reconcilers.relay_outbox(db, [], NOW)
         told = [n.payload for n in listening.notifies(timeout=5.0, stop_after=2)]
-    fed = _fed(db, run_ids)
-    assert report.published >= len(fed) > len(run_ids)
-    positions = [r.position for r in fed]
-    # Outbox order is commit order: the positions follow it, with no hole in the batch.
-    assert positions == list(range(positions[0], positions[0] + len(positions)))
+    rows = [r for r in fed(db, run_ids) if r.position is not None]
+    assert report.published >= len(rows) > len(run_ids)
+    for t in subs:  # each tenant's positions its own, in outbox (commit) order, with no hole
+        positions = [r.position for r in rows if r.tenant_id == t]
+        assert positions == list(range(positions[0], positions[0] + len(positions)))
     assert sorted(told) == sorted(subs)  # one NOTIFY per tenant whose feed grew
 
     with db.system_tx() as conn:
@@ -99,7 +95,7 @@ def test_positions_follow_commit_order_and_deliveries_stay_in_their_tenant(
             {"subs": list(subs.values())},
         ).all()
     for t, sub in subs.items():
-        mine = [r.position for r in fed if r.tenant_id == t]
+        mine = [r.position for r in rows if r.tenant_id == t]
         got = [q for q in queued if q.subscription_id == sub]
         assert [q.position for q in got] == mine
         assert {(q.tenant_id, q.state) for q in got} == {(t, "Pending")}
@@ -117,44 +113,100 @@ def _event(conn: psycopg.Connection[Any], tenant: str, run_id: UUID, seq: int) -
     return int(found[0])
 
 
-def _published(db: Database, ids: list[int]) -> list[bool]:
-    with db.system_tx() as conn:
-        marks = dict(
-            conn.execute(
-                text("SELECT id, published_at IS NOT NULL FROM outbox WHERE id = ANY(:ids)"),
-                {"ids": ids},
-            ).all()
-        )
-    return [bool(marks.get(i, False)) for i in ids]  # a row not committed is not published
+def _positions(db: Database, run_id: UUID, ids: list[int]) -> list[int | None]:
+    """Each of the run's outbox rows' feed position (None: not published; a row not committed
+    is not)."""
+    found = {r.id: r.position for r in fed(db, [run_id])}
+    return [found.get(i) for i in ids]
 
 
-def test_the_floor_moves_past_published_rows_and_never_past_a_row_still_being_written(db, tenant):
-    """A relay that keeps its floor reads past the rows it published, and never past the id of
-    a transaction that drew it and has not committed: that row, committed after rows with
-    larger ids were published, is published by the next pass."""
+def test_a_row_committed_after_a_larger_id_was_published_is_published_after_it(db, tenant):
+    """The floor never passes the id of a transaction that drew it and has not committed:
+    while it is open, passes publish the rows after it and the floor stays below it; once it
+    commits, the next passes publish it (after the larger id, in its tenant's feed) and the
+    floor passes both. Without the snapshot's check the floor would pass the open row and
+    skip it for ever."""
     _relay_all(db)
-    floor = reconcilers.RelayFloor()
     run_id = uuid.uuid4()
     url = libpq_url(db.owner_url)
     with psycopg.connect(url) as late, psycopg.connect(url, autocommit=True) as other:
         slow = _event(late, tenant, run_id, 1)  # drawn, not committed
         quick = _event(other, tenant, run_id, 2)
         assert quick > slow
-        deadline = time.monotonic() + 10
-        while not _published(db, [quick])[0] or floor.mark is None:
-            assert time.monotonic() < deadline, "the committed row was not published"
-            reconcilers.relay_outbox(db, [], NOW, floor=floor)
-        for _ in range(5):  # passes while the slow transaction is open
-            reconcilers.relay_outbox(db, [], NOW, floor=floor)
-        assert floor.after < slow and _published(db, [slow, quick]) == [False, True]
+        for _ in range(5):  # passes while the slow transaction is open: quick waits too
+            reconcilers.relay_outbox(db, [], NOW)
+        assert _floor(db) < slow and _positions(db, run_id, [slow, quick]) == [None, None]
         late.commit()
     deadline = time.monotonic() + 10
-    while not _published(db, [slow])[0]:
+    while None in _positions(db, run_id, [slow, quick]):
         assert time.monotonic() < deadline, "the late row was not published"
-        reconcilers.relay_outbox(db, [], NOW, floor=floor)
-    while floor.after < quick:  # once every writer up to them ended, the floor passes both
-        assert time.monotonic() < deadline, f"the floor stayed at {floor.after}"
-        reconcilers.relay_outbox(db, [], NOW, floor=floor)
+        reconcilers.relay_outbox(db, [], NOW)
+    first, second = _positions(db, run_id, [slow, quick])
+    assert first is not None and second is not None and first < second  # id order, once settled
+    assert _floor(db) >= quick
+
+
+def test_a_tick_waits_once_for_the_transactions_in_flight_at_its_pass(db, tenant):
+    """A tick's first pass, left behind by a writer in flight, is followed once by another a
+    moment later: what the writer committed meanwhile is published by the same tick, not the
+    next one (a second later). The clock commits the writer when the second pass starts."""
+    _relay_all(db)
+    run_id = uuid.uuid4()
+    url = libpq_url(db.owner_url)
+    with psycopg.connect(url) as late, psycopg.connect(url, autocommit=True) as other:
+        slow = _event(late, tenant, run_id, 1)
+        quick = _event(other, tenant, run_id, 2)
+        passes: list[datetime] = []
+
+        def clock() -> datetime:
+            if passes:  # the second pass: the writer has committed
+                late.commit()
+            passes.append(NOW)
+            return NOW
+
+        report = reconcilers.relay_backlog(db, [], clock, settle_s=0.01)
+    assert len(passes) == 2 and report.published == 2
+    assert None not in _positions(db, run_id, [slow, quick])
+
+
+def test_publication_updates_no_event_row(db, make_leased_run, tenant):
+    """No per-event write on the hot path (0039): every event row keeps the tuple its commit
+    wrote (an UPDATE, even a HOT one, writes a new version: another ctid and xmin), and the
+    relay's passes write one ``relay_state`` row and one feed page per tenant."""
+    _relay_all(db)
+    runs = [make_leased_run(tenant).run_id for _ in range(3)]
+    versions = text("SELECT id, ctid::text, xmin::text FROM outbox WHERE run_id = ANY(:ids)")
+    with db.system_tx() as conn:
+        before = sorted(conn.execute(versions, {"ids": runs}).all())
+    _relay_all(db)
+    assert all(p is not None for p in published(db, runs).values())
+    with db.system_tx() as conn:
+        after = sorted(conn.execute(versions, {"ids": runs}).all())
+        pages = conn.execute(
+            text("SELECT count(*) FROM feed_pages WHERE tenant_id = :t"), {"t": tenant}
+        ).scalar_one()
+    assert after == before and len(before) > len(runs)
+    assert pages == 1  # one pass, one tenant
+
+
+def test_a_feed_cursor_reads_the_same_events_across_passes(db, make_leased_run, tenant):
+    """A position names one event for good: reading the feed from a cursor after later passes
+    answers the same events at the same positions, then the new ones after them."""
+    _relay_all(db)
+    make_leased_run(tenant)
+    _relay_all(db)
+    with db.tenant(tenant) as conn:
+        first = feed_after(conn, 0, 500)
+    make_leased_run(tenant)
+    _relay_all(db)
+    with db.tenant(tenant) as conn:
+        again = feed_after(conn, 0, 500)
+        cursor = first[-1]["position"]
+        newer = feed_after(conn, cursor, 500)
+        paged = feed_after(conn, cursor - 2, 3)  # a cursor inside a page, a limit across two
+    assert again[: len(first)] == first and again[len(first) :] == newer and newer
+    assert [e["position"] for e in again] == list(range(1, len(again) + 1))
+    assert paged == again[len(first) - 2 : len(first) + 1]
 
 
 def test_a_backlog_larger_than_a_batch_is_relayed_in_one_call(db, make_leased_run, tenant):
@@ -164,19 +216,22 @@ def test_a_backlog_larger_than_a_batch_is_relayed_in_one_call(db, make_leased_ru
     runs = [make_leased_run(tenant) for _ in range(4)]
     with db.system_tx() as conn:
         waiting = conn.execute(
-            text("SELECT count(*) FROM outbox WHERE published_at IS NULL AND run_id = ANY(:ids)"),
+            text(
+                "SELECT count(*) FROM outbox WHERE run_id = ANY(:ids)"
+                " AND id > (SELECT floor FROM relay_state)"
+            ),
             {"ids": [r.run_id for r in runs]},
         ).scalar_one()
     assert waiting >= 8
-    report = reconcilers.relay_backlog(db, [], lambda: NOW, reconcilers.RelayFloor(), batch=3)
+    report = reconcilers.relay_backlog(db, [], lambda: NOW, batch=3)
     assert report.published >= waiting and len(report.lags) == report.published
     assert reconcilers.relay_outbox(db, [], NOW).published == 0
 
 
 def test_an_outbox_sequence_not_used_yet_marks_no_id_handed_out(scratch):
     """A new database's sequence says ``last_value`` 1 before it has handed out any id: the
-    mark is 0 then (else the floor could pass the first event before it is written)."""
+    relay reads 0 then (else the floor could pass the first event before it is written)."""
     with scratch.system_tx() as conn:
         assert conn.execute(text("SELECT is_called FROM outbox_id_seq")).scalar_one() is False
-        drawn, _, _ = queries.sequence_mark(conn)
-    assert drawn == 0
+        take = queries.take_published(conn, FEED_LOCK)
+    assert take.rows == [] and take.then == queries.RelayState(0, None)

@@ -327,7 +327,7 @@ def _value(conn: Connection, table: str, column: Any, tenant: str, checks: list[
     if kind == "bytea":
         return b"\x00"
     if kind == "ARRAY":
-        return []
+        return "{}"  # an empty array of any element type
     return f"{table}-{name}-{uuid.uuid4().hex[:8]}"
 
 

@@ -31,6 +31,7 @@ from sqlalchemy import text
 
 from runcontrol.api.auth import RUNTIME
 from runcontrol.domain import Role, SideEffectClass
+from runcontrol.store.queries import UNPUBLISHED_SQL
 from schemas import runcontrol_pb2 as pb
 from schemas import runcontrol_pb2_grpc as pb_grpc
 
@@ -268,8 +269,8 @@ def test_the_specs_metrics_show_the_scripted_run(service: Any, script: Script) -
         with service.db.system_tx() as conn:
             row = conn.execute(
                 text(
-                    "SELECT count(*) FILTER (WHERE published_at IS NOT NULL),"
-                    " count(*) FILTER (WHERE published_at IS NULL) FROM outbox"
+                    f"SELECT count(*) FILTER (WHERE NOT ({UNPUBLISHED_SQL})),"
+                    f" count(*) FILTER (WHERE {UNPUBLISHED_SQL}) FROM outbox"
                 )
             ).one()
         return int(row[0]), int(row[1])

@@ -13,11 +13,13 @@ keys); callers use the names below (``queries.get_run``).
 from .approvals import approval_run, get_approval, list_approvals
 from .attempts import claimable, claimed, leasable, stalled_attempts
 from .events import (
+    UNPUBLISHED_SQL,
+    RelayState,
+    Take,
+    advance,
     attempts_in_events,
     events_after,
-    sequence_mark,
-    settled_floor,
-    take_unpublished,
+    take_published,
     unpublished_backlog,
 )
 from .flow import flow_backlog, flow_queues
@@ -96,8 +98,10 @@ __all__ = [
     "run_visible",
     "runs_with_open_leases",
     "stalled_attempts",
-    "sequence_mark",
-    "settled_floor",
-    "take_unpublished",
+    "UNPUBLISHED_SQL",
+    "RelayState",
+    "Take",
+    "advance",
+    "take_published",
     "unpublished_backlog",
 ]

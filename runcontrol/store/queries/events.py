@@ -44,85 +44,128 @@ class RowsAfter:
 events_after = RowsAfter(outbox, "seq", event_view, EVENT_HELD, EVENT_ROW)
 
 
-# The relay's take (issue 42): the oldest rows without a feed position, locked (a second
-# relay skips them), numbered in id order from the feed's counter (drawn once for the batch),
-# and marked published with their positions in one UPDATE: no feed row of their own.
-_TAKE = """
-WITH picked AS (
-    SELECT id FROM outbox WHERE feed_position IS NULL AND id > :after
-    ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED
-), counted AS (
-    SELECT count(*) AS n FROM picked
-), drawn AS (  -- the batch's positions: the counter's next n values, gap-free
-    SELECT CASE WHEN n = 0 THEN 0
-                ELSE setval('feed_position_seq', nextval('feed_position_seq') + n - 1) - n
-           END AS base
-    FROM counted
-), numbered AS (
-    SELECT id, (SELECT base FROM drawn) + row_number() OVER (ORDER BY id) AS position
-    FROM picked
+# The relay's pass begins (0039, docs/write-path.md section 6): the feed lock (to the pass's
+# commit: passes and subscriptions are ordered by it), and the last outbox id handed out (read
+# before the lock is granted, it is only older: as safe). Reads only: the pass's transaction
+# has no xid of its own yet, so its snapshots' xmin is the others' (``take_published``).
+_BEGIN = text(
+    """
+    SELECT pg_advisory_xact_lock(:lock) IS NULL AS locked,
+           (SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END
+            FROM outbox_id_seq) AS drawn
+    """
 )
-UPDATE outbox SET published_at = :now, feed_position = numbered.position
-FROM numbered WHERE outbox.id = numbered.id
-RETURNING {columns}
+_XMAX = text("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")
+
+# The take, in a snapshot taken once the lock is held (the floor another relay committed is
+# read): ``relay_state``'s row, the bound the floor may move to (``drawn`` if this snapshot's
+# xmin has passed the pass's xmax, else the stored mark's ``drawn`` if it passed that mark's
+# xmax, else the floor), and the rows up to it past the floor, oldest first (but those a
+# shard move wrote already published: ``store/move_rows.py``). One row at least (the bound,
+# with NULL columns when there is nothing to publish).
+_TAKE = """
+WITH bound AS (
+    SELECT s.floor, s.mark_drawn, s.mark_xmax, x.xmin,
+           CASE WHEN x.xmin >= :xmax THEN greatest(CAST(:drawn AS bigint), s.floor)
+                WHEN x.xmin >= s.mark_xmax THEN s.mark_drawn
+                ELSE s.floor END AS upto,
+           coalesce(x.xmin >= :xmax OR x.xmin >= s.mark_xmax, false) AS passed
+    FROM relay_state s,
+         (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin) x
+    WHERE s.id = 1
+)
+SELECT bound.floor, bound.mark_drawn, bound.mark_xmax, bound.xmin, bound.upto, bound.passed,
+       {columns}
+FROM bound LEFT JOIN LATERAL (
+    SELECT * FROM outbox WHERE outbox.id > bound.floor AND outbox.id <= bound.upto
+        AND outbox.published_at IS NULL  -- set only on a row a shard move brought published
+    ORDER BY outbox.id LIMIT :limit
+) outbox ON true
+ORDER BY outbox.id
 """
+_BOUND = ("floor", "mark_drawn", "mark_xmax", "xmin", "upto", "passed")
+_ADVANCE = text(
+    "UPDATE relay_state SET floor = :floor, mark_drawn = :mark_drawn, mark_xmax = :mark_xmax,"
+    " updated_at = :now WHERE id = 1"
+)
 
 
-def take_unpublished(
-    conn: Connection, now: datetime, limit: int = 500, *, whole: bool = True, after: int = 0
-) -> list[dict[str, Any]]:
-    """Publish the oldest unpublished outbox rows at ``now`` and answer them, oldest first:
-    each marked published with its tenant feed position (in id order), in one ``UPDATE ...
-    FROM (SELECT ... FOR UPDATE SKIP LOCKED) ... RETURNING``, so a second relay skips them.
-    The caller holds the feed lock (``store.webhooks.lock_feed``) to its commit, so positions
-    grow in commit order. The mark is the caller's transaction's: if it does not commit (a
-    sink failed, the relay died after its sinks had the events) the rows stay unpublished and
-    the next relay publishes them again (at-least-once). ``whole=False``: each row's ``id``
-    and ``occurred_at`` only (what the feed and the lag need, when no sink reads events).
-    ``after``: only rows past this id (``RelayFloor``: every row up to it is published)."""
+@dataclass(frozen=True, slots=True)
+class RelayState:
+    """``relay_state``'s row: every event row with ``id <= floor`` is published (or its
+    transaction never committed); ``mark``: (the last id handed out, the snapshot xmax) of an
+    earlier pass, which the floor may move up to once a snapshot's xmin has passed that xmax."""
+
+    floor: int
+    mark: tuple[int, int] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Take:
+    """A pass's take: its rows (oldest first) and the state to record once they are out."""
+
+    rows: list[dict[str, Any]]
+    was: RelayState
+    then: RelayState
+
+
+def take_published(conn: Connection, lock: int, limit: int = 500, *, whole: bool = True) -> Take:
+    """The event rows a relay pass publishes, oldest first, and where its floor moves: no row is
+    updated (0039). Every transaction that drew an outbox id up to ``drawn`` (read first) had
+    its xid before the xmax read next (the write path writes its run before its events), so
+    once a snapshot's xmin has passed that xmax each of them ended and the ids up to ``drawn``
+    are settled: committed (visible to that snapshot) or never. The take's own snapshot checks
+    this pass's mark, else the stored one (a busy database: the next pass publishes). In the
+    caller's transaction, which holds the feed lock (``lock``) to its commit and records
+    ``then`` (``advance``) only after every sink took the rows: at-least-once.
+    ``whole=False``: each row's ``id`` and ``occurred_at`` only."""
+    drawn = int(conn.execute(_BEGIN, {"lock": lock}).one().drawn)
+    xmax = int(conn.execute(_XMAX).scalar_one())
     columns = EVENT_ROW if whole else (outbox.c.id, outbox.c.occurred_at)
     statement = text(_TAKE.format(columns=", ".join(f"outbox.{c.name}" for c in columns)))
-    rows = conn.execute(statement.columns(*columns), {"after": after, "limit": limit, "now": now})
-    return sorted((dict(r._mapping) for r in rows), key=lambda r: int(r["id"]))
+    found = conn.execute(statement, {"drawn": drawn, "xmax": xmax, "limit": limit}).all()
+    head = found[0]
+    floor, upto, passed, xmin = int(head.floor), int(head.upto), bool(head.passed), int(head.xmin)
+    mark = None if head.mark_drawn is None else (int(head.mark_drawn), int(head.mark_xmax))
+    was = RelayState(floor, mark)
+    rows = [
+        {k: v for k, v in r._mapping.items() if k not in _BOUND} for r in found if r.id is not None
+    ]
+    if len(rows) == limit:  # the rest next pass, under a mark already passed (xmin only grows)
+        return Take(rows, was, RelayState(int(rows[-1]["id"]), (upto, xmin)))
+    if not passed and mark is not None:  # the stored mark has not passed: kept
+        return Take(rows, was, RelayState(floor, mark))
+    return Take(rows, was, RelayState(upto, (drawn, xmax) if drawn > upto else None))
 
 
-def settled_floor(conn: Connection, after: int, settled: int) -> int:
-    """The largest id up to ``settled`` (ids at or below it all committed or aborted) below
-    which no row is unpublished, past ``after``: in the caller's transaction, after its marks."""
-    first = conn.execute(
-        select(func.min(outbox.c.id)).where(
-            outbox.c.feed_position.is_(None), outbox.c.id > after, outbox.c.id <= settled
-        )
-    ).scalar()
-    return settled if first is None else int(first) - 1
-
-
-def sequence_mark(conn: Connection) -> tuple[int, int, int]:
-    """The last outbox id handed out (0: none yet), then (in a later statement, so a later
-    snapshot) the snapshot's xmin and xmax: every transaction that drew an id up to the first
-    had its xid before the third. Holds for a sequence without a cache (``CACHE 1``, the
-    BIGSERIAL default): a cache hands out values below ``last_value`` later."""
-    drawn = int(
-        conn.execute(
-            text(
-                "SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END"
-                " FROM outbox_id_seq"
-            )
-        ).scalar_one()
+def advance(conn: Connection, take: Take, now: datetime) -> None:
+    """Record where the floor moved (one row update, when it changed)."""
+    if take.then == take.was:
+        return
+    mark = take.then.mark
+    conn.execute(
+        _ADVANCE,
+        {
+            "floor": take.then.floor,
+            "mark_drawn": None if mark is None else mark[0],
+            "mark_xmax": None if mark is None else mark[1],
+            "now": now,
+        },
     )
-    xmin, xmax = conn.execute(
-        text(
-            "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint,"
-            " pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
-        )
-    ).one()
-    return drawn, int(xmin), int(xmax)
+
+
+# The event rows waiting for the relay (0039): past its floor (but those a shard move brought
+# published).
+UNPUBLISHED_SQL = (
+    "published_at IS NULL AND id > (SELECT floor FROM relay_state WHERE relay_state.id = 1)"
+)
+UNPUBLISHED = text(UNPUBLISHED_SQL)
 
 
 def unpublished_backlog(conn: Connection) -> tuple[int, datetime | None]:
     """How many committed events wait for the outbox relay, and the oldest one's commit."""
     row = conn.execute(
-        select(func.count(), func.min(outbox.c.occurred_at)).where(outbox.c.feed_position.is_(None))
+        select(func.count(), func.min(outbox.c.occurred_at)).where(UNPUBLISHED)
     ).one()
     return int(row[0]), row[1]
 

@@ -21,7 +21,7 @@ from alembic import op
 from runcontrol.store.functions import apply
 
 revision = "0040"
-down_revision = "0038"
+down_revision = "0039"
 branch_labels = None
 depends_on = None
 

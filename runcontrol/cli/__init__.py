@@ -18,6 +18,7 @@ import logging
 import os
 import sys
 
+from ..domain import errors
 from ..store.schema import SchemaMismatch
 from . import (
     admin,
@@ -33,6 +34,10 @@ from . import (
     workers,
 )
 from .cluster import ClusterLoader
+
+# A refusal that may succeed when sent again exits 75 (sysexits' EX_TEMPFAIL), as mail and
+# backup tools do, so a script can tell "retry" from "wrong" (exit 1) and bad usage (exit 2).
+EX_TEMPFAIL = 75
 
 
 def main(argv: list[str] | None = None, cluster: ClusterLoader | None = None) -> int:
@@ -69,3 +74,7 @@ def main(argv: list[str] | None = None, cluster: ClusterLoader | None = None) ->
         return 141  # 128 + SIGPIPE
     except SchemaMismatch as exc:  # a process that may not run on this schema: say why, once
         raise SystemExit(f"runcontrol: {exc}") from None
+    except errors.RunControlError as exc:  # refused: its code and why, one line, no traceback
+        again = " (nothing was done: send it again)" if exc.retryable else ""
+        print(f"runcontrol {args.command}: {exc.code}: {exc.message}{again}", file=sys.stderr)
+        return EX_TEMPFAIL if exc.retryable else 1

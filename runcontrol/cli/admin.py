@@ -64,9 +64,12 @@ def _cmd_release(args: argparse.Namespace) -> int:
         print("runcontrol release: --tenant is required without --url", file=sys.stderr)
         return 2
     container = build(Settings())
-    release = container.releases.publish(
-        args.tenant, definition, args.publisher, container.env.clock.now(), aliases=aliases
-    )
+    try:
+        release = container.releases.publish(
+            args.tenant, definition, args.publisher, container.env.clock.now(), aliases=aliases
+        )
+    finally:
+        container.db.dispose()
     print(json.dumps({"releaseId": release.release_id, "contentHash": release.content_hash}))
     return 0
 

@@ -22,6 +22,7 @@ from ..commands import AppendOutput
 from ..domain import canonical_json, errors
 from ..domain.output import OUTPUT_ATTEMPT_MAX_BYTES, OutputAck, check_write, refusal
 from .commit import Store
+from .database import MOVED
 from .group import GroupCommits
 from .queries.events import RowsAfter
 from .tables import output_chunks
@@ -77,7 +78,7 @@ class OutputWriter:
         ).decode()
         found = await self._group.commit(doc, str(command.run_id))
         self.writes += 1
-        if found.get("sqlstate") == "RC421":  # the tenant's shard moved: route again
+        if found.get("sqlstate") == MOVED:  # the tenant's shard moved: route again
             raise errors.ShardMoved(found["message"])
         if "sqlstate" in found:
             if found["sqlstate"] in _RETRYABLE:

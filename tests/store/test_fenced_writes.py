@@ -6,10 +6,12 @@ in flight; the scheduler's sweep goes on with the other tenants' schedules."""
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +19,7 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.pool import NullPool
 from support import drive, subscribe
 
+from runcontrol import cli
 from runcontrol import schedules as rules
 from runcontrol.domain import Principal, Role, StepSpec, WorkflowDefinition, errors
 from runcontrol.domain.rates import Draw
@@ -237,3 +240,22 @@ def test_every_tenant_table_written_outside_a_document_is_fenced(owner_engine: E
     tables = {t.name for t in TABLES}
     assert triggered == tables - DOCUMENTS - SYSTEM
     assert not triggered & DOCUMENTS  # no trigger on the hot path's tables
+
+
+def test_the_cli_says_a_fenced_write_is_retryable_in_one_line(
+    db: Database,
+    fenced: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``runcontrol release`` straight to the database while its tenant moves: the code, why and
+    that it may be sent again, in one line with exit 75 (EX_TEMPFAIL), no traceback."""
+    file = tmp_path / "wf.json"
+    file.write_text(json.dumps({"workflowId": "wf", "steps": [{"agentId": "agent-a"}]}))
+    monkeypatch.setenv("RUNCONTROL_DATABASE_URL", db.owner_url)
+    assert cli.main(["release", str(file), "--tenant", fenced]) == cli.EX_TEMPFAIL
+    err = capsys.readouterr().err
+    assert err.startswith("runcontrol release: shard-moved: ") and "send it again" in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert _count(db, "releases", fenced) == 0

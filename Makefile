@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-long lint bench bench-check chaos chaos-two-node proto sql clean
+.PHONY: run test test-long lint bench bench-check chaos chaos-two-node upgrade-check proto sql clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,14 @@ chaos-two-node: $(STAMP)
 	RUNCONTROL_RUN_SLOW=1 RUNCONTROL_CHAOS_NODES=2 RUNCONTROL_CHAOS_RUNS=$(CHAOS_TWO_NODE_RUNS) \
 		RUNCONTROL_CHAOS_MODE=each RUNCONTROL_CHAOS_REPORT=chaos-two-node-report.json \
 		$(BIN)/python -m pytest -q -s --timeout=0 tests/chaos
+
+# The upgrade across migration 0033 with runs in flight (docs/operations.md): the previous
+# release's service (its code from git: the clone needs its history) commits while this one
+# migrates the live database, then this release's service replaces it and finishes every run;
+# the chaos run's checks, the journal row by row. About three minutes; not in `make test`.
+upgrade-check: $(STAMP)
+	RUNCONTROL_RUN_SLOW=1 RUNCONTROL_RUN_LONG=1 RUNCONTROL_UPGRADE_REPORT=upgrade-report.json \
+		$(BIN)/python -m pytest -q -s --timeout=0 tests/chaos/test_upgrade_across_0033.py
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check .

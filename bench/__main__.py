@@ -72,6 +72,13 @@ def main() -> int:
     )
     parser.add_argument("--e2e-worker-concurrency", type=int, default=32)
     parser.add_argument(
+        "--e2e-paced",
+        type=float,
+        default=0.5,
+        help="then submit a quarter as many runs at this fraction of the peak rate measured, "
+        "for submit->completed p50/p99 away from saturation (0: skip)",
+    )
+    parser.add_argument(
         "--no-peers",
         dest="peers",
         action="store_false",
@@ -251,7 +258,9 @@ def main() -> int:
                     results["restate"] = peer.as_dict()
                 ours: dict[str, dict[str, Any]] = {}
                 for transport in args.e2e_transport.split(","):
-                    figures = e2e.run(url, **_e2e_options(args), transport=transport)
+                    figures = e2e.run(
+                        url, **_e2e_options(args), transport=transport, paced=args.e2e_paced
+                    )
                     key = "e2e" if transport == "claim" else f"e2e_{transport.replace('-', '_')}"
                     results[key] = {"pgbench_tps": ceiling, **figures}
                     e2e.report(figures, ceiling)

@@ -224,6 +224,68 @@ async def _submit(
         await asyncio.gather(*(connection() for _ in range(concurrency)))
 
 
+async def _submit_paced(
+    stack: Stack,
+    runs: int,
+    rate: float,
+    sent: dict[str, float],
+    errors: list[int],
+    *,
+    tenants: Sequence[dict[str, str]] = (),
+) -> None:
+    """Submit ``runs`` runs at ``rate`` a second, open loop: run ``i`` is sent at ``i / rate``
+    seconds whether or not the earlier ones were answered (a closed loop would slow down with
+    the service and hide its queueing), each on a connection of its own from the pool."""
+    body = {"workflowId": stack.workflow_id, "releaseAlias": "latest", "modelProfileId": "m"}
+    limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+    async with httpx.AsyncClient(base_url=stack.base, limits=limits, timeout=60) as client:
+
+        async def one(i: int, at: float) -> None:
+            await asyncio.sleep(max(0.0, at - time.time()))
+            started = time.time()
+            response = await client.post(
+                "/factory/runs",
+                json={**body, "input": {"i": i}},
+                headers={
+                    **(tenants[i % len(tenants)] if tenants else stack.headers),
+                    "Idempotency-Key": f"e2e-paced-{uuid.uuid4()}",
+                },
+            )
+            if response.status_code == 202:
+                sent[response.json()["runId"]] = started
+            else:
+                errors.append(response.status_code)
+
+        start = time.time() + 0.1
+        await asyncio.gather(*(one(i, start + i / rate) for i in range(runs)))
+
+
+def _paced(
+    stack: Stack,
+    engine: Sequence[Any],
+    runs: int,
+    rate: float,
+    tenants: Sequence[dict[str, str]],
+) -> dict[str, Any]:
+    """Submit->completed at a fixed ``rate`` (a fraction of the peak just measured): what a
+    user sees of a service that is not saturated, beside the peak's queueing."""
+    sent: dict[str, float] = {}
+    errors: list[int] = []
+    asyncio.run(_submit_paced(stack, runs, rate, sent, errors, tenants=tenants))
+    done = _wait_terminal(engine, set(sent), patience_s=60)
+    latencies = [
+        1000 * (done[r][1] - sent[r]) for r in sent if done.get(r, ("",))[0] == "Completed"
+    ]
+    return {
+        "rate_per_s": rate,
+        "submitted": len(sent),
+        "submit_errors": len(errors),
+        "completed": len(latencies),
+        "submit_to_completed_p50_ms": common.percentile(latencies, 50),
+        "submit_to_completed_p99_ms": common.percentile(latencies, 99),
+    }
+
+
 def _wait_terminal(engine: Any, expected: set[str], patience_s: float) -> dict:
     """Read which of ``expected`` are terminal every half second until all are or none has
     ended for ``patience_s`` (then what ended is reported, and the rest as missing)."""
@@ -252,12 +314,15 @@ def run(
     transport: str = "claim",
     databases: Sequence[str] = (),
     tenants: int = 1,
+    paced: float = 0.0,
 ) -> dict[str, Any]:
     """One measurement with ``transport``'s workers (``TRANSPORTS``) on a fresh stack.
     ``databases``: several shard databases (the first ``owner_url``), the virtual shards
     spread over them; ``tenants``: the runs submitted by that many tenants in turn, each
     after the first on the next database (``bench.shards``: 1 against 2 databases). The
-    rows, transactions and NOTIFYs counted are the first database's."""
+    rows, transactions and NOTIFYs counted are the first database's. ``paced``: then, on the
+    same stack, a quarter as many runs submitted at that fraction of the peak rate measured,
+    for submit->completed away from saturation (the figures under ``paced``)."""
     roots = cpu.own_processes(owner_url)
     urls = tuple(databases) or (owner_url,)
     engine = tuple(create_engine(u) for u in urls)
@@ -313,6 +378,14 @@ def run(
                 hosts_after = stack.host_stats()
                 rows_after = counts.rows(owner_url)  # what the relay wrote after counts too
                 notifies.close()
+                peak = len(sent) / max(
+                    max((t for _, t in done.values()), default=0) - started, 1e-9
+                )
+                at_rate = (
+                    _paced(stack, engine, max(runs // 4, 10), paced * peak, headers)
+                    if paced > 0 and done
+                    else None
+                )
         finally:
             ray.kill(scheduler)
     # where the runs are: each database's share of the runs submitted
@@ -371,6 +444,7 @@ def run(
             cpu.ms_per_unit(cpu_before, cpu_after, len(completed))
         ),
         "load_average": os.getloadavg(),
+        "paced": at_rate,
     }
 
 
@@ -405,6 +479,14 @@ def report(figures: dict[str, Any], ceiling: float) -> None:
         f"{figures['submit_to_completed_p50_ms']:>7.0f} / "
         f"{figures['submit_to_completed_p99_ms']:<6.0f}"
     )
+    if paced := figures.get("paced"):
+        label = f"  the same at {paced['rate_per_s']:.0f} runs/s (paced), p50 / p99"
+        print(
+            f"{label:<44}"
+            f"{paced['submit_to_completed_p50_ms']:>7.0f} / "
+            f"{paced['submit_to_completed_p99_ms']:<6.0f}"
+            f"  ({paced['completed']} of {paced['submitted']} completed)"
+        )
     print(
         f"{'host commands / host reads per run':<44}"
         f"{figures['host_commands_per_run']:>7.1f} / {figures['host_reads_per_run']:<6.1f}"

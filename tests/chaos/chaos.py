@@ -41,6 +41,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -138,12 +139,46 @@ def percentile(values: list[float], p: float) -> float | None:
     return round(ordered[k], 1)
 
 
+def demo_request(i: int) -> dict[str, Any]:
+    """The ``i``-th submission of the demo workflow (a budget reservation each)."""
+    return {
+        "workflowId": "demo-review",
+        "releaseAlias": "latest",
+        "modelProfileId": "code-agent",
+        "input": {"repository": "example/repo", "revision": f"r{i}"},
+        "limits": {"maxCostUsd": 1, "maxMinutes": 45},
+    }
+
+
+async def approve_pending(
+    http: httpx.AsyncClient, headers: dict[str, str], reason: str
+) -> AsyncIterator[httpx.Response]:
+    """The reviewer (``headers``) approves every request pending; each decision's answer."""
+    r = await http.get(
+        "/factory/approvals", params={"state": "Pending", "limit": 200}, headers=headers
+    )
+    for a in r.json()["items"] if r.status_code == 200 else []:
+        yield await http.post(
+            f"/factory/approvals/{a['approvalId']}/decision",
+            json={
+                "decision": "approve",
+                "version": a["version"],
+                "proposalHash": a["proposalHash"],
+                "reason": reason,
+            },
+            headers={**headers, "Idempotency-Key": f"decide-{a['approvalId']}"},
+        )
+
+
 # ---------------------------------------------------------------------- the service process
 
 
 class ServiceProcess:
-    def __init__(self, env: dict[str, str], http_port: int, grpc_port: int, log: Path) -> None:
+    def __init__(
+        self, env: dict[str, str], http_port: int, grpc_port: int, log: Path, root: Path = ROOT
+    ) -> None:
         self.env = env
+        self.root = root  # the tree whose service.py runs (upgrade_check.py: a previous release)
         self.ports = (http_port, grpc_port)
         self.log_path = log
         self.proc: subprocess.Popen[str] | None = None
@@ -156,8 +191,8 @@ class ServiceProcess:
         began = time.monotonic()
         self._log = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115 (kept open)
         self.proc = subprocess.Popen(
-            [sys.executable, str(HERE / "service.py"), *map(str, self.ports)],
-            cwd=ROOT,
+            [sys.executable, str(self.root / "tests/chaos/service.py"), *map(str, self.ports)],
+            cwd=self.root,  # Ray puts the driver's directory on its workers' path
             env=self.env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -374,13 +409,7 @@ class Chaos:
                     )
                 await asyncio.sleep(0.1)
             key = f"chaos-{i}"
-            body = {
-                "workflowId": "demo-review",
-                "releaseAlias": "latest",
-                "modelProfileId": "code-agent",
-                "input": {"repository": "example/repo", "revision": f"r{i}"},
-                "limits": {"maxCostUsd": 1, "maxMinutes": 45},
-            }
+            body = demo_request(i)
             failures = 0
             while True:
                 try:
@@ -409,23 +438,7 @@ class Chaos:
         headers = {"Authorization": f"Bearer {self.reviewer}"}
         while not self._done.is_set():
             try:
-                r = await http.get(
-                    "/factory/approvals",
-                    params={"state": "Pending", "limit": 200},
-                    headers=headers,
-                )
-                items = r.json()["items"] if r.status_code == 200 else []
-                for a in items:
-                    d = await http.post(
-                        f"/factory/approvals/{a['approvalId']}/decision",
-                        json={
-                            "decision": "approve",
-                            "version": a["version"],
-                            "proposalHash": a["proposalHash"],
-                            "reason": "chaos reviewer",
-                        },
-                        headers={**headers, "Idempotency-Key": f"decide-{a['approvalId']}"},
-                    )
+                async for d in approve_pending(http, headers, "chaos reviewer"):
                     if d.status_code == 200:
                         self.tally.decided += 1
                     else:

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from journal_check import journal_breaches
 from sqlalchemy import Engine, text
 
 TERMINAL = ("Completed", "Failed", "Cancelled")
@@ -158,6 +159,7 @@ def check(engine: Engine, tenant: str, accepted: dict[str, str], refusals: Path)
         "other_terminal": other,
         "double_outcomes": [str(r[0]) for r in (*double_journal, *double_events, *double_success)],
         "event_gaps": gaps,
+        "journal_breaches": journal_breaches(engine, tenant),  # row by row against the events
         "budget_held_by_terminal_runs": [str(r[0]) for r in held_budget],
         "budget_reservations": int(reserved),
         "open_leases_of_terminal_runs": [str(r[0]) for r in open_leases],
@@ -180,6 +182,7 @@ def breaches(report: dict[str, Any]) -> list[str]:
         "other_terminal",
         "double_outcomes",
         "event_gaps",
+        "journal_breaches",
         "budget_held_by_terminal_runs",
         "open_leases_of_terminal_runs",
         "open_attempts_of_terminal_runs",

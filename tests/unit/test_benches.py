@@ -135,6 +135,12 @@ def test_e2e_completes_every_run_and_reports_its_figures(
     # ticks, and the scheduler spends a few ms on 20 runs (CI once read 0.0 for it).
     for kind in ("scheduler", "workers"):
         assert _sampled(cpu[kind]), kind
+    # Then a quarter as many (at least 10) at half the peak rate, open loop (issue 42).
+    paced = e2e["paced"]
+    assert paced["submitted"] == paced["completed"] == 10
+    assert paced["rate_per_s"] == pytest.approx(e2e["completed_runs_per_s"] / 2, rel=0.5)
+    for key in ("submit_to_completed_p50_ms", "submit_to_completed_p99_ms"):
+        assert _measured(paced[key]), key
 
 
 def test_sse_delivers_every_event_to_every_stream_without_host_calls(

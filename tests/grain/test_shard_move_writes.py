@@ -31,7 +31,7 @@ from runcontrol.store.move import Mover
 from runcontrol.store.move_rows import fence, unfence
 from runcontrol.store.shards import Shards
 
-VSHARD = 101  # on the first database
+VSHARD = 110  # on the first database (100 and 101: test_shard_move_routed and _legacy move them)
 RELEASE = {"definition": WorkflowDefinition("wf", (StepSpec("only", "agent-a"),)).to_dict()}
 POLICY = {"approvalRequiredFor": ["shared-write"], "approverRoles": ["Reviewer"]}
 

@@ -121,7 +121,7 @@ def test_a_process_follows_the_directory_as_it_changes(two_shards: Shards):
     first, second = two_shards.all()
     here = Shards([first.db, second.db])
     tenant = f"t-{uuid.uuid4().hex[:10]}"
-    # (not 100 nor 101: test_shard_move_routed and _legacy move those to the second database)
+    # (not 100, 101 nor 110: test_shard_move_routed, _legacy and _writes move those)
     vshard = 900 if hashed_vshard(tenant) < SECOND_HALF else 300
     assert here.for_tenant(tenant).index == int(hashed_vshard(tenant) >= SECOND_HALF)
 

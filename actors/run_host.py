@@ -297,7 +297,7 @@ class RunHost:
                 with command_span(command, carrier) as span:
                     result = await act.grain.execute(command)
                     step_id = getattr(result, "step_id", None)
-                    if step_id is not None:
+                    if step_id is not None and span.is_recording():  # no id made for no span
                         span.set_attribute("step.id", str(step_id))
                 return result
             finally:

@@ -55,7 +55,8 @@ class EventBody:
         return cls.__name__
 
     def to_payload(self) -> dict[str, Any]:
-        """The stored JSON object (camelCase keys; None stays null)."""
+        """The stored JSON object (camelCase keys; None stays null). Each registered type has
+        its own, compiled from its ``_codec`` (``_payload_maker``): this is the reference."""
         payload: dict[str, Any] = {}
         for attr, key, encode in self._codec:
             value = getattr(self, attr)
@@ -529,11 +530,33 @@ def _schema(hint: Any) -> dict[str, Any]:
     raise TypeError(f"no JSON Schema for {hint!r}")
 
 
+def _payload_maker(cls: type[EventBody]) -> Callable[[EventBody], dict[str, Any]]:
+    """``to_payload`` of ``cls`` as one function: a dict display reading each field, its
+    encoder applied to a value that is not None (as ``EventBody.to_payload`` does, without
+    its loop; every event is rendered once, on every command that records it: issue 42)."""
+    namespace: dict[str, Any] = {}
+    items = []
+    for i, (attr, key, encode) in enumerate(cls._codec):
+        if not attr.isidentifier():
+            raise TypeError(f"{cls.__name__}: field {attr!r} is not a name")
+        if encode is None:
+            items.append(f"{key!r}: self.{attr}")
+        else:
+            namespace[f"encode{i}"] = encode
+            items.append(f"{key!r}: None if (v{i} := self.{attr}) is None else encode{i}(v{i})")
+    source = f"def to_payload(self):\n    return {{{', '.join(items)}}}"
+    exec(compile(source, f"<payload of {cls.__name__}>", "exec"), namespace)  # noqa: S102
+    maker: Callable[[EventBody], dict[str, Any]] = namespace["to_payload"]
+    maker.__doc__ = EventBody.to_payload.__doc__
+    return maker
+
+
 def _register(*classes: type[EventBody]) -> Mapping[str, type[EventBody]]:
     registry: dict[str, type[EventBody]] = {}
     for cls in classes:
         hints = typing.get_type_hints(cls)
         cls._codec = tuple((f.name, _camel(f.name), _encoder(hints[f.name])) for f in fields(cls))
+        setattr(cls, "to_payload", _payload_maker(cls))  # noqa: B010 - a method of the class
         cls.payload_schema()  # fails here, at import, for a field type without a schema
         if cls.event_type() in registry:
             raise TypeError(f"event type {cls.event_type()} is defined twice")

@@ -19,30 +19,62 @@ from .errors import ValidationFailed
 HASH_PREFIX = "sha256:"
 
 
-def _normalise(value: Any, path: str) -> Any:
-    if value is None or isinstance(value, bool | str):
+# Where a value is inside the one being made canonical: None (the top), or (where its
+# container is, its key or index). Its text (``a.b[0]``) is made only for a refusal: every
+# result, input and fingerprint is made canonical, and each key's path text cost as much as
+# the rest of the walk (issue 42).
+Where = tuple[Any, str | int] | None
+
+
+def _path(where: Where) -> str:
+    parts: list[str | int] = []
+    while where is not None:
+        where, part = where
+        parts.append(part)
+    path = ""
+    for part in reversed(parts):
+        if isinstance(part, int):
+            path = f"{path}[{part}]"
+        else:
+            path = f"{path}.{part}" if path else part
+    return path or "value"
+
+
+def _normalise(value: Any, where: Where) -> Any:
+    kind = type(value)
+    if value is None or kind is str or kind is bool or kind is int:  # the most, by their type
+        return value
+    if kind is dict:
+        return _object(value, where)
+    if kind is list:
+        return [_normalise(item, (where, i)) for i, item in enumerate(value)]
+    if isinstance(value, bool | str):
         return value
     if isinstance(value, int):
         return value
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise ValidationFailed(f"{path or 'value'}: NaN and Infinity have no canonical form")
+            raise ValidationFailed(f"{_path(where)}: NaN and Infinity have no canonical form")
         return int(value) if value.is_integer() and abs(value) < 2**53 else value
     if isinstance(value, dict):
-        out = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise ValidationFailed(f"{path or 'value'}: object keys must be strings")
-            out[key] = _normalise(item, f"{path}.{key}" if path else key)
-        return out
+        return _object(value, where)
     if isinstance(value, list | tuple):
-        return [_normalise(item, f"{path}[{i}]") for i, item in enumerate(value)]
-    raise ValidationFailed(f"{path or 'value'}: {type(value).__name__} is not JSON")
+        return [_normalise(item, (where, i)) for i, item in enumerate(value)]
+    raise ValidationFailed(f"{_path(where)}: {type(value).__name__} is not JSON")
+
+
+def _object(value: dict[Any, Any], where: Where) -> dict[str, Any]:
+    out = {}
+    for key, item in value.items():
+        if not isinstance(key, str):
+            raise ValidationFailed(f"{_path(where)}: object keys must be strings")
+        out[key] = _normalise(item, (where, key))
+    return out
 
 
 def canonical_json(value: Any) -> bytes:
     text = json.dumps(
-        _normalise(value, ""),
+        _normalise(value, None),
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,

@@ -55,14 +55,22 @@ def mint(vshard: int, now_ms: int, rand: int) -> UUID:
 
 def carries_vshard(id_: UUID) -> bool:
     """Whether ``id_`` was minted by this scheme (a UUIDv7 of RFC 9562's variant)."""
-    return id_.version == _VERSION and (id_.int >> 62) & 0b11 == 0b10
+    return _ours(id_.int)
+
+
+def _ours(value: int) -> bool:
+    """``carries_vshard`` of the id whose integer is ``value``: its variant bits 10 (RFC
+    9562's, where ``UUID.version`` is read) and its version 7, read off the integer once
+    (every id of a run's entities asks: ``beside``)."""
+    return (value >> 62) & 0b11 == 0b10 and (value >> 76) & 0xF == _VERSION
 
 
 def vshard_of(id_: UUID) -> int:
     """The virtual shard ``id_`` carries; ``LEGACY`` for an id minted before this scheme."""
-    if not carries_vshard(id_):
+    value = id_.int
+    if not _ours(value):
         return LEGACY
-    return (id_.int >> (64 + _SPARE_A_BITS)) & (VSHARDS - 1)
+    return (value >> (64 + _SPARE_A_BITS)) & (VSHARDS - 1)
 
 
 def unix_ms(id_: UUID) -> int:
@@ -73,8 +81,9 @@ def unix_ms(id_: UUID) -> int:
 def beside(run_id: UUID, now_ms: int, rand: int) -> UUID:
     """A new id for an entity of the run ``run_id``: in the run's virtual shard; for a legacy
     run a version-4 id made of ``rand`` (its low 122 bits), as the run's own was."""
-    if carries_vshard(run_id):
-        return mint(vshard_of(run_id), now_ms, rand)
+    vshard = vshard_of(run_id)
+    if vshard != LEGACY:
+        return mint(vshard, now_ms, rand)
     return _version4(rand)
 
 

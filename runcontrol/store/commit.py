@@ -121,7 +121,12 @@ def _changed_columns(agg: RunAggregate, row: dict[str, Any]) -> dict[str, Any]:
     stored = _STORED_RUN.get(agg)
     if stored is None:
         return row
-    return {c: v for c, v in row.items() if c in _ALWAYS_SENT or stored.get(c, v) != v}
+    # the same object is the same value (the run's input is not compared key by key)
+    return {
+        c: v
+        for c, v in row.items()
+        if c in _ALWAYS_SENT or ((s := stored.get(c, v)) is not v and s != v)
+    }
 
 
 # ---------------------------------------------------------------------- the document

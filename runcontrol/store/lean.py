@@ -50,7 +50,13 @@ def split(
         if stored is None:
             whole.append(row)
             continue
-        patch = {c: v for c, v in row.items() if c == key or stored.get(c, v) != v}
+        # the same object is the same value: a list or a dict the entity still holds (a
+        # step's dependencies, its flow keys) is not compared item by item
+        patch = {
+            c: v
+            for c, v in row.items()
+            if c == key or ((s := stored.get(c, v)) is not v and s != v)
+        }
         if len(patch) > 1:
             patches.append(patch)
     return whole, patches

@@ -29,10 +29,8 @@ from .tables import output_chunks
 
 # NOTIFYed (the run id as payload) by a write that stored chunks: wakes the run's readers.
 OUTPUT_CHANNEL = "runcontrol_output"
-# A write that met a deadlock or a serialization failure did nothing: resend it. So did one
-# whose position a write of the previous function took meanwhile (23505: only across 0041's
-# replace of runcontrol_append_output, which orders a run's chunks by another lock).
-_RETRYABLE = frozenset({"40P01", "40001", "23505"})
+# A write that met a deadlock or a serialization failure did nothing: resend it.
+_RETRYABLE = frozenset({"40P01", "40001"})
 _APPEND = "SELECT runcontrol_append_output(%s::jsonb, %s) AS answers"
 
 

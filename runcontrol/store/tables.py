@@ -392,9 +392,7 @@ output_chunks = tenant_table(
     tenant_after="position",
 )
 
-# The last output position of each run that streamed, as the previous release kept it: no longer
-# written (0041: the run's advisory lock orders its writes, the chunks' key gives the position);
-# retention deletes what is left.
+# The last output position of each run that streamed: its row lock orders the run's writes.
 output_heads = tenant_table(
     "output_heads",
     uid("run_id", primary_key=True),

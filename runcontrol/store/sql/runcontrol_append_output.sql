@@ -2,12 +2,10 @@
 -- insert of their own beside the run's commits (runcontrol_apply is not involved). The lease
 -- row is checked and share-locked, so a chunk is stored only while its writer holds the
 -- attempt's current lease, and a settlement or a new lease waits for the write in flight. The
--- run's output lock (an advisory lock on the run, held to the commit) is taken next, and the
--- run's last position read under it (the primary key's last entry), so the run's chunks take
--- their positions in commit order, without gaps: the readers' cursor. No head row is written
--- (0041: output_heads is no longer written; a reader never read it). It NOTIFYs
--- runcontrol_output only while a listener has registered on it (runcontrol_listen; checked once
--- per statement under the same lock).
+-- run's head row (output_heads) is locked first, so the run's chunks take their positions in
+-- commit order, without gaps: the readers' cursor. It NOTIFYs runcontrol_output only while a
+-- listener has registered on it (runcontrol_listen; checked once per statement under the same
+-- lock).
 --
 -- Output follows the event history's retention (RunControl:Outbox:RetentionDays): the
 -- retention reconciler deletes it on the system path; the app role inserts chunks and never
@@ -68,8 +66,9 @@ BEGIN
                 CONTINUE;
             END IF;
 
-            PERFORM pg_advisory_xact_lock(hashtextextended('output' || chr(31) || run::text, 0));
-            SELECT coalesce(max(o.position), 0) INTO head FROM output_chunks o WHERE o.run_id = run;
+            INSERT INTO output_heads (run_id, tenant_id, position, updated_at)
+            VALUES (run, tenant, 0, now()) ON CONFLICT (run_id) DO NOTHING;
+            SELECT position INTO head FROM output_heads WHERE run_id = run FOR UPDATE;
             SELECT o.seq, o.fencing_token, o.lease_seq, o.attempt_bytes INTO last
               FROM output_chunks o WHERE o.attempt_id = attempt ORDER BY o.seq DESC LIMIT 1;
             IF FOUND THEN
@@ -109,6 +108,8 @@ BEGIN
                 END IF;
                 IF stored > 0 THEN
                     acked := acked + stored;
+                    UPDATE output_heads SET position = head + stored, updated_at = now()
+                     WHERE run_id = run;
                     IF wake THEN
                         PERFORM pg_notify('runcontrol_output', run::text);
                     END IF;

@@ -12,15 +12,6 @@ new columns: a resend of a report this release answered, meeting one of them, is
 and the settled attempt answers the same report with itself (``report_outcome``'s retried report,
 no effect) and refuses another one (``OutcomeAlreadyRecorded``).
 
-Streamed output writes no head row: ``runcontrol_append_output`` orders a run's chunks under an
-advisory lock on the run, held to the commit, and reads the run's last position from the
-chunks' primary key (``output_heads`` is no longer written or locked: one insert and an update
-per chunk write a run fewer; nothing ever read it but retention, which deletes what is left of
-it). A function is one text for every release: the previous release's hosts call this one too.
-A write in flight across the upgrade's replace that still took the head row lock and one
-already taking the run's advisory lock could pick the same position: the primary key refuses the
-second, which answers its write's error and is sent again.
-
 Revision ID: 0041
 """
 
@@ -42,7 +33,6 @@ oldest_code = "0038"
 FUNCTIONS = {
     "runcontrol_write_attempt_results": "6381bebc4aae14290cf920bd10b2d2b0",
     "runcontrol_append_attempt_results": "9375d62bb4168138a94dcf926c29b836",
-    "runcontrol_append_output": "4b445108d86897947f44fb148a056aa2",
 }
 
 

@@ -203,6 +203,10 @@ class AttemptResult:
     created_at: datetime
     result_json: str | None = field(default=None, repr=False)
     result_ref: dict[str, Any] | None = None
+    # the outcome report that stored it, and what it asked (``commands.fingerprint``): set by
+    # the store as it writes the row, which then answers the report's resends (0041)
+    command_id: str | None = None
+    fingerprint: str | None = None
 
     @property
     def value(self) -> Any:

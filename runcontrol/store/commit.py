@@ -131,6 +131,27 @@ def _changed_columns(agg: RunAggregate, row: dict[str, Any]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------- the document
 
+# The command whose answer its result row carries (0041): an outcome report answers its attempt.
+_ANSWERED_BY_RESULT = "ReportOutcome"
+
+
+def _on_result_row(answer: StoredAnswer, results: Sequence[dict[str, Any]]) -> bool:
+    """Whether ``answer`` is carried by the result row the same document writes (0041): an
+    outcome report's, whose answer is its attempt as stored; the row then names the command
+    and its fingerprint, and no ``command_answers`` row is written."""
+    value = answer.value
+    if answer.command != _ANSWERED_BY_RESULT or not isinstance(value, model.Attempt):
+        return False
+    for row in results:  # the row its own decision wrote: the same attempt, the same instant
+        if (
+            row["attempt_id"] == value.attempt_id
+            and row["created_at"] == answer.at
+            and row["command_id"] is None
+        ):
+            row["command_id"], row["fingerprint"] = answer.command_id, answer.fingerprint
+            return True
+    return False
+
 
 def _json_default(value: Any) -> Any:
     if isinstance(value, Decimal):
@@ -243,6 +264,7 @@ def prepare(
             "limit_usd": reserve.limit_usd,
             "created_at": reserve.at.isoformat(),
         }
+    every = ([answer] if answer is not None else []) + list(also_answers)
     stored = [
         {
             "tenant_id": tenant_id,
@@ -253,9 +275,10 @@ def prepare(
             "created_at": a.at.isoformat(),
             "fingerprint": a.fingerprint,
         }
-        for a in ([answer] if answer is not None else []) + list(also_answers)
+        for a in every
+        if not _on_result_row(a, doc.get("results", ()))
     ]
-    if len(stored) == 1 and not also_answers:
+    if len(stored) == 1 and len(every) == 1:
         doc["answer"] = stored[0]
     elif stored:
         doc["answers"] = stored
@@ -383,6 +406,12 @@ _ANSWERED = "SELECT command_id FROM command_answers WHERE run_id = %s AND create
 _STORED_ANSWER = (
     "SELECT answer, fingerprint FROM command_answers"
     " WHERE run_id = %s AND command_id = %s AND created_at >= %s"
+)
+# An outcome report's answer, carried by its result row (0041): its attempt as stored.
+_RESULT_ANSWER = (
+    f"SELECT {', '.join(f'a.{c.name}' for c in attempts.columns)}, r.fingerprint AS printed"
+    " FROM attempt_results r JOIN attempts a ON a.attempt_id = r.attempt_id AND a.run_id = r.run_id"
+    " WHERE r.run_id = %s AND r.command_id = %s AND r.created_at >= %s"
 )
 _VERSION = "SELECT version FROM runs WHERE run_id = %s"
 _KEY = "SELECT run_id FROM runs WHERE tenant_id = %s AND project_id = %s AND idempotency_key = %s"
@@ -522,16 +551,27 @@ class Store:
         agg = aggregate(run_id, found)
         _STORED_RUN[agg] = rows.to_row(agg.run, next_due_at=found[0][0]["next_due_at"])
         lean.remember(agg, _loaded_children(agg))
-        return agg, {r["command_id"] for r in answered}
+        # and the outcome reports its result rows answer (0041)
+        reported = {
+            r.command_id
+            for r in agg.results.values()
+            if r.command_id is not None and r.created_at >= answered_since
+        }
+        return agg, {r["command_id"] for r in answered} | reported
 
     async def stored_answer(
         self, tenant_id: str, run_id: UUID, command_id: str, since: datetime
     ) -> tuple[Any, str | None] | None:
         """``(answer, fingerprint)`` if the command committed since ``since``, else None."""
-        found = await self.rows(tenant_id, _STORED_ANSWER, (run_id, command_id, since))
-        if not found:
-            return None
-        return answers.decode(found[0]["answer"]), found[0]["fingerprint"]
+        asked = (run_id, command_id, since)
+        found, derived = await self.read(
+            tenant_id, [(_STORED_ANSWER, asked), (_RESULT_ANSWER, asked)]
+        )
+        if found:
+            return answers.decode(found[0]["answer"]), found[0]["fingerprint"]
+        if derived:  # an outcome report's, from its result row and its attempt (0041)
+            return rows.from_row(model.Attempt, derived[0]), derived[0]["printed"]
+        return None
 
     async def run_version(self, tenant_id: str, run_id: UUID) -> int | None:
         found = await self.rows(tenant_id, _VERSION, (run_id,))

@@ -127,6 +127,9 @@ attempt_results = tenant_table(
     ref("step_id", "run_id"),
     txt("outcome_hash") + big("bytes") + tz("created_at"),
     txt("result_json?") + jsonb("result_ref?"),
+    # the outcome report that stored it (0041): its resends are answered from this row and the
+    # attempt's (store/commit.py), with no command_answers row; NULL before 0041
+    txt("command_id?", "fingerprint?"),
     Index("ix_attempt_results_run", "run_id"),
 )
 

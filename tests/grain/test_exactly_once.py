@@ -12,12 +12,14 @@ import dataclasses
 import uuid
 from datetime import timedelta
 
+import orjson
 import pytest
 from grain_harness import SHARED, Harness, outcome_hash
 from sqlalchemy import text
 from support import (
     cancel_command,
     decide_command,
+    drive,
     proposal,
     renew,
     renew_command,
@@ -29,10 +31,17 @@ from runcontrol import reconcilers
 from runcontrol.commands import (
     DispatchRun,
     SubmitRun,
+    fingerprint,
 )
 from runcontrol.domain import AttemptOutcome, Decision, RunState, StepSpec, errors
 from runcontrol.grain import RunGrain
-from runcontrol.store.tables import approval_decisions, cancellation_intents, command_answers
+from runcontrol.store import answers as stored
+from runcontrol.store.tables import (
+    approval_decisions,
+    attempt_results,
+    cancellation_intents,
+    command_answers,
+)
 
 WINDOW_S = 24 * 3600  # the default answer retention
 
@@ -94,6 +103,41 @@ def test_an_outcome_resent_after_a_restart_is_answered_once(h: Harness):
     assert h.event_types(grain.run_id) == types
     assert types.count("AttemptOutcomeRecorded") == 1
     assert types.count("AttemptDispatched") == 2  # the next step, dispatched once
+
+
+def test_an_outcome_resent_after_a_restart_is_answered_from_its_result_row(h: Harness):
+    """A report that stores a result writes no answer row: its result row names the command
+    and its fingerprint (0041), and a resend to a fresh activation gets the attempt as stored:
+    the very answer (the same bytes), no second effect."""
+    grain, grant = h.start_run(StepSpec("a", "agent-a"), StepSpec("b", "agent-b"))
+    report = report_command(grain, grant, AttemptOutcome.SUCCEEDED, result={"n": 1})
+    first = grain.execute(report)
+    assert report.command_id not in {row.command_id for row in answers(h, grain.run_id)}
+    (row,) = h.rows(attempt_results, grain.run_id)
+    assert (row.command_id, row.fingerprint) == (report.command_id, fingerprint(report))
+    version = h.load(grain.run_id).run.version
+    since = h.clock.now() - timedelta(seconds=WINDOW_S)
+    found = drive(h.env.store.stored_answer(h.tenant, grain.run_id, report.command_id, since))
+    assert found == (first, fingerprint(report))
+
+    again = fresh(h, grain).execute(report)
+    assert orjson.dumps(stored.encode(again)) == orjson.dumps(stored.encode(first))
+    assert h.load(grain.run_id).run.version == version
+    assert h.event_types(grain.run_id).count("AttemptOutcomeRecorded") == 1
+
+
+def test_an_outcome_id_reused_for_another_report_is_refused_from_its_result_row(h: Harness):
+    """The fingerprint on the result row refuses a report id reused for another result, on a
+    fresh activation as on the one that committed it (not ``OutcomeAlreadyRecorded``: the
+    report is not decided again)."""
+    grain, grant = h.start_run(StepSpec("a", "agent-a"), StepSpec("b", "agent-b"))
+    report = report_command(grain, grant, AttemptOutcome.SUCCEEDED, result={"n": 1})
+    grain.execute(report)
+    other = dataclasses.replace(report, result={"n": 2})
+    with pytest.raises(errors.IdempotencyConflict):
+        fresh(h, grain).execute(other)
+    with pytest.raises(errors.IdempotencyConflict):
+        grain.execute(other)
 
 
 def test_a_cancel_resent_records_one_intent(h: Harness):

@@ -256,6 +256,8 @@ def everything(tenant: str) -> Changes:
         created_at=at(8),
         result_json='{"big":100000000000000000000,"f":1e+300,"s":"\\u0000 \u00e9"}',
         result_ref={"uri": "s3://bucket/key", "sha256": "ab" * 32, "bytes": 12},
+        command_id="report-1",
+        fingerprint="sha256:the-report",
     )
     event = Event(
         event_id=uuid.uuid4(),

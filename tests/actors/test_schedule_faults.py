@@ -64,7 +64,13 @@ async def restart_scheduler(h: RayHarness, down_s: float) -> None:
         return state == "ALIVE" and count > before
 
     await poll(alive_again, "the scheduler to restart", timeout=30)
-    await scheduler.status.remote()
+    for _ in range(300):  # the handle may learn of the restart after the GCS says ALIVE
+        try:
+            await scheduler.status.remote()
+            return
+        except ray.exceptions.ActorUnavailableError:
+            await asyncio.sleep(0.1)
+    raise AssertionError("the restarted scheduler never answered")
 
 
 async def worker(h: RayHarness, stop: asyncio.Event) -> int:
